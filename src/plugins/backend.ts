@@ -1,0 +1,54 @@
+// The typed Backend interface every backend implements, built-in or third
+// party, in-process or as a sidecar. A backend knows nothing of Kubernetes
+// objects: it sees only the node-local state.
+//
+// Two flavours, as the KEP promises:
+// - full state: `apply(state, change)` after each change set; `change` names
+//   the services that changed (null = everything: first sync or after a failure);
+// - incremental: set/delete calls for each service and endpoint, then `sync()`.
+
+import type { Config } from "../core/config.ts";
+import type { Logger } from "../core/log.ts";
+import type { Endpoint, NodeState, Service, StateChange } from "../core/state.ts";
+
+/** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
+export interface Executor {
+  run(argv: string[], stdin?: string): Promise<string>;
+}
+
+export interface BackendContext {
+  config: Config;
+  log: Logger;
+  /** where `--dry-run` output goes (stdout by default) */
+  out: (text: string) => void;
+}
+
+interface BackendBase {
+  readonly name: string;
+  /** called once before the first sync; may fail with a clear error (e.g. kernel lacks a feature) */
+  setup?(ctx: BackendContext): Promise<void>;
+  /** `--cleanup`: remove everything this backend ever created */
+  cleanup?(ctx: BackendContext): Promise<void>;
+  /** called on shutdown; rules stay in place */
+  close?(): Promise<void>;
+}
+
+export interface FullStateBackend extends BackendBase {
+  readonly kind: "full";
+  apply(state: NodeState, change: StateChange): Promise<void>;
+}
+
+export interface IncrementalBackend extends BackendBase {
+  readonly kind: "incremental";
+  setService(service: Service): void;
+  deleteService(namespace: string, name: string): void;
+  setEndpoint(namespace: string, serviceName: string, key: string, endpoint: Endpoint): void;
+  deleteEndpoint(namespace: string, serviceName: string, key: string): void;
+  /** end of a change set: program what the calls since the last sync described */
+  sync(): Promise<void>;
+}
+
+export type Backend = FullStateBackend | IncrementalBackend;
+
+/** What a backend module default-exports: a factory, so one module can serve several runs. */
+export type BackendFactory = (ctx: BackendContext) => Backend | Promise<Backend>;

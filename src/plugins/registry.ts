@@ -1,0 +1,15 @@
+// The built-in backends, loaded lazily: naming one on the command line imports
+// only that one (the IPVS or Windows code never loads on an nft node).
+
+import type { BackendFactory } from "./backend.ts";
+
+type Loader = () => Promise<{ default: BackendFactory }>;
+
+export const builtinBackends: Record<string, Loader> = {
+  nft: () => import("../../plugins/nft/index.ts"),
+  iptables: () => import("../../plugins/iptables/index.ts"),
+  ipvs: () => import("../../plugins/ipvs/index.ts"),
+  winkernel: () => import("../../plugins/winkernel/index.ts"),
+};
+
+export const builtinBackendNames = Object.keys(builtinBackends);
