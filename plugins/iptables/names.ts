@@ -1,0 +1,147 @@
+// The iptables backend's naming vocabulary. kpng owns only chains whose name
+// starts with `KPNG-` and the jump rules it inserts into the built-in chains
+// listed in `baseJumps`; everything else in the tables belongs to someone
+// else and is never read back, flushed or deleted.
+
+import { createHash } from "node:crypto";
+
+export type Family = "v4" | "v6";
+export type Table = "filter" | "nat" | "mangle";
+
+/** Every chain kpng creates starts with this; cleanup and stale-chain removal key on it. */
+export const prefix = "KPNG-";
+
+/** Fixed chains, rewritten only by a full restore (their content depends on Config alone, or they hold per-service rules edited one by one). */
+export const chains = {
+  // nat
+  /** dispatch: one rule per service destination, then the jump(s) to NODEPORTS (kept last) */
+  services: "KPNG-SERVICES",
+  /** one rule per node port */
+  nodePorts: "KPNG-NODEPORTS",
+  /** ORs the masquerade bit into the packet mark */
+  markMasq: "KPNG-MARK-MASQ",
+  /** marks packets whose source is outside every cluster CIDR (used when a family has several CIDRs) */
+  markNonPod: "KPNG-MARK-NONPOD",
+  /** masquerades marked packets */
+  postrouting: "KPNG-POSTROUTING",
+  // filter
+  /** REJECT/DROP for cluster IPs without (local) endpoints; same name as nat's dispatch, other table */
+  filterServices: "KPNG-SERVICES",
+  /** REJECT/DROP for external IPs and LB IPs without endpoints, then the jump(s) to filter NODEPORTS */
+  externalServices: "KPNG-EXTERNAL-SERVICES",
+  /** REJECT/DROP for node ports without endpoints */
+  filterNodePorts: "KPNG-NODEPORTS",
+  /** drops what loadBalancerSourceRanges did not let through to DNAT */
+  firewall: "KPNG-FIREWALL",
+  /** accepts kpng's forwarded traffic even when the FORWARD policy is DROP */
+  forward: "KPNG-FORWARD",
+  /** accepts healthCheckNodePort traffic */
+  healthCheck: "KPNG-HEALTHCHECK",
+  // all three tables
+  /** an empty chain whose disappearance means someone flushed the tables: full restore follows */
+  canary: "KPNG-CANARY",
+} as const;
+
+/** Shared chains that receive per-service rules one by one (`-I 1` keeps their fixed tail last). */
+export const insertAtHead: ReadonlySet<string> = new Set(["nat/KPNG-SERVICES", "filter/KPNG-EXTERNAL-SERVICES"]);
+
+/** Per-service-port chain kinds (upstream kube-proxy's vocabulary). */
+export const servicePrefix = {
+  /** load-balances over the endpoints with Scopes.Internal (cluster IP traffic) */
+  internal: "KPNG-SVC-",
+  /** load-balances over Scopes.External endpoints, when that set differs from the internal one */
+  external: "KPNG-SVX-",
+  /** external destinations (node port, external IP, LB IP): masquerade and traffic-policy short-circuits */
+  ext: "KPNG-EXT-",
+  /** loadBalancerSourceRanges filter in front of EXT */
+  firewall: "KPNG-FW-",
+  /** one endpoint: hairpin masquerade, affinity bookkeeping, DNAT */
+  endpoint: "KPNG-SEP-",
+} as const;
+
+export interface BaseJump {
+  table: Table;
+  /** the built-in chain */
+  from: string;
+  to: string;
+  /** extra matches in front of the jump */
+  match: readonly string[];
+  comment: string;
+}
+
+const ctNew = ["-m", "conntrack", "--ctstate", "NEW"] as const;
+
+/** The only rules kpng writes into built-in chains (upstream kube-proxy's iptablesJumpChains, plus the canaries' tables). */
+export const baseJumps: readonly BaseJump[] = [
+  { table: "nat", from: "PREROUTING", to: chains.services, match: [], comment: "kpng service portals" },
+  { table: "nat", from: "OUTPUT", to: chains.services, match: [], comment: "kpng service portals" },
+  { table: "nat", from: "POSTROUTING", to: chains.postrouting, match: [], comment: "kpng postrouting rules" },
+  { table: "filter", from: "INPUT", to: chains.firewall, match: ctNew, comment: "kpng load balancer firewall" },
+  { table: "filter", from: "FORWARD", to: chains.firewall, match: ctNew, comment: "kpng load balancer firewall" },
+  { table: "filter", from: "OUTPUT", to: chains.firewall, match: ctNew, comment: "kpng load balancer firewall" },
+  { table: "filter", from: "INPUT", to: chains.healthCheck, match: [], comment: "kpng health check node ports" },
+  { table: "filter", from: "INPUT", to: chains.externalServices, match: ctNew, comment: "kpng externally-visible service portals" },
+  { table: "filter", from: "FORWARD", to: chains.externalServices, match: ctNew, comment: "kpng externally-visible service portals" },
+  { table: "filter", from: "OUTPUT", to: chains.externalServices, match: ctNew, comment: "kpng externally-visible service portals" },
+  { table: "filter", from: "FORWARD", to: chains.filterServices, match: ctNew, comment: "kpng service portals" },
+  { table: "filter", from: "OUTPUT", to: chains.filterServices, match: ctNew, comment: "kpng service portals" },
+  { table: "filter", from: "FORWARD", to: chains.forward, match: [], comment: "kpng forwarding rules" },
+];
+
+/** The fixed chains of each table (declared by every full restore). */
+export const fixedChains: Readonly<Record<Table, readonly string[]>> = {
+  mangle: [chains.canary],
+  nat: [chains.canary, chains.services, chains.nodePorts, chains.markMasq, chains.markNonPod, chains.postrouting],
+  filter: [
+    chains.canary,
+    chains.filterServices,
+    chains.externalServices,
+    chains.filterNodePorts,
+    chains.firewall,
+    chains.forward,
+    chains.healthCheck,
+  ],
+};
+
+/** Tables in the order a restore input lists them. */
+export const tables: readonly Table[] = ["mangle", "filter", "nat"];
+
+/** iptables' limit on chain names (XT_EXTENSION_MAXNAMELEN 29, minus the NUL). */
+export const maxChainName = 28;
+
+const base32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/**
+ * A stable 16-character name part: sha256 of `input`, RFC 4648 base32 (A-Z, 2-7),
+ * first 16 characters = 80 bits, as upstream kube-proxy does. With the longest
+ * prefix ("KPNG-SVC-", 9 characters) a name is 25 characters, under the 28 limit.
+ */
+export function hashName(input: string): string {
+  const digest = createHash("sha256").update(input).digest();
+  let out = "";
+  let bits = 0;
+  let acc = 0;
+  for (const byte of digest) {
+    acc = (acc << 8) | byte;
+    bits += 8;
+    while (bits >= 5 && out.length < 16) {
+      out += base32[(acc >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+    acc &= (1 << bits) - 1;
+    if (out.length === 16) break;
+  }
+  return out;
+}
+
+/** `ns/name/proto/port`: the identity of one service port, stable across unrelated edits. */
+export const servicePortId = (ns: string, name: string, proto: string, port: number) => `${ns}/${name}/${proto}/${port}`;
+
+export const serviceChain = (kind: keyof typeof servicePrefix, portId: string) => servicePrefix[kind] + hashName(portId);
+
+/** The endpoint chain is named after the service port and the endpoint's address and target port, not its key. */
+export const endpointChain = (portId: string, ip: string, port: number) => servicePrefix.endpoint + hashName(`${portId}/${ip}:${port}`);
+
+export const restoreCommand = (family: Family) => (family === "v4" ? "iptables-restore" : "ip6tables-restore");
+export const saveCommand = (family: Family) => (family === "v4" ? "iptables-save" : "ip6tables-save");
+export const iptablesCommand = (family: Family) => (family === "v4" ? "iptables" : "ip6tables");

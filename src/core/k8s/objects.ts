@@ -1,0 +1,162 @@
+// The few fields of Kubernetes objects kpng reads, as valibot schemas: one
+// definition gives both the TypeScript type and the run-time validation of
+// every object that comes from a file or the API server. Unknown fields are
+// allowed (real objects carry many we do not read).
+
+import * as v from "valibot";
+import { ipFamily, isCIDR } from "./ip.ts";
+
+const ip = v.pipe(v.string(), v.ip("is not a valid IP address"));
+const cidr = v.pipe(v.string(), v.check(isCIDR, "is not a valid CIDR"));
+const port = v.pipe(v.number("must be a number"), v.integer("must be an integer"), v.minValue(1, "is out of range"), v.maxValue(65535, "is out of range"));
+const nodePort = v.pipe(v.number(), v.integer(), v.minValue(0, "is out of range"), v.maxValue(65535, "is out of range"));
+const protocol = v.optional(v.picklist(["TCP", "UDP", "SCTP"], "must be TCP, UDP or SCTP"), "TCP");
+const labels = v.optional(v.nullable(v.record(v.string(), v.string())));
+const list = <T extends v.GenericSchema>(item: T) => v.optional(v.nullable(v.array(item)));
+
+const metadata = v.looseObject({
+  name: v.pipe(v.string("is required"), v.minLength(1, "is required")),
+  namespace: v.optional(v.string()),
+  labels,
+  annotations: labels,
+  resourceVersion: v.optional(v.string()),
+});
+
+export const ServiceSchema = v.looseObject({
+  kind: v.literal("Service"),
+  metadata,
+  spec: v.looseObject({
+    type: v.optional(v.picklist(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"], "must be ClusterIP, NodePort, LoadBalancer or ExternalName"), "ClusterIP"),
+    clusterIP: v.optional(v.union([v.literal("None"), v.literal(""), ip], "is not a valid IP address")),
+    clusterIPs: list(v.union([v.literal("None"), ip], "is not a valid IP address")),
+    ipFamilies: list(v.picklist(["IPv4", "IPv6"], "must be IPv4 or IPv6")),
+    externalIPs: list(ip),
+    loadBalancerSourceRanges: list(cidr),
+    ports: list(
+      v.looseObject({
+        name: v.optional(v.string()),
+        protocol,
+        port,
+        targetPort: v.optional(v.union([port, v.pipe(v.string(), v.minLength(1))], "must be a port number or name")),
+        nodePort: v.optional(nodePort),
+      }),
+    ),
+    sessionAffinity: v.optional(v.picklist(["None", "ClientIP"], "must be None or ClientIP")),
+    sessionAffinityConfig: v.optional(
+      v.looseObject({
+        clientIP: v.optional(v.looseObject({ timeoutSeconds: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1, "is out of range"), v.maxValue(86400, "is out of range"))) })),
+      }),
+    ),
+    externalTrafficPolicy: v.optional(v.picklist(["Cluster", "Local"], "must be Cluster or Local")),
+    internalTrafficPolicy: v.optional(v.picklist(["Cluster", "Local"], "must be Cluster or Local")),
+    healthCheckNodePort: v.optional(nodePort),
+  }),
+  status: v.optional(
+    v.looseObject({
+      loadBalancer: v.optional(
+        v.looseObject({
+          ingress: list(v.looseObject({ ip: v.optional(ip), hostname: v.optional(v.string()), ipMode: v.optional(v.picklist(["VIP", "Proxy"], "must be VIP or Proxy")) })),
+        }),
+      ),
+    }),
+  ),
+});
+
+const hintList = list(v.looseObject({ name: v.string() }));
+
+export const EndpointSliceSchema = v.looseObject({
+  kind: v.literal("EndpointSlice"),
+  metadata,
+  addressType: v.picklist(["IPv4", "IPv6", "FQDN"], "must be IPv4, IPv6 or FQDN"),
+  endpoints: list(
+    v.looseObject({
+      addresses: v.pipe(v.array(v.string()), v.minLength(1, "must have at least one address")),
+      conditions: v.optional(
+        v.looseObject({
+          ready: v.optional(v.nullable(v.boolean())),
+          serving: v.optional(v.nullable(v.boolean())),
+          terminating: v.optional(v.nullable(v.boolean())),
+        }),
+      ),
+      hostname: v.optional(v.string()),
+      nodeName: v.optional(v.string()),
+      zone: v.optional(v.string()),
+      hints: v.optional(v.looseObject({ forZones: hintList, forNodes: hintList })),
+      targetRef: v.optional(v.looseObject({ kind: v.optional(v.string()), name: v.optional(v.string()), namespace: v.optional(v.string()) })),
+    }),
+  ),
+  ports: list(
+    v.looseObject({
+      name: v.optional(v.nullable(v.string())),
+      protocol,
+      port: v.optional(v.nullable(port)),
+    }),
+  ),
+});
+
+export const NodeSchema = v.looseObject({
+  kind: v.literal("Node"),
+  metadata,
+  status: v.optional(v.looseObject({ addresses: list(v.looseObject({ type: v.string(), address: v.string() })) })),
+});
+
+export type K8sService = v.InferOutput<typeof ServiceSchema>;
+export type K8sEndpointSlice = v.InferOutput<typeof EndpointSliceSchema>;
+export type K8sNode = v.InferOutput<typeof NodeSchema>;
+export type K8sObject = K8sService | K8sEndpointSlice | K8sNode;
+export type Kind = K8sObject["kind"];
+export const kinds: readonly Kind[] = ["Service", "EndpointSlice", "Node"];
+
+const schemas = { Service: ServiceSchema, EndpointSlice: EndpointSliceSchema, Node: NodeSchema } as const;
+
+/** `service default/web` — how logs and errors name an object. */
+export function objectName(obj: { kind?: unknown; metadata?: { namespace?: unknown; name?: unknown } }): string {
+  const kind = typeof obj.kind === "string" ? obj.kind.charAt(0).toLowerCase() + obj.kind.slice(1) : "object";
+  const ns = obj.metadata?.namespace;
+  const name = obj.metadata?.name;
+  return `${kind} ${typeof ns === "string" && ns ? `${ns}/` : ""}${typeof name === "string" ? name : "<unnamed>"}`;
+}
+
+/** Addresses of an IPv4/IPv6 slice must be IPs of that family (FQDN slices are not read). */
+function sliceAddressError(slice: K8sEndpointSlice): string | null {
+  if (slice.addressType === "FQDN") return null;
+  const want = slice.addressType === "IPv4" ? "v4" : "v6";
+  for (const [i, ep] of (slice.endpoints ?? []).entries()) {
+    for (const [j, a] of ep.addresses.entries()) {
+      if (ipFamily(a) !== want) return `endpoints[${i}].addresses[${j}]: "${a}" is not an ${slice.addressType} address`;
+    }
+  }
+  return null;
+}
+
+function issuePath(issue: v.BaseIssue<unknown>): string {
+  let out = "";
+  for (const item of issue.path ?? []) {
+    if (item.type === "array") out += `[${String(item.key)}]`;
+    else out += out ? `.${String(item.key)}` : String(item.key);
+  }
+  return out;
+}
+
+export type ParseResult = { ok: true; object: K8sObject } | { ok: false; error: string } | { ok: false; ignored: true };
+
+/**
+ * Validates one object. Kinds kpng does not read are `ignored`; an invalid
+ * object gives a one-line error naming the object and the field:
+ * `service default/web spec.ports[0].port: 70000 is out of range`.
+ */
+export function parseObject(raw: unknown): ParseResult {
+  if (typeof raw !== "object" || raw === null) return { ok: false, error: "object: not a mapping" };
+  const kind = (raw as { kind?: unknown }).kind;
+  if (typeof kind !== "string" || !(kind in schemas)) return { ok: false, ignored: true };
+  const res = v.safeParse(schemas[kind as Kind], raw, { abortPipeEarly: true });
+  if (res.success) {
+    const obj = res.output as K8sObject;
+    if (obj.kind !== "Node" && !obj.metadata.namespace) obj.metadata.namespace = "default";
+    const err = obj.kind === "EndpointSlice" ? sliceAddressError(obj) : null;
+    return err ? { ok: false, error: `${objectName(obj)} ${err}` } : { ok: true, object: obj };
+  }
+  const issue = res.issues[0];
+  const shown = typeof issue.input === "object" && issue.input !== null ? "" : `${JSON.stringify(issue.input)} `;
+  return { ok: false, error: `${objectName(raw as never)} ${issuePath(issue) || "object"}: ${shown}${issue.message}` };
+}

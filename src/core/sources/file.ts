@@ -1,0 +1,111 @@
+// The file source: real Kubernetes objects (what `kubectl get
+// services,endpointslices,nodes -A -o yaml` prints: a List, or several YAML
+// or JSON documents) read from a file that is watched for edits.
+// Bad objects are skipped and logged; an unreadable file is an error at
+// start-up and, later, a logged error that keeps the last good state.
+
+import { watch, type FSWatcher } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { basename, dirname, resolve } from "node:path";
+import { parseAllDocuments } from "yaml";
+import type { Brain } from "../brain.ts";
+import { errorMessage, invalid } from "../errors.ts";
+import { kinds, parseObject, type K8sObject } from "../k8s/objects.ts";
+import type { Logger } from "../log.ts";
+import { Listing } from "./listing.ts";
+
+export interface ParsedFile {
+  objects: K8sObject[];
+  /** one line per skipped object: `file: service ns/name field: reason` */
+  errors: string[];
+}
+
+/** Parses file contents; throws a KpngError naming the file when it is not YAML/JSON at all. */
+export function parseClusterFile(path: string, text: string): ParsedFile {
+  const docs = parseAllDocuments(text, { uniqueKeys: false });
+  const raws: unknown[] = [];
+  for (const doc of Array.isArray(docs) ? docs : [docs]) {
+    const err = doc.errors[0];
+    if (err) {
+      const line = err.linePos?.[0]?.line;
+      throw invalid(`${path}${line ? `:${line}` : ""}: not valid YAML or JSON: ${err.message.split("\n")[0]}`);
+    }
+    const value = doc.toJS({ maxAliasCount: 1000 }) as unknown;
+    if (value === null || value === undefined) continue;
+    const list = value as { kind?: unknown; items?: unknown };
+    if (typeof list.kind === "string" && list.kind.endsWith("List") && Array.isArray(list.items)) raws.push(...list.items);
+    else raws.push(value);
+  }
+  const objects: K8sObject[] = [];
+  const errors: string[] = [];
+  raws.forEach((raw, i) => {
+    const res = parseObject(raw);
+    if (res.ok) objects.push(res.object);
+    else if (!("ignored" in res)) errors.push(`${path}: item ${i}: ${res.error}`);
+  });
+  return { objects, errors };
+}
+
+export async function readClusterFile(path: string): Promise<ParsedFile> {
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (err) {
+    throw invalid(`${path}: cannot read input file: ${(err as NodeJS.ErrnoException).code ?? errorMessage(err)}`);
+  }
+  return parseClusterFile(path, text);
+}
+
+export interface FileSource {
+  /** re-read now (the watcher calls this; tests may too) */
+  reload(): Promise<void>;
+  close(): void;
+}
+
+/**
+ * Loads the file into the brain (all kinds synced after the first read) and
+ * watches it. The first read throws on an unreadable file; later reads log.
+ */
+export async function startFileSource(opts: { path: string; brain: Brain; log: Logger; watch?: boolean }): Promise<FileSource> {
+  const { brain, log } = opts;
+  const path = resolve(opts.path);
+  const listing = new Listing();
+
+  const load = (parsed: ParsedFile) => {
+    for (const e of parsed.errors) log.warn("skipping invalid object", { error: e });
+    for (const kind of kinds) {
+      brain.apply(listing.replace(kind, parsed.objects.filter((o) => o.kind === kind)));
+      brain.markSynced(kind);
+    }
+    brain.flush();
+  };
+  load(await readClusterFile(opts.path));
+
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let running: Promise<void> = Promise.resolve();
+  const reload = () =>
+    (running = running.then(async () => {
+      try {
+        load(await readClusterFile(opts.path));
+      } catch (err) {
+        log.error("input file not loaded, keeping the last good state", { error: errorMessage(err) });
+      }
+    }));
+
+  let watcher: FSWatcher | undefined;
+  if (opts.watch !== false) {
+    // Watch the directory: editors replace files by rename, which ends a watch on the file itself.
+    watcher = watch(dirname(path), (_event, name) => {
+      if (name !== basename(path)) return;
+      clearTimeout(timer);
+      timer = setTimeout(reload, 20);
+    });
+  }
+  return {
+    reload,
+    close: () => {
+      clearTimeout(timer);
+      watcher?.close();
+    },
+  };
+}

@@ -1,0 +1,104 @@
+// Feeds a backend from a stream of node-local revisions, in process (no
+// serialization) or behind the API client. One apply runs at a time; while
+// it runs, newer revisions coalesce into one (their change sets merged). A
+// failed apply is retried as a full sync: after a failure we cannot know
+// what the kernel holds.
+
+import type { Revision } from "../core/brain.ts";
+import { errorMessage } from "../core/errors.ts";
+import type { Logger } from "../core/log.ts";
+import { stateOps } from "../core/ops.ts";
+import type { NodeState, StateChange } from "../core/state.ts";
+import type { Backend, IncrementalBackend } from "./backend.ts";
+
+export interface FeedOptions {
+  log: Logger;
+  /** delay before retrying a failed sync */
+  retryMs?: number;
+  /** after each successful sync (metrics, --once) */
+  onSynced?: (state: NodeState, seconds: number) => void;
+  onError?: (err: unknown) => void;
+}
+
+export interface Feed {
+  push(rev: Revision): void;
+  /** resolves when nothing is pending or running */
+  idle(): Promise<void>;
+  stop(): void;
+}
+
+const union = (a: StateChange | undefined, b: StateChange): StateChange =>
+  a === undefined ? b : a === null || b === null ? null : new Set([...a, ...b]);
+
+/** Applies a revision to an incremental backend through set/delete calls and one sync. */
+export async function applyIncremental(b: IncrementalBackend, prev: NodeState | null, next: NodeState, change: StateChange) {
+  for (const op of stateOps(prev?.services ?? new Map(), next.services, prev ? change : null)) {
+    const s = op.service;
+    if (op.op === "setService") b.setService(op.service);
+    else if (op.op === "deleteService") b.deleteService(s.Namespace, s.Name);
+    else if (op.op === "setEndpoint") b.setEndpoint(s.Namespace, s.Name, op.endpointKey, op.endpoint);
+    else b.deleteEndpoint(s.Namespace, s.Name, op.endpointKey);
+  }
+  await b.sync();
+}
+
+export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
+  const log = opts.log;
+  let applied: NodeState | null = null; // what the backend holds (incremental)
+  let latest: NodeState | null = null;
+  let pending: StateChange | undefined; // undefined = nothing pending
+  let running: Promise<void> | null = null;
+  let stopped = false;
+  let retry: ReturnType<typeof setTimeout> | undefined;
+
+  const run = async () => {
+    while (pending !== undefined && latest && !stopped) {
+      const state = latest;
+      const change = pending;
+      pending = undefined;
+      const t0 = performance.now();
+      try {
+        if (backend.kind === "full") await backend.apply(state, change);
+        else await applyIncremental(backend, applied, state, change);
+        applied = state;
+        const secs = (performance.now() - t0) / 1000;
+        log.info("synced", { backend: backend.name, rev: state.rev, services: state.services.size, changed: change?.size ?? "all", ms: Math.round(secs * 1000) });
+        opts.onSynced?.(state, secs);
+      } catch (err) {
+        log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
+        opts.onError?.(err);
+        if (backend.kind === "incremental") applied = null;
+        pending = null;
+        clearTimeout(retry);
+        retry = setTimeout(() => {
+          retry = undefined;
+          kick();
+        }, opts.retryMs ?? 1000);
+        return;
+      }
+    }
+  };
+  const kick = () => {
+    if (running || stopped) return;
+    running = run().finally(() => {
+      running = null;
+      if (pending !== undefined && !retry) kick();
+    });
+  };
+  return {
+    push(rev) {
+      latest = rev.state;
+      pending = union(pending, rev.change);
+      clearTimeout(retry);
+      retry = undefined;
+      kick();
+    },
+    async idle() {
+      while (running) await running;
+    },
+    stop() {
+      stopped = true;
+      clearTimeout(retry);
+    },
+  };
+}

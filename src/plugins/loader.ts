@@ -1,0 +1,55 @@
+// Resolves `--backend NAME` (built-ins, lazily imported) and `--plugin PATH`
+// (a .ts/.js file imported at run time, also from the compiled binary) to
+// Backend instances, checking that a plugin really is one.
+
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import * as v from "valibot";
+import { errorMessage, invalid } from "../core/errors.ts";
+import type { Backend, BackendContext, BackendFactory } from "./backend.ts";
+import { builtinBackendNames, builtinBackends } from "./registry.ts";
+
+const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
+const optionalFn = v.optional(fn);
+const base = { name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")), setup: optionalFn, cleanup: optionalFn, close: optionalFn };
+const BackendShape = v.variant("kind", [
+  v.looseObject({ kind: v.literal("full"), apply: fn, ...base }),
+  v.looseObject({ kind: v.literal("incremental"), setService: fn, deleteService: fn, setEndpoint: fn, deleteEndpoint: fn, sync: fn, ...base }),
+], 'must be "full" or "incremental"');
+
+/** Checks a value claimed to be a Backend; `what` names it in the error. */
+export function checkBackend(value: unknown, what: string): Backend {
+  const res = v.safeParse(BackendShape, value);
+  if (res.success) return value as Backend;
+  const issue = res.issues[0];
+  const field = issue.path?.map((p) => String(p.key)).join(".") ?? "kind";
+  throw invalid(`${what}: not a kpng Backend: ${field} ${issue.message}`);
+}
+
+async function importPlugin(path: string): Promise<unknown> {
+  const abs = resolve(path);
+  try {
+    return (await import(pathToFileURL(abs).href)) as unknown;
+  } catch (err) {
+    throw invalid(`plugin ${path}: cannot load: ${errorMessage(err).split("\n")[0]}`);
+  }
+}
+
+/** A plugin default-exports a BackendFactory (or a Backend object, accepted for convenience). */
+export async function loadBackend(spec: { builtin?: string; plugin?: string }, ctx: BackendContext): Promise<Backend> {
+  let what: string;
+  let exported: unknown;
+  if (spec.builtin !== undefined) {
+    const load = builtinBackends[spec.builtin];
+    if (!load) throw invalid(`--backend ${spec.builtin}: unknown backend (known: ${builtinBackendNames.join(", ")})`);
+    what = `backend ${spec.builtin}`;
+    exported = (await load()).default;
+  } else {
+    what = `plugin ${spec.plugin}`;
+    const mod = (await importPlugin(spec.plugin!)) as { default?: unknown };
+    exported = mod.default;
+    if (exported === undefined) throw invalid(`${what}: has no default export (export default a BackendFactory)`);
+  }
+  const made = typeof exported === "function" ? await (exported as BackendFactory)(ctx) : exported;
+  return checkBackend(made, what);
+}
