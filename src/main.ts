@@ -16,7 +16,7 @@ import { loadBackend } from "./plugins/loader.ts";
 
 const log = createLogger("kpng");
 
-type Args = Record<string, string | boolean | string[] | undefined>;
+type Args = Record<string, string | number | boolean | string[] | undefined>;
 
 /** Flags (and later the --config file) -> Config; fails on unknown flags. */
 async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise<Config> {

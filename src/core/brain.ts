@@ -13,6 +13,7 @@ import type { Logger } from "./log.ts";
 import { candidates, endpointsModel } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
 import type { NodeInfo } from "./model/topology.ts";
+import { ShardedMap } from "./sharded-map.ts";
 import type { NodeState, ServiceEndpoints } from "./state.ts";
 
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
@@ -84,9 +85,11 @@ export class Brain {
     if (!this.isSynced) return;
     const touched = this.pending;
     this.pending = newTouched();
+    // Only a Service object change alters the node-independent model; slice changes reuse it.
     for (const key of touched.services) this.entries.delete(key);
+    const keys = new Set([...touched.services, ...touched.endpoints]);
     for (const v of this.views.values()) {
-      v.recompute(v.state === null || touched.nodes.has(v.nodeName) ? null : touched.services);
+      v.recompute(v.state === null || touched.nodes.has(v.nodeName) ? null : keys);
     }
   }
 
@@ -120,8 +123,15 @@ function makeEntry(svc: K8sService): ServiceEntry {
   };
 }
 
+/** The brain's states carry a ShardedMap, so the next revision can share it. */
+interface BrainState {
+  readonly nodeName: string;
+  readonly rev: number;
+  readonly services: ShardedMap<ServiceEndpoints>;
+}
+
 export class NodeView {
-  state: NodeState | null = null;
+  state: BrainState | null = null;
   private readonly listeners = new Set<Listener>();
   private waiters: Array<() => void> = [];
 
@@ -138,7 +148,7 @@ export class NodeView {
   }
 
   /** Resolves with the first state whose revision is greater than `rev`. */
-  async next(rev: number, signal?: AbortSignal): Promise<NodeState> {
+  async next(rev: number, signal?: AbortSignal): Promise<BrainState> {
     while (!this.state || this.state.rev <= rev) {
       if (signal?.aborted) throw signal.reason;
       await new Promise<void>((resolve) => {
@@ -170,12 +180,8 @@ export class NodeView {
       if (merged !== old) updates.set(key, merged);
     }
     if (prev && updates.size === 0) return;
-    // Copy-on-write: a published state is never mutated, so backends may hold it.
-    const services = new Map(prev?.services ?? []);
-    for (const [key, se] of updates) {
-      if (se) services.set(key, se);
-      else services.delete(key);
-    }
+    // A published state is never mutated (backends may hold it): copy what changed.
+    const services = (prev?.services ?? ShardedMap.empty<ServiceEndpoints>()).with(updates);
     this.state = { nodeName: this.nodeName, rev: (prev?.rev ?? 0) + 1, services };
     this.brain.stats.revisions++;
     const rev: Revision = { state: this.state, change: prev ? new Set(updates.keys()) : null };

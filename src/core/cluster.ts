@@ -8,7 +8,10 @@ import { serviceKey } from "./state.ts";
 export type ClusterEvent = { type: "upsert"; object: K8sObject } | { type: "delete"; kind: Kind; namespace: string; name: string };
 
 export interface Touched {
+  /** services whose Service object changed */
   services: Set<string>;
+  /** services whose EndpointSlices changed */
+  endpoints: Set<string>;
   nodes: Set<string>;
 }
 
@@ -44,7 +47,7 @@ export class ClusterIndex {
         if (!m) this.slices.set(key, (m = new Map()));
         m.set(obj.metadata.name, obj);
         this.sliceOwner.set(id, key);
-        touched.services.add(key);
+        touched.endpoints.add(key);
         return;
       }
       case "Node":
@@ -77,8 +80,8 @@ export class ClusterIndex {
     const m = this.slices.get(owner);
     m?.delete(id.slice(id.indexOf("/") + 1));
     if (m && m.size === 0) this.slices.delete(owner);
-    touched.services.add(owner);
+    touched.endpoints.add(owner);
   }
 }
 
-export const newTouched = (): Touched => ({ services: new Set(), nodes: new Set() });
+export const newTouched = (): Touched => ({ services: new Set(), endpoints: new Set(), nodes: new Set() });

@@ -78,7 +78,7 @@ const seconds = (flag: string, s: string): number => {
 
 const hostPort = v.pipe(v.string(), v.regex(/^(\[[0-9a-fA-F:.]+\]|[0-9.]+|[a-zA-Z0-9.-]*):\d{1,5}$/, "must be address:port"));
 
-type Args = Record<string, string | boolean | string[] | undefined>;
+type Args = Record<string, string | number | boolean | string[] | undefined>;
 
 /** Flags -> Config, on top of a base (defaults, or what a --config file gave). Throws KpngError naming the flag. */
 export function configFromFlags(args: Args, rawArgs: readonly string[], base: Config = defaultConfig()): Config {

@@ -1,0 +1,242 @@
+// The iptables backend: incremental calls -> ChangeTracker -> renderer ->
+// one `iptables-restore --noflush` (and ip6tables-restore) per sync.
+//
+// Partial sync, and when it is not enough:
+// - the first sync, the one after any failed restore (we cannot know what
+//   the kernel holds then), and one every `fullSyncPeriodMs` are full: every
+//   kpng chain rewritten, leftovers deleted, built-in jumps checked;
+// - the monitor looks for the canary chains: if someone flushed the tables,
+//   the canaries are gone and a full restore follows;
+// - every other sync rewrites only the chains of services that changed, and
+//   within them only the chains whose rules differ.
+
+import { KpngError, errorMessage } from "../../src/core/errors.ts";
+import type { Logger } from "../../src/core/log.ts";
+import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
+import { deleteStaleUdpFlows, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
+import type { Endpoint, Service } from "../../src/core/state.ts";
+import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
+import { chains, restoreCommand, tables, type Family } from "./names.ts";
+import { udpFrontends } from "./render-conntrack.ts";
+import { renderFixed } from "./render-fixed.ts";
+import { printRestore, Transaction } from "./render-restore.ts";
+import { renderService, type ServiceRules } from "./render-service.ts";
+import { compact, fullTransaction, partialTransaction, type ServiceChange, type WrittenService } from "./render-sync.ts";
+import { parseSave } from "./saved.ts";
+import { ChangeTracker } from "./tracker.ts";
+
+export interface IptablesOptions {
+  /** runs the iptables programs (default: on this host) */
+  executor?: Executor;
+  /** address families to program (default both) */
+  families?: Family[];
+  /** a full restore at least this often (upstream kube-proxy: 1 hour) */
+  fullSyncPeriodMs?: number;
+  /** how often the monitor checks the canaries; 0 = no timer (default: Config.syncPeriodSeconds) */
+  monitorPeriodMs?: number;
+  now?: () => number;
+}
+
+/** What the last sync did, for logs, tests and the benchmark. */
+export interface SyncStats {
+  full: boolean;
+  /** restore input size per family (0 = nothing to run) */
+  bytes: Partial<Record<Family, number>>;
+  /** services rendered */
+  rendered: number;
+  ms: number;
+}
+
+const hour = 3_600_000;
+
+export class IptablesBackend implements IncrementalBackend {
+  readonly kind = "incremental";
+  readonly name = "iptables";
+  private readonly tracker = new ChangeTracker();
+  private readonly ipt: IptablesExecutor;
+  private readonly exec: Executor;
+  private families: Family[];
+  private readonly log: Logger;
+  private readonly written = { v4: new Map<string, WrittenService>(), v6: new Map<string, WrittenService>() };
+  private readonly udp = { v4: new Map<string, Map<string, UdpFrontend>>(), v6: new Map<string, Map<string, UdpFrontend>>() };
+  private needFull = true;
+  private lastFull = -Infinity;
+  private synced = false;
+  private queue: Promise<void> = Promise.resolve();
+  private timer: ReturnType<typeof setInterval> | undefined;
+  lastSync: SyncStats | undefined;
+
+  constructor(
+    private readonly ctx: BackendContext,
+    private readonly opts: IptablesOptions = {},
+  ) {
+    this.exec = opts.executor ?? spawnExecutor();
+    this.ipt = iptablesExecutor(this.exec);
+    this.families = opts.families ?? ["v4", "v6"];
+    this.log = ctx.log.child("iptables");
+  }
+
+  private now = () => (this.opts.now ?? Date.now)();
+
+  setService(service: Service) {
+    this.tracker.setService(service);
+  }
+  deleteService(namespace: string, name: string) {
+    this.tracker.deleteService(namespace, name);
+  }
+  setEndpoint(namespace: string, serviceName: string, key: string, endpoint: Endpoint) {
+    this.tracker.setEndpoint(namespace, serviceName, key, endpoint);
+  }
+  deleteEndpoint(namespace: string, serviceName: string, key: string) {
+    this.tracker.deleteEndpoint(namespace, serviceName, key);
+  }
+
+  async setup() {
+    if (this.ctx.config.dryRun) return;
+    for (const family of [...this.families]) {
+      try {
+        await this.exec.run([restoreCommand(family), "--version"]);
+      } catch (err) {
+        if (family === "v4") throw new KpngError("unavailable", `iptables backend: ${restoreCommand(family)} does not run: ${errorMessage(err)}`);
+        this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(err) });
+        this.families = this.families.filter((f) => f !== family);
+      }
+    }
+    const period = this.opts.monitorPeriodMs ?? this.ctx.config.syncPeriodSeconds * 1000;
+    if (period > 0) {
+      this.timer = setInterval(() => void this.monitor(), period);
+      this.timer.unref?.();
+    }
+  }
+
+  async close() {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.queue;
+  }
+
+  /** One sync at a time: the monitor's syncs and the caller's must not interleave. */
+  sync(): Promise<void> {
+    const run = this.queue.then(() => this.doSync());
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  /** Whether every canary chain is still there; if not, the next sync is full. */
+  async checkCanaries(): Promise<boolean> {
+    for (const family of this.families) {
+      for (const table of tables) {
+        if (await this.ipt.chainExists(family, table, chains.canary)) continue;
+        this.log.warn("canary chain gone: someone flushed the tables; a full restore follows", { family, table });
+        this.needFull = true;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /** The periodic check: canaries, the full-restore period, the retry after a failure. */
+  async monitor() {
+    if (!this.synced) return; // nothing to restore before the brain's first sync
+    try {
+      if (!this.needFull) await this.checkCanaries();
+      if (this.needFull || this.now() - this.lastFull >= (this.opts.fullSyncPeriodMs ?? hour)) await this.sync();
+    } catch (err) {
+      this.log.error("monitor sync failed", { error: errorMessage(err) });
+    }
+  }
+
+  private async doSync() {
+    this.synced = true;
+    const t0 = performance.now();
+    const dirty = this.tracker.takeDirty();
+    const full = this.needFull || this.now() - this.lastFull >= (this.opts.fullSyncPeriodMs ?? hour);
+    const stats: SyncStats = { full, bytes: {}, rendered: 0, ms: 0 };
+    const stale: StaleFlow[] = [];
+    try {
+      for (const family of this.families) {
+        const keys = full ? new Set([...this.tracker.keys(), ...this.written[family].keys()]) : dirty;
+        const rendered = new Map<string, ServiceRules | undefined>();
+        for (const key of keys) {
+          const t = this.tracker.get(key);
+          rendered.set(key, t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.ctx.config }));
+        }
+        stats.rendered += rendered.size;
+        const tx = full ? await this.fullTx(family, rendered) : this.partialTx(family, rendered);
+        if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
+        const text = printRestore(tx);
+        stats.bytes[family] = text.length;
+        if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
+        else if (text) await this.ipt.restore(family, text);
+        this.commit(family, rendered, full, stale);
+      }
+      if (full) {
+        this.needFull = false;
+        this.lastFull = this.now();
+      }
+    } catch (err) {
+      // After a failed restore the kernel may hold anything: only a full restore is safe.
+      this.needFull = true;
+      throw err instanceof KpngError ? err : new KpngError("internal", `iptables sync failed: ${errorMessage(err)}`);
+    } finally {
+      stats.ms = performance.now() - t0;
+      this.lastSync = stats;
+    }
+    if (stale.length && !this.ctx.config.dryRun) await deleteStaleUdpFlows(this.exec, stale, this.log);
+  }
+
+  private async fullTx(family: Family, rendered: Map<string, ServiceRules | undefined>): Promise<Transaction> {
+    const saved = this.ctx.config.dryRun ? undefined : parseSave(await this.ipt.save(family));
+    const services = [...rendered.values()].filter((r): r is ServiceRules => r !== undefined);
+    return fullTransaction({ fixed: renderFixed(this.ctx.config, family), services, saved });
+  }
+
+  private partialTx(family: Family, rendered: Map<string, ServiceRules | undefined>): Transaction {
+    const changes: ServiceChange[] = [];
+    for (const [key, after] of rendered) changes.push({ before: this.written[family].get(key), after });
+    return partialTransaction(changes);
+  }
+
+  /** Records what is now programmed, and the UDP flows that became stale. */
+  private commit(family: Family, rendered: Map<string, ServiceRules | undefined>, full: boolean, stale: StaleFlow[]) {
+    const written = this.written[family];
+    const udp = this.udp[family];
+    if (full) written.clear();
+    for (const [key, rules] of rendered) {
+      if (rules) written.set(key, compact(rules));
+      else written.delete(key);
+      const t = this.tracker.get(key);
+      const before = udp.get(key) ?? new Map();
+      const after = t ? udpFrontends(t.service, t.endpoints, family) : new Map<string, UdpFrontend>();
+      if (before.size || after.size) stale.push(...staleUdpFlows(before, after));
+      if (after.size) udp.set(key, after);
+      else udp.delete(key);
+    }
+  }
+
+  async cleanup() {
+    for (const family of this.families) {
+      let text: string;
+      try {
+        const saved = parseSave(await this.ipt.save(family));
+        const tx = new Transaction();
+        for (const j of saved.jumps) tx.removeSaved(j.table, j.line);
+        for (const [table, names] of saved.chains) {
+          for (const name of names) {
+            tx.declare(table, name);
+            tx.deleteChain(table, name);
+          }
+        }
+        text = printRestore(tx);
+      } catch (err) {
+        this.log.warn("cleanup: cannot read the current rules", { family, error: errorMessage(err) });
+        continue;
+      }
+      if (this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
+      else if (text) await this.ipt.restore(family, text);
+    }
+    this.written.v4.clear();
+    this.written.v6.clear();
+    this.needFull = true;
+  }
+}

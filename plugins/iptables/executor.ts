@@ -1,0 +1,74 @@
+// The thin executor: the only code of this backend that runs iptables
+// programs. Everything goes through an `Executor` (run argv with stdin), so a
+// test swaps in `recordingExecutor` or a namespace-bound executor.
+
+import type { Executor } from "../../src/plugins/backend.ts";
+import { KpngError } from "../../src/core/errors.ts";
+import { iptablesCommand, restoreCommand, saveCommand, type Family, type Table } from "./names.ts";
+
+export interface IptablesExecutor {
+  /** `iptables-restore --noflush` (or ip6tables-restore) with this input */
+  restore(family: Family, input: string): Promise<void>;
+  /** `iptables-save`: every table */
+  save(family: Family): Promise<string>;
+  chainExists(family: Family, table: Table, chain: string): Promise<boolean>;
+}
+
+export function iptablesExecutor(exec: Executor): IptablesExecutor {
+  return {
+    async restore(family, input) {
+      // -w: wait for the xtables lock held by another legacy-iptables user instead of failing.
+      await exec.run([restoreCommand(family), "--noflush", "-w", "5"], input);
+    },
+    save: (family) => exec.run([saveCommand(family)]),
+    async chainExists(family, table, chain) {
+      try {
+        await exec.run([iptablesCommand(family), "-w", "5", "-t", table, "-S", chain]);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+  };
+}
+
+/** Runs programs on this host; throws with argv and stderr when the exit code is not 0. */
+export function spawnExecutor(): Executor {
+  return {
+    async run(argv, stdin) {
+      let p;
+      try {
+        p = Bun.spawn(argv, { stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin), stdout: "pipe", stderr: "pipe" });
+      } catch (err) {
+        throw new KpngError("unavailable", `${argv[0]}: cannot run (${err instanceof Error ? err.message : String(err)})`);
+      }
+      const [out, errText, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+      if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${errText.trim()}`);
+      return out;
+    },
+  };
+}
+
+export interface RecordedCall {
+  argv: string[];
+  stdin?: string;
+}
+
+/**
+ * The fake beside the real thing: records every call and answers with
+ * `reply` (default: empty output). `reply` may throw to simulate a failure.
+ */
+export function recordingExecutor(reply: (call: RecordedCall) => string = () => "") {
+  const calls: RecordedCall[] = [];
+  const executor: Executor & { calls: RecordedCall[]; restores(family?: Family): string[] } = {
+    calls,
+    async run(argv, stdin) {
+      const call = { argv, stdin };
+      calls.push(call);
+      return reply(call);
+    },
+    restores: (family) =>
+      calls.filter((c) => c.argv[0] === (family ? restoreCommand(family) : c.argv[0]) && c.argv[0].endsWith("-restore")).map((c) => c.stdin ?? ""),
+  };
+  return executor;
+}

@@ -1,0 +1,10 @@
+// `kpng --backend=iptables`: kube-proxy-style iptables rules, programmed with
+// `iptables-restore --noflush` (and ip6tables-restore), partial restores of
+// the changed services' chains after the first full one.
+
+import type { BackendFactory } from "../../src/plugins/backend.ts";
+import { IptablesBackend } from "./backend.ts";
+
+export { IptablesBackend, type IptablesOptions, type SyncStats } from "./backend.ts";
+
+export default ((ctx) => new IptablesBackend(ctx)) satisfies BackendFactory;

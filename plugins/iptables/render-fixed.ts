@@ -1,0 +1,96 @@
+// The fixed chains: their content depends on Config only (masquerade bit,
+// cluster CIDRs, node port addresses), so they are written by full restores
+// and never by partial ones. Pure.
+
+import { isIP } from "node:net";
+import type { Config } from "../../src/core/config.ts";
+import { chains, type Family } from "./names.ts";
+import type { Rule } from "./render-restore.ts";
+
+export const inFamily = (ip: string, family: Family) => isIP(ip) === (family === "v4" ? 4 : 6);
+
+/** The CIDRs (or plain addresses) of one family from a list; anything unparsable is left out. */
+export const familyCIDRs = (list: readonly string[], family: Family) =>
+  list.filter((c) => {
+    const [addr, bits, extra] = c.split("/");
+    if (extra !== undefined || !inFamily(addr, family)) return false;
+    const max = family === "v4" ? 32 : 128;
+    return bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= max);
+  });
+
+function toBigInt(ip: string): bigint {
+  if (isIP(ip) === 4) return ip.split(".").reduce((a, o) => (a << 8n) | BigInt(Number(o)), 0n);
+  const [head, tail] = ip.includes("::") ? ip.split("::") : [ip, undefined];
+  const h = head ? head.split(":") : [];
+  const t = tail ? tail.split(":") : [];
+  // An embedded IPv4 tail (::ffff:1.2.3.4) counts as two groups.
+  const groups = (g: string[]) => g.flatMap((x) => (x.includes(".") ? [(toBigInt(x) >> 16n).toString(16), (toBigInt(x) & 0xffffn).toString(16)] : [x]));
+  const hh = groups(h);
+  const tt = groups(t);
+  const all = tail === undefined ? hh : [...hh, ...Array(8 - hh.length - tt.length).fill("0"), ...tt];
+  return all.reduce((a, g) => (a << 16n) | BigInt(parseInt(g || "0", 16)), 0n);
+}
+
+/** Whether `ip` lies in `cidr` (same family; a plain address is a /32 or /128). */
+export function prefixContains(cidr: string, ip: string): boolean {
+  const [net, bitsText] = cidr.split("/");
+  const fam = isIP(net);
+  if (!fam || fam !== isIP(ip)) return false;
+  const width = fam === 4 ? 32n : 128n;
+  const bits = BigInt(bitsText ?? width);
+  const shift = width - bits;
+  return toBigInt(net) >> shift === toBigInt(ip) >> shift;
+}
+
+export const masqMark = (config: Config) => `0x${(1 << config.masqueradeBit).toString(16)}`;
+
+/**
+ * Where node ports answer, as match lists, for one family. kube-proxy's
+ * rules: `nodePortAddresses` (CIDRs, or "primary" = the node IPs) when set;
+ * else the node IPs; with neither known, every local address.
+ */
+export function nodePortMatches(config: Config, family: Family): string[][] {
+  const nodeIPs = config.nodeIPs.filter((ip) => inFamily(ip, family));
+  const local = ["-m", "addrtype", "--dst-type", "LOCAL"];
+  if (config.nodePortAddresses.length) {
+    const out: string[][] = [];
+    for (const a of config.nodePortAddresses) {
+      if (a === "primary") out.push(...nodeIPs.map((ip) => ["-d", ip]));
+      else if (familyCIDRs([a], family).length) out.push(a.includes("/") ? ["-d", a, ...local] : ["-d", a]);
+    }
+    return out;
+  }
+  if (nodeIPs.length) return nodeIPs.map((ip) => ["-d", ip]);
+  // IPv6 ::1 cannot be DNATed off the node (no route_localnet for IPv6).
+  return [family === "v6" ? ["!", "-d", "::1", ...local] : local];
+}
+
+/** Rules of the fixed chains, in chain order. `tails` go after every per-service rule of their chain. */
+export interface FixedRules {
+  rules: Rule[];
+  tails: Rule[];
+}
+
+export function renderFixed(config: Config, family: Family): FixedRules {
+  const mark = masqMark(config);
+  const rules: Rule[] = [];
+  const tails: Rule[] = [];
+  const nat = (chain: string, r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain, ...r });
+
+  nat(chains.markMasq, { match: [], target: ["-j", "MARK", "--or-mark", mark] });
+  for (const cidr of familyCIDRs(config.clusterCIDRs, family)) nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
+  nat(chains.markNonPod, { match: [], target: ["-j", chains.markMasq] });
+  nat(chains.postrouting, { match: ["-m", "mark", "!", "--mark", `${mark}/${mark}`], target: ["-j", "RETURN"] });
+  // Clear the bit so a packet re-traversing the chains (e.g. IPsec) is not masqueraded twice.
+  nat(chains.postrouting, { match: [], target: ["-j", "MARK", "--xor-mark", mark] });
+  nat(chains.postrouting, { comment: "kpng service traffic requiring SNAT", match: [], target: ["-j", "MASQUERADE", "--random-fully"] });
+
+  rules.push({ table: "filter", chain: chains.forward, comment: "kpng forwarding rules", match: ["-m", "mark", "--mark", `${mark}/${mark}`], target: ["-j", "ACCEPT"] });
+  rules.push({ table: "filter", chain: chains.forward, comment: "kpng forwarding conntrack rule", match: ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"], target: ["-j", "ACCEPT"] });
+
+  for (const m of nodePortMatches(config, family)) {
+    tails.push({ table: "nat", chain: chains.services, comment: "kpng service nodeports; must be the last rule in this chain", match: m, target: ["-j", chains.nodePorts] });
+    tails.push({ table: "filter", chain: chains.externalServices, comment: "kpng service nodeports; must be the last rule in this chain", match: m, target: ["-j", chains.filterNodePorts] });
+  }
+  return { rules, tails };
+}

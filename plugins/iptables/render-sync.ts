@@ -1,0 +1,121 @@
+// Turns rendered rules into one transaction per family: a full restore
+// (every kpng chain declared and rewritten, leftovers deleted, missing
+// built-in jumps inserted) or a partial one (only the chains of changed
+// services whose content differs, plus single-rule edits in the fixed
+// chains). Pure.
+
+import { baseJumps, fixedChains, insertAtHead, tables, type Table } from "./names.ts";
+import type { FixedRules } from "./render-fixed.ts";
+import { ruleLine, Transaction, type Rule } from "./render-restore.ts";
+import type { ServiceRules } from "./render-service.ts";
+import type { SavedState } from "./saved.ts";
+
+/** What was written for one service, compact enough to keep for 10,000s of services. */
+export interface WrittenService {
+  /** `table/name` -> the chain's rule lines joined */
+  chains: Map<string, string>;
+  /** `table/line` -> the rule in a fixed chain */
+  shared: Map<string, Rule>;
+}
+
+const chainKey = (table: Table, name: string) => `${table}/${name}`;
+const splitKey = (key: string) => {
+  const i = key.indexOf("/");
+  return { table: key.slice(0, i) as Table, name: key.slice(i + 1) };
+};
+const sharedKey = (r: Rule) => `${r.table}/${ruleLine(r)}`;
+
+export function compact(rules: ServiceRules): WrittenService {
+  const chains = new Map<string, string>();
+  for (const [k, c] of rules.chains) chains.set(k, c.rules.map((r) => ruleLine(r)).join("\n"));
+  const shared = new Map<string, Rule>();
+  for (const r of rules.shared) shared.set(sharedKey(r), r);
+  return { chains, shared };
+}
+
+const addShared = (tx: Transaction, r: Rule) => (insertAtHead.has(`${r.table}/${r.chain}`) ? tx.insert(r) : tx.append(r));
+
+export interface FullInput {
+  fixed: FixedRules;
+  services: Iterable<ServiceRules>;
+  /** the host's current state; undefined = assume nothing of kpng's exists (dry run) */
+  saved?: SavedState;
+}
+
+export function fullTransaction({ fixed, services, saved }: FullInput): Transaction {
+  const tx = new Transaction();
+  const wanted = new Set<string>();
+  const declare = (table: Table, name: string) => {
+    const k = chainKey(table, name);
+    if (wanted.has(k)) return;
+    wanted.add(k);
+    tx.declare(table, name);
+  };
+  for (const t of tables) for (const c of fixedChains[t]) declare(t, c);
+  const shared: Rule[] = [];
+  for (const svc of services) {
+    for (const c of svc.chains.values()) {
+      declare(c.table, c.name);
+      for (const r of c.rules) tx.append(r);
+    }
+    shared.push(...svc.shared);
+  }
+  for (const r of shared) tx.append(r);
+  for (const r of fixed.rules) tx.append(r);
+  for (const r of fixed.tails) tx.append(r);
+
+  // Built-in jumps: one of each, inserted at the head (upstream kube-proxy
+  // prepends too, so other firewalls' ACCEPTs cannot bypass services).
+  const seen = new Set<string>();
+  const expected = new Set(baseJumps.map((j) => `${j.table}/${j.from}/${j.to}`));
+  for (const j of saved?.jumps ?? []) {
+    const k = `${j.table}/${j.from}/${j.to}`;
+    if (expected.has(k) && !seen.has(k)) seen.add(k);
+    else tx.removeSaved(j.table, j.line); // a duplicate, or a jump an older kpng made
+  }
+  // Reversed: each `-I 1` lands above the previous one, leaving the listed order.
+  for (const j of [...baseJumps].reverse()) {
+    if (seen.has(`${j.table}/${j.from}/${j.to}`)) continue;
+    tx.insert({ table: j.table, chain: j.from, comment: j.comment, match: j.match, target: ["-j", j.to] });
+  }
+
+  for (const [table, names] of saved?.chains ?? []) {
+    for (const name of names) {
+      if (wanted.has(chainKey(table, name))) continue;
+      tx.declare(table, name); // flushed first, so it no longer references anything
+      tx.deleteChain(table, name);
+    }
+  }
+  return tx;
+}
+
+export interface ServiceChange {
+  before?: WrittenService;
+  after?: ServiceRules;
+}
+
+/** The edits turning `before` into `after` for each changed service; unchanged chains are not named at all. */
+export function partialTransaction(changes: Iterable<ServiceChange>): Transaction {
+  const tx = new Transaction();
+  for (const { before, after } of changes) {
+    const afterKeys = new Set<string>();
+    for (const [k, c] of after?.chains ?? []) {
+      afterKeys.add(k);
+      const text = c.rules.map((r) => ruleLine(r)).join("\n");
+      if (before?.chains.get(k) === text) continue;
+      tx.declare(c.table, c.name);
+      for (const r of c.rules) tx.append(r);
+    }
+    for (const k of before?.chains.keys() ?? []) {
+      if (afterKeys.has(k)) continue;
+      const { table, name } = splitKey(k);
+      tx.declare(table, name);
+      tx.deleteChain(table, name);
+    }
+    const afterShared = new Map<string, Rule>();
+    for (const r of after?.shared ?? []) afterShared.set(sharedKey(r), r);
+    for (const [k, r] of before?.shared ?? []) if (!afterShared.has(k)) tx.remove(r);
+    for (const [k, r] of afterShared) if (!before?.shared.has(k)) addShared(tx, r);
+  }
+  return tx;
+}

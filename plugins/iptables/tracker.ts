@@ -1,0 +1,73 @@
+// The backend's own copy of the desired state, fed by the incremental calls,
+// and the set of services touched since the last sync. A call that repeats
+// what is already known (a brain restart re-sending every set) marks
+// nothing: unchanged services are never rewritten.
+
+import { equals } from "@bufbuild/protobuf";
+import { EndpointSchema, ServiceSchema, type Endpoint, type Service } from "../../src/gen/localv1/services_pb.ts";
+import { serviceKey } from "../../src/core/state.ts";
+
+export interface TrackedService {
+  service: Service;
+  endpoints: ReadonlyMap<string, Endpoint>;
+}
+
+export class ChangeTracker {
+  private readonly services = new Map<string, Service>();
+  private readonly endpoints = new Map<string, Map<string, Endpoint>>();
+  private dirty = new Set<string>();
+
+  setService(service: Service) {
+    const key = serviceKey(service.Namespace, service.Name);
+    const old = this.services.get(key);
+    if (old && (old === service || equals(ServiceSchema, old, service))) return;
+    this.services.set(key, service);
+    this.dirty.add(key);
+  }
+
+  deleteService(namespace: string, name: string) {
+    const key = serviceKey(namespace, name);
+    const had = this.services.delete(key);
+    // Endpoints go with their service: the brain deletes them first anyway.
+    if (this.endpoints.delete(key) || had) this.dirty.add(key);
+  }
+
+  setEndpoint(namespace: string, serviceName: string, key: string, endpoint: Endpoint) {
+    const sk = serviceKey(namespace, serviceName);
+    let eps = this.endpoints.get(sk);
+    if (!eps) this.endpoints.set(sk, (eps = new Map()));
+    const old = eps.get(key);
+    if (old && (old === endpoint || equals(EndpointSchema, old, endpoint))) return;
+    eps.set(key, endpoint);
+    this.dirty.add(sk);
+  }
+
+  deleteEndpoint(namespace: string, serviceName: string, key: string) {
+    const sk = serviceKey(namespace, serviceName);
+    const eps = this.endpoints.get(sk);
+    if (!eps?.delete(key)) return;
+    if (!eps.size) this.endpoints.delete(sk);
+    this.dirty.add(sk);
+  }
+
+  /** Services touched since the last call, then forgets them. */
+  takeDirty(): Set<string> {
+    const d = this.dirty;
+    this.dirty = new Set();
+    return d;
+  }
+
+  /** The service with its endpoints; undefined when the service is not (or no longer) known. */
+  get(key: string): TrackedService | undefined {
+    const service = this.services.get(key);
+    return service && { service, endpoints: this.endpoints.get(key) ?? new Map() };
+  }
+
+  keys(): IterableIterator<string> {
+    return this.services.keys();
+  }
+
+  get size() {
+    return this.services.size;
+  }
+}

@@ -1,0 +1,143 @@
+// Pure: one service and its endpoints -> what IPVS mode programs for it.
+//
+// Per service port and family (kube-proxy's IPVS mode, pkg/proxy/ipvs/proxier.go):
+//   - a virtual server per cluster IP, external IP, LB ingress IP (bound to
+//     kube-ipvs0) and per node address for the node port (not bound: the
+//     address is the node's own);
+//   - real servers = endpoints of the matching scope: Scopes.Internal for
+//     cluster IPs, Scopes.External for everything else (the brain already
+//     applied traffic policies, topology and terminating fallback);
+//   - ipset entries driving the few iptables rules: masquerade classes, source
+//     ranges, hairpin, and REJECT / DROP for destinations without endpoints.
+
+import type { Endpoint, IPSet, PortMapping } from "../../src/gen/localv1/services_pb.ts";
+import type { ServiceEndpoints } from "../../src/core/state.ts";
+import { type Family, type SetId, setName } from "./names.ts";
+import {
+  type Proto,
+  type RealServer,
+  type ServiceModel,
+  type VirtualServer,
+  entryKey,
+  familyOf,
+  rsKey,
+  vsKey,
+} from "./model.ts";
+
+export interface RenderContext {
+  /** IPVS scheduler (Config.ipvs.scheduler, "rr" when empty) */
+  scheduler: string;
+  /** families this node proxies */
+  families: ReadonlySet<Family>;
+  /** addresses node ports answer on (from Config.nodePortAddresses / Config.nodeIPs) */
+  nodePortIPs: readonly string[];
+}
+
+/** Upstream default for sessionAffinityConfig.clientIP.timeoutSeconds. */
+export const defaultAffinitySeconds = 10800;
+
+const protocols: Record<number, Proto> = { 1: "tcp", 2: "udp", 3: "sctp" };
+
+export const ipsOf = (set: IPSet | undefined, family: Family): readonly string[] =>
+  (family === 4 ? set?.V4 : set?.V6) ?? [];
+
+/** The endpoint's port for a service port: its override of the same name, else the mapping's target port. */
+export function targetPort(ep: Endpoint, pm: PortMapping): number {
+  const o = ep.PortOverrides.find((p) => p.Name === pm.Name);
+  return o?.Port || pm.TargetPort || pm.Port;
+}
+
+function realServers(eps: readonly Endpoint[], scope: "Internal" | "External", family: Family, pm: PortMapping) {
+  const reals = new Map<string, RealServer>();
+  const local = new Set<string>();
+  for (const ep of eps) {
+    if (!ep.Scopes?.[scope]) continue;
+    const ip = ipsOf(ep.IPs, family)[0];
+    if (!ip) continue;
+    const rs = { ip, port: targetPort(ep, pm), weight: 1 };
+    reals.set(rsKey(rs), rs);
+    if (ep.Local) local.add(ip);
+  }
+  return { reals, local };
+}
+
+/**
+ * ipset's hash:net types refuse /0: split it into two halves, as upstream
+ * does. Host routes are written the way `ipset save` prints them (no /32,
+ * /128) so a full sync's re-read compares equal.
+ */
+function setCIDRs(cidr: string): string[] {
+  if (cidr === "0.0.0.0/0") return ["0.0.0.0/1", "128.0.0.0/1"];
+  if (cidr === "::/0") return ["::/1", "8000::/1"];
+  const host = cidr.includes(":") ? "/128" : "/32";
+  return [cidr.endsWith(host) ? cidr.slice(0, -host.length) : cidr];
+}
+
+const cidrFamily = (cidr: string): Family => familyOf(cidr.split("/")[0] ?? cidr);
+
+export function renderService(se: ServiceEndpoints, ctx: RenderContext): ServiceModel {
+  const svc = se.service;
+  const model: ServiceModel = { virtualServices: new Map(), addresses: new Set(), entries: new Set() };
+  const eps = [...se.endpoints.values()];
+  const persistence =
+    svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || defaultAffinitySeconds : undefined;
+  const scheduler = ctx.scheduler || "rr";
+
+  for (const pm of svc.Ports) {
+    const proto = protocols[pm.Protocol];
+    if (!proto) continue;
+    for (const family of ctx.families) {
+      const entry = (id: SetId, value: string) => model.entries.add(entryKey(setName(id, family), value));
+      const internal = realServers(eps, "Internal", family, pm);
+      const external = realServers(eps, "External", family, pm);
+
+      const frontend = (ip: string, port: number, reals: Map<string, RealServer>, o: { masq?: SetId; local: boolean }) => {
+        const vs: VirtualServer = { proto, ip, port, scheduler, ...(persistence ? { persistence } : {}) };
+        model.virtualServices.set(vsKey(vs), { vs, reals: new Map(reals) });
+        const dst = `${ip},${proto}:${port}`;
+        if (o.masq) entry(o.masq, dst);
+        // No endpoint: kube-proxy REJECTs under a Cluster policy and DROPs under a
+        // Local one (a Local policy must not tell clients the service is absent).
+        if (reals.size === 0) entry(o.local ? "drop" : "reject", dst);
+      };
+
+      const eLocal = svc.ExternalTrafficToLocal;
+      for (const ip of ipsOf(svc.IPs?.ClusterIPs, family)) {
+        model.addresses.add(ip);
+        frontend(ip, pm.Port, internal.reals, { masq: "clusterIP", local: svc.InternalTrafficToLocal });
+      }
+      for (const ip of ipsOf(svc.IPs?.ExternalIPs, family)) {
+        model.addresses.add(ip);
+        // eTP=Local keeps the client source: no masquerade.
+        frontend(ip, pm.Port, external.reals, { masq: eLocal ? undefined : "externalIP", local: eLocal });
+      }
+      for (const ip of ipsOf(svc.IPs?.LoadBalancerIPs, family)) {
+        model.addresses.add(ip);
+        frontend(ip, pm.Port, external.reals, { masq: eLocal ? undefined : "loadBalancer", local: eLocal });
+      }
+      if (pm.NodePort) {
+        for (const ip of ctx.nodePortIPs) {
+          if (familyOf(ip) === family) frontend(ip, pm.NodePort, external.reals, { masq: eLocal ? undefined : "nodePort", local: eLocal });
+        }
+      }
+
+      for (const filter of svc.IPFilters) {
+        // Ranges of the other family do not restrict this one (upstream filters them per family).
+        const ranges = filter.SourceRanges.filter((c) => cidrFamily(c) === family).flatMap(setCIDRs);
+        if (!ranges.length) continue;
+        for (const ip of ipsOf(filter.TargetIPs, family)) {
+          const dst = `${ip},${proto}:${pm.Port}`;
+          entry("loadBalancerFW", dst);
+          for (const cidr of ranges) entry("loadBalancerSourceCIDR", `${dst},${cidr}`);
+        }
+      }
+
+      // A local pod balanced to itself needs masquerade or its reply bypasses IPVS.
+      for (const { reals, local } of [internal, external]) {
+        if (!local.size) continue;
+        for (const rs of reals.values()) if (local.has(rs.ip)) entry("loopBack", `${rs.ip},${proto}:${rs.port},${rs.ip}`);
+      }
+    }
+  }
+  return model;
+}

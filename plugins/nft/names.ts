@@ -1,0 +1,165 @@
+// The nft backend's naming vocabulary: every table, chain, set and map name
+// kpng writes is built here, so `nft list ruleset` reads the same way
+// everywhere and no other file invents a name.
+//
+// Layout follows upstream kube-proxy's nftables mode
+// (pkg/proxy/nftables/proxier.go): one table per family, verdict maps for
+// O(1) dispatch, a chain per service port and per endpoint.
+
+import { createHash } from "node:crypto";
+
+/** kpng's own tables: `ip kpng` and `ip6 kpng`. Nothing else is ever touched. */
+export const TABLE = "kpng";
+export const FAMILIES = ["ip", "ip6"] as const;
+export type Family = (typeof FAMILIES)[number];
+
+// ---- maps: the O(1) dispatch points -------------------------------------
+/** daddr . l4proto . dport -> goto the service's cluster or external chain */
+export const SERVICE_IPS_MAP = "service-ips";
+/** l4proto . dport -> goto the service's external chain (daddr checked against NODEPORT_IPS_SET) */
+export const SERVICE_NODEPORTS_MAP = "service-nodeports";
+/** daddr . l4proto . dport -> drop (Local policy, no local endpoint) or goto reject-chain (no endpoint) */
+export const NO_ENDPOINT_SERVICES_MAP = "no-endpoint-services";
+export const NO_ENDPOINT_NODEPORTS_MAP = "no-endpoint-nodeports";
+/** daddr . l4proto . dport -> goto the service's firewall chain (loadBalancerSourceRanges) */
+export const FIREWALL_IPS_MAP = "firewall-ips";
+
+// ---- sets ----------------------------------------------------------------
+/** every cluster IP: traffic to one that was not DNATed hit an undefined port -> reject */
+export const CLUSTER_IPS_SET = "cluster-ips";
+/** addresses (or CIDRs) that answer node ports: Config.nodePortAddresses, default Config.nodeIPs */
+export const NODEPORT_IPS_SET = "nodeport-ips";
+
+// ---- helper chains ---------------------------------------------------------
+export const SERVICES_CHAIN = "services";
+export const MASQUERADING_CHAIN = "masquerading";
+export const MARK_MASQ_CHAIN = "mark-for-masquerade";
+export const FIREWALL_CHECK_CHAIN = "firewall-check";
+export const SERVICE_ENDPOINTS_CHECK_CHAIN = "service-endpoints-check";
+export const NODEPORT_ENDPOINTS_CHECK_CHAIN = "nodeport-endpoints-check";
+export const CLUSTER_IPS_CHECK_CHAIN = "cluster-ips-check";
+export const REJECT_CHAIN = "reject-chain";
+
+export const HELPER_CHAINS = [
+  SERVICES_CHAIN,
+  MASQUERADING_CHAIN,
+  MARK_MASQ_CHAIN,
+  FIREWALL_CHECK_CHAIN,
+  SERVICE_ENDPOINTS_CHECK_CHAIN,
+  NODEPORT_ENDPOINTS_CHECK_CHAIN,
+  CLUSTER_IPS_CHECK_CHAIN,
+  REJECT_CHAIN,
+] as const;
+
+// ---- base chains -----------------------------------------------------------
+export interface BaseChain {
+  name: string;
+  type: "filter" | "nat";
+  hook: "prerouting" | "input" | "forward" | "output" | "postrouting";
+  priority: string;
+  /** helper chains jumped to from this base chain, in order, with an optional match */
+  jumps: { chain: string; match?: string }[];
+}
+
+const newConn = "ct state new";
+
+/**
+ * The hooks kpng attaches to. Filter checks that must see the *service*
+ * address run before DNAT (dstnat - 10): source ranges. Checks that must
+ * only see packets no service chain DNATed run after it (dstnat + 10): the
+ * no-endpoint verdicts and undefined cluster-IP ports. Upstream runs the
+ * no-endpoint check in output *before* DNAT, which drops host traffic to an
+ * eTP=Local LB IP that has no local endpoint although the short-circuit
+ * would have sent it to a cluster endpoint; running it after DNAT keeps the
+ * short-circuit working. Input and forward hooks come after prerouting's
+ * DNAT whatever their priority.
+ */
+export const BASE_CHAINS: readonly BaseChain[] = [
+  { name: "filter-prerouting", type: "filter", hook: "prerouting", priority: "dstnat - 10", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
+  {
+    name: "filter-input",
+    type: "filter",
+    hook: "input",
+    priority: "dstnat - 10",
+    jumps: [
+      { chain: NODEPORT_ENDPOINTS_CHECK_CHAIN, match: newConn },
+      { chain: SERVICE_ENDPOINTS_CHECK_CHAIN, match: newConn },
+    ],
+  },
+  {
+    name: "filter-forward",
+    type: "filter",
+    hook: "forward",
+    priority: "dstnat - 10",
+    jumps: [
+      { chain: SERVICE_ENDPOINTS_CHECK_CHAIN, match: newConn },
+      { chain: CLUSTER_IPS_CHECK_CHAIN, match: newConn },
+    ],
+  },
+  { name: "filter-output", type: "filter", hook: "output", priority: "dstnat - 10", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
+  {
+    name: "filter-output-post-dnat",
+    type: "filter",
+    hook: "output",
+    priority: "dstnat + 10",
+    jumps: [
+      { chain: SERVICE_ENDPOINTS_CHECK_CHAIN, match: newConn },
+      { chain: CLUSTER_IPS_CHECK_CHAIN, match: newConn },
+    ],
+  },
+  { name: "nat-prerouting", type: "nat", hook: "prerouting", priority: "dstnat", jumps: [{ chain: SERVICES_CHAIN }] },
+  { name: "nat-output", type: "nat", hook: "output", priority: "dstnat", jumps: [{ chain: SERVICES_CHAIN }] },
+  { name: "nat-postrouting", type: "nat", hook: "postrouting", priority: "srcnat", jumps: [{ chain: MASQUERADING_CHAIN }] },
+];
+
+// ---- per-service names -----------------------------------------------------
+// Character set: nft identifiers may hold [A-Za-z0-9_./-] after a leading
+// letter. Kubernetes names and port names already fit; anything else (and
+// IPv6 colons) becomes "_" / ".", which could make two names equal, so every
+// per-service name carries an 8-character hash of the *unsanitised* id, as
+// upstream does. Length budget: nft names are at most 255 bytes; the longest
+// id (63-char namespace and name, 15-char port name, IPv6 endpoint) stays
+// under 210, and anything longer is cut after the hash.
+
+const MAX_NAME = 255;
+const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/** First 8 base32 characters of sha256(id): 40 bits, ample for one node's names. */
+export function hash8(id: string): string {
+  const d = createHash("sha256").update(id).digest();
+  let out = "";
+  let bits = 0;
+  let acc = 0;
+  for (let i = 0; out.length < 8; i++) {
+    acc = (acc << 8) | d[i];
+    bits += 8;
+    while (bits >= 5 && out.length < 8) {
+      bits -= 5;
+      out += BASE32[(acc >> bits) & 31];
+    }
+  }
+  return out;
+}
+
+const sanitize = (s: string) => s.replace(/:/g, ".").replace(/[^A-Za-z0-9_./-]/g, "_");
+
+function named(prefix: string, id: string): string {
+  return `${prefix}-${hash8(id)}-${sanitize(id)}`.slice(0, MAX_NAME);
+}
+
+/** "ns/name/tcp/http": how a service port reads in names and comments */
+export const servicePortId = (svcKey: string, proto: string, portName: string) => `${svcKey}/${proto}/${portName}`;
+
+/** dispatch over the endpoints usable for cluster-IP traffic (Scopes.Internal) */
+export const clusterChain = (portId: string) => named("svc", portId);
+/** entry for node ports, external IPs and LB IPs: masquerade / short-circuit, then Scopes.External */
+export const externalChain = (portId: string) => named("ext", portId);
+/** loadBalancerSourceRanges of one IPFilter of a service */
+export const firewallChain = (svcKey: string, index: number) => named("fw", `${svcKey}/${index}`);
+/** DNAT to one endpoint of one service port */
+export const endpointChain = (portId: string, endpoint: string) => named("ep", `${portId}__${endpoint}`);
+/** ClientIP affinity: sources recently sent to one endpoint of one service port */
+export const affinitySet = (portId: string, endpoint: string) => named("aff", `${portId}__${endpoint}`);
+
+/** nft comments are limited to 128 bytes and must not contain a double quote */
+export const comment = (text: string) => text.replace(/["\\\n]/g, "_").slice(0, 128);

@@ -1,0 +1,191 @@
+// Endpoint selection per traffic class: readiness, terminating fallback,
+// traffic policies, topology hints, de-duplication, families. Each case is
+// named after the rule it checks; flags: I internal, E external, L local,
+// T terminating.
+
+import { describe, expect, test } from "bun:test";
+import type { K8sObject } from "../../src/core/k8s/objects.ts";
+import { v4, v6 } from "../fixtures/addresses.ts";
+import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
+import { localState, scopes } from "./helpers.ts";
+
+const A = v4.pod(1, 1); // on node-1 (this node)
+const B = v4.pod(2, 1); // on node-2
+const C = v4.pod(3, 1); // on node-3
+const ep = (ip: string, o: Partial<EpOpts> = {}): EpOpts => ({ ip, node: `node-${ip.split(".")[2]}`, ...o });
+const nodes = [node("node-1", { zone: "zone-a" }), node("node-2", { zone: "zone-a" }), node("node-3", { zone: "zone-b" })];
+const lb = { type: "LoadBalancer" as const, lbIngress: [{ ip: v4.external(1) }], ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] };
+
+const cases: Array<{ name: string; objects: K8sObject[]; want: Record<string, string> }> = [
+  {
+    name: "ready endpoints are used for internal traffic; ClusterIP has no external class",
+    objects: [svc(), slice({ endpoints: [ep(A), ep(B)] })],
+    want: { [A]: "IL", [B]: "I" },
+  },
+  {
+    name: "condition defaults: ready and serving absent = true, terminating absent = false",
+    objects: [svc(), slice({ endpoints: [ep(A, { ready: null, serving: null, terminating: null })] })],
+    want: { [A]: "IL" },
+  },
+  {
+    name: "not-ready, not-terminating endpoints are never used",
+    objects: [svc(), slice({ endpoints: [ep(A, { ready: false }), ep(B)] })],
+    want: { [B]: "I" },
+  },
+  {
+    name: "terminating endpoints are not used while a ready one exists",
+    objects: [svc(), slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true }), ep(B)] })],
+    want: { [B]: "I" },
+  },
+  {
+    name: "terminating fallback: no ready endpoint, serving+terminating ones are used",
+    objects: [svc(), slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true }), ep(B, { ready: false, serving: false, terminating: true })] })],
+    want: { [A]: "ILT" },
+  },
+  {
+    name: "NodePort with eTP=Cluster: every ready endpoint serves both classes",
+    objects: [svc({ type: "NodePort", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] }), slice({ endpoints: [ep(A), ep(B)] })],
+    want: { [A]: "IEL", [B]: "IE" },
+  },
+  {
+    name: "eTP=Local: external traffic only to this node's endpoints, internal to all",
+    objects: [svc({ ...lb, eTP: "Local" }), slice({ endpoints: [ep(A), ep(B)] })],
+    want: { [A]: "IEL", [B]: "I" },
+  },
+  {
+    name: "eTP=Local with no local endpoint: no external endpoint at all (traffic dropped), no fallback to other nodes",
+    objects: [svc({ ...lb, eTP: "Local" }), slice({ endpoints: [ep(B), ep(C)] })],
+    want: { [B]: "I", [C]: "I" },
+  },
+  {
+    name: "eTP=Local terminating fallback is local too: a local terminating endpoint serves external traffic",
+    objects: [svc({ ...lb, eTP: "Local" }), slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true }), ep(B)] })],
+    want: { [A]: "ELT", [B]: "I" },
+  },
+  {
+    name: "iTP=Local: internal traffic only to this node's endpoints",
+    objects: [svc({ iTP: "Local" }), slice({ endpoints: [ep(A), ep(B)] })],
+    want: { [A]: "IL" },
+  },
+  {
+    name: "iTP=Local with no local endpoint: nothing",
+    objects: [svc({ iTP: "Local" }), slice({ endpoints: [ep(B)] })],
+    want: {},
+  },
+  {
+    name: "externalIPs make a ClusterIP service externally accessible, so eTP applies",
+    objects: [svc({ externalIPs: [v4.external(5)], eTP: "Local" }), slice({ endpoints: [ep(A), ep(B)] })],
+    want: { [A]: "IEL", [B]: "I" },
+  },
+  {
+    name: "eTP=Local is ignored on a plain ClusterIP service (not externally accessible)",
+    objects: [svc({ eTP: "Local" }), slice({ endpoints: [ep(A), ep(B)] })],
+    want: { [A]: "IL", [B]: "I" },
+  },
+  {
+    name: "zone hints: only endpoints hinted for this node's zone",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(B, { forZones: ["zone-a"] }), ep(C, { forZones: ["zone-b"] })] })],
+    want: { [A]: "IL", [B]: "I" },
+  },
+  {
+    name: "zone hints ignored when one ready endpoint has none",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(C)] })],
+    want: { [A]: "IL", [C]: "I" },
+  },
+  {
+    name: "zone hints ignored when none names this node's zone",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(B, { forZones: ["zone-b"] }), ep(C, { forZones: ["zone-b"] })] })],
+    want: { [B]: "I", [C]: "I" },
+  },
+  {
+    name: "zone hints: a not-ready endpoint without hints does not disable them",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(C, { forZones: ["zone-b"] }), ep(B, { ready: false })] })],
+    want: { [A]: "IL" },
+  },
+  {
+    name: "node hints win over zone hints",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forNodes: ["node-2"], forZones: ["zone-a"] }), ep(B, { forNodes: ["node-1"], forZones: ["zone-a"] })] })],
+    want: { [B]: "I" },
+  },
+  {
+    name: "node hints not naming this node fall back to zone hints",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forNodes: ["node-2"], forZones: ["zone-a"] }), ep(C, { forNodes: ["node-3"], forZones: ["zone-b"] })] })],
+    want: { [A]: "IL" },
+  },
+  {
+    name: "topology never narrows Local-policy traffic",
+    objects: [...nodes, svc({ ...lb, eTP: "Local" }), slice({ endpoints: [ep(A, { forZones: ["zone-b"] }), ep(B, { forZones: ["zone-a"] })] })],
+    want: { [A]: "EL", [B]: "I" },
+  },
+  {
+    name: "topology narrows ready endpoints only; the terminating fallback is not narrowed",
+    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true, forZones: ["zone-b"] }), ep(C, { ready: false, serving: true, terminating: true, forZones: ["zone-b"] })] })],
+    want: { [A]: "ILT", [C]: "IT" },
+  },
+  {
+    name: "de-duplication across slices: a non-terminating copy wins",
+    objects: [svc(), slice({ name: "web-1", endpoints: [ep(A, { ready: false, serving: true, terminating: true })] }), slice({ name: "web-2", endpoints: [ep(A)] })],
+    want: { [A]: "IL" },
+  },
+  {
+    name: "slices labelled headless are ignored",
+    objects: [svc(), slice({ endpoints: [ep(A)], labels: { "kubernetes.io/service-name": "web", "service.kubernetes.io/headless": "" } })],
+    want: {},
+  },
+  {
+    name: "slices without kubernetes.io/service-name are ignored",
+    objects: [svc(), slice({ endpoints: [ep(A)], labels: { app: "web" } })],
+    want: {},
+  },
+  {
+    name: "a slice of a family the service does not serve is ignored",
+    objects: [svc(), slice({ family: "IPv6", endpoints: [ep(v6.pod(1, 1), { node: "node-1" })] })],
+    want: {},
+  },
+  {
+    name: "dual-stack: each family is computed on its own (v4 falls back to terminating, v6 has a ready endpoint)",
+    objects: [
+      svc({ clusterIPs: [v4.clusterIP(10), v6.clusterIP(10)] }),
+      slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true })] }),
+      slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1", ready: false, serving: true, terminating: true }, { ip: v6.pod(2, 1), node: "node-2" }] }),
+    ],
+    want: { [A]: "ILT", [v6.pod(2, 1)]: "I" },
+  },
+];
+
+describe("endpoint selection", () => {
+  for (const c of cases) {
+    test(c.name, () => {
+      expect(scopes(localState(c.objects).services.get("default/web"))).toEqual(c.want);
+    });
+  }
+});
+
+describe("endpoint identity", () => {
+  test("endpoints are keyed by pod name; without a pod, by a stable hash without '/'", () => {
+    const st = localState([svc(), slice({ endpoints: [ep(A, { pod: "web-1" }), ep(B, { pod: "" })] })]);
+    const keys = [...st.services.get("default/web")!.endpoints.keys()];
+    expect(keys[0]).toBe("web-1");
+    expect(keys[1]).toMatch(/^ip-[0-9a-f]{16}$/);
+    const again = localState([svc(), slice({ endpoints: [ep(B, { pod: "" })] })]);
+    expect([...again.services.get("default/web")!.endpoints.keys()]).toEqual([keys[1]]);
+  });
+
+  test("a dual-stack pod gets one endpoint per family with distinct keys", () => {
+    const st = localState([
+      svc({ clusterIPs: [v4.clusterIP(10), v6.clusterIP(10)] }),
+      slice({ endpoints: [ep(A, { pod: "p" })] }),
+      slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1", pod: "p" }] }),
+    ]);
+    expect([...st.services.get("default/web")!.endpoints.keys()].sort()).toEqual(["p", "p.v6"]);
+  });
+
+  test("every named service port gets a PortOverride from the slice port of the same name", () => {
+    const st = localState([
+      svc({ ports: [{ name: "http", port: 80, targetPort: "web" }, { name: "metrics", port: 9090, targetPort: 9090 }] }),
+      slice({ ports: [{ name: "http", port: 8080 }, { name: "metrics", port: 9091 }], endpoints: [ep(A)] }),
+    ]);
+    const e = [...st.services.get("default/web")!.endpoints.values()][0];
+    expect(e.PortOverrides.map((p) => [p.Name, p.Port])).toEqual([["http", 8080], ["metrics", 9091]]);
+  });
+});

@@ -1,0 +1,97 @@
+// The file source: formats kubectl prints, bad objects skipped with a line
+// naming file/object/field, unreadable files an error, edits as revisions.
+
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import { Brain } from "../../src/core/brain.ts";
+import { isInvalidArgument } from "../../src/core/errors.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import { parseClusterFile, startFileSource } from "../../src/core/sources/file.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "kpng-file-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const service = (name: string, port = 80) => ({ apiVersion: "v1", kind: "Service", metadata: { name, namespace: "default" }, spec: { clusterIP: "198.18.0.10", ports: [{ name: "http", port }] } });
+const slice = (svc: string, ip: string) => ({
+  apiVersion: "discovery.k8s.io/v1",
+  kind: "EndpointSlice",
+  metadata: { name: `${svc}-x`, namespace: "default", labels: { "kubernetes.io/service-name": svc } },
+  addressType: "IPv4",
+  ports: [{ name: "http", port: 8080 }],
+  endpoints: [{ addresses: [ip], nodeName: "node-1" }],
+});
+
+describe("parsing", () => {
+  test("a kubectl List, YAML multi-document and JSON all read the same objects; other kinds are ignored", () => {
+    const items = [service("web"), slice("web", "198.19.1.1"), { apiVersion: "v1", kind: "Pod", metadata: { name: "p" } }];
+    const asList = parseClusterFile("f", stringify({ apiVersion: "v1", kind: "List", items }));
+    const asDocs = parseClusterFile("f", items.map((i) => stringify(i)).join("---\n"));
+    const asJSON = parseClusterFile("f", JSON.stringify({ kind: "List", items }));
+    for (const p of [asList, asDocs, asJSON]) {
+      expect(p.objects.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(["Service/web", "EndpointSlice/web-x"]);
+      expect(p.errors).toEqual([]);
+    }
+  });
+
+  const bad: Array<{ name: string; item: object; error: string }> = [
+    { name: "port out of range", item: service("web", 70000), error: "f: item 0: service default/web spec.ports[0].port: 70000 is out of range" },
+    { name: "bad cluster IP", item: { ...service("web"), spec: { clusterIP: "198.18.0.300", ports: [{ port: 80 }] } }, error: 'spec.clusterIP: "198.18.0.300" is not a valid IP address' },
+    { name: "unknown protocol", item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } }, error: 'spec.ports[0].protocol: "ICMP" must be TCP, UDP or SCTP' },
+    { name: "endpoint address of the wrong family", item: { ...slice("web", "2001:db8::1") }, error: 'endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address' },
+    { name: "missing name", item: { kind: "Service", metadata: {}, spec: {} }, error: "metadata.name: " },
+  ];
+  for (const c of bad) {
+    test(`one bad object (${c.name}) is skipped with a line naming file, object and field; the rest is kept`, () => {
+      const p = parseClusterFile("f", stringify({ kind: "List", items: [c.item, service("ok")] }));
+      expect(p.objects.map((o) => o.metadata.name)).toEqual(["ok"]);
+      expect(p.errors).toHaveLength(1);
+      expect(p.errors[0]).toContain(c.error);
+    });
+  }
+
+  test("a file that is not YAML or JSON is an invalid_argument error naming the file and line", () => {
+    let err: unknown;
+    try {
+      parseClusterFile("cluster.yaml", "kind: Service\n  metadata: [oops\n");
+    } catch (e) {
+      err = e;
+    }
+    expect(isInvalidArgument(err)).toBe(true);
+    expect(String((err as Error).message)).toMatch(/^\[invalid_argument\] cluster\.yaml:\d+: not valid YAML or JSON/);
+  });
+});
+
+describe("watching", () => {
+  test("an edit is one new revision; a broken edit keeps the last good state", async () => {
+    const path = join(dir, "cluster.yaml");
+    const write = (items: object[]) => writeFileSync(path, stringify({ kind: "List", items }));
+    write([service("web"), slice("web", "198.19.1.1"), { kind: "Node", metadata: { name: "node-1" } }]);
+    const brain = new Brain();
+    const log = memoryLogger();
+    const src = await startFileSource({ path, brain, log });
+    try {
+      const view = brain.view("node-1");
+      expect(view.state!.rev).toBe(1);
+      write([service("web"), slice("web", "198.19.1.2"), { kind: "Node", metadata: { name: "node-1" } }]);
+      const st = await view.next(1, AbortSignal.timeout(5000));
+      expect(st.rev).toBe(2);
+      expect([...st.services.get("default/web")!.endpoints.values()][0].IPs!.V4).toEqual(["198.19.1.2"]);
+
+      writeFileSync(path, "kind: [broken");
+      await src.reload();
+      expect(view.state!.rev).toBe(2);
+      expect(log.lines.some((l) => l.includes("ERROR") && l.includes("keeping the last good state"))).toBe(true);
+    } finally {
+      src.close();
+    }
+  });
+
+  test("an unreadable file fails at start-up with invalid_argument", async () => {
+    const err = await startFileSource({ path: join(dir, "missing.yaml"), brain: new Brain(), log: memoryLogger(), watch: false }).catch((e: unknown) => e);
+    expect(isInvalidArgument(err)).toBe(true);
+    expect((err as Error).message).toContain("missing.yaml: cannot read input file: ENOENT");
+  });
+});
