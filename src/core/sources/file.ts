@@ -10,7 +10,8 @@ import { basename, dirname, resolve } from "node:path";
 import { parseAllDocuments } from "yaml";
 import type { Brain } from "../brain.ts";
 import { errorMessage, invalid } from "../errors.ts";
-import { kinds, parseObject, type K8sObject } from "../k8s/objects.ts";
+import { kinds, objectName, parseObject, type K8sObject } from "../k8s/objects.ts";
+import { SERVICE_NAME_LABEL } from "../model/endpoints.ts";
 import type { Logger } from "../log.ts";
 import { Listing } from "./listing.ts";
 
@@ -36,13 +37,25 @@ export function parseClusterFile(path: string, text: string): ParsedFile {
     if (typeof list.kind === "string" && list.kind.endsWith("List") && Array.isArray(list.items)) raws.push(...list.items);
     else raws.push(value);
   }
-  const objects: K8sObject[] = [];
+  const parsed: Array<{ i: number; object: K8sObject }> = [];
   const errors: string[] = [];
   raws.forEach((raw, i) => {
     const res = parseObject(raw);
-    if (res.ok) objects.push(res.object);
+    if (res.ok) parsed.push({ i, object: res.object });
     else if (!("ignored" in res)) errors.push(`${path}: item ${i}: ${res.error}`);
   });
+  // A file is a whole cluster: a slice whose service is not in it is a mistake
+  // worth naming (from the API server it would just be an ordering race).
+  const services = new Set(parsed.filter((p) => p.object.kind === "Service").map((p) => `${p.object.metadata.namespace}/${p.object.metadata.name}`));
+  const objects: K8sObject[] = [];
+  for (const { i, object } of parsed) {
+    const owner = object.kind === "EndpointSlice" ? object.metadata.labels?.[SERVICE_NAME_LABEL] : undefined;
+    if (owner !== undefined && !services.has(`${object.metadata.namespace}/${owner}`)) {
+      errors.push(`${path}: item ${i}: ${objectName(object)} metadata.labels[${SERVICE_NAME_LABEL}]: service ${object.metadata.namespace}/${owner} is not in the file`);
+      continue;
+    }
+    objects.push(object);
+  }
   return { objects, errors };
 }
 

@@ -1,0 +1,60 @@
+// Feeding a backend: one apply at a time, revisions arriving meanwhile
+// coalesce into one apply with the union of their change sets, and a failed
+// apply is retried as a full sync.
+
+import { describe, expect, test } from "bun:test";
+import type { Revision } from "../../src/core/brain.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import type { NodeState, StateChange } from "../../src/core/state.ts";
+import type { FullStateBackend } from "../../src/plugins/backend.ts";
+import { feedBackend } from "../../src/plugins/feed.ts";
+
+const state = (rev: number): NodeState => ({ nodeName: "n", rev, services: new Map() });
+const rev = (n: number, change: string[] | null): Revision => ({ state: state(n), change: change && new Set(change) });
+
+function recorder(opts: { failFirst?: boolean; delayMs?: number } = {}) {
+  const applied: Array<{ rev: number; change: string[] | null }> = [];
+  let failed = !opts.failFirst;
+  const backend: FullStateBackend = {
+    kind: "full",
+    name: "rec",
+    async apply(s: NodeState, change: StateChange) {
+      await Bun.sleep(opts.delayMs ?? 0);
+      if (!failed) {
+        failed = true;
+        throw new Error("nft: transaction failed");
+      }
+      applied.push({ rev: s.rev, change: change && [...change].sort() });
+    },
+  };
+  return { backend, applied };
+}
+
+describe("feedBackend", () => {
+  test("revisions arriving during an apply coalesce into one apply of the latest state", async () => {
+    const { backend, applied } = recorder({ delayMs: 20 });
+    const feed = feedBackend(backend, { log: memoryLogger() });
+    feed.push(rev(1, null));
+    feed.push(rev(2, ["a"]));
+    feed.push(rev(3, ["b"]));
+    await Bun.sleep(10);
+    await feed.idle();
+    expect(applied).toEqual([
+      { rev: 1, change: null },
+      { rev: 3, change: ["a", "b"] },
+    ]);
+  });
+
+  test("a failed apply is retried as a full sync (change null)", async () => {
+    const { backend, applied } = recorder({ failFirst: true });
+    const log = memoryLogger();
+    const feed = feedBackend(backend, { log, retryMs: 10 });
+    feed.push(rev(1, null));
+    await feed.idle();
+    feed.push(rev(2, ["a"]));
+    await Bun.sleep(30);
+    await feed.idle();
+    expect(applied).toEqual([{ rev: 2, change: null }]);
+    expect(log.lines.some((l) => l.includes("sync failed") && l.includes("nft: transaction failed"))).toBe(true);
+  });
+});
