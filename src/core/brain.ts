@@ -47,8 +47,8 @@ export class Brain {
   private readonly views = new Map<string, NodeView>();
   private pending: Touched = newTouched();
   private readonly serviceProxyName: string;
-  /** counters for metrics: events in, revisions out */
-  readonly stats = { events: 0, revisions: 0 };
+  /** counters: events in, revisions out, services recomputed (work done) */
+  readonly stats = { events: 0, revisions: 0, computed: 0 };
 
   constructor(opts: BrainOptions = {}) {
     this.serviceProxyName = opts.serviceProxyName ?? "";
@@ -192,6 +192,7 @@ export class NodeView {
   }
 
   private compute(key: string, node: NodeInfo): ServiceEndpoints | null {
+    this.brain.stats.computed++;
     const e = this.brain.entry(key);
     if (!e) return null;
     const slices = this.brain.index.slices.get(key)?.values() ?? [];

@@ -65,6 +65,18 @@ describe("revisions", () => {
     expect(before.services.get("default/a")!.endpoints.size).toBe(1);
   });
 
+  test("work grows with the change: one changed slice recomputes one service, at 10 or 1,000 services", () => {
+    for (const n of [10, 1000]) {
+      const objs = Array.from({ length: n }, (_, i) => [svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(i + 1)] }), slice({ service: `s${i}`, endpoints: [{ ip: v4.pod(1, 1) }] })]).flat();
+      const brain = brainWith(objs);
+      brain.view("node-1");
+      const before = brain.stats.computed;
+      brain.apply([up(slice({ service: "s3", endpoints: [{ ip: v4.pod(1, 2) }] }))]);
+      brain.flush();
+      expect(brain.stats.computed - before).toBe(1);
+    }
+  });
+
   test("deleting a service removes it; deleting its slice empties its endpoints", () => {
     const brain = brainWith([svc(), slice({ endpoints: [{ ip: v4.pod(1, 1) }] })]);
     const view = brain.view("node-1");
