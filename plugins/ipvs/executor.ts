@@ -1,0 +1,58 @@
+// The only code that runs ipvsadm / ipset / iptables-restore / ip. Errors come
+// back as one-line KpngErrors; a kernel without IPVS is `unavailable` so the
+// CLI can say so at start-up instead of failing every sync.
+
+import { KpngError, errorMessage } from "../../src/core/errors.ts";
+import type { Executor } from "../../src/plugins/backend.ts";
+
+export interface CommandExecutorOptions {
+  /** argv prefix, e.g. ["ip", "netns", "exec", NS] to run inside a network namespace */
+  prefix?: string[];
+}
+
+const oneLine = (s: string) => s.replace(/\s+/g, " ").trim();
+
+/** Recognises "this kernel has no IPVS" in a tool's stderr (ipvsadm: "Can't initialize ipvs: Protocol not available"). */
+export const lacksIpvs = (stderr: string) => /Can't initialize ipvs|Protocol not available/i.test(stderr);
+
+export function commandError(argv: readonly string[], code: number, stderr: string): KpngError {
+  if (argv[0] === "ipvsadm" && lacksIpvs(stderr)) {
+    return new KpngError(
+      "unavailable",
+      `ipvs: this kernel has no IP Virtual Server support (ipvsadm: ${oneLine(stderr.split("\n")[0] ?? "")}); load the ip_vs modules or use --backend=nft`,
+    );
+  }
+  const detail = oneLine(stderr).slice(0, 300) || "no error output";
+  return new KpngError("internal", `ipvs: ${argv.join(" ")} failed with exit code ${code}: ${detail}`);
+}
+
+export function commandExecutor(opts: CommandExecutorOptions = {}): Executor {
+  const prefix = opts.prefix ?? [];
+  return {
+    async run(argv, stdin) {
+      let proc;
+      try {
+        proc = Bun.spawn([...prefix, ...argv], {
+          stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
+          stdout: "pipe",
+          stderr: "pipe",
+        });
+      } catch (err) {
+        throw new KpngError("unavailable", `ipvs: cannot run ${argv[0]}: ${oneLine(errorMessage(err))}`);
+      }
+      const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+      if (code !== 0) throw commandError(argv, code, err);
+      return out;
+    },
+  };
+}
+
+/** `--dry-run`: print each command and its input instead of running it. */
+export function printingExecutor(out: (text: string) => void): Executor {
+  return {
+    async run(argv, stdin) {
+      out(`# ${argv.join(" ")}\n${stdin ?? ""}`);
+      return "";
+    },
+  };
+}
