@@ -98,7 +98,8 @@ export class Brain {
     let e = this.entries.get(key);
     if (e !== undefined) return e;
     const svc = this.index.services.get(key);
-    e = svc && isProxied(svc, this.serviceProxyName) ? makeEntry(svc) : null;
+    if (!svc) return null; // not cached: deleted services must not pile up here
+    e = isProxied(svc, this.serviceProxyName) ? makeEntry(svc) : null;
     this.entries.set(key, e);
     return e;
   }

@@ -2,6 +2,8 @@
 // the kube-proxy configuration file (see config-file.ts) both end up here;
 // nothing else reads flags or the environment.
 
+import { defaultKubeProxyConfig, type KubeProxyConfig } from "./kube-proxy-config.ts";
+
 export interface Config {
   /** the node this proxy programs (`--hostname-override` / `--node-name`) */
   nodeName: string;
@@ -23,8 +25,20 @@ export interface Config {
   ipvs: { scheduler: string; syncPeriodSeconds: number; minSyncPeriodSeconds: number };
   winkernel: { sourceVip: string; networkName: string; enableDSR: boolean };
   conntrack: { udpTimeoutSeconds: number };
+  /** address:port for /healthz and /livez; "" = off */
   healthzBindAddress: string;
+  /** address:port for /metrics and /proxyMode; "" = off */
   metricsBindAddress: string;
+  /** kubeconfig file (`--kubeconfig` or the file's clientConnection.kubeconfig); "" = in-cluster */
+  kubeconfig: string;
+  /** the built-in backend to run when no --backend is given ("" = nft); from the file's `mode` */
+  mode: string;
+  /**
+   * The effective kube-proxy configuration document (v1alpha2 layout): the
+   * file's content with explicit kube-proxy flags applied. `--write-config-to`
+   * writes it; fields kpng does not act on are carried so a migration loses nothing.
+   */
+  kubeProxy: KubeProxyConfig;
 }
 
 export function defaultConfig(overrides: Partial<Config> = {}): Config {
@@ -44,6 +58,9 @@ export function defaultConfig(overrides: Partial<Config> = {}): Config {
     conntrack: { udpTimeoutSeconds: 0 },
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",
+    kubeconfig: "",
+    mode: "",
+    kubeProxy: defaultKubeProxyConfig(),
     ...overrides,
   };
 }

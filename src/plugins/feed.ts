@@ -15,8 +15,8 @@ export interface FeedOptions {
   log: Logger;
   /** delay before retrying a failed sync */
   retryMs?: number;
-  /** after each successful sync (metrics, --once) */
-  onSynced?: (state: NodeState, seconds: number) => void;
+  /** after each successful sync (metrics, --once); `change` null = it was a full sync */
+  onSynced?: (state: NodeState, seconds: number, change: StateChange) => void;
   onError?: (err: unknown) => void;
 }
 
@@ -63,7 +63,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
         applied = state;
         const secs = (performance.now() - t0) / 1000;
         log.info("synced", { backend: backend.name, rev: state.rev, services: state.services.size, changed: change?.size ?? "all", ms: Math.round(secs * 1000) });
-        opts.onSynced?.(state, secs);
+        opts.onSynced?.(state, secs, change);
       } catch (err) {
         log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
         opts.onError?.(err);

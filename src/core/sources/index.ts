@@ -5,6 +5,7 @@ import type { Config } from "../config.ts";
 import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { startFileSource } from "./file.ts";
+import type { SourceStats } from "./kube.ts";
 
 export interface SourceOptions {
   input?: string;
@@ -14,6 +15,8 @@ export interface SourceOptions {
 
 export interface Source {
   close(): void;
+  /** API-server sources count what they receive (for metrics); files have nothing to count */
+  readonly stats?: SourceStats;
 }
 
 export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain, log: Logger): Promise<Source> {

@@ -1,0 +1,62 @@
+// GET requests to the API server with the kubeconfig's TLS and credentials.
+//
+// @kubernetes/client-node builds the request options (CA, client
+// certificate, token files, exec and OIDC plugins, proxies) through
+// KubeConfig.applyToHTTPSOptions, and we use exactly those. Its own list and
+// watch helpers go through undici, whose `dispatcher` (and with it the CA and
+// client certificate) Bun's built-in undici ignores: against a real cluster
+// they fail TLS inside the compiled binary. node:http(s) honours the options
+// under both Bun and Node, so the transport is this small module.
+
+import type { KubeConfig } from "@kubernetes/client-node";
+import { request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
+import { request as httpsRequest } from "node:https";
+
+export type KubeGet = (path: string, query: Record<string, string | undefined>, signal: AbortSignal) => Promise<IncomingMessage>;
+
+export class HttpStatusError extends Error {
+  constructor(
+    readonly statusCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A GET function bound to the current context of `kc`. Credentials are re-read per request (rotated tokens). */
+export function kubeGet(kc: KubeConfig): KubeGet {
+  const server = kc.getCurrentCluster()!.server.replace(/\/+$/, "");
+  return async (path, query, signal) => {
+    const url = new URL(server + path);
+    for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") url.searchParams.set(k, v);
+    const opts: RequestOptions & Record<string, unknown> = {};
+    await kc.applyToHTTPSOptions(opts);
+    const headers = { ...(opts.headers as Record<string, string> | undefined), Accept: "application/json" };
+    const request = url.protocol === "https:" ? httpsRequest : httpRequest;
+    return await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = request(url, { ...opts, method: "GET", headers, signal }, resolve);
+      req.on("error", reject);
+      req.end();
+    });
+  };
+}
+
+/** Reads a whole (small) response body. */
+export async function readBody(res: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of res) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+/** Turns a non-200 response into an HttpStatusError carrying the Status message. */
+export async function expectOK(res: IncomingMessage): Promise<IncomingMessage> {
+  if (res.statusCode === 200) return res;
+  const text = await readBody(res).catch(() => "");
+  let message = "";
+  try {
+    message = (JSON.parse(text) as { message?: string }).message ?? "";
+  } catch {
+    message = text.slice(0, 200);
+  }
+  throw new HttpStatusError(res.statusCode ?? 0, `HTTP ${res.statusCode}${message ? `: ${message}` : ""}`);
+}

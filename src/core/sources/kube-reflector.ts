@@ -1,0 +1,219 @@
+// One list/watch loop against the API server, the way client-go's reflector
+// runs it: list (paginated), then watch from the list's resourceVersion;
+// resume from the last resourceVersion seen when a watch ends or drops; list
+// again only on 410 Gone; back off exponentially (with jitter, capped) while
+// the server cannot be reached. Nothing here ever clears what was listed: a
+// server that is down leaves the last known cluster in place.
+
+import type { KubeConfig } from "@kubernetes/client-node";
+import { createInterface } from "node:readline";
+import { errorMessage } from "../errors.ts";
+import type { Logger } from "../log.ts";
+import { expectOK, kubeGet, readBody, type KubeGet } from "./kube-http.ts";
+
+export interface ResourceSpec {
+  /** e.g. `/api/v1/services` */
+  path: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+}
+
+export interface ReflectorSink {
+  /** the complete current list (first list, or a relist after 410 Gone) */
+  listed(items: Record<string, unknown>[]): void;
+  /** one watch event: ADDED, MODIFIED, DELETED */
+  event(type: string, object: Record<string, unknown>): void;
+  /** watch connections opened or closed (+1 / -1) */
+  watching(delta: number): void;
+}
+
+export interface Backoff {
+  initialMs: number;
+  maxMs: number;
+}
+
+/** client-go's reflector backoff: 800ms doubling up to 30s; jittered down by up to half so it stays bounded. */
+export const DEFAULT_BACKOFF: Backoff = { initialMs: 800, maxMs: 30_000 };
+
+const PAGE = 500;
+const LIST_TIMEOUT_MS = 60_000;
+
+type Outcome = { type: "gone" } | { type: "error"; err: unknown; timeout: boolean } | { type: "closed"; events: number; ms: number };
+
+const statusOf = (err: unknown): number | undefined => {
+  const e = err as { statusCode?: unknown; code?: unknown };
+  return typeof e?.statusCode === "number" ? e.statusCode : typeof e?.code === "number" ? e.code : undefined;
+};
+
+export class Reflector {
+  /** resourceVersion to resume from; "" = list first */
+  resourceVersion = "";
+  relists = 0;
+  private stopped = false;
+  private request?: AbortController;
+  private readonly stop = new AbortController();
+  private failures = 0;
+  private sleeping?: { timer: ReturnType<typeof setTimeout>; wake: () => void };
+  private readonly get: KubeGet;
+  private readonly listedOnce = Promise.withResolvers<void>();
+
+  constructor(
+    kc: KubeConfig,
+    private readonly kind: string,
+    private readonly spec: ResourceSpec,
+    private readonly sink: ReflectorSink,
+    private readonly log: Logger,
+    private readonly backoff: Backoff = DEFAULT_BACKOFF,
+  ) {
+    this.get = kubeGet(kc);
+  }
+
+  /** resolves after the first successful list */
+  get synced(): Promise<void> {
+    return this.listedOnce.promise;
+  }
+
+  start(): this {
+    void this.run();
+    return this;
+  }
+
+  close(): void {
+    this.stopped = true;
+    this.stop.abort();
+    this.request?.abort();
+    if (this.sleeping) {
+      clearTimeout(this.sleeping.timer);
+      this.sleeping.wake();
+    }
+  }
+
+  private async run() {
+    while (!this.stopped) {
+      if (!this.resourceVersion) {
+        try {
+          await this.list();
+          this.failures = 0;
+          this.listedOnce.resolve();
+        } catch (err) {
+          if (this.stopped) return;
+          // An expired continue token is a 410 too: start the list over, no need to wait.
+          if (statusOf(err) === 410) continue;
+          await this.retryLater("list failed", err);
+          continue;
+        }
+      }
+      const out = await this.watchOnce();
+      if (this.stopped) return;
+      if (out.type === "gone") {
+        this.log.info("resourceVersion too old, listing again", { kind: this.kind, resourceVersion: this.resourceVersion });
+        this.resourceVersion = "";
+        this.relists++;
+      } else if (out.type === "error") {
+        // The client's inactivity timeout already waited: reconnect at once, from where we were.
+        if (out.timeout) continue;
+        await this.retryLater("watch failed", out.err);
+      } else if (out.events === 0 && out.ms < 1000) {
+        // A server that ends every watch at once must not make us spin.
+        await this.retryLater("watch closed immediately", null);
+      } else this.failures = 0;
+    }
+  }
+
+  private async retryLater(what: string, err: unknown) {
+    const base = Math.min(this.backoff.maxMs, this.backoff.initialMs * 2 ** this.failures);
+    // Jitter spreads the reconnections of every node after an API server restart.
+    const delay = Math.round(base * (0.5 + Math.random() / 2));
+    this.failures++;
+    const fields: Record<string, unknown> = { kind: this.kind, retryInMs: delay, attempt: this.failures };
+    if (err) fields.error = errorMessage(err) || String(statusOf(err) ?? "error");
+    this.log.warn(`${what}, keeping the last known state`, fields);
+    await new Promise<void>((wake) => (this.sleeping = { timer: setTimeout(wake, delay), wake }));
+    this.sleeping = undefined;
+  }
+
+  /** GET the whole collection, page by page, then hand it over in one piece. */
+  private async list() {
+    const items: Record<string, unknown>[] = [];
+    let cont: string | undefined;
+    let rv = "";
+    do {
+      const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
+      const res = await expectOK(await this.get(this.spec.path, { ...this.selectors(), limit: String(PAGE), continue: cont }, signal));
+      const body = safeJSON(await readBody(res)) as { items?: unknown; metadata?: { resourceVersion?: string; continue?: string } } | undefined;
+      if (!body || !Array.isArray(body.items)) throw new Error(`${this.spec.path}: the answer is not a Kubernetes List`);
+      for (const it of body.items) if (typeof it === "object" && it !== null) items.push(it as Record<string, unknown>);
+      rv = body.metadata?.resourceVersion ?? "";
+      cont = body.metadata?.continue || undefined;
+    } while (cont);
+    this.sink.listed(items);
+    this.resourceVersion = rv;
+  }
+
+  private selectors() {
+    return { labelSelector: this.spec.labelSelector, fieldSelector: this.spec.fieldSelector };
+  }
+
+  /** One watch request, streamed line by line until the server ends it, it drops, or it errors. */
+  private async watchOnce(): Promise<Outcome> {
+    const started = performance.now();
+    // Like client-go: a random 5-10 minute server-side timeout spreads reconnections.
+    const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
+    const ctl = new AbortController();
+    this.request = ctl;
+    let events = 0;
+    let gone = false;
+    let open = false;
+    // A silent half-open connection is cut a minute after the server should have ended it.
+    let idle: ReturnType<typeof setTimeout> | undefined;
+    const resetIdle = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => ctl.abort(new DOMException("watch idle", "TimeoutError")), (timeoutSeconds + 60) * 1000);
+    };
+    try {
+      resetIdle();
+      const query = { ...this.selectors(), watch: "true", resourceVersion: this.resourceVersion, allowWatchBookmarks: "true", timeoutSeconds: String(timeoutSeconds) };
+      const res = await expectOK(await this.get(this.spec.path, query, AbortSignal.any([this.stop.signal, ctl.signal])));
+      res.socket?.setKeepAlive?.(true, 30_000);
+      open = true;
+      this.sink.watching(1);
+      for await (const line of createInterface({ input: res, crlfDelay: Infinity })) {
+        resetIdle();
+        const ev = safeJSON(line) as { type?: string; object?: Record<string, unknown> } | undefined;
+        if (!ev?.type || !ev.object || typeof ev.object !== "object") continue;
+        if (ev.type === "ERROR") {
+          const status = ev.object as { code?: unknown; message?: unknown };
+          if (status.code === 410) gone = true;
+          else this.log.warn("watch error event", { kind: this.kind, code: String(status.code), message: String(status.message ?? "") });
+          continue;
+        }
+        events++;
+        const rv = (ev.object.metadata as { resourceVersion?: unknown } | undefined)?.resourceVersion;
+        if (ev.type !== "BOOKMARK") this.sink.event(ev.type, ev.object);
+        if (typeof rv === "string" && rv) this.resourceVersion = rv;
+      }
+      if (gone) return { type: "gone" };
+      // A stream that ends without an error is a normal end (timeoutSeconds) or a dropped
+      // connection; either way we resume from the last resourceVersion.
+      return { type: "closed", events, ms: performance.now() - started };
+    } catch (err) {
+      if (gone || statusOf(err) === 410) return { type: "gone" };
+      const timeout = (err as { name?: string })?.name === "TimeoutError" || (ctl.signal.reason as { name?: string } | undefined)?.name === "TimeoutError";
+      // A connection cut mid-stream ("aborted", ECONNRESET) after events is a drop, not a failure.
+      if (open && events > 0 && !timeout) return { type: "closed", events, ms: performance.now() - started };
+      return { type: "error", err, timeout };
+    } finally {
+      clearTimeout(idle);
+      if (open) this.sink.watching(-1);
+      this.request = undefined;
+    }
+  }
+}
+
+function safeJSON(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,260 @@
+// The Kubernetes source: Services, EndpointSlices (discovery.k8s.io/v1) and
+// this node's Node, listed and watched with kube-proxy's selectors, fed to
+// the brain. Recomputation is batched: the brain flushes at most once per
+// min-sync-period (a trailing timer), however fast events arrive.
+//
+// Objects are trimmed to what kpng reads before they are compared, so a
+// Node heartbeat or a relist that brings back the same objects with new
+// resourceVersions costs nothing downstream.
+
+import { KubeConfig } from "@kubernetes/client-node";
+import { existsSync } from "node:fs";
+import type { Brain } from "../brain.ts";
+import type { Config } from "../config.ts";
+import { errorMessage, invalid } from "../errors.ts";
+import { parseObject, type K8sObject, type Kind } from "../k8s/objects.ts";
+import type { Logger } from "../log.ts";
+import { Listing } from "./listing.ts";
+import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
+
+export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
+export const HEADLESS_LABEL = "service.kubernetes.io/headless";
+const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
+
+export interface KubeSourceOptions {
+  kubeconfig?: string;
+  master?: string;
+  brain: Brain;
+  log: Logger;
+  config: Config;
+  /** reconnect delays (tests shrink them) */
+  backoff?: Backoff;
+}
+
+/** What the source has seen, for metrics. */
+export interface SourceStats {
+  /** objects received from the API server (list items and watch events), by kind */
+  events: Record<Kind, number>;
+  /** watch connections currently open */
+  watchers: number;
+  /** lists repeated after 410 Gone */
+  relists: number;
+  /** brain recomputations run */
+  flushes: number;
+}
+
+export interface KubeSource {
+  close(): void;
+  readonly stats: SourceStats;
+  /** resolves once every kind has been listed */
+  readonly synced: Promise<void>;
+}
+
+/**
+ * kubeconfig file, --master, or the pod's service account, as kube-proxy
+ * picks them. `inClusterPrefix` roots the service-account files (tests).
+ */
+export function loadKubeConfig(opts: { kubeconfig?: string; master?: string; env?: NodeJS.ProcessEnv; inClusterPrefix?: string }): KubeConfig {
+  const kc = new KubeConfig();
+  const env = opts.env ?? process.env;
+  if (opts.master !== undefined && !/^https?:\/\/[^/]/.test(opts.master)) throw invalid(`flag --master: "${opts.master}" is not an http(s) URL`);
+  if (opts.kubeconfig) {
+    try {
+      kc.loadFromFile(opts.kubeconfig);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      throw invalid(`--kubeconfig ${opts.kubeconfig}: cannot load: ${code ?? errorMessage(err).split("\n")[0]}`);
+    }
+    if (!kc.getCurrentCluster()) throw invalid(`--kubeconfig ${opts.kubeconfig}: no cluster for current-context "${kc.getCurrentContext()}"`);
+    if (opts.master) {
+      const current = kc.getCurrentCluster()!.name;
+      kc.loadFromOptions({
+        clusters: kc.getClusters().map((c) => (c.name === current ? { ...c, server: opts.master!, skipTLSVerify: c.skipTLSVerify || plainHTTP(opts.master!) } : c)),
+        users: kc.getUsers(),
+        contexts: kc.getContexts(),
+        currentContext: kc.getCurrentContext(),
+      });
+    }
+    return kc;
+  }
+  if (opts.master) {
+    // client-node refuses http:// unless TLS checks are off; there is no TLS to check.
+    kc.loadFromClusterAndUser({ name: "master", server: opts.master, skipTLSVerify: plainHTTP(opts.master) }, { name: "anonymous" });
+    return kc;
+  }
+  const prefix = opts.inClusterPrefix ?? "";
+  if (!env.KUBERNETES_SERVICE_HOST || !env.KUBERNETES_SERVICE_PORT) {
+    throw invalid("no --kubeconfig, --master or --input given, and not running in a pod (KUBERNETES_SERVICE_HOST is unset)");
+  }
+  if (!existsSync(`${prefix}/var/run/secrets/kubernetes.io/serviceaccount/token`)) {
+    throw invalid("in-cluster configuration: no service account token at /var/run/secrets/kubernetes.io/serviceaccount/token");
+  }
+  const saved = { host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT };
+  // loadFromCluster reads process.env; lend it the given environment.
+  process.env.KUBERNETES_SERVICE_HOST = env.KUBERNETES_SERVICE_HOST;
+  process.env.KUBERNETES_SERVICE_PORT = env.KUBERNETES_SERVICE_PORT;
+  try {
+    kc.loadFromCluster(prefix);
+  } finally {
+    for (const [k, val] of [["KUBERNETES_SERVICE_HOST", saved.host], ["KUBERNETES_SERVICE_PORT", saved.port]] as const) {
+      if (val === undefined) delete process.env[k];
+      else process.env[k] = val;
+    }
+  }
+  return kc;
+}
+
+const plainHTTP = (url: string) => url.startsWith("http://");
+
+/** kube-proxy's informer selectors: not another proxy's services, not headless ones. */
+export function resourceSpecs(cfg: Config): Record<Kind, ResourceSpec> {
+  // "absent, or equal to --service-proxy-name" has no label-selector form: with a
+  // name, watch every service and let the brain (model/service.ts isProxied) choose.
+  const labelSelector = [`!${HEADLESS_LABEL}`, ...(cfg.serviceProxyName ? [] : [`!${SERVICE_PROXY_NAME_LABEL}`])].join(",");
+  return {
+    Service: { path: "/api/v1/services", labelSelector },
+    EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector },
+    // Only this node's labels (zone) and addresses matter.
+    Node: { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}` },
+  };
+}
+
+/**
+ * Keeps what kpng reads. Drops what changes without meaning anything here
+ * (resourceVersion, managedFields, a Node's status heartbeats).
+ */
+export function trim(kind: Kind, raw: Record<string, unknown>): Record<string, unknown> {
+  const meta = { ...((raw.metadata as Record<string, unknown> | undefined) ?? {}) };
+  delete meta.resourceVersion;
+  delete meta.managedFields;
+  if (meta.annotations && typeof meta.annotations === "object" && LAST_APPLIED in meta.annotations) {
+    const { [LAST_APPLIED]: _dropped, ...rest } = meta.annotations as Record<string, unknown>;
+    meta.annotations = rest;
+  }
+  if (kind !== "Node") return { ...raw, kind, metadata: meta };
+  const spec = raw.spec as { taints?: unknown } | undefined;
+  const status = raw.status as { addresses?: unknown } | undefined;
+  return {
+    kind,
+    metadata: { name: meta.name, labels: meta.labels, deletionTimestamp: meta.deletionTimestamp },
+    spec: { taints: spec?.taints },
+    status: { addresses: status?.addresses },
+  };
+}
+
+/** Runs `fn` at most once per `minMs`: at once after a quiet period, else when the period ends. */
+class FlushTimer {
+  private timer?: ReturnType<typeof setTimeout>;
+  private last = -Infinity;
+  constructor(
+    private readonly minMs: number,
+    private readonly fn: () => boolean,
+  ) {}
+  request() {
+    if (this.timer) return;
+    const delay = Math.max(0, this.last + this.minMs - performance.now());
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (this.fn()) this.last = performance.now();
+    }, delay);
+  }
+  close() {
+    clearTimeout(this.timer);
+  }
+}
+
+const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
+
+/**
+ * Starts list/watch of the three kinds and resolves once this node's Node has
+ * been listed (its addresses are the default node IPs), retrying with backoff
+ * for as long as the API server cannot be reached.
+ */
+export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSource> {
+  const { brain, log, config } = opts;
+  const kc = loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
+  const server = kc.getCurrentCluster()!.server;
+  const listing = new Listing();
+  let reflectors: Reflector[] = [];
+  const stats: SourceStats = {
+    events: { Service: 0, EndpointSlice: 0, Node: 0 },
+    watchers: 0,
+    get relists() {
+      return reflectors.reduce((n, r) => n + r.relists, 0);
+    },
+    flushes: 0,
+  };
+  const flusher = new FlushTimer(config.minSyncPeriodSeconds * 1000, () => {
+    if (!brain.isSynced) return false;
+    brain.flush();
+    stats.flushes++;
+    return true;
+  });
+
+  /** the last valid version of each object: what stays in place when a newer one is invalid */
+  const lastValid = new Map<string, K8sObject>();
+  const idOf = (kind: Kind, raw: Record<string, unknown>) => {
+    const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
+    return `${kind}/${kind === "Node" ? "" : meta.namespace || "default"}/${meta.name ?? ""}`;
+  };
+  const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
+    const res = parseObject(trim(kind, raw));
+    if (res.ok) {
+      lastValid.set(idOf(kind, raw), res.object);
+      return res.object;
+    }
+    if ("error" in res) log.warn("skipping invalid object, keeping its last valid version", { error: res.error });
+    return lastValid.get(idOf(kind, raw)) ?? null;
+  };
+
+  const specs = resourceSpecs(config);
+  reflectors = kindsInOrder.map((kind) =>
+    new Reflector(
+      kc,
+      kind,
+      specs[kind],
+      {
+        listed(items) {
+          stats.events[kind] += items.length;
+          const objects = items.map((it) => parse(kind, it)).filter((o): o is K8sObject => o !== null);
+          // Objects gone from the list are gone from the cluster: forget their last valid versions.
+          const present = new Set(items.map((it) => idOf(kind, it)));
+          for (const id of lastValid.keys()) if (id.startsWith(`${kind}/`) && !present.has(id)) lastValid.delete(id);
+          brain.apply(listing.replace(kind, objects));
+          if (!brain.isSynced) log.info("listed", { kind, objects: objects.length });
+          brain.markSynced(kind);
+          flusher.request();
+        },
+        event(type, raw) {
+          stats.events[kind]++;
+          if (type === "DELETED") {
+            const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
+            if (!meta.name) return;
+            lastValid.delete(idOf(kind, raw));
+            brain.apply(listing.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name));
+          } else {
+            // An object that turned invalid keeps its last valid version (a no-op for the listing):
+            // bad input tears nothing down.
+            const obj = parse(kind, raw);
+            if (!obj) return;
+            brain.apply(listing.upsert(obj));
+          }
+          flusher.request();
+        },
+        watching(delta) {
+          stats.watchers += delta;
+        },
+      },
+      log,
+      opts.backoff ?? DEFAULT_BACKOFF,
+    ).start(),
+  );
+  log.info("watching the API server", { server, node: config.nodeName });
+
+  const close = () => {
+    for (const r of reflectors) r.close();
+    flusher.close();
+  };
+  await reflectors[0].synced;
+  return { close, stats, synced: Promise.all(reflectors.map((r) => r.synced)).then(() => undefined) };
+}

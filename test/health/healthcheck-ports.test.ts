@@ -1,0 +1,128 @@
+// Health-check node ports as the node-local state drives them: opened and
+// closed with services, answering like kube-proxy, on 127.0.0.1 only.
+
+import { afterEach, describe, expect, test } from "bun:test";
+import { createServer } from "node:net";
+import { cidrContains, healthCheckAddresses, HealthCheckPorts } from "../../src/core/healthcheck-ports.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import type { K8sObject } from "../../src/core/k8s/objects.ts";
+import { v4 } from "../fixtures/addresses.ts";
+import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
+import { localState } from "../brain/helpers.ts";
+
+/** A port nobody listens on right now (the kernel's pick). */
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+function lbLocal(port: number, endpoints: EpOpts[], o: { name?: string; eTP?: "Local" | "Cluster"; type?: "LoadBalancer" | "NodePort" } = {}): K8sObject[] {
+  const name = o.name ?? "web";
+  return [
+    svc({ name, type: o.type ?? "LoadBalancer", eTP: o.eTP ?? "Local", healthCheckNodePort: port, ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }], lbIngress: [{ ip: v4.external(1) }] }),
+    slice({ service: name, endpoints }),
+  ];
+}
+
+const here = (i: number, extra: Partial<EpOpts> = {}): EpOpts => ({ ip: v4.pod(1, i), node: "node-1", ...extra });
+const there = (i: number): EpOpts => ({ ip: v4.pod(2, i), node: "node-2" });
+
+let ports: HealthCheckPorts | undefined;
+afterEach(() => ports?.close());
+
+function manager(healthy = () => true) {
+  const log = memoryLogger();
+  ports = new HealthCheckPorts({ addresses: ["127.0.0.1"], proxyHealthy: healthy, log });
+  return { ports, log };
+}
+
+const get = (port: number) => fetch(`http://127.0.0.1:${port}/`).then(async (r) => ({ status: r.status, weight: r.headers.get("x-load-balancing-endpoint-weight"), type: r.headers.get("content-type"), body: await r.text() }));
+const refused = (port: number) => fetch(`http://127.0.0.1:${port}/`).then(() => false, () => true);
+
+describe("health-check node ports", () => {
+  const cases: Array<{ name: string; endpoints: EpOpts[]; healthy?: boolean; status: number; weight: string }> = [
+    { name: "one local endpoint: 200, weight 1", endpoints: [here(5), there(6)], status: 200, weight: "1" },
+    { name: "two local endpoints: 200, weight 2", endpoints: [here(5), here(7), there(6)], status: 200, weight: "2" },
+    { name: "no local endpoint: 503, weight 0", endpoints: [there(6)], status: 503, weight: "0" },
+    { name: "only a terminating local endpoint: 503 so the load balancer drains the node", endpoints: [here(5, { ready: false, serving: true, terminating: true }), there(6)], status: 503, weight: "0" },
+    { name: "a not-ready local endpoint does not count", endpoints: [here(5, { ready: false, serving: false }), there(6)], status: 503, weight: "0" },
+    { name: "proxy unhealthy: 503 even with local endpoints", endpoints: [here(5)], healthy: false, status: 503, weight: "1" },
+  ];
+  for (const c of cases) {
+    test(c.name, async () => {
+      const port = await freePort();
+      const { ports } = manager(() => c.healthy ?? true);
+      ports.update(localState([node("node-1"), ...lbLocal(port, c.endpoints)]));
+      const r = await get(port);
+      expect([r.status, r.weight, r.type]).toEqual([c.status, c.weight, "application/json"]);
+      expect(JSON.parse(r.body)).toEqual({ service: { namespace: "default", name: "web" }, localEndpoints: Number(c.weight), serviceProxyHealthy: c.healthy ?? true });
+    });
+  }
+
+  test("the body is kube-proxy's dedented JSON, byte for byte", async () => {
+    const port = await freePort();
+    manager().ports.update(localState([node("node-1"), ...lbLocal(port, [here(5)])]));
+    expect((await get(port)).body).toBe('{\n\t"service": {\n\t\t"namespace": "default",\n\t\t"name": "web"\n\t},\n\t"localEndpoints": 1,\n\t"serviceProxyHealthy": true\n}');
+  });
+
+  const none: Array<{ name: string; o: { eTP?: "Cluster"; type?: "NodePort" } }> = [
+    { name: "eTP=Cluster: no health-check port", o: { eTP: "Cluster" } },
+    { name: "NodePort with eTP=Local: no health-check port", o: { type: "NodePort" } },
+  ];
+  for (const c of none) {
+    test(c.name, async () => {
+      const port = await freePort();
+      const { ports } = manager();
+      ports.update(localState([node("node-1"), ...lbLocal(port, [here(5)], c.o)]));
+      expect(ports.ports.size).toBe(0);
+      expect(await refused(port)).toBe(true);
+    });
+  }
+
+  test("follows the state: counts change in place, the port closes with the service, moves with the port", async () => {
+    const [p1, p2] = [await freePort(), await freePort()];
+    const { ports } = manager();
+    ports.update(localState([node("node-1"), ...lbLocal(p1, [there(6)])]));
+    expect((await get(p1)).status).toBe(503);
+    ports.update(localState([node("node-1"), ...lbLocal(p1, [here(5)])]));
+    expect((await get(p1)).status).toBe(200);
+    ports.update(localState([node("node-1"), ...lbLocal(p2, [here(5)])]));
+    expect(await refused(p1)).toBe(true);
+    expect((await get(p2)).status).toBe(200);
+    ports.update(localState([node("node-1")]));
+    expect(await refused(p2)).toBe(true);
+    expect(ports.ports.size).toBe(0);
+  });
+
+  test("a port someone else holds: logged, retried at the next update", async () => {
+    const port = await freePort();
+    const squatter = Bun.serve({ hostname: "127.0.0.1", port, fetch: () => new Response("mine") });
+    const { ports, log } = manager();
+    const state = localState([node("node-1"), ...lbLocal(port, [here(5)])]);
+    ports.update(state);
+    expect(ports.ports.size).toBe(0);
+    expect(log.lines.some((l) => l.includes("failed to start health check") && l.includes("default/web"))).toBe(true);
+    squatter.stop(true);
+    ports.update(state);
+    expect((await get(port)).status).toBe(200);
+  });
+});
+
+describe("where health-check ports listen", () => {
+  const host = ["127.0.0.1", "::1", "203.0.113.11", "198.19.1.1"];
+  const cases: Array<{ name: string; npa: string[]; nodeIPs: string[]; want: string[] }> = [
+    { name: "CIDRs select this host's addresses in them", npa: ["127.0.0.0/8"], nodeIPs: ["203.0.113.11"], want: ["127.0.0.1"] },
+    { name: "IPv6 CIDRs too", npa: ["::1/128", "203.0.113.0/24"], nodeIPs: [], want: ["::1", "203.0.113.11"] },
+    { name: '"primary" is the node IPs', npa: ["primary"], nodeIPs: ["203.0.113.11"], want: ["203.0.113.11"] },
+    { name: "none given: the node IPs", npa: [], nodeIPs: ["203.0.113.11"], want: ["203.0.113.11"] },
+    { name: "nothing known: every address", npa: [], nodeIPs: [], want: ["::"] },
+  ];
+  for (const c of cases) test(c.name, () => expect(healthCheckAddresses({ nodePortAddresses: c.npa, nodeIPs: c.nodeIPs, hostAddresses: host })).toEqual(c.want));
+
+  test("CIDR containment", () => {
+    expect([cidrContains("198.19.0.0/16", "198.19.255.1"), cidrContains("198.19.0.0/16", "198.20.0.1"), cidrContains("2001:db8:2::/56", "2001:db8:2:ff::1"), cidrContains("2001:db8:2::/56", "2001:db8:2:100::1"), cidrContains("0.0.0.0/0", "1.2.3.4")]).toEqual([true, false, true, false, true]);
+  });
+});

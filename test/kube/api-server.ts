@@ -1,0 +1,321 @@
+// A Kubernetes API server small enough to read, speaking the real list/watch
+// protocol for Services, EndpointSlices and Nodes on 127.0.0.1: one global
+// resourceVersion counter (as etcd), paginated lists (limit/continue) whose
+// items carry no kind (as the real server sends them), `watch=true` streams
+// of newline-delimited JSON events over chunked HTTP, label and field
+// selectors (an object that stops matching is sent as DELETED, as the watch
+// cache does), BOOKMARK events, compaction (a too old resourceVersion gets
+// 410 Gone: as an ERROR event, or as an HTTP status), dropped connections,
+// and going down and coming back up on the same port.
+
+import { execFileSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTLSServer } from "node:https";
+import type { Socket } from "node:net";
+import { join } from "node:path";
+
+export interface TestCert {
+  cert: string;
+  key: string;
+}
+
+/** A throw-away self-signed certificate for 127.0.0.1 (it is its own CA), made with openssl. */
+export function makeTestCert(dir: string): TestCert {
+  const key = join(dir, "server.key");
+  const cert = join(dir, "server.crt");
+  execFileSync("openssl", [
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+    "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
+    "-addext", "subjectAltName=IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:TRUE",
+  ], { stdio: "ignore" });
+  return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8") };
+}
+
+type Obj = Record<string, unknown> & { kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string } };
+
+const resources: Record<string, { kind: string; apiVersion: string; namespaced: boolean }> = {
+  "/api/v1/services": { kind: "Service", apiVersion: "v1", namespaced: true },
+  "/apis/discovery.k8s.io/v1/endpointslices": { kind: "EndpointSlice", apiVersion: "discovery.k8s.io/v1", namespaced: true },
+  "/api/v1/nodes": { kind: "Node", apiVersion: "v1", namespaced: false },
+};
+
+interface HistoryEvent {
+  rv: number;
+  type: "ADDED" | "MODIFIED" | "DELETED";
+  prev?: Obj;
+  obj: Obj;
+}
+
+interface Watcher {
+  kind: string;
+  matches: (o: Obj) => boolean;
+  bookmarks: boolean;
+  res: ServerResponse;
+  rv: number;
+}
+
+export interface RequestRecord {
+  path: string;
+  query: Record<string, string>;
+  watch: boolean;
+}
+
+/** `a`, `!a`, `a=b`, `a==b`, `a!=b`, comma-separated (the forms kube-proxy uses, and a few more). */
+export function labelMatcher(selector: string): (labels: Record<string, string>) => boolean {
+  const reqs = selector.split(",").map((s) => s.trim()).filter(Boolean).map((r) => {
+    let m: RegExpExecArray | null;
+    if ((m = /^!([^=!]+)$/.exec(r))) return (l: Record<string, string>) => !(m![1] in l);
+    if ((m = /^([^=!]+)!=(.*)$/.exec(r))) return (l: Record<string, string>) => l[m![1]] !== m![2];
+    if ((m = /^([^=!]+)==?(.*)$/.exec(r))) return (l: Record<string, string>) => l[m![1]] === m![2];
+    return (l: Record<string, string>) => r in l;
+  });
+  return (labels) => reqs.every((f) => f(labels));
+}
+
+function fieldMatcher(selector: string): (o: Obj) => boolean {
+  const reqs = selector.split(",").map((s) => s.trim()).filter(Boolean).map((r) => {
+    const [k, v] = r.split("=");
+    const get = (o: Obj) => (k === "metadata.name" ? o.metadata.name : k === "metadata.namespace" ? (o.metadata.namespace ?? "") : undefined);
+    return (o: Obj) => get(o) === v;
+  });
+  return (o) => reqs.every((f) => f(o));
+}
+
+export class FakeApiServer {
+  private server: Server;
+  private rv = 100;
+  private compactedTo = 0;
+  private readonly objects = new Map<string, Obj>();
+  private readonly history: HistoryEvent[] = [];
+  private watchers = new Set<Watcher>();
+  private readonly sockets = new Set<Socket>();
+  private failures: number[] = [];
+  port = 0;
+  /** how a too old resourceVersion is refused on a watch */
+  goneAs: "event" | "http" = "event";
+  readonly requests: RequestRecord[] = [];
+
+  private constructor(private readonly tls?: TestCert) {
+    this.server = this.makeServer();
+  }
+
+  /** HTTPS with `tls` (what real API servers speak), else plain HTTP. */
+  static async start(tls?: TestCert): Promise<FakeApiServer> {
+    const s = new FakeApiServer(tls);
+    await s.up();
+    return s;
+  }
+
+  get url() {
+    return `${this.tls ? "https" : "http"}://127.0.0.1:${this.port}`;
+  }
+
+  get openWatches() {
+    return this.watchers.size;
+  }
+
+  get resourceVersion() {
+    return String(this.rv);
+  }
+
+  /** Writes a kubeconfig pointing at this server; returns its path. */
+  writeKubeconfig(dir: string, name = "kubeconfig"): string {
+    const path = join(dir, name);
+    writeFileSync(
+      path,
+      [
+        "apiVersion: v1",
+        "kind: Config",
+        "clusters:",
+        "- name: fake",
+        "  cluster:",
+        `    server: "${this.url}"`,
+        // client-node refuses plain http unless TLS checks are explicitly off.
+        this.tls ? `    certificate-authority-data: ${Buffer.from(this.tls.cert).toString("base64")}` : "    insecure-skip-tls-verify: true",
+        "users:",
+        "- name: tester",
+        "  user: { token: test-token }",
+        "contexts:",
+        "- name: fake",
+        "  context: { cluster: fake, user: tester }",
+        "current-context: fake",
+        "",
+      ].join("\n"),
+    );
+    return path;
+  }
+
+  // -- cluster changes
+
+  apply(input: Record<string, unknown>): void {
+    const obj = structuredClone(input) as Obj;
+    const key = keyOf(obj);
+    const prev = this.objects.get(key);
+    obj.metadata.resourceVersion = String(++this.rv);
+    this.objects.set(key, obj);
+    this.emit({ rv: this.rv, type: prev ? "MODIFIED" : "ADDED", prev, obj });
+  }
+
+  remove(kind: string, namespace: string | undefined, name: string): void {
+    const key = `${kind}/${namespace ?? ""}/${name}`;
+    const prev = this.objects.get(key);
+    if (!prev) return;
+    this.objects.delete(key);
+    const obj = structuredClone(prev);
+    obj.metadata.resourceVersion = String(++this.rv);
+    this.emit({ rv: this.rv, type: "DELETED", prev, obj });
+  }
+
+  /** Forgets the event history: resuming a watch from an older resourceVersion now gets 410. */
+  compact(): void {
+    this.compactedTo = this.rv;
+    this.history.length = 0;
+  }
+
+  /** A BOOKMARK with the current resourceVersion to every watch that asked for them. */
+  bookmark(): void {
+    for (const w of this.watchers) {
+      if (!w.bookmarks) continue;
+      const apiVersion = Object.values(resources).find((r) => r.kind === w.kind)!.apiVersion;
+      this.send(w, { type: "BOOKMARK", object: { kind: w.kind, apiVersion, metadata: { resourceVersion: String(this.rv) } } });
+    }
+  }
+
+  /** Cuts every connection (watch streams included) without a goodbye. */
+  dropConnections(): void {
+    for (const s of this.sockets) s.destroy();
+    this.watchers.clear();
+  }
+
+  /** The next `n` requests fail with `status`. */
+  failNext(n: number, status = 500): void {
+    for (let i = 0; i < n; i++) this.failures.push(status);
+  }
+
+  async down(): Promise<void> {
+    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    this.dropConnections();
+    await closed;
+  }
+
+  async up(): Promise<void> {
+    this.server = this.makeServer();
+    await new Promise<void>((resolve, reject) => {
+      this.server.once("error", reject);
+      this.server.listen(this.port, "127.0.0.1", () => resolve());
+    });
+    this.port = (this.server.address() as { port: number }).port;
+  }
+
+  close(): Promise<void> {
+    return this.down();
+  }
+
+  // -- HTTP
+
+  private makeServer(): Server {
+    const handler = (req: IncomingMessage, res: ServerResponse) => this.handle(req, res);
+    const server = this.tls ? createTLSServer({ cert: this.tls.cert, key: this.tls.key }, handler) : createServer(handler);
+    server.on(this.tls ? "secureConnection" : "connection", (s: Socket) => {
+      this.sockets.add(s);
+      s.on("close", () => this.sockets.delete(s));
+    });
+    return server;
+  }
+
+  private emit(ev: HistoryEvent) {
+    this.history.push(ev);
+    for (const w of this.watchers) this.deliver(w, ev);
+  }
+
+  private deliver(w: Watcher, ev: HistoryEvent) {
+    if (ev.obj.kind !== w.kind || ev.rv <= w.rv) return;
+    const now = ev.type !== "DELETED" && w.matches(ev.obj);
+    const before = ev.prev !== undefined && w.matches(ev.prev);
+    const type = ev.type === "DELETED" ? (before ? "DELETED" : null) : now && before ? "MODIFIED" : now ? "ADDED" : before ? "DELETED" : null;
+    w.rv = ev.rv;
+    if (type) this.send(w, { type, object: wire(ev.obj) });
+  }
+
+  private send(w: Watcher, event: unknown) {
+    if (!w.res.writableEnded) w.res.write(JSON.stringify(event) + "\n");
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse) {
+    const url = new URL(req.url ?? "/", "http://x");
+    const query = Object.fromEntries(url.searchParams);
+    const watch = query.watch === "true" || query.watch === "1";
+    this.requests.push({ path: url.pathname, query, watch });
+    const failure = this.failures.shift();
+    if (failure) return status(res, failure, "InternalError", "injected failure");
+    if (req.headers.authorization !== "Bearer test-token") return status(res, 401, "Unauthorized", "Unauthorized");
+    const resource = resources[url.pathname];
+    if (!resource || req.method !== "GET") return status(res, 404, "NotFound", "the server could not find the requested resource");
+    const labels = labelMatcher(query.labelSelector ?? "");
+    const fields = fieldMatcher(query.fieldSelector ?? "");
+    const matches = (o: Obj) => labels(o.metadata.labels ?? {}) && fields(o);
+    if (watch) return this.watch(resource.kind, matches, query, res);
+    return this.list(resource.kind, resource.apiVersion, matches, query, res);
+  }
+
+  private list(kind: string, apiVersion: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse) {
+    let after = "";
+    let rv = this.rv;
+    if (q.continue) {
+      const token = JSON.parse(Buffer.from(q.continue, "base64").toString()) as { rv: number; after: string };
+      if (token.rv < this.compactedTo) return status(res, 410, "Expired", "The provided continue parameter is too old");
+      ({ after, rv } = token);
+    }
+    const all = [...this.objects.entries()].filter(([k, o]) => o.kind === kind && k > after && matches(o)).sort(([a], [b]) => (a < b ? -1 : 1));
+    const limit = Number(q.limit) || Infinity;
+    const page = all.slice(0, limit);
+    const more = all.length > page.length;
+    const cont = more ? Buffer.from(JSON.stringify({ rv, after: page.at(-1)![0] })).toString("base64") : undefined;
+    const items = page.map(([, o]) => {
+      // List items carry no kind/apiVersion on the wire.
+      const { kind: _k, apiVersion: _a, ...rest } = wire(o);
+      return rest;
+    });
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ kind: `${kind}List`, apiVersion, metadata: { resourceVersion: String(rv), ...(cont ? { continue: cont } : {}) }, items }));
+  }
+
+  private watch(kind: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse) {
+    const from = q.resourceVersion ? Number(q.resourceVersion) : 0;
+    if (from !== 0 && from < this.compactedTo) {
+      const message = `too old resource version: ${from} (${this.compactedTo})`;
+      if (this.goneAs === "http") return status(res, 410, "Expired", message);
+      res.writeHead(200, { "Content-Type": "application/json", "Transfer-Encoding": "chunked" });
+      res.end(JSON.stringify({ type: "ERROR", object: { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason: "Expired", code: 410 } }) + "\n");
+      return;
+    }
+    res.writeHead(200, { "Content-Type": "application/json", "Transfer-Encoding": "chunked" });
+    res.flushHeaders();
+    const w: Watcher = { kind, matches, bookmarks: q.allowWatchBookmarks === "true", res, rv: from };
+    if (from === 0) {
+      // resourceVersion unset: the current state as ADDED events first.
+      for (const o of this.objects.values()) if (o.kind === kind && matches(o)) this.send(w, { type: "ADDED", object: wire(o) });
+      w.rv = this.rv;
+    } else for (const ev of this.history) this.deliver(w, ev);
+    this.watchers.add(w);
+    const timeout = Number(q.timeoutSeconds) || 0;
+    const timer = timeout ? setTimeout(() => res.end(), timeout * 1000) : undefined;
+    res.on("close", () => {
+      clearTimeout(timer);
+      this.watchers.delete(w);
+    });
+  }
+}
+
+const keyOf = (o: Obj) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;
+
+function wire(o: Obj): Obj {
+  const api = Object.values(resources).find((r) => r.kind === o.kind)!;
+  return { ...structuredClone(o), apiVersion: api.apiVersion };
+}
+
+function status(res: ServerResponse, code: number, reason: string, message: string) {
+  res.writeHead(code, { "Content-Type": "application/json" });
+  res.end(JSON.stringify({ kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, code }));
+}
