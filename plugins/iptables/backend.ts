@@ -156,24 +156,21 @@ export class IptablesBackend implements IncrementalBackend {
     try {
       for (const family of this.families) {
         const keys = full ? new Set([...this.tracker.keys(), ...this.written[family].keys()]) : dirty;
-        const rendered = new Map<string, ServiceRules | undefined>();
-        for (const key of keys) {
-          const t = this.tracker.get(key);
-          rendered.set(key, t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.ctx.config }));
-        }
-        stats.rendered += rendered.size;
-        const tx = full ? await this.fullTx(family, rendered) : this.partialTx(family, rendered);
+        stats.rendered += keys.size;
+        const next = new Map<string, WrittenService | undefined>();
+        const tx = full ? await this.fullTx(family, keys, next) : this.partialTx(family, keys, next);
         if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
         const text = printRestore(tx);
         stats.bytes[family] = text.length;
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-        else if (text) await this.ipt.restore(family, text);
-        this.commit(family, rendered, full, stale);
+        else if (text) await this.restore(family, tx, text);
+        this.commit(family, next, full, stale);
       }
       if (full) {
         this.needFull = false;
         this.lastFull = this.now();
       }
+      this.log.debug("restored", { full, bytes: stats.bytes, services: stats.rendered, ms: Math.round(performance.now() - t0) });
     } catch (err) {
       // After a failed restore the kernel may hold anything: only a full restore is safe.
       this.needFull = true;
@@ -185,25 +182,56 @@ export class IptablesBackend implements IncrementalBackend {
     if (stale.length && !this.ctx.config.dryRun) await deleteStaleUdpFlows(this.exec, stale, this.log);
   }
 
-  private async fullTx(family: Family, rendered: Map<string, ServiceRules | undefined>): Promise<Transaction> {
-    const saved = this.ctx.config.dryRun ? undefined : parseSave(await this.ipt.save(family));
-    const services = [...rendered.values()].filter((r): r is ServiceRules => r !== undefined);
-    return fullTransaction({ fixed: renderFixed(this.ctx.config, family), services, saved });
+  private async restore(family: Family, tx: Transaction, text: string) {
+    try {
+      await this.ipt.restore(family, text);
+    } catch (err) {
+      // `-Z` makes iptables-nft read every chain of the table; one it cannot
+      // parse (written by nft into iptables' own table) fails the restore.
+      // Slow but correct: the same restore without it.
+      const plain = printRestore(tx, { bulk: false });
+      if (plain === text) throw err;
+      this.log.warn("bulk restore failed, retrying without -Z", { family, error: errorMessage(err) });
+      await this.ipt.restore(family, plain);
+    }
   }
 
-  private partialTx(family: Family, rendered: Map<string, ServiceRules | undefined>): Transaction {
+  private render(key: string, family: Family): ServiceRules | undefined {
+    const t = this.tracker.get(key);
+    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.ctx.config });
+  }
+
+  /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */
+  private async fullTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Promise<Transaction> {
+    const saved = this.ctx.config.dryRun ? undefined : parseSave(await this.ipt.save(family));
+    const render = (key: string) => this.render(key, family);
+    function* services() {
+      for (const key of keys) {
+        const rules = render(key);
+        next.set(key, rules && compact(rules));
+        if (rules) yield rules;
+      }
+    }
+    return fullTransaction({ fixed: renderFixed(this.ctx.config, family), services: services(), saved });
+  }
+
+  private partialTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Transaction {
     const changes: ServiceChange[] = [];
-    for (const [key, after] of rendered) changes.push({ before: this.written[family].get(key), after });
+    for (const key of keys) {
+      const after = this.render(key, family);
+      next.set(key, after && compact(after));
+      changes.push({ before: this.written[family].get(key), after });
+    }
     return partialTransaction(changes);
   }
 
   /** Records what is now programmed, and the UDP flows that became stale. */
-  private commit(family: Family, rendered: Map<string, ServiceRules | undefined>, full: boolean, stale: StaleFlow[]) {
+  private commit(family: Family, next: Map<string, WrittenService | undefined>, full: boolean, stale: StaleFlow[]) {
     const written = this.written[family];
     const udp = this.udp[family];
     if (full) written.clear();
-    for (const [key, rules] of rendered) {
-      if (rules) written.set(key, compact(rules));
+    for (const [key, w] of next) {
+      if (w) written.set(key, w);
       else written.delete(key);
       const t = this.tracker.get(key);
       const before = udp.get(key) ?? new Map();

@@ -32,10 +32,14 @@ export function iptablesExecutor(exec: Executor): IptablesExecutor {
   };
 }
 
-/** Runs programs on this host; throws with argv and stderr when the exit code is not 0. */
-export function spawnExecutor(): Executor {
+/**
+ * Runs programs on this host; throws with argv and stderr when the exit code
+ * is not 0. `prefix` goes in front of every argv (e.g. `ip netns exec NS`).
+ */
+export function spawnExecutor(prefix: readonly string[] = []): Executor {
   return {
-    async run(argv, stdin) {
+    async run(command, stdin) {
+      const argv = [...prefix, ...command];
       let p;
       try {
         p = Bun.spawn(argv, { stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin), stdout: "pipe", stderr: "pipe" });

@@ -47,9 +47,11 @@ export const insertAtHead: ReadonlySet<string> = new Set(["nat/KPNG-SERVICES", "
 
 /** Per-service-port chain kinds (upstream kube-proxy's vocabulary). */
 export const servicePrefix = {
-  /** load-balances over the endpoints with Scopes.Internal (cluster IP traffic) */
-  internal: "KPNG-SVC-",
-  /** load-balances over Scopes.External endpoints, when that set differs from the internal one */
+  /** load-balances over cluster-wide endpoints (a Cluster traffic policy's set) */
+  cluster: "KPNG-SVC-",
+  /** load-balances over this node's endpoints (a Local traffic policy's set) */
+  local: "KPNG-SVL-",
+  /** load-balances over Scopes.External endpoints when their set differs from the internal one under the same policy */
   external: "KPNG-SVX-",
   /** external destinations (node port, external IP, LB IP): masquerade and traffic-policy short-circuits */
   ext: "KPNG-EXT-",

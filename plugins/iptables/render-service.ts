@@ -78,6 +78,17 @@ export function portEndpoints(portId: string, pm: PortMapping, endpoints: Readon
 
 export const hostPort = (ip: string, port: number, family: Family) => (family === "v6" ? `[${ip}]:${port}` : `${ip}:${port}`);
 
+/**
+ * A service is programmed in the families of its cluster IPs (upstream runs
+ * one proxier per family and a single-stack service lives in one of them);
+ * one without any cluster IP, in the families of its external and LB IPs.
+ */
+function servedIn(svc: Service, family: Family): boolean {
+  const ips = svc.IPs;
+  if (ips?.ClusterIPs?.V4.length || ips?.ClusterIPs?.V6.length) return ipsOf(ips.ClusterIPs, family).length > 0;
+  return ipsOf(ips?.ExternalIPs, family).length > 0 || ipsOf(ips?.LoadBalancerIPs, family).length > 0;
+}
+
 export function renderService(input: RenderServiceInput): ServiceRules {
   const { service: svc } = input;
   const out: ServiceRules = { chains: new Map(), shared: [] };
@@ -87,6 +98,7 @@ export function renderService(input: RenderServiceInput): ServiceRules {
     if (!c) out.chains.set(key, (c = { table, name, rules: [] }));
     return c.rules;
   };
+  if (!servedIn(svc, input.family)) return out;
   for (const pm of svc.Ports) renderPort({ input, pm, out, own });
   if (svc.HealthCheckNodePort > 0) {
     out.shared.push({
@@ -108,13 +120,13 @@ interface PortContext {
 }
 
 /** Load-balancing rules over `eps` into `chain`: affinity first, then kube-proxy's 1/(n-i) statistic cascade. */
-function balance(rules: Rule[], chain: string, eps: PortEndpoint[], label: string, affinitySeconds: number | undefined) {
+function balance(rules: Rule[], chain: string, eps: PortEndpoint[], label: string, affinitySeconds: number | undefined, family: Family) {
   if (affinitySeconds !== undefined) {
     for (const ep of eps) {
       rules.push({
         table: "nat",
         chain,
-        comment: `${label} -> ${ep.ip}:${ep.port}`,
+        comment: `${label} -> ${hostPort(ep.ip, ep.port, family)}`,
         match: ["-m", "recent", "--name", ep.chain, "--rcheck", "--seconds", String(affinitySeconds), "--reap"],
         target: ["-j", ep.chain],
       });
@@ -125,115 +137,201 @@ function balance(rules: Rule[], chain: string, eps: PortEndpoint[], label: strin
     rules.push({
       table: "nat",
       chain,
-      comment: `${label} -> ${ep.ip}:${ep.port}`,
+      comment: `${label} -> ${hostPort(ep.ip, ep.port, family)}`,
       match: left > 1 ? ["-m", "statistic", "--mode", "random", "--probability", (1 / left).toFixed(10)] : [],
       target: ["-j", ep.chain],
     });
   });
 }
 
-function renderPort({ input, pm, out, own }: PortContext) {
+/** Everything the rules of one service port are derived from, for one family. */
+interface PortPlan {
+  svc: Service;
+  config: Config;
+  family: Family;
+  proto: "tcp" | "udp" | "sctp";
+  nodePort: number;
+  label: string;
+  /** `-p proto -m proto --dport port` */
+  dport: string[];
+  clusterIPs: string[];
+  externalIPs: string[];
+  lbIPs: string[];
+  podCIDRs: string[];
+  affinity: number | undefined;
+  internal: PortEndpoint[];
+  external: PortEndpoint[];
+  /** endpoints that get a SEP chain (something jumps to them) */
+  used: PortEndpoint[];
+  hasEndpoints: boolean;
+  accessible: boolean;
+  /** the EXT chain exists: upstream keeps it whenever the service has endpoints at all, for the eTP=Local short-circuits */
+  usesExt: boolean;
+  /** the SVC chain exists: a cluster IP, a short-circuit or EXT jumps to it */
+  svcNeeded: boolean;
+  /** LB IP -> allowed source CIDRs */
+  ranges: Map<string, string[]>;
+  /** balances over internal endpoints (SVC, or SVL under iTP=Local) */
+  svcChain: string;
+  /** balances over external endpoints; the internal chain itself when both sets are equal */
+  svxChain: string;
+  extChain: string;
+  fwChain: string;
+}
+
+function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefined {
   const { service: svc, family, config } = input;
   const proto = protoName[pm.Protocol];
-  if (!proto || pm.Port <= 0) return;
+  if (!proto || pm.Port <= 0) return undefined;
   const portId = servicePortId(svc.Namespace, svc.Name, proto, pm.Port);
-  const label = `${svc.Namespace}/${svc.Name}:${pm.Name || pm.Port}`;
-  const dport = ["-p", proto, "-m", proto, "--dport", String(pm.Port)];
-  const clusterIPs = ipsOf(svc.IPs?.ClusterIPs, family);
   const externalIPs = ipsOf(svc.IPs?.ExternalIPs, family);
   const lbIPs = ipsOf(svc.IPs?.LoadBalancerIPs, family);
-  const podCIDRs = familyCIDRs(config.clusterCIDRs, family);
-  const affinity = svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || defaultAffinitySeconds : undefined;
-
+  const clusterIPs = ipsOf(svc.IPs?.ClusterIPs, family);
   const eps = portEndpoints(portId, pm, input.endpoints, family);
   const internal = eps.filter((e) => e.internal);
   const external = eps.filter((e) => e.external);
-  const used = eps.filter((e) => e.internal || e.external);
-  // Upstream: no endpoint at all -> REJECT (fail fast); endpoints exist but
-  // none for this class under a Local policy -> DROP.
-  const internalVerdict = svc.InternalTrafficToLocal && eps.length ? "DROP" : "REJECT";
-  const externalVerdict = svc.ExternalTrafficToLocal && eps.length ? "DROP" : "REJECT";
-
-  const svcChain = serviceChain("internal", portId);
+  // Chains named after the traffic policy whose endpoint set they balance,
+  // as upstream's SVC (cluster) and SVL (local); one chain when both classes
+  // use the same set, SVX when they differ under the same policy.
+  const iLocal = svc.InternalTrafficToLocal;
+  const eLocal = svc.ExternalTrafficToLocal;
+  const svcChain = serviceChain(iLocal ? "local" : "cluster", portId);
   const sameSets = internal.length === external.length && internal.every((e, i) => e.chain === external[i].chain);
-  const svxChain = sameSets && internal.length ? svcChain : serviceChain("external", portId);
-  const extChain = serviceChain("ext", portId);
-  const fwChain = serviceChain("firewall", portId);
+  const svxChain = sameSets && internal.length ? svcChain : serviceChain(eLocal === iLocal ? "external" : eLocal ? "local" : "cluster", portId);
   const accessible = pm.NodePort > 0 || externalIPs.length > 0 || lbIPs.length > 0;
-  const usesExt = accessible && used.length > 0;
-  const ranges = sourceRanges(svc, lbIPs, family);
+  const usesExt = accessible && eps.length > 0;
+  const svcNeeded = internal.length > 0 && (clusterIPs.length > 0 || (usesExt && (svc.ExternalTrafficToLocal || svxChain === svcChain)));
+  return {
+    svc,
+    config,
+    family,
+    proto,
+    nodePort: pm.NodePort,
+    label: `${svc.Namespace}/${svc.Name}:${pm.Name || pm.Port}`,
+    dport: ["-p", proto, "-m", proto, "--dport", String(pm.Port)],
+    clusterIPs,
+    externalIPs,
+    lbIPs,
+    podCIDRs: familyCIDRs(config.clusterCIDRs, family),
+    affinity: svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || defaultAffinitySeconds : undefined,
+    internal,
+    external,
+    used: eps.filter((e) => (e.internal && svcNeeded) || (e.external && usesExt)),
+    hasEndpoints: eps.length > 0,
+    accessible,
+    usesExt,
+    svcNeeded,
+    ranges: sourceRanges(svc, lbIPs, family),
+    svcChain,
+    svxChain,
+    extChain: serviceChain("ext", portId),
+    fwChain: serviceChain("firewall", portId),
+  };
+}
 
-  for (const ep of used) {
+/**
+ * Upstream's verdicts: no endpoint at all -> REJECT (fail fast); endpoints
+ * exist but none for this class under a Local policy -> DROP.
+ */
+function noEndpointVerdict(p: PortPlan, policyLocal: boolean) {
+  const verdict = policyLocal && p.hasEndpoints ? "DROP" : "REJECT";
+  return { verdict, why: verdict === "DROP" ? "has no local endpoints" : "has no endpoints" };
+}
+
+function renderPort({ input, pm, out, own }: PortContext) {
+  const p = planPort(input, pm);
+  if (!p) return;
+  endpointRules(p, own);
+  clusterIPRules(p, out, own);
+  externalRules(p, out, own);
+  firewallRules(p, out, own);
+}
+
+/** One SEP chain per used endpoint: hairpin masquerade, affinity bookkeeping, DNAT. */
+function endpointRules(p: PortPlan, own: PortContext["own"]) {
+  for (const ep of p.used) {
     const rules = own("nat", ep.chain);
-    rules.push({ table: "nat", chain: ep.chain, comment: label, match: ["-s", ep.ip], target: ["-j", chains.markMasq] });
+    rules.push({ table: "nat", chain: ep.chain, comment: p.label, match: ["-s", ep.ip], target: ["-j", chains.markMasq] });
     rules.push({
       table: "nat",
       chain: ep.chain,
-      comment: label,
-      match: ["-p", proto, ...(affinity !== undefined ? ["-m", "recent", "--name", ep.chain, "--set"] : []), "-m", proto],
-      target: ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port, family)],
+      comment: p.label,
+      match: ["-p", p.proto, ...(p.affinity !== undefined ? ["-m", "recent", "--name", ep.chain, "--set"] : []), "-m", p.proto],
+      target: ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port, p.family)],
     });
   }
+}
 
-  // Cluster IPs.
-  if (internal.length) {
-    const rules = own("nat", svcChain);
-    for (const ip of clusterIPs) {
-      const to = ["-d", ip, ...dport];
-      if (config.masqueradeAll) rules.push({ table: "nat", chain: svcChain, comment: `${label} cluster IP`, match: to, target: ["-j", chains.markMasq] });
-      else if (podCIDRs.length === 1) rules.push({ table: "nat", chain: svcChain, comment: `${label} cluster IP`, match: ["!", "-s", podCIDRs[0], ...to], target: ["-j", chains.markMasq] });
-      else if (podCIDRs.length > 1) rules.push({ table: "nat", chain: svcChain, comment: `${label} cluster IP`, match: to, target: ["-j", chains.markNonPod] });
-      out.shared.push({ table: "nat", chain: chains.services, comment: `${label} cluster IP`, match: to, target: ["-j", svcChain] });
+function clusterIPRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
+  const comment = `${p.label} cluster IP`;
+  if (p.svcNeeded) {
+    const rules = own("nat", p.svcChain);
+    for (const ip of p.clusterIPs) {
+      const to = ["-d", ip, ...p.dport];
+      // Traffic from outside the pod network gets masqueraded, or the reply would bypass the node's un-DNAT.
+      if (p.config.masqueradeAll) rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markMasq] });
+      else if (p.podCIDRs.length === 1) rules.push({ table: "nat", chain: p.svcChain, comment, match: ["!", "-s", p.podCIDRs[0], ...to], target: ["-j", chains.markMasq] });
+      else if (p.podCIDRs.length > 1) rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markNonPod] });
+      out.shared.push({ table: "nat", chain: chains.services, comment, match: to, target: ["-j", p.svcChain] });
     }
-    balance(rules, svcChain, internal, label, affinity);
-  } else {
-    const why = internalVerdict === "DROP" ? "has no local endpoints" : "has no endpoints";
-    for (const ip of clusterIPs) out.shared.push({ table: "filter", chain: chains.filterServices, comment: `${label} ${why}`, match: ["-d", ip, ...dport], target: ["-j", internalVerdict] });
+    balance(rules, p.svcChain, p.internal, p.label, p.affinity, p.family);
   }
+  if (!p.internal.length) {
+    const { verdict, why } = noEndpointVerdict(p, p.svc.InternalTrafficToLocal);
+    for (const ip of p.clusterIPs) out.shared.push({ table: "filter", chain: chains.filterServices, comment: `${p.label} ${why}`, match: ["-d", ip, ...p.dport], target: ["-j", verdict] });
+  }
+}
 
-  // External destinations: node port, external IPs, LB IPs.
-  if (usesExt) {
-    if (external.length && svxChain !== svcChain) balance(own("nat", svxChain), svxChain, external, label, affinity);
-    const rules = own("nat", extChain);
-    const ext = (r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain: extChain, ...r });
-    if (svc.ExternalTrafficToLocal) {
+/** Node port, external IPs, LB IPs: the EXT chain and the dispatch to it, or REJECT/DROP in filter. */
+function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
+  const nodePortMatch = ["-p", p.proto, "-m", p.proto, "--dport", String(p.nodePort)];
+  if (p.usesExt) {
+    if (p.external.length && p.svxChain !== p.svcChain) balance(own("nat", p.svxChain), p.svxChain, p.external, p.label, p.affinity, p.family);
+    const rules = own("nat", p.extChain);
+    const ext = (r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain: p.extChain, ...r });
+    const local = ["-m", "addrtype", "--src-type", "LOCAL"];
+    if (p.svc.ExternalTrafficToLocal) {
       // Upstream's short-circuit: pods reaching an external destination are
       // treated as if they went out and came back through a load balancer:
       // no traffic policy, no masquerade. Traffic from the node itself is
       // masqueraded and balanced cluster-wide, else replies could not return.
-      if (internal.length) for (const cidr of podCIDRs) ext({ comment: `pod traffic for ${label} external destinations`, match: ["-s", cidr], target: ["-j", svcChain] });
-      ext({ comment: `masquerade LOCAL traffic for ${label} external destinations`, match: ["-m", "addrtype", "--src-type", "LOCAL"], target: ["-j", chains.markMasq] });
-      if (internal.length) ext({ comment: `route LOCAL traffic for ${label} external destinations`, match: ["-m", "addrtype", "--src-type", "LOCAL"], target: ["-j", svcChain] });
+      if (p.internal.length) for (const cidr of p.podCIDRs) ext({ comment: `pod traffic for ${p.label} external destinations`, match: ["-s", cidr], target: ["-j", p.svcChain] });
+      ext({ comment: `masquerade LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", chains.markMasq] });
+      if (p.internal.length) ext({ comment: `route LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", p.svcChain] });
     } else {
-      ext({ comment: `masquerade traffic for ${label} external destinations`, match: [], target: ["-j", chains.markMasq] });
+      ext({ comment: `masquerade traffic for ${p.label} external destinations`, match: [], target: ["-j", chains.markMasq] });
     }
     // Without external endpoints nothing is DNATed here, and the filter rule below drops/rejects it.
-    if (external.length) ext({ comment: `${label} external endpoints`, match: [], target: ["-j", svxChain] });
+    if (p.external.length) ext({ comment: `${p.label} external endpoints`, match: [], target: ["-j", p.svxChain] });
 
-    for (const ip of externalIPs) out.shared.push({ table: "nat", chain: chains.services, comment: `${label} external IP`, match: ["-d", ip, ...dport], target: ["-j", extChain] });
-    for (const ip of lbIPs) {
-      const target = ranges.has(ip) ? fwChain : extChain;
-      out.shared.push({ table: "nat", chain: chains.services, comment: `${label} loadbalancer IP`, match: ["-d", ip, ...dport], target: ["-j", target] });
-    }
-    if (ranges.size) {
-      const fw = own("nat", fwChain);
-      for (const [ip, cidrs] of ranges) {
-        for (const cidr of cidrs) fw.push({ table: "nat", chain: fwChain, comment: `${label} loadbalancer IP`, match: ["-d", ip, "-s", cidr], target: ["-j", extChain] });
-        // A VIP-like LB IP is often local too: the node's own requests then
-        // come from the LB IP itself and must pass (upstream does the same).
-        if (cidrs.some((c) => config.nodeIPs.some((n) => prefixContains(c, n)))) fw.push({ table: "nat", chain: fwChain, comment: `${label} loadbalancer IP`, match: ["-d", ip, "-s", ip], target: ["-j", extChain] });
-      }
-    }
-    if (pm.NodePort > 0) out.shared.push({ table: "nat", chain: chains.nodePorts, comment: `${label} node port`, match: ["-p", proto, "-m", proto, "--dport", String(pm.NodePort)], target: ["-j", extChain] });
+    const dispatch = (ip: string, kind: string, target: string) =>
+      out.shared.push({ table: "nat", chain: chains.services, comment: `${p.label} ${kind}`, match: ["-d", ip, ...p.dport], target: ["-j", target] });
+    for (const ip of p.externalIPs) dispatch(ip, "external IP", p.extChain);
+    for (const ip of p.lbIPs) dispatch(ip, "loadbalancer IP", p.ranges.has(ip) ? p.fwChain : p.extChain);
+    if (p.nodePort > 0) out.shared.push({ table: "nat", chain: chains.nodePorts, comment: `${p.label} node port`, match: nodePortMatch, target: ["-j", p.extChain] });
   }
-  if (!external.length && accessible) {
-    const why = externalVerdict === "DROP" ? "has no local endpoints" : "has no endpoints";
-    for (const ip of [...externalIPs, ...lbIPs]) out.shared.push({ table: "filter", chain: chains.externalServices, comment: `${label} ${why}`, match: ["-d", ip, ...dport], target: ["-j", externalVerdict] });
-    if (pm.NodePort > 0) out.shared.push({ table: "filter", chain: chains.filterNodePorts, comment: `${label} ${why}`, match: ["-p", proto, "-m", proto, "--dport", String(pm.NodePort)], target: ["-j", externalVerdict] });
+  if (!p.external.length && p.accessible) {
+    const { verdict, why } = noEndpointVerdict(p, p.svc.ExternalTrafficToLocal);
+    for (const ip of [...p.externalIPs, ...p.lbIPs]) out.shared.push({ table: "filter", chain: chains.externalServices, comment: `${p.label} ${why}`, match: ["-d", ip, ...p.dport], target: ["-j", verdict] });
+    if (p.nodePort > 0) out.shared.push({ table: "filter", chain: chains.filterNodePorts, comment: `${p.label} ${why}`, match: nodePortMatch, target: ["-j", verdict] });
   }
-  // What the FW chain did not DNAT still has the LB IP as destination in filter: drop it.
-  for (const ip of ranges.keys()) {
-    out.shared.push({ table: "filter", chain: chains.firewall, comment: `${label} traffic not accepted by ${fwChain}`, match: ["-d", ip, ...dport], target: ["-j", "DROP"] });
+}
+
+/** loadBalancerSourceRanges: the FW chain lets allowed sources on to EXT; filter drops what it did not DNAT. */
+function firewallRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
+  if (p.usesExt && p.ranges.size) {
+    const fw = own("nat", p.fwChain);
+    const comment = `${p.label} loadbalancer IP`;
+    for (const [ip, cidrs] of p.ranges) {
+      for (const cidr of cidrs) fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", cidr], target: ["-j", p.extChain] });
+      // A VIP-like LB IP is often local too: the node's own requests then
+      // come from the LB IP itself and must pass (upstream does the same).
+      if (cidrs.some((c) => p.config.nodeIPs.some((n) => prefixContains(c, n)))) fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", ip], target: ["-j", p.extChain] });
+    }
+  }
+  // After DNAT the destination is no longer the LB IP: only what the FW chain refused still matches here.
+  for (const ip of p.ranges.keys()) {
+    out.shared.push({ table: "filter", chain: chains.firewall, comment: `${p.label} traffic not accepted by ${p.fwChain}`, match: ["-d", ip, ...p.dport], target: ["-j", "DROP"] });
   }
 }
 

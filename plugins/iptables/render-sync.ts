@@ -12,8 +12,8 @@ import type { SavedState } from "./saved.ts";
 
 /** What was written for one service, compact enough to keep for 10,000s of services. */
 export interface WrittenService {
-  /** `table/name` -> the chain's rule lines joined */
-  chains: Map<string, string>;
+  /** `table/name` -> a 64-bit digest of the chain's rule lines (only equality matters) */
+  chains: Map<string, Digest>;
   /** `table/line` -> the rule in a fixed chain */
   shared: Map<string, Rule>;
 }
@@ -25,9 +25,12 @@ const splitKey = (key: string) => {
 };
 const sharedKey = (r: Rule) => `${r.table}/${ruleLine(r)}`;
 
+type Digest = number | bigint;
+const digest = (rules: readonly Rule[]): Digest => Bun.hash(rules.map((r) => ruleLine(r)).join("\n"));
+
 export function compact(rules: ServiceRules): WrittenService {
-  const chains = new Map<string, string>();
-  for (const [k, c] of rules.chains) chains.set(k, c.rules.map((r) => ruleLine(r)).join("\n"));
+  const chains = new Map<string, Digest>();
+  for (const [k, c] of rules.chains) chains.set(k, digest(c.rules));
   const shared = new Map<string, Rule>();
   for (const r of rules.shared) shared.set(sharedKey(r), r);
   return { chains, shared };
@@ -101,8 +104,7 @@ export function partialTransaction(changes: Iterable<ServiceChange>): Transactio
     const afterKeys = new Set<string>();
     for (const [k, c] of after?.chains ?? []) {
       afterKeys.add(k);
-      const text = c.rules.map((r) => ruleLine(r)).join("\n");
-      if (before?.chains.get(k) === text) continue;
+      if (before?.chains.get(k) === digest(c.rules)) continue;
       tx.declare(c.table, c.name);
       for (const r of c.rules) tx.append(r);
     }

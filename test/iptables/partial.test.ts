@@ -1,0 +1,140 @@
+// Partial restores, asserted on the restore input a recorder captured: after
+// the first full restore only the chains of changed services are named, and
+// a replay of identical calls (a brain restart in sidecar mode) names nothing.
+
+import { describe, expect, test } from "bun:test";
+import { recordingExecutor } from "../../plugins/iptables/executor.ts";
+import { IptablesBackend } from "../../plugins/iptables/index.ts";
+import { serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
+import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
+
+const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
+  svc({ name: `web${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }], ...extra });
+const pod = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 } });
+
+/** A backend (IPv4 only: the arithmetic below counts one family) holding `n` services of `eps` endpoints each, after its full restore. */
+async function loaded(n: number, eps = 2) {
+  const rec = recordingExecutor();
+  const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0 });
+  for (let i = 1; i <= n; i++) {
+    b.setService(web(i));
+    for (let e = 0; e < eps; e++) b.setEndpoint("default", `web${i}`, `p${e}`, pod(i * 8 + e));
+  }
+  await b.sync();
+  expect(b.lastSync?.full).toBe(true);
+  rec.calls.length = 0;
+  return { b, rec };
+}
+
+const lines = (text: string, re: RegExp) => text.split("\n").filter((l) => re.test(l));
+const chainsNamed = (text: string) => new Set([...text.matchAll(/KPNG-[A-Z]+-[A-Z2-7]{16}/g)].map((m) => m[0]));
+const ownChains = (name: string) => ["cluster", "local", "external", "ext", "firewall"].map((k) => serviceChain(k as "cluster", servicePortId("default", name, "tcp", 80)));
+
+describe("iptables partial restores", () => {
+  test("one endpoint added: only that service's SVC chain and the new SEP chain are written", async () => {
+    const { b, rec } = await loaded(50);
+    b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
+    await b.sync();
+    const [text] = rec.restores("v4");
+    expect(b.lastSync?.full).toBe(false);
+    // 2 chains declared (SVC rewritten, SEP new); rules: SVC = 1 masquerade + 3 balance, SEP = hairpin + DNAT -> 6.
+    expect(lines(text, /^:/).length).toBe(2);
+    expect(lines(text, /^-A /).length).toBe(6);
+    expect(lines(text, /^-[DIX] /)).toEqual([]);
+    const svcChain = ownChains("web7")[0];
+    const named = [...chainsNamed(text)];
+    expect(named).toContain(svcChain);
+    // Every chain named belongs to web7: its SVC chain or one of its SEP chains (jumped to from its SVC chain).
+    const seps = new Set(lines(text, new RegExp(`^-A ${svcChain} .* -j KPNG-SEP-`)).map((l) => l.split(" -j ")[1]));
+    expect(named.filter((c) => c !== svcChain && !seps.has(c))).toEqual([]);
+  });
+
+  test("one endpoint removed: SVC rewritten, the old SEP chain flushed and deleted", async () => {
+    const { b, rec } = await loaded(50, 3);
+    b.deleteEndpoint("default", "web9", "p1");
+    await b.sync();
+    const [text] = rec.restores("v4");
+    // declared: SVC + old SEP (flush before -X) = 2; rules: 1 masquerade + 2 balance = 3; one -X.
+    expect(lines(text, /^:/).length).toBe(2);
+    expect(lines(text, /^-A /).length).toBe(3);
+    expect(lines(text, /^-X /).length).toBe(1);
+    expect(lines(text, /^-[DI] /)).toEqual([]);
+  });
+
+  test("the restore after one endpoint change has the same size with 10 or 1,000 services", async () => {
+    const sizes: number[] = [];
+    for (const n of [10, 1000]) {
+      const { b, rec } = await loaded(n);
+      b.setEndpoint("default", "web5", "p2", pod(5 * 8 + 2));
+      await b.sync();
+      sizes.push(rec.restores("v4")[0].length);
+    }
+    expect(sizes[0]).toBe(sizes[1]);
+  });
+
+  test("replaying every set call unchanged (brain restart) runs no restore at all", async () => {
+    const { b, rec } = await loaded(20);
+    for (let i = 1; i <= 20; i++) {
+      b.setService(web(i)); // new objects, equal content
+      for (let e = 0; e < 2; e++) b.setEndpoint("default", `web${i}`, `p${e}`, pod(i * 8 + e));
+    }
+    await b.sync();
+    expect(b.lastSync).toMatchObject({ full: false, rendered: 0, bytes: { v4: 0 } });
+    expect(rec.calls).toEqual([]);
+  });
+
+  test("replay with one real difference rewrites only that difference", async () => {
+    const { b, rec } = await loaded(20);
+    for (let i = 1; i <= 20; i++) {
+      b.setService(web(i));
+      for (let e = 0; e < 2; e++) b.setEndpoint("default", `web${i}`, `p${e}`, pod(i * 8 + (i === 3 && e === 1 ? 5 : e)));
+    }
+    await b.sync();
+    expect(b.lastSync?.rendered).toBe(1);
+    const text = rec.restores("v4")[0];
+    // SVC rewritten + new SEP declared + old SEP declared for deletion = 3; SVC rules 3, new SEP 2 = 5.
+    expect(lines(text, /^:/).length).toBe(3);
+    expect(lines(text, /^-A /).length).toBe(5);
+    expect(lines(text, /^-X /).length).toBe(1);
+  });
+
+  test("last endpoint removed: nat chains deleted, dispatch rule removed, filter REJECT inserted", async () => {
+    const { b, rec } = await loaded(5, 1);
+    b.deleteEndpoint("default", "web2", "p0");
+    await b.sync();
+    const text = rec.restores("v4")[0];
+    expect(lines(text, /^-X /).length).toBe(2); // SVC and SEP
+    expect(lines(text, /^-D KPNG-SERVICES .*cluster IP/).length).toBe(1);
+    expect(lines(text, /^-A KPNG-SERVICES .* -j REJECT$/).length).toBe(1);
+    expect(text.indexOf("*filter")).toBeLessThan(text.indexOf("*nat"));
+  });
+
+  test("service deleted: every chain of it flushed and deleted, its fixed-chain rules removed", async () => {
+    const { b, rec } = await loaded(5, 2);
+    b.deleteEndpoint("default", "web4", "p0");
+    b.deleteEndpoint("default", "web4", "p1");
+    b.deleteService("default", "web4");
+    await b.sync();
+    const text = rec.restores("v4")[0];
+    expect(lines(text, /^-X /).length).toBe(3); // SVC + 2 SEP
+    expect(lines(text, /^:/).length).toBe(3);
+    expect(lines(text, /^-D /).length).toBe(1); // dispatch
+    expect(lines(text, /^-[AI] /)).toEqual([]);
+  });
+
+  test("a new service gets its dispatch rule inserted at the head, above the node-port jump", async () => {
+    const { b, rec } = await loaded(3);
+    b.setService(web(99));
+    b.setEndpoint("default", "web99", "p0", pod(99));
+    await b.sync();
+    expect(lines(rec.restores("v4")[0], /KPNG-SERVICES/)).toEqual([expect.stringMatching(/^-I KPNG-SERVICES 1 .*-d 198\.18\.0\.99 /)]);
+  });
+
+  test("endpoint set repeated with different keys for the same address and port: no change", async () => {
+    const { b, rec } = await loaded(3, 1);
+    b.deleteEndpoint("default", "web1", "p0");
+    b.setEndpoint("default", "web1", "renamed", pod(8));
+    await b.sync();
+    expect(rec.calls).toEqual([]);
+  });
+});
