@@ -24,7 +24,50 @@ export const NO_ENDPOINT_NODEPORTS_MAP = "no-endpoint-nodeports";
 /** daddr . l4proto . dport -> goto the service's firewall chain (loadBalancerSourceRanges) */
 export const FIREWALL_IPS_MAP = "firewall-ips";
 
+/**
+ * Endpoint choice without a chain per endpoint: a dispatch list (the
+ * endpoints one service port balances to for one traffic class) owns a
+ * *slot*, i.e. the keys [slot << SLOT_BITS, + N) of one shard map, and its
+ * chain does `dnat to numgen random mod N offset (slot << SLOT_BITS) map
+ * @endpoints-PROTO-SS`. Why not upstream's per-service anonymous vmap and chain
+ * per endpoint: every anonymous set makes the kernel scan all sets of the
+ * table for a free name and the transaction for its id (quadratic: 10,000
+ * services took minutes), and 100,000 endpoint chains + rules alone cost
+ * more than the 3 s full-sync budget. Why shards: adding an element to a map
+ * makes the kernel visit every rule bound to that map (nft_add_set_elem), so
+ * one map bound by 10,000 chains is quadratic again (and binding a map walks
+ * its elements): the work is bindings x elements / SHARDS. 256 shards keep
+ * it small; the kernel finds a set by name with a list walk, which is why
+ * not one map per service. A shard map exists only while a slot uses it.
+ * Services with ClientIP affinity keep a chain per endpoint (it must update
+ * the affinity set), reached through the same slots in ENDPOINT_CHAINS maps.
+ */
+export const SHARDS = 256;
+export const SLOT_BITS = 14;
+/** at most this many endpoints per dispatch list; more are cut (and logged) */
+export const MAX_DISPATCH = 1 << SLOT_BITS;
+/** (1 << 32) >> SLOT_BITS: numgen results are 32-bit */
+export const MAX_SLOTS = 1 << (32 - SLOT_BITS);
+export const ALL_SHARDS = Array.from({ length: SHARDS }, (_, i) => i);
+/**
+ * One set of DNAT maps per protocol: their type must be written `typeof
+ * numgen … : ip daddr . tcp dport` (numgen has no named type), and nft 1.0.6
+ * reading back a `th dport` map from the kernel rejects rules that match
+ * `meta l4proto tcp` ("conflicting protocols specified: tcp vs. th").
+ */
+export const DNAT_PROTOCOLS = ["tcp", "udp", "sctp"] as const;
+export type DnatProtocol = (typeof DNAT_PROTOCOLS)[number];
+const shardNames = (prefix: string) => ALL_SHARDS.map((i) => `${prefix}-${String(i).padStart(3, "0")}`);
+const ENDPOINTS_MAPS = Object.fromEntries(DNAT_PROTOCOLS.map((p) => [p, shardNames(`endpoints-${p}`)])) as Record<DnatProtocol, string[]>;
+const ENDPOINT_CHAINS_MAPS = shardNames("endpoint-chains");
+/** slot index -> endpoint address . port */
+export const endpointsMap = (proto: DnatProtocol, slot: number) => ENDPOINTS_MAPS[proto][slot % SHARDS];
+/** slot index -> goto endpoint chain (services with affinity) */
+export const endpointChainsMap = (slot: number) => ENDPOINT_CHAINS_MAPS[slot % SHARDS];
+
 // ---- sets ----------------------------------------------------------------
+/** endpoint . endpoint: a DNATed packet whose source is its own endpoint (hairpin) is masqueraded */
+export const HAIRPIN_SET = "hairpin";
 /** every cluster IP: traffic to one that was not DNATed hit an undefined port -> reject */
 export const CLUSTER_IPS_SET = "cluster-ips";
 /** addresses (or CIDRs) that answer node ports: Config.nodePortAddresses, default Config.nodeIPs */
@@ -64,9 +107,11 @@ export interface BaseChain {
 const newConn = "ct state new";
 
 /**
- * The hooks kpng attaches to. Filter checks that must see the *service*
- * address run before DNAT (dstnat - 10): source ranges. Checks that must
- * only see packets no service chain DNATed run after it (dstnat + 10): the
+ * The hooks kpng attaches to, with numeric priorities (nft 1.0.6 accepts the
+ * "dstnat" keyword only on prerouting): dstnat = -100, srcnat = 100.
+ * Filter checks that must see the *service* address run before DNAT
+ * (-110): source ranges. Checks that must only see packets no service
+ * chain DNATed run after it (-90): the
  * no-endpoint verdicts and undefined cluster-IP ports. Upstream runs the
  * no-endpoint check in output *before* DNAT, which drops host traffic to an
  * eTP=Local LB IP that has no local endpoint although the short-circuit
@@ -75,12 +120,12 @@ const newConn = "ct state new";
  * DNAT whatever their priority.
  */
 export const BASE_CHAINS: readonly BaseChain[] = [
-  { name: "filter-prerouting", type: "filter", hook: "prerouting", priority: "dstnat - 10", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
+  { name: "filter-prerouting", type: "filter", hook: "prerouting", priority: "-110", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
   {
     name: "filter-input",
     type: "filter",
     hook: "input",
-    priority: "dstnat - 10",
+    priority: "-110",
     jumps: [
       { chain: NODEPORT_ENDPOINTS_CHECK_CHAIN, match: newConn },
       { chain: SERVICE_ENDPOINTS_CHECK_CHAIN, match: newConn },
@@ -90,26 +135,26 @@ export const BASE_CHAINS: readonly BaseChain[] = [
     name: "filter-forward",
     type: "filter",
     hook: "forward",
-    priority: "dstnat - 10",
+    priority: "-110",
     jumps: [
       { chain: SERVICE_ENDPOINTS_CHECK_CHAIN, match: newConn },
       { chain: CLUSTER_IPS_CHECK_CHAIN, match: newConn },
     ],
   },
-  { name: "filter-output", type: "filter", hook: "output", priority: "dstnat - 10", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
+  { name: "filter-output", type: "filter", hook: "output", priority: "-110", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
   {
     name: "filter-output-post-dnat",
     type: "filter",
     hook: "output",
-    priority: "dstnat + 10",
+    priority: "-90",
     jumps: [
       { chain: SERVICE_ENDPOINTS_CHECK_CHAIN, match: newConn },
       { chain: CLUSTER_IPS_CHECK_CHAIN, match: newConn },
     ],
   },
-  { name: "nat-prerouting", type: "nat", hook: "prerouting", priority: "dstnat", jumps: [{ chain: SERVICES_CHAIN }] },
-  { name: "nat-output", type: "nat", hook: "output", priority: "dstnat", jumps: [{ chain: SERVICES_CHAIN }] },
-  { name: "nat-postrouting", type: "nat", hook: "postrouting", priority: "srcnat", jumps: [{ chain: MASQUERADING_CHAIN }] },
+  { name: "nat-prerouting", type: "nat", hook: "prerouting", priority: "-100", jumps: [{ chain: SERVICES_CHAIN }] },
+  { name: "nat-output", type: "nat", hook: "output", priority: "-100", jumps: [{ chain: SERVICES_CHAIN }] },
+  { name: "nat-postrouting", type: "nat", hook: "postrouting", priority: "100", jumps: [{ chain: MASQUERADING_CHAIN }] },
 ];
 
 // ---- per-service names -----------------------------------------------------
@@ -156,10 +201,10 @@ export const clusterChain = (portId: string) => named("svc", portId);
 export const externalChain = (portId: string) => named("ext", portId);
 /** loadBalancerSourceRanges of one IPFilter of a service */
 export const firewallChain = (svcKey: string, index: number) => named("fw", `${svcKey}/${index}`);
-/** DNAT to one endpoint of one service port */
-export const endpointChain = (portId: string, endpoint: string) => named("ep", `${portId}__${endpoint}`);
+/** DNAT to one endpoint (address and target port) of one service port */
+export const endpointChain = (portId: string, ip: string, port: number) => named("ep", `${portId}__${ip}/${port}`);
 /** ClientIP affinity: sources recently sent to one endpoint of one service port */
-export const affinitySet = (portId: string, endpoint: string) => named("aff", `${portId}__${endpoint}`);
+export const affinitySet = (portId: string, ip: string, port: number) => named("aff", `${portId}__${ip}/${port}`);
 
 /** nft comments are limited to 128 bytes and must not contain a double quote */
 export const comment = (text: string) => text.replace(/["\\\n]/g, "_").slice(0, 128);

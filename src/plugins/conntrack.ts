@@ -18,6 +18,7 @@
 //   staleUdpFlows(prev, next)        pure: what to delete between two syncs.
 //   conntrackArgv(flow)              pure: the `conntrack -D` argv for one flow.
 //   deleteStaleUdpFlows(exec, flows, log)  runs them; best effort, never throws.
+//   parseUdpEntries / matches        the one-dump path used for many flows.
 
 import type { Logger } from "../core/log.ts";
 import type { Executor } from "./backend.ts";
@@ -86,19 +87,81 @@ export function conntrackArgv(f: StaleFlow): string[] {
   return argv;
 }
 
-// conntrack(8) exits 1 with this message when the filter matched nothing:
-// that is the common case, not a failure.
 const nothingDeleted = /0 flow entries have been deleted/;
+
+/** One UDP conntrack entry, as `conntrack -L` prints it. */
+export interface UdpEntry {
+  family: 4 | 6;
+  src: string;
+  dst: string;
+  sport: number;
+  dport: number;
+  replySrc: string;
+  replySport: number;
+}
+
+/** Parses `conntrack -L -p udp` lines: `udp 17 29 src=… dst=… sport=… dport=… [UNREPLIED] src=… dst=… sport=… dport=… …`. */
+export function parseUdpEntries(text: string, family: 4 | 6): UdpEntry[] {
+  const out: UdpEntry[] = [];
+  for (const line of text.split("\n")) {
+    const src = [...line.matchAll(/\bsrc=(\S+)/g)].map((m) => m[1]);
+    const dst = [...line.matchAll(/\bdst=(\S+)/g)].map((m) => m[1]);
+    const sport = [...line.matchAll(/\bsport=(\d+)/g)].map((m) => Number(m[1]));
+    const dport = [...line.matchAll(/\bdport=(\d+)/g)].map((m) => Number(m[1]));
+    if (!line.startsWith("udp") || src.length < 2 || dst.length < 1 || sport.length < 2 || dport.length < 1) continue;
+    out.push({ family, src: src[0], dst: dst[0], sport: sport[0], dport: dport[0], replySrc: src[1], replySport: sport[1] });
+  }
+  return out;
+}
+
+/** conntrack prints IPv6 in RFC 5952 form; the state may hold any valid spelling ("2001:db8:2:0::1") */
+const canon = (ip: string) => (ip.includes(":") ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
+
+export function matches(f: StaleFlow, e: UdpEntry): boolean {
+  if (f.family !== e.family || f.dport !== e.dport || (f.dst !== undefined && canon(f.dst) !== canon(e.dst))) return false;
+  if (f.endpoint === undefined) return true;
+  const [ip, port] = splitHostPort(f.endpoint);
+  return canon(ip) === canon(e.replySrc) && port === e.replySport;
+}
+
+const entryArgv = (e: UdpEntry) => [
+  "conntrack", "-D", "-f", e.family === 6 ? "ipv6" : "ipv4", "-p", "udp",
+  "--orig-src", e.src, "--orig-dst", e.dst, "--orig-port-src", String(e.sport), "--orig-port-dst", String(e.dport),
+];
 
 /**
  * Deletes the flows; returns how many deletions failed. Cleanup is best
  * effort (upstream logs and carries on): a failure here must not fail a sync
  * whose rules are already in place.
+ *
+ * `conntrack -D` with filters dumps the whole table to find its matches, so
+ * for more than one flow this dumps once per family, matches here, and
+ * deletes only the entries that exist (usually none): a first sync of
+ * thousands of UDP services costs two dumps, not thousands.
  */
 export async function deleteStaleUdpFlows(exec: Executor, flows: readonly StaleFlow[], log: Logger): Promise<number> {
+  if (flows.length <= 1) return deleteEach(exec, flows.map(conntrackArgv), log);
+  const doomed: string[][] = [];
+  for (const family of [4, 6] as const) {
+    const mine = flows.filter((f) => f.family === family);
+    if (!mine.length) continue;
+    let listing: string;
+    try {
+      listing = await exec.run(["conntrack", "-L", "-f", family === 6 ? "ipv6" : "ipv4", "-p", "udp"]);
+    } catch (err) {
+      log.warn("conntrack listing failed", { err: err instanceof Error ? err.message : String(err) });
+      return mine.length;
+    }
+    for (const e of parseUdpEntries(listing, family)) if (mine.some((f) => matches(f, e))) doomed.push(entryArgv(e));
+  }
+  return deleteEach(exec, doomed, log);
+}
+
+// conntrack(8) exits 1 with this message when the filter matched nothing
+// (the entry expired meanwhile): not a failure.
+async function deleteEach(exec: Executor, argvs: string[][], log: Logger): Promise<number> {
   let failed = 0;
-  for (const f of flows) {
-    const argv = conntrackArgv(f);
+  for (const argv of argvs) {
     try {
       await exec.run(argv);
     } catch (err) {

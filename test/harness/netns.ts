@@ -8,12 +8,14 @@
 //   eth0 198.18.128.1/24  <--veth-->  ext0 203.0.113.10/24    vpI <--veth--> eth0 198.19.0.(I+1)/32
 //        2001:db8:5::1/64                 2001:db8:3::a/64    (fe80::1)          2001:db8:2::(I+1)/128
 //   default via the node                routes to client       default via 203.0.113.10 / fe80::1
-//                                       and to each pod /32
+//                                       and to each pod /32;
+//                                       default dev uplink0 (a sink)
 //
 // API (keep it small and stable: another backend's suite uses it):
 //
 //   const topo = await createTopology({ pods: 3 });   // afterAll(() => topo.destroy())
 //   topo.node / topo.client: { ns, v4, v6 }           topo.pods[i]: { ns, name: "podI", v4, v6 }
+//                                                     (v6 in RFC 5952 form, as servers report sources)
 //   await topo.exec(ns, ["nft", "list", "ruleset"])   // stdout; throws NetnsError on exit != 0
 //   topo.executor(topo.node.ns)                       // an Executor for a backend under test
 //   await topo.serve(topo.pods[0], { tcp: [80], udp: [53], sctp: [9000] })
@@ -105,6 +107,9 @@ export async function run(argv: string[], stdin?: string): Promise<string> {
   return out;
 }
 
+/** RFC 5952 text of an IPv6 address, as servers print the peers they see */
+export const canonical6 = (ip: string) => new URL(`http://[${ip}]/`).hostname.slice(1, -1);
+
 const live = new Set<string>();
 let exitHookInstalled = false;
 function installExitHook() {
@@ -124,13 +129,13 @@ const noDad = { "net.ipv6.conf.all.accept_dad": 0, "net.ipv6.conf.default.accept
 export async function createTopology(opts: TopologyOptions = {}): Promise<Topology> {
   installExitHook();
   const id = `${opts.prefix ?? "kpt"}${Math.random().toString(36).slice(2, 8)}`;
-  const node: Host = { ns: `${id}-node`, v4: v4.node(0), v6: v6.node(0) };
-  const client: Host = { ns: `${id}-cli`, v4: v4.client(1), v6: v6.client(1) };
+  const node: Host = { ns: `${id}-node`, v4: v4.node(0), v6: canonical6(v6.node(0)) };
+  const client: Host = { ns: `${id}-cli`, v4: v4.client(1), v6: canonical6(v6.client(1)) };
   const pods: Pod[] = Array.from({ length: opts.pods ?? 2 }, (_, i) => ({
     ns: `${id}-pod${i}`,
     name: `pod${i}`,
     v4: v4.pod(0, i + 1),
-    v6: v6.pod(0, i + 1),
+    v6: canonical6(v6.pod(0, i + 1)),
   }));
   const servers = new Map<string, Bun.Subprocess>();
   const all = [node.ns, client.ns, ...pods.map((p) => p.ns)];
@@ -200,9 +205,31 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
       live.add(ns);
       await exec(ns, sysctls({ ...noDad, "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0 }));
     }
-    await exec(node.ns, sysctls({ "net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1 }));
+    await exec(
+      node.ns,
+      sysctls({
+        "net.ipv4.ip_forward": 1,
+        "net.ipv6.conf.all.forwarding": 1,
+        // Hairpin traffic leaves by the interface it came in, which makes the
+        // node send ICMP redirects; a redirect resets the per-host ICMP rate
+        // limiter, and the next reject's ICMP error is silently skipped. Tests
+        // need every reject answered.
+        "net.ipv4.conf.all.send_redirects": 0,
+        "net.ipv4.conf.default.send_redirects": 0,
+        "net.ipv4.icmp_ratelimit": 0,
+        "net.ipv6.icmp.ratelimit": 0,
+      }),
+    );
     await ipBatch(node.ns, [
       "link set lo up",
+      // The node's "uplink": one end of a veth pair whose other end stays
+      // down (this kernel has no dummy driver). It holds the default routes,
+      // so service IPs are routable as on a real node, while packets nobody
+      // answers vanish here instead of leaving the namespaces.
+      "link add uplink0 type veth peer name uplink1",
+      "link set uplink0 arp off up",
+      "route add 0.0.0.0/0 dev uplink0",
+      "route add ::/0 dev uplink0",
       `link add ext0 type veth peer name eth0 netns ${client.ns}`,
       `addr add ${node.v4}/24 dev ext0`,
       `addr add ${node.v6}/64 dev ext0 nodad`,

@@ -1,0 +1,43 @@
+// Address checks for the renderer. Every address that reaches rule text goes
+// through here: the brain validates its input, but a backend must never
+// print a string into an nft script it has not recognised as an address.
+
+import { isIPv4, isIPv6 } from "node:net";
+import type { Family } from "./names.ts";
+
+export const isFamilyIP = (family: Family, s: string) => (family === "ip" ? isIPv4(s) : isIPv6(s));
+
+/** "198.19.0.0/16", "2001:db8::/32" or a bare address of the family */
+export function isFamilyCIDR(family: Family, s: string): boolean {
+  const slash = s.indexOf("/");
+  if (slash < 0) return isFamilyIP(family, s);
+  const bits = s.slice(slash + 1);
+  if (!/^\d{1,3}$/.test(bits) || Number(bits) > (family === "ip" ? 32 : 128)) return false;
+  return isFamilyIP(family, s.slice(0, slash));
+}
+
+/**
+ * Keeps the addresses of one family, in order, without duplicates. IPv6 text
+ * is used as spelled (canonicalising 100,000 endpoint addresses costs as much
+ * as the rest of a render); the API server holds one spelling per object.
+ */
+export function ofFamily(family: Family, list: readonly string[] | undefined): string[] {
+  const out: string[] = [];
+  // called once per endpoint: a plain loop, no Set for the usual 0-2 items
+  for (const s of list ?? []) if (isFamilyIP(family, s) && !out.includes(s)) out.push(s);
+  return out;
+}
+
+export const cidrsOfFamily = (family: Family, list: readonly string[] | undefined) => [
+  ...new Set((list ?? []).filter((s) => isFamilyCIDR(family, s))),
+];
+
+/** "198.19.0.1:80" / "[2001:db8:2::1]:80": the form dnat and conntrack use */
+export const hostPort = (family: Family, ip: string, port: number) => (family === "ip" ? `${ip}:${port}` : `[${ip}]:${port}`);
+
+/** `ip` / `ip6` address match keyword of the family */
+export const addrKw = (family: Family) => (family === "ip" ? "ip" : "ip6");
+export const addrType = (family: Family) => (family === "ip" ? "ipv4_addr" : "ipv6_addr");
+export const loopback = (family: Family) => (family === "ip" ? "127.0.0.0/8" : "::1");
+/** anonymous set, or a single value when there is one */
+export const setOf = (items: readonly string[]) => (items.length === 1 ? items[0] : `{ ${items.join(", ")} }`);

@@ -1,0 +1,133 @@
+// The nftables backend: a full-state backend that renders only what changed
+// (sync.ts), applies it as one atomic `nft -f -` transaction (executor.ts) and
+// then clears stale UDP conntrack entries (src/plugins/conntrack.ts).
+//
+// `createNftBackend(ctx, { exec })` lets tests run it against a recorder or
+// inside a network namespace; the default export is the BackendFactory the
+// registry loads for `--backend nft`.
+
+import { errorMessage } from "../../src/core/errors.ts";
+import type { Logger } from "../../src/core/log.ts";
+import type { NodeState, StateChange } from "../../src/core/state.ts";
+import type { BackendContext, BackendFactory, Executor, FullStateBackend } from "../../src/plugins/backend.ts";
+import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { NftRunner, processExecutor } from "./executor.ts";
+import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
+
+export interface NftOptions {
+  /** where `nft` and `conntrack` run (default: real processes) */
+  exec?: Executor;
+}
+
+export interface SyncStats {
+  full: boolean;
+  statements: number;
+  renderMs: number;
+  applyMs: number;
+  conntrackDeletes: number;
+}
+
+export class NftBackend implements FullStateBackend {
+  readonly name = "nft";
+  readonly kind = "full";
+  /** figures of the last apply, for logs and benchmarks */
+  last: SyncStats | undefined;
+
+  private readonly sync: NftSync;
+  private readonly runner: NftRunner;
+  private readonly exec: Executor;
+  private readonly log: Logger;
+  private needFull = true;
+  /** UDP frontends as last applied, per service: what conntrack cleanup diffs against */
+  private udpApplied = new Map<string, UdpFrontend[]>();
+
+  constructor(
+    private readonly ctx: BackendContext,
+    opts: NftOptions = {},
+  ) {
+    this.exec = opts.exec ?? processExecutor();
+    this.runner = new NftRunner(this.exec);
+    this.sync = new NftSync(ctx.config);
+    this.log = ctx.log.child("nft");
+  }
+
+  async setup(): Promise<void> {
+    if (this.ctx.config.dryRun) return;
+    // Validates the whole skeleton in the kernel (fib, numgen, maps) without committing it.
+    await this.runner.check(new NftSync(this.ctx.config).plan({ nodeName: "", rev: 0, services: new Map() }, null).tx);
+  }
+
+  async apply(state: NodeState, change: StateChange): Promise<void> {
+    const t0 = performance.now();
+    let plan = this.sync.plan(state, this.needFull ? null : change);
+    plan.tx.print(); // part of rendering; kept by the transaction
+    const renderMs = performance.now() - t0;
+    if (plan.truncated) this.log.warn("endpoints beyond the per-service limit left out", { count: plan.truncated });
+    if (this.ctx.config.dryRun) {
+      const flows = this.staleFlows(plan);
+      const notes = flows.map((f) => `# ${conntrackArgv(f).join(" ")}\n`).join("");
+      if (!plan.tx.empty) this.ctx.out(plan.tx.print() + notes);
+      this.needFull = false;
+      this.commit(plan, renderMs, 0, 0);
+      return;
+    }
+    const t1 = performance.now();
+    try {
+      await this.runner.apply(plan.tx);
+    } catch (err) {
+      // The kernel refused the batch, so nothing of it was applied, and our
+      // records may not match the kernel (someone flushed a chain, a
+      // previous sync half-known): only a full resync is safe.
+      this.sync.reset();
+      this.needFull = true;
+      if (plan.full) throw err;
+      this.log.warn("partial sync failed, resyncing everything", { err: errorMessage(err) });
+      plan = this.sync.plan(state, null);
+      await this.runner.apply(plan.tx);
+    }
+    this.needFull = false;
+    const applyMs = performance.now() - t1;
+    const deletes = await this.clearConntrack(plan);
+    this.commit(plan, renderMs, applyMs, deletes);
+  }
+
+  async cleanup(): Promise<void> {
+    const tx = cleanupTransaction();
+    if (this.ctx.config.dryRun) this.ctx.out(tx.print());
+    else await this.runner.apply(tx);
+    this.sync.reset();
+    this.needFull = true;
+    this.udpApplied.clear();
+  }
+
+  private staleFlows(plan: SyncPlan): StaleFlow[] {
+    const prev = new Map<string, UdpFrontend>();
+    const next = new Map<string, UdpFrontend>();
+    const before = plan.full ? [...this.udpApplied.keys()] : plan.keys;
+    for (const k of before) for (const u of this.udpApplied.get(k) ?? []) prev.set(frontendKey(u), u);
+    for (const list of plan.udp.values()) for (const u of list) next.set(frontendKey(u), u);
+    return staleUdpFlows(prev, next);
+  }
+
+  private async clearConntrack(plan: SyncPlan): Promise<number> {
+    const flows = this.staleFlows(plan);
+    if (flows.length) await deleteStaleUdpFlows(this.exec, flows, this.log);
+    return flows.length;
+  }
+
+  private commit(plan: SyncPlan, renderMs: number, applyMs: number, conntrackDeletes: number) {
+    if (plan.full) this.udpApplied.clear();
+    for (const k of plan.keys) {
+      const u = plan.udp.get(k);
+      if (u) this.udpApplied.set(k, u);
+      else this.udpApplied.delete(k);
+    }
+    this.last = { full: plan.full, statements: plan.tx.statements, renderMs, applyMs, conntrackDeletes };
+    this.log.debug("synced", { ...this.last });
+  }
+}
+
+export const createNftBackend = (ctx: BackendContext, opts: NftOptions = {}) => new NftBackend(ctx, opts);
+
+const factory = ((ctx: BackendContext) => new NftBackend(ctx)) satisfies BackendFactory;
+export default factory;

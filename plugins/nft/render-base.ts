@@ -1,0 +1,116 @@
+// The fixed part of each kpng table: maps, sets, base chains and helper
+// chains. It depends only on Config, so it is written on full syncs only.
+
+import type { Config } from "../../src/core/config.ts";
+import { addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
+import * as N from "./names.ts";
+import type { Family } from "./names.ts";
+import type { Op, SetSpec } from "./transaction.ts";
+
+/** What a family's rules need from Config, resolved once. */
+export interface FamilyConfig {
+  family: Family;
+  /** pod CIDRs of this family: sources outside them are masqueraded to cluster IPs */
+  clusterCIDRs: string[];
+  masqueradeAll: boolean;
+  /** 1 << Config.masqueradeBit, as "0x4000" */
+  markBit: string;
+  /** elements of the nodeport-ips set; empty = no node ports in this family */
+  nodePortAddresses: string[];
+}
+
+export function familyConfig(config: Config, family: Family): FamilyConfig {
+  // "primary" (and the empty default) means the node's own IPs, as in
+  // upstream's nftables mode; CIDRs select every local address inside them.
+  const npa = config.nodePortAddresses.length ? config.nodePortAddresses : ["primary"];
+  const nodePort = npa.flatMap((a) => (a === "primary" ? ofFamily(family, config.nodeIPs) : cidrsOfFamily(family, [a])));
+  return {
+    family,
+    clusterCIDRs: cidrsOfFamily(family, config.clusterCIDRs),
+    masqueradeAll: config.masqueradeAll,
+    markBit: `0x${(1 << config.masqueradeBit >>> 0).toString(16)}`,
+    nodePortAddresses: [...new Set(nodePort)],
+  };
+}
+
+/** a shard map of dispatch slots (names.ts): endpoint address . port, or a verdict for affinity services */
+export function shardMapSpec(f: Family, kind: N.DnatProtocol | "chains", slot: number): SetSpec {
+  if (kind === "chains") return { name: N.endpointChainsMap(slot), type: "numgen random mod 2 : verdict", typeOf: true };
+  return { name: N.endpointsMap(kind, slot), type: `numgen random mod 2 : ${addrKw(f)} daddr . ${kind} dport`, typeOf: true };
+}
+
+const serviceKeyType = (f: Family) => `${addrType(f)} . inet_proto . inet_service`;
+
+export function renderBase(fc: FamilyConfig): Op[] {
+  const f = fc.family;
+  const ip = addrKw(f);
+  const ops: Op[] = [];
+  const chain = (name: string) => ops.push({ kind: "chain", verb: "add", family: f, chain: { name } });
+  const rule = (chainName: string, text: string, comment?: string) =>
+    ops.push({ kind: "rule", family: f, chain: chainName, rule: text, comment });
+  const map = (name: string, keyType: string, comment: string) =>
+    ops.push({ kind: "map", verb: "add", family: f, set: { name, type: `${keyType} : verdict`, comment } });
+
+  map(N.SERVICE_IPS_MAP, serviceKeyType(f), "ClusterIP, ExternalIP and LoadBalancer IP traffic");
+  map(N.SERVICE_NODEPORTS_MAP, "inet_proto . inet_service", "NodePort traffic");
+  map(N.NO_ENDPOINT_SERVICES_MAP, serviceKeyType(f), "vmap to drop or reject packets to services with no endpoints");
+  map(N.NO_ENDPOINT_NODEPORTS_MAP, "inet_proto . inet_service", "vmap to drop or reject packets to service nodeports with no endpoints");
+  map(N.FIREWALL_IPS_MAP, serviceKeyType(f), "destinations that are subject to LoadBalancerSourceRanges");
+  ops.push({ kind: "set", verb: "add", family: f, set: { name: N.CLUSTER_IPS_SET, type: addrType(f), comment: "Active ClusterIPs" } });
+  ops.push({
+    kind: "set",
+    verb: "add",
+    family: f,
+    set: { name: N.HAIRPIN_SET, type: `${addrType(f)} . ${addrType(f)}`, comment: "endpoint . endpoint: hairpin traffic to masquerade" },
+  });
+  ops.push({
+    kind: "set",
+    verb: "add",
+    family: f,
+    set: { name: N.NODEPORT_IPS_SET, type: addrType(f), flags: ["interval"], autoMerge: true, comment: "IPs that accept NodePort traffic" },
+  });
+  for (const a of fc.nodePortAddresses) ops.push({ kind: "element", verb: "add", family: f, set: N.NODEPORT_IPS_SET, key: a });
+
+  for (const b of N.BASE_CHAINS) ops.push({ kind: "chain", verb: "add", family: f, chain: { name: b.name, base: b } });
+  for (const c of N.HELPER_CHAINS) chain(c);
+  for (const b of N.BASE_CHAINS) for (const j of b.jumps) rule(b.name, `${j.match ? `${j.match} ` : ""}jump ${j.chain}`);
+
+  const bit = fc.markBit;
+  rule(N.MARK_MASQ_CHAIN, `meta mark set meta mark | ${bit}`);
+  // A pod reaching itself through a service would see a reply from its own
+  // address and drop it: masquerade, as upstream's per-endpoint rule does.
+  rule(N.MASQUERADING_CHAIN, `ct status dnat ${ip} saddr . ${ip} daddr @${N.HAIRPIN_SET} masquerade fully-random`, "hairpin");
+  rule(N.MASQUERADING_CHAIN, `meta mark & ${bit} == 0 return`);
+  rule(N.MASQUERADING_CHAIN, `meta mark set meta mark ^ ${bit}`);
+  rule(N.MASQUERADING_CHAIN, "masquerade fully-random");
+
+  // One rule for all services instead of upstream's one per service: the
+  // cluster-ips set says the same thing.
+  if (fc.masqueradeAll) rule(N.SERVICES_CHAIN, `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.MARK_MASQ_CHAIN}`, "masquerade all traffic to cluster IPs");
+  else if (fc.clusterCIDRs.length)
+    rule(
+      N.SERVICES_CHAIN,
+      `${ip} daddr @${N.CLUSTER_IPS_SET} ${ip} saddr != ${setOf(fc.clusterCIDRs)} jump ${N.MARK_MASQ_CHAIN}`,
+      "masquerade off-cluster traffic to cluster IPs",
+    );
+  rule(N.SERVICES_CHAIN, `${ip} daddr . meta l4proto . th dport vmap @${N.SERVICE_IPS_MAP}`);
+  // Node ports: addresses in nodeport-ips that are really local, never
+  // loopback (kube-proxy stopped accepting localhost node ports in 1.26).
+  const nodePortMatch = `${ip} daddr != ${loopback(f)} ${ip} daddr @${N.NODEPORT_IPS_SET} fib daddr type local meta l4proto . th dport`;
+  if (fc.nodePortAddresses.length) {
+    rule(N.SERVICES_CHAIN, `${nodePortMatch} vmap @${N.SERVICE_NODEPORTS_MAP}`);
+    rule(N.NODEPORT_ENDPOINTS_CHECK_CHAIN, `${nodePortMatch} vmap @${N.NO_ENDPOINT_NODEPORTS_MAP}`);
+  }
+  rule(N.FIREWALL_CHECK_CHAIN, `${ip} daddr . meta l4proto . th dport vmap @${N.FIREWALL_IPS_MAP}`);
+  rule(N.SERVICE_ENDPOINTS_CHECK_CHAIN, `${ip} daddr . meta l4proto . th dport vmap @${N.NO_ENDPOINT_SERVICES_MAP}`);
+  // Only packets no service chain DNATed get here (post-DNAT hooks), so a
+  // cluster IP destination means a port the service does not define.
+  // TCP gets a reset rather than upstream's ICMP error: a client whose
+  // connect() still holds its socket when the ICMP error comes back (a
+  // local or very close client) only records it as a soft error and waits
+  // for its SYN to time out; a reset fails the connect at once.
+  rule(N.CLUSTER_IPS_CHECK_CHAIN, `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.REJECT_CHAIN}`, "Reject traffic to invalid ports of ClusterIPs");
+  rule(N.REJECT_CHAIN, "meta l4proto tcp reject with tcp reset", "Reject traffic to services with no endpoints");
+  rule(N.REJECT_CHAIN, "reject");
+  return ops;
+}

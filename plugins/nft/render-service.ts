@@ -1,0 +1,230 @@
+// Pure: one service (and its endpoints) -> the nft objects of one family.
+// The result is what the sync keeps per service, so a later change of this
+// service is a diff against it and nothing else is rendered.
+//
+// Per service port (upstream kube-proxy nftables layout):
+//   service-ips[clusterIP . proto . port]  -> goto svc-…  (Scopes.Internal endpoints)
+//   service-ips[externalIP|lbIP . …]       -> goto ext-…  (masquerade / eTP=Local short-circuits,
+//   service-nodeports[proto . nodePort]    -> goto ext-…   then Scopes.External endpoints)
+//   no-endpoint-*[…]                        -> drop (Local policy) | goto reject-chain
+//   firewall-ips[lbIP . …]                  -> goto fw-…  (loadBalancerSourceRanges, before DNAT)
+// A svc-/ext- chain picks its endpoint with `numgen random mod N` into its
+// slot of a shard map (`dnat to … map @endpoints-tcp-SSS`; one endpoint: a
+// plain dnat). With ClientIP affinity it picks among ep-… chains instead
+// (`vmap @endpoint-chains-SSS`), each updating its affinity set then DNATing.
+// Hairpin masquerade is one rule for all (the `hairpin` set of local
+// endpoints). See names.ts for why not a chain per endpoint everywhere.
+
+import type { Endpoint, Service } from "../../src/core/state.ts";
+import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts";
+import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { addrKw, cidrsOfFamily, hostPort, ofFamily, setOf } from "./addr.ts";
+import * as N from "./names.ts";
+import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
+import type { SetSpec } from "./transaction.ts";
+
+export interface RuleSpec {
+  rule: string;
+  comment?: string;
+}
+export interface ChainObj {
+  name: string;
+  rules: RuleSpec[];
+}
+export interface ElementObj {
+  set: string;
+  key: string;
+  value?: string;
+  comment?: string;
+}
+export interface ServiceObjects {
+  sets: SetSpec[];
+  chains: ChainObj[];
+  elements: ElementObj[];
+  udp: UdpFrontend[];
+  /** dispatch chain -> slot (see names.ts) */
+  slots: Map<string, number>;
+  /** the shard maps those slots live in */
+  maps: SetSpec[];
+  /** endpoints left out of a dispatch list longer than MAX_DISPATCH */
+  truncated: number;
+}
+
+/** gives the slot of a dispatch chain: the one it had, else a free one; undefined when none is left */
+export type SlotSource = (chain: string) => number | undefined;
+
+const PROTO: Partial<Record<Protocol, N.DnatProtocol>> = { [Protocol.TCP]: "tcp", [Protocol.UDP]: "udp", [Protocol.SCTP]: "sctp" };
+/** upstream's default ClientIP affinity timeout (3 hours) */
+const DEFAULT_AFFINITY_SECONDS = 10800;
+
+/** The endpoint's port for a service port: its override by port name, else targetPort, else port. */
+export function targetPort(port: PortMapping, ep: Endpoint): number {
+  const o = ep.PortOverrides.find((p) => p.Name === port.Name);
+  return o?.Port || port.TargetPort || port.Port;
+}
+
+interface Target {
+  ip: string;
+  port: number;
+  /** "ip:port" / "[ip6]:port" */
+  id: string;
+  internal: boolean;
+  external: boolean;
+  local: boolean;
+}
+
+export function renderService(
+  key: string,
+  svc: Service,
+  endpoints: ReadonlyMap<string, Endpoint>,
+  fc: FamilyConfig,
+  slots: SlotSource,
+): ServiceObjects {
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], truncated: 0 };
+  const f = fc.family;
+  const fam = f === "ip" ? "V4" : "V6";
+  const ips = svc.IPs;
+  const clusterIPs = ofFamily(f, ips?.ClusterIPs?.[fam]);
+  const extIPs = ofFamily(f, [...(ips?.ExternalIPs?.[fam] ?? []), ...(ips?.LoadBalancerIPs?.[fam] ?? [])]);
+  const anyClusterIP = (ips?.ClusterIPs?.V4.length ?? 0) + (ips?.ClusterIPs?.V6.length ?? 0) > 0;
+  // A service lives in the families of its cluster IPs (single-stack
+  // services get no node ports in the other family, as upstream).
+  if (clusterIPs.length === 0 && (anyClusterIP || extIPs.length === 0)) return out;
+
+  const ip = addrKw(f);
+  const affinity =
+    svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || DEFAULT_AFFINITY_SECONDS : undefined;
+  const epList = [...endpoints.values()].flatMap((ep) => ofFamily(f, ep.IPs?.[fam]).slice(0, 1).map((addr) => ({ ep, addr })));
+  const firewalls = renderFirewalls(key, svc, fc, out);
+  const hairpin = new Set<string>();
+
+  for (const port of svc.Ports) {
+    const proto = PROTO[port.Protocol];
+    if (!proto || !(port.Port > 0 && port.Port < 65536)) continue;
+    const portId = N.servicePortId(key, proto, port.Name || String(port.Port));
+    const targets = new Map<string, Target>();
+    for (const { ep, addr } of epList) {
+      const tp = targetPort(port, ep);
+      if (!(tp > 0 && tp < 65536)) continue;
+      const id = hostPort(f, addr, tp);
+      const t = targets.get(id) ?? { ip: addr, port: tp, id, internal: false, external: false, local: false };
+      t.local ||= ep.Local;
+      t.internal ||= !!ep.Scopes?.Internal;
+      t.external ||= !!ep.Scopes?.External;
+      targets.set(id, t);
+    }
+    const sorted = [...targets.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
+    const internal = sorted.filter((t) => t.internal);
+    const external = sorted.filter((t) => t.external);
+    const svcChain = N.clusterChain(portId);
+    const extChain = N.externalChain(portId);
+    const elem = (set: string, k: string, value?: string, comment?: string) => out.elements.push({ set, key: k, value, comment });
+    const reject = `goto ${N.REJECT_CHAIN}`;
+    const epChain = (t: Target) => N.endpointChain(portId, t.ip, t.port);
+    const affSet = (t: Target) => N.affinitySet(portId, t.ip, t.port);
+
+    /** rules that pick one of `list` for the dispatch chain `chain` */
+    const dispatch = (chain: string, all: Target[]): RuleSpec[] => {
+      const list = all.slice(0, N.MAX_DISPATCH);
+      out.truncated += all.length - list.length;
+      // Only a pod on this node can reach itself through this node's rules.
+      for (const t of list) if (t.local) hairpin.add(t.ip);
+      if (!affinity && list.length === 1) return [{ rule: `meta l4proto ${proto} dnat to ${t0(list).id}` }];
+      if (affinity && list.length === 1) return [{ rule: `goto ${epChain(t0(list))}` }];
+      const slot = slots(chain);
+      if (slot === undefined) return []; // out of slots: no DNAT, the filter hooks reject
+      out.slots.set(chain, slot);
+      const base = slot * N.MAX_DISPATCH;
+      const pick = `numgen random mod ${list.length} offset ${base}`;
+      out.maps.push(shardMapSpec(f, affinity ? "chains" : proto, slot));
+      if (!affinity) {
+        const map = N.endpointsMap(proto, slot);
+        list.forEach((t, i) => elem(map, String(base + i), `${t.ip} . ${t.port}`));
+        return [{ rule: `meta l4proto ${proto} dnat ${ip} to ${pick} map @${map}` }];
+      }
+      list.forEach((t, i) => elem(N.endpointChainsMap(slot), String(base + i), `goto ${epChain(t)}`));
+      return [
+        ...list.map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
+        { rule: `${pick} vmap @${N.endpointChainsMap(slot)}` },
+      ];
+    };
+
+    // cluster IPs
+    for (const cip of clusterIPs) {
+      elem(N.CLUSTER_IPS_SET, cip);
+      if (internal.length) elem(N.SERVICE_IPS_MAP, `${cip} . ${proto} . ${port.Port}`, `goto ${svcChain}`, portId);
+      else elem(N.NO_ENDPOINT_SERVICES_MAP, `${cip} . ${proto} . ${port.Port}`, svc.InternalTrafficToLocal ? "drop" : reject, portId);
+    }
+    if (internal.length) out.chains.push({ name: svcChain, rules: dispatch(svcChain, internal) });
+
+    // external IPs, LB IPs, node ports
+    const eLocal = svc.ExternalTrafficToLocal;
+    const nodePort = port.NodePort > 0 && port.NodePort < 65536 && fc.nodePortAddresses.length ? port.NodePort : 0;
+    const hasExternalFrontend = extIPs.length > 0 || nodePort > 0;
+    const shortCircuit = eLocal && internal.length > 0;
+    if (hasExternalFrontend && (external.length || shortCircuit)) {
+      const rules: RuleSpec[] = [];
+      if (!eLocal) rules.push({ rule: `jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade traffic that may leave the node" });
+      else if (shortCircuit) {
+        // Pods and the node itself reach an eTP=Local service through the
+        // cluster endpoints, as if they had gone out to the load balancer
+        // and come back; the node is masqueraded, its source being an
+        // address the endpoint could not answer.
+        if (fc.clusterCIDRs.length)
+          rules.push({ rule: `${ip} saddr ${setOf(fc.clusterCIDRs)} goto ${svcChain}`, comment: "short-circuit pod traffic" });
+        rules.push({ rule: `fib saddr type local jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade local traffic" });
+        rules.push({ rule: `fib saddr type local goto ${svcChain}`, comment: "short-circuit local traffic" });
+      }
+      out.chains.push({ name: extChain, rules: [...rules, ...(external.length ? dispatch(extChain, external) : [])] });
+      for (const e of extIPs) elem(N.SERVICE_IPS_MAP, `${e} . ${proto} . ${port.Port}`, `goto ${extChain}`, portId);
+      if (nodePort) elem(N.SERVICE_NODEPORTS_MAP, `${proto} . ${nodePort}`, `goto ${extChain}`, portId);
+    }
+    if (!external.length) {
+      const verdict = eLocal ? "drop" : reject;
+      for (const e of extIPs) elem(N.NO_ENDPOINT_SERVICES_MAP, `${e} . ${proto} . ${port.Port}`, verdict, portId);
+      if (nodePort) elem(N.NO_ENDPOINT_NODEPORTS_MAP, `${proto} . ${nodePort}`, verdict, portId);
+    }
+    for (const fw of firewalls)
+      for (const t of fw.targets) elem(N.FIREWALL_IPS_MAP, `${t} . ${proto} . ${port.Port}`, `goto ${fw.chain}`, portId);
+
+    if (affinity)
+      for (const t of sorted) {
+        if (!t.internal && !t.external) continue;
+        out.sets.push({ name: affSet(t), type: f === "ip" ? "ipv4_addr" : "ipv6_addr", flags: ["dynamic", "timeout"], timeout: affinity });
+        out.chains.push({
+          name: epChain(t),
+          rules: [{ rule: `update @${affSet(t)} { ${ip} saddr }` }, { rule: `meta l4proto ${proto} dnat to ${t.id}` }],
+        });
+      }
+
+    if (proto === "udp") {
+      const family = f === "ip" ? 4 : 6;
+      const extEps = [...new Set([...external, ...(shortCircuit ? internal : [])].map((t) => t.id))].sort();
+      for (const cip of clusterIPs) out.udp.push({ ip: cip, family, port: port.Port, endpoints: internal.map((t) => t.id) });
+      for (const e of extIPs) out.udp.push({ ip: e, family, port: port.Port, endpoints: extEps });
+      if (nodePort) out.udp.push({ family, port: nodePort, endpoints: extEps });
+    }
+  }
+  for (const h of [...hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}` });
+  return out;
+}
+
+const t0 = <T>(list: T[]): T => list[0];
+
+/** one firewall chain per IPFilter with targets in this family: drop sources outside its ranges */
+function renderFirewalls(key: string, svc: Service, fc: FamilyConfig, out: ServiceObjects) {
+  const f = fc.family;
+  const fam = f === "ip" ? "V4" : "V6";
+  const result: { chain: string; targets: string[] }[] = [];
+  svc.IPFilters.forEach((filter, i) => {
+    const targets = ofFamily(f, filter.TargetIPs?.[fam]);
+    if (!targets.length) return;
+    const chain = N.firewallChain(key, i);
+    const ranges = cidrsOfFamily(f, filter.SourceRanges);
+    // Ranges only of the other family allow nobody in this one.
+    const rule = ranges.length ? `${addrKw(f)} saddr != ${setOf(ranges)} drop` : "drop";
+    out.chains.push({ name: chain, rules: [{ rule, comment: "loadBalancerSourceRanges" }] });
+    result.push({ chain, targets });
+  });
+  return result;
+}

@@ -1,0 +1,186 @@
+// Partial sync: remembers, per family and per service, what was rendered, and
+// turns a set of changed services into the smallest transaction: new or
+// different chains (flushed and rewritten), map/set element adds and
+// deletes, and stale chains and sets removed after every reference to them.
+// Unchanged chains (usually every endpoint chain but the one that moved) are
+// not sent at all, so an endpoint change costs the same at 10 or 10,000
+// services.
+//
+// A full sync is the same diff from an empty record, preceded by deleting
+// and re-creating the tables in the same atomic transaction: whatever the
+// kernel held (a previous run, a half-known state after a failure) is
+// replaced at once, without a window where services are missing.
+
+import type { Config } from "../../src/core/config.ts";
+import type { NodeState } from "../../src/core/state.ts";
+import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
+import { familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
+import { ElementStore } from "./elements.ts";
+import { renderService, type ChainObj, type ServiceObjects } from "./render-service.ts";
+import { Transaction, type Op, type SetSpec } from "./transaction.ts";
+
+/** The phases of a transaction, in the order nft needs them: things exist before they are referenced, and stop being referenced before they go. */
+class Phases {
+  addSets: Op[] = [];
+  addChains: Op[] = [];
+  rules: Op[] = [];
+  delElements: Op[] = [];
+  addElements: Op[] = [];
+  delChains: Op[] = [];
+  delSets: Op[] = [];
+  all(): Op[] {
+    return [...this.addSets, ...this.addChains, ...this.rules, ...this.delElements, ...this.addElements, ...this.delChains, ...this.delSets];
+  }
+}
+
+/** Hands out dispatch slots (names.ts), reusing freed ones last-in first-out: deterministic for a given history. */
+class Slots {
+  private next = 0;
+  private free: number[] = [];
+  take(): number | undefined {
+    if (this.free.length) return this.free.pop();
+    return this.next < MAX_SLOTS ? this.next++ : undefined;
+  }
+  release(slot: number) {
+    this.free.push(slot);
+  }
+}
+
+class FamilySync {
+  readonly fc: FamilyConfig;
+  private records = new Map<string, ServiceObjects>();
+  private elements = new ElementStore();
+  private slots = new Slots();
+  /**
+   * Shard maps created so far. A shard map is created when a slot first needs
+   * it and then stays (empty at worst) until the next full sync: deleting it
+   * when its last slot goes would make the cost of a change depend on what
+   * else shares the shard.
+   */
+  private created = new Set<string>();
+  truncated = 0;
+
+  constructor(config: Config, family: Family) {
+    this.fc = familyConfig(config, family);
+  }
+
+  reset() {
+    this.records.clear();
+    this.elements.clear();
+    this.slots = new Slots();
+    this.created.clear();
+  }
+
+  udpOf(key: string): UdpFrontend[] {
+    return this.records.get(key)?.udp ?? [];
+  }
+
+  /** diff the given services against their records, updating the records */
+  plan(state: NodeState, keys: Iterable<string>, p: Phases) {
+    const f = this.fc.family;
+    for (const key of keys) {
+      const old = this.records.get(key);
+      const se = state.services.get(key);
+      const oldSlots = old?.slots;
+      const next = se ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take()) : undefined;
+      if (next && (next.chains.length || next.elements.length)) this.records.set(key, next);
+      else this.records.delete(key);
+      for (const [c, slot] of oldSlots ?? []) if (next?.slots.get(c) !== slot) this.slots.release(slot);
+      this.truncated += next?.truncated ?? 0;
+      for (const m of next?.maps ?? [])
+        if (!this.created.has(m.name)) {
+          this.created.add(m.name);
+          p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
+        }
+
+      const oldSets = new Set(old?.sets.map((s) => s.name));
+      const newSets = new Set(next?.sets.map((s) => s.name));
+      for (const s of next?.sets ?? []) if (!oldSets.has(s.name)) p.addSets.push({ kind: "set", verb: "add", family: f, set: s });
+      for (const s of old?.sets ?? []) if (!newSets.has(s.name)) p.delSets.push({ kind: "set", verb: "delete", family: f, name: s.name });
+
+      const oldChains = new Map(old?.chains.map((c) => [c.name, c]));
+      const newChains = new Set(next?.chains.map((c) => c.name));
+      for (const c of next?.chains ?? []) {
+        const before = oldChains.get(c.name);
+        if (!before) p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
+        else if (sameRules(before, c)) continue;
+        else p.rules.push({ kind: "chain", verb: "flush", family: f, name: c.name });
+        for (const r of c.rules) p.rules.push({ kind: "rule", family: f, chain: c.name, rule: r.rule, comment: r.comment });
+      }
+      for (const c of old?.chains ?? []) if (!newChains.has(c.name)) p.delChains.push({ kind: "chain", verb: "delete", family: f, name: c.name });
+
+      for (const e of old?.elements ?? []) this.elements.unclaim(e.set, e.key, key);
+      for (const e of next?.elements ?? []) this.elements.claim(e.set, e.key, key, e);
+    }
+    for (const c of this.elements.settle()) {
+      if (c.remove) p.delElements.push({ kind: "element", verb: "delete", family: f, set: c.set, key: c.key });
+      if (c.add) p.addElements.push({ kind: "element", verb: "add", family: f, set: c.set, key: c.key, value: c.add.value, comment: c.add.comment });
+    }
+  }
+}
+
+const sameRules = (a: ChainObj, b: ChainObj) =>
+  a.rules.length === b.rules.length && a.rules.every((r, i) => r.rule === b.rules[i].rule && r.comment === b.rules[i].comment);
+
+export interface SyncPlan {
+  tx: Transaction;
+  full: boolean;
+  /** the services this plan rendered (every known one on a full sync) */
+  keys: string[];
+  /** UDP frontends of those services once the plan is applied (absent = none) */
+  udp: Map<string, UdpFrontend[]>;
+  /** endpoints left out of over-long dispatch lists (names.MAX_DISPATCH) */
+  truncated: number;
+}
+
+export class NftSync {
+  private families: FamilySync[];
+
+  constructor(config: Config) {
+    this.families = FAMILIES.map((f) => new FamilySync(config, f));
+  }
+
+  /** Forget everything: the next plan must be full (after a failed apply the kernel state is unknown). */
+  reset() {
+    for (const fs of this.families) fs.reset();
+  }
+
+  plan(state: NodeState, change: ReadonlySet<string> | null): SyncPlan {
+    const full = change === null;
+    const keys = [...(full ? state.services.keys() : change)].sort();
+    const tx = new Transaction();
+    if (full) {
+      this.reset();
+      for (const fs of this.families) {
+        const family = fs.fc.family;
+        tx.add({ kind: "table", verb: "add", family });
+        tx.add({ kind: "table", verb: "delete", family });
+        tx.add({ kind: "table", verb: "add", family, comment: "rules for kpng, the Kubernetes service proxy" });
+        for (const op of renderBase(fs.fc)) tx.add(op);
+      }
+    }
+    const p = new Phases();
+    for (const fs of this.families) {
+      fs.truncated = 0;
+      fs.plan(state, keys, p);
+    }
+    for (const op of p.all()) tx.add(op);
+    const udp = new Map<string, UdpFrontend[]>();
+    for (const k of keys) {
+      const list = this.families.flatMap((fs) => fs.udpOf(k));
+      if (list.length) udp.set(k, list);
+    }
+    return { tx, full, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
+  }
+}
+
+/** Removes both tables (and with them every chain, map and set kpng made). */
+export function cleanupTransaction(): Transaction {
+  const tx = new Transaction();
+  for (const family of FAMILIES) {
+    tx.add({ kind: "table", verb: "add", family });
+    tx.add({ kind: "table", verb: "delete", family });
+  }
+  return tx;
+}

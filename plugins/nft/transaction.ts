@@ -1,0 +1,163 @@
+// Rules as data: a transaction is a list of typed operations printed once as
+// an `nft -f -` script (one statement per line, so the statement count of a
+// sync is the number of operations). Adding never throws: the first
+// validation error is kept and reported when the transaction is applied, so
+// a renderer can build a whole sync without try/catch around every rule.
+
+import { TABLE, type Family } from "./names.ts";
+
+export interface SetSpec {
+  name: string;
+  /** e.g. "ipv4_addr . inet_proto . inet_service : verdict" for a map */
+  type: string;
+  /** print `typeof` instead of `type` (for keys without a named datatype, like numgen) */
+  typeOf?: boolean;
+  flags?: string[];
+  /** seconds, for dynamic affinity sets */
+  timeout?: number;
+  /** interval sets: merge overlapping elements instead of failing */
+  autoMerge?: boolean;
+  comment?: string;
+}
+
+export interface ChainSpec {
+  name: string;
+  base?: { type: string; hook: string; priority: string };
+  comment?: string;
+}
+
+export type Op =
+  | { kind: "table"; verb: "add" | "delete"; family: Family; comment?: string }
+  | { kind: "chain"; verb: "add"; family: Family; chain: ChainSpec }
+  | { kind: "chain"; verb: "flush" | "delete"; family: Family; name: string }
+  | { kind: "rule"; family: Family; chain: string; rule: string; comment?: string }
+  | { kind: "set" | "map"; verb: "add"; family: Family; set: SetSpec }
+  | { kind: "set" | "map"; verb: "delete"; family: Family; name: string }
+  | { kind: "element"; verb: "add" | "delete"; family: Family; set: string; key: string; value?: string; comment?: string }
+  | { kind: "note"; text: string };
+
+const quote = (s: string) => `"${s.replace(/["\\\n]/g, "_").slice(0, 128)}"`;
+const nameRe = /^[A-Za-z][A-Za-z0-9_./-]{0,254}$/;
+
+function printSet(s: SetSpec): string {
+  const parts = [`${s.typeOf ? "typeof" : "type"} ${s.type};`];
+  if (s.flags?.length) parts.push(`flags ${s.flags.join(",")};`);
+  if (s.timeout !== undefined) parts.push(`timeout ${s.timeout}s;`);
+  if (s.autoMerge) parts.push("auto-merge;");
+  if (s.comment) parts.push(`comment ${quote(s.comment)};`);
+  return `{ ${parts.join(" ")} }`;
+}
+
+export function printOp(op: Op): string {
+  if (op.kind === "note") return `# ${op.text}`;
+  const t = `${op.family} ${TABLE}`;
+  switch (op.kind) {
+    case "table":
+      return op.verb === "add" && op.comment ? `add table ${t} { comment ${quote(op.comment)}; }` : `${op.verb} table ${t}`;
+    case "chain":
+      if (op.verb !== "add") return `${op.verb} chain ${t} ${op.name}`;
+      if (op.chain.base) {
+        const b = op.chain.base;
+        return `add chain ${t} ${op.chain.name} { type ${b.type} hook ${b.hook} priority ${b.priority}; }`;
+      }
+      return op.chain.comment ? `add chain ${t} ${op.chain.name} { comment ${quote(op.chain.comment)}; }` : `add chain ${t} ${op.chain.name}`;
+    case "rule":
+      return `add rule ${t} ${op.chain} ${op.rule}${op.comment ? ` comment ${quote(op.comment)}` : ""}`;
+    case "set":
+    case "map":
+      return op.verb === "add" ? `add ${op.kind} ${t} ${op.set.name} ${printSet(op.set)}` : `delete ${op.kind} ${t} ${op.name}`;
+    case "element":
+      return `${op.verb} element ${t} ${op.set} { ${printElement(op)} }`;
+  }
+}
+
+function printElement(op: Extract<Op, { kind: "element" }>): string {
+  const c = op.comment && op.verb === "add" ? ` comment ${quote(op.comment)}` : "";
+  const v = op.value !== undefined && op.verb === "add" ? ` : ${op.value}` : "";
+  return `${op.key}${c}${v}`;
+}
+
+export class Transaction {
+  readonly ops: Op[] = [];
+  private error: string | undefined;
+
+  add(op: Op): this {
+    if (!this.error) {
+      const bad = validate(op);
+      if (bad) this.error = bad;
+    }
+    this.ops.push(op);
+    this.memo = this.printed = undefined;
+    return this;
+  }
+
+  /** the first validation error, if any; the executor refuses to apply a transaction that has one */
+  get err(): string | undefined {
+    return this.error;
+  }
+
+  get empty(): boolean {
+    return !this.ops.some((op) => op.kind !== "note");
+  }
+
+  /** statements sent to nft: consecutive element ops on one set share a statement */
+  get statements(): number {
+    return this.lines().length;
+  }
+
+  print(): string {
+    if (this.printed === undefined) {
+      const lines = this.lines();
+      this.printed = lines.join("\n") + (lines.length ? "\n" : "");
+    }
+    return this.printed;
+  }
+
+  private printed: string | undefined;
+
+  private memo: string[] | undefined;
+
+  private lines(): string[] {
+    return (this.memo ??= this.build());
+  }
+
+  private build(): string[] {
+    const out: string[] = [];
+    let batch: Extract<Op, { kind: "element" }>[] = [];
+    const flush = () => {
+      if (!batch.length) return;
+      const b0 = batch[0];
+      out.push(`${b0.verb} element ${b0.family} ${TABLE} ${b0.set} { ${batch.map(printElement).join(", ")} }`);
+      batch = [];
+    };
+    for (const op of this.ops) {
+      if (op.kind === "element") {
+        const b0 = batch[0];
+        if (b0 && (b0.verb !== op.verb || b0.family !== op.family || b0.set !== op.set)) flush();
+        batch.push(op);
+        continue;
+      }
+      flush();
+      out.push(printOp(op));
+    }
+    flush();
+    return out;
+  }
+}
+
+const unsafe = /[\n;#]/;
+
+function validate(op: Op): string | undefined {
+  // Names are checked where objects are created; rules and elements only
+  // refer to them (nft reports a reference to a missing object itself).
+  let name: string | undefined;
+  if (op.kind === "chain" && op.verb === "add") name = op.chain.name;
+  if ((op.kind === "set" || op.kind === "map") && op.verb === "add") name = op.set.name;
+  if (name !== undefined && !nameRe.test(name)) return `invalid nft name ${JSON.stringify(name)}`;
+  // Rule text is built from checked addresses and numbers; a newline or a
+  // semicolon would smuggle a second statement into the script. Element
+  // keys and values are only ever addresses, integers, protocol names and
+  // `goto <checked name>`: not re-checked, there are 100,000s of them.
+  if (op.kind === "rule" && unsafe.test(op.rule)) return `invalid nft rule ${JSON.stringify(op.rule)}`;
+  return undefined;
+}

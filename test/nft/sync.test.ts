@@ -1,0 +1,206 @@
+// Partial sync without a kernel (dry-run and recorders): what one change
+// costs at 10 and 10,000 services, failure handling, element ownership,
+// deterministic dry-run output.
+
+import { describe, expect, test } from "bun:test";
+import { createNftBackend } from "../../plugins/nft/index.ts";
+import { NftRunner } from "../../plugins/nft/executor.ts";
+import { Transaction } from "../../plugins/nft/transaction.ts";
+import type { NodeState, ServiceEndpoints } from "../../src/core/state.ts";
+import { v4 } from "../fixtures/addresses.ts";
+import { context, entry, ep, nextState, nodeConfig, nodeState, recorder, svc } from "./fixtures.ts";
+
+const ip4 = (x: number, first: number) => `${first}.${(x >> 16) & 255}.${(x >> 8) & 255}.${x & 255}`;
+const epAt = (x: number) => ep({ ips: [ip4(x, 11)], local: false, ports: { http: 8080 } });
+
+/** service i: one cluster IP (v4), one TCP port, `n` remote endpoints */
+function service(i: number, endpoints: number[]): ServiceEndpoints {
+  const s = svc({ ns: `ns${i % 100}`, name: `svc${i}`, clusterIPs: [ip4(i, 10)], ports: [{ name: "http", port: 80 }] });
+  return entry(s, Object.fromEntries(endpoints.map((x) => [`p${x}`, epAt(x)])));
+}
+const tenEndpoints = (i: number) => Array.from({ length: 10 }, (_, j) => i * 10 + j);
+
+const clusters = new Map<number, NodeState>();
+/** n services of 10 endpoints (built once per size: states are immutable) */
+function cluster(n: number): NodeState {
+  let s = clusters.get(n);
+  if (!s) clusters.set(n, (s = nodeState(Array.from({ length: n }, (_, i) => service(i, tenEndpoints(i))))));
+  return s;
+}
+
+describe("nft partial sync cost", () => {
+  // svc0 sorts first at any size, so it gets the same slot and the same
+  // transaction at 10 and at 10,000 services.
+  const changes = [
+    {
+      name: "an endpoint replaced (same count)",
+      endpoints: [...tenEndpoints(0).slice(0, 9), 999_999],
+      // the dispatch rule is unchanged (still mod 10): 1 delete-element + 1 add-element statement
+      statements: 2,
+    },
+    {
+      name: "an endpoint added",
+      endpoints: [...tenEndpoints(0), 999_999],
+      // flush chain + the new `mod 11` rule + 1 add-element statement
+      statements: 3,
+    },
+    {
+      name: "an endpoint removed from the middle",
+      endpoints: tenEndpoints(0).filter((x) => x !== 4),
+      // flush chain + `mod 9` rule + delete-element (the last index) + delete/add of the shifted ones,
+      // batched: 1 delete statement + 1 add statement
+      statements: 4,
+    },
+    {
+      name: "the last endpoint removed",
+      endpoints: [],
+      // delete-element of the 10 endpoints (one statement) + the cluster IP moves from service-ips
+      // to no-endpoint-services (a delete and an add) + delete chain
+      statements: 4,
+    },
+  ];
+
+  for (const c of changes)
+    test(`${c.name}: ${c.statements} statements at 10 and at 10,000 services`, async () => {
+      const printed: string[] = [];
+      for (const n of [10, 10_000]) {
+        const ctx = context(nodeConfig({ dryRun: true }));
+        const backend = createNftBackend(ctx);
+        const before = cluster(n);
+        await backend.apply(before, null);
+        const { state, change } = nextState(before, [service(0, c.endpoints)]);
+        await backend.apply(state, change);
+        expect({ n, statements: backend.last?.statements }).toEqual({ n, statements: c.statements });
+        printed.push(ctx.printed.at(-1) ?? "");
+      }
+      expect(printed[1]).toBe(printed[0]);
+    });
+
+  test("an unchanged service in the change set costs nothing", async () => {
+    const { exec, calls } = recorder();
+    const backend = createNftBackend(context(nodeConfig()), { exec });
+    const state = cluster(3);
+    await backend.apply(state, null);
+    await backend.apply({ ...state, rev: 2 }, new Set(["ns1/svc1"]));
+    expect(calls.filter((c) => c.argv[0] === "nft")).toHaveLength(1);
+  });
+
+  test("a deleted service: its elements go before its chains", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    const before = cluster(3);
+    await backend.apply(before, null);
+    const { state, change } = nextState(before, [], ["ns1/svc1"]);
+    await backend.apply(state, change);
+    const text = ctx.printed.at(-1)!;
+    expect(text).toMatch(/^delete element ip kpng cluster-ips \{ 10\.0\.0\.1 \}$/m);
+    expect(text).toMatch(/^delete chain ip kpng svc-[A-Z2-7]{8}-ns1\/svc1\/tcp\/http$/m);
+    expect(text.indexOf("delete element ip kpng service-ips")).toBeLessThan(text.indexOf("delete chain"));
+    expect(text).not.toContain("add ");
+  });
+});
+
+describe("nft sync failures", () => {
+  test("a refused partial transaction is retried at once as a full sync", async () => {
+    let n = 0;
+    const { exec, calls } = recorder((argv) => (argv[0] === "nft" && ++n === 2 ? "nft: Error: No such file or directory" : undefined));
+    const ctx = context(nodeConfig());
+    const backend = createNftBackend(ctx, { exec });
+    const before = cluster(3);
+    await backend.apply(before, null);
+    const { state, change } = nextState(before, [service(1, [1, 2])]);
+    await backend.apply(state, change);
+    const nft = calls.filter((c) => c.argv[0] === "nft");
+    expect(nft).toHaveLength(3);
+    expect(nft[1].stdin).not.toContain("delete table");
+    expect(nft[2].stdin?.startsWith("add table ip kpng\ndelete table ip kpng\n")).toBe(true);
+    expect(backend.last?.full).toBe(true);
+    expect(ctx.lines.some((l) => l.includes("WARN") && l.includes("partial sync failed"))).toBe(true);
+  });
+
+  test("a refused full sync fails the apply, and the next apply is full again", async () => {
+    let fail = true;
+    const { exec, calls } = recorder((argv) => (argv[0] === "nft" && fail ? "nft: Error: Operation not supported" : undefined));
+    const backend = createNftBackend(context(nodeConfig()), { exec });
+    const before = cluster(2);
+    await expect(backend.apply(before, null)).rejects.toThrow("Operation not supported");
+    fail = false;
+    const { state, change } = nextState(before, [service(1, [1])]);
+    await backend.apply(state, change);
+    expect(backend.last?.full).toBe(true);
+    expect(calls.at(-1)?.stdin).toContain("delete table ip kpng");
+  });
+
+  test("a transaction with an invalid name is never sent", async () => {
+    const { exec, calls } = recorder();
+    const tx = new Transaction().add({ kind: "chain", verb: "add", family: "ip", chain: { name: "bad name; flush ruleset" } });
+    await expect(new NftRunner(exec).apply(tx)).rejects.toThrow("invalid nft name");
+    expect(calls).toHaveLength(0);
+  });
+
+  test("setup validates the whole skeleton with nft --check", async () => {
+    const { exec, calls } = recorder();
+    await createNftBackend(context(nodeConfig()), { exec }).setup();
+    expect(calls[0].argv).toEqual(["nft", "--check", "-f", "-"]);
+    expect(calls[0].stdin).toContain("add chain ip kpng nat-prerouting");
+  });
+
+  test("setup reports a kernel that refuses the rules as unavailable", async () => {
+    const { exec } = recorder(() => "Error: Could not process rule: No such file or directory");
+    await expect(createNftBackend(context(nodeConfig()), { exec }).setup()).rejects.toThrow("[unavailable]");
+  });
+});
+
+describe("nft element ownership", () => {
+  const shared = (name: string, endpoint: number) =>
+    entry(
+      svc({ name, clusterIPs: [v4.clusterIP(endpoint)], externalIPs: [v4.external(1)], ports: [{ name: "http", port: 80 }] }),
+      { a: epAt(endpoint) },
+    );
+
+  test("two services on one external IP and port: the lower key wins, the other takes over when it leaves", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    const before = nodeState([shared("a", 1), shared("b", 2)]);
+    await backend.apply(before, null);
+    expect(ctx.printed[0]).toMatch(/198\.18\.64\.1 \. tcp \. 80 comment "default\/a\/tcp\/http" : goto ext-[A-Z2-7]{8}-default\/a\//);
+    expect(ctx.printed[0]).not.toMatch(/198\.18\.64\.1 \. tcp \. 80 comment "default\/b/);
+    const { state, change } = nextState(before, [], ["default/a"]);
+    await backend.apply(state, change);
+    expect(ctx.printed[1]).toMatch(/^delete element ip kpng service-ips \{ [^}]*198\.18\.64\.1 \. tcp \. 80/m);
+    expect(ctx.printed[1]).toMatch(/^add element ip kpng service-ips \{ 198\.18\.64\.1 \. tcp \. 80 comment "default\/b\/tcp\/http" : goto ext-[A-Z2-7]{8}-default\/b\//m);
+  });
+});
+
+describe("nft dry-run", () => {
+  test("the same state prints the same transaction", async () => {
+    const outs = await Promise.all(
+      [1, 2].map(async () => {
+        const ctx = context(nodeConfig({ dryRun: true }));
+        await createNftBackend(ctx).apply(cluster(20), null);
+        return ctx.printed.join("");
+      }),
+    );
+    expect(outs[1]).toBe(outs[0]);
+  });
+
+  test("conntrack deletions are printed as comments after the transaction", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    const udp = (eps: number[]) =>
+      entry(svc({ name: "dns", clusterIPs: [v4.clusterIP(5)], ports: [{ name: "dns", protocol: "UDP", port: 53 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, ep({ ips: [ip4(x, 11)], ports: { dns: 5353 } })])));
+    const before = nodeState([udp([1, 2])]);
+    await backend.apply(before, null);
+    const { state, change } = nextState(before, [udp([2])]);
+    await backend.apply(state, change);
+    expect(ctx.printed[1].trimEnd().split("\n").at(-1)).toBe(
+      "# conntrack -D -f ipv4 -p udp --orig-dst 198.18.0.5 --orig-port-dst 53 --reply-src 11.0.0.1 --reply-port-src 5353",
+    );
+  });
+
+  test("cleanup prints the deletion of both tables", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    await createNftBackend(ctx).cleanup();
+    expect(ctx.printed[0]).toBe("add table ip kpng\ndelete table ip kpng\nadd table ip6 kpng\ndelete table ip6 kpng\n");
+  });
+});
