@@ -5,23 +5,34 @@
 import { defineCommand, runCommand as runCommand_, showUsage, type ArgsDef, type CommandDef } from "citty";
 import { Brain } from "./core/brain.ts";
 import { defaultConfig, type Config } from "./core/config.ts";
+import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config-file.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/flags.ts";
+import { backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/flags.ts";
 import { createLogger } from "./core/log.ts";
 import { formatLocalState } from "./core/output.ts";
+import { applyOOMScoreAdj, startProxyServers } from "./core/proxy-servers.ts";
 import { nodeIPsFromBrain, startSource } from "./core/sources/index.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
+import { DEFAULT_API } from "./core/client/client.ts";
+import { checkListen, DEFAULT_LISTEN, startApiServer, type ApiServer } from "./core/server/index.ts";
+import { runSidecar } from "./plugins/sidecar.ts";
 
 const log = createLogger("kpng");
 
 type Args = Record<string, string | number | boolean | string[] | undefined>;
 
-/** Flags (and later the --config file) -> Config; fails on unknown flags. */
+/** The --config file (if any), then flags over it -> Config; fails on unknown flags. */
 async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise<Config> {
   checkUnknownFlags(rawArgs, defs);
-  return configFromFlags(args, rawArgs, defaultConfig());
+  let base = defaultConfig();
+  if (typeof args.config === "string") {
+    const { doc, warnings } = await readKubeProxyConfig(args.config);
+    for (const w of warnings) log.warn(w);
+    base = configFromKubeProxy(doc, base);
+  }
+  return configFromFlags(args, rawArgs, base);
 }
 
 async function startBrain(args: Args, cfg: Config) {
@@ -31,11 +42,11 @@ async function startBrain(args: Args, cfg: Config) {
 }
 
 async function loadBackends(rawArgs: string[], ctx: BackendContext): Promise<Backend[]> {
-  const specs = [
-    ...repeated(rawArgs, "backend", ["proxy-mode"]).map((builtin) => ({ builtin })),
+  // --backend/--proxy-mode (kube-proxy's mode names too), else the config file's mode, else nft.
+  const specs: Array<{ builtin?: string; plugin?: string }> = [
+    ...backendNames(rawArgs, ctx.config).map((builtin) => ({ builtin })),
     ...repeated(rawArgs, "plugin").map((plugin) => ({ plugin })),
   ];
-  if (!specs.length) specs.push({ builtin: "nft" });
   const backends: Backend[] = [];
   for (const spec of specs) backends.push(await loadBackend(spec, ctx));
   return backends;
@@ -46,6 +57,11 @@ const runCommand = defineCommand({
   args: { ...sourceArgs, ...proxyArgs, ...listenArgs },
   async run({ args, rawArgs }) {
     const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...proxyArgs, ...listenArgs });
+    if (typeof args["write-config-to"] === "string") {
+      await writeKubeProxyConfig(args["write-config-to"], cfg.kubeProxy);
+      log.info("configuration written", { file: args["write-config-to"], apiVersion: cfg.kubeProxy.apiVersion });
+      return;
+    }
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) {
@@ -53,32 +69,100 @@ const runCommand = defineCommand({
       log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
       return;
     }
-    const { brain, source } = await startBrain(args, cfg);
+    const listen = repeated(rawArgs, "listen");
+    checkListen(listen, args["listen-any"] === true);
+    const brain = new Brain({ serviceProxyName: cfg.serviceProxyName, log });
+    // Health and metrics answer from the start, also while the API server is still unreachable.
+    const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
+    if (!args.once) applyOOMScoreAdj(cfg, log);
+    const source = await startSource({ input: args.input as string | undefined, kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined }, cfg, brain, log);
+    servers?.setSource(source.stats);
+    const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     if (!cfg.nodeIPs.length) cfg.nodeIPs = nodeIPsFromBrain(brain, cfg.nodeName);
     for (const b of backends) await b.setup?.(ctx);
     const view = brain.view(cfg.nodeName);
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();
-    for (const b of backends) {
+    const feeds = backends.map((b) => {
       let first = true;
-      const feed = feedBackend(b, {
+      return feedBackend(b, {
         log,
-        onSynced: () => {
+        onSynced: (state, seconds, change) => {
+          servers?.synced(b.name, state, seconds, change);
           if (first && --pendingOnce === 0) done.resolve();
           first = false;
         },
+        onError: (err) => servers?.failed(b.name, err),
       });
-      view.subscribe((rev) => feed.push(rev));
-    }
+    });
+    view.subscribe((rev) => {
+      servers?.queued(rev);
+      for (const feed of feeds) feed.push(rev);
+    });
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     if (args.once) {
       await done.promise;
+      await api?.close();
       source.close();
       for (const b of backends) await b.close?.();
       return;
     }
     await waitForSignal();
+    servers?.close();
+    await api?.close();
     source.close();
+    for (const b of backends) await b.close?.();
+  },
+});
+
+function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args): Promise<ApiServer> {
+  return startApiServer({ brain, listen, listenAny: args["listen-any"] === true, defaultNodeName: cfg.nodeName, log: log.child("api") });
+}
+
+const serveCommand = defineCommand({
+  meta: { name: "serve", description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)" },
+  args: { ...sourceArgs, ...listenArgs },
+  async run({ args, rawArgs }) {
+    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...listenArgs });
+    const given = repeated(rawArgs, "listen");
+    const listen = given.length ? given : DEFAULT_LISTEN;
+    checkListen(listen, args["listen-any"] === true);
+    // Before serving: a SIGTERM right after the socket appears must still close it.
+    const stopped = waitForSignal();
+    const { brain, source } = await startBrain(args, cfg);
+    const api = await serveApi(brain, cfg, listen, args);
+    await stopped;
+    await api.close();
+    source.close();
+  },
+});
+
+const backendArgs = {
+  ...proxyArgs,
+  "node-name": sourceArgs["node-name"],
+  config: sourceArgs.config,
+  api: { type: "string", description: `the brain's API: unix:///path or tcp://HOST:PORT (default ${DEFAULT_API})` },
+  protocol: { type: "string", description: "watch (diff stream, default) or next (full-state long poll)" },
+} as const satisfies ArgsDef;
+
+const backendCommand = defineCommand({
+  meta: { name: "backend", description: "backends only: follow a brain over the API (a sidecar)" },
+  args: backendArgs,
+  async run({ args, rawArgs }) {
+    const cfg = await loadConfig(args, rawArgs, backendArgs);
+    if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next") throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
+    const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
+    const backends = await loadBackends(rawArgs, ctx);
+    if (args.cleanup) {
+      for (const b of backends) await b.cleanup?.(ctx);
+      log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
+      return;
+    }
+    for (const b of backends) await b.setup?.(ctx);
+    const stop = new AbortController();
+    void waitForSignal().then(() => stop.abort());
+    log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
+    await runSidecar({ backends, api: args.api, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
     for (const b of backends) await b.close?.();
   },
 });
@@ -107,7 +191,7 @@ function waitForSignal(): Promise<void> {
   });
 }
 
-const subCommands: Record<string, CommandDef<any>> = { local: localCommand };
+const subCommands: Record<string, CommandDef<any>> = { local: localCommand, serve: serveCommand, backend: backendCommand };
 
 /** Bad input -> one line and exit 2; anything else -> exit 1. */
 function fail(err: unknown): never {

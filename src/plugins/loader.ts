@@ -2,10 +2,11 @@
 // (a .ts/.js file imported at run time, also from the compiled binary) to
 // Backend instances, checking that a plugin really is one.
 
-import { resolve } from "node:path";
+import { stat } from "node:fs/promises";
+import { extname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import * as v from "valibot";
-import { errorMessage, invalid } from "../core/errors.ts";
+import { errorMessage, invalid, KpngError } from "../core/errors.ts";
 import type { Backend, BackendContext, BackendFactory } from "./backend.ts";
 import { builtinBackendNames, builtinBackends } from "./registry.ts";
 
@@ -19,15 +20,24 @@ const BackendShape = v.variant("kind", [
 
 /** Checks a value claimed to be a Backend; `what` names it in the error. */
 export function checkBackend(value: unknown, what: string): Backend {
+  if (typeof value !== "object" || value === null) {
+    throw invalid(`${what}: not a kpng Backend: got ${value === null ? "null" : typeof value}, want a BackendFactory function or a Backend object`);
+  }
   const res = v.safeParse(BackendShape, value);
   if (res.success) return value as Backend;
   const issue = res.issues[0];
   const field = issue.path?.map((p) => String(p.key)).join(".") ?? "kind";
-  throw invalid(`${what}: not a kpng Backend: ${field} ${issue.message}`);
+  const why = issue.input === undefined && field !== "kind" ? "is missing" : issue.message;
+  throw invalid(`${what}: not a kpng Backend: ${field} ${why}`);
 }
+
+const PLUGIN_EXTENSIONS = [".ts", ".mts", ".js", ".mjs"];
 
 async function importPlugin(path: string): Promise<unknown> {
   const abs = resolve(path);
+  if (!PLUGIN_EXTENSIONS.includes(extname(abs))) throw invalid(`plugin ${path}: must be a ${PLUGIN_EXTENSIONS.join("/")} file`);
+  const st = await stat(abs).catch(() => null);
+  if (!st?.isFile()) throw invalid(`plugin ${path}: no such file`);
   try {
     return (await import(pathToFileURL(abs).href)) as unknown;
   } catch (err) {
@@ -35,7 +45,12 @@ async function importPlugin(path: string): Promise<unknown> {
   }
 }
 
-/** A plugin default-exports a BackendFactory (or a Backend object, accepted for convenience). */
+/**
+ * A plugin default-exports a BackendFactory (or a Backend object, accepted
+ * for convenience). Plugins are loaded by the compiled binary too, so they
+ * import kpng's types only (`import type`): everything else arrives as
+ * arguments.
+ */
 export async function loadBackend(spec: { builtin?: string; plugin?: string }, ctx: BackendContext): Promise<Backend> {
   let what: string;
   let exported: unknown;
@@ -50,6 +65,14 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
     exported = mod.default;
     if (exported === undefined) throw invalid(`${what}: has no default export (export default a BackendFactory)`);
   }
-  const made = typeof exported === "function" ? await (exported as BackendFactory)(ctx) : exported;
+  let made: unknown = exported;
+  if (typeof exported === "function") {
+    try {
+      made = await (exported as BackendFactory)(ctx);
+    } catch (err) {
+      if (err instanceof KpngError) throw err;
+      throw invalid(`${what}: its BackendFactory failed: ${errorMessage(err).split("\n")[0]}`);
+    }
+  }
   return checkBackend(made, what);
 }

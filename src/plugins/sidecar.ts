@@ -1,0 +1,42 @@
+// Backends fed over the API instead of in process: the same Backend code,
+// the same feed (coalescing, retry as a full sync), with revisions rebuilt by
+// the client library. `kpng backend --api ADDR` and the client library's
+// `run()` both end up here.
+
+import { watchStates, type ClientOptions } from "../core/client/client.ts";
+import type { Backend } from "./backend.ts";
+import { feedBackend, type Feed } from "./feed.ts";
+import { createLogger } from "../core/log.ts";
+
+export interface SidecarOptions extends ClientOptions {
+  backends: Backend[];
+  /** return after every backend applied its first sync */
+  once?: boolean;
+}
+
+/** Feeds backends from the API until `signal` aborts (or, with `once`, after the first sync). */
+export async function runSidecar(opts: SidecarOptions): Promise<void> {
+  const log = opts.log ?? createLogger("kpng-backend");
+  const stop = new AbortController();
+  const onAbort = () => stop.abort(opts.signal?.reason);
+  if (opts.signal?.aborted) return;
+  opts.signal?.addEventListener("abort", onAbort, { once: true });
+  let firstPending = opts.backends.length;
+  const feeds: Feed[] = opts.backends.map((b) => {
+    let first = true;
+    return feedBackend(b, {
+      log,
+      onSynced: () => {
+        if (first && --firstPending === 0 && opts.once) stop.abort();
+        first = false;
+      },
+    });
+  });
+  try {
+    for await (const rev of watchStates({ ...opts, log, signal: stop.signal })) for (const f of feeds) f.push(rev);
+  } finally {
+    opts.signal?.removeEventListener("abort", onAbort);
+    await Promise.all(feeds.map((f) => f.idle()));
+    for (const f of feeds) f.stop();
+  }
+}

@@ -1,0 +1,112 @@
+// Runs kpng as a separate process (from source, or the compiled dist/kpng)
+// and watches its output, for tests of the API across processes.
+
+import { randomBytes } from "node:crypto";
+import { mkdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { ApiAddress } from "../../src/core/server/address.ts";
+import { parseApiAddress } from "../../src/core/server/address.ts";
+
+export const ROOT = resolve(import.meta.dir, "../..");
+export const BUN = join(ROOT, "node_modules/.bin/bun");
+export const BUF = join(ROOT, "node_modules/.bin/buf");
+
+/** `bun src/main.ts`, or the compiled binary when KPNG_BIN names it. */
+export const kpngCommand = (bin = process.env.KPNG_BIN): string[] => (bin ? [bin] : [BUN, join(ROOT, "src/main.ts")]);
+
+export interface KpngProcess {
+  readonly proc: Bun.Subprocess<"ignore" | "pipe", "pipe", "pipe">;
+  /** output so far, line by line */
+  readonly stdout: string[];
+  readonly stderr: string[];
+  /** resolves with the first line (of stdout or stderr) matching `re`, old or new */
+  waitFor(re: RegExp, timeoutMs?: number): Promise<string>;
+  /** resolves when `n` stdout lines match `re` */
+  waitForCount(re: RegExp, n: number, timeoutMs?: number): Promise<string[]>;
+  stop(signal?: NodeJS.Signals): Promise<number>;
+}
+
+export function startKpng(args: string[], opts: { bin?: string; env?: Record<string, string>; stdin?: "pipe" | "ignore" } = {}): KpngProcess {
+  const proc = Bun.spawn([...kpngCommand(opts.bin), ...args], {
+    cwd: ROOT,
+    stdin: opts.stdin ?? "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, ...opts.env },
+  });
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  let notify: () => void = () => {};
+  const pump = async (stream: ReadableStream<Uint8Array>, into: string[]) => {
+    let rest = "";
+    const dec = new TextDecoder();
+    for await (const chunk of stream) {
+      const lines = (rest + dec.decode(chunk, { stream: true })).split("\n");
+      rest = lines.pop()!;
+      into.push(...lines);
+      notify();
+    }
+    if (rest) into.push(rest);
+    notify();
+  };
+  void pump(proc.stdout, stdout);
+  void pump(proc.stderr, stderr);
+  let exited = false;
+  void proc.exited.then(() => {
+    exited = true;
+    notify();
+  });
+  const until = async <T>(check: () => T | undefined, what: string, timeoutMs: number): Promise<T> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const v = check();
+      if (v !== undefined) return v;
+      if (exited) await Bun.sleep(20); // let the pumps drain
+      const v2 = check();
+      if (v2 !== undefined) return v2;
+      if (exited) throw new Error(`kpng exited (${proc.exitCode}) before ${what}\nstderr:\n${stderr.join("\n")}`);
+      if (Date.now() > deadline) throw new Error(`timeout waiting for ${what}\nstdout:\n${stdout.slice(-20).join("\n")}\nstderr:\n${stderr.slice(-20).join("\n")}`);
+      await new Promise<void>((r) => {
+        notify = r;
+        setTimeout(r, 50);
+      });
+    }
+  };
+  return {
+    proc: proc as KpngProcess["proc"],
+    stdout,
+    stderr,
+    waitFor: (re, timeoutMs = 10_000) => until(() => [...stdout, ...stderr].find((l) => re.test(l)), String(re), timeoutMs),
+    waitForCount: (re, n, timeoutMs = 10_000) =>
+      until(() => {
+        const m = stdout.filter((l) => re.test(l));
+        return m.length >= n ? m : undefined;
+      }, `${n} lines matching ${re}`, timeoutMs),
+    async stop(signal = "SIGTERM") {
+      if (!exited) proc.kill(signal);
+      return proc.exited;
+    },
+  };
+}
+
+/** `kpng serve`, resolved once it serves; `addresses` as bound (tcp port 0 resolved). */
+export async function startServe(args: string[], opts: { bin?: string } = {}): Promise<KpngProcess & { addresses: ApiAddress[] }> {
+  const p = startKpng(["serve", ...args], opts);
+  const line = await p.waitFor(/serving the API/);
+  const listen = /listen=(\S+)/.exec(line)![1];
+  return Object.assign(p, { addresses: listen.split(",").map((a) => parseApiAddress(a)) });
+}
+
+/**
+ * A temporary directory: the name is chosen now, the directory made by
+ * create() (in beforeAll), so suites that a filter skips leave nothing behind.
+ */
+export function tempDir(prefix = "kpng-api-"): { path: string; create(): string; remove(): void } {
+  const path = join(tmpdir(), `${prefix}${process.pid}-${randomBytes(4).toString("hex")}`);
+  return {
+    path,
+    create: () => (mkdirSync(path, { recursive: true, mode: 0o700 }), path),
+    remove: () => rmSync(path, { recursive: true, force: true }),
+  };
+}
