@@ -72,6 +72,8 @@ const runCommand = defineCommand({
     const listen = repeated(rawArgs, "listen");
     checkListen(listen, args["listen-any"] === true);
     const brain = new Brain({ serviceProxyName: cfg.serviceProxyName, log });
+    // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
+    const stopped = args.once ? undefined : waitForSignal();
     // Health and metrics answer from the start, also while the API server is still unreachable.
     const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
     if (!args.once) applyOOMScoreAdj(cfg, log);
@@ -107,7 +109,7 @@ const runCommand = defineCommand({
       for (const b of backends) await b.close?.();
       return;
     }
-    await waitForSignal();
+    await stopped;
     servers?.close();
     await api?.close();
     source.close();
