@@ -82,6 +82,10 @@ const runCommand = defineCommand({
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     if (!cfg.nodeIPs.length) cfg.nodeIPs = nodeIPsFromBrain(brain, cfg.nodeName);
     for (const b of backends) await b.setup?.(ctx);
+    // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
+    const warned = args.input === undefined && backendNames(rawArgs, cfg).includes("ipvs")
+      ? import("./core/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
+      : undefined;
     const view = brain.view(cfg.nodeName);
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();
@@ -104,6 +108,7 @@ const runCommand = defineCommand({
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     if (args.once) {
       await done.promise;
+      await warned;
       await api?.close();
       source.close();
       for (const b of backends) await b.close?.();

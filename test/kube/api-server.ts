@@ -6,7 +6,9 @@
 // selectors (an object that stops matching is sent as DELETED, as the watch
 // cache does), BOOKMARK events, compaction (a too old resourceVersion gets
 // 410 Gone: as an ERROR event, or as an HTTP status), dropped connections,
-// and going down and coming back up on the same port.
+// and going down and coming back up on the same port. Event creates (POST,
+// core v1 and events.k8s.io/v1) are checked with the real server's
+// validation rules and recorded, not stored.
 
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -56,9 +58,50 @@ interface Watcher {
 }
 
 export interface RequestRecord {
+  method: string;
   path: string;
   query: Record<string, string>;
   watch: boolean;
+}
+
+/** An Event create the server received, accepted or not. */
+export interface EventPost {
+  group: "v1" | "events.k8s.io/v1";
+  namespace: string;
+  body: Record<string, unknown>;
+  status: number;
+}
+
+const eventPath = /^\/(api\/v1|apis\/events\.k8s\.io\/v1)\/namespaces\/([^/]+)\/events$/;
+const dnsSubdomain = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const qualifiedName = /^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const microTime = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$/;
+
+/**
+ * The API server's create validation of an events.k8s.io/v1 Event
+ * (pkg/apis/core/validation/events.go ValidateEventCreate, strict for this
+ * API): "field: problem" for each error.
+ */
+export function eventsV1Errors(ev: Record<string, unknown>, namespace: string): string[] {
+  const errs: string[] = [];
+  const str = (k: string) => (typeof ev[k] === "string" ? (ev[k] as string) : "");
+  const meta = (ev.metadata ?? {}) as { name?: string };
+  const regarding = (ev.regarding ?? {}) as { namespace?: string };
+  if (!meta.name || meta.name.length > 253 || !dnsSubdomain.test(meta.name)) errs.push(`metadata.name: Invalid value: "${meta.name ?? ""}"`);
+  if (!microTime.test(str("eventTime"))) errs.push("eventTime: Required value");
+  if (str("type") !== "Normal" && str("type") !== "Warning") errs.push(`type: Invalid value: has invalid value: ${str("type")}`);
+  for (const k of ["deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount"]) {
+    if (ev[k] !== undefined && ev[k] !== null && ev[k] !== 0 && !(typeof ev[k] === "object" && Object.keys(ev[k] as object).length === 0)) errs.push(`${k}: Invalid value: needs to be unset`);
+  }
+  // A cluster-scoped object's events live in "default" or "kube-system".
+  if (!regarding.namespace && namespace !== "default" && namespace !== "kube-system") errs.push("regarding.namespace: Invalid value: does not match event.namespace");
+  if (!qualifiedName.test(str("reportingController"))) errs.push(`reportingController: Invalid value: "${str("reportingController")}": must be a qualified name`);
+  for (const k of ["reportingInstance", "action", "reason"]) {
+    if (!str(k)) errs.push(`${k}: Required value`);
+    else if (str(k).length > 128) errs.push(`${k}: Invalid value: can have at most 128 characters`);
+  }
+  if (Buffer.byteLength(str("note")) > 1024) errs.push("note: Invalid value: can have at most 1024 characters");
+  return errs;
 }
 
 /** `a`, `!a`, `a=b`, `a==b`, `a!=b`, comma-separated (the forms kube-proxy uses, and a few more). */
@@ -95,6 +138,10 @@ export class FakeApiServer {
   /** how a too old resourceVersion is refused on a watch */
   goneAs: "event" | "http" = "event";
   readonly requests: RequestRecord[] = [];
+  /** Event creates received, in order */
+  readonly events: EventPost[] = [];
+  /** answer Event creates with this status (403: RBAC refuses), or never answer them */
+  eventReply: number | "hang" | undefined;
 
   private constructor(private readonly tls?: TestCert) {
     this.server = this.makeServer();
@@ -246,10 +293,12 @@ export class FakeApiServer {
     const url = new URL(req.url ?? "/", "http://x");
     const query = Object.fromEntries(url.searchParams);
     const watch = query.watch === "true" || query.watch === "1";
-    this.requests.push({ path: url.pathname, query, watch });
+    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch });
     const failure = this.failures.shift();
     if (failure) return status(res, failure, "InternalError", "injected failure");
     if (req.headers.authorization !== "Bearer test-token") return status(res, 401, "Unauthorized", "Unauthorized");
+    const ev = eventPath.exec(url.pathname);
+    if (ev && req.method === "POST") return void this.createEvent(req, res, ev[1] === "api/v1" ? "v1" : "events.k8s.io/v1", ev[2]);
     const resource = resources[url.pathname];
     if (!resource || req.method !== "GET") return status(res, 404, "NotFound", "the server could not find the requested resource");
     const labels = labelMatcher(query.labelSelector ?? "");
@@ -257,6 +306,38 @@ export class FakeApiServer {
     const matches = (o: Obj) => labels(o.metadata.labels ?? {}) && fields(o);
     if (watch) return this.watch(resource.kind, matches, query, res);
     return this.list(resource.kind, resource.apiVersion, matches, query, res);
+  }
+
+  private async createEvent(req: IncomingMessage, res: ServerResponse, group: EventPost["group"], namespace: string) {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    let body: Record<string, unknown>;
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Record<string, unknown>;
+    } catch {
+      return status(res, 400, "BadRequest", "the request body is not JSON");
+    }
+    const record = (code: number) => this.events.push({ group, namespace, body, status: code });
+    if (this.eventReply === "hang") return record(0);
+    if (this.eventReply !== undefined) {
+      record(this.eventReply);
+      if (this.eventReply !== 403) return status(res, this.eventReply, "InternalError", "injected failure");
+      const g = group === "v1" ? "" : "events.k8s.io";
+      return status(res, 403, "Forbidden", `events${g ? `.${g}` : ""} is forbidden: User "system:serviceaccount:kube-system:kpng" cannot create resource "events" in API group "${g}" in the namespace "${namespace}"`);
+    }
+    const meta = (body.metadata ?? {}) as { name?: string; namespace?: string };
+    if (meta.namespace && meta.namespace !== namespace) {
+      record(400);
+      return status(res, 400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request");
+    }
+    const errs = group === "events.k8s.io/v1" ? eventsV1Errors(body, namespace) : [];
+    if (errs.length) {
+      record(422);
+      return status(res, 422, "Invalid", `Event.events.k8s.io "${meta.name ?? ""}" is invalid: [${errs.join(", ")}]`);
+    }
+    record(201);
+    res.writeHead(201, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ ...body, apiVersion: group, kind: "Event", metadata: { ...meta, namespace, uid: crypto.randomUUID(), resourceVersion: String(++this.rv) } }));
   }
 
   private list(kind: string, apiVersion: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse) {

@@ -1,4 +1,4 @@
-// GET requests to the API server with the kubeconfig's TLS and credentials.
+// Requests to the API server with the kubeconfig's TLS and credentials.
 //
 // @kubernetes/client-node builds the request options (CA, client
 // certificate, token files, exec and OIDC plugins, proxies) through
@@ -14,6 +14,17 @@ import { request as httpsRequest } from "node:https";
 
 export type KubeGet = (path: string, query: Record<string, string | undefined>, signal: AbortSignal) => Promise<IncomingMessage>;
 
+export interface KubeRequestOptions {
+  method?: "GET" | "POST";
+  path: string;
+  query?: Record<string, string | undefined>;
+  /** sent as JSON */
+  body?: unknown;
+  signal?: AbortSignal;
+}
+
+export type KubeRequest = (opts: KubeRequestOptions) => Promise<IncomingMessage>;
+
 export class HttpStatusError extends Error {
   constructor(
     readonly statusCode: number,
@@ -23,22 +34,30 @@ export class HttpStatusError extends Error {
   }
 }
 
-/** A GET function bound to the current context of `kc`. Credentials are re-read per request (rotated tokens). */
-export function kubeGet(kc: KubeConfig): KubeGet {
+/** A request function bound to the current context of `kc`. Credentials are re-read per request (rotated tokens). */
+export function kubeRequest(kc: KubeConfig): KubeRequest {
   const server = kc.getCurrentCluster()!.server.replace(/\/+$/, "");
-  return async (path, query, signal) => {
+  return async ({ method = "GET", path, query = {}, body, signal }) => {
     const url = new URL(server + path);
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") url.searchParams.set(k, v);
     const opts: RequestOptions & Record<string, unknown> = {};
     await kc.applyToHTTPSOptions(opts);
-    const headers = { ...(opts.headers as Record<string, string> | undefined), Accept: "application/json" };
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const headers: Record<string, string | number> = { ...(opts.headers as Record<string, string> | undefined), Accept: "application/json" };
+    if (payload !== undefined) Object.assign(headers, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(payload) });
     const request = url.protocol === "https:" ? httpsRequest : httpRequest;
     return await new Promise<IncomingMessage>((resolve, reject) => {
-      const req = request(url, { ...opts, method: "GET", headers, signal }, resolve);
+      const req = request(url, { ...opts, method, headers, signal }, resolve);
       req.on("error", reject);
-      req.end();
+      req.end(payload);
     });
   };
+}
+
+/** A GET function bound to the current context of `kc`. */
+export function kubeGet(kc: KubeConfig): KubeGet {
+  const send = kubeRequest(kc);
+  return (path, query, signal) => send({ path, query, signal });
 }
 
 /** Reads a whole (small) response body. */
@@ -48,9 +67,9 @@ export async function readBody(res: IncomingMessage): Promise<string> {
   return Buffer.concat(chunks).toString("utf8");
 }
 
-/** Turns a non-200 response into an HttpStatusError carrying the Status message. */
-export async function expectOK(res: IncomingMessage): Promise<IncomingMessage> {
-  if (res.statusCode === 200) return res;
+/** Turns a response whose status is not in `accept` into an HttpStatusError carrying the Status message. */
+export async function expectOK(res: IncomingMessage, accept: readonly number[] = [200]): Promise<IncomingMessage> {
+  if (accept.includes(res.statusCode ?? 0)) return res;
   const text = await readBody(res).catch(() => "");
   let message = "";
   try {
