@@ -41,6 +41,12 @@ async function startBrain(args: Args, cfg: Config) {
   return { brain, source };
 }
 
+/** `--cleanup`: every backend removes what it ever created. */
+async function cleanupBackends(backends: Backend[], ctx: BackendContext): Promise<void> {
+  for (const b of backends) await b.cleanup?.(ctx);
+  log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
+}
+
 async function loadBackends(rawArgs: string[], ctx: BackendContext): Promise<Backend[]> {
   // --backend/--proxy-mode (kube-proxy's mode names too), else the config file's mode, else nft.
   const specs: Array<{ builtin?: string; plugin?: string }> = [
@@ -64,11 +70,7 @@ const runCommand = defineCommand({
     }
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
-    if (args.cleanup) {
-      for (const b of backends) await b.cleanup?.(ctx);
-      log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
-      return;
-    }
+    if (args.cleanup) return cleanupBackends(backends, ctx);
     const listen = repeated(rawArgs, "listen");
     checkListen(listen, args["listen-any"] === true);
     const brain = new Brain({ serviceProxyName: cfg.serviceProxyName, log });
@@ -160,11 +162,7 @@ const backendCommand = defineCommand({
     if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next") throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
-    if (args.cleanup) {
-      for (const b of backends) await b.cleanup?.(ctx);
-      log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
-      return;
-    }
+    if (args.cleanup) return cleanupBackends(backends, ctx);
     for (const b of backends) await b.setup?.(ctx);
     const stop = new AbortController();
     void waitForSignal().then(() => stop.abort());

@@ -12,6 +12,7 @@ import { Protocol, type Endpoint, type PortMapping, type Service } from "../../s
 import { chains, endpointChain, serviceChain, servicePortId, type Family, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 import { familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
+import { targetPort } from "../../src/plugins/ports.ts";
 
 export interface OwnedChain {
   table: Table;
@@ -54,11 +55,6 @@ const defaultAffinitySeconds = 10800;
 const ipsOf = (set: { V4: string[]; V6: string[] } | undefined, family: Family) =>
   (family === "v4" ? set?.V4 : set?.V6)?.filter((ip) => inFamily(ip, family)) ?? [];
 
-/** Target port: the endpoint's port of the same name, else the mapping's target port, else the port. */
-export function targetPort(ep: Endpoint, pm: PortMapping): number {
-  const named = ep.PortOverrides.find((p) => p.Name === pm.Name);
-  return named?.Port || pm.TargetPort || pm.Port;
-}
 
 /** The endpoints of one service port, de-duplicated by address and port, in a stable order. */
 export function portEndpoints(portId: string, pm: PortMapping, endpoints: ReadonlyMap<string, Endpoint>, family: Family): PortEndpoint[] {

@@ -23,6 +23,7 @@ import {
   rsKey,
   vsKey,
 } from "./model.ts";
+import { targetPort } from "../../src/plugins/ports.ts";
 
 export interface RenderContext {
   /** IPVS scheduler (Config.ipvs.scheduler, "rr" when empty) */
@@ -41,11 +42,6 @@ const protocols: Record<number, Proto> = { 1: "tcp", 2: "udp", 3: "sctp" };
 export const ipsOf = (set: IPSet | undefined, family: Family): readonly string[] =>
   (family === 4 ? set?.V4 : set?.V6) ?? [];
 
-/** The endpoint's port for a service port: its override of the same name, else the mapping's target port. */
-export function targetPort(ep: Endpoint, pm: PortMapping): number {
-  const o = ep.PortOverrides.find((p) => p.Name === pm.Name);
-  return o?.Port || pm.TargetPort || pm.Port;
-}
 
 function realServers(eps: readonly Endpoint[], scope: "Internal" | "External", family: Family, pm: PortMapping) {
   const reals = new Map<string, RealServer>();

@@ -12,6 +12,7 @@
 
 import type { Endpoint, IPSet, PortMapping, Service } from "../../src/gen/localv1/services_pb.ts";
 import { distribution, hnsProtocols, lbFlags, portMappingFlags } from "./hns.ts";
+import { targetPort } from "../../src/plugins/ports.ts";
 
 export type Family = 4 | 6;
 export type PolicyKind = "cluster" | "nodeport" | "external" | "ingress";
@@ -56,10 +57,6 @@ export const policyKey = (p: Pick<PolicySpec, "kind" | "family" | "vip" | "proto
 
 const ipsOf = (set: IPSet | undefined, family: Family): readonly string[] => (family === 4 ? set?.V4 : set?.V6) ?? [];
 
-function targetPort(ep: Endpoint, pm: PortMapping): number {
-  const o = ep.PortOverrides.find((p) => p.Name === pm.Name);
-  return o?.Port || pm.TargetPort || pm.Port;
-}
 
 interface Backends {
   ips: string[];
