@@ -9,7 +9,7 @@ const idOf = (o: K8sObject) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.meta
 
 export class Listing {
   /** id -> fingerprint of the object last sent */
-  private readonly seen = new Map<string, string>();
+  private readonly seen = new Map<string, bigint | number>();
 
   /** Events that turn the last listing of `kind` into `objects`. */
   replace(kind: Kind, objects: readonly K8sObject[]): ClusterEvent[] {
@@ -46,5 +46,7 @@ export class Listing {
   }
 }
 
-// Not resourceVersion: a hand-edited `kubectl get -o yaml` dump keeps it.
-const fingerprint = (o: K8sObject) => JSON.stringify(o);
+// Not resourceVersion: a hand-edited `kubectl get -o yaml` dump keeps it. A
+// 64-bit hash rather than the JSON itself, which would keep a second copy of
+// the whole cluster in memory.
+const fingerprint = (o: K8sObject) => Bun.hash(JSON.stringify(o));
