@@ -5,18 +5,16 @@
 // it. A sync claims/unclaims for the services it re-rendered, then settles
 // only the keys it touched: O(change), not O(table).
 
-export interface Written {
-  value?: string;
-  comment?: string;
-}
+import type { ElementItem } from "./transaction.ts";
 
-export interface ElementChange {
+/** what the kernel should hold under a key (the renderer's own object: no copy per element) */
+export type Written = ElementItem;
+
+/** the writes of one set: delete `removes` first (the kernel has them), then add `adds` */
+export interface SetChange {
   set: string;
-  key: string;
-  /** what to delete first (the kernel has it) */
-  remove: boolean;
-  /** what to add (undefined = nothing) */
-  add?: Written;
+  removes: Written[];
+  adds: Written[];
 }
 
 interface Entry {
@@ -46,7 +44,12 @@ export class ElementStore {
   claim(set: string, key: string, svc: string, w: Written) {
     const s = this.slot(set);
     let e = s.entries.get(key);
-    if (!e) s.entries.set(key, (e = { key, dirty: false }));
+    if (!e) {
+      // the common case (every element of a full sync): one object, all fields set at once
+      s.entries.set(key, (e = { key, owner: svc, want: w, more: undefined, written: undefined, dirty: true }));
+      s.dirty.push(e);
+      return;
+    }
     if (e.owner === undefined || e.owner === svc) {
       e.owner = svc;
       e.want = w;
@@ -69,21 +72,25 @@ export class ElementStore {
     }
   }
 
-  /** the writes that bring the kernel to what the claims say, for every key touched since the last settle */
-  settle(): ElementChange[] {
-    const out: ElementChange[] = [];
+  /** the writes that bring the kernel to what the claims say, for every key touched since the last settle, by set name */
+  settle(): SetChange[] {
+    const out: SetChange[] = [];
     for (const set of [...this.sets.keys()].sort()) {
       const s = this.sets.get(set)!;
+      if (!s.dirty.length) continue;
+      const change: SetChange = { set, removes: [], adds: [] };
       for (const e of s.dirty) {
         e.dirty = false;
         const want = current(e);
         const had = e.written;
         if (had && want && had.value === want.value && had.comment === want.comment) continue;
-        if (had || want) out.push({ set, key: e.key, remove: !!had, add: want });
+        if (had) change.removes.push(had);
+        if (want) change.adds.push(want);
         e.written = want;
         if (!want) s.entries.delete(e.key);
       }
       s.dirty = [];
+      if (change.removes.length || change.adds.length) out.push(change);
     }
     return out;
   }

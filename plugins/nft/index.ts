@@ -1,22 +1,26 @@
 // The nftables backend: a full-state backend that renders only what changed
-// (sync.ts), applies it as one atomic `nft -f -` transaction (executor.ts) and
-// then clears stale UDP conntrack entries (src/plugins/conntrack.ts).
+// (sync.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
+// or a running `nft -i` for small partial syncs, session.ts) and then clears
+// stale UDP conntrack entries (src/plugins/conntrack.ts).
 //
-// `createNftBackend(ctx, { exec })` lets tests run it against a recorder or
-// inside a network namespace; the default export is the BackendFactory the
-// registry loads for `--backend nft`.
+// `createNftBackend(ctx, { exec, interactive })` lets tests run it against a
+// recorder or inside a network namespace; the default export is the
+// BackendFactory the registry loads for `--backend nft`.
 
 import { errorMessage } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/state.ts";
 import type { BackendContext, BackendFactory, Executor, FullStateBackend } from "../../src/plugins/backend.ts";
 import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
-import { NftRunner, processExecutor } from "./executor.ts";
+import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
+import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
 
 export interface NftOptions {
   /** where `nft` and `conntrack` run (default: real processes) */
   exec?: Executor;
+  /** where the `nft -i` for small partial syncs runs (default: a real process when `exec` is not given, else none) */
+  interactive?: Spawner;
 }
 
 export interface SyncStats {
@@ -46,9 +50,10 @@ export class NftBackend implements FullStateBackend {
     opts: NftOptions = {},
   ) {
     this.exec = opts.exec ?? processExecutor();
-    this.runner = new NftRunner(this.exec);
-    this.sync = new NftSync(ctx.config);
     this.log = ctx.log.child("nft");
+    const spawner = opts.interactive ?? (opts.exec ? undefined : processSpawner());
+    this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log);
+    this.sync = new NftSync(ctx.config);
   }
 
   async setup(): Promise<void> {
@@ -73,17 +78,18 @@ export class NftBackend implements FullStateBackend {
     }
     const t1 = performance.now();
     try {
-      await this.runner.apply(plan.tx);
+      await this.runner.apply(plan.tx, { full: plan.full });
     } catch (err) {
-      // The kernel refused the batch, so nothing of it was applied, and our
-      // records may not match the kernel (someone flushed a chain, a
-      // previous sync half-known): only a full resync is safe.
+      // The kernel refused the batch (nothing of it was applied), or the
+      // `nft -i` running it died (applied or not), and our records may not
+      // match the kernel (someone flushed a chain, a previous sync
+      // half-known): only a full resync is safe.
       this.sync.reset();
       this.needFull = true;
       if (plan.full) throw err;
       this.log.warn("partial sync failed, resyncing everything", { err: errorMessage(err) });
       plan = this.sync.plan(state, null);
-      await this.runner.apply(plan.tx);
+      await this.runner.apply(plan.tx, { full: true });
     }
     this.needFull = false;
     const applyMs = performance.now() - t1;
@@ -94,10 +100,15 @@ export class NftBackend implements FullStateBackend {
   async cleanup(): Promise<void> {
     const tx = cleanupTransaction();
     if (this.ctx.config.dryRun) this.ctx.out(tx.print());
-    else await this.runner.apply(tx);
+    else await this.runner.apply(tx, { full: true });
     this.sync.reset();
     this.needFull = true;
     this.udpApplied.clear();
+  }
+
+  /** ends the `nft -i` session; the rules stay */
+  async close(): Promise<void> {
+    this.runner.close();
   }
 
   private staleFlows(plan: SyncPlan): StaleFlow[] {

@@ -25,6 +25,35 @@ export const NO_ENDPOINT_NODEPORTS_MAP = "no-endpoint-nodeports";
 export const FIREWALL_IPS_MAP = "firewall-ips";
 
 /**
+ * Cluster-IP dispatch without a chain per service. The service-ips verdict
+ * of a plain cluster IP is `goto dispatch-PROTO-portI-N`, one chain shared
+ * by every service port that is port I of its service (its index in the
+ * ports) and has N endpoints, all with the same target port. Its rule:
+ *   dnat to ip daddr . numgen random mod N offset I*MAX_DISPATCH map @cluster-endpoints-PROTO
+ *          : ip daddr . tcp dport map @cluster-target-ports-PROTO
+ * so endpoint addresses are found under the cluster IP itself (unique per
+ * node state: the API server allocates them) and the port's range of
+ * indexes, the target port under the cluster IP and port.
+ *
+ * Why: nft 1.0.6 dumps every chain of the ruleset into its cache before any
+ * rule or element command, and `nft -i` refetches after each commit: ~45 ms
+ * per transaction at 10,000 chains. With chains per endpoint count, an
+ * endpoint change costs the same at 10 and 10,000 services, and a full sync
+ * skips 10,000 chains and rules. Why an index and no target port in the
+ * map: nft's time per element grows with its parts (~15% for each one more,
+ * and a full sync sends 100,000s), and port numbers would multiply the
+ * shared chains. Few chains also mean few rules bound to the map (see the
+ * shards below). A shared chain exists while a service uses it. A service
+ * port keeps a chain of its own (svc-…, dispatching through a slot) where a
+ * rule needs it: ClientIP affinity, eTP=Local short-circuits, endpoints with
+ * different target ports.
+ */
+export const clusterEndpointsMap = (proto: DnatProtocol) => `cluster-endpoints-${proto}`;
+export const clusterTargetPortsMap = (proto: DnatProtocol) => `cluster-target-ports-${proto}`;
+/** the shared cluster-IP dispatch chain of the port at `index` in a service's ports, with `n` endpoints */
+export const dispatchChain = (proto: DnatProtocol, index: number, n: number) => `dispatch-${proto}-port${index}-${n}`;
+
+/**
  * Endpoint choice without a chain per endpoint: a dispatch list (the
  * endpoints one service port balances to for one traffic class) owns a
  * *slot*, i.e. the keys [slot << SLOT_BITS, + N) of one shard map, and its

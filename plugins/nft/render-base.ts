@@ -5,6 +5,7 @@ import type { Config } from "../../src/core/config.ts";
 import { addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import type { Family } from "./names.ts";
+import type { ChainObj } from "./render-service.ts";
 import type { Op, SetSpec } from "./transaction.ts";
 
 /** What a family's rules need from Config, resolved once. */
@@ -39,6 +40,41 @@ export function shardMapSpec(f: Family, kind: N.DnatProtocol | "chains", slot: n
   return { name: N.endpointsMap(kind, slot), type: `numgen random mod 2 : ${addrKw(f)} daddr . ${kind} dport`, typeOf: true };
 }
 
+/** the maps of the shared dispatch chains (names.ts): endpoint addresses and target ports */
+export function clusterEndpointsMapSpecs(f: Family, proto: N.DnatProtocol): SetSpec[] {
+  const ip = addrKw(f);
+  return [
+    {
+      name: N.clusterEndpointsMap(proto),
+      type: `${ip} daddr . numgen random mod 2 : ${ip} daddr`,
+      typeOf: true,
+      comment: `cluster IP . port index * ${N.MAX_DISPATCH} + endpoint index -> endpoint, for services without a chain of their own`,
+    },
+    {
+      name: N.clusterTargetPortsMap(proto),
+      type: `${ip} daddr . ${proto} dport : ${proto} dport`,
+      typeOf: true,
+      comment: "cluster IP . port -> target port, for services without a chain of their own",
+    },
+  ];
+}
+
+/** the chain every plain cluster-IP service port at `index` of its service's ports with `n` endpoints goes to */
+export function dispatchChainSpec(f: Family, proto: N.DnatProtocol, index: number, n: number): ChainObj {
+  const ip = addrKw(f);
+  const offset = index ? ` offset ${index * N.MAX_DISPATCH}` : "";
+  return {
+    name: N.dispatchChain(proto, index, n),
+    rules: [
+      {
+        rule:
+          `meta l4proto ${proto} dnat ${ip} to ${ip} daddr . numgen random mod ${n}${offset} map @${N.clusterEndpointsMap(proto)}` +
+          ` : ${ip} daddr . ${proto} dport map @${N.clusterTargetPortsMap(proto)}`,
+      },
+    ],
+  };
+}
+
 const serviceKeyType = (f: Family) => `${addrType(f)} . inet_proto . inet_service`;
 
 export function renderBase(fc: FamilyConfig): Op[] {
@@ -56,6 +92,7 @@ export function renderBase(fc: FamilyConfig): Op[] {
   map(N.NO_ENDPOINT_SERVICES_MAP, serviceKeyType(f), "vmap to drop or reject packets to services with no endpoints");
   map(N.NO_ENDPOINT_NODEPORTS_MAP, "inet_proto . inet_service", "vmap to drop or reject packets to service nodeports with no endpoints");
   map(N.FIREWALL_IPS_MAP, serviceKeyType(f), "destinations that are subject to LoadBalancerSourceRanges");
+  for (const p of N.DNAT_PROTOCOLS) for (const set of clusterEndpointsMapSpecs(f, p)) ops.push({ kind: "map", verb: "add", family: f, set });
   ops.push({ kind: "set", verb: "add", family: f, set: { name: N.CLUSTER_IPS_SET, type: addrType(f), comment: "Active ClusterIPs" } });
   ops.push({
     kind: "set",
@@ -69,7 +106,8 @@ export function renderBase(fc: FamilyConfig): Op[] {
     family: f,
     set: { name: N.NODEPORT_IPS_SET, type: addrType(f), flags: ["interval"], autoMerge: true, comment: "IPs that accept NodePort traffic" },
   });
-  for (const a of fc.nodePortAddresses) ops.push({ kind: "element", verb: "add", family: f, set: N.NODEPORT_IPS_SET, key: a });
+  if (fc.nodePortAddresses.length)
+    ops.push({ kind: "elements", verb: "add", family: f, set: N.NODEPORT_IPS_SET, items: fc.nodePortAddresses.map((key) => ({ key })) });
 
   for (const b of N.BASE_CHAINS) ops.push({ kind: "chain", verb: "add", family: f, chain: { name: b.name, base: b } });
   for (const c of N.HELPER_CHAINS) chain(c);

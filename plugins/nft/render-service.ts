@@ -2,13 +2,18 @@
 // The result is what the sync keeps per service, so a later change of this
 // service is a diff against it and nothing else is rendered.
 //
-// Per service port (upstream kube-proxy nftables layout):
-//   service-ips[clusterIP . proto . port]  -> goto svc-…  (Scopes.Internal endpoints)
+// Per service port (upstream kube-proxy nftables layout, but for the chain
+// per service of plain cluster IPs):
+//   service-ips[clusterIP . proto . port]  -> goto dispatch-PROTO-portI-N (Scopes.Internal
+//                                             endpoints), or svc-… where a rule needs the service
 //   service-ips[externalIP|lbIP . …]       -> goto ext-…  (masquerade / eTP=Local short-circuits,
 //   service-nodeports[proto . nodePort]    -> goto ext-…   then Scopes.External endpoints)
 //   no-endpoint-*[…]                        -> drop (Local policy) | goto reject-chain
 //   firewall-ips[lbIP . …]                  -> goto fw-…  (loadBalancerSourceRanges, before DNAT)
-// A svc-/ext- chain picks its endpoint with `numgen random mod N` into its
+// A dispatch-… chain, shared by the service ports with the same index and
+// endpoint count, picks `numgen random mod N` among the endpoints kept in
+// cluster-endpoints-PROTO under the packet's own cluster IP (names.ts). A
+// svc-/ext- chain picks its endpoint with `numgen random mod N` into its
 // slot of a shard map (`dnat to … map @endpoints-tcp-SSS`; one endpoint: a
 // plain dnat). With ClientIP affinity it picks among ep-… chains instead
 // (`vmap @endpoint-chains-SSS`), each updating its affinity set then DNATing.
@@ -18,10 +23,11 @@
 import type { Endpoint, Service } from "../../src/core/state.ts";
 import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts";
 import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
-import { addrKw, cidrsOfFamily, hostPort, ofFamily, setOf } from "./addr.ts";
+import { addrKw, cidrsOfFamily, firstOfFamily, hostPort, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
 import type { SetSpec } from "./transaction.ts";
+import { targetPort } from "../../src/plugins/ports.ts";
 
 export interface RuleSpec {
   rule: string;
@@ -46,8 +52,18 @@ export interface ServiceObjects {
   slots: Map<string, number>;
   /** the shard maps those slots live in */
   maps: SetSpec[];
+  /** shared dispatch chains (names.dispatchChain) this service's cluster IPs go to */
+  shared: SharedDispatch[];
   /** endpoints left out of a dispatch list longer than MAX_DISPATCH */
   truncated: number;
+}
+
+/** a use of the shared chain `name` = dispatchChainSpec(family, proto, index, n) */
+export interface SharedDispatch {
+  name: string;
+  proto: N.DnatProtocol;
+  index: number;
+  n: number;
 }
 
 /** gives the slot of a dispatch chain: the one it had, else a free one; undefined when none is left */
@@ -57,17 +73,10 @@ const PROTO: Partial<Record<Protocol, N.DnatProtocol>> = { [Protocol.TCP]: "tcp"
 /** upstream's default ClientIP affinity timeout (3 hours) */
 const DEFAULT_AFFINITY_SECONDS = 10800;
 
-/** The endpoint's port for a service port: its override by port name, else targetPort, else port. */
-export function targetPort(port: PortMapping, ep: Endpoint): number {
-  const o = ep.PortOverrides.find((p) => p.Name === port.Name);
-  return o?.Port || port.TargetPort || port.Port;
-}
 
 interface Target {
   ip: string;
   port: number;
-  /** "ip:port" / "[ip6]:port" */
-  id: string;
   internal: boolean;
   external: boolean;
   local: boolean;
@@ -80,12 +89,12 @@ export function renderService(
   fc: FamilyConfig,
   slots: SlotSource,
 ): ServiceObjects {
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], truncated: 0 };
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0 };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
   const clusterIPs = ofFamily(f, ips?.ClusterIPs?.[fam]);
-  const extIPs = ofFamily(f, [...(ips?.ExternalIPs?.[fam] ?? []), ...(ips?.LoadBalancerIPs?.[fam] ?? [])]);
+  const extIPs = ofFamily(f, ips?.ExternalIPs?.[fam], ips?.LoadBalancerIPs?.[fam]);
   const anyClusterIP = (ips?.ClusterIPs?.V4.length ?? 0) + (ips?.ClusterIPs?.V6.length ?? 0) > 0;
   // A service lives in the families of its cluster IPs (single-stack
   // services get no node ports in the other family, as upstream).
@@ -94,30 +103,27 @@ export function renderService(
   const ip = addrKw(f);
   const affinity =
     svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || DEFAULT_AFFINITY_SECONDS : undefined;
-  const epList = [...endpoints.values()].flatMap((ep) => ofFamily(f, ep.IPs?.[fam]).slice(0, 1).map((addr) => ({ ep, addr })));
+  // an endpoint's first address of the family (plain loops: 100,000s of endpoints at scale)
+  const epList: { ep: Endpoint; addr: string }[] = [];
+  for (const ep of endpoints.values()) {
+    const addr = firstOfFamily(f, ep.IPs?.[fam]);
+    if (addr !== undefined) epList.push({ ep, addr });
+  }
   const firewalls = renderFirewalls(key, svc, fc, out);
   const hairpin = new Set<string>();
 
-  for (const port of svc.Ports) {
+  for (const [portIndex, port] of svc.Ports.entries()) {
     const proto = PROTO[port.Protocol];
     if (!proto || !(port.Port > 0 && port.Port < 65536)) continue;
     const portId = N.servicePortId(key, proto, port.Name || String(port.Port));
-    const targets = new Map<string, Target>();
-    for (const { ep, addr } of epList) {
-      const tp = targetPort(port, ep);
-      if (!(tp > 0 && tp < 65536)) continue;
-      const id = hostPort(f, addr, tp);
-      const t = targets.get(id) ?? { ip: addr, port: tp, id, internal: false, external: false, local: false };
-      t.local ||= ep.Local;
-      t.internal ||= !!ep.Scopes?.Internal;
-      t.external ||= !!ep.Scopes?.External;
-      targets.set(id, t);
+    const sorted = targetsOf(port, epList);
+    const id = (t: Target) => hostPort(f, t.ip, t.port);
+    const internal: Target[] = [];
+    const external: Target[] = [];
+    for (const t of sorted) {
+      if (t.internal) internal.push(t);
+      if (t.external) external.push(t);
     }
-    const sorted = [...targets.values()].sort((a, b) => (a.id < b.id ? -1 : 1));
-    const internal = sorted.filter((t) => t.internal);
-    const external = sorted.filter((t) => t.external);
-    const svcChain = N.clusterChain(portId);
-    const extChain = N.externalChain(portId);
     const elem = (set: string, k: string, value?: string, comment?: string) => out.elements.push({ set, key: k, value, comment });
     const reject = `goto ${N.REJECT_CHAIN}`;
     const epChain = (t: Target) => N.endpointChain(portId, t.ip, t.port);
@@ -129,7 +135,7 @@ export function renderService(
       out.truncated += all.length - list.length;
       // Only a pod on this node can reach itself through this node's rules.
       for (const t of list) if (t.local) hairpin.add(t.ip);
-      if (!affinity && list.length === 1) return [{ rule: `meta l4proto ${proto} dnat to ${t0(list).id}` }];
+      if (!affinity && list.length === 1) return [{ rule: `meta l4proto ${proto} dnat to ${id(t0(list))}` }];
       if (affinity && list.length === 1) return [{ rule: `goto ${epChain(t0(list))}` }];
       const slot = slots(chain);
       if (slot === undefined) return []; // out of slots: no DNAT, the filter hooks reject
@@ -149,23 +155,35 @@ export function renderService(
       ];
     };
 
-    // cluster IPs
-    for (const cip of clusterIPs) {
-      elem(N.CLUSTER_IPS_SET, cip);
-      if (internal.length) elem(N.SERVICE_IPS_MAP, `${cip} . ${proto} . ${port.Port}`, `goto ${svcChain}`, portId);
-      else elem(N.NO_ENDPOINT_SERVICES_MAP, `${cip} . ${proto} . ${port.Port}`, svc.InternalTrafficToLocal ? "drop" : reject, portId);
-    }
-    if (internal.length) out.chains.push({ name: svcChain, rules: dispatch(svcChain, internal) });
-
-    // external IPs, LB IPs, node ports
     const eLocal = svc.ExternalTrafficToLocal;
     const nodePort = port.NodePort > 0 && port.NodePort < 65536 && fc.nodePortAddresses.length ? port.NodePort : 0;
     const hasExternalFrontend = extIPs.length > 0 || nodePort > 0;
     const shortCircuit = eLocal && internal.length > 0;
+
+    // cluster IPs: a chain of their own only when a rule needs this service
+    const ownChain = affinity !== undefined || (shortCircuit && hasExternalFrontend) || internal.some((t) => t.port !== internal[0].port);
+    // names are hashed (sha256): only made for the chains that exist
+    const svcChain = internal.length && ownChain ? N.clusterChain(portId) : undefined;
+    let clusterVerdict = svc.InternalTrafficToLocal ? "drop" : reject;
+    if (svcChain) {
+      out.chains.push({ name: svcChain, rules: dispatch(svcChain, internal) });
+      clusterVerdict = `goto ${svcChain}`;
+    } else if (internal.length && clusterIPs.length) {
+      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list: internal })}`;
+      // Only a pod on this node can reach itself through this node's rules.
+      for (const t of internal.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
+    }
+    for (const cip of clusterIPs) {
+      elem(N.CLUSTER_IPS_SET, cip);
+      elem(internal.length ? N.SERVICE_IPS_MAP : N.NO_ENDPOINT_SERVICES_MAP, `${cip} . ${proto} . ${port.Port}`, clusterVerdict, portId);
+    }
+
+    // external IPs, LB IPs, node ports
     if (hasExternalFrontend && (external.length || shortCircuit)) {
+      const extChain = N.externalChain(portId);
       const rules: RuleSpec[] = [];
       if (!eLocal) rules.push({ rule: `jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade traffic that may leave the node" });
-      else if (shortCircuit) {
+      else if (svcChain) {
         // Pods and the node itself reach an eTP=Local service through the
         // cluster endpoints, as if they had gone out to the load balancer
         // and come back; the node is masqueraded, its source being an
@@ -193,14 +211,14 @@ export function renderService(
         out.sets.push({ name: affSet(t), type: f === "ip" ? "ipv4_addr" : "ipv6_addr", flags: ["dynamic", "timeout"], timeout: affinity });
         out.chains.push({
           name: epChain(t),
-          rules: [{ rule: `update @${affSet(t)} { ${ip} saddr }` }, { rule: `meta l4proto ${proto} dnat to ${t.id}` }],
+          rules: [{ rule: `update @${affSet(t)} { ${ip} saddr }` }, { rule: `meta l4proto ${proto} dnat to ${id(t)}` }],
         });
       }
 
     if (proto === "udp") {
       const family = f === "ip" ? 4 : 6;
-      const extEps = [...new Set([...external, ...(shortCircuit ? internal : [])].map((t) => t.id))].sort();
-      for (const cip of clusterIPs) out.udp.push({ ip: cip, family, port: port.Port, endpoints: internal.map((t) => t.id) });
+      const extEps = [...new Set([...external, ...(shortCircuit ? internal : [])].map(id))].sort();
+      for (const cip of clusterIPs) out.udp.push({ ip: cip, family, port: port.Port, endpoints: internal.map(id) });
       for (const e of extIPs) out.udp.push({ ip: e, family, port: port.Port, endpoints: extEps });
       if (nodePort) out.udp.push({ family, port: nodePort, endpoints: extEps });
     }
@@ -210,6 +228,59 @@ export function renderService(
 }
 
 const t0 = <T>(list: T[]): T => list[0];
+
+/**
+ * One target per address and target port, sorted. Duplicates are found by
+ * a scan while the list is short (the usual handful of endpoints: cheaper
+ * than a Map), by a Map keyed by the address string beyond.
+ */
+function targetsOf(port: PortMapping, epList: { ep: Endpoint; addr: string }[]): Target[] {
+  const out: Target[] = [];
+  const byAddr = epList.length > 16 ? new Map<string, Target>() : undefined;
+  for (const { ep, addr } of epList) {
+    const tp = targetPort(ep, port);
+    if (!(tp > 0 && tp < 65536)) continue;
+    let t = byAddr?.get(addr);
+    // rare: one address with several target ports
+    if (!byAddr || (t && t.port !== tp)) {
+      t = undefined;
+      for (const x of out) if (x.ip === addr && x.port === tp) t = x;
+    }
+    if (!t) {
+      t = { ip: addr, port: tp, internal: false, external: false, local: false };
+      out.push(t);
+      if (byAddr && !byAddr.has(addr)) byAddr.set(addr, t);
+    }
+    t.local ||= ep.Local;
+    t.internal ||= !!ep.Scopes?.Internal;
+    t.external ||= !!ep.Scopes?.External;
+  }
+  return out.sort(byAddressAndPort);
+}
+
+const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port);
+
+/**
+ * The elements that send a service port's cluster IPs through the shared
+ * dispatch chain of its index and endpoint count (names.ts), all endpoints
+ * having the same target port. Gives the chain's name.
+ */
+function sharedDispatch(
+  out: ServiceObjects,
+  o: { proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
+): string {
+  const list = o.list.slice(0, N.MAX_DISPATCH);
+  out.truncated += o.list.length - list.length;
+  const name = N.dispatchChain(o.proto, o.index, list.length);
+  out.shared.push({ name, proto: o.proto, index: o.index, n: list.length });
+  const endpoints = N.clusterEndpointsMap(o.proto);
+  const base = o.index * N.MAX_DISPATCH;
+  for (const cip of o.clusterIPs) {
+    for (let i = 0; i < list.length; i++) out.elements.push({ set: endpoints, key: `${cip} . ${base + i}`, value: list[i].ip });
+    out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port) });
+  }
+  return name;
+}
 
 /** one firewall chain per IPFilter with targets in this family: drop sources outside its ranges */
 function renderFirewalls(key: string, svc: Service, fc: FamilyConfig, out: ServiceObjects) {

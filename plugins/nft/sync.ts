@@ -2,9 +2,9 @@
 // turns a set of changed services into the smallest transaction: new or
 // different chains (flushed and rewritten), map/set element adds and
 // deletes, and stale chains and sets removed after every reference to them.
-// Unchanged chains (usually every endpoint chain but the one that moved) are
-// not sent at all, so an endpoint change costs the same at 10 or 10,000
-// services.
+// Unchanged chains are not sent at all, and most services have none of their
+// own (their cluster IPs go to chains shared by endpoint count, names.ts),
+// so an endpoint change costs the same at 10 or 10,000 services.
 //
 // A full sync is the same diff from an empty record, preceded by deleting
 // and re-creating the tables in the same atomic transaction: whatever the
@@ -15,7 +15,7 @@ import type { Config } from "../../src/core/config.ts";
 import type { NodeState } from "../../src/core/state.ts";
 import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
-import { familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
+import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { renderService, type ChainObj, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
@@ -59,6 +59,12 @@ class FamilySync {
    * else shares the shard.
    */
   private created = new Set<string>();
+  /**
+   * Shared dispatch chains (names.dispatchChain) and how many service ports
+   * use each: one exists exactly while it has users, so a series of partial
+   * syncs leaves what a full sync of the same state writes.
+   */
+  private shared = new Map<string, { chain: ChainObj; users: number; written: boolean }>();
   truncated = 0;
 
   constructor(config: Config, family: Family) {
@@ -70,6 +76,7 @@ class FamilySync {
     this.elements.clear();
     this.slots = new Slots();
     this.created.clear();
+    this.shared.clear();
   }
 
   udpOf(key: string): UdpFrontend[] {
@@ -78,7 +85,7 @@ class FamilySync {
 
   /** diff the given services against their records, updating the records */
   plan(state: NodeState, keys: Iterable<string>, p: Phases) {
-    const f = this.fc.family;
+    const sharedTouched = new Set<string>();
     for (const key of keys) {
       const old = this.records.get(key);
       const se = state.services.get(key);
@@ -86,36 +93,71 @@ class FamilySync {
       const next = se ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take()) : undefined;
       if (next && (next.chains.length || next.elements.length)) this.records.set(key, next);
       else this.records.delete(key);
-      for (const [c, slot] of oldSlots ?? []) if (next?.slots.get(c) !== slot) this.slots.release(slot);
+      if (oldSlots) for (const [c, slot] of oldSlots) if (next?.slots.get(c) !== slot) this.slots.release(slot);
       this.truncated += next?.truncated ?? 0;
-      for (const m of next?.maps ?? [])
-        if (!this.created.has(m.name)) {
-          this.created.add(m.name);
-          p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
-        }
+      this.diffObjects(old, next, p);
+      for (const c of old?.shared ?? []) {
+        this.shared.get(c.name)!.users--;
+        sharedTouched.add(c.name);
+      }
+      for (const c of next?.shared ?? []) {
+        let s = this.shared.get(c.name);
+        if (!s) this.shared.set(c.name, (s = { chain: dispatchChainSpec(this.fc.family, c.proto, c.index, c.n), users: 0, written: false }));
+        s.users++;
+        sharedTouched.add(c.name);
+      }
+      if (old) for (const e of old.elements) this.elements.unclaim(e.set, e.key, key);
+      if (next) for (const e of next.elements) this.elements.claim(e.set, e.key, key, e);
+    }
+    this.settleShared(sharedTouched, p);
+    const f = this.fc.family;
+    for (const c of this.elements.settle()) {
+      if (c.removes.length) p.delElements.push({ kind: "elements", verb: "delete", family: f, set: c.set, items: c.removes });
+      if (c.adds.length) p.addElements.push({ kind: "elements", verb: "add", family: f, set: c.set, items: c.adds });
+    }
+  }
 
+  /** shard maps, sets and chains of one service: what to create, rewrite and delete */
+  private diffObjects(old: ServiceObjects | undefined, next: ServiceObjects | undefined, p: Phases) {
+    const f = this.fc.family;
+    for (const m of next?.maps ?? [])
+      if (!this.created.has(m.name)) {
+        this.created.add(m.name);
+        p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
+      }
+    // Most services have neither sets nor chains of their own: no lookups built for them.
+    if (old?.sets.length || next?.sets.length) {
       const oldSets = new Set(old?.sets.map((s) => s.name));
       const newSets = new Set(next?.sets.map((s) => s.name));
       for (const s of next?.sets ?? []) if (!oldSets.has(s.name)) p.addSets.push({ kind: "set", verb: "add", family: f, set: s });
       for (const s of old?.sets ?? []) if (!newSets.has(s.name)) p.delSets.push({ kind: "set", verb: "delete", family: f, name: s.name });
-
-      const oldChains = new Map(old?.chains.map((c) => [c.name, c]));
-      const newChains = new Set(next?.chains.map((c) => c.name));
-      for (const c of next?.chains ?? []) {
-        const before = oldChains.get(c.name);
-        if (!before) p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
-        else if (sameRules(before, c)) continue;
-        else p.rules.push({ kind: "chain", verb: "flush", family: f, name: c.name });
-        for (const r of c.rules) p.rules.push({ kind: "rule", family: f, chain: c.name, rule: r.rule, comment: r.comment });
-      }
-      for (const c of old?.chains ?? []) if (!newChains.has(c.name)) p.delChains.push({ kind: "chain", verb: "delete", family: f, name: c.name });
-
-      for (const e of old?.elements ?? []) this.elements.unclaim(e.set, e.key, key);
-      for (const e of next?.elements ?? []) this.elements.claim(e.set, e.key, key, e);
     }
-    for (const c of this.elements.settle()) {
-      if (c.remove) p.delElements.push({ kind: "element", verb: "delete", family: f, set: c.set, key: c.key });
-      if (c.add) p.addElements.push({ kind: "element", verb: "add", family: f, set: c.set, key: c.key, value: c.add.value, comment: c.add.comment });
+    if (!old?.chains.length && !next?.chains.length) return;
+    const oldChains = new Map(old?.chains.map((c) => [c.name, c]));
+    const newChains = new Set(next?.chains.map((c) => c.name));
+    for (const c of next?.chains ?? []) {
+      const before = oldChains.get(c.name);
+      if (!before) p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
+      else if (sameRules(before, c)) continue;
+      else p.rules.push({ kind: "chain", verb: "flush", family: f, name: c.name });
+      for (const r of c.rules) p.rules.push({ kind: "rule", family: f, chain: c.name, rule: r.rule, comment: r.comment });
+    }
+    for (const c of old?.chains ?? []) if (!newChains.has(c.name)) p.delChains.push({ kind: "chain", verb: "delete", family: f, name: c.name });
+  }
+
+  /** creates the shared dispatch chains that got their first user, deletes those that lost their last */
+  private settleShared(touched: Set<string>, p: Phases) {
+    const f = this.fc.family;
+    for (const name of touched) {
+      const s = this.shared.get(name)!;
+      if (s.users && !s.written) {
+        s.written = true;
+        p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name } });
+        for (const r of s.chain.rules) p.rules.push({ kind: "rule", family: f, chain: name, rule: r.rule, comment: r.comment });
+      } else if (!s.users) {
+        if (s.written) p.delChains.push({ kind: "chain", verb: "delete", family: f, name });
+        this.shared.delete(name);
+      }
     }
   }
 }
@@ -168,8 +210,12 @@ export class NftSync {
     for (const op of p.all()) tx.add(op);
     const udp = new Map<string, UdpFrontend[]>();
     for (const k of keys) {
-      const list = this.families.flatMap((fs) => fs.udpOf(k));
-      if (list.length) udp.set(k, list);
+      let list: UdpFrontend[] | undefined;
+      for (const fs of this.families) {
+        const u = fs.udpOf(k);
+        if (u.length) list = list ? [...list, ...u] : u;
+      }
+      if (list) udp.set(k, list);
     }
     return { tx, full, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
   }

@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { createNftBackend } from "../../plugins/nft/index.ts";
-import { familyConfig, renderBase } from "../../plugins/nft/render-base.ts";
+import { dispatchChainSpec, familyConfig, renderBase } from "../../plugins/nft/render-base.ts";
 import { renderService, type ServiceObjects } from "../../plugins/nft/render-service.ts";
 import { hash8, type Family } from "../../plugins/nft/names.ts";
 import { printOp } from "../../plugins/nft/transaction.ts";
@@ -14,10 +14,11 @@ import type { Endpoint } from "../../src/core/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { context, entry, ep, key, nodeConfig, nodeState, svc, type SvcSpec } from "./fixtures.ts";
 
-/** one line per object, names without their hash: "chain NAME: RULE", "element SET KEY : VALUE", "set NAME" */
+/** one line per object, names without their hash: "chain NAME: RULE", "element SET KEY : VALUE", "set NAME", "shared CHAIN" */
 function lines(o: ServiceObjects): string[] {
   return [
     ...o.sets.map((s) => `set ${s.name} timeout ${s.timeout}`),
+    ...o.shared.map((s) => `shared ${s.name}`),
     ...o.chains.flatMap((c) => c.rules.map((r) => `chain ${c.name}: ${r.rule}`)),
     ...o.elements.map((e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`),
   ].map((l) => l.replace(/-[A-Z2-7]{8}-/g, "-"));
@@ -51,32 +52,57 @@ interface Case {
 
 const cases: Case[] = [
   {
-    name: "cluster IP with endpoints: service-ips goes to the cluster chain, which DNATs through its slot",
+    name: "cluster IP with endpoints: no chain of its own, the shared chain of its port index and endpoint count",
     spec: web(),
     eps: { a: pod(1), b: pod(2) },
+    has: [
+      "shared dispatch-tcp-port0-2",
+      "element service-ips 198.18.0.1 . tcp . 80 : goto dispatch-tcp-port0-2",
+      "element cluster-endpoints-tcp 198.18.0.1 . 0 : 198.19.0.1",
+      "element cluster-endpoints-tcp 198.18.0.1 . 1 : 198.19.0.2",
+      "element cluster-target-ports-tcp 198.18.0.1 . 80 : 8080",
+      "element cluster-ips 198.18.0.1",
+    ],
+    hasNot: [/^chain svc-/],
+  },
+  {
+    name: "a service's second port takes the second range of indexes",
+    spec: web({ ports: [{ name: "http", port: 80 }, { name: "https", port: 443, targetPort: 8443 }] }),
+    eps: { a: pod(1), b: pod(2) },
+    has: [
+      "element service-ips 198.18.0.1 . tcp . 443 : goto dispatch-tcp-port1-2",
+      "element cluster-endpoints-tcp 198.18.0.1 . 16384 : 198.19.0.1",
+      "element cluster-endpoints-tcp 198.18.0.1 . 16385 : 198.19.0.2",
+      "element cluster-target-ports-tcp 198.18.0.1 . 443 : 8443",
+    ],
+  },
+  {
+    name: "endpoints with different target ports: a chain of its own, DNAT through its slot",
+    spec: web(),
+    eps: { a: pod(1), b: pod(2, { ports: { http: 9090 } }) },
     has: [
       "element service-ips 198.18.0.1 . tcp . 80 : goto svc-default/web/tcp/http",
       "chain svc-default/web/tcp/http: meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints-tcp-000",
       "element endpoints-tcp-000 0 : 198.19.0.1 . 8080",
-      "element endpoints-tcp-000 1 : 198.19.0.2 . 8080",
-      "element cluster-ips 198.18.0.1",
+      "element endpoints-tcp-000 1 : 198.19.0.2 . 9090",
     ],
+    hasNot: [/cluster-endpoints/, /cluster-target-ports/],
   },
   {
-    name: "a single endpoint is DNATed directly, without a slot",
+    name: "a single endpoint of an external entry is DNATed directly, without a slot",
     spec: web(),
     eps: { a: pod(1) },
-    has: ["chain svc-default/web/tcp/http: meta l4proto tcp dnat to 198.19.0.1:8080"],
-    hasNot: [/endpoints-tcp/],
+    has: ["chain ext-default/web/tcp/http: meta l4proto tcp dnat to 198.19.0.1:8080", "shared dispatch-tcp-port0-1"],
+    hasNot: [/endpoints-tcp-\d/],
   },
   {
     name: "target port: the endpoint's port of the same name, else targetPort, else port",
     spec: web({ ports: [{ name: "http", port: 80 }, { name: "t", port: 81, targetPort: 9081 }, { name: "p", port: 82 }] }),
     eps: { a: pod(1) },
     has: [
-      "chain svc-default/web/tcp/http: meta l4proto tcp dnat to 198.19.0.1:8080",
-      "chain svc-default/web/tcp/t: meta l4proto tcp dnat to 198.19.0.1:9081",
-      "chain svc-default/web/tcp/p: meta l4proto tcp dnat to 198.19.0.1:82",
+      "element cluster-target-ports-tcp 198.18.0.1 . 80 : 8080",
+      "element cluster-target-ports-tcp 198.18.0.1 . 81 : 9081",
+      "element cluster-target-ports-tcp 198.18.0.1 . 82 : 82",
     ],
   },
   {
@@ -157,7 +183,11 @@ const cases: Case[] = [
     spec: web(),
     eps: { a: pod(1) },
     family: "ip6",
-    has: ["element service-ips 2001:db8:1::1 . tcp . 80 : goto svc-default/web/tcp/http", "chain svc-default/web/tcp/http: meta l4proto tcp dnat to [2001:db8:2:0::1]:8080"],
+    has: [
+      "element service-ips 2001:db8:1::1 . tcp . 80 : goto dispatch-tcp-port0-1",
+      "element cluster-endpoints-tcp 2001:db8:1::1 . 0 : 2001:db8:2:0::1",
+      "chain ext-default/web/tcp/http: meta l4proto tcp dnat to [2001:db8:2:0::1]:8080",
+    ],
   },
   {
     name: "single-stack IPv4 service: nothing in ip6",
@@ -171,7 +201,7 @@ const cases: Case[] = [
     spec: web({ clusterIPs: [cip, "198.18.0.300"], externalIPs: ["not-an-ip"], ports: [{ name: "http", port: 80 }, { name: "x", port: 70000 }] }),
     eps: { a: ep({ ips: ["198.19.0.999"] }), b: pod(2) },
     hasNot: [/300/, /not-an-ip/, /999/, /70000/],
-    has: ["chain svc-default/web/tcp/http: meta l4proto tcp dnat to 198.19.0.2:8080"],
+    has: ["element cluster-endpoints-tcp 198.18.0.1 . 0 : 198.19.0.2"],
   },
   {
     name: "no node port addresses in the family: no node port",
@@ -185,8 +215,12 @@ const cases: Case[] = [
     spec: web({ ports: [{ name: "dns", protocol: "UDP", port: 53 }, { name: "s", protocol: "SCTP", port: 90 }] }),
     eps: { a: pod(1, { ports: { dns: 5353, s: 9000 } }), b: pod(2, { ports: { dns: 5353, s: 9000 } }) },
     has: [
-      "chain svc-default/web/udp/dns: meta l4proto udp dnat ip to numgen random mod 2 offset 0 map @endpoints-udp-000",
-      "chain svc-default/web/sctp/s: meta l4proto sctp dnat ip to numgen random mod 2 offset 16384 map @endpoints-sctp-001",
+      "element service-ips 198.18.0.1 . udp . 53 : goto dispatch-udp-port0-2",
+      "element cluster-endpoints-udp 198.18.0.1 . 0 : 198.19.0.1",
+      "element cluster-target-ports-udp 198.18.0.1 . 53 : 5353",
+      "element service-ips 198.18.0.1 . sctp . 90 : goto dispatch-sctp-port1-2",
+      "element cluster-endpoints-sctp 198.18.0.1 . 16385 : 198.19.0.2",
+      "element cluster-target-ports-sctp 198.18.0.1 . 90 : 9000",
     ],
   },
 ];
@@ -238,6 +272,25 @@ describe("nft renderBase", () => {
       const got = base(c.config, c.family);
       for (const h of c.has) expect(got.some((l) => l.includes(h))).toBe(true);
       for (const re of c.hasNot ?? []) expect(got.filter((l) => re.test(l))).toEqual([]);
+    });
+});
+
+describe("nft shared dispatch chains", () => {
+  const cases = [
+    {
+      name: "first port: indexes from 0, address from one map, target port from the other",
+      spec: dispatchChainSpec("ip", "tcp", 0, 3),
+      rule: "meta l4proto tcp dnat ip to ip daddr . numgen random mod 3 map @cluster-endpoints-tcp : ip daddr . tcp dport map @cluster-target-ports-tcp",
+    },
+    {
+      name: "third port, IPv6, UDP: indexes from 2 * 16384",
+      spec: dispatchChainSpec("ip6", "udp", 2, 5),
+      rule: "meta l4proto udp dnat ip6 to ip6 daddr . numgen random mod 5 offset 32768 map @cluster-endpoints-udp : ip6 daddr . udp dport map @cluster-target-ports-udp",
+    },
+  ];
+  for (const c of cases)
+    test(c.name, () => {
+      expect(c.spec.rules.map((r) => r.rule)).toEqual([c.rule]);
     });
 });
 

@@ -22,7 +22,8 @@ export async function canonicalRuleset(topo: Topology, ns: string): Promise<stri
     const r = x.rule as Json | undefined;
     if (!r) continue;
     const text = JSON.stringify(r.expr, (k, v) => {
-      if (k === "numgen" && v && typeof v === "object" && "offset" in v) {
+      // shared dispatch chains use no slot (their numgen is keyed by cluster IP)
+      if (k === "numgen" && v && typeof v === "object" && "offset" in v && !String(r.chain).startsWith("dispatch-")) {
         slotOwner.set(`${r.family}/${Math.floor((v as { offset: number }).offset / MAX_DISPATCH)}`, `${r.chain}`);
         return { ...v, offset: "slot" };
       }

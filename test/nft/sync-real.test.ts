@@ -1,10 +1,13 @@
-// Partial syncs against the real kernel: a series of changes leaves exactly
-// what one full sync writes (nothing stale, nothing missing); a refused
-// transaction is followed by a full resync; cleanup removes kpng's tables
-// and only them; dry-run touches nothing.
+// Partial syncs against the real kernel: a series of changes, sent through
+// the `nft -i` session, leaves exactly what one full sync writes (nothing
+// stale, nothing missing); a refused transaction is followed by a full
+// resync; cleanup removes kpng's tables and only them; dry-run touches
+// nothing.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { SESSION_MAX_BYTES, processSpawner } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
+import type { Executor } from "../../src/plugins/backend.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
@@ -58,7 +61,16 @@ const steps: Step[] = [
 describe("nft partial sync (real kernel)", () => {
   test("every partial sync leaves what a full sync of the same state writes", async () => {
     const ctx = context(nodeConfig());
-    const partial = createNftBackend(ctx, { exec: topo.executor(topo.node.ns) });
+    // the partial transactions that ran as `nft -f -`, by size
+    const oneShotPartials: number[] = [];
+    const exec: Executor = {
+      run: (argv, stdin = "") => {
+        if (argv[0] === "nft" && !stdin.includes("delete table")) oneShotPartials.push(stdin.length);
+        return topo.executor(topo.node.ns).run(argv, stdin);
+      },
+    };
+    const interactive = processSpawner(["ip", "netns", "exec", topo.node.ns]);
+    const partial = createNftBackend(ctx, { exec, interactive });
     let state: NodeState = nodeState([]);
     await partial.apply(state, null);
     for (const step of steps) {
@@ -71,11 +83,16 @@ describe("nft partial sync (real kernel)", () => {
       const [got, want] = await Promise.all([canonicalRuleset(topo, topo.node.ns), canonicalRuleset(ref, ref.node.ns)]);
       expect(`${step.name}\n${got}`).toBe(`${step.name}\n${want}`);
     }
+    await partial.close();
+    // partial syncs went through nft -i, but for the big ones
+    expect(oneShotPartials.filter((n) => n <= SESSION_MAX_BYTES)).toEqual([]);
+    expect(oneShotPartials.length).toBeLessThan(steps.length / 2);
   });
 
   test("a refused partial transaction is followed by a full resync", async () => {
     const ctx = context(nodeConfig());
-    const backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns) });
+    const interactive = processSpawner(["ip", "netns", "exec", topo.node.ns]);
+    const backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive });
     const web = (n: number) => entry(svc({ name: "web", clusterIPs: [v4.clusterIP(9)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(topo.pods.slice(0, n).map((p) => [p.name, ep({ ips: [p.v4], ports: { http: 8080 } })])));
     const first = nodeState([web(2), entry(svc(spec("gone", 8)), eps(1))]);
     await backend.apply(first, null);
@@ -86,6 +103,11 @@ describe("nft partial sync (real kernel)", () => {
     expect(backend.last?.full).toBe(true);
     expect(ctx.lines.some((l) => l.includes("partial sync failed"))).toBe(true);
     expect(await topo.probe(topo.client.ns, { ip: v4.clusterIP(9), port: 80 })).toMatchObject({ ok: true, who: "pod0" });
+    // and partial syncs work again, through a new nft -i
+    const again = nextState(next.state, [web(2)]);
+    await backend.apply(again.state, again.change);
+    expect(backend.last?.full).toBe(false);
+    await backend.close();
   });
 
   test("cleanup removes kpng's tables and leaves other tables alone", async () => {

@@ -35,27 +35,28 @@ describe("nft partial sync cost", () => {
     {
       name: "an endpoint replaced (same count)",
       endpoints: [...tenEndpoints(0).slice(0, 9), 999_999],
-      // the dispatch rule is unchanged (still mod 10): 1 delete-element + 1 add-element statement
+      // still dispatch-tcp-port0-10: 1 delete-element + 1 add-element statement on cluster-endpoints-tcp
       statements: 2,
     },
     {
       name: "an endpoint added",
       endpoints: [...tenEndpoints(0), 999_999],
-      // flush chain + the new `mod 11` rule + 1 add-element statement
-      statements: 3,
+      // add chain dispatch-tcp-port0-11 + its rule (its first user), the verdict moves there
+      // (delete + add on service-ips), 1 add-element on cluster-endpoints-tcp
+      statements: 5,
     },
     {
       name: "an endpoint removed from the middle",
       endpoints: tenEndpoints(0).filter((x) => x !== 4),
-      // flush chain + `mod 9` rule + delete-element (the last index) + delete/add of the shifted ones,
-      // batched: 1 delete statement + 1 add statement
-      statements: 4,
+      // add chain dispatch-tcp-port0-9 + its rule, the verdict moves there (delete + add), indexes
+      // 4-9 deleted and 4-8 added back with the shifted endpoints (1 statement each)
+      statements: 6,
     },
     {
       name: "the last endpoint removed",
       endpoints: [],
-      // delete-element of the 10 endpoints (one statement) + the cluster IP moves from service-ips
-      // to no-endpoint-services (a delete and an add) + delete chain
+      // delete-element of the 10 endpoints, of the target port and of the verdict (one statement
+      // per map), add to no-endpoint-services; dispatch-tcp-port0-10 keeps its other users
       statements: 4,
     },
   ];
@@ -88,7 +89,13 @@ describe("nft partial sync cost", () => {
   test("a deleted service: its elements go before its chains", async () => {
     const ctx = context(nodeConfig({ dryRun: true }));
     const backend = createNftBackend(ctx);
-    const before = cluster(3);
+    // affinity: svc1 has chains of its own
+    const sticky = (i: number) =>
+      entry(
+        svc({ ns: `ns${i}`, name: `svc${i}`, clusterIPs: [ip4(i, 10)], ports: [{ name: "http", port: 80 }], affinitySeconds: 60 }),
+        Object.fromEntries(tenEndpoints(i).map((x) => [`p${x}`, epAt(x)])),
+      );
+    const before = nodeState([service(0, tenEndpoints(0)), sticky(1)]);
     await backend.apply(before, null);
     const { state, change } = nextState(before, [], ["ns1/svc1"]);
     await backend.apply(state, change);
@@ -97,6 +104,22 @@ describe("nft partial sync cost", () => {
     expect(text).toMatch(/^delete chain ip kpng svc-[A-Z2-7]{8}-ns1\/svc1\/tcp\/http$/m);
     expect(text.indexOf("delete element ip kpng service-ips")).toBeLessThan(text.indexOf("delete chain"));
     expect(text).not.toContain("add ");
+  });
+
+  test("a shared dispatch chain comes with its first user and goes after its last", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    const before = cluster(3);
+    await backend.apply(before, null);
+    const eleven = nextState(before, [service(1, [...tenEndpoints(1), 999_999])]);
+    await backend.apply(eleven.state, eleven.change);
+    const back = nextState(eleven.state, [service(1, tenEndpoints(1))]);
+    await backend.apply(back.state, back.change);
+    const [created, deleted] = ctx.printed.slice(1);
+    expect(created.indexOf("add chain ip kpng dispatch-tcp-port0-11\n")).toBeLessThan(created.indexOf("goto dispatch-tcp-port0-11"));
+    expect(deleted).toMatch(/^delete chain ip kpng dispatch-tcp-port0-11$/m);
+    expect(deleted.indexOf("delete element ip kpng service-ips")).toBeLessThan(deleted.indexOf("delete chain"));
+    expect(deleted).not.toContain("dispatch-tcp-port0-10\n"); // still used by svc0 and svc2
   });
 });
 
