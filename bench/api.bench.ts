@@ -77,8 +77,8 @@ async function fullState(dir: string, sock: string, gen: GenOptions) {
   console.log(`  brain computed the state in ${ms(performance.now() - t0)} (not part of the figure)`);
   const server = await startApiServer({ brain, listen: [`unix://${sock}`], defaultNodeName: "node-1", log: createLogger("bench", { level: "error" }) });
   for (const protocol of ["watch", "next"]) {
-    // Round 1 is the first stream after the state was computed (every object marshalled
-    // now); rounds 2-3 reuse the marshalled bytes, as every later stream does.
+    // The server marshals the brain's own node (node-1) as it starts, so round 1 costs
+    // what rounds 2-3 do; a first stream for another node would marshal then.
     const s = spawnSidecar(dir, [`unix://${sock}`, "node-1", protocol, "3"]);
     const full = await s.waitLines(3, /^full /);
     const [first, ...rest] = full.map((l) => Number(l.split(" ")[1]));
