@@ -20,12 +20,12 @@
 //         the heap saws between ~40 and ~130 MB and comes back down: no growth.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { node as nodeObject } from "../test/fixtures/k8s.ts";
 import { syntheticService, syntheticSlice, type SyntheticOptions } from "../test/fixtures/synthetic.ts";
 import { FakeApiServer } from "../test/kube/api-server.ts";
+import { freePort } from "../test/fixtures/free-port.ts";
 
 const CLUSTER: SyntheticOptions = { services: 1000, endpoints: 10, nodes: 100, localEvery: 10 };
 /** A busy cluster: 10 API changes a second, for an hour. */
@@ -33,14 +33,6 @@ const REAL_RATE_PER_S = 10;
 const REAL_SECONDS_PER_HOUR = 3600;
 /** kube-proxy's default --min-sync-period (1s), scaled like the clock. */
 const REAL_MIN_SYNC_S = 1;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 function scrape(text: string, name: string): number {
   let sum = 0;

@@ -25,7 +25,7 @@ const ENDPOINTS = 10;
 const NODES = 100;
 
 function service(i: number, topo: Topology, endpoints = ENDPOINTS, salt = 0): ServiceEndpoints {
-  const s = svc({ ns: `ns${i % 50}`, name: `svc${i}`, clusterIPs: [v6.clusterIP(i + 1)], ports: [{ name: "http", port: 80 }] });
+  const s = svc({ namespace: `ns${i % 50}`, name: `svc${i}`, clusterIPs: [v6.clusterIP(i + 1)], ports: [{ name: "http", port: 80 }] });
   if (i === 0) return entry(s, { p0: ep({ ips: [topo.pods[0].v6], ports: { http: 8080 } }) }); // the one we connect to
   const eps = Object.fromEntries(
     Array.from({ length: endpoints }, (_, j) => {

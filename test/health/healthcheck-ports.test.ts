@@ -2,22 +2,13 @@
 // closed with services, answering like kube-proxy, on 127.0.0.1 only.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { createServer } from "node:net";
 import { cidrContains, healthCheckAddresses, HealthCheckPorts } from "../../src/core/healthcheck-ports.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { K8sObject } from "../../src/core/k8s/objects.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
 import { localState } from "../brain/helpers.ts";
-
-/** A port nobody listens on right now (the kernel's pick). */
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+import { freePort } from "../fixtures/free-port.ts";
 
 function lbLocal(port: number, endpoints: EpOpts[], o: { name?: string; eTP?: "Local" | "Cluster"; type?: "LoadBalancer" | "NodePort" } = {}): K8sObject[] {
   const name = o.name ?? "web";

@@ -9,7 +9,7 @@ import { bulkThreshold, printRestore, Transaction } from "../../plugins/iptables
 import { hashName, maxChainName, serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
 
-const web = svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80 }, { name: "dns", proto: "udp", port: 53 }] });
+const web = svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80 }, { name: "dns", protocol: "UDP", port: 53 }] });
 const pod = (i: number) => ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080, dns: 5353 } });
 
 function backend(reply?: (c: RecordedCall) => string, opts: { dryRun?: boolean; now?: () => number; fullSyncPeriodMs?: number } = {}) {

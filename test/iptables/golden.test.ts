@@ -51,7 +51,7 @@ const scenarios: Scenario[] = [
           clusterIPs: [v4.clusterIP(3)],
           lbIPs: [v4.external(1)],
           externalIPs: [v4.external(2)],
-          ports: [{ name: "dns", proto: "udp", port: 53, nodePort: 30053 }],
+          ports: [{ name: "dns", protocol: "UDP", port: 53, nodePort: 30053 }],
           sourceRanges: [plan.v4.clientCIDR, plan.v4.nodeCIDR],
           affinitySeconds: 300,
         }),

@@ -24,7 +24,7 @@ const installForeign = () => topo.exec(topo.node.ns, ["iptables-restore", "--nof
 const save = async () => (await topo.exec(topo.node.ns, ["iptables-save"])) + (await topo.exec(topo.node.ns, ["ip6tables-save"]));
 
 const s1: SvcSpec = { name: "s1", clusterIPs: [v4.clusterIP(101)], ports: [{ name: "http", port: 80 }] };
-const u1: SvcSpec = { name: "u1", clusterIPs: [v4.clusterIP(102)], ports: [{ name: "dns", proto: "udp", port: 53 }] };
+const u1: SvcSpec = { name: "u1", clusterIPs: [v4.clusterIP(102)], ports: [{ name: "dns", protocol: "UDP", port: 53 }] };
 const tcp = (ip: string) => ({ ip, port: 80, proto: "tcp" as const });
 const who = async (n: number, ip: string) => (await runChecks(topo, Array.from({ length: n }, () => ({ from: "client" as const, probe: tcp(ip), expect: { ok: true as const } })))).map((r) => (r.ok ? r.who : r.error));
 

@@ -42,7 +42,7 @@ const cases: Case[] = [
   },
   {
     name: "UDP and SCTP cluster IP ports reach the endpoint's named target ports",
-    services: [{ spec: { name: "c3", clusterIPs: [v4.clusterIP(3)], ports: [{ name: "dns", proto: "udp", port: 53 }, { name: "sc", proto: "sctp", port: 9000 }] }, eps: [[1]] }],
+    services: [{ spec: { name: "c3", clusterIPs: [v4.clusterIP(3)], ports: [{ name: "dns", protocol: "UDP", port: 53 }, { name: "sc", protocol: "SCTP", port: 9000 }] }, eps: [[1]] }],
     checks: () => [
       { from: "client", probe: { ip: v4.clusterIP(3), port: 53, proto: "udp" }, expect: { ok: true, who: ["pod1"] } },
       { from: "client", probe: { ip: v4.clusterIP(3), port: 9000, proto: "sctp" }, expect: { ok: true, who: ["pod1"] } },
@@ -119,7 +119,7 @@ const cases: Case[] = [
     name: "no endpoints: cluster IP, external IP and node port rejected (TCP, UDP)",
     services: [
       {
-        spec: { name: "z1", clusterIPs: [v4.clusterIP(30)], externalIPs: [v4.external(5)], ports: [http(80, 30030), { name: "dns", proto: "udp", port: 53, nodePort: 30031 }] },
+        spec: { name: "z1", clusterIPs: [v4.clusterIP(30)], externalIPs: [v4.external(5)], ports: [http(80, 30030), { name: "dns", protocol: "UDP", port: 53, nodePort: 30031 }] },
         eps: [],
       },
     ],

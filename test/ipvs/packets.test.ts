@@ -53,8 +53,8 @@ describe("ipvs filter rules on real packets", () => {
         entry(service({ name: "local", lbIPs: [E1], ports: port, eTPLocal: true }), {
           b: endpoint({ ips: [v4.pod(2, 5)], external: false }),
         }),
-        entry(service({ name: "allowed", lbIPs: [E2], ports: port, sourceRanges: { targets: [E2], ranges: [plan.v4.clientCIDR] } }), remote),
-        entry(service({ name: "denied", lbIPs: [E3], ports: port, sourceRanges: { targets: [E3], ranges: [plan.v4.nodeCIDR] } }), remote),
+        entry(service({ name: "allowed", lbIPs: [E2], ports: port, sourceRanges: [plan.v4.clientCIDR] }), remote),
+        entry(service({ name: "denied", lbIPs: [E3], ports: port, sourceRanges: [plan.v4.nodeCIDR] }), remote),
       ]),
       null,
     );

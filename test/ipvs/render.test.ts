@@ -139,7 +139,7 @@ const cases: Case[] = [
       clusterIPs: [C1],
       lbIPs: [E1],
       ports: [{ name: "https", port: 443, targetPort: 8443 }],
-      sourceRanges: { targets: [E1], ranges: [plan.v4.clientCIDR, plan.v4.nodeCIDR] },
+      sourceRanges: [plan.v4.clientCIDR, plan.v4.nodeCIDR],
     },
     eps: { b: remote },
     ipvs: [
@@ -159,7 +159,7 @@ const cases: Case[] = [
   },
   {
     name: "source range 0.0.0.0/0 is split in two halves (ipset refuses /0)",
-    svc: { name: "web", lbIPs: [E1], ports: [http], sourceRanges: { targets: [E1], ranges: ["0.0.0.0/0"] } },
+    svc: { name: "web", lbIPs: [E1], ports: [http], sourceRanges: ["0.0.0.0/0"] },
     eps: { b: remote },
     ipvs: [`-A -t ${E1}:80 -s rr`, `-a -t ${E1}:80 -r ${P2}:8080 -m -w 1`],
     sets: [
@@ -172,7 +172,7 @@ const cases: Case[] = [
   },
   {
     name: "ClientIP affinity: persistence with the service's timeout",
-    svc: { name: "web", clusterIPs: [C1], ports: [http], affinity: 300 },
+    svc: { name: "web", clusterIPs: [C1], ports: [http], affinitySeconds: 300 },
     eps: { b: remote },
     ipvs: [`-A -t ${C1}:80 -s rr -p 300`, `-a -t ${C1}:80 -r ${P2}:8080 -m -w 1`],
     sets: [`add KPNG-CLUSTER-IP ${C1},tcp:80 -exist`],
@@ -180,7 +180,7 @@ const cases: Case[] = [
   },
   {
     name: "ClientIP affinity without a timeout: upstream default 10800 s",
-    svc: { name: "web", clusterIPs: [C1], ports: [http], affinity: 0 },
+    svc: { name: "web", clusterIPs: [C1], ports: [http], affinitySeconds: 0 },
     eps: { b: remote },
     ipvs: [`-A -t ${C1}:80 -s rr -p 10800`, `-a -t ${C1}:80 -r ${P2}:8080 -m -w 1`],
     sets: [`add KPNG-CLUSTER-IP ${C1},tcp:80 -exist`],

@@ -5,23 +5,15 @@
 // curl. Everything listens on 127.0.0.1 only.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { FakeApiServer } from "./api-server.ts";
 import { tempDir, testCert, waitFor } from "./helpers.ts";
+import { freePort } from "../fixtures/free-port.ts";
 
 const root = join(import.meta.dir, "../..");
 const tmp = tempDir("kpng-e2e-");
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 /** A running kpng whose stdout and stderr are collected as they come. */
 class Kpng {

@@ -304,7 +304,7 @@ describe("nft names", () => {
   test("the longest names fit nft's 255 bytes", () => {
     const long = "n".repeat(63);
     const o = render(
-      { ns: long, name: long, clusterIPs: [cip, v6.clusterIP(1)], ports: [{ name: "p".repeat(15), port: 80 }], affinitySeconds: 5 },
+      { namespace: long, name: long, clusterIPs: [cip, v6.clusterIP(1)], ports: [{ name: "p".repeat(15), port: 80 }], affinitySeconds: 5 },
       { a: ep({ ips: [v6.pod(0, 65535)], ports: { ["p".repeat(15)]: 8080 } }) },
       "ip6",
     );

@@ -15,7 +15,7 @@ const epAt = (x: number) => ep({ ips: [ip4(x, 11)], local: false, ports: { http:
 
 /** service i: one cluster IP (v4), one TCP port, `n` remote endpoints */
 function service(i: number, endpoints: number[]): ServiceEndpoints {
-  const s = svc({ ns: `ns${i % 100}`, name: `svc${i}`, clusterIPs: [ip4(i, 10)], ports: [{ name: "http", port: 80 }] });
+  const s = svc({ namespace: `ns${i % 100}`, name: `svc${i}`, clusterIPs: [ip4(i, 10)], ports: [{ name: "http", port: 80 }] });
   return entry(s, Object.fromEntries(endpoints.map((x) => [`p${x}`, epAt(x)])));
 }
 const tenEndpoints = (i: number) => Array.from({ length: 10 }, (_, j) => i * 10 + j);
@@ -92,7 +92,7 @@ describe("nft partial sync cost", () => {
     // affinity: svc1 has chains of its own
     const sticky = (i: number) =>
       entry(
-        svc({ ns: `ns${i}`, name: `svc${i}`, clusterIPs: [ip4(i, 10)], ports: [{ name: "http", port: 80 }], affinitySeconds: 60 }),
+        svc({ namespace: `ns${i}`, name: `svc${i}`, clusterIPs: [ip4(i, 10)], ports: [{ name: "http", port: 80 }], affinitySeconds: 60 }),
         Object.fromEntries(tenEndpoints(i).map((x) => [`p${x}`, epAt(x)])),
       );
     const before = nodeState([service(0, tenEndpoints(0)), sticky(1)]);

@@ -86,7 +86,7 @@ describe("winkernel incremental changes", () => {
 
   test("affinity turned on: each policy modified in place", async () => {
     const r = await withWeb1();
-    send(r.backend, [web(1, [1, 2], { affinity: 100 })]);
+    send(r.backend, [web(1, [1, 2], { affinitySeconds: 100 })]);
     await r.backend.sync();
     expect(r.hns.calls).toEqual([modifyLb(3, { ...cluster([1, 2]), dist: 2 }), modifyLb(4, { ...nodePort([1, 2]), dist: 2 })]);
   });
@@ -106,7 +106,7 @@ describe("winkernel incremental changes", () => {
 describe("winkernel restarts", () => {
   test("brain restart: every object re-sent, then sync: no HNS call", async () => {
     const r = await primedRig();
-    const all = [web(1, [1, 2]), web(2, [2, 3], { affinity: 0 })];
+    const all = [web(1, [1, 2]), web(2, [2, 3], { affinitySeconds: 0 })];
     send(r.backend, all);
     await r.backend.sync();
     r.hns.clear();
@@ -129,7 +129,7 @@ describe("winkernel restarts", () => {
 
   test("backend restart: the new process adopts matching policies and endpoints (two list calls only)", async () => {
     const first = await primedRig();
-    const all = [web(1, [1, 2]), web(2, [2, 3], { affinity: 30 })];
+    const all = [web(1, [1, 2]), web(2, [2, 3], { affinitySeconds: 30 })];
     send(first.backend, all);
     await first.backend.sync();
     const second = rig(testConfig(), first.hns); // same HNS, fresh process

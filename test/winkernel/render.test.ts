@@ -86,7 +86,7 @@ const cases: Case[] = [
   },
   {
     name: "ClientIP session affinity: source-IP distribution",
-    svc: { name: "web", clusterIPs: [C1], ports: [http], affinity: 600 },
+    svc: { name: "web", clusterIPs: [C1], ports: [http], affinitySeconds: 600 },
     eps: { a: local },
     calls: [createLb(2, { eps: [1], vip: C1, internal: 8080, external: 80, dist: 2 })],
   },
