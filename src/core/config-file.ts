@@ -7,7 +7,7 @@
 // `configHardFail: false` (v1alpha2 only) problems are warnings instead: the
 // offending field is dropped (its default applies) and the rest loads.
 
-import { readFile, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import * as v from "valibot";
 import { parseDocument, stringify } from "yaml";
 import { defaultConfig, type Config } from "./config.ts";
@@ -23,6 +23,7 @@ import {
   V1alpha2Schema,
   type KubeProxyConfig,
 } from "./kube-proxy-config.ts";
+import { readTextFile } from "./read-text.ts";
 
 export interface LoadedConfig {
   doc: KubeProxyConfig;
@@ -104,13 +105,7 @@ function semanticWarnings(file: string, doc: KubeProxyConfig): string[] {
 }
 
 export async function readKubeProxyConfig(file: string): Promise<LoadedConfig> {
-  let text: string;
-  try {
-    text = await readFile(file, "utf8");
-  } catch (err) {
-    throw invalid(`${file}: cannot read config file: ${(err as NodeJS.ErrnoException).code ?? errorMessage(err)}`);
-  }
-  return parseKubeProxyConfig(file, text);
+  return parseKubeProxyConfig(file, await readTextFile(file, "config file"));
 }
 
 const secs = (d: string) => parseGoDuration(d) ?? 0;

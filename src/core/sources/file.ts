@@ -5,7 +5,6 @@
 // start-up and, later, a logged error that keeps the last good state.
 
 import { watch, type FSWatcher } from "node:fs";
-import { readFile } from "node:fs/promises";
 import { basename, dirname, resolve } from "node:path";
 import { parseAllDocuments, type Document } from "yaml";
 import type { Brain } from "../brain.ts";
@@ -14,6 +13,7 @@ import { kinds, objectName, parseObject, type K8sObject } from "../k8s/objects.t
 import { SERVICE_NAME_LABEL } from "../model/endpoints.ts";
 import type { Logger } from "../log.ts";
 import { Listing } from "./listing.ts";
+import { readTextFile } from "../read-text.ts";
 
 export interface ParsedFile {
   objects: K8sObject[];
@@ -75,13 +75,7 @@ export function parseClusterFile(path: string, text: string): ParsedFile {
 }
 
 export async function readClusterFile(path: string): Promise<ParsedFile> {
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    throw invalid(`${path}: cannot read input file: ${(err as NodeJS.ErrnoException).code ?? errorMessage(err)}`);
-  }
-  return parseClusterFile(path, text);
+  return parseClusterFile(path, await readTextFile(path, "input file"));
 }
 
 export interface FileSource {
