@@ -12,7 +12,7 @@ import { Protocol, type Endpoint, type PortMapping, type Service } from "../../s
 import { chains, endpointChain, serviceChain, servicePortId, type Family, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 import { familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
-import { targetPort } from "../../src/plugins/ports.ts";
+import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
 export interface OwnedChain {
   table: Table;
@@ -49,8 +49,6 @@ export const protoName: Partial<Record<Protocol, "tcp" | "udp" | "sctp">> = {
   [Protocol.SCTP]: "sctp",
 };
 
-/** Default ClientIP affinity timeout (upstream DefaultClientIPServiceAffinitySeconds). */
-const defaultAffinitySeconds = 10800;
 
 const ipsOf = (set: { V4: string[]; V6: string[] } | undefined, family: Family) =>
   (family === "v4" ? set?.V4 : set?.V6)?.filter((ip) => inFamily(ip, family)) ?? [];
@@ -116,14 +114,14 @@ interface PortContext {
 }
 
 /** Load-balancing rules over `eps` into `chain`: affinity first, then kube-proxy's 1/(n-i) statistic cascade. */
-function balance(rules: Rule[], chain: string, eps: PortEndpoint[], label: string, affinitySeconds: number | undefined, family: Family) {
-  if (affinitySeconds !== undefined) {
+function balance(rules: Rule[], chain: string, eps: PortEndpoint[], label: string, timeoutSeconds: number | undefined, family: Family) {
+  if (timeoutSeconds !== undefined) {
     for (const ep of eps) {
       rules.push({
         table: "nat",
         chain,
         comment: `${label} -> ${hostPort(ep.ip, ep.port, family)}`,
-        match: ["-m", "recent", "--name", ep.chain, "--rcheck", "--seconds", String(affinitySeconds), "--reap"],
+        match: ["-m", "recent", "--name", ep.chain, "--rcheck", "--seconds", String(timeoutSeconds), "--reap"],
         target: ["-j", ep.chain],
       });
     }
@@ -209,7 +207,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     externalIPs,
     lbIPs,
     podCIDRs: familyCIDRs(config.clusterCIDRs, family),
-    affinity: svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || defaultAffinitySeconds : undefined,
+    affinity: affinitySeconds(svc),
     internal,
     external,
     used: eps.filter((e) => (e.internal && svcNeeded) || (e.external && usesExt)),

@@ -23,7 +23,7 @@ import {
   rsKey,
   vsKey,
 } from "./model.ts";
-import { targetPort } from "../../src/plugins/ports.ts";
+import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
 export interface RenderContext {
   /** IPVS scheduler (Config.ipvs.scheduler, "rr" when empty) */
@@ -34,8 +34,6 @@ export interface RenderContext {
   nodePortIPs: readonly string[];
 }
 
-/** Upstream default for sessionAffinityConfig.clientIP.timeoutSeconds. */
-export const defaultAffinitySeconds = 10800;
 
 const protocols: Record<number, Proto> = { 1: "tcp", 2: "udp", 3: "sctp" };
 
@@ -75,8 +73,7 @@ export function renderService(se: ServiceEndpoints, ctx: RenderContext): Service
   const svc = se.service;
   const model: ServiceModel = { virtualServices: new Map(), addresses: new Set(), entries: new Set() };
   const eps = [...se.endpoints.values()];
-  const persistence =
-    svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || defaultAffinitySeconds : undefined;
+  const persistence = affinitySeconds(svc);
   const scheduler = ctx.scheduler || "rr";
 
   for (const pm of svc.Ports) {

@@ -27,7 +27,7 @@ import { addrKw, cidrsOfFamily, firstOfFamily, hostPort, ofFamily, setOf } from 
 import * as N from "./names.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
 import type { SetSpec } from "./transaction.ts";
-import { targetPort } from "../../src/plugins/ports.ts";
+import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
 export interface RuleSpec {
   rule: string;
@@ -70,9 +70,6 @@ export interface SharedDispatch {
 export type SlotSource = (chain: string) => number | undefined;
 
 const PROTO: Partial<Record<Protocol, N.DnatProtocol>> = { [Protocol.TCP]: "tcp", [Protocol.UDP]: "udp", [Protocol.SCTP]: "sctp" };
-/** upstream's default ClientIP affinity timeout (3 hours) */
-const DEFAULT_AFFINITY_SECONDS = 10800;
-
 
 interface Target {
   ip: string;
@@ -101,8 +98,7 @@ export function renderService(
   if (clusterIPs.length === 0 && (anyClusterIP || extIPs.length === 0)) return out;
 
   const ip = addrKw(f);
-  const affinity =
-    svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds || DEFAULT_AFFINITY_SECONDS : undefined;
+  const affinity = affinitySeconds(svc);
   // an endpoint's first address of the family (plain loops: 100,000s of endpoints at scale)
   const epList: { ep: Endpoint; addr: string }[] = [];
   for (const ep of endpoints.values()) {
