@@ -185,8 +185,8 @@ describe("iptables backend, real packets", () => {
   });
 
   test("without affinity, connections spread over the endpoints", async () => {
-    // 12 connections over 2 endpoints all landing on one: probability 2 * 2^-12.
-    const results = await runChecks(topo, Array.from({ length: 12 }, () => ({ from: "client" as const, probe: tcp(v4.clusterIP(1), 80), expect: { ok: true as const } })));
+    // 20 connections over 2 endpoints all landing on one: probability 2 * 2^-20.
+    const results = await runChecks(topo, Array.from({ length: 20 }, () => ({ from: "client" as const, probe: tcp(v4.clusterIP(1), 80), expect: { ok: true as const } })));
     expect(new Set(results.map((r) => (r.ok ? r.who : r.error))).size).toBe(2);
   });
 });
