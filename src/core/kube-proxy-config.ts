@@ -129,6 +129,16 @@ const conntrack = obj({
   udpStreamTimeout: dur("0s"),
 });
 
+/** The ipvs fields both versions share (v1alpha2 moved only the sync periods and masqueradeBit). */
+const ipvsCommon = {
+  scheduler: pick(schedulers, ""),
+  excludeCIDRs: list(cidr),
+  strictARP: bool(),
+  tcpTimeout: dur("0s"),
+  tcpFinTimeout: dur("0s"),
+  udpTimeout: dur("0s"),
+};
+
 const winkernel = obj({
   networkName: str(),
   sourceVip: v.nullish(v.union([v.literal(""), ip], "is not a valid IP address"), ""),
@@ -172,12 +182,7 @@ export const V1alpha1Schema = v.strictObject(
       ipvs: obj({
         syncPeriod: dur("30s", true),
         minSyncPeriod: dur("0s"),
-        scheduler: pick(schedulers, ""),
-        excludeCIDRs: list(cidr),
-        strictARP: bool(),
-        tcpTimeout: dur("0s"),
-        tcpFinTimeout: dur("0s"),
-        udpTimeout: dur("0s"),
+        ...ipvsCommon,
       }),
       nftables: obj({ masqueradeBit: int(0, 31, 14), masqueradeAll: bool(), syncPeriod: dur("30s", true), minSyncPeriod: dur("1s", true) }),
       detectLocal: obj({ bridgeInterface: str(), interfaceNamePrefix: str() }),
@@ -203,12 +208,7 @@ export const V1alpha2Schema = v.strictObject(
       iptables: obj({ masqueradeBit: int(0, 31, 14), localhostNodePorts: bool(false), snatNodeInternalIP: bool() }),
       ipvs: obj({
         masqueradeBit: int(0, 31, 14),
-        scheduler: pick(schedulers, ""),
-        excludeCIDRs: list(cidr),
-        strictARP: bool(),
-        tcpTimeout: dur("0s"),
-        tcpFinTimeout: dur("0s"),
-        udpTimeout: dur("0s"),
+        ...ipvsCommon,
       }),
       nftables: obj({ masqueradeBit: int(0, 31, 14) }),
       detectLocal: obj({ bridgeInterface: str(), interfaceNamePrefix: str(), clusterCIDRs: dualStackPair(cidr, cidrFamily) }),
