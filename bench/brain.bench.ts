@@ -3,7 +3,7 @@
 
 import { Brain } from "../src/core/brain.ts";
 import { kinds, parseObject, type K8sObject } from "../src/core/k8s/objects.ts";
-import { rawCluster, syntheticCluster, syntheticSlice, type SyntheticOptions } from "../test/fixtures/synthetic.ts";
+import { rawCluster, syntheticSlice, type SyntheticOptions } from "../test/fixtures/synthetic.ts";
 
 const mb = (n: number) => (n / 1024 / 1024).toFixed(0) + " MB";
 const ms = (t0: number) => (performance.now() - t0).toFixed(1) + " ms";
@@ -61,5 +61,4 @@ export default async function () {
   }
   const revs = view.state!.rev - rev0;
   console.log(`churn: ${brain.stats.events - ev0} endpoint changes (${touchingThisNode} touch node-0's result) -> ${revs} node-local revisions in ${ms(t0)}`);
-  void syntheticCluster;
 }

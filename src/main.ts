@@ -36,7 +36,7 @@ async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise
 }
 
 async function startBrain(args: Args, cfg: Config) {
-  const brain = new Brain({ serviceProxyName: cfg.serviceProxyName, log });
+  const brain = new Brain({ serviceProxyName: cfg.serviceProxyName });
   const source = await startSource({ input: args.input as string | undefined, kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined }, cfg, brain, log);
   return { brain, source };
 }
@@ -73,7 +73,7 @@ const runCommand = defineCommand({
     if (args.cleanup) return cleanupBackends(backends, ctx);
     const listen = repeated(rawArgs, "listen");
     checkListen(listen, args["listen-any"] === true);
-    const brain = new Brain({ serviceProxyName: cfg.serviceProxyName, log });
+    const brain = new Brain({ serviceProxyName: cfg.serviceProxyName });
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
     // Health and metrics answer from the start, also while the API server is still unreachable.

@@ -9,7 +9,6 @@ import { EndpointSchema, ServiceSchema, type Endpoint, type Service } from "../g
 import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
 import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
-import type { Logger } from "./log.ts";
 import { candidates, endpointsModel } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
 import type { NodeInfo } from "./model/topology.ts";
@@ -26,7 +25,6 @@ export interface Revision {
 
 export interface BrainOptions {
   serviceProxyName?: string;
-  log?: Logger;
 }
 
 type Listener = (rev: Revision) => void;

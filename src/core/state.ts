@@ -28,15 +28,3 @@ export interface NodeState {
 export type StateChange = ReadonlySet<string> | null;
 
 export const serviceKey = (namespace: string, name: string) => `${namespace}/${name}`;
-
-/** Keys of services that differ between two snapshots (by identity). */
-export function changedServices(prev: NodeState | null, next: NodeState): Set<string> {
-  const out = new Set<string>();
-  if (!prev) {
-    for (const k of next.services.keys()) out.add(k);
-    return out;
-  }
-  for (const [k, v] of next.services) if (prev.services.get(k) !== v) out.add(k);
-  for (const k of prev.services.keys()) if (!next.services.has(k)) out.add(k);
-  return out;
-}

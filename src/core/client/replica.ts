@@ -1,6 +1,6 @@
 // Rebuilds node-local states from what the wire carries, with the brain's
 // identity guarantee: an unchanged service or endpoint keeps its object, so
-// `stateOps`, `changedServices` and backend feeds stay O(change). After a
+// `stateOps` and backend feeds stay O(change). After a
 // resync (a new stream after a reconnect, or a full state from Next) the new
 // snapshot is compared with the last one: unchanged parts are suppressed and
 // what disappeared becomes a delete, so a brain restart costs a backend only
