@@ -9,11 +9,11 @@
 import { mkdtempSync, rmSync, writeFileSync, existsSync, readFileSync, copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { Brain } from "../src/core/brain.ts";
-import { connectGrpc } from "../src/core/client/grpc.ts";
-import { nextSnapshot } from "../src/core/client/streams.ts";
+import { Brain } from "../src/core/brain/brain.ts";
+import { connectGrpc } from "../src/core/api/client/grpc.ts";
+import { nextSnapshot } from "../src/core/api/client/streams.ts";
 import { createLogger } from "../src/core/log.ts";
-import { startApiServer } from "../src/core/server/index.ts";
+import { startApiServer } from "../src/core/api/server/index.ts";
 import { brainWith, serviceObjects, upsert } from "../test/api/brain-fixture.ts";
 import type { GenOptions } from "../test/api/gen-cluster.ts";
 
@@ -26,7 +26,7 @@ const now = () => performance.timeOrigin + performance.now();
 
 /** A sidecar process on kpng's client library: prints `<event> <epoch ms> <services> <endpoints>` per revision. */
 const SIDECAR = `
-import { watchStates } from ${JSON.stringify(join(ROOT, "src/core/client/index.ts"))};
+import { watchStates } from ${JSON.stringify(join(ROOT, "src/core/api/client/index.ts"))};
 import { createLogger } from ${JSON.stringify(join(ROOT, "src/core/log.ts"))};
 const [api, nodeName, protocol, rounds] = process.argv.slice(2);
 for (let r = 0; r < Number(rounds); r++) {

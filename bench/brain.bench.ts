@@ -1,8 +1,8 @@
 // The brain at 10,000 services x 10 endpoints on 100 nodes: cold compute,
 // memory, one changed slice, and a churn run counting node-local revisions.
 
-import { Brain } from "../src/core/brain.ts";
-import { kinds, parseObject, type K8sObject } from "../src/core/k8s/objects.ts";
+import { Brain } from "../src/core/brain/brain.ts";
+import { kinds, parseObject, type K8sObject } from "../src/core/brain/k8s/objects.ts";
 import { rawCluster, syntheticSlice, type SyntheticOptions } from "../test/fixtures/synthetic.ts";
 
 const mb = (n: number) => (n / 1024 / 1024).toFixed(0) + " MB";

@@ -5,7 +5,7 @@
 // Prints figures, asserts nothing. `bun run bench iptables`.
 
 import { create } from "@bufbuild/protobuf";
-import { defaultConfig } from "../src/core/config.ts";
+import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import { EndpointSchema, Protocol, ServiceSchema } from "../src/gen/localv1/services_pb.ts";
 import type { Executor } from "../src/plugins/backend.ts";

@@ -5,9 +5,9 @@
 // own work: render, plan, print. Prints figures, asserts nothing.
 // `bun run bench ipvs`.
 
-import { defaultConfig } from "../src/core/config.ts";
+import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
-import type { NodeState, ServiceEndpoints } from "../src/core/state.ts";
+import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { createIpvsBackend } from "../plugins/ipvs/backend.ts";
 import { recorder } from "../plugins/ipvs/recorder.ts";
 import { createWinkernelBackend } from "../plugins/winkernel/backend.ts";

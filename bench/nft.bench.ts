@@ -14,9 +14,9 @@
 
 import { processSpawner } from "../plugins/nft/executor.ts";
 import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
-import { defaultConfig } from "../src/core/config.ts";
+import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
-import type { NodeState, ServiceEndpoints } from "../src/core/state.ts";
+import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { plan, v4, v6 } from "../test/fixtures/addresses.ts";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { entry, ep, nextState, nodeState, svc } from "../test/nft/fixtures.ts";

@@ -3,20 +3,20 @@
 // the process; everything below it throws KpngError.
 
 import { defineCommand, runCommand as runCommand_, showUsage, type ArgsDef, type CommandDef } from "citty";
-import { Brain } from "./core/brain.ts";
-import { defaultConfig, type Config } from "./core/config.ts";
-import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config-file.ts";
+import { Brain } from "./core/brain/brain.ts";
+import { defaultConfig, type Config } from "./core/config/config.ts";
+import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config/config-file.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/flags.ts";
+import { backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
 import { createLogger } from "./core/log.ts";
-import { formatLocalState } from "./core/output.ts";
-import { applyOOMScoreAdj, startProxyServers } from "./core/proxy-servers.ts";
+import { formatLocalState } from "./core/brain/output.ts";
+import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
 import { nodeIPsFromBrain, startSource } from "./core/sources/index.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
-import { DEFAULT_API } from "./core/client/client.ts";
-import { checkListen, DEFAULT_LISTEN, startApiServer, type ApiServer } from "./core/server/index.ts";
+import { DEFAULT_API } from "./core/api/client/client.ts";
+import { checkListen, DEFAULT_LISTEN, startApiServer, type ApiServer } from "./core/api/server/index.ts";
 import { runSidecar } from "./plugins/sidecar.ts";
 
 const log = createLogger("kpng");
@@ -86,7 +86,7 @@ const runCommand = defineCommand({
     for (const b of backends) await b.setup?.(ctx);
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const warned = args.input === undefined && backendNames(rawArgs, cfg).includes("ipvs")
-      ? import("./core/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
+      ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
       : undefined;
     const view = brain.view(cfg.nodeName);
     let pendingOnce = backends.length;

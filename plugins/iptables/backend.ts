@@ -14,7 +14,7 @@ import { KpngError, errorMessage } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
 import { deleteStaleUdpFlows, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
-import type { Endpoint, Service } from "../../src/core/state.ts";
+import type { Endpoint, Service } from "../../src/core/brain/state.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
 import { chains, restoreCommand, tables, type Family } from "./names.ts";
 import { udpFrontends } from "./render-conntrack.ts";

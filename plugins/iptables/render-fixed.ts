@@ -3,7 +3,7 @@
 // and never by partial ones. Pure.
 
 import { isIP } from "node:net";
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { chains, type Family } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 

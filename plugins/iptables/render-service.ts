@@ -7,7 +7,7 @@
 // a decision (endpoint scopes after traffic policy, topology and terminating
 // fallback), the renderer just obeys it.
 
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { Protocol, type Endpoint, type PortMapping, type Service } from "../../src/gen/localv1/services_pb.ts";
 import { chains, endpointChain, serviceChain, servicePortId, type Family, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";

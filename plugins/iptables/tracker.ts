@@ -5,7 +5,7 @@
 
 import { equals } from "@bufbuild/protobuf";
 import { EndpointSchema, ServiceSchema, type Endpoint, type Service } from "../../src/gen/localv1/services_pb.ts";
-import { serviceKey } from "../../src/core/state.ts";
+import { serviceKey } from "../../src/core/brain/state.ts";
 
 export interface TrackedService {
   service: Service;

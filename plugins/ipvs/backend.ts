@@ -6,7 +6,7 @@
 
 import type { BackendContext, Executor, FullStateBackend } from "../../src/plugins/backend.ts";
 import { errorMessage, invalid } from "../../src/core/errors.ts";
-import type { NodeState, StateChange } from "../../src/core/state.ts";
+import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { type Family, baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";

@@ -2,7 +2,7 @@
 // ports, from Config only (never a hard-coded address).
 
 import { BlockList } from "node:net";
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { familyOf } from "./model.ts";
 import type { Family } from "./names.ts";
 

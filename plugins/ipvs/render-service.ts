@@ -11,7 +11,7 @@
 //     ranges, hairpin, and REJECT / DROP for destinations without endpoints.
 
 import type { Endpoint, IPSet, PortMapping } from "../../src/gen/localv1/services_pb.ts";
-import type { ServiceEndpoints } from "../../src/core/state.ts";
+import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { type Family, type SetId, setName } from "./names.ts";
 import {
   type Proto,

@@ -9,7 +9,7 @@
 
 import { errorMessage } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
-import type { NodeState, StateChange } from "../../src/core/state.ts";
+import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import type { BackendContext, BackendFactory, Executor, FullStateBackend } from "../../src/plugins/backend.ts";
 import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";

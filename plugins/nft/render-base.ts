@@ -1,7 +1,7 @@
 // The fixed part of each kpng table: maps, sets, base chains and helper
 // chains. It depends only on Config, so it is written on full syncs only.
 
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import type { Family } from "./names.ts";

@@ -20,7 +20,7 @@
 // Hairpin masquerade is one rule for all (the `hairpin` set of local
 // endpoints). See names.ts for why not a chain per endpoint everywhere.
 
-import type { Endpoint, Service } from "../../src/core/state.ts";
+import type { Endpoint, Service } from "../../src/core/brain/state.ts";
 import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts";
 import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { addrKw, cidrsOfFamily, firstOfFamily, hostPort, ofFamily, setOf } from "./addr.ts";

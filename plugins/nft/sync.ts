@@ -11,8 +11,8 @@
 // kernel held (a previous run, a half-known state after a failure) is
 // replaced at once, without a window where services are missing.
 
-import type { Config } from "../../src/core/config.ts";
-import type { NodeState } from "../../src/core/state.ts";
+import type { Config } from "../../src/core/config/config.ts";
+import type { NodeState } from "../../src/core/brain/state.ts";
 import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";

@@ -7,9 +7,9 @@
 //   the services that changed (null = everything: first sync or after a failure);
 // - incremental: set/delete calls for each service and endpoint, then `sync()`.
 
-import type { Config } from "../core/config.ts";
+import type { Config } from "../core/config/config.ts";
 import type { Logger } from "../core/log.ts";
-import type { Endpoint, NodeState, Service, StateChange } from "../core/state.ts";
+import type { Endpoint, NodeState, Service, StateChange } from "../core/brain/state.ts";
 
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
 export interface Executor {

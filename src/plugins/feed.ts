@@ -4,11 +4,11 @@
 // failed apply is retried as a full sync: after a failure we cannot know
 // what the kernel holds.
 
-import type { Revision } from "../core/brain.ts";
+import type { Revision } from "../core/brain/brain.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Logger } from "../core/log.ts";
-import { stateOps } from "../core/ops.ts";
-import type { NodeState, StateChange } from "../core/state.ts";
+import { stateOps } from "../core/brain/ops.ts";
+import type { NodeState, StateChange } from "../core/brain/state.ts";
 import type { Backend, IncrementalBackend } from "./backend.ts";
 
 export interface FeedOptions {

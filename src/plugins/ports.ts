@@ -1,7 +1,7 @@
 // Helpers every backend needs to read the node-local state the same way.
 
 import type { Endpoint, PortMapping, Service } from "../gen/localv1/services_pb.ts";
-import { DEFAULT_AFFINITY_TIMEOUT_SECONDS } from "../core/model/service.ts";
+import { DEFAULT_AFFINITY_TIMEOUT_SECONDS } from "../core/brain/model/service.ts";
 
 /**
  * The port an endpoint serves a service port on: its PortOverride of the same

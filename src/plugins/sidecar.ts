@@ -3,7 +3,7 @@
 // the client library. `kpng backend --api ADDR` and the client library's
 // `run()` both end up here.
 
-import { watchStates, type ClientOptions } from "../core/client/client.ts";
+import { watchStates, type ClientOptions } from "../core/api/client/client.ts";
 import type { Backend } from "./backend.ts";
 import { feedBackend, type Feed } from "./feed.ts";
 import { createLogger } from "../core/log.ts";

@@ -1,9 +1,9 @@
 // A brain fed directly with Kubernetes objects, for API tests that need to
 // change the cluster at will.
 
-import { Brain } from "../../src/core/brain.ts";
-import { kinds, parseObject } from "../../src/core/k8s/objects.ts";
-import type { Kind } from "../../src/core/k8s/objects.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
+import { kinds, parseObject } from "../../src/core/brain/k8s/objects.ts";
+import type { Kind } from "../../src/core/brain/k8s/objects.ts";
 import { genCluster, type GenOptions } from "./gen-cluster.ts";
 
 export function upsertEvents(items: unknown[]) {

@@ -4,13 +4,13 @@
 
 import { create } from "@bufbuild/protobuf";
 import { createClient, createRouterTransport, type ConnectError } from "@connectrpc/connect";
-import type { Brain } from "../../src/core/brain.ts";
-import { connectGrpc } from "../../src/core/client/grpc.ts";
-import { nextSnapshot, watchChangeSets, type Snapshot } from "../../src/core/client/streams.ts";
-import type { ChangeSet } from "../../src/core/client/replica.ts";
+import type { Brain } from "../../src/core/brain/brain.ts";
+import { connectGrpc } from "../../src/core/api/client/grpc.ts";
+import { nextSnapshot, watchChangeSets, type Snapshot } from "../../src/core/api/client/streams.ts";
+import type { ChangeSet } from "../../src/core/api/client/replica.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { createApi, startApiServer } from "../../src/core/server/index.ts";
-import type { WireOp } from "../../src/core/server/wire.ts";
+import { createApi, startApiServer } from "../../src/core/api/server/index.ts";
+import type { WireOp } from "../../src/core/api/server/wire.ts";
 import { Endpoints, NextFilterSchema, Sets, WatchReqSchema, type WatchReq } from "../../src/gen/localv1/services_pb.ts";
 import { tempDir } from "./kpng-process.ts";
 

@@ -5,8 +5,8 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import type { ApiAddress } from "../../src/core/server/address.ts";
-import { parseApiAddress } from "../../src/core/server/address.ts";
+import type { ApiAddress } from "../../src/core/api/server/address.ts";
+import { parseApiAddress } from "../../src/core/api/server/address.ts";
 
 export const ROOT = resolve(import.meta.dir, "../..");
 export const BUN = join(ROOT, "node_modules/.bin/bun");

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { checkListenAllowed, parseApiAddress, parseClientAddress } from "../../src/core/server/address.ts";
+import { checkListenAllowed, parseApiAddress, parseClientAddress } from "../../src/core/api/server/address.ts";
 import { ROOT, startKpng, startServe, tempDir } from "./kpng-process.ts";
 
 const dir = tempDir("kpng-listen-");

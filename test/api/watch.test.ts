@@ -3,11 +3,11 @@
 import { fromBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Brain } from "../../src/core/brain.ts";
+import type { Brain } from "../../src/core/brain/brain.ts";
 import { EndpointSchema, ServiceSchema, Set as SetKind } from "../../src/gen/localv1/services_pb.ts";
 import { brainWith, remove, serviceObjects, upsert } from "./brain-fixture.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { startApiServer } from "../../src/core/server/index.ts";
+import { startApiServer } from "../../src/core/api/server/index.ts";
 import { codeOf, connectDriver, grpcDriver, setPaths, type Driver } from "./drivers.ts";
 import { tempDir } from "./kpng-process.ts";
 import type { GenOptions } from "./gen-cluster.ts";

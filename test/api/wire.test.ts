@@ -4,8 +4,8 @@
 import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { describe, expect, test } from "bun:test";
-import { decodeOpItem } from "../../src/core/client/streams.ts";
-import { encodeNextHead, encodeOpItem, encodeServiceEndpoints, frameMessages, frameOps, toOpItem, WireCache, type WireOp } from "../../src/core/server/wire.ts";
+import { decodeOpItem } from "../../src/core/api/client/streams.ts";
+import { encodeNextHead, encodeOpItem, encodeServiceEndpoints, frameMessages, frameOps, toOpItem, WireCache, type WireOp } from "../../src/core/api/server/wire.ts";
 import { EndpointSchema, NextItemSchema, OpItemSchema, ServiceSchema, Set as SetKind } from "../../src/gen/localv1/services_pb.ts";
 import { v4 } from "../fixtures/addresses.ts";
 

@@ -6,10 +6,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Brain } from "../../src/core/brain.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { startFileSource } from "../../src/core/sources/file.ts";
-import type { NodeState } from "../../src/core/state.ts";
+import type { NodeState } from "../../src/core/brain/state.ts";
 import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
 
 type Line = { op: string; key?: string; n?: number };

@@ -4,7 +4,7 @@
 // T terminating.
 
 import { describe, expect, test } from "bun:test";
-import type { K8sObject } from "../../src/core/k8s/objects.ts";
+import type { K8sObject } from "../../src/core/brain/k8s/objects.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
 import { localState, scopes } from "./helpers.ts";

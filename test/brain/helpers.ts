@@ -1,7 +1,7 @@
-import { Brain } from "../../src/core/brain.ts";
-import type { K8sObject, Kind } from "../../src/core/k8s/objects.ts";
-import { kinds } from "../../src/core/k8s/objects.ts";
-import type { NodeState, ServiceEndpoints } from "../../src/core/state.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
+import type { K8sObject, Kind } from "../../src/core/brain/k8s/objects.ts";
+import { kinds } from "../../src/core/brain/k8s/objects.ts";
+import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 
 /** A brain holding `objects`, every kind synced. */
 export function brainWith(objects: K8sObject[], opts: { serviceProxyName?: string } = {}): Brain {

@@ -3,7 +3,7 @@
 // deletes last.
 
 import { describe, expect, test } from "bun:test";
-import { stateOps } from "../../src/core/ops.ts";
+import { stateOps } from "../../src/core/brain/ops.ts";
 import { applyIncremental } from "../../src/plugins/feed.ts";
 import type { IncrementalBackend } from "../../src/plugins/backend.ts";
 import { v4 } from "../fixtures/addresses.ts";

@@ -6,8 +6,8 @@ import { Protocol } from "../../src/gen/localv1/services_pb.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { svc } from "../fixtures/k8s.ts";
 import { localState } from "./helpers.ts";
-import { parseObject } from "../../src/core/k8s/objects.ts";
-import type { K8sService } from "../../src/core/k8s/objects.ts";
+import { parseObject } from "../../src/core/brain/k8s/objects.ts";
+import type { K8sService } from "../../src/core/brain/k8s/objects.ts";
 
 const served = (s: K8sService, serviceProxyName = "") => localState([s], "node-1", { serviceProxyName }).services.has("default/web");
 const model = (s: K8sService) => localState([s]).services.get("default/web")!.service;

@@ -2,7 +2,7 @@
 // result changed, work proportional to the change, identity for what did not.
 
 import { describe, expect, test } from "bun:test";
-import { Brain, type Revision } from "../../src/core/brain.ts";
+import { Brain, type Revision } from "../../src/core/brain/brain.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { brainWith } from "./helpers.ts";

@@ -5,11 +5,11 @@ import { toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Brain, type Revision } from "../../src/core/brain.ts";
-import { watchStates } from "../../src/core/client/index.ts";
+import { Brain, type Revision } from "../../src/core/brain/brain.ts";
+import { watchStates } from "../../src/core/api/client/index.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { startFileSource } from "../../src/core/sources/file.ts";
-import type { NodeState } from "../../src/core/state.ts";
+import type { NodeState } from "../../src/core/brain/state.ts";
 import { EndpointSchema, ServiceSchema } from "../../src/gen/localv1/services_pb.ts";
 import { BUN, ROOT, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
 

@@ -4,8 +4,8 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { describe, expect, test } from "bun:test";
-import { decodeEndpoint, HAND_DECODED_FIELDS } from "../../src/core/client/decode-endpoint.ts";
-import { encodeEndpoint, HAND_ENCODED_FIELDS } from "../../src/core/server/encode-endpoint.ts";
+import { decodeEndpoint, HAND_DECODED_FIELDS } from "../../src/core/api/client/decode-endpoint.ts";
+import { encodeEndpoint, HAND_ENCODED_FIELDS } from "../../src/core/api/server/encode-endpoint.ts";
 import { EndpointSchema, type Endpoint } from "../../src/gen/localv1/services_pb.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 

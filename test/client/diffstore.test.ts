@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { deepEqual, DiffStore } from "../../src/core/client/diffstore.ts";
+import { deepEqual, DiffStore } from "../../src/core/api/client/diffstore.ts";
 
 type Round = (s: DiffStore<string, string[]>) => void;
 const rules = () => new DiffStore<string, string[]>({ create: () => [] });

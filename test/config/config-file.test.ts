@@ -6,9 +6,9 @@
 import { describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { configFromKubeProxy, formatKubeProxyConfig, parseKubeProxyConfig } from "../../src/core/config-file.ts";
-import { defaultConfig } from "../../src/core/config.ts";
-import { formatGoDuration, parseGoDuration } from "../../src/core/duration.ts";
+import { configFromKubeProxy, formatKubeProxyConfig, parseKubeProxyConfig } from "../../src/core/config/config-file.ts";
+import { defaultConfig } from "../../src/core/config/config.ts";
+import { formatGoDuration, parseGoDuration } from "../../src/core/config/duration.ts";
 import { KpngError } from "../../src/core/errors.ts";
 
 const golden = join(import.meta.dir, "golden");

@@ -2,7 +2,7 @@
 // bodies, and node eligibility; then the real server over HTTP on 127.0.0.1.
 
 import { afterAll, describe, expect, test } from "bun:test";
-import { goTime, healthAnswer, nodeIsEligible, ProxyHealth, startHealthServer, type Clock } from "../../src/core/health.ts";
+import { goTime, healthAnswer, nodeIsEligible, ProxyHealth, startHealthServer, type Clock } from "../../src/core/node/health.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 
 class FakeClock implements Clock {

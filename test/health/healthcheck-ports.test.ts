@@ -2,9 +2,9 @@
 // closed with services, answering like kube-proxy, on 127.0.0.1 only.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { cidrContains, healthCheckAddresses, HealthCheckPorts } from "../../src/core/healthcheck-ports.ts";
+import { cidrContains, healthCheckAddresses, HealthCheckPorts } from "../../src/core/node/healthcheck-ports.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { K8sObject } from "../../src/core/k8s/objects.ts";
+import type { K8sObject } from "../../src/core/brain/k8s/objects.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
 import { localState } from "../brain/helpers.ts";

@@ -2,10 +2,10 @@
 // backend syncs; kpng's own counters; the metrics server over HTTP.
 
 import { afterAll, describe, expect, test } from "bun:test";
-import { Brain, type Revision } from "../../src/core/brain.ts";
-import { kinds, type K8sObject, type Kind } from "../../src/core/k8s/objects.ts";
+import { Brain, type Revision } from "../../src/core/brain/brain.ts";
+import { kinds, type K8sObject, type Kind } from "../../src/core/brain/k8s/objects.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { ProxyMetrics, startMetricsServer, TRIGGER_TIME_ANNOTATION } from "../../src/core/metrics.ts";
+import { ProxyMetrics, startMetricsServer, TRIGGER_TIME_ANNOTATION } from "../../src/core/node/metrics.ts";
 import type { SourceStats } from "../../src/core/sources/kube.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";

@@ -2,11 +2,11 @@
 // bindAddressHardFail when a port is taken.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { Brain } from "../../src/core/brain.ts";
-import { defaultConfig, type Config } from "../../src/core/config.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
+import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import { isUnavailable } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { startProxyServers, type ProxyServers } from "../../src/core/proxy-servers.ts";
+import { startProxyServers, type ProxyServers } from "../../src/core/node/proxy-servers.ts";
 
 let running: ProxyServers[] = [];
 afterEach(() => {

@@ -1,9 +1,9 @@
 // The iptables suites' view of the shared state builders (test/fixtures/state.ts),
 // plus the config and context of node 0 of the namespace topology.
 
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Service } from "../../src/core/state.ts";
+import type { Service } from "../../src/core/brain/state.ts";
 import type { BackendContext } from "../../src/plugins/backend.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { node0Config } from "../fixtures/node-config.ts";

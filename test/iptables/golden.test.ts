@@ -11,7 +11,7 @@ import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import type { Family } from "../../plugins/iptables/names.ts";
 import { plan } from "../fixtures/addresses.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 
 interface Scenario {
   name: string;

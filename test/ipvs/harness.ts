@@ -1,9 +1,9 @@
 // Drives the IPVS backend against a recorder and splits what it ran into the
 // three outputs a golden test reads.
 
-import { defaultConfig, type Config } from "../../src/core/config.ts";
+import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { NodeState, StateChange } from "../../src/core/state.ts";
+import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { createIpvsBackend, type IpvsBackend } from "../../plugins/ipvs/backend.ts";
 import { type Recorder, type RecorderOptions, recorder } from "../../plugins/ipvs/recorder.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";

@@ -5,7 +5,7 @@
 // packet: REJECT, DROP, and loadBalancerSourceRanges.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { defaultConfig } from "../../src/core/config.ts";
+import { defaultConfig } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";

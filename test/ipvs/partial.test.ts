@@ -1,7 +1,7 @@
 // Partial syncs: only what changed is sent, with the arithmetic in comments.
 
 import { describe, expect, test } from "bun:test";
-import type { ServiceEndpoints } from "../../src/core/state.ts";
+import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { N1, applyAndRecord, rig } from "./harness.ts";
 import { type ServiceSpec, endpoint, entry, nodeState, nextState, service } from "./services.ts";

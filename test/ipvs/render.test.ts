@@ -2,7 +2,7 @@
 // `ipvsadm -R`, `ipset restore` and `ip -batch` receive.
 
 import { describe, expect, test } from "bun:test";
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { N1, N1v6, applyAndRecord, rig, testConfig } from "./harness.ts";
 import { type EndpointSpec, type ServiceSpec, endpoint, entry, nodeState, service } from "./services.ts";

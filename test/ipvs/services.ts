@@ -2,7 +2,7 @@
 // state builders (test/fixtures/state.ts): node 1, services as [key, entry]
 // pairs the way the winkernel harness feeds them.
 
-import type { Endpoint, NodeState, Service, ServiceEndpoints } from "../../src/core/state.ts";
+import type { Endpoint, NodeState, Service, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import * as S from "../fixtures/state.ts";
 
 export type { EndpointSpec, ProtocolName as ProtoName, ServiceSpec } from "../fixtures/state.ts";

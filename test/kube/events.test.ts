@@ -8,8 +8,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON } from "../../plugins/ipvs/index.ts";
-import { defaultConfig } from "../../src/core/config.ts";
-import { makeEvent, microTime, nodeRef, recordNodeEvent, type EventFields } from "../../src/core/events.ts";
+import { defaultConfig } from "../../src/core/config/config.ts";
+import { makeEvent, microTime, nodeRef, recordNodeEvent, type EventFields } from "../../src/core/node/events.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { loadKubeConfig } from "../../src/core/sources/kube.ts";
 import { v4 } from "../fixtures/addresses.ts";

@@ -4,8 +4,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Brain } from "../../src/core/brain.ts";
-import { defaultConfig, type Config } from "../../src/core/config.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
+import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { startKubeSource, type KubeSource } from "../../src/core/sources/kube.ts";
 import { FakeApiServer, makeTestCert, type TestCert } from "./api-server.ts";

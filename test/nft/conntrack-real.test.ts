@@ -3,7 +3,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
-import type { ServiceEndpoints } from "../../src/core/state.ts";
+import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, key, nextState, nodeConfig, nodeState, svc } from "./fixtures.ts";

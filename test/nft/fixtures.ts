@@ -1,9 +1,9 @@
 // The nft suites' view of the shared state builders (test/fixtures/state.ts):
 // node 0, endpoints local by default; plus a context and a command recorder.
 
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Endpoint, NodeState, ServiceEndpoints } from "../../src/core/state.ts";
+import type { Endpoint, NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import type { BackendContext, Executor } from "../../src/plugins/backend.ts";
 import * as S from "../fixtures/state.ts";
 

@@ -3,8 +3,8 @@
 // source preserved"), and checking them against the namespace topology.
 
 import { expect } from "bun:test";
-import type { Config } from "../../src/core/config.ts";
-import type { Endpoint, ServiceEndpoints } from "../../src/core/state.ts";
+import type { Config } from "../../src/core/config/config.ts";
+import type { Endpoint, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import type { Probe, ProbeResult, Proto, Topology } from "../harness/netns.ts";
 import { ep } from "./fixtures.ts";
 

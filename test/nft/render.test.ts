@@ -9,8 +9,8 @@ import { dispatchChainSpec, familyConfig, renderBase } from "../../plugins/nft/r
 import { renderService, type ServiceObjects } from "../../plugins/nft/render-service.ts";
 import { hash8, type Family } from "../../plugins/nft/names.ts";
 import { printOp } from "../../plugins/nft/transaction.ts";
-import type { Config } from "../../src/core/config.ts";
-import type { Endpoint } from "../../src/core/state.ts";
+import type { Config } from "../../src/core/config/config.ts";
+import type { Endpoint } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { context, entry, ep, key, nodeConfig, nodeState, svc, type SvcSpec } from "./fixtures.ts";
 

@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { NftRunner } from "../../plugins/nft/executor.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
-import type { NodeState, ServiceEndpoints } from "../../src/core/state.ts";
+import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { context, entry, ep, nextState, nodeConfig, nodeState, recorder, svc } from "./fixtures.ts";
 

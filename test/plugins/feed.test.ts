@@ -3,9 +3,9 @@
 // apply is retried as a full sync.
 
 import { describe, expect, test } from "bun:test";
-import type { Revision } from "../../src/core/brain.ts";
+import type { Revision } from "../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { NodeState, StateChange } from "../../src/core/state.ts";
+import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import type { FullStateBackend } from "../../src/plugins/backend.ts";
 import { feedBackend } from "../../src/plugins/feed.ts";
 

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { Brain } from "../../src/core/brain.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
 import { isInvalidArgument } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { parseClusterFile, startFileSource } from "../../src/core/sources/file.ts";

@@ -1,9 +1,9 @@
 // Drives the winkernel backend against the fake HNS, feeding it the way the
 // client library does: set* calls, then sync.
 
-import { defaultConfig, type Config } from "../../src/core/config.ts";
+import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { ServiceEndpoints } from "../../src/core/state.ts";
+import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { createWinkernelBackend, type WinkernelBackend } from "../../plugins/winkernel/backend.ts";
 import type { HcnLoadBalancer, HnsCall } from "../../plugins/winkernel/hns.ts";
 import { type HnsRecorder, type HnsRecorderOptions, fakeGuid, hnsRecorder } from "../../plugins/winkernel/recorder.ts";

@@ -2,7 +2,7 @@
 // without deleting and re-creating what is already right.
 
 import { describe, expect, test } from "bun:test";
-import type { ServiceEndpoints } from "../../src/core/state.ts";
+import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { hnsRecorder } from "../../plugins/winkernel/recorder.ts";
 import factory from "../../plugins/winkernel/index.ts";
 import { memoryLogger } from "../../src/core/log.ts";

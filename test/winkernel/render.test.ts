@@ -3,7 +3,7 @@
 // takes the next id.
 
 import { describe, expect, test } from "bun:test";
-import type { Config } from "../../src/core/config.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import type { HnsCall } from "../../plugins/winkernel/hns.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { type EndpointSpec, type ServiceSpec, endpoint, entry, service } from "../ipvs/services.ts";

@@ -7,10 +7,10 @@
 import { watch, type FSWatcher } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
 import { parseAllDocuments, type Document } from "yaml";
-import type { Brain } from "../brain.ts";
+import type { Brain } from "../brain/brain.ts";
 import { errorMessage, invalid } from "../errors.ts";
-import { kinds, objectName, parseObject, type K8sObject } from "../k8s/objects.ts";
-import { SERVICE_NAME_LABEL } from "../model/endpoints.ts";
+import { kinds, objectName, parseObject, type K8sObject } from "../brain/k8s/objects.ts";
+import { SERVICE_NAME_LABEL } from "../brain/model/endpoints.ts";
 import type { Logger } from "../log.ts";
 import { Listing } from "./listing.ts";
 import { readTextFile } from "../read-text.ts";

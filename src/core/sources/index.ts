@@ -1,7 +1,7 @@
 // Picks the source of cluster objects: a file (`--input`) or the API server.
 
-import type { Brain } from "../brain.ts";
-import type { Config } from "../config.ts";
+import type { Brain } from "../brain/brain.ts";
+import type { Config } from "../config/config.ts";
 import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { startFileSource } from "./file.ts";

@@ -9,10 +9,10 @@
 
 import { KubeConfig } from "@kubernetes/client-node";
 import { existsSync } from "node:fs";
-import type { Brain } from "../brain.ts";
-import type { Config } from "../config.ts";
+import type { Brain } from "../brain/brain.ts";
+import type { Config } from "../config/config.ts";
 import { errorMessage, invalid } from "../errors.ts";
-import { parseObject, type K8sObject, type Kind } from "../k8s/objects.ts";
+import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
 import { Listing } from "./listing.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";

@@ -2,8 +2,8 @@
 // into the upsert/delete events that changed, so an unchanged object costs
 // nothing downstream.
 
-import type { ClusterEvent } from "../cluster.ts";
-import type { K8sObject, Kind } from "../k8s/objects.ts";
+import type { ClusterEvent } from "../brain/cluster.ts";
+import type { K8sObject, Kind } from "../brain/k8s/objects.ts";
 
 const idOf = (o: K8sObject) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;
 

@@ -1,0 +1,52 @@
+// API addresses, shared by the server (`--listen`) and the client (`--api`):
+// `unix:///path/to.sock` or `tcp://HOST:PORT`. The API reveals the cluster's
+// topology, so a TCP listener anywhere but loopback needs an explicit opt-in.
+
+import { isIP } from "node:net";
+import { invalid } from "../../errors.ts";
+
+export type ApiAddress = { kind: "unix"; path: string } | { kind: "tcp"; host: string; port: number };
+
+export const DEFAULT_UNIX_SOCKET = "unix:///run/kpng.sock";
+export const DEFAULT_TCP = "tcp://127.0.0.1:12090";
+export const DEFAULT_LISTEN = [DEFAULT_UNIX_SOCKET, DEFAULT_TCP];
+
+/** Parses `unix://PATH` or `tcp://HOST:PORT`; `what` names the flag in errors. */
+export function parseApiAddress(spec: string, what = "--listen"): ApiAddress {
+  const bad = (why: string) => invalid(`flag ${what}: "${spec}" ${why}`);
+  if (spec.startsWith("unix://")) {
+    const path = spec.slice("unix://".length);
+    if (!path) throw bad("has no socket path (want unix:///path/to.sock)");
+    return { kind: "unix", path };
+  }
+  if (spec.startsWith("tcp://")) {
+    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:/\[\]]+)):(\d{1,5})$/.exec(spec.slice("tcp://".length));
+    if (!m) throw bad("must be tcp://HOST:PORT (IPv6 in brackets)");
+    const port = Number(m[3]);
+    if (port > 65535) throw bad("port is out of range");
+    return { kind: "tcp", host: m[1] ?? m[2], port };
+  }
+  throw bad("must start with unix:// or tcp://");
+}
+
+/** A client address: the listen forms, plus kpng's bare `HOST:PORT` and bare socket paths. */
+export function parseClientAddress(spec: string, what = "--api"): ApiAddress {
+  if (spec.startsWith("/")) return { kind: "unix", path: spec };
+  if (!spec.includes("://")) return parseApiAddress(`tcp://${spec}`, what);
+  return parseApiAddress(spec, what);
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1";
+}
+
+/** Throws unless the address is a unix socket or loopback TCP, or the operator allowed any. */
+export function checkListenAllowed(addr: ApiAddress, listenAny: boolean, spec: string): void {
+  if (addr.kind === "unix" || listenAny || isLoopback(addr.host)) return;
+  throw invalid(`flag --listen: "${spec}" is not a loopback address; the API reveals cluster topology, pass --listen-any to serve it there anyway`);
+}
+
+export const formatApiAddress = (a: ApiAddress): string =>
+  a.kind === "unix" ? `unix://${a.path}` : `tcp://${a.host.includes(":") ? `[${a.host}]` : a.host}:${a.port}`;

@@ -1,0 +1,181 @@
+// The API server: the brain's node-local states over gRPC and Connect on
+// every `--listen` address. One brain serves any node name the cluster has;
+// each stream picks its node.
+
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { randomBytes } from "node:crypto";
+import { Endpoints, NextItemSchema, Sets, type NextFilter, type NextItem, type OpItem, type WatchReq } from "../../../gen/localv1/services_pb.ts";
+import type { Brain, NodeView } from "../../brain/brain.ts";
+import { errorMessage } from "../../errors.ts";
+import type { Logger } from "../../log.ts";
+import { checkListenAllowed, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
+import { serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { listen, type Listener } from "./listener.ts";
+import { nextState, type NextDeps } from "./next.ts";
+import { watchBatches, type WatchDeps } from "./watch.ts";
+import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache } from "./wire.ts";
+
+export { DEFAULT_LISTEN } from "./address.ts";
+
+export interface ApiOptions {
+  brain: Brain;
+  /** the node a Next call without NodeName gets (the brain's own) */
+  defaultNodeName: string;
+  log: Logger;
+  /** random per brain start unless given (tests) */
+  instanceID?: bigint;
+}
+
+export interface ApiServerOptions extends ApiOptions {
+  /** `unix:///path` or `tcp://HOST:PORT` */
+  listen: readonly string[];
+  /** allow non-loopback TCP addresses */
+  listenAny?: boolean;
+}
+
+export interface ApiServer {
+  readonly addresses: ApiAddress[];
+  readonly instanceID: bigint;
+  close(): Promise<void>;
+}
+
+/** Resolves once every kind has synced; node names can only be checked then. */
+async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
+  while (!brain.isSynced) {
+    if (signal.aborted) throw signal.reason;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** The two RPCs over both paths: Connect routes (also usable in memory) and the fast gRPC handler. */
+export function createApi(opts: ApiOptions) {
+  const { brain, log } = opts;
+  const instanceID = opts.instanceID ?? randomBytes(8).readBigUInt64BE();
+  const cache = new WireCache();
+  const view = async (nodeName: string, signal: AbortSignal): Promise<NodeView> => {
+    await whenSynced(brain, signal);
+    // Views live as long as the brain: only names the cluster knows may create one.
+    if (!brain.index.nodes.has(nodeName)) throw new ConnectError(`node "${nodeName}" is not a Node in the cluster`, Code.NotFound);
+    return brain.view(nodeName);
+  };
+  const watchDeps: WatchDeps = { view, cache };
+  const nextDeps: NextDeps = { view, instanceID, defaultNodeName: opts.defaultNodeName };
+  const onError = (rpc: string, err: ConnectError, signal: AbortSignal) => {
+    if (err.code !== Code.Canceled && !signal.aborted) log.warn("rpc failed", { rpc, code: Code[err.code], error: err.rawMessage });
+  };
+
+  const fast: FastRoutes = {
+    watch: (reqs, signal) => watchBatches(watchDeps, reqs, signal),
+    async next(filter, signal) {
+      const { nodeName, state } = await nextState(nextDeps, filter, signal);
+      const items = [encodeNextHead(instanceID, BigInt(state.rev), nodeName)];
+      for (const se of state.services.values()) items.push(encodeServiceEndpoints(se, cache));
+      return items;
+    },
+    onError,
+  };
+
+  async function* logErrors<R>(rpc: string, signal: AbortSignal, gen: AsyncGenerator<R>): AsyncGenerator<R> {
+    try {
+      yield* gen;
+    } catch (err) {
+      const ce = ConnectError.from(err, Code.Internal);
+      onError(rpc, ce, signal);
+      throw ce;
+    }
+  }
+  async function* connectWatch(reqs: AsyncIterable<WatchReq>, signal: AbortSignal): AsyncGenerator<OpItem> {
+    // Not `for await`: see grpc-fast.ts (Bun keeps the last value of an idle loop alive).
+    const batches = watchBatches(watchDeps, reqs, signal);
+    try {
+      for (;;) {
+        const r = await batches.next();
+        if (r.done) return;
+        for (const op of r.value) yield toOpItem(op);
+      }
+    } finally {
+      await batches.return(undefined); // unsubscribes the stream from its view
+    }
+  }
+  async function* connectNext(filter: NextFilter, signal: AbortSignal): AsyncGenerator<NextItem> {
+    const { nodeName, state } = await nextState(nextDeps, filter, signal);
+    yield create(NextItemSchema, { Next: { InstanceID: instanceID, Rev: BigInt(state.rev), NodeName: nodeName } });
+    for (const se of state.services.values()) {
+      yield create(NextItemSchema, { Endpoints: { Service: se.service, Endpoints: [...se.endpoints.values()], EndpointKeys: [...se.endpoints.keys()] } });
+    }
+  }
+  const routes = (router: ConnectRouter) => {
+    router.service(Sets, { watch: (reqs, ctx) => logErrors("Watch", ctx.signal, connectWatch(reqs, ctx.signal)) });
+    router.service(Endpoints, { next: (filter, ctx) => logErrors("Next", ctx.signal, connectNext(filter, ctx.signal)) });
+  };
+  return { instanceID, routes, fast, cache };
+}
+
+/** Validates `--listen` values before anything starts (bad flags fail fast, exit code 2). */
+export function checkListen(listen: readonly string[], listenAny: boolean): void {
+  for (const spec of listen) checkListenAllowed(parseApiAddress(spec), listenAny, spec);
+}
+
+/**
+ * A sidecar on this node asks for the brain's own node: marshal its services
+ * as each revision arrives, so the first stream costs what later ones do
+ * (at 10,000 services the first marshalling is about half a second).
+ */
+function warmOwnNode(brain: Brain, nodeName: string, cache: WireCache): () => void {
+  const stop = new AbortController();
+  let unsubscribe = () => {};
+  whenSynced(brain, stop.signal)
+    .then(() => {
+      if (stop.signal.aborted || !brain.index.nodes.has(nodeName)) return;
+      unsubscribe = brain.view(nodeName).subscribe(({ state, change }) => {
+        for (const key of change ?? state.services.keys()) {
+          const se = state.services.get(key);
+          if (!se) continue;
+          cache.service(se.service);
+          for (const ep of se.endpoints.values()) cache.endpoint(ep);
+        }
+      });
+    })
+    .catch(() => {}); // aborted before the brain synced
+  return () => {
+    stop.abort();
+    unsubscribe();
+  };
+}
+
+export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer> {
+  checkListen(opts.listen, opts.listenAny ?? false);
+  const addrs = opts.listen.map((spec) => parseApiAddress(spec));
+  const api = createApi(opts);
+  const connect = connectNodeAdapter({ routes: api.routes });
+  const handler: typeof connect = (req, res) => {
+    try {
+      if (!serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) connect(req, res);
+    } catch (err) {
+      // Connect throws synchronously on some malformed requests (an HTTP/1.1 request without Host).
+      opts.log.warn("bad request", { path: req.url, error: errorMessage(err) });
+      if (!res.headersSent) res.writeHead(400);
+      res.end();
+    }
+  };
+  const listeners: Listener[] = [];
+  try {
+    for (const a of addrs) listeners.push(await listen(a, handler));
+  } catch (err) {
+    await Promise.all(listeners.map((l) => l.close()));
+    throw err;
+  }
+  const addresses = listeners.map((l) => l.address);
+  opts.log.info("serving the API", { listen: addresses.map(formatApiAddress).join(",") });
+  const stopWarming = warmOwnNode(opts.brain, opts.defaultNodeName, api.cache);
+  return {
+    addresses,
+    instanceID: api.instanceID,
+    close: async () => {
+      stopWarming();
+      await Promise.all(listeners.map((l) => l.close()));
+    },
+  };
+}

@@ -1,0 +1,112 @@
+// One listener serving gRPC (HTTP/2 prior knowledge, h2c) and the Connect
+// protocol over HTTP/1.1 on the same socket.
+//
+// Why a sniffer instead of `http2.createServer({ allowHTTP1: true })`: Bun
+// (1.4.5) ignores allowHTTP1 and answers an HTTP/1.1 request with an HTTP/2
+// GOAWAY frame (curl: "Received HTTP/0.9 when not allowed"). So a plain
+// net.Server reads the first bytes of each connection and hands the socket to
+// an http2 or an http1 server: the HTTP/2 client preface ("PRI * HTTP/2.0")
+// cannot start an HTTP/1 request.
+
+import { lstat, unlink } from "node:fs/promises";
+import { chmodSync, statSync } from "node:fs";
+import * as http from "node:http";
+import * as http2 from "node:http2";
+import * as net from "node:net";
+import { KpngError } from "../../errors.ts";
+import type { ApiAddress } from "./address.ts";
+
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+
+type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
+
+export interface Listener {
+  /** the bound address (a tcp port 0 resolved to the real port) */
+  readonly address: ApiAddress;
+  close(): Promise<void>;
+}
+
+/** Unix sockets are created group-accessible only: the API reveals cluster topology. */
+const SOCKET_MODE = 0o660;
+
+export async function listen(addr: ApiAddress, handler: Handler): Promise<Listener> {
+  const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const h1 = http.createServer(handler as http.RequestListener);
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((sock) => {
+    sockets.add(sock);
+    sock.once("close", () => sockets.delete(sock));
+    sock.on("error", () => sock.destroy());
+    sniff(sock, (isH2) => (isH2 ? h2 : h1).emit("connection", sock));
+  });
+  if (addr.kind === "unix") await prepareSocketPath(addr.path);
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(addr, err)));
+    if (addr.kind === "unix") server.listen(addr.path, resolve);
+    else server.listen(addr.port, addr.host, resolve);
+  });
+  server.on("error", () => {});
+  let bound = addr;
+  let inode = 0;
+  if (addr.kind === "unix") {
+    chmodSync(addr.path, SOCKET_MODE);
+    inode = statSync(addr.path).ino;
+  } else bound = { ...addr, port: (server.address() as net.AddressInfo).port };
+  return {
+    address: bound,
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      // Long polls and watches hold connections open; end them so close() returns.
+      for (const s of sockets) s.destroy();
+      await closed;
+      // Only our own socket: a newer brain may already have replaced it.
+      if (addr.kind === "unix" && (await lstat(addr.path).catch(() => null))?.ino === inode) await unlink(addr.path).catch(() => {});
+    },
+  };
+}
+
+/** Reads until the bytes seen either are a prefix of the HTTP/2 preface or are not. */
+function sniff(sock: net.Socket, route: (isH2: boolean) => void) {
+  let seen: Buffer = Buffer.alloc(0);
+  const onReadable = () => {
+    const chunk = sock.read() as Buffer | null;
+    if (chunk === null) return;
+    seen = seen.length ? Buffer.concat([seen, chunk]) : chunk;
+    const n = Math.min(seen.length, PREFACE.length);
+    const matches = seen.subarray(0, n).equals(PREFACE.subarray(0, n));
+    if (matches && n < PREFACE.length) return;
+    sock.off("readable", onReadable);
+    sock.unshift(seen);
+    route(matches);
+  };
+  sock.on("readable", onReadable);
+}
+
+/**
+ * A leftover socket from a crashed run is removed; anything else at the path
+ * (a file, a directory, a live server) is an error, never deleted.
+ */
+async function prepareSocketPath(path: string): Promise<void> {
+  const st = await lstat(path).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === "ENOENT") return null;
+    throw new KpngError("invalid_argument", `flag --listen: unix://${path}: ${err.code ?? err.message}`);
+  });
+  if (!st) return;
+  if (!st.isSocket()) throw new KpngError("invalid_argument", `flag --listen: unix://${path}: exists and is not a socket (refusing to replace it)`);
+  const alive = await new Promise<boolean>((resolve) => {
+    const c = net.connect(path);
+    c.once("connect", () => {
+      c.destroy();
+      resolve(true);
+    });
+    c.once("error", () => resolve(false));
+  });
+  if (alive) throw new KpngError("failed_precondition", `flag --listen: unix://${path}: another process is serving on this socket`);
+  await unlink(path);
+}
+
+function listenError(addr: ApiAddress, err: NodeJS.ErrnoException): KpngError {
+  const where = addr.kind === "unix" ? `unix://${addr.path}` : `tcp://${addr.host}:${addr.port}`;
+  const code = err.code === "EADDRINUSE" ? "failed_precondition" : "invalid_argument";
+  return new KpngError(code, `flag --listen: ${where}: cannot listen: ${err.code ?? err.message}`);
+}

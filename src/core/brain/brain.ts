@@ -1,0 +1,222 @@
+// The brain: cluster events in, revisioned node-local states out. It never
+// publishes a partial state (no revision before every kind has synced) and
+// publishes a new revision only when a node's result changed. Work grows with
+// the change: an event marks the services it touched, and a flush recomputes
+// only those, for every node name being served.
+
+import { equals } from "@bufbuild/protobuf";
+import { EndpointSchema, ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
+import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
+import type { Family } from "./k8s/ip.ts";
+import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
+import { candidates, endpointsModel } from "./model/endpoints.ts";
+import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
+import type { NodeInfo } from "./model/topology.ts";
+import { ShardedMap } from "./sharded-map.ts";
+import type { NodeState, ServiceEndpoints } from "./state.ts";
+
+export const ZONE_LABEL = "topology.kubernetes.io/zone";
+
+export interface Revision {
+  state: NodeState;
+  /** services changed since the previous revision; null on the first */
+  change: ReadonlySet<string> | null;
+}
+
+export interface BrainOptions {
+  serviceProxyName?: string;
+}
+
+type Listener = (rev: Revision) => void;
+
+/** The per-service, node-independent part, computed once per change for all node views. */
+interface ServiceEntry {
+  model: Service;
+  families: ReadonlySet<Family>;
+  internalLocal: boolean;
+  externalLocal: boolean;
+  external: boolean;
+}
+
+export class Brain {
+  readonly index = new ClusterIndex();
+  private readonly synced = new Set<Kind>();
+  private readonly entries = new Map<string, ServiceEntry | null>();
+  private readonly views = new Map<string, NodeView>();
+  private pending: Touched = newTouched();
+  private readonly serviceProxyName: string;
+  /** counters: events in, revisions out, services recomputed (work done) */
+  readonly stats = { events: 0, revisions: 0, computed: 0 };
+
+  constructor(opts: BrainOptions = {}) {
+    this.serviceProxyName = opts.serviceProxyName ?? "";
+  }
+
+  apply(events: Iterable<ClusterEvent>): void {
+    for (const ev of events) {
+      this.stats.events++;
+      this.index.apply(ev, this.pending);
+    }
+  }
+
+  markSynced(kind: Kind): void {
+    this.synced.add(kind);
+  }
+
+  get isSynced(): boolean {
+    return kinds.every((k) => this.synced.has(k));
+  }
+
+  /** The view of one node name, created on first use. */
+  view(nodeName: string): NodeView {
+    let v = this.views.get(nodeName);
+    if (!v) {
+      v = new NodeView(this, nodeName);
+      this.views.set(nodeName, v);
+      if (this.isSynced) v.recompute(null);
+    }
+    return v;
+  }
+
+  /** Recompute what the pending events touched and publish new revisions. */
+  flush(): void {
+    if (!this.isSynced) return;
+    const touched = this.pending;
+    this.pending = newTouched();
+    // Only a Service object change alters the node-independent model; slice changes reuse it.
+    for (const key of touched.services) this.entries.delete(key);
+    const keys = new Set([...touched.services, ...touched.endpoints]);
+    for (const v of this.views.values()) {
+      v.recompute(v.state === null || touched.nodes.has(v.nodeName) ? null : keys);
+    }
+  }
+
+  /** node-independent model of one service, or null when this proxy does not serve it */
+  entry(key: string): ServiceEntry | null {
+    let e = this.entries.get(key);
+    if (e !== undefined) return e;
+    const svc = this.index.services.get(key);
+    if (!svc) return null; // not cached: deleted services must not pile up here
+    e = isProxied(svc, this.serviceProxyName) ? makeEntry(svc) : null;
+    this.entries.set(key, e);
+    return e;
+  }
+
+  nodeInfo(nodeName: string): NodeInfo {
+    return { name: nodeName, zone: this.index.nodes.get(nodeName)?.metadata.labels?.[ZONE_LABEL] ?? "" };
+  }
+}
+
+function makeEntry(svc: K8sService): ServiceEntry {
+  const model = serviceModel(svc);
+  const families = new Set<Family>();
+  const ips = model.IPs!.ClusterIPs!;
+  if (ips.V4.length) families.add("v4");
+  if (ips.V6.length) families.add("v6");
+  return {
+    model,
+    families,
+    internalLocal: internalPolicyLocal(svc),
+    externalLocal: externalPolicyLocal(svc),
+    external: model.Type !== "ClusterIP" || model.IPs!.ExternalIPs!.V4.length + model.IPs!.ExternalIPs!.V6.length > 0,
+  };
+}
+
+/** The brain's states carry a ShardedMap, so the next revision can share it. */
+interface BrainState {
+  readonly nodeName: string;
+  readonly rev: number;
+  readonly services: ShardedMap<ServiceEndpoints>;
+}
+
+export class NodeView {
+  state: BrainState | null = null;
+  private readonly listeners = new Set<Listener>();
+  private waiters: Array<() => void> = [];
+
+  constructor(
+    private readonly brain: Brain,
+    readonly nodeName: string,
+  ) {}
+
+  /** Called with every new revision; if one exists already, at once with it (change null). */
+  subscribe(fn: Listener): () => void {
+    this.listeners.add(fn);
+    if (this.state) fn({ state: this.state, change: null });
+    return () => this.listeners.delete(fn);
+  }
+
+  /** Resolves with the first state whose revision is greater than `rev`. */
+  async next(rev: number, signal?: AbortSignal): Promise<BrainState> {
+    while (!this.state || this.state.rev <= rev) {
+      if (signal?.aborted) throw signal.reason;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          signal?.removeEventListener("abort", done);
+          resolve();
+        };
+        this.waiters.push(done);
+        signal?.addEventListener("abort", done, { once: true });
+      });
+    }
+    return this.state;
+  }
+
+  /** keys null = every service (first state, or this node's labels changed) */
+  recompute(keys: ReadonlySet<string> | null): void {
+    const prev = this.state;
+    const todo = keys ?? new Set([...this.brain.index.services.keys(), ...(prev?.services.keys() ?? [])]);
+    const node = this.brain.nodeInfo(this.nodeName);
+    const updates = new Map<string, ServiceEndpoints | null>();
+    for (const key of todo) {
+      const old = prev?.services.get(key);
+      const next = this.compute(key, node);
+      if (!next) {
+        if (old) updates.set(key, null);
+        continue;
+      }
+      const merged = old ? shareUnchanged(old, next) : next;
+      if (merged !== old) updates.set(key, merged);
+    }
+    if (prev && updates.size === 0) return;
+    // A published state is never mutated (backends may hold it): copy what changed.
+    const services = (prev?.services ?? ShardedMap.empty<ServiceEndpoints>()).with(updates);
+    this.state = { nodeName: this.nodeName, rev: (prev?.rev ?? 0) + 1, services };
+    this.brain.stats.revisions++;
+    const rev: Revision = { state: this.state, change: prev ? new Set(updates.keys()) : null };
+    for (const fn of this.listeners) fn(rev);
+    const w = this.waiters;
+    this.waiters = [];
+    for (const done of w) done();
+  }
+
+  private compute(key: string, node: NodeInfo): ServiceEndpoints | null {
+    this.brain.stats.computed++;
+    const e = this.brain.entry(key);
+    if (!e) return null;
+    const slices = this.brain.index.slices.get(key)?.values() ?? [];
+    const cands = candidates(slices, e.families, this.nodeName);
+    return { service: e.model, endpoints: endpointsModel(e.model, cands, { ...e, node }) };
+  }
+}
+
+/**
+ * `next` with every part equal to `old` replaced by old's object, so that
+ * identity means equality downstream (diff streams and backends compare by
+ * reference). Returns `old` itself when nothing changed.
+ */
+function shareUnchanged(old: ServiceEndpoints, next: ServiceEndpoints): ServiceEndpoints {
+  const sameSvc = equals(ServiceSchema, old.service, next.service);
+  let changed = !sameSvc || old.endpoints.size !== next.endpoints.size;
+  const endpoints = new Map<string, Endpoint>();
+  for (const [k, ep] of next.endpoints) {
+    const prev = old.endpoints.get(k);
+    if (prev && equals(EndpointSchema, prev, ep)) endpoints.set(k, prev);
+    else {
+      endpoints.set(k, ep);
+      changed = true;
+    }
+  }
+  if (!changed) return old;
+  return { service: sameSvc ? old.service : next.service, endpoints };
+}

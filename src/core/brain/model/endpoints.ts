@@ -1,0 +1,146 @@
+// EndpointSlices -> the endpoints this node may use for one service, with
+// their scopes. The rules follow upstream kube-proxy (CategorizeEndpoints):
+// ready endpoints first, serving-and-terminating ones as a fallback when a
+// traffic class has none ready; Local policy keeps only this node's
+// endpoints; topology hints narrow Cluster-policy traffic. Each IP family is
+// computed on its own.
+
+import { create } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import { EndpointSchema, type Endpoint, type Service } from "../../../gen/localv1/services_pb.ts";
+import type { Family } from "../k8s/ip.ts";
+import type { K8sEndpointSlice } from "../k8s/objects.ts";
+import { narrowByTopology, type Hinted, type NodeInfo } from "./topology.ts";
+
+export const SERVICE_NAME_LABEL = "kubernetes.io/service-name";
+export const HEADLESS_LABEL = "service.kubernetes.io/headless";
+
+export interface Candidate extends Hinted {
+  key: string;
+  ip: string;
+  family: Family;
+  hostname: string;
+  nodeName: string;
+  zone: string;
+  ready: boolean;
+  serving: boolean;
+  terminating: boolean;
+  local: boolean;
+  /** slice port name -> port */
+  ports: Map<string, number>;
+}
+
+export interface ScopeOptions {
+  internalLocal: boolean;
+  externalLocal: boolean;
+  /** whether external traffic (node ports, external and LB IPs) exists for this service */
+  external: boolean;
+  node: NodeInfo;
+}
+
+/** Stable key for an endpoint without a pod: a hash of its address (no `/`, safe in API paths). */
+export const addressKey = (ip: string) => "ip-" + createHash("sha256").update(ip).digest("hex").slice(0, 16);
+
+/** A slice is read only if it belongs to a service, is not headless, and carries IPs. */
+export function sliceFamily(slice: K8sEndpointSlice): Family | null {
+  const labels = slice.metadata.labels ?? {};
+  if (!labels[SERVICE_NAME_LABEL] || HEADLESS_LABEL in labels) return null;
+  return slice.addressType === "IPv4" ? "v4" : slice.addressType === "IPv6" ? "v6" : null;
+}
+
+/**
+ * All endpoints of the given slices, de-duplicated by IP (the same endpoint
+ * can sit in two slices while the controller moves it): a non-terminating
+ * copy wins, ports are merged.
+ */
+export function candidates(slices: Iterable<K8sEndpointSlice>, families: ReadonlySet<Family>, nodeName: string): Candidate[] {
+  const byIP = new Map<string, Candidate>();
+  const keys = new Set<string>();
+  for (const slice of slices) {
+    const family = sliceFamily(slice);
+    if (!family || !families.has(family)) continue;
+    const ports = new Map<string, number>();
+    for (const p of slice.ports ?? []) if (p.port) ports.set(p.name ?? "", p.port);
+    for (const ep of slice.endpoints ?? []) {
+      const ip = ep.addresses[0]; // upstream uses only the first address
+      const c = ep.conditions ?? {};
+      const cand: Candidate = {
+        key: "",
+        ip,
+        family,
+        hostname: ep.hostname ?? "",
+        nodeName: ep.nodeName ?? "",
+        zone: ep.zone ?? "",
+        ready: c.ready ?? true,
+        serving: c.serving ?? true,
+        terminating: c.terminating ?? false,
+        local: !!ep.nodeName && ep.nodeName === nodeName,
+        ports,
+        forNodes: ep.hints?.forNodes?.map((h) => h.name),
+        forZones: ep.hints?.forZones?.map((h) => h.name),
+      };
+      const prev = byIP.get(ip);
+      if (prev) {
+        const winner = prev.terminating && !cand.terminating ? cand : prev;
+        const loser = winner === prev ? cand : prev;
+        winner.ports = new Map([...loser.ports, ...winner.ports]);
+        winner.key = prev.key;
+        byIP.set(ip, winner);
+        continue;
+      }
+      const pod = ep.targetRef?.kind === "Pod" && ep.targetRef.name ? ep.targetRef.name : "";
+      // A pod has one IP per family: its v6 copy gets its own key so both can coexist.
+      let key = pod ? (family === "v6" ? `${pod}.v6` : pod) : addressKey(ip);
+      if (keys.has(key)) key = addressKey(ip);
+      keys.add(key);
+      cand.key = key;
+      byIP.set(ip, cand);
+    }
+  }
+  return [...byIP.values()];
+}
+
+/** The endpoints one traffic class may use, per upstream's rules. */
+export function usable(cands: readonly Candidate[], local: boolean, node: NodeInfo): ReadonlySet<Candidate> {
+  const pool = local ? cands.filter((c) => c.local) : cands;
+  const ready = pool.filter((c) => c.ready);
+  if (ready.length) return new Set(local ? ready : narrowByTopology(ready, node));
+  // Terminating fallback: better a draining endpoint than a dropped connection.
+  return new Set(pool.filter((c) => c.serving && c.terminating));
+}
+
+/** Endpoints of one service with scopes, keyed by endpoint key; endpoints no traffic may use are left out. */
+export function endpointsModel(service: Service, cands: readonly Candidate[], opts: ScopeOptions): Map<string, Endpoint> {
+  const out = new Map<string, Endpoint>();
+  for (const family of ["v4", "v6"] as const) {
+    const fam = cands.filter((c) => c.family === family);
+    if (!fam.length) continue;
+    const internal = usable(fam, opts.internalLocal, opts.node);
+    const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : new Set<Candidate>();
+    for (const c of fam) {
+      if (!internal.has(c) && !external.has(c)) continue;
+      out.set(c.key, toEndpoint(service, c, internal.has(c), external.has(c)));
+    }
+  }
+  return out;
+}
+
+function toEndpoint(service: Service, c: Candidate, internal: boolean, external: boolean): Endpoint {
+  // kpng backends resolve target ports by service port name, so every service
+  // port the slice serves gets an override.
+  const overrides = [];
+  for (const p of service.Ports) {
+    const port = c.ports.get(p.Name);
+    if (port !== undefined) overrides.push({ $typeName: "localv1.PortName" as const, Name: p.Name, Port: port });
+  }
+  return create(EndpointSchema, {
+    Hostname: c.hostname,
+    IPs: { V4: c.family === "v4" ? [c.ip] : [], V6: c.family === "v6" ? [c.ip] : [] },
+    Local: c.local,
+    PortOverrides: overrides,
+    Scopes: { Internal: internal, External: external },
+    Terminating: c.terminating,
+    NodeName: c.nodeName,
+    Zone: c.zone,
+  });
+}

@@ -1,0 +1,171 @@
+// Command-line flags, named like kube-proxy's where kube-proxy has one, and
+// their validation into the typed Config. citty keeps only the last value of
+// a repeated flag and accepts unknown ones, so both are handled here from the
+// raw argv.
+
+import type { ArgsDef } from "citty";
+import { hostname } from "node:os";
+import { defaultConfig, type Config } from "./config.ts";
+import { formatGoDuration, parseGoDuration } from "./duration.ts";
+import { invalid } from "../errors.ts";
+import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
+import { backendOfMode, isBindAddress, modeOfBackend } from "./kube-proxy-config.ts";
+
+export const sourceArgs = {
+  input: { type: "string", description: "read Kubernetes objects from this YAML/JSON file (watched for edits)" },
+  kubeconfig: { type: "string", description: "path to a kubeconfig file" },
+  master: { type: "string", description: "address of the Kubernetes API server (overrides the kubeconfig)" },
+  "node-name": { type: "string", alias: ["hostname-override"], description: "the node this proxy serves (default: the hostname)" },
+  "service-proxy-name": { type: "string", description: "also serve services labelled service.kubernetes.io/service-proxy-name=NAME" },
+  config: { type: "string", description: "kube-proxy configuration file (KubeProxyConfiguration v1alpha1 or v1alpha2)" },
+  "min-sync-period": { type: "string", description: "minimum interval between recomputations (e.g. 1s)" },
+  "sync-period": { type: "string", description: "interval of full resyncs of the rules (e.g. 30s)" },
+} as const satisfies ArgsDef;
+
+export const proxyArgs = {
+  backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel (repeatable; kube-proxy's nftables and kernelspace also work)" },
+  plugin: { type: "string", description: "load a backend from a .ts/.js file (repeatable)" },
+  "dry-run": { type: "boolean", description: "print what backends would apply instead of applying it" },
+  once: { type: "boolean", description: "exit after the first full sync is applied" },
+  cleanup: { type: "boolean", description: "remove every rule kpng created, then exit" },
+  "cluster-cidr": { type: "string", description: "pod CIDRs (comma-separated); traffic from outside them is masqueraded" },
+  "nodeport-addresses": { type: "string", description: "CIDRs or 'primary' whose addresses answer node ports (comma-separated)" },
+  "node-ip": { type: "string", alias: ["bind-address"], description: "this node's IPs (comma-separated; default: the Node's InternalIP addresses)" },
+  "iptables-masquerade-bit": { type: "string", description: "fwmark bit (0-31) marking packets to masquerade (default 14)" },
+  "masquerade-all": { type: "boolean", description: "masquerade all traffic to service IPs" },
+  "ipvs-scheduler": { type: "string", description: "IPVS scheduler (default rr)" },
+  "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
+  "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
+  "write-config-to": { type: "string", description: "write the effective configuration (v1alpha2) to this file and exit" },
+} as const satisfies ArgsDef;
+
+export const listenArgs = {
+  listen: { type: "string", description: "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable)" },
+  "listen-any": { type: "boolean", description: "allow --listen on a non-loopback address (the API reveals cluster topology)" },
+} as const satisfies ArgsDef;
+
+/** All values of a flag given once or several times, comma lists split. */
+export function repeated(rawArgs: readonly string[], name: string, aliases: readonly string[] = []): string[] {
+  const names = [name, ...aliases].map((n) => `--${n}`);
+  const out: string[] = [];
+  for (let i = 0; i < rawArgs.length; i++) {
+    const a = rawArgs[i];
+    const eq = a.indexOf("=");
+    if (eq > 0 && names.includes(a.slice(0, eq))) out.push(a.slice(eq + 1));
+    else if (names.includes(a) && i + 1 < rawArgs.length) out.push(rawArgs[++i]);
+  }
+  return out.flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
+}
+
+/** Rejects flags no command defines (citty would silently accept them). */
+export function checkUnknownFlags(rawArgs: readonly string[], defs: ArgsDef): void {
+  const known = new Set<string>(["help", "h", "version"]);
+  for (const [name, def] of Object.entries(defs)) {
+    known.add(name);
+    const alias = (def as { alias?: string | string[] }).alias;
+    for (const a of typeof alias === "string" ? [alias] : (alias ?? [])) known.add(a);
+  }
+  for (const a of rawArgs) {
+    if (!a.startsWith("-") || a === "-" || a === "--") continue;
+    const name = a.replace(/^--?/, "").split("=")[0].replace(/^no-/, "");
+    if (!known.has(name) && !(name.length === 1 && known.has(name))) throw invalid(`flag ${a.split("=")[0]}: unknown flag`);
+  }
+}
+
+const durationFlag = (flag: string, s: string): number => {
+  // A bare number is seconds (kpng's first flags took that); otherwise Go's duration syntax, as kube-proxy.
+  const n = /^\d+(\.\d+)?$/.test(s) ? Number(s) : parseGoDuration(s);
+  if (n === null || n < 0) throw invalid(`flag --${flag}: "${s}" is not a duration (e.g. 1s, 500ms, 2m)`);
+  return n;
+};
+
+const onePerFamily = (xs: string[], family: (s: string) => string | null) => xs.length <= 2 && new Set(xs.map(family)).size === xs.length;
+
+type Args = Record<string, string | number | boolean | string[] | undefined>;
+
+/** Built-in backend names from --backend/--proxy-mode (kube-proxy's mode names accepted), else the config file's mode. */
+export function backendNames(rawArgs: readonly string[], cfg: Config): string[] {
+  const named = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
+  if (named.length || repeated(rawArgs, "plugin").length) return named;
+  return [cfg.mode || "nft"];
+}
+
+/**
+ * Flags -> Config, on top of a base (defaults, or what a --config file gave).
+ * A flag given explicitly wins over the file; kube-proxy flags are also
+ * written into `cfg.kubeProxy`, so `--write-config-to` records them.
+ * Throws a KpngError naming the flag.
+ */
+export function configFromFlags(args: Args, rawArgs: readonly string[], base: Config = defaultConfig()): Config {
+  const cfg: Config = structuredClone(base);
+  const doc = cfg.kubeProxy;
+  const str = (k: string) => (typeof args[k] === "string" ? (args[k] as string) : undefined);
+
+  const name = str("node-name");
+  if (name !== undefined) {
+    cfg.nodeName = name.toLowerCase();
+    doc.hostnameOverride = name;
+  }
+  if (!cfg.nodeName) cfg.nodeName = (process.env.NODE_NAME ?? hostname()).toLowerCase();
+  if (str("service-proxy-name") !== undefined) cfg.serviceProxyName = str("service-proxy-name")!;
+  if (str("kubeconfig") !== undefined) cfg.kubeconfig = doc.clientConnection.kubeconfig = str("kubeconfig")!;
+
+  const cidrs = repeated(rawArgs, "cluster-cidr");
+  for (const c of cidrs) if (!isCIDR(c)) throw invalid(`flag --cluster-cidr: "${c}" is not a valid CIDR`);
+  if (!onePerFamily(cidrs, cidrFamily)) throw invalid(`flag --cluster-cidr: "${cidrs.join(",")}" must hold at most one CIDR per IP family`);
+  if (cidrs.length) cfg.clusterCIDRs = doc.detectLocal.clusterCIDRs = cidrs;
+
+  const npa = repeated(rawArgs, "nodeport-addresses");
+  for (const c of npa) if (c !== "primary" && !isCIDR(c)) throw invalid(`flag --nodeport-addresses: "${c}" is not a valid CIDR or "primary"`);
+  if (npa.length) cfg.nodePortAddresses = doc.nodePortAddresses = npa;
+
+  // kube-proxy's --bind-address 0.0.0.0 (its default) means "detect the node IP".
+  const ips = repeated(rawArgs, "node-ip", ["bind-address"]).filter((ip) => ip !== "0.0.0.0" && ip !== "::");
+  for (const ip of ips) if (!ipFamily(ip)) throw invalid(`flag --node-ip: "${ip}" is not a valid IP address`);
+  if (!onePerFamily(ips, ipFamily)) throw invalid(`flag --node-ip: "${ips.join(",")}" must hold at most one IP per family`);
+  if (ips.length) cfg.nodeIPs = doc.nodeIPOverride = ips;
+
+  if (args["masquerade-all"] === true) cfg.masqueradeAll = doc.linux.masqueradeAll = true;
+  if (args["dry-run"] === true) cfg.dryRun = true;
+
+  const bit = str("iptables-masquerade-bit");
+  if (bit !== undefined) {
+    const n = Number(bit);
+    if (!/^\d+$/.test(bit) || n > 31) throw invalid(`flag --iptables-masquerade-bit: "${bit}" is out of range [0, 31]`);
+    cfg.masqueradeBit = doc.iptables.masqueradeBit = doc.ipvs.masqueradeBit = doc.nftables.masqueradeBit = n;
+  }
+  const scheduler = str("ipvs-scheduler");
+  if (scheduler) {
+    const known = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", "nq", "dh", "mh"] as const;
+    if (!known.includes(scheduler as (typeof known)[number])) throw invalid(`flag --ipvs-scheduler: "${scheduler}" must be one of ${known.join(", ")}`);
+    cfg.ipvs.scheduler = doc.ipvs.scheduler = scheduler as (typeof known)[number];
+  }
+  const minSync = str("min-sync-period");
+  if (minSync) {
+    cfg.minSyncPeriodSeconds = cfg.ipvs.minSyncPeriodSeconds = durationFlag("min-sync-period", minSync);
+    doc.minSyncPeriod = formatGoDuration(cfg.minSyncPeriodSeconds);
+  }
+  const sync = str("sync-period");
+  if (sync) {
+    const n = durationFlag("sync-period", sync);
+    if (n === 0) throw invalid(`flag --sync-period: "${sync}" must be greater than 0`);
+    cfg.syncPeriodSeconds = cfg.ipvs.syncPeriodSeconds = n;
+    doc.syncPeriod = formatGoDuration(n);
+  }
+  if (cfg.minSyncPeriodSeconds > cfg.syncPeriodSeconds) {
+    throw invalid(`flag --min-sync-period: ${formatGoDuration(cfg.minSyncPeriodSeconds)} must not be greater than the sync period (${formatGoDuration(cfg.syncPeriodSeconds)})`);
+  }
+  for (const f of ["healthz-bind-address", "metrics-bind-address"] as const) {
+    const val = str(f);
+    if (val === undefined) continue;
+    if (!isBindAddress(val)) throw invalid(`flag --${f}: "${val}" must be IP:port (IPv6 in brackets), or "" to turn the server off`);
+    if (f === "healthz-bind-address") cfg.healthzBindAddress = doc.healthzBindAddress = val;
+    else cfg.metricsBindAddress = doc.metricsBindAddress = val;
+  }
+  const backends = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
+  if (backends.length) {
+    cfg.mode = backends[0];
+    doc.mode = modeOfBackend(backends[0]);
+  }
+  return cfg;
+}

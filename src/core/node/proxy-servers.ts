@@ -1,0 +1,154 @@
+// What a kube-proxy runs beside its rules, wired for the run command: the
+// health server (/healthz, /livez), the metrics server (/metrics,
+// /proxyMode), and the health-check node ports, all fed from node-local
+// revisions and backend syncs.
+//
+// A --dry-run does not own the node: it opens these only when asked for
+// explicitly (a non-default address, or nodePortAddresses), and a port it
+// cannot bind is a warning, never fatal.
+
+import { writeFileSync } from "node:fs";
+import { networkInterfaces } from "node:os";
+import type { Brain, Revision } from "../brain/brain.ts";
+import type { Config } from "../config/config.ts";
+import { errorMessage, isUnavailable } from "../errors.ts";
+import { nodeIsEligible, ProxyHealth, startHealthServer } from "./health.ts";
+import { HealthCheckPorts, healthCheckAddresses } from "./healthcheck-ports.ts";
+import type { HttpServer } from "./http-serve.ts";
+import { defaultKubeProxyConfig, modeOfBackend } from "../config/kube-proxy-config.ts";
+import type { Logger } from "../log.ts";
+import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
+import type { SourceStats } from "../sources/kube.ts";
+import type { NodeState, StateChange } from "../brain/state.ts";
+
+const RETRY_BIND_MS = 5000;
+
+export interface ProxyServersOptions {
+  cfg: Config;
+  brain: Brain;
+  log: Logger;
+  /** names of the running backends */
+  backends: readonly string[];
+}
+
+export interface ProxyServers {
+  readonly health: ProxyHealth;
+  readonly metrics: ProxyMetrics;
+  /** the source's counters, once it runs */
+  setSource(stats: SourceStats | undefined): void;
+  /** a revision is about to be pushed to every backend */
+  queued(rev: Revision): void;
+  synced(backend: string, state: NodeState, seconds: number, change: StateChange): void;
+  failed(backend: string, err: unknown): void;
+  /** http://… of the health and metrics servers, when they run */
+  readonly urls: { healthz?: string; metrics?: string };
+  close(): void;
+}
+
+const hostAddresses = () =>
+  Object.values(networkInterfaces())
+    .flat()
+    .map((a) => a?.address)
+    .filter((a): a is string => !!a);
+
+/**
+ * kube-proxy's linux.oomScoreAdj (-999 by default): the node's proxy is among
+ * the last processes the OOM killer picks. Needs CAP_SYS_RESOURCE to lower it.
+ */
+export function applyOOMScoreAdj(cfg: Config, log: Logger): void {
+  if (cfg.dryRun || process.platform !== "linux") return;
+  try {
+    writeFileSync("/proc/self/oom_score_adj", String(cfg.kubeProxy.linux.oomScoreAdj));
+  } catch (err) {
+    log.warn("could not set oom_score_adj", { value: cfg.kubeProxy.linux.oomScoreAdj, error: (err as NodeJS.ErrnoException).code ?? errorMessage(err) });
+  }
+}
+
+export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
+  const { cfg, brain, log } = opts;
+  const defaults = defaultKubeProxyConfig();
+  let source: SourceStats | undefined;
+  const health = new ProxyHealth({
+    timeoutMs: 2 * cfg.syncPeriodSeconds * 1000,
+    nodeEligible: () => nodeIsEligible(brain.index.nodes.get(cfg.nodeName) as never),
+  });
+  const metrics = new ProxyMetrics({ brain, backends: opts.backends, source: () => source });
+  const servers: HttpServer[] = [];
+  const timers = new Set<ReturnType<typeof setTimeout>>();
+  const urls: ProxyServers["urls"] = {};
+  const hardFail = cfg.kubeProxy.bindAddressHardFail && !cfg.dryRun;
+
+  /** kube-proxy's bindAddressHardFail: exit when the port is taken, or keep trying every 5s. */
+  const serve = (what: "healthz" | "metrics", address: string, start: () => HttpServer) => {
+    if (address === "") return;
+    if (cfg.dryRun && address === (what === "healthz" ? defaults.healthzBindAddress : defaults.metricsBindAddress)) return;
+    const attempt = () => {
+      try {
+        const s = start();
+        servers.push(s);
+        urls[what] = s.url;
+      } catch (err) {
+        if (hardFail || !isUnavailable(err)) throw err;
+        log.error(`${what} server not started, retrying`, { error: errorMessage(err), retryInMs: RETRY_BIND_MS });
+        const t = setTimeout(() => {
+          timers.delete(t);
+          try {
+            attempt();
+          } catch (e) {
+            log.error(`${what} server not started`, { error: errorMessage(e) });
+          }
+        }, RETRY_BIND_MS);
+        timers.add(t);
+      }
+    };
+    attempt();
+  };
+
+  serve("healthz", cfg.healthzBindAddress, () =>
+    startHealthServer({ address: cfg.healthzBindAddress, health, log, onAnswer: (path, code) => metrics.answered(path, code) }),
+  );
+  const proxyMode = opts.backends.map((b) => modeOfBackend(b) || b).join(",");
+  serve("metrics", cfg.metricsBindAddress, () => startMetricsServer({ address: cfg.metricsBindAddress, metrics, proxyMode, config: cfg.kubeProxy, log }));
+
+  let hcPorts: HealthCheckPorts | null | undefined;
+  const healthChecks = () => {
+    if (hcPorts === undefined) {
+      const explicit = cfg.nodePortAddresses.length > 0;
+      hcPorts =
+        cfg.dryRun && !explicit
+          ? null
+          : new HealthCheckPorts({
+              addresses: healthCheckAddresses({ nodePortAddresses: cfg.nodePortAddresses, nodeIPs: cfg.nodeIPs, hostAddresses: hostAddresses() }),
+              proxyHealthy: () => health.isHealthy(),
+              log,
+            });
+    }
+    return hcPorts;
+  };
+
+  return {
+    health,
+    metrics,
+    urls,
+    setSource(stats) {
+      source = stats;
+    },
+    queued(rev) {
+      for (const b of opts.backends) health.queued(b, rev.state.rev);
+      metrics.queued(rev);
+      healthChecks()?.update(rev.state);
+    },
+    synced(backend, state, seconds, change) {
+      health.updated(backend, state.rev);
+      metrics.synced(backend, state, seconds, change);
+    },
+    failed(backend) {
+      metrics.failed(backend);
+    },
+    close() {
+      for (const t of timers) clearTimeout(t);
+      for (const s of servers) s.close();
+      hcPorts?.close();
+    },
+  };
+}
