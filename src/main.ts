@@ -11,7 +11,7 @@ import { backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs
 import { createLogger } from "./core/log.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
-import { nodeIPsFromBrain, startSource } from "./core/sources/index.ts";
+import { startSource, waitForNodeIPs } from "./core/sources/index.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
@@ -35,8 +35,10 @@ async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise
   return configFromFlags(args, rawArgs, base);
 }
 
+const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: cfg.nodeIPs });
+
 async function startBrain(args: Args, cfg: Config) {
-  const brain = new Brain({ serviceProxyName: cfg.serviceProxyName });
+  const brain = newBrain(cfg);
   const source = await startSource({ input: args.input as string | undefined, kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined }, cfg, brain, log);
   return { brain, source };
 }
@@ -73,7 +75,7 @@ const runCommand = defineCommand({
     if (args.cleanup) return cleanupBackends(backends, ctx);
     const listen = repeated(rawArgs, "listen");
     checkListen(listen, args["listen-any"] === true);
-    const brain = new Brain({ serviceProxyName: cfg.serviceProxyName });
+    const brain = newBrain(cfg);
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
     // Health and metrics answer from the start, also while the API server is still unreachable.
@@ -82,13 +84,18 @@ const runCommand = defineCommand({
     const source = await startSource({ input: args.input as string | undefined, kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined }, cfg, brain, log);
     servers?.setSource(source.stats);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
-    if (!cfg.nodeIPs.length) cfg.nodeIPs = nodeIPsFromBrain(brain, cfg.nodeName);
+    const view = brain.view(cfg.nodeName);
+    // Node ports and health checks need the node's IPs: a cluster source may
+    // register the Node after we start, so wait for it (bounded); a file is
+    // the whole cluster, so a Node missing from it is only worth a warning.
+    // Either way the IPs follow the Node later (see the subscription below).
+    if (args.input === undefined && !cfg.nodeIPs.length) await Promise.race([waitForNodeIPs(view, { log }), ...(stopped ? [stopped] : [])]);
+    else if (view.state && !view.state.nodeIPs.length) log.warn("the input file has no addresses for this Node: node ports answer nowhere until it does (or set --node-ip)", { node: cfg.nodeName, file: args.input });
     for (const b of backends) await b.setup?.(ctx);
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const warned = args.input === undefined && backendNames(rawArgs, cfg).includes("ipvs")
       ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
       : undefined;
-    const view = brain.view(cfg.nodeName);
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();
     const feeds = backends.map((b) => {
@@ -103,7 +110,12 @@ const runCommand = defineCommand({
         onError: (err) => servers?.failed(b.name, err),
       });
     });
+    let nodeIPs: readonly string[] | undefined;
     view.subscribe((rev) => {
+      if (rev.state.nodeIPs !== nodeIPs) {
+        if (nodeIPs || rev.state.nodeIPs?.length) log.info("node IPs", { node: cfg.nodeName, ips: rev.state.nodeIPs?.join(",") ?? "" });
+        nodeIPs = rev.state.nodeIPs;
+      }
       servers?.queued(rev);
       for (const feed of feeds) feed.push(rev);
     });

@@ -11,6 +11,7 @@
 //   within them only the chains whose rules differ.
 
 import { KpngError, errorMessage } from "../../src/core/errors.ts";
+import type { Config } from "../../src/core/config/config.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
 import { deleteStaleUdpFlows, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
@@ -64,6 +65,8 @@ export class IptablesBackend implements IncrementalBackend {
   private synced = false;
   private queue: Promise<void> = Promise.resolve();
   private timer: ReturnType<typeof setInterval> | undefined;
+  /** Config with the node's current IPs ("primary" node ports, the LB source-range exception) */
+  private config: Config;
   lastSync: SyncStats | undefined;
 
   constructor(
@@ -74,6 +77,13 @@ export class IptablesBackend implements IncrementalBackend {
     this.ipt = iptablesExecutor(this.exec);
     this.families = opts.families ?? ["v4", "v6"];
     this.log = ctx.log.child("iptables");
+    this.config = ctx.config;
+  }
+
+  setNodeIPs(ips: readonly string[]) {
+    if (ips.length === this.config.nodeIPs.length && ips.every((ip, i) => ip === this.config.nodeIPs[i])) return;
+    this.config = { ...this.ctx.config, nodeIPs: [...ips] };
+    this.needFull = true; // rules that name the node's IPs may be in any chain
   }
 
   private now = () => (this.opts.now ?? Date.now)();
@@ -198,7 +208,7 @@ export class IptablesBackend implements IncrementalBackend {
 
   private render(key: string, family: Family): ServiceRules | undefined {
     const t = this.tracker.get(key);
-    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.ctx.config });
+    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config });
   }
 
   /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */
@@ -212,7 +222,7 @@ export class IptablesBackend implements IncrementalBackend {
         if (rules) yield rules;
       }
     }
-    return fullTransaction({ fixed: renderFixed(this.ctx.config, family), services: services(), saved });
+    return fullTransaction({ fixed: renderFixed(this.config, family), services: services(), saved });
   }
 
   private partialTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Transaction {

@@ -46,8 +46,10 @@ export const masqMark = (config: Config) => `0x${(1 << config.masqueradeBit).toS
 
 /**
  * Where node ports answer, as match lists, for one family. kube-proxy's
- * rules: `nodePortAddresses` (CIDRs, or "primary" = the node IPs) when set;
- * else the node IPs; with neither known, every local address.
+ * iptables-mode rules: `nodePortAddresses` (CIDRs, or "primary" = the node
+ * IPs) when set; else every local address (cmd/kube-proxy/app/server_linux.go
+ * leaves it unset for iptables mode, and the proxier then matches
+ * `--dst-type LOCAL`), so a node IP change needs no new rule.
  */
 export function nodePortMatches(config: Config, family: Family): string[][] {
   const nodeIPs = config.nodeIPs.filter((ip) => inFamily(ip, family));
@@ -60,7 +62,6 @@ export function nodePortMatches(config: Config, family: Family): string[][] {
     }
     return out;
   }
-  if (nodeIPs.length) return nodeIPs.map((ip) => ["-d", ip]);
   // IPv6 ::1 cannot be DNATed off the node (no route_localnet for IPv6).
   return [family === "v6" ? ["!", "-d", "::1", ...local] : local];
 }

@@ -4,7 +4,8 @@
 // re-reads the kernel, so it also converges after a restart or an operator's
 // edit; partial syncs trust the picture that the last successful sync left.
 
-import type { BackendContext, Executor, FullStateBackend } from "../../src/plugins/backend.ts";
+import { nodeIPsOf, type BackendContext, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
+import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import { errorMessage, invalid } from "../../src/core/errors.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { type Family, baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
@@ -54,6 +55,9 @@ export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions)
   const families = familiesOf(config);
   const ourSets = new Set([...families].flatMap((f) => setIds.map((id) => setName(id, f))));
   const renderCtx: RenderContext = { scheduler, families, nodePortIPs: nodePortIPs(config) };
+  /** what renderCtx.nodePortIPs was computed from: the node's IPs, this host's addresses */
+  let nodeIPs: readonly string[] = config.nodeIPs;
+  let interfaceAddrs: string[] = [];
 
   let desired = new DesiredState();
   let kernel: KernelModel = emptyKernel();
@@ -112,6 +116,13 @@ export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions)
   }
 
   async function sync(state: NodeState, change: StateChange) {
+    const ips = nodeIPsOf(state, config);
+    if (!sameIPs(ips, nodeIPs)) {
+      // Node ports answer on the node's IPs: every node-port virtual server moves (a full sync).
+      nodeIPs = ips;
+      renderCtx.nodePortIPs = nodePortIPs({ ...config, nodeIPs: [...ips] }, interfaceAddrs);
+      needFull = true;
+    }
     const full = change === null || needFull;
     needFull = true;
     commands = 0;
@@ -177,8 +188,8 @@ export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions)
         }
       }
       if (needsInterfaceAddresses(config) && !config.dryRun) {
-        const addrs = parseIpAddrJson(await run(["ip", "-j", "addr", "show"]), { exclude: dummyInterface });
-        renderCtx.nodePortIPs = nodePortIPs(config, addrs);
+        interfaceAddrs = parseIpAddrJson(await run(["ip", "-j", "addr", "show"]), { exclude: dummyInterface });
+        renderCtx.nodePortIPs = nodePortIPs({ ...config, nodeIPs: [...nodeIPs] }, interfaceAddrs);
       }
       if (!config.dryRun && (opts.drainIntervalMs ?? 60_000) > 0) {
         timer = setInterval(() => {

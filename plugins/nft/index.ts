@@ -10,7 +10,8 @@
 import { errorMessage } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import type { BackendContext, BackendFactory, Executor, FullStateBackend } from "../../src/plugins/backend.ts";
+import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
+import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
@@ -37,7 +38,9 @@ export class NftBackend implements FullStateBackend {
   /** figures of the last apply, for logs and benchmarks */
   last: SyncStats | undefined;
 
-  private readonly sync: NftSync;
+  private sync: NftSync;
+  /** the node IPs `sync` renders with ("primary" node-port addresses) */
+  private nodeIPs: readonly string[];
   private readonly runner: NftRunner;
   private readonly exec: Executor;
   private readonly log: Logger;
@@ -53,6 +56,7 @@ export class NftBackend implements FullStateBackend {
     this.log = ctx.log.child("nft");
     const spawner = opts.interactive ?? (opts.exec ? undefined : processSpawner());
     this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log);
+    this.nodeIPs = ctx.config.nodeIPs;
     this.sync = new NftSync(ctx.config);
   }
 
@@ -64,6 +68,13 @@ export class NftBackend implements FullStateBackend {
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
     const t0 = performance.now();
+    const ips = nodeIPsOf(state, this.ctx.config);
+    if (!sameIPs(ips, this.nodeIPs)) {
+      // The nodeport-ips set and the rules guarding node ports are base objects: a full sync rewrites them.
+      this.nodeIPs = ips;
+      this.sync = new NftSync({ ...this.ctx.config, nodeIPs: [...ips] });
+      this.needFull = true;
+    }
     let plan = this.sync.plan(state, this.needFull ? null : change);
     plan.tx.print(); // part of rendering; kept by the transaction
     const renderMs = performance.now() - t0;

@@ -218,6 +218,13 @@ export function createWinkernelBackend(ctx: BackendContext, opts: WinkernelBacke
     name: "winkernel",
     kind: "incremental",
     last,
+    setNodeIPs(ips) {
+      // Without winkernel.sourceVip, the node's IP is the source VIP of every policy.
+      const vips = sourceVips({ ...config, nodeIPs: [...ips] });
+      if (vips[4] === renderCtx.sourceVip[4] && vips[6] === renderCtx.sourceVip[6]) return;
+      renderCtx.sourceVip = vips;
+      for (const k of services.keys()) dirty.add(k);
+    },
     setService(s) {
       const k = svcKey(s.Namespace, s.Name);
       services.set(k, s);

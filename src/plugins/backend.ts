@@ -40,6 +40,12 @@ export interface FullStateBackend extends BackendBase {
 
 export interface IncrementalBackend extends BackendBase {
   readonly kind: "incremental";
+  /**
+   * The node's IPs changed (NodeState.nodeIPs; before any call: Config.nodeIPs).
+   * Called before the change set's other calls; the following sync must
+   * re-program what depends on them.
+   */
+  setNodeIPs?(ips: readonly string[]): void;
   setService(service: Service): void;
   deleteService(namespace: string, name: string): void;
   setEndpoint(namespace: string, serviceName: string, key: string, endpoint: Endpoint): void;
@@ -49,6 +55,12 @@ export interface IncrementalBackend extends BackendBase {
 }
 
 export type Backend = FullStateBackend | IncrementalBackend;
+
+/**
+ * The node's IPs to render with: the state's (the brain keeps them current),
+ * else Config.nodeIPs (a sidecar's --node-ip: the localv1 wire has none).
+ */
+export const nodeIPsOf = (state: NodeState, config: Config): readonly string[] => state.nodeIPs ?? config.nodeIPs;
 
 /** What a backend module default-exports: a factory, so one module can serve several runs. */
 export type BackendFactory = (ctx: BackendContext) => Backend | Promise<Backend>;

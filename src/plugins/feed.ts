@@ -7,6 +7,7 @@
 import type { Revision } from "../core/brain/brain.ts";
 import { errorMessage } from "../core/errors.ts";
 import type { Logger } from "../core/log.ts";
+import { sameIPs } from "../core/brain/node-ips.ts";
 import { stateOps } from "../core/brain/ops.ts";
 import type { NodeState, StateChange } from "../core/brain/state.ts";
 import type { Backend, IncrementalBackend } from "./backend.ts";
@@ -32,6 +33,7 @@ const union = (a: StateChange | undefined, b: StateChange): StateChange =>
 
 /** Applies a revision to an incremental backend through set/delete calls and one sync. */
 export async function applyIncremental(b: IncrementalBackend, prev: NodeState | null, next: NodeState, change: StateChange) {
+  if (next.nodeIPs && !sameIPs(prev?.nodeIPs, next.nodeIPs)) b.setNodeIPs?.(next.nodeIPs);
   for (const op of stateOps(prev?.services ?? new Map(), next.services, prev ? change : null)) {
     const s = op.service;
     if (op.op === "setService") b.setService(op.service);

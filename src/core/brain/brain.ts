@@ -12,6 +12,7 @@ import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
 import { candidates, endpointsModel } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
 import type { NodeInfo } from "./model/topology.ts";
+import { nodeIPs, sameIPs } from "./node-ips.ts";
 import { ShardedMap } from "./sharded-map.ts";
 import type { NodeState, ServiceEndpoints } from "./state.ts";
 
@@ -19,12 +20,14 @@ export const ZONE_LABEL = "topology.kubernetes.io/zone";
 
 export interface Revision {
   state: NodeState;
-  /** services changed since the previous revision; null on the first */
+  /** services changed since the previous revision; null on the first and when the node's IPs changed */
   change: ReadonlySet<string> | null;
 }
 
 export interface BrainOptions {
   serviceProxyName?: string;
+  /** the operator's node IPs (Config.nodeIPs): they win over the Node's for their families */
+  nodeIPOverride?: readonly string[];
 }
 
 type Listener = (rev: Revision) => void;
@@ -45,11 +48,13 @@ export class Brain {
   private readonly views = new Map<string, NodeView>();
   private pending: Touched = newTouched();
   private readonly serviceProxyName: string;
+  private readonly nodeIPOverride: readonly string[];
   /** counters: events in, revisions out, services recomputed (work done) */
   readonly stats = { events: 0, revisions: 0, computed: 0 };
 
   constructor(opts: BrainOptions = {}) {
     this.serviceProxyName = opts.serviceProxyName ?? "";
+    this.nodeIPOverride = opts.nodeIPOverride ?? [];
   }
 
   apply(events: Iterable<ClusterEvent>): void {
@@ -87,7 +92,9 @@ export class Brain {
     for (const key of touched.services) this.entries.delete(key);
     const keys = new Set([...touched.services, ...touched.endpoints]);
     for (const v of this.views.values()) {
-      v.recompute(v.state === null || touched.nodes.has(v.nodeName) ? null : keys);
+      // A Node update touches every service only when it moved the node's zone (topology hints).
+      const all = v.state === null || (touched.nodes.has(v.nodeName) && this.nodeInfo(v.nodeName).zone !== v.zone);
+      v.recompute(all ? null : keys);
     }
   }
 
@@ -104,6 +111,11 @@ export class Brain {
 
   nodeInfo(nodeName: string): NodeInfo {
     return { name: nodeName, zone: this.index.nodes.get(nodeName)?.metadata.labels?.[ZONE_LABEL] ?? "" };
+  }
+
+  /** the node's IPs (node-ips.ts), the override first */
+  nodeIPs(nodeName: string): string[] {
+    return nodeIPs(this.index.nodes.get(nodeName), this.nodeIPOverride);
   }
 }
 
@@ -127,10 +139,13 @@ interface BrainState {
   readonly nodeName: string;
   readonly rev: number;
   readonly services: ShardedMap<ServiceEndpoints>;
+  readonly nodeIPs: readonly string[];
 }
 
 export class NodeView {
   state: BrainState | null = null;
+  /** the zone the state was computed for: a change recomputes every service */
+  zone = "";
   private readonly listeners = new Set<Listener>();
   private waiters: Array<() => void> = [];
 
@@ -162,11 +177,14 @@ export class NodeView {
     return this.state;
   }
 
-  /** keys null = every service (first state, or this node's labels changed) */
+  /** keys null = every service (first state, or this node's zone changed) */
   recompute(keys: ReadonlySet<string> | null): void {
     const prev = this.state;
     const todo = keys ?? new Set([...this.brain.index.services.keys(), ...(prev?.services.keys() ?? [])]);
     const node = this.brain.nodeInfo(this.nodeName);
+    this.zone = node.zone;
+    const ips = this.brain.nodeIPs(this.nodeName);
+    const ipsChanged = !!prev && !sameIPs(prev.nodeIPs, ips);
     const updates = new Map<string, ServiceEndpoints | null>();
     for (const key of todo) {
       const old = prev?.services.get(key);
@@ -178,12 +196,13 @@ export class NodeView {
       const merged = old ? shareUnchanged(old, next) : next;
       if (merged !== old) updates.set(key, merged);
     }
-    if (prev && updates.size === 0) return;
+    if (prev && updates.size === 0 && !ipsChanged) return;
     // A published state is never mutated (backends may hold it): copy what changed.
     const services = (prev?.services ?? ShardedMap.empty<ServiceEndpoints>()).with(updates);
-    this.state = { nodeName: this.nodeName, rev: (prev?.rev ?? 0) + 1, services };
+    this.state = { nodeName: this.nodeName, rev: (prev?.rev ?? 0) + 1, services, nodeIPs: prev && !ipsChanged ? prev.nodeIPs : ips };
     this.brain.stats.revisions++;
-    const rev: Revision = { state: this.state, change: prev ? new Set(updates.keys()) : null };
+    // New node IPs move node ports and health checks: every backend re-renders everything.
+    const rev: Revision = { state: this.state, change: prev && !ipsChanged ? new Set(updates.keys()) : null };
     for (const fn of this.listeners) fn(rev);
     const w = this.waiters;
     this.waiters = [];

@@ -18,12 +18,20 @@ export interface NodeState {
   readonly rev: number;
   /** keyed by `namespace/name` */
   readonly services: ReadonlyMap<string, ServiceEndpoints>;
+  /**
+   * This node's IPs (brain/node-ips.ts: the Node's addresses, or the
+   * operator's override), primary first, at most one per family. A change is
+   * a new revision whose change set is null (everything re-rendered). Absent
+   * when the state came over the localv1 wire, which does not carry them: a
+   * sidecar backend then uses Config.nodeIPs (its --node-ip flags).
+   */
+  readonly nodeIPs?: readonly string[];
 }
 
 /**
  * What changed between two revisions: the keys of services that were added,
  * updated (service or any endpoint) or removed. `null` means "assume
- * everything changed" (first sync, or after a failure).
+ * everything changed" (first sync, after a failure, or the node's IPs changed).
  */
 export type StateChange = ReadonlySet<string> | null;
 

@@ -7,7 +7,12 @@ import { defaultKubeProxyConfig, type KubeProxyConfig } from "./kube-proxy-confi
 export interface Config {
   /** the node this proxy programs (`--hostname-override` / `--node-name`) */
   nodeName: string;
-  /** node IPs used for NodePorts when `nodePortAddresses` is empty, one per family at most */
+  /**
+   * The operator's node IPs (`--node-ip` / `--bind-address`, nodeIPOverride),
+   * one per family at most; empty = the Node's addresses. The IPs backends
+   * render with are NodeState.nodeIPs (brain/node-ips.ts), kept current by the
+   * brain; this field alone reaches only sidecars (the wire does not carry them).
+   */
   nodeIPs: string[];
   /** CIDRs (or the keyword "primary") whose addresses answer NodePorts; empty = the node's primary IPs */
   nodePortAddresses: string[];

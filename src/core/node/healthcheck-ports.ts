@@ -29,7 +29,7 @@ interface Instance {
 }
 
 export interface HealthCheckPortsOptions {
-  /** addresses to listen on (one server per address and port) */
+  /** addresses to listen on (one server per address and port); `retarget` changes them */
   addresses: readonly string[];
   /** kube-proxy's own health: an unhealthy proxy answers 503 everywhere */
   proxyHealthy: () => boolean;
@@ -38,8 +38,24 @@ export interface HealthCheckPortsOptions {
 
 export class HealthCheckPorts {
   private readonly open = new Map<string, Instance>();
+  private addresses: readonly string[];
 
-  constructor(private readonly opts: HealthCheckPortsOptions) {}
+  constructor(private readonly opts: HealthCheckPortsOptions) {
+    this.addresses = opts.addresses;
+  }
+
+  /** where the servers listen now */
+  get listening(): readonly string[] {
+    return this.addresses;
+  }
+
+  /** New addresses (the node's IPs changed): every server closes, and the next `update` reopens it there. */
+  retarget(addresses: readonly string[]): void {
+    if (addresses.length === this.addresses.length && addresses.every((a, i) => a === this.addresses[i])) return;
+    this.opts.log.info("health check ports move", { from: this.addresses.join(","), to: addresses.join(",") });
+    this.addresses = addresses;
+    this.close();
+  }
 
   /** port per service key, for what is currently open */
   get ports(): Map<string, number> {
@@ -81,7 +97,7 @@ export class HealthCheckPorts {
 
   private listen(key: string, inst: Instance): Instance | null {
     try {
-      for (const host of this.opts.addresses) {
+      for (const host of this.addresses) {
         inst.servers.push(serveHttp({ host, port: inst.port, what: `health check for ${key}`, log: this.opts.log, handle: () => this.answer(inst) }));
       }
       return inst;

@@ -111,18 +111,16 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   serve("metrics", cfg.metricsBindAddress, () => startMetricsServer({ address: cfg.metricsBindAddress, metrics, proxyMode, config: cfg.kubeProxy, log }));
 
   let hcPorts: HealthCheckPorts | null | undefined;
-  const healthChecks = () => {
+  let hcNodeIPs: readonly string[] | undefined;
+  /** the health-check servers, listening where the node's IPs of `state` say (states share the array until it changes) */
+  const healthChecks = (state: NodeState) => {
+    const ips = state.nodeIPs ?? cfg.nodeIPs;
+    const addresses = () => healthCheckAddresses({ nodePortAddresses: cfg.nodePortAddresses, nodeIPs: ips, hostAddresses: hostAddresses() });
     if (hcPorts === undefined) {
       const explicit = cfg.nodePortAddresses.length > 0;
-      hcPorts =
-        cfg.dryRun && !explicit
-          ? null
-          : new HealthCheckPorts({
-              addresses: healthCheckAddresses({ nodePortAddresses: cfg.nodePortAddresses, nodeIPs: cfg.nodeIPs, hostAddresses: hostAddresses() }),
-              proxyHealthy: () => health.isHealthy(),
-              log,
-            });
-    }
+      hcPorts = cfg.dryRun && !explicit ? null : new HealthCheckPorts({ addresses: addresses(), proxyHealthy: () => health.isHealthy(), log });
+    } else if (hcPorts && ips !== hcNodeIPs) hcPorts.retarget(addresses());
+    hcNodeIPs = ips;
     return hcPorts;
   };
 
@@ -136,7 +134,7 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
     queued(rev) {
       for (const b of opts.backends) health.queued(b, rev.state.rev);
       metrics.queued(rev);
-      healthChecks()?.update(rev.state);
+      healthChecks(rev.state)?.update(rev.state);
     },
     synced(backend, state, seconds, change) {
       health.updated(backend, state.rev);

@@ -1,6 +1,6 @@
 // Picks the source of cluster objects: a file (`--input`) or the API server.
 
-import type { Brain } from "../brain/brain.ts";
+import type { Brain, NodeView } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
@@ -28,9 +28,38 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
   return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, brain, log: log.child("kube"), config: cfg });
 }
 
-/** The node's InternalIP addresses (one per family), the default for node ports. */
-export function nodeIPsFromBrain(brain: Brain, nodeName: string): string[] {
-  const addrs = brain.index.nodes.get(nodeName)?.status?.addresses ?? [];
-  const internal = addrs.filter((a) => a.type === "InternalIP").map((a) => a.address);
-  return internal.length ? internal : addrs.filter((a) => a.type === "ExternalIP").map((a) => a.address);
+/**
+ * Upstream kube-proxy waits for its Node to exist and have an address before
+ * it programs anything (pkg/proxy/node.go NewNodeManager: a poll every second,
+ * for at most 5 minutes, then it fails; before 1.29 server.go getNodeIPs
+ * backed off for ~30 s and went on with loopback). kpng follows the Node and
+ * re-programs in place when it shows up, so it waits less and never fails:
+ * what is bounded is only how long the first sync waits.
+ */
+export const NODE_IPS_WAIT_MS = 30_000;
+
+/**
+ * Resolves once the node-local state of `view` knows the node's IPs, or
+ * after `timeoutMs` (logged): with a cluster source the Node may be
+ * registered after kpng starts. Returns the IPs (empty after a timeout).
+ */
+export async function waitForNodeIPs(view: NodeView, opts: { timeoutMs?: number; log: Logger }): Promise<readonly string[]> {
+  const timeoutMs = opts.timeoutMs ?? NODE_IPS_WAIT_MS;
+  const known = () => (view.state?.nodeIPs.length ? view.state.nodeIPs : undefined);
+  if (known()) return known()!;
+  opts.log.info("waiting for the Node's InternalIP/ExternalIP", { node: view.nodeName, timeoutSeconds: timeoutMs / 1000 });
+  const { promise, resolve } = Promise.withResolvers<readonly string[]>();
+  const timer = setTimeout(() => {
+    opts.log.warn("Node not found or without an address: node ports answer nowhere until it has one (or set --node-ip)", { node: view.nodeName, waitedSeconds: timeoutMs / 1000 });
+    resolve([]);
+  }, timeoutMs);
+  const unsubscribe = view.subscribe(() => {
+    if (known()) resolve(known()!);
+  });
+  try {
+    return await promise;
+  } finally {
+    clearTimeout(timer);
+    unsubscribe();
+  }
 }

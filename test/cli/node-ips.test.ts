@@ -1,0 +1,101 @@
+// The node's IPs reach node ports through the wiring, as a user runs kpng:
+// `bun src/main.ts` with user flags only, a cluster file, --dry-run --once.
+
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const root = join(import.meta.dir, "../..");
+const dir = mkdtempSync(join(tmpdir(), "kpng-node-ips-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const kpng = (...args: string[]) => {
+  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), ...args], { cwd: root });
+  return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
+};
+
+/** A cluster file: Node node-a with `addresses`, a NodePort service on 30080 with one endpoint elsewhere. */
+function clusterFile(name: string, addresses: Array<{ type: string; address: string }>): string {
+  const file = join(dir, name);
+  const doc = {
+    apiVersion: "v1",
+    kind: "List",
+    items: [
+      { apiVersion: "v1", kind: "Node", metadata: { name: "node-a" }, status: { addresses } },
+      {
+        apiVersion: "v1",
+        kind: "Service",
+        metadata: { name: "web", namespace: "default" },
+        spec: { type: "NodePort", clusterIP: "10.96.0.10", clusterIPs: ["10.96.0.10"], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 30080 }] },
+      },
+      {
+        apiVersion: "discovery.k8s.io/v1",
+        kind: "EndpointSlice",
+        metadata: { name: "web-1", namespace: "default", labels: { "kubernetes.io/service-name": "web" } },
+        addressType: "IPv4",
+        ports: [{ name: "http", port: 8080, protocol: "TCP" }],
+        endpoints: [{ addresses: ["10.244.1.5"], conditions: { ready: true }, nodeName: "node-b" }],
+      },
+    ],
+  };
+  writeFileSync(file, JSON.stringify(doc));
+  return file;
+}
+
+const nodePortElement = /^add element ip kpng service-nodeports \{ tcp \. 30080 /m;
+const nodePortIPs = (out: string) => [...out.matchAll(/^add element ip6? kpng nodeport-ips \{ (.*) \}$/gm)].map((m) => m[1]);
+
+describe("nft node ports with default flags", () => {
+  const cases: Array<{ name: string; addresses: Array<{ type: string; address: string }>; flags?: string[]; want: string[] }> = [
+    { name: "the Node's InternalIP answers node ports", addresses: [{ type: "InternalIP", address: "203.0.113.1" }], want: ["203.0.113.1"] },
+    { name: "no InternalIP: the ExternalIP", addresses: [{ type: "ExternalIP", address: "198.51.100.1" }], want: ["198.51.100.1"] },
+    { name: "dual-stack Node: one IP per family", addresses: [{ type: "InternalIP", address: "203.0.113.1" }, { type: "InternalIP", address: "2001:db8::1" }], want: ["203.0.113.1", "2001:db8::1"] },
+    { name: "--bind-address overrides the Node's IP of its family", addresses: [{ type: "InternalIP", address: "203.0.113.1" }], flags: ["--bind-address", "203.0.113.7"], want: ["203.0.113.7"] },
+  ];
+  for (const c of cases) {
+    test(c.name, () => {
+      const file = clusterFile(`${c.name.replace(/\W+/g, "-")}.json`, c.addresses);
+      const r = kpng("--input", file, "--node-name", "node-a", "--backend", "nft", "--dry-run", "--once", ...(c.flags ?? []));
+      expect(r.err).not.toMatch(/^kpng: /m); // the CLI's error line
+      expect(r.code).toBe(0);
+      expect(r.err).toContain(`node IPs node=node-a ips=${c.want.join(",")}`);
+      expect(nodePortIPs(r.out)).toEqual(c.want);
+      expect(r.out).toMatch(nodePortElement);
+    });
+  }
+
+  test("the README's command prints node-port elements", () => {
+    const r = kpng("--input", "examples/cluster.yaml", "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once");
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("add element ip kpng nodeport-ips");
+    expect(r.out).toContain("add element ip kpng service-nodeports");
+  });
+
+  test("a Node missing from the file: a warning, no node ports, and no wait (a file is the whole cluster)", () => {
+    const file = clusterFile("other-node.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
+    const t0 = performance.now();
+    const r = kpng("--input", file, "--node-name", "node-z", "--backend", "nft", "--dry-run", "--once");
+    expect(r.code).toBe(0);
+    expect(performance.now() - t0).toBeLessThan(15_000);
+    expect(r.err).toMatch(/WARN .*no addresses for this Node.*node=node-z/);
+    expect(nodePortIPs(r.out)).toEqual([]);
+  });
+});
+
+describe("iptables node ports follow upstream's default: every local address", () => {
+  test("no nodePortAddresses: --dst-type LOCAL, not the node IP (a node IP change needs no rule change)", () => {
+    const file = clusterFile("iptables.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
+    const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once");
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/-A KPNG-SERVICES .*-m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
+    expect(r.out).not.toMatch(/-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
+  });
+
+  test('"primary" narrows to the Node\'s IP', () => {
+    const file = clusterFile("iptables-primary.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
+    const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once", "--nodeport-addresses", "primary");
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/-A KPNG-SERVICES .*-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
+  });
+});
