@@ -37,9 +37,17 @@ async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise
 
 const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: cfg.nodeIPs });
 
-async function startBrain(args: Args, cfg: Config) {
+/** Where cluster objects come from: --input, --api (node agent) or the API server. */
+const sourceOptions = (args: Args, rawArgs: string[]) => ({
+  input: args.input as string | undefined,
+  kubeconfig: args.kubeconfig as string | undefined,
+  master: args.master as string | undefined,
+  api: repeated(rawArgs, "api"),
+});
+
+async function startBrain(args: Args, rawArgs: string[], cfg: Config) {
   const brain = newBrain(cfg);
-  const source = await startSource({ input: args.input as string | undefined, kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined }, cfg, brain, log);
+  const source = await startSource(sourceOptions(args, rawArgs), cfg, brain, log);
   return { brain, source };
 }
 
@@ -81,7 +89,7 @@ const runCommand = defineCommand({
     // Health and metrics answer from the start, also while the API server is still unreachable.
     const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
     if (!args.once) applyOOMScoreAdj(cfg, log);
-    const source = await startSource({ input: args.input as string | undefined, kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined }, cfg, brain, log);
+    const source = await startSource(sourceOptions(args, rawArgs), cfg, brain, log);
     servers?.setSource(source.stats);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     const view = brain.view(cfg.nodeName);
@@ -93,7 +101,7 @@ const runCommand = defineCommand({
     else if (view.state && !view.state.nodeIPs.length) log.warn("the input file has no addresses for this Node: node ports answer nowhere until it does (or set --node-ip)", { node: cfg.nodeName, file: args.input });
     for (const b of backends) await b.setup?.(ctx);
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
-    const warned = args.input === undefined && backendNames(rawArgs, cfg).includes("ipvs")
+    const warned = args.input === undefined && args.api === undefined && backendNames(rawArgs, cfg).includes("ipvs")
       ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
       : undefined;
     let pendingOnce = backends.length;
@@ -150,7 +158,7 @@ const serveCommand = defineCommand({
     checkListen(listen, args["listen-any"] === true);
     // Before serving: a SIGTERM right after the socket appears must still close it.
     const stopped = waitForSignal();
-    const { brain, source } = await startBrain(args, cfg);
+    const { brain, source } = await startBrain(args, rawArgs, cfg);
     const api = await serveApi(brain, cfg, listen, args);
     await stopped;
     await api.close();
@@ -190,7 +198,7 @@ const localCommand = defineCommand({
   async run({ args, rawArgs }) {
     const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, output: { type: "string", alias: ["o"] } });
     if (args.output !== "json" && args.output !== "yaml") throw new KpngError("invalid_argument", `flag --output: "${args.output}" must be json or yaml`);
-    const { brain, source } = await startBrain(args, cfg);
+    const { brain, source } = await startBrain(args, rawArgs, cfg);
     const state = await brain.view(cfg.nodeName).next(0);
     source.close();
     process.stdout.write(formatLocalState(state, args.output));

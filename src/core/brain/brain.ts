@@ -47,6 +47,7 @@ export class Brain {
   private readonly entries = new Map<string, ServiceEntry | null>();
   private readonly views = new Map<string, NodeView>();
   private pending: Touched = newTouched();
+  private readonly flushListeners = new Set<(touched: Touched) => void>();
   private readonly serviceProxyName: string;
   private readonly nodeIPOverride: readonly string[];
   /** counters: events in, revisions out, services recomputed (work done) */
@@ -90,12 +91,22 @@ export class Brain {
     this.pending = newTouched();
     // Only a Service object change alters the node-independent model; slice changes reuse it.
     for (const key of touched.services) this.entries.delete(key);
+    for (const fn of this.flushListeners) fn(touched);
     const keys = new Set([...touched.services, ...touched.endpoints]);
     for (const v of this.views.values()) {
       // A Node update touches every service only when it moved the node's zone (topology hints).
       const all = v.state === null || (touched.nodes.has(v.nodeName) && this.nodeInfo(v.nodeName).zone !== v.zone);
       v.recompute(all ? null : keys);
     }
+  }
+
+  /**
+   * Called after each synced flush with what it touched, once the models
+   * of touched services are stale (the global model re-encodes from there).
+   */
+  onFlush(fn: (touched: Touched) => void): () => void {
+    this.flushListeners.add(fn);
+    return () => this.flushListeners.delete(fn);
   }
 
   /** node-independent model of one service, or null when this proxy does not serve it */

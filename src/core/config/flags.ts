@@ -15,6 +15,7 @@ export const sourceArgs = {
   input: { type: "string", description: "read Kubernetes objects from this YAML/JSON file (watched for edits)" },
   kubeconfig: { type: "string", description: "path to a kubeconfig file" },
   master: { type: "string", description: "address of the Kubernetes API server (overrides the kubeconfig)" },
+  api: { type: "string", description: "node agent: follow a central brain's globalv1 stream at unix:///path or tcp://HOST:PORT instead of the API server (repeatable: fail over in order)" },
   "node-name": { type: "string", alias: ["hostname-override"], description: "the node this proxy serves (default: the hostname)" },
   "service-proxy-name": { type: "string", description: "also serve services labelled service.kubernetes.io/service-proxy-name=NAME" },
   config: { type: "string", description: "kube-proxy configuration file (KubeProxyConfiguration v1alpha1 or v1alpha2)" },

@@ -1,4 +1,5 @@
-// Picks the source of cluster objects: a file (`--input`) or the API server.
+// Picks the source of cluster objects: a file (`--input`), a central brain's
+// global stream (`--api`, the node agent) or the API server.
 
 import type { Brain, NodeView } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
@@ -11,6 +12,8 @@ export interface SourceOptions {
   input?: string;
   kubeconfig?: string;
   master?: string;
+  /** brains' addresses: follow their globalv1 stream (node agent) */
+  api?: readonly string[];
 }
 
 export interface Source {
@@ -20,6 +23,11 @@ export interface Source {
 }
 
 export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain, log: Logger): Promise<Source> {
+  if (opts.api?.length) {
+    if (opts.input !== undefined || opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --api: cannot be combined with --input, --kubeconfig or --master");
+    const { startGlobalSource } = await import("./global.ts");
+    return startGlobalSource({ apis: opts.api, brain, log: log.child("global") });
+  }
   if (opts.input !== undefined) {
     if (opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --input: cannot be combined with --kubeconfig or --master");
     return startFileSource({ path: opts.input, brain, log: log.child("file") });

@@ -13,15 +13,23 @@ import type { ChangeSet, SnapshotEntry } from "./replica.ts";
  * `Sets.Watch` as change sets. The next WatchReq goes out only when the
  * consumer asks for the next change set: that is the stream's flow control.
  */
-export async function* watchChangeSets(conn: GrpcConnection, nodeName: string, signal: AbortSignal): AsyncGenerator<ChangeSet> {
-  const req = toBinary(WatchReqSchema, create(WatchReqSchema, { NodeName: nodeName }));
+export function watchChangeSets(conn: GrpcConnection, nodeName: string, signal: AbortSignal): AsyncGenerator<ChangeSet> {
+  return changeSets(conn, "/localv1.Sets/Watch", toBinary(WatchReqSchema, create(WatchReqSchema, { NodeName: nodeName })), signal);
+}
+
+/** `globalv1.Sets.Watch` (the cluster-wide model) as change sets; GlobalWatchReq is an empty message. */
+export function globalChangeSets(conn: GrpcConnection, signal: AbortSignal): AsyncGenerator<ChangeSet> {
+  return changeSets(conn, "/globalv1.Sets/Watch", new Uint8Array(0), signal);
+}
+
+async function* changeSets(conn: GrpcConnection, path: string, req: Uint8Array, signal: AbortSignal): AsyncGenerator<ChangeSet> {
   const asks = new Asks<Uint8Array>();
   asks.push(req);
   let batch: WireOp[] = [];
   let reset = false;
   let first = true;
   try {
-    for await (const messages of conn.call("/localv1.Sets/Watch", asks, signal)) {
+    for await (const messages of conn.call(path, asks, signal)) {
       for (const m of messages) {
         const op = decodeOpItem(m);
         // kpng clients honour Reset only as a stream's first op.

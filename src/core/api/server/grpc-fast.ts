@@ -1,4 +1,4 @@
-// gRPC with binary protobuf over HTTP/2, the two RPCs served directly; every
+// gRPC with binary protobuf over HTTP/2, the three RPCs served directly; every
 // other protocol and codec (Connect over HTTP/1.1 or HTTP/2, gRPC-Web,
 // gRPC+JSON) goes through Connect's handler.
 //
@@ -12,11 +12,14 @@
 
 import { fromBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { GlobalWatchReqSchema, type GlobalWatchReq } from "../../../gen/globalv1/global_pb.ts";
 import { NextFilterSchema, WatchReqSchema, type NextFilter, type WatchReq } from "../../../gen/localv1/services_pb.ts";
+import { frameChangeSet } from "./global-watch.ts";
 import { frameMessages, frameOps, type WireOp } from "./wire.ts";
 
 export interface FastRoutes {
   watch(reqs: AsyncIterable<WatchReq>, signal: AbortSignal): AsyncIterable<WireOp[]>;
+  globalWatch(reqs: AsyncIterable<GlobalWatchReq>, signal: AbortSignal): AsyncIterable<WireOp[]>;
   /** the encoded NextItems answering one call */
   next(filter: NextFilter, signal: AbortSignal): Promise<Uint8Array[]>;
   onError(rpc: string, err: ConnectError, signal: AbortSignal): void;
@@ -40,12 +43,13 @@ interface Res {
   off(event: "close" | "drain", fn: () => void): unknown;
 }
 
-const PATHS: Record<string, "Watch" | "Next"> = { "/localv1.Sets/Watch": "Watch", "/localv1.Endpoints/Next": "Next" };
+type Rpc = "Watch" | "Next" | "GlobalWatch";
+const PATHS: Record<string, Rpc> = { "/localv1.Sets/Watch": "Watch", "/localv1.Endpoints/Next": "Next", "/globalv1.Sets/Watch": "GlobalWatch" };
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 /** a request message is a node name: anything big is not one of ours */
 const MAX_REQUEST_MESSAGE = 1 << 20;
 
-/** Serves the request when it is binary gRPC for one of the two RPCs; false = not ours. */
+/** Serves the request when it is binary gRPC for one of our RPCs; false = not ours. */
 export function serveGrpcFast(req: Req, res: Res, routes: FastRoutes): boolean {
   const rpc = PATHS[req.url ?? ""];
   const contentType = String(req.headers["content-type"] ?? "");
@@ -54,7 +58,7 @@ export function serveGrpcFast(req: Req, res: Res, routes: FastRoutes): boolean {
   return true;
 }
 
-async function serve(rpc: "Watch" | "Next", contentType: string, req: Req, res: Res, routes: FastRoutes) {
+async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: FastRoutes) {
   const ac = new AbortController();
   res.once("close", () => ac.abort(new ConnectError("the client closed the stream", Code.Canceled)));
   res.writeHead(200, { "content-type": contentType, "grpc-accept-encoding": "identity" });
@@ -62,17 +66,18 @@ async function serve(rpc: "Watch" | "Next", contentType: string, req: Req, res: 
     const enc = req.headers["grpc-encoding"];
     if (enc && enc !== "identity") throw new ConnectError(`grpc-encoding "${String(enc)}" is not supported (use identity)`, Code.Unimplemented);
     const messages = readMessages(req);
-    if (rpc === "Watch") {
-      const reqs = decodeAll(WatchReqSchema, messages);
+    if (rpc === "Watch" || rpc === "GlobalWatch") {
       // Not `for await`: Bun (1.4.5) keeps a for-await loop's last value alive while it
       // waits for the next, so every idle watcher held its last change set and its
       // framed bytes (about 13 MB each for a 10,000-service full state).
-      const batches = routes.watch(reqs, ac.signal)[Symbol.asyncIterator]();
+      const batches = (
+        rpc === "Watch" ? routes.watch(decodeAll(WatchReqSchema, messages), ac.signal) : routes.globalWatch(decodeAll(GlobalWatchReqSchema, messages), ac.signal)
+      )[Symbol.asyncIterator]();
       try {
         for (;;) {
           const r = await batches.next();
           if (r.done) break;
-          await write(res, frameOps(r.value));
+          await write(res, frameChangeSet(r.value, frameOps));
         }
       } finally {
         await batches.return?.(); // unsubscribes the stream from its view

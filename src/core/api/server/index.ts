@@ -6,16 +6,19 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { randomBytes } from "node:crypto";
+import { Sets as GlobalSets, type GlobalWatchReq } from "../../../gen/globalv1/global_pb.ts";
 import { Endpoints, NextItemSchema, Sets, type NextFilter, type NextItem, type OpItem, type WatchReq } from "../../../gen/localv1/services_pb.ts";
 import type { Brain, NodeView } from "../../brain/brain.ts";
 import { errorMessage } from "../../errors.ts";
+import { GlobalModel } from "../../global/model.ts";
 import type { Logger } from "../../log.ts";
 import { checkListenAllowed, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
 import { serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
+import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
-import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache } from "./wire.ts";
+import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache, type WireOp } from "./wire.ts";
 
 export { DEFAULT_LISTEN } from "./address.ts";
 
@@ -49,7 +52,7 @@ async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
   }
 }
 
-/** The two RPCs over both paths: Connect routes (also usable in memory) and the fast gRPC handler. */
+/** The RPCs over both paths: Connect routes (also usable in memory) and the fast gRPC handler. */
 export function createApi(opts: ApiOptions) {
   const { brain, log } = opts;
   const instanceID = opts.instanceID ?? randomBytes(8).readBigUInt64BE();
@@ -61,6 +64,12 @@ export function createApi(opts: ApiOptions) {
     return brain.view(nodeName);
   };
   const watchDeps: WatchDeps = { view, cache };
+  // Created by the first global stream: a brain nobody asks for the global model does not keep one.
+  let global: GlobalModel | undefined;
+  const globalModel = async (signal: AbortSignal): Promise<GlobalModel> => {
+    await whenSynced(brain, signal);
+    return (global ??= new GlobalModel(brain));
+  };
   const nextDeps: NextDeps = { view, instanceID, defaultNodeName: opts.defaultNodeName };
   const onError = (rpc: string, err: ConnectError, signal: AbortSignal) => {
     if (err.code !== Code.Canceled && !signal.aborted) log.warn("rpc failed", { rpc, code: Code[err.code], error: err.rawMessage });
@@ -68,6 +77,7 @@ export function createApi(opts: ApiOptions) {
 
   const fast: FastRoutes = {
     watch: (reqs, signal) => watchBatches(watchDeps, reqs, signal),
+    globalWatch: (reqs, signal) => globalWatchBatches(() => globalModel(signal), reqs, signal),
     async next(filter, signal) {
       const { nodeName, state } = await nextState(nextDeps, filter, signal);
       const items = [encodeNextHead(instanceID, BigInt(state.rev), nodeName)];
@@ -87,8 +97,13 @@ export function createApi(opts: ApiOptions) {
     }
   }
   async function* connectWatch(reqs: AsyncIterable<WatchReq>, signal: AbortSignal): AsyncGenerator<OpItem> {
+    yield* opItems(watchBatches(watchDeps, reqs, signal));
+  }
+  async function* connectGlobalWatch(reqs: AsyncIterable<GlobalWatchReq>, signal: AbortSignal): AsyncGenerator<OpItem> {
+    yield* opItems(globalWatchBatches(() => globalModel(signal), reqs, signal));
+  }
+  async function* opItems(batches: AsyncGenerator<WireOp[]>): AsyncGenerator<OpItem> {
     // Not `for await`: see grpc-fast.ts (Bun keeps the last value of an idle loop alive).
-    const batches = watchBatches(watchDeps, reqs, signal);
     try {
       for (;;) {
         const r = await batches.next();
@@ -109,8 +124,9 @@ export function createApi(opts: ApiOptions) {
   const routes = (router: ConnectRouter) => {
     router.service(Sets, { watch: (reqs, ctx) => logErrors("Watch", ctx.signal, connectWatch(reqs, ctx.signal)) });
     router.service(Endpoints, { next: (filter, ctx) => logErrors("Next", ctx.signal, connectNext(filter, ctx.signal)) });
+    router.service(GlobalSets, { watch: (reqs, ctx) => logErrors("GlobalWatch", ctx.signal, connectGlobalWatch(reqs, ctx.signal)) });
   };
-  return { instanceID, routes, fast, cache };
+  return { instanceID, routes, fast, cache, close: () => global?.close() };
 }
 
 /** Validates `--listen` values before anything starts (bad flags fail fast, exit code 2). */
@@ -175,6 +191,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     instanceID: api.instanceID,
     close: async () => {
       stopWarming();
+      api.close();
       await Promise.all(listeners.map((l) => l.close()));
     },
   };

@@ -1,0 +1,144 @@
+// `/globalv1.Sets/Watch`: the cluster-wide model as a kpng diff stream, for
+// node agents. Same flow control as localv1 Watch: each GlobalWatchReq asks
+// for one change set, the first is answered with Reset, a change set is
+// closed by Sync and never empty. Order within a change set (kpng's): node,
+// service, endpoint sets; then endpoint, service, node deletes.
+//
+// Every stream reads the one shared GlobalModel snapshot. A new stream's
+// first change set is the whole snapshot: its ops (and, on the fast path,
+// its framed bytes) are built once per snapshot and shared by every stream
+// that starts on it, so 1,000 agents reconnecting at once cost one encoding.
+
+import { Set as SetKind } from "../../../gen/localv1/services_pb.ts";
+import type { GlobalChange, GlobalModel, GlobalSnapshot } from "../../global/model.ts";
+import { nodePath, servicePath } from "../../global/model.ts";
+import type { WireOp } from "./wire.ts";
+
+/** Ops turning `prev` into `next`, looking only at the changed keys when given. */
+export function globalOps(prev: GlobalSnapshot | null, next: GlobalSnapshot, changed: GlobalChange): WireOp[] {
+  const svcKeys = changed?.services ?? new Set([...(prev?.services.keys() ?? []), ...next.services.keys()]);
+  const nodeNames = changed?.nodes ?? new Set([...(prev?.nodes.keys() ?? []), ...next.nodes.keys()]);
+  const nodeSets: WireOp[] = [];
+  const nodeDels: WireOp[] = [];
+  const svcSets: WireOp[] = [];
+  const svcDels: WireOp[] = [];
+  const epSets: WireOp[] = [];
+  const epDels: WireOp[] = [];
+  for (const name of nodeNames) {
+    const a = prev?.nodes.get(name);
+    const b = next.nodes.get(name);
+    if (a === b) continue;
+    if (b) nodeSets.push({ op: "set", set: SetKind.GlobalNodeInfos, path: nodePath(name), bytes: b });
+    else nodeDels.push({ op: "delete", set: SetKind.GlobalNodeInfos, path: nodePath(name) });
+  }
+  for (const key of svcKeys) {
+    const a = prev?.services.get(key);
+    const b = next.services.get(key);
+    if (a === b) continue;
+    if (b && a?.service !== b.service) svcSets.push({ op: "set", set: SetKind.GlobalServiceInfos, path: servicePath(key), bytes: b.service });
+    if (b) for (const [path, bytes] of b.endpoints) if (a?.endpoints.get(path) !== bytes) epSets.push({ op: "set", set: SetKind.GlobalEndpointInfos, path, bytes });
+    if (a) for (const path of a.endpoints.keys()) if (!b?.endpoints.has(path)) epDels.push({ op: "delete", set: SetKind.GlobalEndpointInfos, path });
+    if (a && !b) svcDels.push({ op: "delete", set: SetKind.GlobalServiceInfos, path: servicePath(key) });
+  }
+  return [...nodeSets, ...svcSets, ...epSets, ...epDels, ...svcDels, ...nodeDels];
+}
+
+/** The whole snapshot as one change set (with its Sync), built once per snapshot. */
+const fullSets = new WeakMap<GlobalSnapshot, WireOp[]>();
+/** change sets sent to many streams, and their framed bytes */
+const shared = new WeakSet<readonly WireOp[]>();
+const framed = new WeakMap<readonly WireOp[], Buffer>();
+function fullChangeSet(snap: GlobalSnapshot): WireOp[] {
+  let ops = fullSets.get(snap);
+  if (!ops) {
+    ops = globalOps(null, snap, null);
+    ops.push({ op: "sync" });
+    fullSets.set(snap, ops);
+    shared.add(ops);
+  }
+  return ops;
+}
+
+/** What one global stream has been sent, and what changed since. */
+export class GlobalStream {
+  private sent: GlobalSnapshot | null = null;
+  private latest: GlobalSnapshot | null = null;
+  private dirty: { services: Set<string>; nodes: Set<string> } | null = null;
+  private wake: (() => void) | null = null;
+  private readonly unsubscribe: () => void;
+
+  constructor(model: GlobalModel) {
+    this.unsubscribe = model.subscribe((snap, change) => {
+      this.latest = snap;
+      if (change === null) this.dirty = null;
+      else if (this.dirty) {
+        for (const k of change.services) this.dirty.services.add(k);
+        for (const n of change.nodes) this.dirty.nodes.add(n);
+      }
+      this.wake?.();
+    });
+  }
+
+  /** The next non-empty change set, ending with Sync; waits for a change. */
+  async next(signal: AbortSignal): Promise<WireOp[]> {
+    for (;;) {
+      const next = this.latest;
+      if (next && next !== this.sent) {
+        if (this.sent === null) {
+          this.sent = next;
+          this.dirty = { services: new Set(), nodes: new Set() };
+          return fullChangeSet(next);
+        }
+        const ops = globalOps(this.sent, next, this.dirty);
+        this.sent = next;
+        this.dirty = { services: new Set(), nodes: new Set() };
+        if (ops.length) {
+          ops.push({ op: "sync" });
+          return ops;
+        }
+      }
+      await new Promise<void>((resolve, reject) => {
+        if (signal.aborted) return reject(signal.reason);
+        const done = () => {
+          this.wake = null;
+          signal.removeEventListener("abort", done);
+          if (signal.aborted) reject(signal.reason);
+          else resolve();
+        };
+        this.wake = done;
+        signal.addEventListener("abort", done, { once: true });
+      });
+    }
+  }
+
+  close(): void {
+    this.unsubscribe();
+  }
+}
+
+/** `globalv1.Sets.Watch` as batches of ops: Reset alone first, then one change set per GlobalWatchReq. */
+export async function* globalWatchBatches(model: () => Promise<GlobalModel>, reqs: AsyncIterable<unknown>, signal: AbortSignal): AsyncGenerator<WireOp[]> {
+  let stream: GlobalStream | undefined;
+  try {
+    for await (const _req of reqs) {
+      if (!stream) {
+        stream = new GlobalStream(await model());
+        yield [{ op: "reset" }];
+      }
+      yield await stream.next(signal);
+    }
+  } finally {
+    stream?.close();
+  }
+}
+
+/**
+ * A change set as gRPC-framed bytes; the shared ones (a whole snapshot) are
+ * framed once for every stream that sends them.
+ */
+export function frameChangeSet(ops: readonly WireOp[], frame: (ops: readonly WireOp[]) => Buffer): Buffer {
+  if (!shared.has(ops)) return frame(ops);
+  let b = framed.get(ops);
+  if (!b) framed.set(ops, (b = frame(ops)));
+  return b;
+}

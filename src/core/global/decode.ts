@@ -1,0 +1,118 @@
+// globalv1 items -> the objects the brain's index holds. A node agent feeds
+// these to the same Brain a full node runs, so both compute the same
+// node-local state: for every service the brain proxies,
+// `serviceModel(serviceFromModel(serviceModel(svc)))` equals
+// `serviceModel(svc)`, and a slice rebuilt from its EndpointInfos gives the
+// same candidates (test/global/roundtrip.test.ts checks both on the one
+// address plan's clusters).
+
+import { fromBinary } from "@bufbuild/protobuf";
+import { EndpointInfoSchema, NodeInfoSchema, ServiceInfoSchema } from "../../gen/globalv1/global_pb.ts";
+import { Protocol, type Service } from "../../gen/localv1/services_pb.ts";
+import type { K8sEndpointSlice, K8sNode, K8sService } from "../brain/k8s/objects.ts";
+import { SERVICE_NAME_LABEL } from "../brain/model/endpoints.ts";
+import { invalid } from "../errors.ts";
+
+type SliceEndpoint = NonNullable<K8sEndpointSlice["endpoints"]>[number];
+type SlicePort = NonNullable<K8sEndpointSlice["ports"]>[number];
+
+/** One EndpointInfo, as a slice entry plus what its slice needs. */
+export interface DecodedEndpoint {
+  namespace: string;
+  serviceName: string;
+  sliceName: string;
+  family: "IPv4" | "IPv6";
+  endpoint: SliceEndpoint;
+  ports: SlicePort[];
+}
+
+const protocolName = (p: Protocol): "TCP" | "UDP" | "SCTP" => (p === Protocol.UDP ? "UDP" : p === Protocol.SCTP ? "SCTP" : "TCP");
+
+/** The node-independent model back into the Service fields serviceModel reads. */
+export function serviceFromModel(m: Service): K8sService {
+  const ips = m.IPs;
+  const cluster = [...(ips?.ClusterIPs?.V4 ?? []), ...(ips?.ClusterIPs?.V6 ?? [])];
+  const lb = [...(ips?.LoadBalancerIPs?.V4 ?? []), ...(ips?.LoadBalancerIPs?.V6 ?? [])];
+  const affinity = m.SessionAffinity.case === "ClientIP" ? m.SessionAffinity.value.TimeoutSeconds : 0;
+  return {
+    kind: "Service",
+    metadata: { name: m.Name, namespace: m.Namespace, labels: { ...m.Labels }, annotations: { ...m.Annotations } },
+    spec: {
+      type: m.Type as K8sService["spec"]["type"],
+      clusterIP: cluster[0],
+      clusterIPs: cluster,
+      externalIPs: [...(ips?.ExternalIPs?.V4 ?? []), ...(ips?.ExternalIPs?.V6 ?? [])],
+      loadBalancerSourceRanges: m.IPFilters.flatMap((f) => f.SourceRanges),
+      ports: m.Ports.map((p) => ({
+        name: p.Name,
+        protocol: protocolName(p.Protocol),
+        port: p.Port,
+        targetPort: p.TargetPortName || p.TargetPort,
+        nodePort: p.NodePort || undefined,
+      })),
+      sessionAffinity: affinity ? "ClientIP" : "None",
+      sessionAffinityConfig: affinity ? { clientIP: { timeoutSeconds: affinity } } : undefined,
+      externalTrafficPolicy: m.ExternalTrafficToLocal ? "Local" : "Cluster",
+      internalTrafficPolicy: m.InternalTrafficToLocal ? "Local" : "Cluster",
+      healthCheckNodePort: m.HealthCheckNodePort || undefined,
+    },
+    // Ingress with ipMode Proxy was left out of the model already.
+    status: lb.length ? { loadBalancer: { ingress: lb.map((ip) => ({ ip })) } } : undefined,
+  };
+}
+
+export function decodeServiceInfo(bytes: Uint8Array, path: string): K8sService {
+  const info = fromBinary(ServiceInfoSchema, bytes);
+  if (!info.Service?.Name) throw invalid(`global service ${path}: Service.Name is empty`);
+  return serviceFromModel(info.Service);
+}
+
+export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndpoint {
+  const info = fromBinary(EndpointInfoSchema, bytes);
+  const ips = info.Endpoint?.IPs;
+  const v4 = ips?.V4[0];
+  const ip = v4 ?? ips?.V6[0];
+  if (!ip) throw invalid(`global endpoint ${path}: Endpoint.IPs is empty`);
+  if (!info.ServiceName || !info.SourceName) throw invalid(`global endpoint ${path}: ServiceName and SourceName are required`);
+  const c = info.Conditions;
+  const hints = info.Hints;
+  return {
+    namespace: info.Namespace,
+    serviceName: info.ServiceName,
+    sliceName: info.SourceName,
+    family: v4 ? "IPv4" : "IPv6",
+    endpoint: {
+      addresses: [ip],
+      // An old kpng server sends Ready only; serving then follows ready.
+      conditions: { ready: c?.Ready ?? false, serving: c ? c.Serving || c.Ready : false, terminating: c?.Terminating ?? false },
+      hostname: info.Endpoint?.Hostname || undefined,
+      nodeName: info.Topology?.Node || undefined,
+      zone: info.Topology?.Zone || undefined,
+      hints: hints ? { forZones: hints.Zones.map((name) => ({ name })), forNodes: hints.Nodes.map((name) => ({ name })) } : undefined,
+      targetRef: info.PodName ? { kind: "Pod", name: info.PodName, namespace: info.Namespace } : undefined,
+    },
+    ports: (info.Endpoint?.PortOverrides ?? []).map((p) => ({ name: p.Name, protocol: "TCP" as const, port: p.Port })),
+  };
+}
+
+/** A slice from its endpoints (all of one slice, in the order they arrived). */
+export function sliceOf(name: string, eps: readonly DecodedEndpoint[]): K8sEndpointSlice {
+  const first = eps[0];
+  return {
+    kind: "EndpointSlice",
+    metadata: { name, namespace: first.namespace, labels: { [SERVICE_NAME_LABEL]: first.serviceName } },
+    addressType: first.family,
+    endpoints: eps.map((e) => e.endpoint),
+    ports: first.ports,
+  };
+}
+
+export function decodeNodeInfo(bytes: Uint8Array, path: string): K8sNode {
+  const node = fromBinary(NodeInfoSchema, bytes).Node;
+  if (!node?.Name) throw invalid(`global node ${path}: Node.Name is empty`);
+  return {
+    kind: "Node",
+    metadata: { name: node.Name, labels: { ...node.Labels } },
+    status: { addresses: node.Addresses.map((a) => ({ type: a.Type, address: a.Address })) },
+  };
+}

@@ -1,0 +1,132 @@
+// The node agent's source: a central brain's globalv1 stream (`--api ADDR`,
+// repeatable) instead of the API server. The cluster-wide model is decoded
+// back into the objects the brain's index holds and fed to the same Brain a
+// full node runs, so an agent computes the same node-local state.
+//
+// Brains are tried in the order given; when the stream breaks the agent moves
+// to the next one at once, and only when every brain failed in a row does it
+// wait (backoff doubling up to maxRetryMs). A new stream starts with Reset
+// and a full model, which the mirror compares with what the agent already
+// has: only real differences reach the brain, and so the backends (a brain
+// failover is a diff, not a rewrite of the rules). Until the first change
+// set nothing is computed, so a restarted agent leaves the rules in place.
+
+import type { Brain } from "../brain/brain.ts";
+import { kinds } from "../brain/k8s/objects.ts";
+import { connectGrpc } from "../api/client/grpc.ts";
+import { globalChangeSets } from "../api/client/streams.ts";
+import { formatApiAddress, parseClientAddress } from "../api/server/address.ts";
+import { errorMessage, invalid } from "../errors.ts";
+import { GlobalMirror } from "../global/mirror.ts";
+import type { Logger } from "../log.ts";
+
+export interface GlobalSourceOptions {
+  /** brains' API addresses, in order of preference */
+  apis: readonly string[];
+  brain: Brain;
+  log: Logger;
+  /** first delay once every brain failed (default 200 ms), doubled up to maxRetryMs (default 5 s) */
+  retryMs?: number;
+  maxRetryMs?: number;
+}
+
+export interface GlobalSourceStats {
+  /** streams that delivered at least one change set */
+  connects: number;
+  changeSets: number;
+  /** cluster events fed to the brain (objects that really changed) */
+  events: number;
+  /** items a resync sent again unchanged (no event) */
+  unchanged: number;
+}
+
+export interface GlobalSource {
+  close(): void;
+  readonly globalStats: GlobalSourceStats;
+  /** the brain currently followed, null between streams */
+  readonly connectedTo: string | null;
+}
+
+/** Resolves once the first change set is in the brain (waiting for a brain as long as it takes). */
+export async function startGlobalSource(opts: GlobalSourceOptions): Promise<GlobalSource> {
+  if (!opts.apis.length) throw invalid("flag --api: at least one brain address is required");
+  const addrs = opts.apis.map((a) => parseClientAddress(a, "--api"));
+  const { brain, log } = opts;
+  const retryMs = opts.retryMs ?? 200;
+  const maxRetryMs = opts.maxRetryMs ?? 5000;
+  const mirror = new GlobalMirror();
+  const stats: GlobalSourceStats = { connects: 0, changeSets: 0, events: 0, unchanged: 0 };
+  const ac = new AbortController();
+  const first = Promise.withResolvers<void>();
+  let connectedTo: string | null = null;
+
+  const follow = async () => {
+    let i = 0;
+    let failedInARow = 0;
+    while (!ac.signal.aborted) {
+      const where = formatApiAddress(addrs[i]);
+      const conn = connectGrpc(addrs[i]);
+      let delivered = false;
+      try {
+        // Not `for await`: Bun keeps an idle loop's last value (a whole change set) alive.
+        const sets = globalChangeSets(conn, ac.signal);
+        try {
+          for (;;) {
+            const r = await sets.next();
+            if (r.done) break;
+            const unchangedBefore = mirror.stats.unchanged;
+            const events = mirror.apply(r.value, (error) => log.warn("skipping invalid global item", { api: where, error }));
+            brain.apply(events);
+            if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
+            brain.flush();
+            stats.changeSets++;
+            stats.events += events.length;
+            const unchanged = mirror.stats.unchanged - unchangedBefore;
+            stats.unchanged += unchanged;
+            if (!delivered) {
+              delivered = true;
+              connectedTo = where;
+              stats.connects++;
+              log.info("following brain", { api: where, resync: stats.connects > 1, changed: events.length, unchanged });
+              first.resolve();
+            }
+            failedInARow = 0;
+          }
+        } finally {
+          void sets.return(undefined);
+        }
+        throw new Error("the brain ended the stream");
+      } catch (err) {
+        if (ac.signal.aborted) break;
+        log.warn("global stream failed, trying the next brain", { api: where, error: errorMessage(err) });
+      } finally {
+        conn.close();
+        connectedTo = null;
+      }
+      i = (i + 1) % addrs.length;
+      if (!delivered) failedInARow++;
+      // A stream that worked: the next brain at once. Every brain failed in a row: back off.
+      if (failedInARow >= addrs.length) await sleep(Math.min(maxRetryMs, retryMs * 2 ** (failedInARow - addrs.length)), ac.signal);
+    }
+  };
+  void follow();
+  await first.promise;
+  return {
+    close: () => ac.abort(),
+    globalStats: stats,
+    get connectedTo() {
+      return connectedTo;
+    },
+  };
+}
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
