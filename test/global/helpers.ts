@@ -15,6 +15,10 @@ import type { WireOp } from "../../src/core/api/server/wire.ts";
 /** A node state as comparable JSON: every service and endpoint field, endpoint keys included, sorted; rev left out. */
 export function canon(state: NodeState | null) {
   if (!state) return null;
+  return { nodeIPs: state.nodeIPs, services: canonServices(state) };
+}
+
+function canonServices(state: NodeState) {
   return [...state.services.entries()]
     .sort(([a], [b]) => (a < b ? -1 : 1))
     .map(([key, se]) => ({

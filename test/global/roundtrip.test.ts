@@ -81,7 +81,8 @@ describe("agent state equals the full brain's", () => {
       const p = new Pipeline([...nodes, ...c.objects]);
       expect(p.bad).toEqual([]);
       for (const n of NODES) expect(p.agentState(n)).toEqual(p.fullState(n));
-      expect(p.agentState("node-1")!.length).toBeGreaterThan(0);
+      expect(p.agentState("node-1")!.services.length).toBeGreaterThan(0);
+      expect(p.agentState("node-3")!.nodeIPs).toEqual([v4.node(3), v6.node(3)]);
     });
   }
 });
