@@ -9,6 +9,10 @@ import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
 import { localState } from "../brain/helpers.ts";
 import { freePort } from "../fixtures/free-port.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
+import { kinds } from "../../src/core/brain/k8s/objects.ts";
+import { defaultConfig } from "../../src/core/config/config.ts";
+import { startProxyServers } from "../../src/core/node/proxy-servers.ts";
 
 function lbLocal(port: number, endpoints: EpOpts[], o: { name?: string; eTP?: "Local" | "Cluster"; type?: "LoadBalancer" | "NodePort" } = {}): K8sObject[] {
   const name = o.name ?? "web";
@@ -99,6 +103,29 @@ describe("health-check node ports", () => {
     squatter.stop(true);
     ports.update(state);
     expect((await get(port)).status).toBe(200);
+  });
+});
+
+describe("health-check ports follow the node's IPs (the wiring of the run command)", () => {
+  test("a Node IP change in the brain moves the listening address; the old one stops answering", async () => {
+    const port = await freePort();
+    const brain = new Brain();
+    const up = (object: K8sObject) => ({ type: "upsert" as const, object });
+    brain.apply([up(node("node-1", { ips: ["127.0.0.1"] })), ...lbLocal(port, [here(5)]).map(up)]);
+    for (const k of kinds) brain.markSynced(k);
+    brain.flush();
+    const servers = startProxyServers({ cfg: defaultConfig({ nodeName: "node-1", healthzBindAddress: "", metricsBindAddress: "" }), brain, log: memoryLogger(), backends: ["nft"] });
+    try {
+      brain.view("node-1").subscribe((rev) => servers.queued(rev));
+      expect((await fetch(`http://127.0.0.1:${port}/`)).status).toBe(200);
+      // 127.0.0.2: another loopback address, local like a second node IP
+      brain.apply([up(node("node-1", { ips: ["127.0.0.2"] }))]);
+      brain.flush();
+      expect((await fetch(`http://127.0.0.2:${port}/`)).status).toBe(200);
+      expect(await refused(port)).toBe(true);
+    } finally {
+      servers.close();
+    }
   });
 });
 
