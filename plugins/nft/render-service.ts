@@ -25,6 +25,7 @@ import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts
 import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { addrKw, cidrsOfFamily, firstOfFamily, hostPort, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
+import { place } from "./positions.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
 import type { SetSpec } from "./transaction.ts";
 import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
@@ -56,6 +57,12 @@ export interface ServiceObjects {
   shared: SharedDispatch[];
   /** endpoints left out of a dispatch list longer than MAX_DISPATCH */
   truncated: number;
+  /**
+   * Each dispatch list's endpoint ids in position order (positions.ts), at
+   * 2 x port index (+1 for the external list): the next render of this
+   * service keeps them in place.
+   */
+  order: (readonly string[] | undefined)[];
 }
 
 /** a use of the shared chain `name` = dispatchChainSpec(family, proto, index, n) */
@@ -85,8 +92,10 @@ export function renderService(
   endpoints: ReadonlyMap<string, Endpoint>,
   fc: FamilyConfig,
   slots: SlotSource,
+  /** what the previous render of this service gave: its dispatch lists keep their order */
+  prev?: ServiceObjects,
 ): ServiceObjects {
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0 };
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0, order: [] };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
@@ -107,6 +116,12 @@ export function renderService(
   }
   const firewalls = renderFirewalls(key, svc, fc, out);
   const hairpin = new Set<string>();
+  /** sorted targets in the positions the previous render gave them; remembered for the next */
+  const inOrder = (sorted: Target[], at: number, id: (t: Target) => string): Target[] => {
+    const list = place(prev?.order[at], sorted, id);
+    out.order[at] = list.map(id);
+    return list;
+  };
 
   for (const [portIndex, port] of svc.Ports.entries()) {
     const proto = PROTO[port.Protocol];
@@ -125,8 +140,9 @@ export function renderService(
     const epChain = (t: Target) => N.endpointChain(portId, t.ip, t.port);
     const affSet = (t: Target) => N.affinitySet(portId, t.ip, t.port);
 
-    /** rules that pick one of `list` for the dispatch chain `chain` */
-    const dispatch = (chain: string, all: Target[]): RuleSpec[] => {
+    /** rules that pick one of `targets` for the dispatch chain `chain`; `at`: its place in `order` */
+    const dispatch = (chain: string, targets: Target[], at: number): RuleSpec[] => {
+      const all = inOrder(targets, at, id);
       const list = all.slice(0, N.MAX_DISPATCH);
       out.truncated += all.length - list.length;
       // Only a pod on this node can reach itself through this node's rules.
@@ -146,7 +162,8 @@ export function renderService(
       }
       list.forEach((t, i) => elem(N.endpointChainsMap(slot), String(base + i), `goto ${epChain(t)}`));
       return [
-        ...list.map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
+        // sorted, not in position order: the chain reads the same whatever the history
+        ...[...list].sort(byAddressAndPort).map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
         { rule: `${pick} vmap @${N.endpointChainsMap(slot)}` },
       ];
     };
@@ -162,12 +179,13 @@ export function renderService(
     const svcChain = internal.length && ownChain ? N.clusterChain(portId) : undefined;
     let clusterVerdict = svc.InternalTrafficToLocal ? "drop" : reject;
     if (svcChain) {
-      out.chains.push({ name: svcChain, rules: dispatch(svcChain, internal) });
+      out.chains.push({ name: svcChain, rules: dispatch(svcChain, internal, 2 * portIndex) });
       clusterVerdict = `goto ${svcChain}`;
     } else if (internal.length && clusterIPs.length) {
-      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list: internal })}`;
+      const list = inOrder(internal, 2 * portIndex, (t) => t.ip); // one target port: the address is the id
+      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list })}`;
       // Only a pod on this node can reach itself through this node's rules.
-      for (const t of internal.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
+      for (const t of list.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
     }
     for (const cip of clusterIPs) {
       elem(N.CLUSTER_IPS_SET, cip);
@@ -189,7 +207,7 @@ export function renderService(
         rules.push({ rule: `fib saddr type local jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade local traffic" });
         rules.push({ rule: `fib saddr type local goto ${svcChain}`, comment: "short-circuit local traffic" });
       }
-      out.chains.push({ name: extChain, rules: [...rules, ...(external.length ? dispatch(extChain, external) : [])] });
+      out.chains.push({ name: extChain, rules: [...rules, ...(external.length ? dispatch(extChain, external, 2 * portIndex + 1) : [])] });
       for (const e of extIPs) elem(N.SERVICE_IPS_MAP, `${e} . ${proto} . ${port.Port}`, `goto ${extChain}`, portId);
       if (nodePort) elem(N.SERVICE_NODEPORTS_MAP, `${proto} . ${nodePort}`, `goto ${extChain}`, portId);
     }

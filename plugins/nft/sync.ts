@@ -90,7 +90,7 @@ class FamilySync {
       const old = this.records.get(key);
       const se = state.services.get(key);
       const oldSlots = old?.slots;
-      const next = se ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take()) : undefined;
+      const next = se ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take(), old) : undefined;
       if (next && (next.chains.length || next.elements.length)) this.records.set(key, next);
       else this.records.delete(key);
       if (oldSlots) for (const [c, slot] of oldSlots) if (next?.slots.get(c) !== slot) this.slots.release(slot);

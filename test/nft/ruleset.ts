@@ -2,7 +2,9 @@
 // what a series of partial syncs left in the kernel with what one full sync
 // writes. Handles are dropped, set elements sorted, and the dispatch slots
 // (which depend on sync history, see plugins/nft/names.ts) replaced by the
-// chain that owns them.
+// chain that owns them. The order of a dispatch list depends on history too
+// (plugins/nft/positions.ts): a list reads as whether its positions are
+// [0, n) and its endpoints, sorted.
 
 import { MAX_DISPATCH } from "../../plugins/nft/names.ts";
 import type { Topology } from "../harness/netns.ts";
@@ -40,14 +42,30 @@ export async function canonicalRuleset(topo: Topology, ns: string): Promise<stri
     const { handle: _h, elem, ...rest } = body;
     let name = String(body.name ?? "");
     let elems = (elem as unknown[] | undefined) ?? [];
-    if (slotMap.test(`@${name}`)) {
-      name = name.replace(/-\d+$/, "");
-      elems = elems.map((e) => {
-        const [k, v] = e as [number, unknown];
-        return [`${slotOwner.get(`${body.family}/${Math.floor(k / MAX_DISPATCH)}`) ?? "?"}#${k % MAX_DISPATCH}`, v];
-      });
-      if (!elems.length) continue; // empty shards say nothing
-      lines.push(...elems.map((e) => `elem ${body.family} ${name} ${JSON.stringify(e)}`));
+    const slots = slotMap.test(`@${name}`);
+    if (slots || name.startsWith("cluster-endpoints-")) {
+      if (slots) name = name.replace(/-\d+$/, "");
+      // list -> its positions and endpoints
+      const lists = new Map<string, { at: number[]; values: string[] }>();
+      for (const e of elems) {
+        const [k, v] = e as [number | { concat: [string, number] }, unknown];
+        // slot maps are keyed by position, cluster-endpoints maps by cluster IP . position
+        // (the slot itself depends on history; a cluster IP's port index does not)
+        const [at, list] =
+          typeof k === "number"
+            ? [k, slotOwner.get(`${body.family}/${Math.floor(k / MAX_DISPATCH)}`) ?? "?"]
+            : [k.concat[1], `${k.concat[0]}#${Math.floor(k.concat[1] / MAX_DISPATCH)}`];
+        const l = lists.get(list) ?? { at: [], values: [] };
+        lists.set(list, l);
+        l.at.push(at % MAX_DISPATCH);
+        l.values.push(JSON.stringify(v));
+      }
+      // empty shards say nothing
+      for (const [list, l] of lists) {
+        const dense = l.at.sort((a, b) => a - b).every((x, i) => x === i);
+        lines.push(`list ${body.family} ${name} ${list}: ${l.at.length} positions${dense ? "" : ` NOT DENSE ${l.at.join(",")}`}`);
+        lines.push(...l.values.sort().map((v) => `elem ${body.family} ${name} ${list} ${v}`));
+      }
       continue;
     }
     lines.push(`${kind} ${JSON.stringify({ ...rest, name })}`);

@@ -48,8 +48,8 @@ describe("nft partial sync cost", () => {
     {
       name: "an endpoint removed from the middle",
       endpoints: tenEndpoints(0).filter((x) => x !== 4),
-      // add chain dispatch-tcp-port0-9 + its rule, the verdict moves there (delete + add), indexes
-      // 4-9 deleted and 4-8 added back with the shifted endpoints (1 statement each)
+      // add chain dispatch-tcp-port0-9 + its rule, the verdict moves there (delete + add), index 4
+      // takes the last endpoint and index 9 goes (positions.ts: 1 delete + 1 add statement)
       statements: 6,
     },
     {
@@ -121,6 +121,82 @@ describe("nft partial sync cost", () => {
     expect(deleted.indexOf("delete element ip kpng service-ips")).toBeLessThan(deleted.indexOf("delete chain"));
     expect(deleted).not.toContain("dispatch-tcp-port0-10\n"); // still used by svc0 and svc2
   });
+});
+
+/** map/set elements written by a printed transaction (element lists hold no commas but between elements) */
+function elementsWritten(text: string): number {
+  let n = 0;
+  for (const line of text.split("\n")) {
+    const m = /^(?:add|delete) element \S+ kpng \S+ \{ (.*) \}$/.exec(line);
+    if (m) n += m[1].split(", ").length;
+  }
+  return n;
+}
+
+describe("nft rolling a big service (a Deployment update, 100 endpoints a wave)", () => {
+  // svc0 with `size` endpoints, every other one on this node (so hairpin entries change too).
+  // Old pod j is p<j> at 11.x; its replacement is q<j> at 12.x, sorting after every old
+  // address: given in sorted order, positions would shift for most of the list.
+  const pod = (name: string, x: number, first: number): [string, ReturnType<typeof ep>] => [name, ep({ ips: [ip4(x, first)], local: x % 2 === 0, ports: { http: 8080 } })];
+  /** old pods [gone, size), those below `replaced` replaced by new ones; then `surge` more new pods */
+  const big = (size: number, o: { replaced?: number; surge?: number; gone?: number } = {}) => {
+    const eps: [string, ReturnType<typeof ep>][] = [];
+    for (let j = o.gone ?? 0; j < size; j++) eps.push(j < (o.replaced ?? 0) ? pod(`q${j}`, j, 12) : pod(`p${j}`, j, 11));
+    for (let k = 0; k < (o.surge ?? 0); k++) eps.push(pod(`s${k}`, 1 << 20 | k, 12));
+    return entry(svc({ namespace: "ns0", name: "svc0", clusterIPs: [ip4(0, 10)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(eps));
+  };
+  /** a wave's text with the size taken out: positions past it numbered from it, counts and chain names N */
+  const sizeFree = (text: string, size: number) =>
+    text
+      .replace(/ \. (\d+) :/g, (_, i: string) => ` . ${+i >= size ? `N+${+i - size}` : i} :`)
+      .replace(/(-|mod )(\d+)\b/g, (m, pre: string, n: string) => (+n === size ? `${pre}N` : +n === size + 100 ? `${pre}N+100` : m));
+  const others = Array.from({ length: 10 }, (_, i) => service(i + 1, tenEndpoints(i + 1)));
+
+  const rolls = [
+    {
+      name: "a slice's 100 endpoints replaced by new pods",
+      waves: [{ replaced: 100 }, { replaced: 200 }, { replaced: 300 }],
+      // each wave: the 100 new pods take the 100 freed positions, the count stays (same
+      // dispatch chain): delete-element + add-element on cluster-endpoints-tcp (100 + 100) and
+      // on hairpin (50 + 50 local pods) = 4 statements, 300 elements, at any size
+      cost: [{ statements: 4, elements: 300 }, { statements: 4, elements: 300 }, { statements: 4, elements: 300 }],
+    },
+    {
+      name: "with a surge: 100 new pods come, then 100 old ones go",
+      waves: [{ surge: 100 }, { surge: 100, gone: 100 }],
+      cost: [
+        // add chain dispatch-tcp-port0-(size+100) + its rule, the verdict moves there (delete +
+        // add on service-ips), add 100 on cluster-endpoints-tcp and 50 on hairpin, delete the
+        // chain of `size` (no other user): 7 statements; 1 + 1 + 100 + 50 elements
+        { statements: 7, elements: 152 },
+        // back to dispatch-tcp-port0-(size): add chain + rule, verdict delete + add, delete chain;
+        // the last 100 positions move into the 100 freed ones: cluster-endpoints-tcp deletes
+        // 100 freed + 100 tail, adds 100; hairpin deletes 50: 8 statements; 2 + 200 + 100 + 50 elements
+        { statements: 8, elements: 352 },
+      ],
+    },
+  ];
+
+  for (const r of rolls)
+    test(`${r.name}: the same statements and elements per wave at 500 and at 5,000 endpoints`, async () => {
+      const firstWave: string[] = [];
+      for (const size of [500, 5000]) {
+        const ctx = context(nodeConfig({ dryRun: true }));
+        const backend = createNftBackend(ctx);
+        let state = nodeState([big(size), ...others]);
+        await backend.apply(state, null);
+        const got = [];
+        for (const w of r.waves) {
+          const next = nextState(state, [big(size, w)]);
+          await backend.apply(next.state, next.change);
+          got.push({ statements: backend.last?.statements, elements: elementsWritten(ctx.printed.at(-1)!) });
+          state = next.state;
+        }
+        expect({ size, got }).toEqual({ size, got: r.cost });
+        firstWave.push(sizeFree(ctx.printed[1], size));
+      }
+      expect(firstWave[1]).toBe(firstWave[0]);
+    });
 });
 
 describe("nft sync failures", () => {
