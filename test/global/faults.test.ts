@@ -1,0 +1,98 @@
+// Faults with real processes: two brains (`kpng serve`) on one cluster file
+// and a node agent (`kpng --api A --api B`, nft backend in dry-run). The
+// backend's "synced ... changed=" log line says what each sync was: `all` is
+// a full rewrite, a number is a diff of that many services.
+
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+
+const dir = tempDir("kpng-faults-");
+const input = join(dir.path, "cluster.yaml");
+const sockA = join(dir.path, "a.sock");
+const sockB = join(dir.path, "b.sock");
+const running: KpngProcess[] = [];
+
+const brain = async (sock: string) => {
+  const p = await startServe(["--input", input, "--node-name", "node-1", "--listen", `unix://${sock}`]);
+  running.push(p);
+  return p;
+};
+const agent = () => {
+  const p = startKpng(["--api", `unix://${sockA}`, "--api", `unix://${sockB}`, "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+  running.push(p);
+  return p;
+};
+const syncs = (p: KpngProcess) => p.stderr.filter((l) => /synced backend=nft/.test(l)).map((l) => /changed=(\S+)/.exec(l)![1]);
+
+/** Moves one endpoint of shop/web to a new address (one service changes). */
+const moveEndpoint = (from: string, to: string) => writeFileSync(input, readFileSync(input, "utf8").replace(new RegExp(`${from.replaceAll(".", "\\.")}$`, "m"), to));
+
+beforeAll(() => dir.create());
+afterEach(async () => {
+  for (const p of running.splice(0)) await p.stop("SIGKILL");
+});
+afterAll(() => dir.remove());
+
+describe("node agent faults", () => {
+  test("a brain killed under the agent: it follows the next within 2 s and resyncs without rewriting its rules", async () => {
+    copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+    const a = await brain(sockA);
+    await brain(sockB);
+    const ag = agent();
+    await ag.waitFor(/synced backend=nft rev=1 .*changed=all/);
+    expect(ag.stderr.some((l) => l.includes(`following brain api=unix://${sockA}`))).toBe(true);
+    const killed = performance.now();
+    await a.stop("SIGKILL");
+    const line = await ag.waitFor(new RegExp(`following brain api=unix://${sockB.replaceAll(".", "\\.")} resync=true`), 5000);
+    const movedMs = performance.now() - killed;
+    console.log(`agent moved to the second brain in ${movedMs.toFixed(0)} ms`);
+    expect(movedMs).toBeLessThan(2000);
+    // The second brain's model equals what the agent had: nothing decoded, nothing computed, no sync.
+    expect(line).toMatch(/changed=0 unchanged=\d+/);
+    await Bun.sleep(200);
+    expect(syncs(ag)).toEqual(["all"]);
+    // and it follows the new brain: one endpoint change is one partial sync
+    moveEndpoint("198.19.1.10", "198.19.1.11");
+    await ag.waitFor(/synced backend=nft rev=2 .*changed=1/);
+    expect(ag.stdout.join("\n")).toContain("198.19.1.11");
+  });
+
+  test("all brains down: rules untouched; the agent reconnects when one returns and applies the change as a diff", async () => {
+    copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+    const a = await brain(sockA);
+    const b = await brain(sockB);
+    const ag = agent();
+    await ag.waitFor(/synced backend=nft rev=1 .*changed=all/);
+    const printed = ag.stdout.length;
+    await a.stop("SIGKILL");
+    await b.stop("SIGKILL");
+    await ag.waitFor(new RegExp(`global stream failed.*${sockB.replaceAll(".", "\\.")}`));
+    await Bun.sleep(500);
+    // Nothing printed means nothing applied: the dry run prints every transaction.
+    expect(ag.stdout.length).toBe(printed);
+    expect(ag.proc.exitCode).toBeNull();
+    moveEndpoint("198.19.1.10", "198.19.1.12"); // the cluster changes while no brain runs
+    await brain(sockA);
+    await ag.waitFor(new RegExp(`following brain api=unix://${sockA.replaceAll(".", "\\.")} resync=true changed=1 `), 8000);
+    await ag.waitFor(/synced backend=nft rev=2 .*changed=1/);
+    expect(syncs(ag)).toEqual(["all", "1"]);
+    const diff = ag.stdout.slice(printed).join("\n");
+    expect(diff).toContain("198.19.1.12");
+    expect(diff).not.toContain("add table");
+  });
+
+  test("an agent restarted while no brain answers: nothing applied until its first sync", async () => {
+    copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+    const ag = agent();
+    await ag.waitFor(/global stream failed/);
+    await Bun.sleep(700);
+    expect(ag.stdout).toEqual([]);
+    expect(syncs(ag)).toEqual([]);
+    expect(ag.proc.exitCode).toBeNull();
+    await brain(sockB);
+    await ag.waitFor(/synced backend=nft rev=1 .*changed=all/, 8000);
+    expect(ag.stdout.join("\n")).toContain("add table");
+  });
+});
