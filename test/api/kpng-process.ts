@@ -27,8 +27,9 @@ export interface KpngProcess {
   stop(signal?: NodeJS.Signals): Promise<number>;
 }
 
-export function startKpng(args: string[], opts: { bin?: string; env?: Record<string, string>; stdin?: "pipe" | "ignore" } = {}): KpngProcess {
-  const proc = Bun.spawn([...kpngCommand(opts.bin), ...args], {
+/** `wrap` goes in front of the command, e.g. `ip netns exec NS` (which execs kpng: the pid is kpng's). */
+export function startKpng(args: string[], opts: { bin?: string; env?: Record<string, string>; stdin?: "pipe" | "ignore"; wrap?: string[] } = {}): KpngProcess {
+  const proc = Bun.spawn([...(opts.wrap ?? []), ...kpngCommand(opts.bin), ...args], {
     cwd: ROOT,
     stdin: opts.stdin ?? "ignore",
     stdout: "pipe",

@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import { BUN, ROOT, startKpng, tempDir } from "../api/kpng-process.ts";
+import { ROOT, startKpng, tempDir } from "../api/kpng-process.ts";
+import { compiledKpng } from "../fixtures/compiled.ts";
 import { pluginSuite } from "./suite.ts";
 
 const dir = tempDir("kpng-bin-");
@@ -13,10 +14,7 @@ const bin = join(dir.path, "kpng");
 
 beforeAll(async () => {
   dir.create();
-  const build = Bun.spawn([BUN, "run", "build"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
-  const [code, err] = await Promise.all([build.exited, new Response(build.stderr).text()]);
-  if (code !== 0) throw new Error(`bun run build failed:\n${err}`);
-  copyFileSync(join(ROOT, "dist/kpng"), bin);
+  copyFileSync(await compiledKpng(), bin);
 }, 60_000);
 afterAll(() => dir.remove());
 

@@ -53,6 +53,8 @@ export interface Probe {
   timeout?: number;
   /** fixed source port, e.g. to keep one UDP conntrack flow across calls */
   sport?: number;
+  /** source address to bind (TCP/UDP), e.g. a second address of the client */
+  src?: string;
 }
 
 export type ProbeResult =

@@ -1,5 +1,5 @@
 # The client side of namespace tests: reads a JSON array of probes on stdin,
-#   [{"ip": "198.18.0.1", "port": 80, "proto": "tcp", "timeout": 1.0, "sport": 0}]
+#   [{"ip": "198.18.0.1", "port": 80, "proto": "tcp", "timeout": 1.0, "sport": 0, "src": ""}]
 # runs them one after another, and prints a JSON array of results:
 #   {"ok": true,  "who": "pod1", "source": "198.18.128.1", "ms": 0.4, "connectMs": 0.2}
 #   {"ok": false, "error": "refused" | "timeout" | "unreachable" | "error", "detail": "...", "ms": ...}
@@ -42,9 +42,9 @@ def os_error(e):
 def stream_probe(p, proto):
     s = socket.socket(family(p["ip"]), socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
     s.settimeout(p.get("timeout", 1.0))
-    if p.get("sport"):
+    if p.get("sport") or p.get("src"):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("", p["sport"]))
+        s.bind((p.get("src") or "", p.get("sport") or 0))
     try:
         t0 = time.perf_counter()
         s.connect((p["ip"], p["port"]))
@@ -118,11 +118,13 @@ def sctp_probe(p):
         icmp.close()
 
 
-results = []
-for p in json.load(sys.stdin):
+def probe(p):
     t0 = time.perf_counter()
     proto = p.get("proto", "tcp")
     r = sctp_probe(p) if proto == "sctp" else stream_probe(p, proto)
     r["ms"] = (time.perf_counter() - t0) * 1000
-    results.append(r)
-print(json.dumps(results))
+    return r
+
+
+if __name__ == "__main__":  # probe_loop.py imports probe()
+    print(json.dumps([probe(p) for p in json.load(sys.stdin)]))

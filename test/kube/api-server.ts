@@ -166,8 +166,8 @@ export class FakeApiServer {
     return String(this.rv);
   }
 
-  /** Writes a kubeconfig pointing at this server; returns its path. */
-  writeKubeconfig(dir: string, name = "kubeconfig"): string {
+  /** Writes a kubeconfig pointing at this server (or at `server`, a way to reach it from elsewhere); returns its path. */
+  writeKubeconfig(dir: string, name = "kubeconfig", server = this.url): string {
     const path = join(dir, name);
     writeFileSync(
       path,
@@ -177,7 +177,7 @@ export class FakeApiServer {
         "clusters:",
         "- name: fake",
         "  cluster:",
-        `    server: "${this.url}"`,
+        `    server: "${server}"`,
         // client-node refuses plain http unless TLS checks are explicitly off.
         this.tls ? `    certificate-authority-data: ${Buffer.from(this.tls.cert).toString("base64")}` : "    insecure-skip-tls-verify: true",
         "users:",

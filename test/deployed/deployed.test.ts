@@ -1,0 +1,149 @@
+// kpng as deployed (issue 10 E): both sources x both Linux backends, one kpng
+// process per combination started with an operator's flags only, serving the
+// cluster of cluster.ts. A client outside the node checks every behaviour in
+// one probe run, then the faults an operator meets are played against the
+// same process: kill -9 and restart under a continuous probe, the API server
+// down for 10 s, a broken edit of the input file, the Node's IP changed.
+// The API-server x nft combination runs the compiled dist/kpng (and is
+// restarted from source); file x nft is restarted as dist/kpng.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync, writeFileSync } from "node:fs";
+import { v4 } from "../fixtures/addresses.ts";
+import { compiledKpng } from "../fixtures/compiled.ts";
+import type { Probe } from "../harness/netns.ts";
+import { checks, ips, nodeObject, nodePorts, runChecks, wanted } from "./cluster.ts";
+import { continuousProbe, deploy, type BackendName, type Deployed, type SourceKind } from "./rig.ts";
+import { slice } from "../fixtures/k8s.ts";
+
+// Issue 10 part A: kpng reads the node's IPs before the source delivered the
+// Node, so with default flags the nft backend opens no node port at all. The
+// node-port checks of the nft combinations wait for that fix (todo below).
+const nftNodePortsPending = true;
+// Issue 10 part A too: a change of the Node's addresses is not followed yet.
+const nodeIPChangePending = true;
+
+type Fault = "restart" | "api-down" | "broken-edit" | "node-ip";
+const combos: Array<{ source: SourceKind; backend: BackendName; compiled?: boolean; restartCompiled?: boolean; faults: Fault[] }> = [
+  { source: "file", backend: "nft", restartCompiled: true, faults: ["broken-edit", "restart", "node-ip"] },
+  { source: "file", backend: "iptables", faults: ["broken-edit", "restart", "node-ip"] },
+  { source: "api", backend: "nft", compiled: true, faults: ["api-down", "restart", "node-ip"] },
+  { source: "api", backend: "iptables", faults: ["restart", "node-ip"] },
+];
+
+const label = (c: (typeof combos)[number]) => `${c.source === "file" ? "--input" : "--kubeconfig (HTTPS)"} --backend ${c.backend}${c.compiled ? " (dist/kpng)" : ""}`;
+
+for (const c of combos) {
+  describe(label(c), () => {
+    let d: Deployed;
+    beforeAll(async () => {
+      d = await deploy({ source: c.source, backend: c.backend, bin: c.compiled ? await compiledKpng() : undefined });
+    }, 60_000);
+    afterAll(() => d?.destroy());
+    const pending = c.backend === "nft" && nftNodePortsPending;
+    /** a ClusterIP and (once it works) a NodePort, probed continuously through faults */
+    const throughput = (): Probe[] => [{ ip: ips.clusterIP, port: 80 }, ...(pending ? [] : [{ ip: d.topo.node.v4, port: nodePorts.tcp }])];
+
+    test("flags: the source, --node-name and --backend, nothing more", () => {
+      expect(d.args.filter((a) => a.startsWith("--"))).toEqual([c.source === "file" ? "--input" : "--kubeconfig", "--node-name", "--backend"]);
+    });
+
+    test("every service behaves for a client outside the node", async () => {
+      const list = checks(d.topo).filter((k) => !(pending && k.nodePort));
+      expect(await runChecks(d.topo, list)).toEqual(wanted(list));
+    }, 20_000);
+    if (pending) test.todo("node ports on the node's IP with default flags (issue 10 part A)");
+
+    if (c.faults.includes("broken-edit"))
+      test("a broken edit of the input file: rules kept, traffic flows, the error logged", async () => {
+        const before = await d.rules();
+        const text = readFileSync(d.input!, "utf8");
+        const logged = d.kpng.stderr.length;
+        writeFileSync(d.input!, text.slice(0, text.length / 2)); // cut mid-write
+        await d.kpng.waitFor(/input file not loaded, keeping the last good state/);
+        expect(d.kpng.stderr.slice(logged).some((l) => l.includes(d.input!))).toBe(true);
+        expect(await d.rules()).toBe(before);
+        const list = checks(d.topo).filter((k) => !(pending && k.nodePort) && !k.probes.some((p) => (p.timeout ?? 1) < 1));
+        expect(await runChecks(d.topo, list)).toEqual(wanted(list));
+        writeFileSync(d.input!, text);
+      }, 20_000);
+
+    if (c.faults.includes("api-down"))
+      test("the API server down for 10 s: no rule change, traffic flows; changes made meanwhile applied when it returns", async () => {
+        const api = d.api!;
+        const before = await d.rules();
+        const synced = d.syncs();
+        const probe = await continuousProbe(d.topo, throughput());
+        await api.down();
+        await Bun.sleep(5_000);
+        // meanwhile: the service without endpoints gets one
+        d.apply(slice({ service: "empty", ports: [{ name: "http", protocol: "TCP", port: 8080 }], endpoints: [{ ip: d.topo.pods[0].v4, node: "node-a", pod: "pod0" }] }));
+        await Bun.sleep(5_000);
+        expect(d.syncs()).toBe(synced);
+        expect(await d.rules()).toBe(before);
+        await api.up();
+        await d.syncedAfter(synced, 15_000);
+        const run = await probe.stop();
+        expect(run.failures).toEqual([]);
+        expect(await d.topo.probe(d.topo.client.ns, { ip: ips.empty, port: 80 })).toMatchObject({ ok: true, who: "pod0" });
+        d.remove("EndpointSlice", "default", "empty-ipv4");
+        await d.syncedAfter(synced + 1);
+      }, 40_000);
+
+    if (c.faults.includes("restart")) {
+      let stickyBefore = "";
+      let stickyAfter = "";
+      test(`kill -9, then a new kpng${c.restartCompiled ? " (dist/kpng)" : c.compiled ? " (from source)" : ""}: no connection fails meanwhile, rules untouched`, async () => {
+        const before = await d.rules();
+        stickyBefore = await answerOf(d, ips.affinity);
+        const probe = await continuousProbe(d.topo, throughput());
+        await d.kpng.stop("SIGKILL");
+        await Bun.sleep(300);
+        // no process: the rules stay as they were
+        expect(await d.rules()).toBe(before);
+        const next = await d.start({ bin: c.restartCompiled ? await compiledKpng() : undefined });
+        await Bun.sleep(300);
+        const run = await probe.stop();
+        console.log(`restart (${label(c)}): ${run.failed} of ${run.connections} connections failed`);
+        expect(run.failures).toEqual([]);
+        expect(run.rounds).toBeGreaterThan(10);
+        expect(next.stderr.some((l) => / INFO kpng: synced .*changed=all/.test(l))).toBe(true);
+        // the same rules, except what only the traffic wrote (nft affinity sets: checked below)
+        expect(withoutAffinityState(await d.rules())).toBe(withoutAffinityState(before));
+        stickyAfter = await answerOf(d, ips.affinity);
+      }, 20_000);
+      // nft: the full sync deletes and re-creates the table (sync.ts), and with it
+      // the dynamic affinity sets; iptables' `recent` lists live outside the restore.
+      if (c.backend === "nft") test.todo("ClientIP affinity survives a restart (nft: the first full sync re-creates the affinity sets empty)");
+      else test("ClientIP affinity survives a restart: the client stays on its endpoint", () => expect(stickyAfter).toBe(stickyBefore));
+    }
+
+    // last: it leaves the node on its new address
+    if (c.faults.includes("node-ip") && nodeIPChangePending) test.todo("the Node's IP changed: node ports follow to the new address (issue 10 part A)");
+    else if (c.faults.includes("node-ip"))
+      test("the Node's IP changed: node ports follow to the new address", async () => {
+        const newIP = v4.node(20);
+        await d.topo.exec(d.topo.node.ns, ["ip", "addr", "add", `${newIP}/24`, "dev", "ext0"]);
+        const t0 = performance.now();
+        d.apply(nodeObject([newIP]));
+        const served = checks(d.topo, newIP).filter((k) => k.nodePort && k.want !== "timeout");
+        let got = await runChecks(d.topo, served);
+        while (JSON.stringify(got) !== JSON.stringify(wanted(served)) && performance.now() - t0 < 5_000) {
+          await Bun.sleep(100);
+          got = await runChecks(d.topo, served);
+        }
+        console.log(`node IP change (${label(c)}): node ports answered on the new IP after ${Math.round(performance.now() - t0)} ms`);
+        const list = checks(d.topo, newIP).filter((k) => k.nodePort);
+        expect(await runChecks(d.topo, list)).toEqual(wanted(list));
+      }, 20_000);
+  });
+}
+
+/** which pod answers one TCP connection from the client to ip:80 */
+async function answerOf(d: Deployed, ip: string): Promise<string> {
+  const r = await d.topo.probe(d.topo.client.ns, { ip, port: 80 });
+  return r.ok ? r.who : r.error;
+}
+
+/** nft rules without the elements traffic added to the affinity sets */
+const withoutAffinityState = (rules: string) => rules.replace(/(\tset aff-[^{]*\{[^}]*?)\t\telements = \{[^}]*\}\n/g, "$1");

@@ -1,0 +1,214 @@
+// kpng as it is deployed: the real process (`bun src/main.ts`, or the
+// compiled dist/kpng) started with the flags an operator passes and nothing
+// more, inside a node network namespace (test/harness/netns.ts) with the
+// kernel's real nftables/iptables, fed by one of the two sources:
+//
+// - "file": `--input cluster.json`, edited in place as an operator would;
+// - "api":  `--kubeconfig`, the in-repo API server (test/kube/api-server.ts)
+//   over HTTPS with a certificate made for the test. The server runs in the
+//   test process; ns_forward.py makes it reachable as https://127.0.0.1:6443
+//   from inside the node namespace, where kpng runs.
+
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { createTopology, type Probe, type Topology } from "../harness/netns.ts";
+import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
+import { clusterObjects, deniedClient, NODE, podPorts, type K8sObject } from "./cluster.ts";
+
+export type SourceKind = "file" | "api";
+export type BackendName = "nft" | "iptables";
+
+const python = () => Bun.which("python3") ?? "python3";
+const harness = join(import.meta.dir, "../harness");
+/** where the API server answers inside the node namespace */
+const API_PORT = 6443;
+
+const apiVersions: Record<string, string> = { Service: "v1", Node: "v1", EndpointSlice: "discovery.k8s.io/v1" };
+const manifest = (o: K8sObject) => ({ apiVersion: apiVersions[o.kind], ...o });
+const keyOf = (o: K8sObject) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;
+
+export interface Deployed {
+  readonly topo: Topology;
+  readonly source: SourceKind;
+  readonly backend: BackendName;
+  /** the API server (source "api") */
+  readonly api?: FakeApiServer;
+  /** the cluster file (source "file") */
+  readonly input?: string;
+  /** the flags kpng runs with */
+  readonly args: string[];
+  /** the running kpng */
+  kpng: KpngProcess;
+  /** starts kpng (again), resolves after its first sync; `bin` = the compiled binary */
+  start(opts?: { bin?: string }): Promise<KpngProcess>;
+  /** changes or adds objects, as `kubectl apply` or an edit of the file does */
+  apply(...objs: K8sObject[]): void;
+  /** deletes an object */
+  remove(kind: K8sObject["kind"], namespace: string | undefined, name: string): void;
+  /** "synced" log lines of the running kpng so far */
+  syncs(): number;
+  /** resolves when the running kpng logged more than `n` syncs */
+  syncedAfter(n: number, timeoutMs?: number): Promise<void>;
+  /** kpng's rules as the kernel holds them, without counters (nft list ruleset / iptables-save) */
+  rules(): Promise<string>;
+  /** HTTP status of /healthz, asked from the client as a load balancer does (0 = no answer) */
+  healthz(): Promise<number>;
+  destroy(): Promise<void>;
+}
+
+export async function deploy(opts: { source: SourceKind; backend: BackendName; bin?: string; prefix?: string }): Promise<Deployed> {
+  const topo = await createTopology({ pods: 3, prefix: opts.prefix ?? "kpd" });
+  const dir = tempDir("kpng-deployed-");
+  dir.create();
+  const cleanups: Array<() => unknown> = [() => topo.destroy(), () => dir.remove()];
+  try {
+    for (const p of topo.pods) await topo.serve(p, podPorts);
+    await topo.exec(topo.client.ns, ["ip", "addr", "add", `${deniedClient}/24`, "dev", "eth0"]);
+    const objects = new Map(clusterObjects(topo).map((o) => [keyOf(o), o]));
+    const input = join(dir.path, "cluster.json");
+    const writeFile = () =>
+      writeFileSync(input, JSON.stringify({ apiVersion: "v1", kind: "List", items: [...objects.values()].map(manifest) }, null, 1));
+    let api: FakeApiServer | undefined;
+    let args: string[];
+    if (opts.source === "file") {
+      writeFile();
+      args = ["--input", input];
+    } else {
+      api = await FakeApiServer.start(makeTestCert(dir.path));
+      cleanups.unshift(() => api!.close());
+      for (const o of objects.values()) api.apply(o);
+      cleanups.unshift(await forward(topo.node.ns, API_PORT, api.port));
+      args = ["--kubeconfig", api.writeKubeconfig(dir.path, "kubeconfig", `https://127.0.0.1:${API_PORT}`)];
+    }
+    args.push("--node-name", NODE, "--backend", opts.backend);
+
+    let kpng: KpngProcess | undefined;
+    const d: Deployed = {
+      topo,
+      source: opts.source,
+      backend: opts.backend,
+      api,
+      input: opts.source === "file" ? input : undefined,
+      args,
+      get kpng() {
+        return kpng!;
+      },
+      set kpng(p) {
+        kpng = p;
+      },
+      async start(o = {}) {
+        const p = startKpng(args, { bin: o.bin, wrap: ["ip", "netns", "exec", topo.node.ns] });
+        kpng = p;
+        await p.waitFor(/ INFO kpng: synced /, 20_000);
+        return p;
+      },
+      apply(...objs) {
+        for (const o of objs) objects.set(keyOf(o), o);
+        if (api) for (const o of objs) api.apply(o);
+        else writeFile();
+      },
+      remove(kind, namespace, name) {
+        objects.delete(`${kind}/${namespace ?? ""}/${name}`);
+        if (api) api.remove(kind, namespace, name);
+        else writeFile();
+      },
+      syncs: () => kpng!.stderr.filter((l) => / INFO kpng: synced /.test(l)).length,
+      async syncedAfter(n, timeoutMs = 10_000) {
+        const end = Date.now() + timeoutMs;
+        while (d.syncs() <= n) {
+          if (Date.now() > end) throw new Error(`no sync after #${n} within ${timeoutMs} ms\n${kpng!.stderr.slice(-15).join("\n")}`);
+          await Bun.sleep(20);
+        }
+      },
+      rules: () => rulesOf(topo, opts.backend),
+      async healthz() {
+        const out = await topo
+          .exec(topo.client.ns, ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "1", `http://${topo.node.v4}:10256/healthz`])
+          .catch(() => "0");
+        return Number(out) || 0;
+      },
+      async destroy() {
+        await kpng?.stop("SIGKILL");
+        for (const c of cleanups) await c();
+      },
+    };
+    await d.start({ bin: opts.bin });
+    return d;
+  } catch (err) {
+    for (const c of cleanups) await c();
+    throw err;
+  }
+}
+
+/** Starts ns_forward.py: 127.0.0.1:port inside `ns` -> 127.0.0.1:target here. Returns its stop. */
+async function forward(ns: string, port: number, target: number): Promise<() => Promise<void>> {
+  const p = Bun.spawn([python(), "-u", "-S", join(harness, "ns_forward.py"), ns, String(port), "127.0.0.1", String(target)], {
+    stdout: "pipe",
+    stderr: "inherit",
+  });
+  const reader = p.stdout.getReader();
+  const first = await reader.read();
+  reader.releaseLock();
+  if (!new TextDecoder().decode(first.value ?? new Uint8Array()).startsWith("ready")) throw new Error(`ns_forward.py into ${ns} did not start`);
+  return async () => {
+    p.kill();
+    await p.exited;
+  };
+}
+
+/** The rules kpng owns, as text to compare: no counters, no timestamps. */
+export async function rulesOf(topo: Topology, backend: BackendName): Promise<string> {
+  if (backend === "nft") return topo.exec(topo.node.ns, ["nft", "-s", "list", "ruleset"]);
+  const save = await Promise.all(["iptables-save", "ip6tables-save"].map((c) => topo.exec(topo.node.ns, [c])));
+  return save
+    .join("")
+    .split("\n")
+    .filter((l) => !l.startsWith("#"))
+    .map((l) => l.replace(/ \[\d+:\d+\]$/, ""))
+    .join("\n");
+}
+
+export interface ProbeRun {
+  rounds: number;
+  connections: number;
+  failed: number;
+  /** the first failures: probe index, seconds since the start, error */
+  failures: Array<{ i: number; t: number; error: string; detail: string }>;
+}
+
+/**
+ * A probe running continuously from the client (probe_loop.py), round after
+ * round over `probes`, resolved once its first round is done; `stop()` ends
+ * it and tells how many connections it made and which failed.
+ */
+export async function continuousProbe(topo: Topology, probes: Probe[]): Promise<{ stop(): Promise<ProbeRun> }> {
+  const p = Bun.spawn(["ip", "netns", "exec", topo.client.ns, python(), "-u", "-S", join(harness, "probe_loop.py")], {
+    cwd: harness,
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "inherit",
+  });
+  p.stdin.write(JSON.stringify(probes) + "\n");
+  await p.stdin.flush();
+  const reader = p.stdout.getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  while (!text.includes("ready\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("probe_loop.py ended before its first round");
+    text += dec.decode(value, { stream: true });
+  }
+  return {
+    async stop() {
+      p.stdin.end();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+      }
+      await p.exited;
+      return JSON.parse(text.trim().split("\n").at(-1)!) as ProbeRun;
+    },
+  };
+}
