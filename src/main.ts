@@ -120,6 +120,7 @@ const runCommand = defineCommand({
     });
     let nodeIPs: readonly string[] | undefined;
     view.subscribe((rev) => {
+      if (rev.change === null) log.info("node-local state computed", { rev: rev.state.rev, services: rev.state.services.size });
       if (rev.state.nodeIPs !== nodeIPs) {
         if (nodeIPs || rev.state.nodeIPs?.length) log.info("node IPs", { node: cfg.nodeName, ips: rev.state.nodeIPs?.join(",") ?? "" });
         nodeIPs = rev.state.nodeIPs;

@@ -130,6 +130,8 @@ export class FakeApiServer {
   private rv = 100;
   private compactedTo = 0;
   private readonly objects = new Map<string, Obj>();
+  /** keys of `objects`, sorted (list order); rebuilt after an object comes or goes */
+  private sorted: string[] | null = null;
   private readonly history: HistoryEvent[] = [];
   private watchers = new Set<Watcher>();
   private readonly sockets = new Set<Socket>();
@@ -200,6 +202,7 @@ export class FakeApiServer {
     const key = keyOf(obj);
     const prev = this.objects.get(key);
     obj.metadata.resourceVersion = String(++this.rv);
+    if (!prev) this.sorted = null;
     this.objects.set(key, obj);
     this.emit({ rv: this.rv, type: prev ? "MODIFIED" : "ADDED", prev, obj });
   }
@@ -209,6 +212,7 @@ export class FakeApiServer {
     const prev = this.objects.get(key);
     if (!prev) return;
     this.objects.delete(key);
+    this.sorted = null;
     const obj = structuredClone(prev);
     obj.metadata.resourceVersion = String(++this.rv);
     this.emit({ rv: this.rv, type: "DELETED", prev, obj });
@@ -348,14 +352,26 @@ export class FakeApiServer {
       if (token.rv < this.compactedTo) return status(res, 410, "Expired", "The provided continue parameter is too old");
       ({ after, rv } = token);
     }
-    const all = [...this.objects.entries()].filter(([k, o]) => o.kind === kind && k > after && matches(o)).sort(([a], [b]) => (a < b ? -1 : 1));
+    // A page costs its own size, as from the real server's watch cache: keys are
+    // sorted once, and a kind's keys are contiguous (`Kind/ns/name`).
+    const keys = (this.sorted ??= [...this.objects.keys()].sort());
+    const prefix = `${kind}/`;
     const limit = Number(q.limit) || Infinity;
-    const page = all.slice(0, limit);
-    const more = all.length > page.length;
+    const page: Array<[string, Obj]> = [];
+    let more = false;
+    for (let i = lowerBound(keys, after ? after + "\0" : prefix); i < keys.length && keys[i].startsWith(prefix); i++) {
+      const o = this.objects.get(keys[i])!;
+      if (!matches(o)) continue;
+      if (page.length === limit) {
+        more = true;
+        break;
+      }
+      page.push([keys[i], o]);
+    }
     const cont = more ? Buffer.from(JSON.stringify({ rv, after: page.at(-1)![0] })).toString("base64") : undefined;
+    // List items carry no kind/apiVersion on the wire; serialized at once, so no copy is needed.
     const items = page.map(([, o]) => {
-      // List items carry no kind/apiVersion on the wire.
-      const { kind: _k, apiVersion: _a, ...rest } = wire(o);
+      const { kind: _k, apiVersion: _a, ...rest } = o as Obj & { apiVersion?: unknown };
       return rest;
     });
     res.writeHead(200, { "Content-Type": "application/json" });
@@ -387,6 +403,18 @@ export class FakeApiServer {
       this.watchers.delete(w);
     });
   }
+}
+
+/** index of the first key >= `key` */
+function lowerBound(keys: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (keys[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 const keyOf = (o: Obj) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;

@@ -19,12 +19,29 @@ export interface ResourceSpec {
 }
 
 export interface ReflectorSink {
-  /** the complete current list (first list, or a relist after 410 Gone) */
-  listed(items: Record<string, unknown>[]): void;
+  /**
+   * One page of a list (the first list, or a relist after 410 Gone), handed
+   * over as it arrives while the next page is on its way: decoding and
+   * validation overlap the API server's work. A list that fails midway starts
+   * over; its pages may come again.
+   */
+  page(items: Record<string, unknown>[], first: boolean): void;
+  /** the list is complete: whatever none of its pages held is gone */
+  listed(stats: ListStats): void;
   /** one watch event: ADDED, MODIFIED, DELETED */
   event(type: string, object: Record<string, unknown>): void;
   /** watch connections opened or closed (+1 / -1) */
   watching(delta: number): void;
+}
+
+/** What a list cost, for the start-up log. */
+export interface ListStats {
+  items: number;
+  pages: number;
+  /** wall time from the first request to the last page handed over */
+  ms: number;
+  /** of which JSON decoding */
+  decodeMs: number;
 }
 
 export interface Backoff {
@@ -132,22 +149,38 @@ export class Reflector {
     this.sleeping = undefined;
   }
 
-  /** GET the whole collection, page by page, then hand it over in one piece. */
+  /** GET the collection page by page, asking for the next page before handing one over. */
   private async list() {
-    const items: Record<string, unknown>[] = [];
-    let cont: string | undefined;
-    let rv = "";
-    do {
-      const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
-      const res = await expectOK(await this.get(this.spec.path, { ...this.selectors(), limit: String(PAGE), continue: cont }, signal));
-      const body = safeJSON(await readBody(res)) as { items?: unknown; metadata?: { resourceVersion?: string; continue?: string } } | undefined;
-      if (!body || !Array.isArray(body.items)) throw new Error(`${this.spec.path}: the answer is not a Kubernetes List`);
-      for (const it of body.items) if (typeof it === "object" && it !== null) items.push(it as Record<string, unknown>);
-      rv = body.metadata?.resourceVersion ?? "";
-      cont = body.metadata?.continue || undefined;
-    } while (cont);
-    this.sink.listed(items);
-    this.resourceVersion = rv;
+    const t0 = performance.now();
+    const stats: ListStats = { items: 0, pages: 0, ms: 0, decodeMs: 0 };
+    let next = this.listPage(undefined, stats);
+    for (;;) {
+      const { items, rv, cont } = await next;
+      if (cont) {
+        next = this.listPage(cont, stats);
+        // Awaited on the next turn; a failure while this page is handed over must not go unhandled.
+        next.catch(() => {});
+      }
+      stats.items += items.length;
+      this.sink.page(items, stats.pages++ === 0);
+      if (cont) continue;
+      stats.ms = performance.now() - t0;
+      this.sink.listed(stats);
+      this.resourceVersion = rv;
+      return;
+    }
+  }
+
+  private async listPage(cont: string | undefined, stats: ListStats) {
+    const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
+    const res = await expectOK(await this.get(this.spec.path, { ...this.selectors(), limit: String(PAGE), continue: cont }, signal));
+    const text = await readBody(res);
+    const t0 = performance.now();
+    const body = safeJSON(text) as { items?: unknown; metadata?: { resourceVersion?: string; continue?: string } } | undefined;
+    stats.decodeMs += performance.now() - t0;
+    if (!body || !Array.isArray(body.items)) throw new Error(`${this.spec.path}: the answer is not a Kubernetes List`);
+    const items = body.items.filter((it): it is Record<string, unknown> => typeof it === "object" && it !== null);
+    return { items, rv: body.metadata?.resourceVersion ?? "", cont: body.metadata?.continue || undefined };
   }
 
   private selectors() {

@@ -14,7 +14,7 @@ import type { Config } from "../config/config.ts";
 import { errorMessage, invalid } from "../errors.ts";
 import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
-import { Listing } from "./listing.ts";
+import { Listing, objectId } from "./listing.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
@@ -191,37 +191,48 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     return true;
   });
 
-  /** the last valid version of each object: what stays in place when a newer one is invalid */
-  const lastValid = new Map<string, K8sObject>();
   const idOf = (kind: Kind, raw: Record<string, unknown>) => {
     const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
-    return `${kind}/${kind === "Node" ? "" : meta.namespace || "default"}/${meta.name ?? ""}`;
+    return objectId(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name ?? "");
   };
+  /** time spent validating, per kind, during the current list (start-up log) */
+  const validateMs: Record<Kind, number> = { Service: 0, EndpointSlice: 0, Node: 0 };
+  // An invalid object is skipped: the brain's index and the listing still hold its
+  // last valid version (if any), which stays in place. Bad input tears nothing down.
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
+    const t0 = performance.now();
     const res = parseObject(trim(kind, raw));
-    if (res.ok) {
-      lastValid.set(idOf(kind, raw), res.object);
-      return res.object;
-    }
+    validateMs[kind] += performance.now() - t0;
+    if (res.ok) return res.object;
     if ("error" in res) log.warn("skipping invalid object, keeping its last valid version", { error: res.error });
-    return lastValid.get(idOf(kind, raw)) ?? null;
+    return null;
   };
 
   const specs = resourceSpecs(config);
-  reflectors = kindsInOrder.map((kind) =>
-    new Reflector(
+  reflectors = kindsInOrder.map((kind) => {
+    /** ids in the list under way, valid or not: what is not among them is gone */
+    let present = new Set<string>();
+    return new Reflector(
       kc,
       kind,
       specs[kind],
       {
-        listed(items) {
+        page(items, first) {
+          if (first) present = new Set(); // a list that failed midway left its ids here
           stats.events[kind] += items.length;
-          const objects = items.map((it) => parse(kind, it)).filter((o): o is K8sObject => o !== null);
-          // Objects gone from the list are gone from the cluster: forget their last valid versions.
-          const present = new Set(items.map((it) => idOf(kind, it)));
-          for (const id of lastValid.keys()) if (id.startsWith(`${kind}/`) && !present.has(id)) lastValid.delete(id);
-          brain.apply(listing.replace(kind, objects));
-          if (!brain.isSynced) log.info("listed", { kind, objects: objects.length });
+          for (const raw of items) {
+            present.add(idOf(kind, raw));
+            const obj = parse(kind, raw);
+            if (obj) brain.apply(listing.upsert(obj));
+          }
+        },
+        listed(list) {
+          brain.apply(listing.missing(kind, present));
+          present = new Set();
+          if (!brain.isSynced) {
+            log.info("listed", { kind, objects: list.items, pages: list.pages, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
+          }
+          validateMs[kind] = 0;
           brain.markSynced(kind);
           flusher.request();
         },
@@ -230,11 +241,8 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (type === "DELETED") {
             const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
             if (!meta.name) return;
-            lastValid.delete(idOf(kind, raw));
             brain.apply(listing.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name));
           } else {
-            // An object that turned invalid keeps its last valid version (a no-op for the listing):
-            // bad input tears nothing down.
             const obj = parse(kind, raw);
             if (!obj) return;
             brain.apply(listing.upsert(obj));
@@ -247,8 +255,8 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
       },
       log,
       opts.backoff ?? DEFAULT_BACKOFF,
-    ).start(),
-  );
+    ).start();
+  });
   log.info("watching the API server", { server, node: config.nodeName });
 
   const close = () => {

@@ -5,7 +5,9 @@
 import type { ClusterEvent } from "../brain/cluster.ts";
 import type { K8sObject, Kind } from "../brain/k8s/objects.ts";
 
-const idOf = (o: K8sObject) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;
+/** `Kind/namespace/name` ("" namespace for Nodes): how the listing and the sources name an object. */
+export const objectId = (kind: Kind, namespace: string, name: string) => `${kind}/${namespace}/${name}`;
+const idOf = (o: K8sObject) => objectId(o.kind, o.metadata.namespace ?? "", o.metadata.name);
 
 export class Listing {
   /** id -> fingerprint of the object last sent */
@@ -13,18 +15,16 @@ export class Listing {
 
   /** Events that turn the last listing of `kind` into `objects`. */
   replace(kind: Kind, objects: readonly K8sObject[]): ClusterEvent[] {
+    const events = objects.flatMap((o) => this.upsert(o));
+    events.push(...this.missing(kind, new Set(objects.map(idOf))));
+    return events;
+  }
+
+  /** Deletes of the objects of `kind` whose ids a complete list did not hold. */
+  missing(kind: Kind, present: ReadonlySet<string>): ClusterEvent[] {
     const events: ClusterEvent[] = [];
-    const now = new Set<string>();
-    for (const o of objects) {
-      const id = idOf(o);
-      now.add(id);
-      const fp = fingerprint(o);
-      if (this.seen.get(id) === fp) continue;
-      this.seen.set(id, fp);
-      events.push({ type: "upsert", object: o });
-    }
     for (const id of this.seen.keys()) {
-      if (!id.startsWith(kind + "/") || now.has(id)) continue;
+      if (!id.startsWith(kind + "/") || present.has(id)) continue;
       this.seen.delete(id);
       const [, namespace, name] = id.split("/");
       events.push({ type: "delete", kind, namespace, name });
@@ -42,7 +42,7 @@ export class Listing {
   }
 
   delete(kind: Kind, namespace: string, name: string): ClusterEvent[] {
-    return this.seen.delete(`${kind}/${namespace}/${name}`) ? [{ type: "delete", kind, namespace, name }] : [];
+    return this.seen.delete(objectId(kind, namespace, name)) ? [{ type: "delete", kind, namespace, name }] : [];
   }
 }
 

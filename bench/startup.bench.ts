@@ -1,0 +1,216 @@
+// Start-up end to end, as a user runs it: `kpng --kubeconfig K --backend nft`
+// inside a network namespace (test/harness/netns.ts), against the in-repo
+// API server over HTTPS in the same namespace (bench/startup-api-server.ts),
+// at 1,000 and 10,000 services x 10 endpoints on 100 nodes. Printed:
+//
+//   - process start -> rules in the kernel (the first `synced backend=nft`),
+//     and whether a connect to the last service is then answered by its pod;
+//   - the split per phase, from kpng's own log lines: boot (runtime, imports,
+//     kubeconfig), list (paginated GETs; decode and validation overlap it,
+//     their CPU time is shown inside), compute (the brain's first state),
+//     render and apply (nft);
+//   - RSS of kpng's whole process tree (nft children included) after 20
+//     EndpointSlice changes, each applied before the next.
+//
+// kpng is the compiled binary, built fresh (`bun build --compile --bytecode`,
+// as `bun run build` does): what a user downloads and runs. KPNG_BENCH_SOURCE=1
+// runs `bun src/main.ts` instead (module loading then costs ~0.3-0.5 s more).
+//
+// Goals (issue 11): 10k <= 2.0 s and <= 250 MB; 1k <= 0.4 s and <= 90 MB.
+// Figures only; nothing asserted. KPNG_BENCH_RUNS (default 3) runs per size;
+// KPNG_BENCH_SIZES (default "1000,10000") the sizes.
+
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createTopology, type Topology } from "../test/harness/netns.ts";
+import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
+
+const ROOT = join(import.meta.dir, "..");
+const BUN = process.execPath;
+const CHANGES = 20;
+
+/** Lines of a child's stream, with a way to wait for one matching a pattern. */
+function lines(stream: ReadableStream<Uint8Array>) {
+  const all: Array<{ line: string; at: number }> = [];
+  let wake = () => {};
+  void (async () => {
+    const dec = new TextDecoder();
+    let rest = "";
+    for await (const chunk of stream) {
+      const parts = (rest + dec.decode(chunk, { stream: true })).split("\n");
+      rest = parts.pop()!;
+      const at = Date.now();
+      for (const line of parts) all.push({ line, at });
+      wake();
+    }
+  })();
+  const count = (re: RegExp) => all.filter((l) => re.test(l.line)).length;
+  const wait = async (re: RegExp, n = 1, timeoutMs = 60_000) => {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const hits = all.filter((l) => re.test(l.line));
+      if (hits.length >= n) return hits[n - 1];
+      if (Date.now() > end) throw new Error(`timed out waiting for ${re}:\n${all.slice(-5).map((l) => l.line).join("\n")}`);
+      await new Promise<void>((r) => {
+        wake = r;
+        setTimeout(r, 200);
+      });
+    }
+  };
+  return { all, count, wait };
+}
+
+/** pid and every descendant, from /proc */
+function processTree(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(d)]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    out.push(p);
+    for (const c of children.get(p) ?? []) walk(c);
+  };
+  walk(root);
+  return out;
+}
+
+const rssMB = (pid: number) => {
+  try {
+    return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+  } catch {
+    return 0;
+  }
+};
+const comm = (pid: number) => {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "?";
+  }
+};
+
+const field = (line: string, key: string) => Number(new RegExp(`\\b${key}=([\\d.]+)`).exec(line)?.[1] ?? NaN);
+const stamp = (line: string) => Date.parse(line.slice(0, line.indexOf(" ")));
+
+interface Run {
+  totalMs: number;
+  connected: boolean;
+  phases: Record<string, number>;
+  decodeMs: number;
+  validateMs: number;
+  rss: number;
+  rssParts: string;
+}
+
+async function once(topo: Topology, services: number, dir: string, kpngArgv: string[]): Promise<Run> {
+  const api = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir], {
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "inherit",
+  });
+  const apiOut = lines(api.stdout);
+  try {
+    const kubeconfig = (await apiOut.wait(/^ready /, 1, 120_000)).line.split(" ")[1];
+    const t0 = Date.now();
+    const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", "nft", "--hostname-override", NODE_NAME], {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
+    });
+    const log = lines(kpng.stderr);
+    try {
+      const synced = await log.wait(/ synced backend=nft /);
+      const totalMs = synced.at - t0;
+      const probe = await topo.probe(topo.client.ns, { ip: lastServiceIP(services), port: 80 });
+      const watching = stamp((await log.wait(/watching the API server/)).line);
+      const listed = log.all.filter((l) => / listed kind=/.test(l.line)).map((l) => l.line);
+      const computed = stamp((await log.wait(/node-local state computed/)).line);
+      const nft = (await log.wait(/DEBUG kpng\/nft: synced full=true/)).line;
+      const lastListed = Math.max(...listed.map(stamp));
+      const phases = {
+        boot: watching - t0,
+        list: lastListed - watching,
+        compute: computed - lastListed,
+        render: field(nft, "renderMs"),
+        apply: field(nft, "applyMs"),
+      };
+      const sum = (k: string) => listed.reduce((n, l) => n + field(l, k), 0);
+
+      for (let n = 1; n <= CHANGES; n++) {
+        api.stdin.write(`change ${n}\n`);
+        await api.stdin.flush();
+        await apiOut.wait(/^changed /, n);
+        await log.wait(/ synced backend=nft /, n + 1);
+      }
+      await Bun.sleep(500);
+      const tree = processTree(kpng.pid);
+      const parts = tree.map((p) => ({ name: comm(p), rss: rssMB(p) }));
+      return {
+        totalMs,
+        connected: probe.ok,
+        phases,
+        decodeMs: sum("decodeMs"),
+        validateMs: sum("validateMs"),
+        rss: parts.reduce((n, p) => n + p.rss, 0),
+        rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}`).join(" + "),
+      };
+    } finally {
+      kpng.kill("SIGTERM");
+      await kpng.exited;
+    }
+  } finally {
+    api.kill();
+    await api.exited;
+  }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const f0 = (x: number) => x.toFixed(0).padStart(5);
+
+export default async function startupBench() {
+  const runs = Number(process.env.KPNG_BENCH_RUNS ?? 3);
+  const sizes = (process.env.KPNG_BENCH_SIZES ?? "1000,10000").split(",").map(Number);
+  const dir = mkdtempSync(join(tmpdir(), "kpng-bench-startup-"));
+  let kpngArgv = [BUN, join(ROOT, "src/main.ts")];
+  if (!process.env.KPNG_BENCH_SOURCE) {
+    kpngArgv = [join(dir, "kpng")];
+    const b = Bun.spawn([BUN, "build", "--compile", "--bytecode", "--format=esm", "src/main.ts", "--outfile", kpngArgv[0]], { cwd: ROOT, stdout: "ignore", stderr: "inherit" });
+    if ((await b.exited) !== 0) throw new Error("build failed");
+  }
+  console.log(`kpng: ${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary (bun build --compile --bytecode)"}`);
+  const topo = await createTopology({ pods: 1, prefix: "kps" });
+  try {
+    await topo.serve(topo.pods[0], { tcp: [8080] });
+    for (const services of sizes) {
+      console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend nft in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`);
+      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate (CPU ms, inside list) | connect | RSS MB after 20 changes");
+      const all: Run[] = [];
+      for (let r = 1; r <= runs; r++) {
+        const x = await once(topo, services, dir, kpngArgv);
+        all.push(x);
+        const p = x.phases;
+        console.log(
+          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts})`,
+        );
+      }
+      const tot = all.map((x) => x.totalMs);
+      const rss = all.map((x) => x.rss);
+      console.log(`  start->rules: best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`);
+    }
+  } finally {
+    await topo.destroy();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.main) await startupBench();
