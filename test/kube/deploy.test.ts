@@ -12,6 +12,9 @@ import { parseKubeProxyConfig } from "../../src/core/config/config-file.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
 import { memoryLogger } from "../../src/core/log.ts";
+import { parseClientAddress } from "../../src/core/api/server/address.ts";
+import { checkListen } from "../../src/core/api/server/index.ts";
+import { isIP } from "node:net";
 import { resourceSpecs } from "../../src/core/sources/kube.ts";
 import { loadBackend } from "../../src/plugins/loader.ts";
 import { tempDir } from "./helpers.ts";
@@ -113,6 +116,48 @@ describe("deploy/sidecar-example.yaml", () => {
     } finally {
       tmp.remove();
     }
+  });
+});
+
+describe("deploy/global.yaml", () => {
+  const brain = find("Deployment", "kpng-brain");
+  const agent = find("DaemonSet", "kpng-agent");
+  const bc = brain.spec.template.spec.containers[0];
+  const ac = agent.spec.template.spec.containers[0];
+  const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs };
+
+  test("two brains on two nodes' host network, serving on a port agents can reach", () => {
+    expect(brain.spec.replicas).toBe(2);
+    expect(brain.spec.template.spec.hostNetwork).toBe(true);
+    expect(brain.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey).toBe("kubernetes.io/hostname");
+    expect(bc.args[0]).toBe("serve");
+    expect(() => checkUnknownFlags(bc.args.slice(1), defs)).not.toThrow();
+    const listen = bc.args.find((a: string) => a.startsWith("--listen="));
+    expect(() => checkListen([listen.slice("--listen=".length)], bc.args.includes("--listen-any"))).not.toThrow();
+  });
+
+  test("brains reach the API server by address, not through the Service proxy", () => {
+    const host = bc.env.find((e: Doc) => e.name === "KUBERNETES_SERVICE_HOST").value;
+    expect(isIP(host)).toBe(4);
+    expect(brain.spec.template.spec.serviceAccountName).toBe(find("ClusterRoleBinding", "kpng").subjects[0].name);
+  });
+
+  test("agents follow both brains by node address, on the brains' port, with no API-server token", () => {
+    const port = new URL(bc.args.find((a: string) => a.startsWith("--listen=")).replace("--listen=tcp", "http")).port;
+    const apis = ac.args.filter((a: string) => a.startsWith("--api=")).map((a: string) => parseClientAddress(a.slice("--api=".length)));
+    expect(apis.length).toBe(2);
+    for (const a of apis) expect(a).toMatchObject({ kind: "tcp", port: Number(port) });
+    expect(agent.spec.template.spec.hostNetwork).toBe(true);
+    expect(agent.spec.template.spec.automountServiceAccountToken).toBe(false);
+    const args = expand(ac.args);
+    expect(() => checkUnknownFlags(args, defs)).not.toThrow();
+    expect(configFromFlags(parseArgs(args, defs) as never, args, defaultConfig()).nodeName).toBe("node-1");
+  });
+
+  test("the agent's configuration loads without a warning", () => {
+    const { warnings } = parseKubeProxyConfig("config.yaml", find("ConfigMap", "kpng-agent").data["config.yaml"]);
+    expect(warnings).toEqual([]);
+    expect(ac.volumeMounts.find((m: Doc) => m.mountPath === "/etc/kpng")).toBeDefined();
   });
 });
 
