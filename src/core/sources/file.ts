@@ -1,8 +1,10 @@
 // The file source: real Kubernetes objects (what `kubectl get
 // services,endpointslices,nodes -A -o yaml` prints: a List, or several YAML
 // or JSON documents) read from a file that is watched for edits.
-// Bad objects are skipped and logged; an unreadable file is an error at
-// start-up and, later, a logged error that keeps the last good state.
+// Bad objects are skipped and logged; a file that cannot be read, is not
+// YAML/JSON, or holds no Kubernetes object at all (empty, a scalar, a list of
+// numbers: the wrong file) is an error at start-up and, later, a logged error
+// that keeps the last good state.
 
 import { watch, type FSWatcher } from "node:fs";
 import { basename, dirname, resolve } from "node:path";
@@ -43,15 +45,41 @@ function documents(path: string, text: string): unknown[] {
   }
 }
 
-/** Parses file contents; throws a KpngError naming the file when it is not YAML/JSON at all. */
+/** a mapping with a `kind`: what kubectl prints for every object, whether kpng reads that kind or not */
+const isKubeObject = (v: unknown) => typeof v === "object" && v !== null && !Array.isArray(v) && typeof (v as { kind?: unknown }).kind === "string";
+
+const typeName = (v: unknown) =>
+  Array.isArray(v) ? "list" : v === null || v === undefined ? "null" : typeof v === "object" ? "mapping without a kind" : typeof v;
+
+/** What a file without Kubernetes objects holds, for the one-line error: `a list of 3 numbers`. */
+function describeValues(values: unknown[]): string {
+  if (!values.length) return "it is empty";
+  if (values.length === 1) {
+    const v = values[0];
+    const shown = typeof v === "string" ? ` (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})` : typeof v === "number" || typeof v === "boolean" ? ` (${v})` : "";
+    return `it holds one ${typeName(v)}${shown}`;
+  }
+  const types = [...new Set(values.map(typeName))];
+  return `it holds a list of ${values.length} ${types.length === 1 && !types[0].includes(" ") ? `${types[0]}s` : `items (${types.join(", ")})`}`;
+}
+
+/**
+ * Parses file contents; throws a KpngError naming the file when it is not
+ * YAML/JSON at all, or holds no Kubernetes object (an empty kubectl List is
+ * an empty cluster, and fine).
+ */
 export function parseClusterFile(path: string, text: string): ParsedFile {
   const raws: unknown[] = [];
+  let lists = 0;
   for (const value of documents(path, text)) {
     if (value === null || value === undefined) continue;
     const list = value as { kind?: unknown; items?: unknown };
-    if (typeof list.kind === "string" && list.kind.endsWith("List") && Array.isArray(list.items)) raws.push(...list.items);
-    else raws.push(value);
+    if (typeof list.kind === "string" && list.kind.endsWith("List") && Array.isArray(list.items)) {
+      lists++;
+      raws.push(...list.items);
+    } else raws.push(value);
   }
+  if (!raws.some(isKubeObject) && !(lists && !raws.length)) throw invalid(`${path}: no Kubernetes object in the file: ${describeValues(raws)}`);
   const parsed: Array<{ i: number; object: K8sObject }> = [];
   const errors: string[] = [];
   raws.forEach((raw, i) => {
