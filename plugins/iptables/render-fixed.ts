@@ -62,8 +62,10 @@ export function nodePortMatches(config: Config, family: Family): string[][] {
     }
     return out;
   }
-  // IPv6 ::1 cannot be DNATed off the node (no route_localnet for IPv6).
-  return [family === "v6" ? ["!", "-d", "::1", ...local] : local];
+  // Loopback is left out, as upstream does with localhostNodePorts off: kpng
+  // never sets route_localnet, so a DNATed 127.0.0.1 packet would be dropped
+  // as a martian (a hang) instead of refused; IPv6 has no route_localnet at all.
+  return [family === "v6" ? ["!", "-d", "::1", ...local] : ["!", "-d", "127.0.0.0/8", ...local]];
 }
 
 /** Rules of the fixed chains, in chain order. `tails` go after every per-service rule of their chain. */

@@ -88,7 +88,7 @@ describe("iptables node ports follow upstream's default: every local address", (
     const file = clusterFile("iptables.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
     const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once");
     expect(r.code).toBe(0);
-    expect(r.out).toMatch(/-A KPNG-SERVICES .*-m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
+    expect(r.out).toMatch(/-A KPNG-SERVICES .*! -d 127\.0\.0\.0\/8 -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
     expect(r.out).not.toMatch(/-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
   });
 
