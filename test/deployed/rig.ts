@@ -175,6 +175,8 @@ export interface ProbeRun {
   failed: number;
   /** the first failures: probe index, seconds since the start, error */
   failures: Array<{ i: number; t: number; error: string; detail: string }>;
+  /** per probe, each change of verdict (who answered, the HTTP status, or the error) with its time (epoch ms) */
+  timeline: Array<Array<[number, string]>>;
 }
 
 /**
@@ -182,14 +184,14 @@ export interface ProbeRun {
  * round over `probes`, resolved once its first round is done; `stop()` ends
  * it and tells how many connections it made and which failed.
  */
-export async function continuousProbe(topo: Topology, probes: Probe[]): Promise<{ stop(): Promise<ProbeRun> }> {
+export async function continuousProbe(topo: Topology, probes: Probe[], pauseMs = 20): Promise<{ stop(): Promise<ProbeRun> }> {
   const p = Bun.spawn(["ip", "netns", "exec", topo.client.ns, python(), "-u", "-S", join(harness, "probe_loop.py")], {
     cwd: harness,
     stdin: "pipe",
     stdout: "pipe",
     stderr: "inherit",
   });
-  p.stdin.write(JSON.stringify(probes) + "\n");
+  p.stdin.write(JSON.stringify({ probes, pauseMs }) + "\n");
   await p.stdin.flush();
   const reader = p.stdout.getReader();
   const dec = new TextDecoder();

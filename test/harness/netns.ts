@@ -48,7 +48,10 @@ export type Proto = "tcp" | "udp" | "sctp";
 export interface Probe {
   ip: string;
   port: number;
-  proto?: Proto;
+  /** "http": a GET of `path`, answered with the status code as `who` */
+  proto?: Proto | "http";
+  /** HTTP path for proto "http" (default /) */
+  path?: string;
   /** seconds to wait for an answer (default 1) */
   timeout?: number;
   /** fixed source port, e.g. to keep one UDP conntrack flow across calls */

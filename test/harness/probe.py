@@ -3,6 +3,8 @@
 # runs them one after another, and prints a JSON array of results:
 #   {"ok": true,  "who": "pod1", "source": "198.18.128.1", "ms": 0.4, "connectMs": 0.2}
 #   {"ok": false, "error": "refused" | "timeout" | "unreachable" | "error", "detail": "...", "ms": ...}
+# proto "http" sends `GET path` (default /) and answers with the status code
+# as "who", e.g. {"ok": true, "who": "503", "source": ""}.
 # "refused" = TCP RST or ICMP port-unreachable (what nft `reject` sends);
 # "timeout" = nothing came back (what `drop` looks like).
 import errno
@@ -67,6 +69,24 @@ def stream_probe(p, proto):
         s.close()
 
 
+def http_probe(p):
+    try:
+        with socket.create_connection((p["ip"], p["port"]), timeout=p.get("timeout", 1.0)) as s:
+            s.sendall(f"GET {p.get('path', '/')} HTTP/1.0\r\nHost: {p['ip']}\r\n\r\n".encode())
+            data = b""
+            while b"\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        parts = data.split(b"\r\n", 1)[0].split()
+        if len(parts) < 2:
+            return {"ok": False, "error": "error", "detail": f"bad status line {data[:80]!r}"}
+        return {"ok": True, "who": parts[1].decode(), "source": ""}
+    except OSError as e:
+        return os_error(e)
+
+
 def icmp_verdict(fam, msg, sport, dport):
     """Maps an ICMP error about our SCTP packet to a result, or None if it is about something else."""
     if fam == socket.AF_INET:
@@ -121,7 +141,7 @@ def sctp_probe(p):
 def probe(p):
     t0 = time.perf_counter()
     proto = p.get("proto", "tcp")
-    r = sctp_probe(p) if proto == "sctp" else stream_probe(p, proto)
+    r = sctp_probe(p) if proto == "sctp" else http_probe(p) if proto == "http" else stream_probe(p, proto)
     r["ms"] = (time.perf_counter() - t0) * 1000
     return r
 
