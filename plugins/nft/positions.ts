@@ -14,16 +14,17 @@
 // size of the list. The count N (in the dispatch rule or chain name) and the
 // elements change in the same atomic transaction, so no packet ever draws a
 // position without an endpoint. Without a previous order (first sync, or a
-// full resync) the list is taken as given (sorted): a fresh sync is
-// deterministic.
+// full resync) the list is sorted, and arrivals are taken in sorted order: a
+// sync is deterministic for a given history. Only arrivals are sorted (a
+// wave's 100, not the list's 5,000).
 
 /**
- * `next` (sorted) in list order: the members of `prev` (ids in position
- * order) keep their positions, arrivals fill holes then the end, and
+ * `next` in list order: the members of `prev` (ids in position order) keep
+ * their positions, arrivals (sorted by `cmp`) fill holes then the end, and
  * holes left over are filled from the end.
  */
-export function place<T>(prev: readonly string[] | undefined, next: readonly T[], id: (t: T) => string): T[] {
-  if (!prev?.length) return next as T[];
+export function place<T>(prev: readonly string[] | undefined, next: readonly T[], id: (t: T) => string, cmp: (a: T, b: T) => number): T[] {
+  if (!prev?.length) return [...next].sort(cmp);
   const arrivals = new Map<string, T>();
   for (const t of next) arrivals.set(id(t), t);
   const out: (T | undefined)[] = new Array(prev.length);
@@ -36,9 +37,9 @@ export function place<T>(prev: readonly string[] | undefined, next: readonly T[]
       arrivals.delete(prev[i]);
     }
   }
-  // what is left in `arrivals` is new, still in sorted order
+  // what is left in `arrivals` is new
   let h = 0;
-  for (const t of arrivals.values()) {
+  for (const t of [...arrivals.values()].sort(cmp)) {
     if (h < holes.length) out[holes[h++]] = t;
     else out.push(t);
   }

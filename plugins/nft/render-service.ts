@@ -63,6 +63,19 @@ export interface ServiceObjects {
    * service keeps them in place.
    */
   order: (readonly string[] | undefined)[];
+  /**
+   * The map elements of each dispatch list, by position (at `order`'s
+   * index; the other elements are in `elements`). A position that keeps its
+   * value keeps its element object, and the sync passes over identical
+   * objects: what a wave costs there grows with the wave, not the list.
+   */
+  lists: (PositionList | undefined)[];
+}
+
+/** a dispatch list's map elements; `frame` names the map and key layout, which must match for a position's element to be reused */
+export interface PositionList {
+  frame: string;
+  elems: ElementObj[];
 }
 
 /** a use of the shared chain `name` = dispatchChainSpec(family, proto, index, n) */
@@ -95,7 +108,7 @@ export function renderService(
   /** what the previous render of this service gave: its dispatch lists keep their order */
   prev?: ServiceObjects,
 ): ServiceObjects {
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0, order: [] };
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0, order: [], lists: [] };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
@@ -116,22 +129,34 @@ export function renderService(
   }
   const firewalls = renderFirewalls(key, svc, fc, out);
   const hairpin = new Set<string>();
-  /** sorted targets in the positions the previous render gave them; remembered for the next */
-  const inOrder = (sorted: Target[], at: number, id: (t: Target) => string): Target[] => {
-    const list = place(prev?.order[at], sorted, id);
+  /** targets in the positions the previous render gave them; remembered for the next */
+  const inOrder = (targets: Target[], at: number, id: (t: Target) => string): Target[] => {
+    const list = place(prev?.order[at], targets, id, byAddressAndPort);
     out.order[at] = list.map(id);
     return list;
+  };
+  /** the elements of list `at`: n positions of `set`, reusing the previous render's object where a position keeps its value */
+  const positions = (at: number, frame: string, set: string, n: number, key: (i: number) => string, value: (i: number) => string) => {
+    const before = prev?.lists[at];
+    const reuse = before?.frame === frame ? before.elems : undefined;
+    const elems: ElementObj[] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const v = value(i);
+      const p = reuse?.[i];
+      elems[i] = p !== undefined && p.value === v ? p : { set, key: key(i), value: v };
+    }
+    out.lists[at] = { frame, elems };
   };
 
   for (const [portIndex, port] of svc.Ports.entries()) {
     const proto = PROTO[port.Protocol];
     if (!proto || !(port.Port > 0 && port.Port < 65536)) continue;
     const portId = N.servicePortId(key, proto, port.Name || String(port.Port));
-    const sorted = targetsOf(port, epList);
+    const targets = targetsOf(port, epList);
     const id = (t: Target) => hostPort(f, t.ip, t.port);
     const internal: Target[] = [];
     const external: Target[] = [];
-    for (const t of sorted) {
+    for (const t of targets) {
       if (t.internal) internal.push(t);
       if (t.external) external.push(t);
     }
@@ -157,10 +182,11 @@ export function renderService(
       out.maps.push(shardMapSpec(f, affinity ? "chains" : proto, slot));
       if (!affinity) {
         const map = N.endpointsMap(proto, slot);
-        list.forEach((t, i) => elem(map, String(base + i), `${t.ip} . ${t.port}`));
+        positions(at, `${map} ${base}`, map, list.length, (i) => String(base + i), (i) => `${list[i].ip} . ${list[i].port}`);
         return [{ rule: `meta l4proto ${proto} dnat ${ip} to ${pick} map @${map}` }];
       }
-      list.forEach((t, i) => elem(N.endpointChainsMap(slot), String(base + i), `goto ${epChain(t)}`));
+      const chains = N.endpointChainsMap(slot);
+      positions(at, `${chains} ${base}`, chains, list.length, (i) => String(base + i), (i) => `goto ${epChain(list[i])}`);
       return [
         // sorted, not in position order: the chain reads the same whatever the history
         ...[...list].sort(byAddressAndPort).map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
@@ -183,7 +209,7 @@ export function renderService(
       clusterVerdict = `goto ${svcChain}`;
     } else if (internal.length && clusterIPs.length) {
       const list = inOrder(internal, 2 * portIndex, (t) => t.ip); // one target port: the address is the id
-      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list })}`;
+      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list }, (frame, set, n, key, value) => positions(2 * portIndex, frame, set, n, key, value))}`;
       // Only a pod on this node can reach itself through this node's rules.
       for (const t of list.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
     }
@@ -220,7 +246,7 @@ export function renderService(
       for (const t of fw.targets) elem(N.FIREWALL_IPS_MAP, `${t} . ${proto} . ${port.Port}`, `goto ${fw.chain}`, portId);
 
     if (affinity)
-      for (const t of sorted) {
+      for (const t of [...targets].sort(byAddressAndPort)) {
         if (!t.internal && !t.external) continue;
         out.sets.push({ name: affSet(t), type: f === "ip" ? "ipv4_addr" : "ipv6_addr", flags: ["dynamic", "timeout"], timeout: affinity });
         out.chains.push({
@@ -244,7 +270,7 @@ export function renderService(
 const t0 = <T>(list: T[]): T => list[0];
 
 /**
- * One target per address and target port, sorted. Duplicates are found by
+ * One target per address and target port (unsorted: positions.ts sorts what it places). Duplicates are found by
  * a scan while the list is short (the usual handful of endpoints: cheaper
  * than a Map), by a Map keyed by the address string beyond.
  */
@@ -269,7 +295,7 @@ function targetsOf(port: PortMapping, epList: { ep: Endpoint; addr: string }[]):
     t.internal ||= !!ep.Scopes?.Internal;
     t.external ||= !!ep.Scopes?.External;
   }
-  return out.sort(byAddressAndPort);
+  return out;
 }
 
 const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port);
@@ -282,6 +308,7 @@ const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.
 function sharedDispatch(
   out: ServiceObjects,
   o: { proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
+  positions: (frame: string, set: string, n: number, key: (i: number) => string, value: (i: number) => string) => void,
 ): string {
   const list = o.list.slice(0, N.MAX_DISPATCH);
   out.truncated += o.list.length - list.length;
@@ -289,10 +316,11 @@ function sharedDispatch(
   out.shared.push({ name, proto: o.proto, index: o.index, n: list.length });
   const endpoints = N.clusterEndpointsMap(o.proto);
   const base = o.index * N.MAX_DISPATCH;
-  for (const cip of o.clusterIPs) {
-    for (let i = 0; i < list.length; i++) out.elements.push({ set: endpoints, key: `${cip} . ${base + i}`, value: list[i].ip });
-    out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port) });
-  }
+  // positions of each cluster IP in turn (one per family: one here)
+  const n = list.length;
+  const cip = (i: number) => o.clusterIPs[Math.floor(i / n)];
+  positions(`${endpoints} ${o.clusterIPs.join(",")} ${base}`, endpoints, n * o.clusterIPs.length, (i) => `${cip(i)} . ${base + (i % n)}`, (i) => list[i % n].ip);
+  for (const cip of o.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port) });
   return name;
 }
 

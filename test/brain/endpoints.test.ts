@@ -3,7 +3,10 @@
 // named after the rule it checks; flags: I internal, E external, L local,
 // T terminating.
 
+import { create, equals, type DescField } from "@bufbuild/protobuf";
 import { describe, expect, test } from "bun:test";
+import { ENDPOINT_FIELDS, sameEndpoint } from "../../src/core/brain/model/endpoints.ts";
+import { EndpointSchema, PortNameSchema, type Endpoint } from "../../src/gen/localv1/services_pb.ts";
 import type { K8sObject } from "../../src/core/brain/k8s/objects.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
@@ -188,4 +191,52 @@ describe("endpoint identity", () => {
     const e = [...st.services.get("default/web")!.endpoints.values()][0];
     expect(e.PortOverrides.map((p) => [p.Name, p.Port])).toEqual([["http", 8080], ["metrics", 9091]]);
   });
+});
+
+describe("endpoint equality (sameEndpoint: what keeps an unchanged endpoint's identity)", () => {
+  const base = () =>
+    create(EndpointSchema, {
+      Hostname: "h",
+      IPs: { V4: [A], V6: [] },
+      Local: true,
+      PortOverrides: [{ Name: "http", Port: 8080 }],
+      Scopes: { Internal: true, External: false },
+      Terminating: false,
+      NodeName: "node-1",
+      Zone: "zone-a",
+    });
+  /** one change per field sameEndpoint must see */
+  const changes: Record<string, (e: Endpoint) => void> = {
+    Hostname: (e) => (e.Hostname = "g"),
+    "IPs.V4": (e) => (e.IPs!.V4 = [B]),
+    "IPs.V6": (e) => (e.IPs!.V6 = [v6.pod(1, 1)]),
+    Local: (e) => (e.Local = false),
+    "PortOverrides.Name": (e) => (e.PortOverrides[0].Name = "web"),
+    "PortOverrides.Port": (e) => (e.PortOverrides[0].Port = 8081),
+    Scopes: (e) => (e.Scopes = undefined),
+    "Scopes.Internal": (e) => (e.Scopes!.Internal = false),
+    "Scopes.External": (e) => (e.Scopes!.External = true),
+    Terminating: (e) => (e.Terminating = true),
+    NodeName: (e) => (e.NodeName = "node-2"),
+    Zone: (e) => (e.Zone = "zone-b"),
+    IPs: (e) => (e.IPs = undefined),
+    "one more port override": (e) => e.PortOverrides.push(create(PortNameSchema, { Name: "m", Port: 9090 })),
+  };
+
+  test("every field of the Endpoint schema is compared (a new proto field must be added to sameEndpoint)", () => {
+    const leaves = (fields: readonly DescField[], prefix = ""): string[] =>
+      fields.flatMap((f) => (f.message ? leaves(f.message.fields, `${prefix}${f.localName}.`) : [`${prefix}${f.localName}`]));
+    expect(leaves(EndpointSchema.fields).sort()).toEqual([...ENDPOINT_FIELDS].sort());
+    for (const f of ENDPOINT_FIELDS) expect(Object.keys(changes)).toContain(f);
+  });
+
+  test("equal copies are the same endpoint", () => expect(sameEndpoint(base(), base())).toBe(true));
+
+  for (const [field, change] of Object.entries(changes))
+    test(`a change of ${field} is a different endpoint, as protobuf equality says`, () => {
+      const e = base();
+      change(e);
+      expect(sameEndpoint(base(), e)).toBe(false);
+      expect(equals(EndpointSchema, base(), e)).toBe(false);
+    });
 });

@@ -5,6 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { place } from "../../plugins/nft/positions.ts";
 
 const same = (s: string) => s;
+const byText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 /** positions whose endpoint differs between two orders (each is one map element rewritten or added/removed) */
 const moved = (a: readonly string[], b: readonly string[]) => {
   let n = 0;
@@ -14,10 +15,10 @@ const moved = (a: readonly string[], b: readonly string[]) => {
 
 describe("nft dispatch positions", () => {
   const cases = [
-    { name: "no previous order: the sorted list as given", prev: undefined, next: ["a", "b", "c"], want: ["a", "b", "c"] },
+    { name: "no previous order: sorted", prev: undefined, next: ["b", "c", "a"], want: ["a", "b", "c"] },
     { name: "nothing changed: same order, even if not sorted", prev: ["c", "a", "b"], next: ["a", "b", "c"], want: ["c", "a", "b"] },
     { name: "a replaced endpoint takes the freed position", prev: ["a", "b", "c"], next: ["a", "c", "z"], want: ["a", "z", "c"] },
-    { name: "arrivals fill holes lowest first, in sorted order", prev: ["a", "b", "c", "d"], next: ["b", "d", "x", "y"], want: ["x", "b", "y", "d"] },
+    { name: "arrivals fill holes lowest first, in sorted order", prev: ["a", "b", "c", "d"], next: ["y", "b", "d", "x"], want: ["x", "b", "y", "d"] },
     { name: "more arrivals than holes: the rest go to the end", prev: ["a", "b"], next: ["b", "x", "y"], want: ["x", "b", "y"] },
     { name: "a removal in the middle: the last moves into the hole", prev: ["a", "b", "c", "d", "e"], next: ["a", "c", "d", "e"], want: ["a", "e", "c", "d"] },
     { name: "removals at the end: nothing moves", prev: ["a", "b", "c", "d"], next: ["a", "b"], want: ["a", "b"] },
@@ -25,7 +26,7 @@ describe("nft dispatch positions", () => {
     { name: "all gone", prev: ["a", "b"], next: [], want: [] },
     { name: "all new", prev: ["a", "b"], next: ["x", "y", "z"], want: ["x", "y", "z"] },
   ];
-  for (const c of cases) test(c.name, () => expect(place(c.prev, c.next, same)).toEqual(c.want));
+  for (const c of cases) test(c.name, () => expect(place(c.prev, c.next, same, byText)).toEqual(c.want));
 
   test("a rolling update of 5,000 moves only the endpoints it replaces, and the list stays dense", () => {
     let order = Array.from({ length: 5000 }, (_, i) => `old${String(i).padStart(4, "0")}`);
@@ -34,7 +35,7 @@ describe("nft dispatch positions", () => {
       const live = new Set(order);
       for (let j = 0; j < 100; j++) live.delete(`old${String(wave * 100 + j).padStart(4, "0")}`);
       for (let j = 0; j < 100; j++) live.add(`new${String((j * 37 + wave * 101) % 10000).padStart(4, "0")}w${wave}`);
-      const next = place(order, [...live].sort(), same);
+      const next = place(order, [...live], same, byText);
       expect(next).toHaveLength(5000);
       expect(new Set(next)).toEqual(live);
       expect(moved(order, next)).toBe(100);
@@ -45,7 +46,7 @@ describe("nft dispatch positions", () => {
   test("a scale-down by 100 of 5,000 rewrites at most 200 positions (100 moved in, 100 gone at the end)", () => {
     const order = Array.from({ length: 5000 }, (_, i) => `e${String(i).padStart(4, "0")}`);
     const gone = new Set(Array.from({ length: 100 }, (_, j) => order[j * 50]));
-    const next = place(order, order.filter((e) => !gone.has(e)), same);
+    const next = place(order, order.filter((e) => !gone.has(e)), same, byText);
     expect(next).toHaveLength(4900);
     expect(next.some((e) => gone.has(e))).toBe(false);
     expect(moved(order, next)).toBeLessThanOrEqual(200);

@@ -20,7 +20,7 @@ function lines(o: ServiceObjects): string[] {
     ...o.sets.map((s) => `set ${s.name} timeout ${s.timeout}`),
     ...o.shared.map((s) => `shared ${s.name}`),
     ...o.chains.flatMap((c) => c.rules.map((r) => `chain ${c.name}: ${r.rule}`)),
-    ...o.elements.map((e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`),
+    ...[...o.elements, ...o.lists.flatMap((l) => l?.elems ?? [])].map((e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`),
   ].map((l) => l.replace(/-[A-Z2-7]{8}-/g, "-"));
 }
 

@@ -5,11 +5,11 @@
 // only those, for every node name being served.
 
 import { equals } from "@bufbuild/protobuf";
-import { EndpointSchema, ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
+import { ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
 import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
 import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
-import { candidates, endpointsModel } from "./model/endpoints.ts";
+import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
 import type { NodeInfo } from "./model/topology.ts";
 import { nodeIPs, sameIPs } from "./node-ips.ts";
@@ -241,7 +241,7 @@ function shareUnchanged(old: ServiceEndpoints, next: ServiceEndpoints): ServiceE
   const endpoints = new Map<string, Endpoint>();
   for (const [k, ep] of next.endpoints) {
     const prev = old.endpoints.get(k);
-    if (prev && equals(EndpointSchema, prev, ep)) endpoints.set(k, prev);
+    if (prev && sameEndpoint(prev, ep)) endpoints.set(k, prev);
     else {
       endpoints.set(k, ep);
       changed = true;
