@@ -9,8 +9,8 @@ import { ENDPOINT_FIELDS, sameEndpoint } from "../../src/core/brain/model/endpoi
 import { EndpointSchema, PortNameSchema, type Endpoint } from "../../src/gen/localv1/services_pb.ts";
 import type { K8sObject } from "../../src/core/brain/k8s/objects.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
-import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
-import { localState, scopes } from "./helpers.ts";
+import { node, slice, svc, type EpOpts, type SvcOpts } from "../fixtures/k8s.ts";
+import { brainWith, localState, scopes } from "./helpers.ts";
 
 const A = v4.pod(1, 1); // on node-1 (this node)
 const B = v4.pod(2, 1); // on node-2
@@ -238,5 +238,36 @@ describe("endpoint equality (sameEndpoint: what keeps an unchanged endpoint's id
       change(e);
       expect(sameEndpoint(base(), e)).toBe(false);
       expect(equals(EndpointSchema, base(), e)).toBe(false);
+    });
+});
+
+describe("endpoint reuse across revisions (a slice change creates only the endpoints it changed)", () => {
+  type Change = { ep?: Partial<EpOpts>; other?: Partial<EpOpts>; ports?: { name: string; port: number }[]; svc?: SvcOpts };
+  const objects = (c: Change) => [
+    ...nodes,
+    svc(c.svc),
+    slice({ ports: c.ports, endpoints: [ep(A, { pod: "p", ...c.ep }), ep(B, { pod: "q", ...c.other })] }),
+  ];
+  const cases: { name: string; change: Change; reused: boolean }[] = [
+    { name: "nothing of it changed (its neighbour did)", change: { other: { ip: C } }, reused: true },
+    { name: "its address (same pod)", change: { ep: { ip: C } }, reused: false },
+    { name: "its node (no longer local)", change: { ep: { node: "node-2" } }, reused: false },
+    { name: "its zone", change: { ep: { zone: "zone-b" } }, reused: false },
+    { name: "terminating, used as the fallback", change: { ep: { ready: false, terminating: true }, other: { ready: false, terminating: true } }, reused: false },
+    { name: "its scopes (the service becomes a NodePort: external traffic too)", change: { svc: { type: "NodePort", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] } }, reused: false },
+    { name: "an equal copy of the service", change: { svc: { ports: [{ name: "http", port: 80, targetPort: 8080 }] } }, reused: true },
+    { name: "the slice port's number", change: { ports: [{ name: "http", port: 8081 }] }, reused: false },
+    { name: "the service port's name", change: { svc: { ports: [{ name: "web", port: 80, targetPort: 8080 }] }, ports: [{ name: "web", port: 8080 }] }, reused: false },
+  ];
+  for (const c of cases)
+    test(`${c.name}: ${c.reused ? "the same object" : "a new endpoint"}, equal to a fresh computation`, () => {
+      const brain = brainWith(objects({}));
+      const view = brain.view("node-1");
+      const before = view.state!.services.get("default/web")!.endpoints.get("p");
+      brain.apply(objects(c.change).map((object) => ({ type: "upsert" as const, object })));
+      brain.flush();
+      const after = view.state!.services.get("default/web")!.endpoints.get("p");
+      expect(after).toEqual(localState(objects(c.change)).services.get("default/web")!.endpoints.get("p")!);
+      expect(after === before).toBe(c.reused);
     });
 });

@@ -226,7 +226,8 @@ export class NodeView {
     if (!e) return null;
     const slices = this.brain.index.slices.get(key)?.values() ?? [];
     const cands = candidates(slices, e.families, this.nodeName);
-    return { service: e.model, endpoints: endpointsModel(e.model, cands, { ...e, node }) };
+    // the last result's endpoints are reused where they come out the same
+    return { service: e.model, endpoints: endpointsModel(e.model, cands, { ...e, node }, this.state?.services.get(key)?.endpoints) };
   }
 }
 

@@ -109,8 +109,13 @@ export function usable(cands: readonly Candidate[], local: boolean, node: NodeIn
   return new Set(pool.filter((c) => c.serving && c.terminating));
 }
 
-/** Endpoints of one service with scopes, keyed by endpoint key; endpoints no traffic may use are left out. */
-export function endpointsModel(service: Service, cands: readonly Candidate[], opts: ScopeOptions): Map<string, Endpoint> {
+/**
+ * Endpoints of one service with scopes, keyed by endpoint key; endpoints no
+ * traffic may use are left out. An endpoint of `prev` (the last result for
+ * this service) that would come out the same is reused as is: a change of
+ * one slice of a 5,000-endpoint service creates its 100 endpoints, not 5,000.
+ */
+export function endpointsModel(service: Service, cands: readonly Candidate[], opts: ScopeOptions, prev?: ReadonlyMap<string, Endpoint>): Map<string, Endpoint> {
   const out = new Map<string, Endpoint>();
   for (const family of ["v4", "v6"] as const) {
     const fam = cands.filter((c) => c.family === family);
@@ -119,10 +124,28 @@ export function endpointsModel(service: Service, cands: readonly Candidate[], op
     const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : new Set<Candidate>();
     for (const c of fam) {
       if (!internal.has(c) && !external.has(c)) continue;
-      out.set(c.key, toEndpoint(service, c, internal.has(c), external.has(c)));
+      const [i, e] = [internal.has(c), external.has(c)];
+      const old = prev?.get(c.key);
+      out.set(c.key, old && isEndpointOf(old, service, c, i, e) ? old : toEndpoint(service, c, i, e));
     }
   }
   return out;
+}
+
+/** whether toEndpoint(service, c, internal, external) would equal `ep` (field by field, as toEndpoint fills them) */
+function isEndpointOf(ep: Endpoint, service: Service, c: Candidate, internal: boolean, external: boolean): boolean {
+  if (ep.Hostname !== c.hostname || ep.Local !== c.local || ep.Terminating !== c.terminating || ep.NodeName !== c.nodeName || ep.Zone !== c.zone) return false;
+  if (ep.Scopes?.Internal !== internal || ep.Scopes.External !== external) return false;
+  const [own, other] = c.family === "v4" ? [ep.IPs?.V4, ep.IPs?.V6] : [ep.IPs?.V6, ep.IPs?.V4];
+  if (own?.length !== 1 || own[0] !== c.ip || other?.length !== 0) return false;
+  let n = 0;
+  for (const p of service.Ports) {
+    const port = c.ports.get(p.Name);
+    if (port === undefined) continue;
+    const o = ep.PortOverrides[n++];
+    if (o?.Name !== p.Name || o.Port !== port) return false;
+  }
+  return n === ep.PortOverrides.length;
 }
 
 function toEndpoint(service: Service, c: Candidate, internal: boolean, external: boolean): Endpoint {
