@@ -65,6 +65,22 @@ describe("nft node ports with default flags", () => {
     });
   }
 
+  const configs: Array<{ name: string; text: string; want: string[] }> = [
+    { name: "v1alpha1 bindAddress", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 203.0.113.7\n", want: ["203.0.113.7"] },
+    { name: "v1alpha2 nodeIPOverride", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nnodeIPOverride: [203.0.113.8]\n", want: ["203.0.113.8"] },
+    { name: "v1alpha1 bindAddress 0.0.0.0 (its default): the Node's", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 0.0.0.0\n", want: ["203.0.113.1"] },
+  ];
+  for (const c of configs) {
+    test(`--config with ${c.name}`, () => {
+      const file = clusterFile(`config-${c.name.replace(/\W+/g, "-")}.json`, [{ type: "InternalIP", address: "203.0.113.1" }]);
+      const config = join(dir, `${c.name.replace(/\W+/g, "-")}.yaml`);
+      writeFileSync(config, c.text);
+      const r = kpng("--config", config, "--input", file, "--node-name", "node-a", "--backend", "nft", "--dry-run", "--once");
+      expect(r.err).not.toMatch(/^kpng: /m);
+      expect(nodePortIPs(r.out)).toEqual(c.want);
+    });
+  }
+
   test("the README's command prints node-port elements", () => {
     const r = kpng("--input", "examples/cluster.yaml", "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once");
     expect(r.code).toBe(0);
