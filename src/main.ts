@@ -35,7 +35,7 @@ async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise
   return configFromFlags(args, rawArgs, base);
 }
 
-const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: cfg.nodeIPs });
+const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
 
 /** Where cluster objects come from: --input, --api (node agent) or the API server. */
 const sourceOptions = (args: Args, rawArgs: string[]) => ({

@@ -44,12 +44,12 @@ describe("node IPs in the node-local state", () => {
     brain.flush();
   };
 
-  test("the first revision carries the Node's IPs, and the override wins", () => {
-    const brain = new Brain({ nodeIPOverride: ["198.51.100.1"] });
-    brain.apply([up(svc()), up(node("node-1", { ips: [v4.node(1), v6.node(1)] }))]);
+  test("the first revision carries the Node's IPs; the override wins, for the operator's own node only", () => {
+    const brain = new Brain({ nodeIPOverride: { node: "node-1", ips: ["198.51.100.1"] } });
+    brain.apply([up(svc()), up(node("node-1", { ips: [v4.node(1), v6.node(1)] })), up(node("node-2", { ips: [v4.node(2)] }))]);
     synced(brain);
     expect(brain.view("node-1").state!.nodeIPs).toEqual(["198.51.100.1", v6.node(1)]);
-    expect(brain.view("node-2").state!.nodeIPs).toEqual(["198.51.100.1"]);
+    expect(brain.view("node-2").state!.nodeIPs).toEqual([v4.node(2)]);
   });
 
   test("a Node IP change is a new revision with a null change set (re-render everything); same services", () => {

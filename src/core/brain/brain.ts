@@ -26,8 +26,8 @@ export interface Revision {
 
 export interface BrainOptions {
   serviceProxyName?: string;
-  /** the operator's node IPs (Config.nodeIPs): they win over the Node's for their families */
-  nodeIPOverride?: readonly string[];
+  /** the operator's IPs for its own node (Config.nodeName, Config.nodeIPs): they win over that Node's for their families */
+  nodeIPOverride?: { node: string; ips: readonly string[] };
 }
 
 type Listener = (rev: Revision) => void;
@@ -49,13 +49,13 @@ export class Brain {
   private pending: Touched = newTouched();
   private readonly flushListeners = new Set<(touched: Touched) => void>();
   private readonly serviceProxyName: string;
-  private readonly nodeIPOverride: readonly string[];
+  private readonly nodeIPOverride: { node: string; ips: readonly string[] } | undefined;
   /** counters: events in, revisions out, services recomputed (work done) */
   readonly stats = { events: 0, revisions: 0, computed: 0 };
 
   constructor(opts: BrainOptions = {}) {
     this.serviceProxyName = opts.serviceProxyName ?? "";
-    this.nodeIPOverride = opts.nodeIPOverride ?? [];
+    this.nodeIPOverride = opts.nodeIPOverride;
   }
 
   apply(events: Iterable<ClusterEvent>): void {
@@ -124,9 +124,10 @@ export class Brain {
     return { name: nodeName, zone: this.index.nodes.get(nodeName)?.metadata.labels?.[ZONE_LABEL] ?? "" };
   }
 
-  /** the node's IPs (node-ips.ts), the override first */
+  /** the node's IPs (node-ips.ts); the override applies to the operator's own node only (other views are served to other nodes) */
   nodeIPs(nodeName: string): string[] {
-    return nodeIPs(this.index.nodes.get(nodeName), this.nodeIPOverride);
+    const override = this.nodeIPOverride?.node === nodeName ? this.nodeIPOverride.ips : [];
+    return nodeIPs(this.index.nodes.get(nodeName), override);
   }
 }
 
