@@ -116,6 +116,7 @@ const runCommand = defineCommand({
           first = false;
         },
         onError: (err) => servers?.failed(b.name, err),
+        onRulesLost: (reason) => servers?.rulesLost(b.name, reason),
       });
     });
     let nodeIPs: readonly string[] | undefined;

@@ -9,7 +9,8 @@ import { isUnavailable, KpngError } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import type { NftSession, Spawner } from "./session.ts";
-import type { Transaction } from "./transaction.ts";
+import { Transaction } from "./transaction.ts";
+import type { RulesWatch } from "./watch.ts";
 
 /** Runs real programs. Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
 export function processExecutor(): Executor {
@@ -36,9 +37,11 @@ export function processSpawner(prefix: string[] = []): Spawner {
   return {
     spawn(argv, on, env) {
       const [cmd, ...args] = [...prefix, ...argv];
-      // stdout is not read: nft -i prints nothing there for add/delete/flush
-      const p = spawn(cmd, args, { stdio: ["pipe", "ignore", "pipe"], env: { ...process.env, ...env } });
+      const p = spawn(cmd, args, { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, ...env } });
       p.stderr.setEncoding("utf8").on("data", (d: string) => on.stderr(d));
+      // nft -i prints nothing on stdout for add/delete/flush; nft monitor prints its events there
+      if (on.stdout) p.stdout.setEncoding("utf8").on("data", (d: string) => on.stdout?.(d));
+      else p.stdout.resume();
       let ended = false;
       const exit = (code: number | null) => {
         if (!ended) on.exit(code);
@@ -65,6 +68,16 @@ export function processSpawner(prefix: string[] = []): Spawner {
  */
 export const SESSION_MAX_BYTES = 16 * 1024;
 
+/** how long, after a full sync, the new monitor may take to report kpng's first stamp (per try; 3 tries) */
+const ECHO_WAIT_MS = 250;
+
+export interface ApplyOptions {
+  /** the transaction re-creates kpng's tables (a full sync): it goes to `nft -f -`, with the watch paused */
+  full?: boolean;
+  /** no stamp: the transaction removes the tables (cleanup) */
+  unstamped?: boolean;
+}
+
 export class NftRunner {
   private gaveUp = false;
 
@@ -72,6 +85,8 @@ export class NftRunner {
     private readonly exec: Executor,
     private readonly session?: NftSession,
     private readonly log?: Logger,
+    /** sees other processes' changes to kpng's tables (watch.ts); stamps every transaction */
+    private readonly watch?: RulesWatch,
   ) {}
 
   /**
@@ -79,20 +94,65 @@ export class NftRunner {
    * is never sent. Full syncs and big transactions run as `nft -f -`, small
    * partial ones through the session when there is one.
    */
-  async apply(tx: Transaction, opts: { full?: boolean } = {}): Promise<void> {
+  async apply(tx: Transaction, opts: ApplyOptions = {}): Promise<void> {
     if (tx.err) throw new KpngError("internal", `nft transaction not applied: ${tx.err}`);
     if (tx.empty) return;
+    const watch = opts.unstamped ? undefined : this.watch;
+    if (!watch) return this.send(tx, opts);
+    // A full sync's ~100,000 events would swamp the monitor (watch.ts); it replaces everything anyway.
+    if (opts.full) watch.stop();
+    await this.stamped(watch, tx, opts);
+    if (opts.full) await this.resumeWatch(watch);
+  }
+
+  /** sends `tx` with a stamp at its end */
+  private async stamped(watch: RulesWatch, tx: Transaction, opts: ApplyOptions): Promise<string> {
+    const { ops, value } = watch.stamp(opts.full === true);
+    const stamp = new Transaction();
+    for (const op of ops) stamp.add(op);
+    try {
+      await this.send(tx, opts, stamp);
+    } catch (err) {
+      watch.settle(false);
+      throw err;
+    }
+    watch.settle(true);
+    return value;
+  }
+
+  /**
+   * Starts the monitor again after a full sync and proves it listens: a
+   * stamp-only transaction whose echo it must print. That stamp replaces the
+   * full sync's, so it also fails if the tables went before the monitor
+   * listened: reported like any other change.
+   */
+  private async resumeWatch(watch: RulesWatch): Promise<void> {
+    watch.start();
+    for (let i = 0; i < 3 && watch.running; i++) {
+      let value: string;
+      try {
+        value = await this.stamped(watch, new Transaction(), {});
+      } catch (err) {
+        watch.report(`kpng's sync stamp is gone: ${err instanceof Error ? err.message : String(err)}`);
+        return;
+      }
+      if (await watch.seen(value, ECHO_WAIT_MS * (i + 1))) return;
+    }
+    if (watch.running) this.log?.warn("nft monitor does not report kpng's own commits: changes by other processes may go unnoticed");
+  }
+
+  private async send(tx: Transaction, opts: ApplyOptions, stamp?: Transaction): Promise<void> {
     if (this.session && !opts.full && this.sessionUsable()) {
       const line = tx.printLine();
       if (line.length <= SESSION_MAX_BYTES)
         try {
-          return await this.session.apply(line);
+          return await this.session.apply([line, stamp?.printLine()].filter(Boolean).join("; "));
         } catch (err) {
           // nothing was sent: the same transaction as a one-shot
           if (!isUnavailable(err)) throw err;
         }
     }
-    await this.exec.run(["nft", "-f", "-"], tx.print());
+    await this.exec.run(["nft", "-f", "-"], tx.print() + (stamp?.print() ?? ""));
   }
 
   /** asks the kernel to validate without committing (nft --check runs the batch and aborts it) */
@@ -107,6 +167,7 @@ export class NftRunner {
   }
 
   close() {
+    this.watch?.stop();
     this.session?.close();
   }
 

@@ -1,9 +1,11 @@
 // The nftables backend: a full-state backend that renders only what changed
 // (sync.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
 // or a running `nft -i` for small partial syncs, session.ts) and then clears
-// stale UDP conntrack entries (src/plugins/conntrack.ts).
+// stale UDP conntrack entries (src/plugins/conntrack.ts). Between syncs an
+// `nft monitor` (watch.ts) looks out for other processes changing kpng's
+// tables; the feed answers such a report with a full sync.
 //
-// `createNftBackend(ctx, { exec, interactive })` lets tests run it against a
+// `createNftBackend(ctx, { exec, interactive, monitor })` lets tests run it against a
 // recorder or inside a network namespace; the default export is the
 // BackendFactory the registry loads for `--backend nft`.
 
@@ -16,12 +18,15 @@ import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type St
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
+import { RulesWatch } from "./watch.ts";
 
 export interface NftOptions {
   /** where `nft` and `conntrack` run (default: real processes) */
   exec?: Executor;
   /** where the `nft -i` for small partial syncs runs (default: a real process when `exec` is not given, else none) */
   interactive?: Spawner;
+  /** where the `nft monitor` that sees other processes' changes runs (watch.ts; default: a real process when `exec` is not given, else none) */
+  monitor?: Spawner;
 }
 
 export interface SyncStats {
@@ -45,6 +50,9 @@ export class NftBackend implements FullStateBackend {
   private readonly exec: Executor;
   private readonly log: Logger;
   private needFull = true;
+  /** where to say that someone else changed the tables (the feed answers with a full sync) */
+  private report: ((reason: string) => void) | undefined;
+  private readonly watch: RulesWatch | undefined;
   /** UDP frontends as last applied, per service: what conntrack cleanup diffs against */
   private udpApplied = new Map<string, UdpFrontend[]>();
 
@@ -55,7 +63,9 @@ export class NftBackend implements FullStateBackend {
     this.exec = opts.exec ?? processExecutor();
     this.log = ctx.log.child("nft");
     const spawner = opts.interactive ?? (opts.exec ? undefined : processSpawner());
-    this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log);
+    const monitor = ctx.config.dryRun ? undefined : (opts.monitor ?? (opts.exec ? undefined : spawner));
+    this.watch = monitor && new RulesWatch({ spawner: monitor, log: this.log, onForeign: (what) => this.rulesChanged(what) });
+    this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch);
     this.nodeIPs = ctx.config.nodeIPs;
     this.sync = new NftSync(ctx.config);
   }
@@ -108,10 +118,16 @@ export class NftBackend implements FullStateBackend {
     this.commit(plan, renderMs, applyMs, deletes);
   }
 
+  /** The feed's ear: someone else changed kpng's tables. */
+  watchRules(report: (reason: string) => void): void {
+    this.report = report;
+  }
+
   async cleanup(): Promise<void> {
     const tx = cleanupTransaction();
+    this.watch?.stop(); // removing the tables is no change to repair
     if (this.ctx.config.dryRun) this.ctx.out(tx.print());
-    else await this.runner.apply(tx, { full: true });
+    else await this.runner.apply(tx, { full: true, unstamped: true });
     this.sync.reset();
     this.needFull = true;
     this.udpApplied.clear();
@@ -120,6 +136,13 @@ export class NftBackend implements FullStateBackend {
   /** ends the `nft -i` session; the rules stay */
   async close(): Promise<void> {
     this.runner.close();
+  }
+
+  private rulesChanged(what: string) {
+    // Whatever was changed, the records of what the kernel holds are wrong now.
+    this.needFull = true;
+    this.log.warn("kpng's tables were changed by another process: restoring them with a full sync", { change: what });
+    this.report?.(what);
   }
 
   private staleFlows(plan: SyncPlan): StaleFlow[] {

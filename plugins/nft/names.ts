@@ -101,6 +101,12 @@ export const HAIRPIN_SET = "hairpin";
 export const CLUSTER_IPS_SET = "cluster-ips";
 /** addresses (or CIDRs) that answer node ports: Config.nodePortAddresses, default Config.nodeIPs */
 export const NODEPORT_IPS_SET = "nodeport-ips";
+/**
+ * One element naming kpng's last transaction (watch.ts): every transaction
+ * kpng commits replaces it, so `nft monitor` tells kpng's commits from
+ * other processes'. Only in the `ip` table.
+ */
+export const SYNC_STAMP_SET = "sync-stamp";
 
 // ---- helper chains ---------------------------------------------------------
 export const SERVICES_CHAIN = "services";

@@ -33,9 +33,16 @@ export interface Channel {
   kill(): void;
 }
 
-/** starts programs for NftSession; tests replace it with a fake nft */
+export interface SpawnHandlers {
+  stderr(text: string): void;
+  /** stdout is read only when this is given (`nft monitor` prints there; `nft -i` prints nothing for add/delete/flush) */
+  stdout?(text: string): void;
+  exit(code: number | null): void;
+}
+
+/** starts programs for NftSession and RulesWatch; tests replace it with a fake nft */
 export interface Spawner {
-  spawn(argv: string[], on: { stderr(text: string): void; exit(code: number | null): void }, env?: Record<string, string>): Channel;
+  spawn(argv: string[], on: SpawnHandlers, env?: Record<string, string>): Channel;
 }
 
 export interface SessionOptions {

@@ -31,6 +31,14 @@ interface BackendBase {
   cleanup?(ctx: BackendContext): Promise<void>;
   /** called on shutdown; rules stay in place */
   close?(): Promise<void>;
+  /**
+   * Called once by the feed before the first sync: `report` is where the
+   * backend says, between syncs, that its rules were changed or removed by
+   * someone else (a flushed ruleset, a deleted table or chain). The backend
+   * makes its next sync full; the feed runs one at once, and /healthz
+   * answers 503 until it succeeded.
+   */
+  watchRules?(report: (reason: string) => void): void;
 }
 
 export interface FullStateBackend extends BackendBase {

@@ -2,7 +2,8 @@
 // serialization) or behind the API client. One apply runs at a time; while
 // it runs, newer revisions coalesce into one (their change sets merged). A
 // failed apply is retried as a full sync: after a failure we cannot know
-// what the kernel holds.
+// what the kernel holds. So is a backend's report that someone else changed
+// its rules (Backend.watchRules).
 
 import type { Revision } from "../core/brain/brain.ts";
 import { errorMessage } from "../core/errors.ts";
@@ -19,6 +20,8 @@ export interface FeedOptions {
   /** after each successful sync (metrics, --once); `change` null = it was a full sync */
   onSynced?: (state: NodeState, seconds: number, change: StateChange) => void;
   onError?: (err: unknown) => void;
+  /** the backend reported that its rules were changed by someone else; a full sync follows */
+  onRulesLost?: (reason: string) => void;
 }
 
 export interface Feed {
@@ -87,13 +90,23 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
       if (pending !== undefined && !retry) kick();
     });
   };
+  const schedule = (change: StateChange) => {
+    pending = union(pending, change);
+    clearTimeout(retry);
+    retry = undefined;
+    kick();
+  };
+  backend.watchRules?.((reason) => {
+    if (stopped) return;
+    log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });
+    opts.onRulesLost?.(reason);
+    // Before the first revision there is nothing to restore; the first sync is full anyway.
+    if (latest) schedule(null);
+  });
   return {
     push(rev) {
       latest = rev.state;
-      pending = union(pending, rev.change);
-      clearTimeout(retry);
-      retry = undefined;
-      kick();
+      schedule(rev.change);
     },
     async idle() {
       while (running) await running;

@@ -2,8 +2,12 @@
 // proxy_health.go): /healthz and /livez with kube-proxy's JSON bodies.
 //
 // Healthy = no backend has had a change waiting longer than the health
-// timeout (2 x syncPeriod). A backend that never synced yet counts as
-// healthy, as upstream ("healthy while starting up"). /healthz also reports
+// timeout (2 x syncPeriod), as upstream. A backend that never synced yet
+// counts as healthy, as upstream ("healthy while starting up"). kpng adds
+// what it knows sooner than upstream would: a backend whose rules are known
+// to be gone (someone flushed them; Backend.watchRules) or whose syncs keep
+// failing (FAILURES_UNHEALTHY in a row) is unhealthy at once, until its next
+// successful sync; upstream waits for the timeout. /healthz also reports
 // 503 when this node is being deleted or is tainted
 // ToBeDeletedByClusterAutoscaler (load balancers should drain it); /livez
 // ignores the node.
@@ -12,6 +16,13 @@ import { bindHostPort, serveHttp, type HttpServer } from "./http-serve.ts";
 import type { Logger } from "../log.ts";
 
 export const TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler";
+
+/**
+ * Failed syncs in a row that make a backend unhealthy. One failure is
+ * retried as a full sync a second later and usually heals; a second says the
+ * rules are not being kept up to date.
+ */
+export const FAILURES_UNHEALTHY = 2;
 
 export interface Clock {
   /** wall clock, ms since the epoch */
@@ -31,6 +42,8 @@ export class ProxyHealth {
   private readonly lastUpdated = new Map<string, Stamp>();
   /** backend -> when its oldest unapplied change was queued, and the newest revision queued */
   private readonly pending = new Map<string, { since: Stamp; rev: number }>();
+  /** backends whose rules are known to be missing, or whose syncs failed, since their last successful sync */
+  private readonly broken = new Map<string, { lost: boolean; failures: number }>();
 
   constructor(
     private readonly opts: { timeoutMs: number; clock?: Clock; nodeEligible?: () => boolean },
@@ -51,10 +64,23 @@ export class ProxyHealth {
     else this.pending.set(backend, { since: this.stamp(), rev });
   }
 
+  /** `backend`'s rules were changed or removed by someone else; a full sync is on its way. */
+  rulesLost(backend: string): void {
+    const b = this.broken.get(backend) ?? { lost: false, failures: 0 };
+    this.broken.set(backend, { ...b, lost: true });
+  }
+
+  /** a sync of `backend` failed (it is retried) */
+  failed(backend: string): void {
+    const b = this.broken.get(backend) ?? { lost: false, failures: 0 };
+    this.broken.set(backend, { ...b, failures: b.failures + 1 });
+  }
+
   /** `backend` applied revision `rev`. */
   updated(backend: string, rev: number): void {
     const now = this.stamp();
     this.lastUpdated.set(backend, now);
+    this.broken.delete(backend);
     const p = this.pending.get(backend);
     if (!p) return;
     // A newer revision was queued while this one was applied: it waits from now on.
@@ -70,6 +96,8 @@ export class ProxyHealth {
   check(): { healthy: boolean; lastUpdated: Stamp | null } {
     const now = this.clock.mono();
     let last: Stamp | null = null;
+    for (const [backend, b] of this.broken)
+      if (b.lost || b.failures >= FAILURES_UNHEALTHY) return { healthy: false, lastUpdated: this.lastUpdated.get(backend) ?? null };
     for (const [backend, stamp] of this.lastUpdated) {
       if (!last || stamp.mono > last.mono) last = stamp;
       const p = this.pending.get(backend);

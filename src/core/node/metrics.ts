@@ -47,6 +47,7 @@ export class ProxyMetrics {
   private readonly noLocal: Gauge;
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
+  private readonly lost: Counter;
   private readonly upstreamFailures = new Map<string, Counter>();
   private last: NodeState | null = null;
   /** service key -> trigger time (ms) of a change waiting to be programmed, and the revision carrying it */
@@ -72,6 +73,8 @@ export class ProxyMetrics {
       livez: new Counter({ name: "kubeproxy_proxy_livez_total", help: "Cumulative proxy livez HTTP status", labelNames: ["code"], registers }),
     };
     this.failures = new Counter({ name: "kpng_backend_sync_failures_total", help: "Failed backend syncs (each is retried as a full sync)", labelNames: ["backend"], registers });
+    // kube-proxy has no counter for this (its iptables canary only forces a sync): a kpng_ name.
+    this.lost = new Counter({ name: "kpng_backend_rules_lost_total", help: "Times a backend found its rules changed or removed by another process (each answered with a full sync)", labelNames: ["backend"], registers });
     for (const b of opts.backends) {
       const name = upstreamFailureCounter[b];
       if (name && !this.upstreamFailures.has(b)) this.upstreamFailures.set(b, new Counter({ name, help: `Cumulative proxy ${b} sync failures`, registers }));
@@ -148,6 +151,10 @@ export class ProxyMetrics {
   failed(backend: string): void {
     this.failures.inc({ backend });
     this.upstreamFailures.get(backend)?.inc();
+  }
+
+  rulesLost(backend: string): void {
+    this.lost.inc({ backend });
   }
 
   answered(path: "healthz" | "livez", code: number): void {

@@ -40,6 +40,8 @@ export interface ProxyServers {
   queued(rev: Revision): void;
   synced(backend: string, state: NodeState, seconds: number, change: StateChange): void;
   failed(backend: string, err: unknown): void;
+  /** `backend` reported its rules changed or removed by someone else (a full sync follows) */
+  rulesLost(backend: string, reason: string): void;
   /** http://… of the health and metrics servers, when they run */
   readonly urls: { healthz?: string; metrics?: string };
   close(): void;
@@ -141,7 +143,12 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
       metrics.synced(backend, state, seconds, change);
     },
     failed(backend) {
+      health.failed(backend);
       metrics.failed(backend);
+    },
+    rulesLost(backend) {
+      health.rulesLost(backend);
+      metrics.rulesLost(backend);
     },
     close() {
       for (const t of timers) clearTimeout(t);

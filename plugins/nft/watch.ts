@@ -1,0 +1,200 @@
+// Notices when another process changes kpng's tables — `nft delete table ip
+// kpng`, `nft flush ruleset` (a firewall reload), a chain flushed, a rule,
+// chain, set or element added or deleted — as it is committed, so the
+// backend restores its rules in about a second instead of never, and
+// without polling the ruleset.
+//
+// How: a long-running `nft monitor` prints each change to the ruleset as it
+// is committed, every commit closed by "# new generation N by process P
+// (comm)". The pid cannot tell kpng's commits from others': the kernel
+// reports it in the initial pid namespace, which kpng in a container does
+// not see. So every kpng transaction carries a stamp: it replaces the one
+// element of the set `ip kpng sync-stamp` with a fresh value. A commit that
+// adds a stamp kpng sent (and has not seen yet) is kpng's; any other commit
+// that touches `ip kpng` or `ip6 kpng` is someone else's.
+//
+// Cost: `nft monitor` formats every event, kpng's own included, ~20 µs each
+// (nft 1.0.6): an endpoint change is a few events, but a full sync of 10,000
+// services is ~100,000, which cost the monitor ~2.5 s of CPU and overflowed
+// its socket ("We lost some netlink events"). The runner (executor.ts)
+// therefore stops the monitor for a full sync — it replaces both tables, so
+// whatever anyone did before its commit is gone anyway — and starts it
+// again after. Until the new monitor listens (~10-50 ms) a change is not
+// seen as it happens; the first stamp after it replaces the previous one
+// with `delete element`, which fails if the table, the set or its element
+// went meanwhile (delete table, flush ruleset). What that gap misses: a
+// chain flushed or an element edited in those few ms.
+//
+// What is seen and what not, in short: every change to kpng's tables while
+// the monitor runs, by anyone; event loss (a foreign burst bigger than the
+// monitor's 16 MB socket buffer) is reported as a change too.
+
+import type { Logger } from "../../src/core/log.ts";
+import { SYNC_STAMP_SET, TABLE } from "./names.ts";
+import type { Channel, Spawner } from "./session.ts";
+import type { Op } from "./transaction.ts";
+
+export interface WatchOptions {
+  spawner: Spawner;
+  log: Logger;
+  /** someone else changed kpng's tables; `what` is the first change seen (a line of `nft monitor`) */
+  onForeign(what: string): void;
+  /** default `["nft", "monitor"]` */
+  argv?: string[];
+  /** after this many monitor processes in a row ended without seeing a stamp, watching stops (default 3) */
+  maxFailures?: number;
+}
+
+/** a line of `nft monitor` about kpng's own tables: "<verb> <object> ip|ip6 kpng ..." */
+const touchesKpng = new RegExp(`^\\S+ \\S+ ip6? ${TABLE}(?: |$)`);
+const stampAdded = new RegExp(`^add element ip ${TABLE} ${SYNC_STAMP_SET} \\{ "([^"]+)" \\}`);
+const NEW_GENERATION = "# new generation";
+/** what nft monitor prints when its socket overflowed */
+const LOST = /lost .*events/i;
+/** stamps sent and not seen yet; more are forgotten (a refused transaction's never comes) */
+const MAX_EXPECTED = 32;
+/** values are interface names for nft: at most 15 bytes */
+const SEQ_SPAN = 36 ** 6;
+
+export class RulesWatch {
+  private live: Channel | undefined;
+  private partial = "";
+  /** the commit being read: its first line about kpng's tables, and whether it carried a stamp of ours */
+  private batch: { first?: string; ours: boolean } = { ours: false };
+  private readonly expected = new Set<string>();
+  private readonly waiters = new Map<string, () => void>();
+  private readonly nonce = Math.random().toString(36).slice(2, 6).padEnd(4, "0");
+  private seq = 0;
+  /** the stamp now in the kernel, as far as kpng knows */
+  private current: string | undefined;
+  /** the stamp of the transaction being sent */
+  private sending: string | undefined;
+  private failures = 0;
+  private gaveUp = false;
+
+  constructor(private readonly opts: WatchOptions) {}
+
+  /** true while a monitor process runs */
+  get running(): boolean {
+    return this.live !== undefined;
+  }
+
+  /**
+   * The statements that stamp the next transaction, to go at its end, and
+   * the stamp's value. A transaction that re-creates the tables adds the set
+   * anew; any other replaces the current stamp, and fails if it is gone.
+   */
+  stamp(recreates: boolean): { ops: Op[]; value: string } {
+    const value = `k-${this.nonce}-${(++this.seq % SEQ_SPAN).toString(36)}`;
+    this.sending = value;
+    this.expected.add(value);
+    if (this.expected.size > MAX_EXPECTED) this.expected.delete(this.expected.values().next().value!);
+    const ops: Op[] = [{ kind: "set", verb: "add", family: "ip", set: { name: SYNC_STAMP_SET, type: "ifname", comment: "the last transaction kpng committed" } }];
+    if (!recreates && this.current) ops.push({ kind: "elements", verb: "delete", family: "ip", set: SYNC_STAMP_SET, items: [{ key: `"${this.current}"` }] });
+    ops.push({ kind: "elements", verb: "add", family: "ip", set: SYNC_STAMP_SET, items: [{ key: `"${value}"` }] });
+    return { ops, value };
+  }
+
+  /** the stamped transaction committed (true), or was refused or its fate is unknown (false) */
+  settle(committed: boolean): void {
+    // After an unknown outcome only a full sync (a new stamp set) is safe, and one follows.
+    this.current = committed ? this.sending : undefined;
+    this.sending = undefined;
+  }
+
+  /** Resolves true once the monitor has printed the stamp `value` (perhaps already), false after `ms`. */
+  seen(value: string, ms: number): Promise<boolean> {
+    if (!this.expected.has(value)) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.waiters.delete(value);
+        resolve(false);
+      }, ms);
+      this.waiters.set(value, () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  /** A change found another way (a stamp that should be in the kernel is not). */
+  report(what: string): void {
+    this.opts.onForeign(what);
+  }
+
+  /** Starts a monitor process unless one runs (or watching was given up). */
+  start(): void {
+    if (this.live || this.gaveUp) return;
+    const argv = this.opts.argv ?? ["nft", "monitor"];
+    let channel: Channel | undefined;
+    let said = "";
+    try {
+      channel = this.opts.spawner.spawn(
+        argv,
+        {
+          stdout: (text) => this.read(text),
+          stderr: (text) => (said = (said + text).slice(-500)),
+          exit: (code) => this.exited(channel, `${argv.join(" ")} exited (${code ?? "signal"})${said.trim() ? `: ${said.trim()}` : ""}`),
+        },
+        { HOME: "/dev/null" },
+      );
+    } catch (err) {
+      this.failed(`cannot start ${argv.join(" ")}: ${err instanceof Error ? err.message : String(err)}`);
+      return;
+    }
+    this.live = channel;
+    this.partial = "";
+    this.batch = { ours: false };
+  }
+
+  /** Stops the monitor (a full sync follows, or kpng stops). */
+  stop(): void {
+    const live = this.live;
+    this.live = undefined;
+    live?.kill();
+  }
+
+  private exited(channel: Channel | undefined, why: string) {
+    if (!channel || this.live !== channel) return; // stopped on purpose
+    this.live = undefined;
+    // What changed while nobody watched is unknown: the backend resyncs, which starts a new monitor.
+    this.failed(why);
+  }
+
+  private failed(why: string) {
+    if (++this.failures >= (this.opts.maxFailures ?? 3)) {
+      this.gaveUp = true;
+      this.opts.log.error("stopped watching kpng's tables: changes by other processes will not be noticed", { reason: why });
+      return;
+    }
+    this.opts.onForeign(why);
+  }
+
+  private read(text: string) {
+    const lines = (this.partial + text).split("\n");
+    this.partial = lines.pop()!;
+    for (const line of lines) this.line(line);
+  }
+
+  private line(line: string) {
+    if (line.startsWith(NEW_GENERATION)) {
+      const { first, ours } = this.batch;
+      this.batch = { ours: false };
+      if (first !== undefined && !ours) this.opts.onForeign(first);
+      return;
+    }
+    if (line.startsWith("#")) {
+      if (LOST.test(line)) this.opts.onForeign(line);
+      return;
+    }
+    if (!touchesKpng.test(line)) return;
+    this.batch.first ??= line.length > 200 ? `${line.slice(0, 200)}…` : line;
+    const stamp = stampAdded.exec(line)?.[1];
+    if (stamp && this.expected.delete(stamp)) {
+      this.batch.ours = true;
+      this.failures = 0;
+      this.waiters.get(stamp)?.();
+      this.waiters.delete(stamp);
+    }
+  }
+}
