@@ -68,8 +68,13 @@ export function processSpawner(prefix: string[] = []): Spawner {
  */
 export const SESSION_MAX_BYTES = 16 * 1024;
 
-/** how long, after a full sync, the new monitor may take to report kpng's first stamp (per try; 3 tries) */
-const ECHO_WAIT_MS = 250;
+/**
+ * How long, after a full sync, kpng waits for the new monitor to print its
+ * stamp before stamping again: it listens ~5-10 ms after it starts (its
+ * cache fetched), so the wait doubles from 25 ms over 6 tries (~1.6 s).
+ */
+const ECHO_WAIT_MS = 25;
+const ECHO_TRIES = 6;
 
 export interface ApplyOptions {
   /** the transaction re-creates kpng's tables (a full sync): it goes to `nft -f -`, with the watch paused */
@@ -128,7 +133,7 @@ export class NftRunner {
    */
   private async resumeWatch(watch: RulesWatch): Promise<void> {
     watch.start();
-    for (let i = 0; i < 3 && watch.running; i++) {
+    for (let i = 0; i < ECHO_TRIES && watch.running; i++) {
       let value: string;
       try {
         value = await this.stamped(watch, new Transaction(), {});
@@ -136,7 +141,7 @@ export class NftRunner {
         watch.report(`kpng's sync stamp is gone: ${err instanceof Error ? err.message : String(err)}`);
         return;
       }
-      if (await watch.seen(value, ECHO_WAIT_MS * (i + 1))) return;
+      if (await watch.seen(value, ECHO_WAIT_MS << i)) return;
     }
     if (watch.running) this.log?.warn("nft monitor does not report kpng's own commits: changes by other processes may go unnoticed");
   }

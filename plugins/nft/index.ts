@@ -141,7 +141,7 @@ export class NftBackend implements FullStateBackend {
   private rulesChanged(what: string) {
     // Whatever was changed, the records of what the kernel holds are wrong now.
     this.needFull = true;
-    this.log.warn("kpng's tables were changed by another process: restoring them with a full sync", { change: what });
+    this.log.debug("kpng's tables were changed by another process: the next sync is full", { change: what });
     this.report?.(what);
   }
 

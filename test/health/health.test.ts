@@ -40,6 +40,13 @@ describe("proxy health (kube-proxy's rules)", () => {
     { name: "a newer revision queued while one applied keeps waiting", run: ({ health, clock }) => (health.updated("nft", 1), health.queued("nft", 2), health.queued("nft", 3), health.updated("nft", 2), clock.advance(TIMEOUT)), healthz: 503, livez: 503 },
     { name: "one stuck backend of two makes the proxy unhealthy", run: ({ health, clock }) => (health.updated("nft", 1), health.updated("iptables", 1), health.queued("nft", 2), health.queued("iptables", 2), health.updated("nft", 2), clock.advance(TIMEOUT)), healthz: 503, livez: 503 },
     { name: "node being deleted: /healthz 503, /livez still 200", run: ({ setEligible }) => setEligible(false), healthz: 503, livez: 200 },
+    // kpng's addition: what it knows to be broken is unhealthy at once, not after the timeout
+    { name: "rules known to be gone (someone flushed them): unhealthy at once", run: ({ health }) => (health.updated("nft", 1), health.rulesLost("nft")), healthz: 503, livez: 503 },
+    { name: "rules gone, then the repairing full sync applied: healthy again", run: ({ health }) => (health.updated("nft", 1), health.rulesLost("nft"), health.updated("nft", 1)), healthz: 200, livez: 200 },
+    { name: "one failed sync (retried at once): still healthy", run: ({ health }) => (health.updated("nft", 1), health.failed("nft")), healthz: 200, livez: 200 },
+    { name: "syncs keep failing (FAILURES_UNHEALTHY in a row): unhealthy at once", run: ({ health }) => (health.updated("nft", 1), health.failed("nft"), health.failed("nft")), healthz: 503, livez: 503 },
+    { name: "failing syncs, then one succeeds: healthy again", run: ({ health }) => (health.failed("nft"), health.failed("nft"), health.updated("nft", 2)), healthz: 200, livez: 200 },
+    { name: "one backend's rules gone, the other's fine: unhealthy", run: ({ health }) => (health.updated("nft", 1), health.updated("iptables", 1), health.rulesLost("iptables")), healthz: 503, livez: 503 },
   ];
   for (const c of cases) {
     test(c.name, () => {

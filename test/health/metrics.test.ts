@@ -110,6 +110,14 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     expect(t).not.toContain("iptables_restore_failures_total");
   });
 
+  test("rules lost: kpng_backend_rules_lost_total per backend (kube-proxy has no such counter)", async () => {
+    const { metrics, text } = rig();
+    metrics.rulesLost("nft");
+    metrics.rulesLost("nft");
+    const t = await text();
+    expect(value(t, 'kpng_backend_rules_lost_total{backend="nft"}')).toBe(2);
+  });
+
   test("kpng's own: API events in, brain events, revisions out, watchers, relists", async () => {
     const source: SourceStats = { events: { Service: 7, EndpointSlice: 9, Node: 2 }, watchers: 3, relists: 1, flushes: 4 };
     const { apply, text, brain } = rig(source);

@@ -33,6 +33,17 @@ describe("servers beside the proxy", () => {
     expect(await (await fetch(`${s.urls.metrics}/proxyMode`)).text()).toBe("nftables");
   });
 
+  test("a backend's rules lost: /healthz 503 and the counter, until its next sync", async () => {
+    const { s } = start({ healthzBindAddress: "127.0.0.1:0", metricsBindAddress: "127.0.0.1:0" });
+    const state = { nodeName: "node-1", rev: 1, services: new Map() };
+    s.synced("nft", state, 0.01, null);
+    s.rulesLost("nft", "delete table ip kpng");
+    expect((await fetch(`${s.urls.healthz}/healthz`)).status).toBe(503);
+    expect(await (await fetch(`${s.urls.metrics}/metrics`)).text()).toContain('kpng_backend_rules_lost_total{backend="nft"} 1');
+    s.synced("nft", state, 0.01, null);
+    expect((await fetch(`${s.urls.healthz}/healthz`)).status).toBe(200);
+  });
+
   test('"" turns a server off', () => {
     const { s } = start({ healthzBindAddress: "", metricsBindAddress: "" });
     expect(s.urls).toEqual({});

@@ -82,6 +82,25 @@ describe("iptables backend life cycle", () => {
     expect(argv0(rec)).toContain("iptables-restore");
   });
 
+  test("canary gone with the feed listening (Backend.watchRules): reported, and the feed's sync is full", async () => {
+    let canary = true;
+    const { b, rec } = backend(({ argv }) => {
+      if (argv.includes("KPNG-CANARY") && !canary) throw new Error("No chain/target/match by that name");
+      return "";
+    });
+    const reports: string[] = [];
+    b.watchRules((r) => reports.push(r));
+    await b.sync();
+    canary = false;
+    rec.calls.length = 0;
+    await b.monitor();
+    expect(reports).toEqual(["canary chain KPNG-CANARY gone"]);
+    expect(argv0(rec).filter((a) => a.endsWith("restore"))).toEqual([]); // the feed syncs, not the monitor
+    canary = true;
+    await b.sync();
+    expect(b.lastSync?.full).toBe(true);
+  });
+
   test("the monitor does nothing before the first sync", async () => {
     const { b, rec } = backend();
     await b.monitor();

@@ -1,6 +1,7 @@
 // Feeding a backend: one apply at a time, revisions arriving meanwhile
 // coalesce into one apply with the union of their change sets, and a failed
-// apply is retried as a full sync.
+// apply is retried as a full sync, and so is a backend's report that
+// someone else changed its rules.
 
 import { describe, expect, test } from "bun:test";
 import type { Revision } from "../../src/core/brain/brain.ts";
@@ -15,9 +16,14 @@ const rev = (n: number, change: string[] | null): Revision => ({ state: state(n)
 function recorder(opts: { failFirst?: boolean; delayMs?: number } = {}) {
   const applied: Array<{ rev: number; change: string[] | null }> = [];
   let failed = !opts.failFirst;
-  const backend: FullStateBackend = {
+  const ear: { report?: (reason: string) => void } = {};
+  const backend: FullStateBackend & { ear: typeof ear } = {
     kind: "full",
     name: "rec",
+    ear,
+    watchRules(report) {
+      ear.report = report;
+    },
     async apply(s: NodeState, change: StateChange) {
       await Bun.sleep(opts.delayMs ?? 0);
       if (!failed) {
@@ -56,5 +62,41 @@ describe("feedBackend", () => {
     await feed.idle();
     expect(applied).toEqual([{ rev: 2, change: null }]);
     expect(log.lines.some((l) => l.includes("sync failed") && l.includes("nft: transaction failed"))).toBe(true);
+  });
+
+  test("rules lost: reported, then one full sync of the latest state; nothing before the first revision", async () => {
+    const { backend, applied } = recorder();
+    const reasons: string[] = [];
+    const log = memoryLogger();
+    const feed = feedBackend(backend, { log, onRulesLost: (r) => reasons.push(r) });
+    backend.ear.report!("delete table ip kpng");
+    await feed.idle();
+    expect(applied).toEqual([]);
+    feed.push(rev(1, null));
+    feed.push(rev(2, ["a"]));
+    await Bun.sleep(5);
+    await feed.idle();
+    backend.ear.report!("flush chain ip kpng services");
+    await feed.idle();
+    expect(applied.at(-1)).toEqual({ rev: 2, change: null });
+    expect(reasons).toEqual(["delete table ip kpng", "flush chain ip kpng services"]);
+    expect(log.lines.filter((l) => l.includes("rules changed by someone else"))).toHaveLength(2);
+  });
+
+  test("rules lost during an apply: a full sync follows it", async () => {
+    const { backend, applied } = recorder({ delayMs: 20 });
+    const feed = feedBackend(backend, { log: memoryLogger() });
+    feed.push(rev(1, null));
+    await feed.idle();
+    feed.push(rev(2, ["a"]));
+    await Bun.sleep(5);
+    backend.ear.report!("delete table ip kpng");
+    await Bun.sleep(30);
+    await feed.idle();
+    expect(applied).toEqual([
+      { rev: 1, change: null },
+      { rev: 2, change: ["a"] },
+      { rev: 2, change: null },
+    ]);
   });
 });
