@@ -13,7 +13,7 @@ import { v4 } from "../fixtures/addresses.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import type { Probe } from "../harness/netns.ts";
 import { checks, ips, nodeObject, nodePorts, runChecks, wanted } from "./cluster.ts";
-import { continuousProbe, deploy, type BackendName, type Deployed, type SourceKind } from "./rig.ts";
+import { continuousProbe, deploy, monitorRuleset, tablesMissingBetweenTransactions, type BackendName, type Deployed, type SourceKind } from "./rig.ts";
 import { slice } from "../fixtures/k8s.ts";
 
 // Issue 10 part A: kpng reads the node's IPs before the source delivered the
@@ -134,9 +134,11 @@ for (const c of combos) {
       let stickyBefore = "";
       let stickyAfter = "";
       test(`kill -9, then a new kpng${c.restartCompiled ? " (dist/kpng)" : c.compiled ? " (from source)" : ""}: no connection fails meanwhile, rules untouched`, async () => {
-        const before = await d.rules();
         stickyBefore = await answerOf(d, ips.affinity);
-        const probe = await continuousProbe(d.topo, throughput());
+        const before = await d.rules();
+        const monitor = c.backend === "nft" ? await monitorRuleset(d.topo) : undefined;
+        // a probe every few ms: a gap between two steps of the new process's first sync would be hit
+        const probe = await continuousProbe(d.topo, throughput(), 5);
         await d.kpng.stop("SIGKILL");
         await Bun.sleep(300);
         // no process: the rules stay as they were
@@ -146,6 +148,12 @@ for (const c of combos) {
         const run = await probe.stop();
         console.log(`restart (${label(c)}): ${run.failed} of ${run.connections} connections failed`);
         expect(run.failures).toEqual([]);
+        if (monitor) {
+          // the kernel's view: the first full sync deletes and re-creates the tables in one transaction
+          const txs = await monitor.stop();
+          expect(txs.some((tx) => tx.includes("delete table ip kpng"))).toBe(true);
+          expect(tablesMissingBetweenTransactions(txs)).toEqual([]);
+        }
         expect(run.rounds).toBeGreaterThan(10);
         expect(next.stderr.some((l) => / INFO kpng: synced .*changed=all/.test(l))).toBe(true);
         // the same rules, except what only the traffic wrote (nft affinity sets: checked below)

@@ -214,3 +214,43 @@ export async function continuousProbe(topo: Topology, probes: Probe[], pauseMs =
     },
   };
 }
+
+/**
+ * `nft monitor` in the node namespace: the kernel's ruleset changes, each
+ * transaction closed by a "# new generation N by process P (cmd)" line.
+ * `stop()` returns the transactions, each a list of change lines.
+ */
+export async function monitorRuleset(topo: Topology): Promise<{ stop(): Promise<string[][]> }> {
+  const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, "nft", "monitor"], { stdout: "pipe", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
+  const out = new Response(p.stdout).text();
+  await Bun.sleep(150); // subscribed before anything happens (nothing prints a "listening")
+  return {
+    async stop() {
+      await Bun.sleep(100); // the last events reach the monitor
+      p.kill();
+      await p.exited;
+      const txs: string[][] = [[]];
+      for (const line of (await out).split("\n")) {
+        if (line.startsWith("# new generation")) txs.push([]);
+        else if (line.trim()) txs.at(-1)!.push(line);
+      }
+      return txs.filter((t) => t.length);
+    },
+  };
+}
+
+/** kpng's tables ("ip kpng", "ip6 kpng") missing after some transaction, as a list of "after transaction i: ip kpng" */
+export function tablesMissingBetweenTransactions(txs: string[][], tables = ["ip kpng", "ip6 kpng"]): string[] {
+  const present = new Set(tables);
+  const gaps: string[] = [];
+  txs.forEach((tx, i) => {
+    for (const line of tx) {
+      for (const t of tables) {
+        if (line === `delete table ${t}`) present.delete(t);
+        if (line.startsWith(`add table ${t}`)) present.add(t);
+      }
+    }
+    for (const t of tables) if (!present.has(t)) gaps.push(`after transaction ${i}: ${t}`);
+  });
+  return gaps;
+}
