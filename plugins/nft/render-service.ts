@@ -58,23 +58,23 @@ export interface ServiceObjects {
   /** endpoints left out of a dispatch list longer than MAX_DISPATCH */
   truncated: number;
   /**
-   * Each dispatch list's endpoint ids in position order (positions.ts), at
-   * 2 x port index (+1 for the external list): the next render of this
-   * service keeps them in place.
-   */
-  order: (readonly string[] | undefined)[];
-  /**
-   * The map elements of each dispatch list, by position (at `order`'s
-   * index; the other elements are in `elements`). A position that keeps its
-   * value keeps its element object, and the sync passes over identical
-   * objects: what a wave costs there grows with the wave, not the list.
+   * The map elements of each dispatch list by position (positions.ts), at 2
+   * x port index (+1 for the external list); the other elements are in
+   * `elements`. The next render of this service keeps each endpoint at its
+   * position, and a position that keeps its value keeps its element object,
+   * which the sync passes over: what a wave costs there grows with the
+   * wave, not the list.
    */
   lists: (PositionList | undefined)[];
 }
 
-/** a dispatch list's map elements; `frame` names the map and key layout, which must match for a position's element to be reused */
+/**
+ * A dispatch list's elements: `n` positions, for each cluster IP in turn on
+ * a shared chain. An element's value names its endpoint (address, address
+ * . port, or endpoint chain): the ids `place` keeps in position.
+ */
 export interface PositionList {
-  frame: string;
+  n: number;
   elems: ElementObj[];
 }
 
@@ -108,7 +108,7 @@ export function renderService(
   /** what the previous render of this service gave: its dispatch lists keep their order */
   prev?: ServiceObjects,
 ): ServiceObjects {
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0, order: [], lists: [] };
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: new Map(), maps: [], shared: [], truncated: 0, lists: [] };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
@@ -129,23 +129,29 @@ export function renderService(
   }
   const firewalls = renderFirewalls(key, svc, fc, out);
   const hairpin = new Set<string>();
-  /** targets in the positions the previous render gave them; remembered for the next */
+  /** targets in the positions the previous render of list `at` gave them; `id` gives the element value of a target */
   const inOrder = (targets: Target[], at: number, id: (t: Target) => string): Target[] => {
-    const list = place(prev?.order[at], targets, id, byAddressAndPort);
-    out.order[at] = list.map(id);
-    return list;
-  };
-  /** the elements of list `at`: n positions of `set`, reusing the previous render's object where a position keeps its value */
-  const positions = (at: number, frame: string, set: string, n: number, key: (i: number) => string, value: (i: number) => string) => {
     const before = prev?.lists[at];
-    const reuse = before?.frame === frame ? before.elems : undefined;
-    const elems: ElementObj[] = new Array(n);
-    for (let i = 0; i < n; i++) {
+    return place(before?.elems.slice(0, before.n).map((e) => e.value!), targets, id, byAddressAndPort);
+  };
+  /**
+   * The elements of list `at`: `total` positions (n per cluster IP) of
+   * `set`, reusing the previous render's object where a position keeps its
+   * key and value. Keys depend on the position only (and on n past the
+   * first cluster IP): the first one tells whether the layout is the same.
+   */
+  const positions = (at: number, set: string, n: number, total: number, key: (i: number) => string, value: (i: number) => string) => {
+    const before = prev?.lists[at];
+    const first = before?.elems[0];
+    const same = first !== undefined && first.set === set && (before!.n === n || total === n) && total > 0 && first.key === key(0);
+    const reuse = same ? before!.elems : undefined;
+    const elems: ElementObj[] = new Array(total);
+    for (let i = 0; i < total; i++) {
       const v = value(i);
       const p = reuse?.[i];
       elems[i] = p !== undefined && p.value === v ? p : { set, key: key(i), value: v };
     }
-    out.lists[at] = { frame, elems };
+    out.lists[at] = { n, elems };
   };
 
   for (const [portIndex, port] of svc.Ports.entries()) {
@@ -165,9 +171,9 @@ export function renderService(
     const epChain = (t: Target) => N.endpointChain(portId, t.ip, t.port);
     const affSet = (t: Target) => N.affinitySet(portId, t.ip, t.port);
 
-    /** rules that pick one of `targets` for the dispatch chain `chain`; `at`: its place in `order` */
+    /** rules that pick one of `targets` for the dispatch chain `chain`; `at`: its place in `lists` */
     const dispatch = (chain: string, targets: Target[], at: number): RuleSpec[] => {
-      const all = inOrder(targets, at, id);
+      const all = inOrder(targets, at, affinity ? (t) => `goto ${epChain(t)}` : (t) => `${t.ip} . ${t.port}`);
       const list = all.slice(0, N.MAX_DISPATCH);
       out.truncated += all.length - list.length;
       // Only a pod on this node can reach itself through this node's rules.
@@ -182,11 +188,11 @@ export function renderService(
       out.maps.push(shardMapSpec(f, affinity ? "chains" : proto, slot));
       if (!affinity) {
         const map = N.endpointsMap(proto, slot);
-        positions(at, `${map} ${base}`, map, list.length, (i) => String(base + i), (i) => `${list[i].ip} . ${list[i].port}`);
+        positions(at, map, list.length, list.length, (i) => String(base + i), (i) => `${list[i].ip} . ${list[i].port}`);
         return [{ rule: `meta l4proto ${proto} dnat ${ip} to ${pick} map @${map}` }];
       }
       const chains = N.endpointChainsMap(slot);
-      positions(at, `${chains} ${base}`, chains, list.length, (i) => String(base + i), (i) => `goto ${epChain(list[i])}`);
+      positions(at, chains, list.length, list.length, (i) => String(base + i), (i) => `goto ${epChain(list[i])}`);
       return [
         // sorted, not in position order: the chain reads the same whatever the history
         ...[...list].sort(byAddressAndPort).map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
@@ -209,7 +215,7 @@ export function renderService(
       clusterVerdict = `goto ${svcChain}`;
     } else if (internal.length && clusterIPs.length) {
       const list = inOrder(internal, 2 * portIndex, (t) => t.ip); // one target port: the address is the id
-      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list }, (frame, set, n, key, value) => positions(2 * portIndex, frame, set, n, key, value))}`;
+      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list }, (set, n, total, key, value) => positions(2 * portIndex, set, n, total, key, value))}`;
       // Only a pod on this node can reach itself through this node's rules.
       for (const t of list.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
     }
@@ -308,7 +314,7 @@ const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.
 function sharedDispatch(
   out: ServiceObjects,
   o: { proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
-  positions: (frame: string, set: string, n: number, key: (i: number) => string, value: (i: number) => string) => void,
+  positions: (set: string, n: number, total: number, key: (i: number) => string, value: (i: number) => string) => void,
 ): string {
   const list = o.list.slice(0, N.MAX_DISPATCH);
   out.truncated += o.list.length - list.length;
@@ -319,7 +325,7 @@ function sharedDispatch(
   // positions of each cluster IP in turn (one per family: one here)
   const n = list.length;
   const cip = (i: number) => o.clusterIPs[Math.floor(i / n)];
-  positions(`${endpoints} ${o.clusterIPs.join(",")} ${base}`, endpoints, n * o.clusterIPs.length, (i) => `${cip(i)} . ${base + (i % n)}`, (i) => list[i % n].ip);
+  positions(endpoints, n, n * o.clusterIPs.length, (i) => `${cip(i)} . ${base + (i % n)}`, (i) => list[i % n].ip);
   for (const cip of o.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port) });
   return name;
 }
