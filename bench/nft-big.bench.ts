@@ -1,6 +1,7 @@
 // A big service rolled with the nft backend, through the brain, on the real
 // `nft` inside a network namespace (test/harness/netns.ts; never the host's
-// ruleset). `bun run bench nft-big` runs only this one.
+// ruleset). `bun run bench nft` runs it after nft.bench.ts, `bun run bench
+// nft-big` alone (WAVES=N for fewer waves while trying things).
 //
 // The cluster: 10,000 services x 10 endpoints on 100 nodes, plus one service
 // with SIZE endpoints in EndpointSlices of 100 (SIZE = 5,000 and 500). It is
@@ -8,8 +9,10 @@
 // endpoints with new pods (new names, new addresses). A wave is one slice
 // upsert given to the brain, the revision it publishes, and that revision
 // applied by the nft backend (the `nft -i` session). Figures per wave:
-// brain (upsert + flush), render, apply, their sum, nft statements, map/set
-// elements written and bytes sent.
+// brain (upsert + flush), render, apply, "revision applied" (render +
+// apply), the whole wave, nft statements, map/set elements written and bytes
+// sent. Stable dispatch positions (plugins/nft/positions.ts) make the last
+// three the same at both sizes.
 //
 // IPv6 single-stack, as in nft.bench.ts: the address plan's IPv4 service
 // range holds only 4,096 cluster IPs.
@@ -139,7 +142,7 @@ async function roll(topo: Topology, base: K8sObject[], size: number) {
   brain.apply([{ type: "upsert", object: bigSlice(size, 0, 0) }]);
   await b.apply(rev!.state, new Set(["big/roll"]));
 
-  const w = { brain: [] as number[], render: [] as number[], apply: [] as number[], total: [] as number[], statements: [] as number[], elements: [] as number[], bytes: [] as number[] };
+  const w = { brain: [] as number[], render: [] as number[], apply: [] as number[], applied: [] as number[], total: [] as number[], statements: [] as number[], elements: [] as number[], bytes: [] as number[] };
   for (let wave = 0; wave < WAVES; wave++) {
     const s = wave % slices;
     const gen = 1 + Math.floor(wave / slices);
@@ -154,6 +157,7 @@ async function roll(topo: Topology, base: K8sObject[], size: number) {
     w.brain.push(brainMs);
     w.render.push(l.renderMs);
     w.apply.push(l.applyMs);
+    w.applied.push(l.renderMs + l.applyMs);
     w.total.push(brainMs + l.renderMs + l.applyMs);
     w.statements.push(l.statements);
     w.elements.push(elementsIn(rec.sent.text));
@@ -181,7 +185,8 @@ export default async function nftBigBench() {
     for (const size of [5000, 500]) {
       console.log(`-- one service of ${size} endpoints (${size / SLICE} slices of ${SLICE}), ${WAVES} waves of ${SLICE} replaced endpoints; ${await load()}`);
       const { w, ok } = await roll(topo, base, size);
-      console.log(`wave (brain + render + apply): ${dist(w.total)}`);
+      console.log(`revision applied (render + apply): ${dist(w.applied)}`);
+      console.log(`wave, slice in to rules in (brain + render + apply): ${dist(w.total)}`);
       console.log(`  brain ${dist(w.brain)}`);
       console.log(`  render ${dist(w.render)}`);
       console.log(`  apply ${dist(w.apply)}`);
