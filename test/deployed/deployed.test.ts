@@ -115,7 +115,7 @@ for (const c of combos) {
         await d.topo.exec(d.topo.node.ns, removal.argv);
         let back = 0;
         while (!back && Date.now() - t0 < removal.withinMs + 3_000) {
-          if (withoutAffinityState(await d.rules()) === withoutAffinityState(before)) back = Date.now();
+          if (comparable(await d.rules()) === comparable(before)) back = Date.now();
           else await Bun.sleep(20);
         }
         await Bun.sleep(200);
@@ -157,7 +157,7 @@ for (const c of combos) {
         expect(run.rounds).toBeGreaterThan(10);
         expect(next.stderr.some((l) => / INFO kpng: synced .*changed=all/.test(l))).toBe(true);
         // the same rules, except what only the traffic wrote (nft affinity sets: checked below)
-        expect(withoutAffinityState(await d.rules())).toBe(withoutAffinityState(before));
+        expect(comparable(await d.rules())).toBe(comparable(before));
         stickyAfter = await answerOf(d, ips.affinity);
       }, 20_000);
       // nft: the full sync deletes and re-creates the table (sync.ts), and with it
@@ -193,5 +193,9 @@ async function answerOf(d: Deployed, ip: string): Promise<string> {
   return r.ok ? r.who : r.error;
 }
 
-/** nft rules without the elements traffic added to the affinity sets */
-const withoutAffinityState = (rules: string) => rules.replace(/(\tset aff-[^{]*\{[^}]*?)\t\telements = \{[^}]*\}\n/g, "$1");
+/**
+ * The rules as a restart must keep them: without the elements traffic added
+ * to nft's affinity sets, and without the stamp each kpng process puts on its
+ * own transactions (nft sync-stamp: how it tells them from other processes').
+ */
+const comparable = (rules: string) => rules.replace(/(\tset (?:aff-|sync-stamp)[^{]*\{[^}]*?)\t\telements = \{[^}]*\}\n/g, "$1");
