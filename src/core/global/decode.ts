@@ -16,14 +16,19 @@ import { invalid } from "../errors.ts";
 type SliceEndpoint = NonNullable<K8sEndpointSlice["endpoints"]>[number];
 type SlicePort = NonNullable<K8sEndpointSlice["ports"]>[number];
 
-/** One EndpointInfo, as a slice entry plus what its slice needs. */
-export interface DecodedEndpoint {
+/** What an EndpointInfo says about its slice. */
+export interface SliceInfo {
   namespace: string;
   serviceName: string;
-  sliceName: string;
+  name: string;
   family: "IPv4" | "IPv6";
-  endpoint: SliceEndpoint;
   ports: SlicePort[];
+}
+
+/** One EndpointInfo: a slice entry, and its slice. */
+export interface DecodedEndpoint {
+  slice: SliceInfo;
+  endpoint: SliceEndpoint;
 }
 
 const protocolName = (p: Protocol): "TCP" | "UDP" | "SCTP" => (p === Protocol.UDP ? "UDP" : p === Protocol.SCTP ? "SCTP" : "TCP");
@@ -77,10 +82,13 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
   const c = info.Conditions;
   const hints = info.Hints;
   return {
-    namespace: info.Namespace,
-    serviceName: info.ServiceName,
-    sliceName: info.SourceName,
-    family: v4 ? "IPv4" : "IPv6",
+    slice: {
+      namespace: info.Namespace,
+      serviceName: info.ServiceName,
+      name: info.SourceName,
+      family: v4 ? "IPv4" : "IPv6",
+      ports: (info.Endpoint?.PortOverrides ?? []).map((p) => ({ name: p.Name, protocol: "TCP" as const, port: p.Port })),
+    },
     endpoint: {
       addresses: [ip],
       // An old kpng server sends Ready only; serving then follows ready.
@@ -91,19 +99,17 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
       hints: hints ? { forZones: hints.Zones.map((name) => ({ name })), forNodes: hints.Nodes.map((name) => ({ name })) } : undefined,
       targetRef: info.PodName ? { kind: "Pod", name: info.PodName, namespace: info.Namespace } : undefined,
     },
-    ports: (info.Endpoint?.PortOverrides ?? []).map((p) => ({ name: p.Name, protocol: "TCP" as const, port: p.Port })),
   };
 }
 
-/** A slice from its endpoints (all of one slice, in the order they arrived). */
-export function sliceOf(name: string, eps: readonly DecodedEndpoint[]): K8sEndpointSlice {
-  const first = eps[0];
+/** A slice from its endpoints (in the order they arrived). */
+export function sliceOf(info: SliceInfo, endpoints: SliceEndpoint[]): K8sEndpointSlice {
   return {
     kind: "EndpointSlice",
-    metadata: { name, namespace: first.namespace, labels: { [SERVICE_NAME_LABEL]: first.serviceName } },
-    addressType: first.family,
-    endpoints: eps.map((e) => e.endpoint),
-    ports: first.ports,
+    metadata: { name: info.name, namespace: info.namespace, labels: { [SERVICE_NAME_LABEL]: info.serviceName } },
+    addressType: info.family,
+    endpoints,
+    ports: info.ports,
   };
 }
 

@@ -1,34 +1,39 @@
 // A node agent's copy of the global model: change sets of the globalv1
 // stream in, the cluster events that bring the brain's index up to date out.
-// Each item keeps its wire bytes, so a resent unchanged item (after a
-// reconnect, to the same brain or another) makes no event: a resync costs
-// the brain, and the backends behind it, only the real differences.
+// Each item keeps a 53-bit hash of its wire bytes (not the bytes: they are
+// views into the received chunks, and holding them kept megabytes of chunks
+// alive), so a resent unchanged item (after a reconnect, to the same brain or
+// another) makes no event: a resync costs the brain, and the backends behind
+// it, only the real differences.
 
 import { Set as SetKind } from "../../gen/localv1/services_pb.ts";
 import type { ChangeSet } from "../api/client/replica.ts";
 import type { ClusterEvent } from "../brain/cluster.ts";
 import { errorMessage } from "../errors.ts";
-import { decodeEndpointInfo, decodeNodeInfo, decodeServiceInfo, sliceOf, type DecodedEndpoint } from "./decode.ts";
-import { splitGlobalPath } from "./encode.ts";
+import { decodeEndpointInfo, decodeNodeInfo, decodeServiceInfo, sliceOf, type SliceInfo } from "./decode.ts";
+import { hash53, splitGlobalPath } from "./encode.ts";
 
-interface EndpointItem {
-  bytes: Uint8Array;
-  decoded: DecodedEndpoint;
+type SliceEndpoint = ReturnType<typeof decodeEndpointInfo>["endpoint"];
+
+interface SliceItems {
+  /** from the latest EndpointInfo (all of a slice's carry the same) */
+  info: SliceInfo;
+  /** endpoint key (the path's last part, the IP) -> the hash of its bytes, and the decoded entry */
+  endpoints: Map<string, { hash: number; endpoint: SliceEndpoint }>;
 }
 
-const sameBytes = (a: Uint8Array, b: Uint8Array) => a === b || Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
-
 export class GlobalMirror {
-  private readonly services = new Map<string, Uint8Array>();
-  private readonly nodes = new Map<string, Uint8Array>();
-  /** `ns|svc|slice` -> endpoint path -> item */
-  private readonly slices = new Map<string, Map<string, EndpointItem>>();
+  /** path -> hash of the item's bytes */
+  private readonly services = new Map<string, number>();
+  private readonly nodes = new Map<string, number>();
+  /** `ns|svc|slice` -> its endpoints */
+  private readonly slices = new Map<string, SliceItems>();
   /** counters: items decoded, items resent unchanged */
   readonly stats = { decoded: 0, unchanged: 0 };
 
   get size() {
     let eps = 0;
-    for (const s of this.slices.values()) eps += s.size;
+    for (const s of this.slices.values()) eps += s.endpoints.size;
     return { services: this.services.size, nodes: this.nodes.size, endpoints: eps };
   }
 
@@ -46,32 +51,35 @@ export class GlobalMirror {
         if (op.op === "set") {
           if (op.set === SetKind.GlobalServiceInfos) {
             stale?.services.delete(op.path);
-            const old = this.services.get(op.path);
-            if (old && sameBytes(old, op.bytes)) this.stats.unchanged++;
+            const hash = hash53(op.bytes);
+            if (this.services.get(op.path) === hash) this.stats.unchanged++;
             else {
               events.push({ type: "upsert", object: decodeServiceInfo(op.bytes, op.path) });
-              this.services.set(op.path, op.bytes);
+              this.services.set(op.path, hash);
               this.stats.decoded++;
             }
           } else if (op.set === SetKind.GlobalNodeInfos) {
             stale?.nodes.delete(op.path);
-            const old = this.nodes.get(op.path);
-            if (old && sameBytes(old, op.bytes)) this.stats.unchanged++;
+            const hash = hash53(op.bytes);
+            if (this.nodes.get(op.path) === hash) this.stats.unchanged++;
             else {
               events.push({ type: "upsert", object: decodeNodeInfo(op.bytes, op.path) });
-              this.nodes.set(op.path, op.bytes);
+              this.nodes.set(op.path, hash);
               this.stats.decoded++;
             }
           } else if (op.set === SetKind.GlobalEndpointInfos) {
-            const id = sliceId(op.path);
-            stale?.slices.get(id)?.delete(op.path);
+            const [id, key] = splitEndpointPath(op.path);
+            stale?.slices.get(id)?.delete(key);
             let slice = this.slices.get(id);
-            const old = slice?.get(op.path);
-            if (old && sameBytes(old.bytes, op.bytes)) this.stats.unchanged++;
+            const hash = hash53(op.bytes);
+            if (slice?.endpoints.get(key)?.hash === hash) this.stats.unchanged++;
             else {
-              const decoded = decodeEndpointInfo(op.bytes, op.path);
-              if (!slice) this.slices.set(id, (slice = new Map()));
-              slice.set(op.path, { bytes: op.bytes, decoded });
+              const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);
+              if (!slice) this.slices.set(id, (slice = { info, endpoints: new Map() }));
+              // Every endpoint carries its slice's ports: keep one copy.
+              else if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
+              // The key is the endpoint's IP: keep the string the endpoint holds, not a second copy.
+              slice.endpoints.set(endpoint.addresses[0] === key ? endpoint.addresses[0] : key, { hash, endpoint });
               touched.add(id);
               this.stats.decoded++;
             }
@@ -79,7 +87,7 @@ export class GlobalMirror {
         } else if (op.op === "delete") {
           if (op.set === SetKind.GlobalServiceInfos) this.deleteService(op.path, events);
           else if (op.set === SetKind.GlobalNodeInfos) this.deleteNode(op.path, events);
-          else if (op.set === SetKind.GlobalEndpointInfos) this.deleteEndpoint(op.path, touched);
+          else if (op.set === SetKind.GlobalEndpointInfos) this.deleteEndpoint(...splitEndpointPath(op.path), touched);
         }
       } catch (err) {
         onBad(errorMessage(err));
@@ -88,7 +96,7 @@ export class GlobalMirror {
     if (stale) {
       for (const p of stale.services) this.deleteService(p, events);
       for (const p of stale.nodes) this.deleteNode(p, events);
-      for (const paths of stale.slices.values()) for (const p of paths) this.deleteEndpoint(p, touched);
+      for (const [id, keys] of stale.slices) for (const key of keys) this.deleteEndpoint(id, key, touched);
     }
     // The brain's index knows a slice by namespace and name only: a slice that
     // moved to another service is deleted under the old one first, then set.
@@ -96,10 +104,10 @@ export class GlobalMirror {
     for (const id of touched) {
       const [ns, , name] = splitGlobalPath(id + "|");
       const slice = this.slices.get(id);
-      if (!slice?.size) {
+      if (!slice?.endpoints.size) {
         this.slices.delete(id);
         events.push({ type: "delete", kind: "EndpointSlice", namespace: ns, name });
-      } else upserts.push({ type: "upsert", object: sliceOf(name, [...slice.values()].map((e) => e.decoded)) });
+      } else upserts.push({ type: "upsert", object: sliceOf(slice.info, [...slice.endpoints.values()].map((e) => e.endpoint)) });
     }
     events.push(...upserts);
     return events;
@@ -107,7 +115,7 @@ export class GlobalMirror {
 
   private allEndpointPaths(): Map<string, Set<string>> {
     const out = new Map<string, Set<string>>();
-    for (const [id, s] of this.slices) out.set(id, new Set(s.keys()));
+    for (const [id, s] of this.slices) out.set(id, new Set(s.endpoints.keys()));
     return out;
   }
 
@@ -122,11 +130,15 @@ export class GlobalMirror {
     events.push({ type: "delete", kind: "Node", namespace: "", name: splitGlobalPath(path)[1] });
   }
 
-  private deleteEndpoint(path: string, touched: Set<string>) {
-    const id = sliceId(path);
-    if (this.slices.get(id)?.delete(path)) touched.add(id);
+  private deleteEndpoint(id: string, key: string, touched: Set<string>) {
+    if (this.slices.get(id)?.endpoints.delete(key)) touched.add(id);
   }
 }
 
-/** `ns|svc|slice|key` -> `ns|svc|slice` */
-const sliceId = (path: string) => path.slice(0, path.lastIndexOf("|"));
+const samePorts = (a: SliceInfo["ports"], b: SliceInfo["ports"]) => a.length === b.length && a.every((p, i) => p.name === b[i].name && p.port === b[i].port);
+
+/** `ns|svc|slice|key` -> [`ns|svc|slice`, `key`] */
+function splitEndpointPath(path: string): [string, string] {
+  const i = path.lastIndexOf("|");
+  return [path.slice(0, i), path.slice(i + 1)];
+}

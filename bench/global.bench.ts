@@ -1,0 +1,176 @@
+// One brain for many nodes: a central brain (its own process) holding a
+// 10,000-service x 10-endpoint cluster of 1,000 nodes serves the globalv1
+// stream to 998 light consumers (bench/global-consumers.ts: 998 HTTP/2
+// connections that frame-walk and decode nothing) plus 2 real node agents
+// (`kpng --api`, nft backend, each in its own network namespace). Prints:
+// brain RSS at 10 and at 1,000 streams; one endpoint change to every
+// stream (p50/p99/max) and to the agents' kernels; agent RSS against the
+// full binary's (`kpng --input`, same node, same backend). Needs root (nft
+// in namespaces). `bun run bench global`; GLOBAL_BENCH_STREAMS=N for fewer.
+
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { genCluster } from "../test/api/gen-cluster.ts";
+
+const ROOT = resolve(import.meta.dir, "..");
+const BUN = join(ROOT, "node_modules/.bin/bun");
+const GEN = { services: 10_000, endpoints: 10, nodes: 1_000 };
+const STREAMS = Number(process.env.GLOBAL_BENCH_STREAMS ?? 1000);
+const mb = (n: number) => `${(n / 1e6).toFixed(0)} MB`;
+const now = () => performance.timeOrigin + performance.now();
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
+
+interface Proc {
+  p: Bun.Subprocess<"pipe", "pipe", "pipe">;
+  out: string[];
+  err: string[];
+  send(line: string): void;
+  wait(re: RegExp, from?: number, stream?: "out" | "err", timeoutMs?: number): Promise<string>;
+}
+
+function spawn(cmd: string[]): Proc {
+  const p = Bun.spawn(cmd, { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
+  const out: string[] = [];
+  const err: string[] = [];
+  const pump = async (s: ReadableStream<Uint8Array>, into: string[]) => {
+    let rest = "";
+    const dec = new TextDecoder();
+    for await (const c of s) {
+      const lines = (rest + dec.decode(c, { stream: true })).split("\n");
+      rest = lines.pop()!;
+      into.push(...lines);
+    }
+  };
+  void pump(p.stdout, out);
+  void pump(p.stderr, err);
+  return {
+    p,
+    out,
+    err,
+    send: (line) => {
+      p.stdin.write(line + "\n");
+      p.stdin.flush();
+    },
+    async wait(re, from = 0, stream = "out", timeoutMs = 600_000) {
+      const lines = stream === "out" ? out : err;
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const hit = lines.slice(from).find((l) => re.test(l));
+        if (hit) return hit;
+        if (p.exitCode !== null) throw new Error(`${cmd.join(" ")} exited ${p.exitCode}\n${err.slice(-10).join("\n")}`);
+        if (Date.now() > deadline) throw new Error(`timeout waiting for ${re}\n${err.slice(-10).join("\n")}`);
+        await Bun.sleep(20);
+      }
+    },
+  };
+}
+
+const rssOf = (pid: number) => {
+  const s = readFileSync(`/proc/${pid}/status`, "utf8");
+  return Number(/VmRSS:\s+(\d+)/.exec(s)![1]) * 1024;
+};
+const logTime = (line: string) => Date.parse(line.slice(0, 24));
+
+async function brainRss(brain: Proc): Promise<[number, number]> {
+  const from = brain.out.length;
+  brain.send("rss");
+  const [, rss, hwm] = (await brain.wait(/^rss /, from)).split(" ");
+  return [Number(rss), Number(hwm)];
+}
+
+async function netns(name: string) {
+  await Bun.spawn(["ip", "netns", "add", name]).exited;
+  await Bun.spawn(["ip", "-n", name, "link", "set", "lo", "up"]).exited;
+}
+
+export default async function main() {
+  const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+  console.log(`\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams + 2 nft agents (load average ${load()})`);
+  const dir = mkdtempSync(join(tmpdir(), "kpng-bench-global-"));
+  const sock = join(dir, "brain.sock");
+  const suffix = randomBytes(3).toString("hex");
+  const namespaces = [`kpngb-${suffix}-a1`, `kpngb-${suffix}-a2`, `kpngb-${suffix}-full`];
+  const procs: Proc[] = [];
+  try {
+    const t0 = performance.now();
+    const brain = spawn([BUN, join(ROOT, "bench/global-brain.ts"), sock, String(GEN.services), String(GEN.endpoints), String(GEN.nodes)]);
+    procs.push(brain);
+    await brain.wait(/^ready/);
+    console.log(`  brain up in ${((performance.now() - t0) / 1000).toFixed(1)} s; RSS with no stream ${mb((await brainRss(brain))[0])}`);
+
+    const light = (n: number, wave: number) => {
+      const c = spawn([BUN, join(ROOT, "bench/global-consumers.ts"), sock, String(n), String(wave)]);
+      procs.push(c);
+      return c;
+    };
+    let t = performance.now();
+    const first = light(10, 10);
+    await first.wait(/^connected/);
+    console.log(`  10 streams: full model to each in ${(performance.now() - t).toFixed(0)} ms; brain RSS ${mb((await brainRss(brain))[0])}`);
+
+    for (const ns of namespaces) await netns(ns);
+    const agents = [1, 2].map((k, i) => {
+      const a = spawn(["ip", "netns", "exec", namespaces[i], BUN, join(ROOT, "src/main.ts"), "--api", `unix://${sock}`, "--node-name", `node-${k}`, "--backend", "nft", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+      procs.push(a);
+      return a;
+    });
+    t = performance.now();
+    await Promise.all(agents.map((a) => a.wait(/synced backend=nft rev=1 /, 0, "err")));
+    console.log(`  2 nft agents: first sync in the kernel ${(performance.now() - t).toFixed(0)} ms after start`);
+
+    t = performance.now();
+    const rest = light(STREAMS - 12, 50);
+    await rest.wait(/^connected/);
+    const [rss1000, hwm] = await brainRss(brain);
+    console.log(`  ${STREAMS} streams: the other ${STREAMS - 12} connected in waves of 50 in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rss1000)} (peak ${mb(hwm)})`);
+
+    // One endpoint change, three times: to every stream, and to the agents' kernels.
+    const consumers = [first, rest];
+    const report = async (c: Proc) => {
+      const from = c.out.length;
+      c.send("report");
+      return JSON.parse((await c.wait(/^report /, from)).slice(7)) as Array<[number, number]>;
+    };
+    for (let round = 0; round < 3; round++) {
+      const before = await Promise.all(consumers.map(report));
+      const agentFrom = agents.map((a) => a.err.length);
+      const from = brain.out.length;
+      brain.send(`change ${1234 + round}`);
+      const [, at, flushMs] = (await brain.wait(/^changed /, from)).split(" ");
+      const t0c = Number(at);
+      const agentLines = await Promise.all(agents.map((a, i) => a.wait(/synced backend=nft rev=\d+ .*changed=1 /, agentFrom[i], "err", 10_000)));
+      await Bun.sleep(1500);
+      const after = await Promise.all(consumers.map(report));
+      const lat: number[] = [];
+      let missed = 0;
+      after.forEach((rows, c) => rows.forEach(([n, when], i) => (n > before[c][i][0] ? lat.push(when - t0c) : missed++)));
+      const agentMs = agentLines.map((l) => logTime(l) - t0c);
+      const applyMs = agentLines.map((l) => Number(/ ms=(\d+)/.exec(l)![1]));
+      // The full binary runs the same flush and the same nft apply in one process: what the agent adds is the rest.
+      const extra = agentMs.map((m, i) => m - Number(flushMs) - applyMs[i]);
+      console.log(
+        `  change ${round + 1}: brain flush ${Number(flushMs).toFixed(1)} ms; ${lat.length} light streams p50 ${pct(lat, 50).toFixed(0)} ms, p99 ${pct(lat, 99).toFixed(0)} ms, max ${Math.max(...lat).toFixed(0)} ms${missed ? `, ${missed} missed` : ""}; agents' kernels ${agentMs.map((m) => `${m.toFixed(0)} ms`).join(", ")} (nft apply ${applyMs.join(", ")} ms; over the full binary's flush + apply: ${extra.map((e) => `${e.toFixed(0)} ms`).join(", ")})`,
+      );
+      await Bun.sleep(300);
+    }
+
+    // The same node with the full binary (its own brain, the file source) in a third namespace.
+    const file = join(dir, "cluster.json");
+    const cluster = genCluster(GEN);
+    writeFileSync(file, JSON.stringify(cluster));
+    t = performance.now();
+    const full = spawn(["ip", "netns", "exec", namespaces[2], BUN, join(ROOT, "src/main.ts"), "--input", file, "--node-name", "node-1", "--backend", "nft", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    procs.push(full);
+    await full.wait(/synced backend=nft rev=1 /, 0, "err");
+    console.log(`  full binary (--input): first sync ${(performance.now() - t).toFixed(0)} ms after start`);
+    await Bun.sleep(3000);
+    console.log(`  RSS 3 s after first sync: agent ${mb(rssOf(agents[0].p.pid))}, ${mb(rssOf(agents[1].p.pid))}; full binary ${mb(rssOf(full.p.pid))}`);
+  } finally {
+    for (const p of procs) p.p.kill("SIGKILL");
+    await Promise.all(procs.map((p) => p.p.exited));
+    for (const ns of namespaces) await Bun.spawn(["ip", "netns", "del", ns], { stderr: "ignore" }).exited;
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
