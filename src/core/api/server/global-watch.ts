@@ -59,6 +59,23 @@ function fullChangeSet(snap: GlobalSnapshot): WireOp[] {
   return ops;
 }
 
+/**
+ * The change set from one snapshot to another. Streams that were sent the
+ * same snapshot have seen the same changes since, so the first stream to
+ * ask builds it (ops and, on the fast path, framed bytes) for all of them:
+ * one endpoint change to 1,000 agents is one diff, one framing, 1,000 writes.
+ */
+const transitions = new WeakMap<GlobalSnapshot, { next: GlobalSnapshot; ops: WireOp[] }>();
+function transition(from: GlobalSnapshot, to: GlobalSnapshot, changed: GlobalChange): WireOp[] {
+  const t = transitions.get(from);
+  if (t?.next === to) return t.ops;
+  const ops = globalOps(from, to, changed);
+  if (ops.length) ops.push({ op: "sync" });
+  transitions.set(from, { next: to, ops });
+  shared.add(ops);
+  return ops;
+}
+
 /** What one global stream has been sent, and what changed since. */
 export class GlobalStream {
   private sent: GlobalSnapshot | null = null;
@@ -89,13 +106,10 @@ export class GlobalStream {
           this.dirty = { services: new Set(), nodes: new Set() };
           return fullChangeSet(next);
         }
-        const ops = globalOps(this.sent, next, this.dirty);
+        const ops = transition(this.sent, next, this.dirty!);
         this.sent = next;
         this.dirty = { services: new Set(), nodes: new Set() };
-        if (ops.length) {
-          ops.push({ op: "sync" });
-          return ops;
-        }
+        if (ops.length) return ops;
       }
       await new Promise<void>((resolve, reject) => {
         if (signal.aborted) return reject(signal.reason);

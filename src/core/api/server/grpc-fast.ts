@@ -107,7 +107,19 @@ function finish(res: Res, code: number, message: string) {
   res.end();
 }
 
-function write(res: Res, chunk: Buffer): Promise<void> {
+/**
+ * Big buffers go out in pieces, each after the previous drained: Bun's
+ * (1.4.5) http2 response keeps its own copy of whatever is queued, so one
+ * 15 MB write per stream (a whole cluster-wide model, shared by every global
+ * stream) cost 15 MB per stream starting at once; pieces bound it to about
+ * one piece per stream.
+ */
+const PIECE = 1 << 20;
+async function write(res: Res, chunk: Buffer): Promise<void> {
+  for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.length <= PIECE ? chunk : chunk.subarray(pos, pos + PIECE));
+}
+
+function writePiece(res: Res, chunk: Buffer): Promise<void> {
   if (res.destroyed) return Promise.reject(new ConnectError("the client closed the stream", Code.Canceled));
   if (res.write(chunk)) return Promise.resolve();
   return new Promise((resolve) => {
