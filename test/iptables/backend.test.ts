@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { recordingExecutor, type RecordedCall } from "../../plugins/iptables/executor.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import { bulkThreshold, printRestore, Transaction } from "../../plugins/iptables/render-restore.ts";
+import { bulkPreamble, bulkThreshold, printRestore, Transaction } from "../../plugins/iptables/render-restore.ts";
 import { hashName, maxChainName, serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
 
@@ -153,7 +153,7 @@ describe("iptables backend life cycle", () => {
     const { b, rec } = backend(({ argv }) => (argv[0] === "iptables-save" ? save : ""));
     await b.cleanup();
     expect(rec.restores("v4")[0]).toBe(
-      ["*filter", ":KPNG-FIREWALL - [0:0]", '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL', "-X KPNG-FIREWALL", "COMMIT", ""].join("\n"),
+      ["*filter", '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL', ":KPNG-FIREWALL - [0:0]", "-X KPNG-FIREWALL", "COMMIT", ""].join("\n"),
     );
     expect(rec.restores("v6")).toEqual([]); // nothing of kpng's in ip6tables-save
   });
@@ -218,30 +218,34 @@ describe("iptables backend life cycle", () => {
     expect(no6.ctx.log.lines.some((l) => l.includes("IPv6 disabled"))).toBe(true);
   });
 
-  test("a table block past bulkThreshold operations starts with -Z (iptables-nft's per-chain list off); smaller ones do not", () => {
+  test("a table block past bulkThreshold operations starts with the bulk preamble (built-ins declared, -S: iptables-nft's per-chain list off, no -Z); smaller ones do not", () => {
     const tx = new Transaction();
     for (let i = 0; i <= bulkThreshold; i++) tx.declare("nat", `KPNG-T${i}`);
     tx.declare("filter", "KPNG-SMALL");
     const text = printRestore(tx);
-    expect(text.startsWith("*filter\n:KPNG-SMALL - [0:0]\nCOMMIT\n*nat\n-Z\n:KPNG-T0 - [0:0]\n")).toBe(true);
-    expect(text.match(/^-Z$/gm)?.length).toBe(1);
+    expect(text.startsWith("*filter\n:KPNG-SMALL - [0:0]\nCOMMIT\n*nat\n:PREROUTING - [0:0]\n:OUTPUT - [0:0]\n:POSTROUTING - [0:0]\n-S\n:KPNG-T0 - [0:0]\n")).toBe(true);
+    expect(text.match(/^-S$/gm)?.length).toBe(1);
+    expect(text).not.toMatch(/^-Z/m);
+    expect(bulkPreamble("filter")).toEqual([":INPUT - [0:0]", ":FORWARD - [0:0]", ":OUTPUT - [0:0]", "-S"]);
   });
 
-  test("a bulk restore that fails is retried once without -Z (a chain iptables-nft cannot parse must not block kpng)", async () => {
+  test("a bulk restore that fails is retried once without the bulk preamble (a chain iptables-nft cannot parse must not block kpng)", async () => {
     const { b, rec, ctx } = backend(({ argv, stdin }) => {
-      if (argv[0] === "iptables-restore" && stdin?.includes("\n-Z\n")) throw new Error("chain `FOREIGN' in table `nat' is incompatible, use 'nft' tool.");
+      if (argv[0] === "iptables-restore" && stdin?.includes("\n-S\n")) throw new Error("chain `FOREIGN' in table `nat' is incompatible, use 'nft' tool.");
       return "";
     });
-    for (let i = 0; i < 120; i++) {
+    // 250 services x (SVC chain + masquerade + 2 balancing rules + dispatch) = 1,250 nat operations
+    for (let i = 0; i < 250; i++) {
       b.setService(svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(10 + i)], ports: [{ name: "http", port: 80 }] }));
       b.setEndpoint("default", `s${i}`, "a", pod(1));
       b.setEndpoint("default", `s${i}`, "b", pod(2));
     }
     await b.sync();
     const [first, second] = rec.restores("v4");
-    expect(first).toContain("*nat\n-Z\n");
-    expect(second).toBe(first.replace("*nat\n-Z\n", "*nat\n"));
-    expect(ctx.log.lines.some((l) => l.includes("retrying without -Z"))).toBe(true);
+    const preamble = `*nat\n${bulkPreamble("nat").join("\n")}\n`;
+    expect(first).toContain(preamble);
+    expect(second).toBe(first.replace(preamble, "*nat\n"));
+    expect(ctx.log.lines.some((l) => l.includes("retrying without the bulk preamble"))).toBe(true);
   });
 
   test("a transaction with an over-long chain name is refused, with the name in the error", () => {

@@ -2,12 +2,15 @@
 // packets following them, UDP conntrack cleanup, a brain restart replaying
 // every call, a restore failing behind kpng's back, someone flushing the
 // tables (canary), cleanup, and another masquerade configuration. Foreign
-// rules installed first must survive all of it except the flush.
+// rules installed first must survive all of it except the flush; a bulk
+// restore leaves their packet counters alone. Last, a first sync that is a
+// bulk restore into a namespace whose tables do not exist yet.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Executor } from "../../src/plugins/backend.ts";
 import type { Topology } from "../harness/netns.ts";
 import type { RecordedCall } from "../../plugins/iptables/executor.ts";
+import { bulkPreamble } from "../../plugins/iptables/render-restore.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { plan } from "../fixtures/addresses.ts";
 import { svc, testConfig, testContext, v4, v6, type SvcSpec } from "./fixtures.ts";
@@ -19,8 +22,20 @@ let b: IptablesBackend;
 const calls: RecordedCall[] = [];
 const restores = () => calls.filter((c) => c.argv[0].endsWith("-restore") && c.argv.includes("--noflush")).map((c) => c.stdin ?? "");
 
-const foreign = ["*nat", ":FOREIGN-NAT - [0:0]", "-A FOREIGN-NAT -j RETURN", "-A PREROUTING -j FOREIGN-NAT", "COMMIT", "*filter", '-A INPUT -p tcp -m tcp --dport 9999 -m comment --comment "foreign rule" -j ACCEPT', "COMMIT", ""].join("\n");
-const installForeign = () => topo.exec(topo.node.ns, ["iptables-restore", "--noflush"], foreign);
+// The rule for TEST-NET-1 never matches here: its counters stay at what -c set them to unless something zeroes them.
+const foreign = [
+  "*nat",
+  ":FOREIGN-NAT - [0:0]",
+  "[5:500] -A FOREIGN-NAT -s 192.0.2.99/32 -j RETURN",
+  "-A FOREIGN-NAT -j RETURN",
+  "-A PREROUTING -j FOREIGN-NAT",
+  "COMMIT",
+  "*filter",
+  '-A INPUT -p tcp -m tcp --dport 9999 -m comment --comment "foreign rule" -j ACCEPT',
+  "COMMIT",
+  "",
+].join("\n");
+const installForeign = () => topo.exec(topo.node.ns, ["iptables-restore", "--noflush", "-c"], foreign);
 const save = async () => (await topo.exec(topo.node.ns, ["iptables-save"])) + (await topo.exec(topo.node.ns, ["ip6tables-save"]));
 
 const s1: SvcSpec = { name: "s1", clusterIPs: [v4.clusterIP(101)], ports: [{ name: "http", port: 80 }] };
@@ -100,7 +115,7 @@ describe("iptables backend life cycle, real kernel", () => {
     expect(text).toContain('--comment "foreign rule" -j ACCEPT');
   });
 
-  test("a bulk restore (the -Z line above bulkThreshold operations) applies and leaves foreign rules as they were", async () => {
+  test("a bulk restore (the bulk preamble above bulkThreshold operations) applies and leaves foreign rules and their counters as they were", async () => {
     calls.length = 0;
     for (let i = 0; i < 150; i++) {
       b.setService(svc({ name: `bulk${i}`, clusterIPs: [v4.clusterIP(200 + i)], ports: [{ name: "http", port: 80 }] }));
@@ -108,10 +123,12 @@ describe("iptables backend life cycle, real kernel", () => {
       b.setEndpoint("default", `bulk${i}`, "b", podEp(topo, (i + 1) % 2));
     }
     await b.sync();
-    expect(restores()[0]).toContain("*nat\n-Z\n");
+    expect(restores()[0]).toContain(`*nat\n${bulkPreamble("nat").join("\n")}\n`);
     const text = await save();
     expect(text).toContain("-A PREROUTING -j FOREIGN-NAT");
     expect(text).toContain("-A FOREIGN-NAT -j RETURN");
+    // The -Z of the landing before zeroed these.
+    expect(await topo.exec(topo.node.ns, ["iptables-save", "-c", "-t", "nat"])).toContain("[5:500] -A FOREIGN-NAT -s 192.0.2.99/32 -j RETURN");
     // 20 connections all landing on one of 2 endpoints: probability 2 * 2^-20 (6 failed ~3% of runs).
     expect(new Set(await who(20, v4.clusterIP(349)))).toEqual(new Set(["pod0", "pod1"]));
   });
@@ -163,5 +180,38 @@ describe("iptables backend life cycle, real kernel", () => {
     } finally {
       await other.cleanup();
     }
+  });
+});
+
+describe("iptables first sync as a bulk restore, real kernel", () => {
+  let fresh: Topology;
+  beforeAll(async () => {
+    fresh = await createWorld(1);
+  });
+  afterAll(async () => {
+    await fresh?.destroy();
+  });
+
+  test("into a namespace without nat or filter tables: the preamble creates the built-in chains it jumps from, traffic flows", async () => {
+    const seen: string[] = [];
+    const inner = fresh.executor(fresh.node.ns);
+    const exec: Executor = {
+      run(argv, stdin) {
+        if (argv[0] === "iptables-restore") seen.push(stdin ?? "");
+        return inner.run(argv, stdin);
+      },
+    };
+    expect(await fresh.exec(fresh.node.ns, ["nft", "list", "tables"])).toBe("");
+    const first = new IptablesBackend(testContext(testConfig()), { executor: exec, families: ["v4"], monitorPeriodMs: 0 });
+    // 300 services x (SVC chain + masquerade + balancing rule + SEP chain + 2 SEP rules + dispatch) = 2,100 nat operations
+    for (let i = 0; i < 300; i++) {
+      first.setService(svc({ name: `f${i}`, clusterIPs: [v4.clusterIP(400 + i)], ports: [{ name: "http", port: 80 }] }));
+      first.setEndpoint("default", `f${i}`, "a", podEp(fresh, 0));
+    }
+    await first.sync();
+    expect(seen[0]).toContain(`*nat\n${bulkPreamble("nat").join("\n")}\n`);
+    const nat = await fresh.exec(fresh.node.ns, ["iptables-save", "-t", "nat"]);
+    for (const from of ["PREROUTING", "OUTPUT", "POSTROUTING"]) expect(nat).toMatch(new RegExp(`^-A ${from} .*-j KPNG-`, "m"));
+    await runChecks(fresh, [{ from: "client", probe: tcp(v4.clusterIP(699)), expect: { ok: true, who: ["pod0"] } }]);
   });
 });
