@@ -60,6 +60,9 @@ const hour = 3_600_000;
  */
 export const CANARY_PERIOD_MS = 5000;
 
+/** Upstream's largeClusterEndpointsThreshold: past this many endpoints, per-endpoint rules lose their comments. */
+export const largeClusterEndpoints = 1000;
+
 export class IptablesBackend implements IncrementalBackend {
   readonly kind = "incremental";
   readonly name = "iptables";
@@ -215,19 +218,20 @@ export class IptablesBackend implements IncrementalBackend {
     try {
       await this.ipt.restore(family, text);
     } catch (err) {
-      // `-Z` makes iptables-nft read every chain of the table; one it cannot
-      // parse (written by nft into iptables' own table) fails the restore.
-      // Slow but correct: the same restore without it.
+      // The bulk preamble's `-S` makes iptables-nft read every chain of the
+      // table; one it cannot parse (written by nft into iptables' own table)
+      // fails the restore. Slow but correct: the same restore without it.
       const plain = printRestore(tx, { bulk: false });
       if (plain === text) throw err;
-      this.log.warn("bulk restore failed, retrying without -Z", { family, error: errorMessage(err) });
+      this.log.warn("bulk restore failed, retrying without the bulk preamble", { family, error: errorMessage(err) });
       await this.ipt.restore(family, plain);
     }
   }
 
   private render(key: string, family: Family): ServiceRules | undefined {
     const t = this.tracker.get(key);
-    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config });
+    const largeCluster = this.tracker.endpointTotal > largeClusterEndpoints;
+    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config, largeCluster });
   }
 
   /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */

@@ -57,7 +57,7 @@ export const servicePrefix = {
   ext: "KPNG-EXT-",
   /** loadBalancerSourceRanges filter in front of EXT */
   firewall: "KPNG-FW-",
-  /** one endpoint: hairpin masquerade, affinity bookkeeping, DNAT */
+  /** one endpoint on this node or of an affinity service: hairpin masquerade, affinity bookkeeping, DNAT (others are DNATed from the balancing rule) */
   endpoint: "KPNG-SEP-",
 } as const;
 

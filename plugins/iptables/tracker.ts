@@ -16,6 +16,7 @@ export class ChangeTracker {
   private readonly services = new Map<string, Service>();
   private readonly endpoints = new Map<string, Map<string, Endpoint>>();
   private dirty = new Set<string>();
+  private endpointCount = 0;
 
   setService(service: Service) {
     const key = serviceKey(service.Namespace, service.Name);
@@ -29,6 +30,8 @@ export class ChangeTracker {
     const key = serviceKey(namespace, name);
     const had = this.services.delete(key);
     // Endpoints go with their service: the brain deletes them first anyway.
+    const eps = this.endpoints.get(key);
+    this.endpointCount -= eps?.size ?? 0;
     if (this.endpoints.delete(key) || had) this.dirty.add(key);
   }
 
@@ -38,6 +41,7 @@ export class ChangeTracker {
     if (!eps) this.endpoints.set(sk, (eps = new Map()));
     const old = eps.get(key);
     if (old && (old === endpoint || equals(EndpointSchema, old, endpoint))) return;
+    if (!old) this.endpointCount++;
     eps.set(key, endpoint);
     this.dirty.add(sk);
   }
@@ -46,6 +50,7 @@ export class ChangeTracker {
     const sk = serviceKey(namespace, serviceName);
     const eps = this.endpoints.get(sk);
     if (!eps?.delete(key)) return;
+    this.endpointCount--;
     if (!eps.size) this.endpoints.delete(sk);
     this.dirty.add(sk);
   }
@@ -69,5 +74,10 @@ export class ChangeTracker {
 
   get size() {
     return this.services.size;
+  }
+
+  /** endpoints of every known service */
+  get endpointTotal() {
+    return this.endpointCount;
   }
 }

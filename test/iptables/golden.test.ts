@@ -26,7 +26,8 @@ const pod = (i: number, opts: Parameters<typeof ep>[0] extends infer T ? Omit<T 
 const scenarios: Scenario[] = [
   {
     name: "clusterip-two-endpoints",
-    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1), pod(2)] }],
+    // pod 1 on this node (a SEP chain: it may hairpin), pod 2 elsewhere (DNAT straight from the SVC chain)
+    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1, { local: true }), pod(2)] }],
   },
   {
     name: "clusterip-ipv6",

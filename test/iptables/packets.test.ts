@@ -41,6 +41,16 @@ const cases: Case[] = [
     checks: () => [{ from: "pod0", probe: tcp(v4.clusterIP(2), 80), expect: { ok: true, who: ["pod0"], source: "node" } }],
   },
   {
+    // Only an endpoint on this node can be the pod that sent the packet; one elsewhere has no SEP chain.
+    name: "endpoint on another node: DNATed straight from the balancing rule, both families; other pods keep their source",
+    services: [{ spec: { name: "c5", clusterIPs: [v4.clusterIP(5), v6.clusterIP(5)], ports: [http()] }, eps: [[1, { local: false }]] }],
+    checks: () => [
+      { from: "client", probe: tcp(v4.clusterIP(5), 80), expect: { ok: true, who: ["pod1"], source: "node" } },
+      { from: "pod0", probe: tcp(v4.clusterIP(5), 80), expect: { ok: true, who: ["pod1"], source: "pod0" } },
+      { from: "pod0", probe: tcp(v6.clusterIP(5), 80), expect: { ok: true, who: ["pod1"], source: "pod0" } },
+    ],
+  },
+  {
     name: "UDP and SCTP cluster IP ports reach the endpoint's named target ports",
     services: [{ spec: { name: "c3", clusterIPs: [v4.clusterIP(3)], ports: [{ name: "dns", protocol: "UDP", port: 53 }, { name: "sc", protocol: "SCTP", port: 9000 }] }, eps: [[1]] }],
     checks: () => [

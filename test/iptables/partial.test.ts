@@ -10,7 +10,9 @@ import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
 
 const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
   svc({ name: `web${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }], ...extra });
-const pod = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 } });
+/** an endpoint on this node (so it has a SEP chain: the arithmetic below counts them) */
+const pod = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 }, local: true });
+const remote = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 } });
 
 /** A backend (IPv4 only: the arithmetic below counts one family) holding `n` services of `eps` endpoints each, after its full restore. */
 async function loaded(n: number, eps = 2) {
@@ -49,6 +51,30 @@ describe("iptables partial restores", () => {
     expect(named.filter((c) => c !== svcChain && !seps.has(c))).toEqual([]);
   });
 
+  test("one endpoint elsewhere added: only that service's SVC chain is written, DNAT straight from it (no SEP chain)", async () => {
+    const { b, rec } = await loaded(50);
+    b.setEndpoint("default", "web7", "p2", remote(7 * 8 + 2));
+    await b.sync();
+    const [text] = rec.restores("v4");
+    // 1 chain declared (SVC); rules: 1 masquerade + 3 balance (2 to SEP chains, 1 DNAT) = 4.
+    expect(lines(text, /^:/)).toEqual([`:${ownChains("web7")[0]} - [0:0]`]);
+    expect(lines(text, /^-A /).length).toBe(4);
+    expect(lines(text, / -j DNAT /)).toEqual([expect.stringMatching(/ -p tcp -j DNAT --to-destination 198\.19\.0\.58:8080$/)]);
+  });
+
+  test("past 1,000 endpoints (upstream's large-cluster mode) per-endpoint rules carry no comment; the service's others keep theirs", async () => {
+    for (const [n, large] of [[100, false], [501, true]] as const) {
+      const { b, rec } = await loaded(n); // 2 endpoints each
+      b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
+      await b.sync();
+      const text = rec.restores("v4")[0];
+      const perEndpoint = lines(text, /^-A KPNG-(SEP-|SVC-.* -j (KPNG-SEP-|DNAT))/);
+      expect(perEndpoint.length).toBe(5); // the new SEP chain's 2 rules + 3 balancing rules
+      expect(perEndpoint.filter((l) => l.includes("--comment")).length).toBe(large ? 0 : 5);
+      expect(lines(text, /cluster IP" .* -j KPNG-MARK-MASQ$/).length).toBe(1);
+    }
+  });
+
   test("one endpoint removed: SVC rewritten, the old SEP chain flushed and deleted", async () => {
     const { b, rec } = await loaded(50, 3);
     b.deleteEndpoint("default", "web9", "p1");
@@ -61,9 +87,10 @@ describe("iptables partial restores", () => {
     expect(lines(text, /^-[DI] /)).toEqual([]);
   });
 
-  test("the restore after one endpoint change has the same size with 10 or 1,000 services", async () => {
+  // 450 x 2 endpoints: below the large-cluster threshold, where comments would go and the input shrink.
+  test("the restore after one endpoint change has the same size with 10 or 450 services", async () => {
     const sizes: number[] = [];
-    for (const n of [10, 1000]) {
+    for (const n of [10, 450]) {
       const { b, rec } = await loaded(n);
       b.setEndpoint("default", "web5", "p2", pod(5 * 8 + 2));
       await b.sync();

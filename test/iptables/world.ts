@@ -21,9 +21,9 @@ export async function createWorld(pods = 3): Promise<Topology> {
   return topo;
 }
 
-/** An endpoint on pod `i` of the topology (both families, every named port). */
+/** An endpoint on pod `i` of the topology (both families, every named port), on this node unless `local: false`. */
 export const podEp = (topo: Topology, i: number, opts: Omit<EpSpec, "ips"> = {}) =>
-  ep({ ips: [topo.pods[i].v4, topo.pods[i].v6], ports: portNames, ...opts });
+  ep({ ips: [topo.pods[i].v4, topo.pods[i].v6], ports: portNames, local: true, ...opts });
 
 export type From = "client" | "node" | `pod${number}`;
 
