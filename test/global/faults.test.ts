@@ -59,6 +59,28 @@ describe("node agent faults", () => {
     expect(ag.stdout.join("\n")).toContain("198.19.1.11");
   });
 
+  test("a brain that stops answering (SIGSTOP, as a host that vanished): the agent moves on after 3 s of silence", async () => {
+    copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+    const a = await brain(sockA);
+    await brain(sockB);
+    const ag = agent();
+    await ag.waitFor(/synced backend=nft rev=1 .*changed=all/);
+    const frozen = performance.now();
+    a.proc.kill("SIGSTOP");
+    try {
+      await ag.waitFor(new RegExp(`following brain api=unix://${sockB.replaceAll(".", "\\.")} resync=true changed=0 `), 8000);
+      const movedMs = performance.now() - frozen;
+      console.log(`agent left the frozen brain in ${movedMs.toFixed(0)} ms`);
+      // 3 s without a ping answer, noticed within half that again, then the next brain
+      expect(movedMs).toBeGreaterThan(2900);
+      expect(movedMs).toBeLessThan(6000);
+      expect(ag.stderr.some((l) => l.includes("no answer to a ping"))).toBe(true);
+      expect(syncs(ag)).toEqual(["all"]);
+    } finally {
+      a.proc.kill("SIGCONT");
+    }
+  });
+
   test("all brains down: rules untouched; the agent reconnects when one returns and applies the change as a diff", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
     const a = await brain(sockA);

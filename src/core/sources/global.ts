@@ -3,8 +3,9 @@
 // back into the objects the brain's index holds and fed to the same Brain a
 // full node runs, so an agent computes the same node-local state.
 //
-// Brains are tried in the order given; when the stream breaks the agent moves
-// to the next one at once, and only when every brain failed in a row does it
+// Brains are tried in the order given; when the stream breaks (or the brain's
+// host stops answering HTTP/2 pings for 3 s) the agent moves to the next one
+// at once, and only when every brain failed in a row does it
 // wait (backoff doubling up to maxRetryMs). A new stream starts with Reset
 // and a full model, which the mirror compares with what the agent already
 // has: only real differences reach the brain, and so the backends (a brain
@@ -25,6 +26,12 @@ export interface GlobalSourceOptions {
   apis: readonly string[];
   brain: Brain;
   log: Logger;
+  /**
+   * a connection not up, or a ping not answered, within this many ms is dead
+   * (default 3000: a brain's event loop can be busy for a second or more,
+   * encoding a 10,000-service model for its first agent)
+   */
+  keepaliveMs?: number;
   /** first delay once every brain failed (default 200 ms), doubled up to maxRetryMs (default 5 s) */
   retryMs?: number;
   maxRetryMs?: number;
@@ -65,7 +72,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     let failedInARow = 0;
     while (!ac.signal.aborted) {
       const where = formatApiAddress(addrs[i]);
-      const conn = connectGrpc(addrs[i]);
+      const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000 });
       let delivered = false;
       try {
         // Not `for await`: Bun keeps an idle loop's last value (a whole change set) alive.

@@ -24,7 +24,17 @@ export interface GrpcConnection {
 
 const WINDOW = 16 << 20;
 
-export function connectGrpc(addr: ApiAddress): GrpcConnection {
+export interface ConnectOptions {
+  /**
+   * Liveness: fail the connection when it is not up within this many ms, or
+   * an HTTP/2 PING goes unanswered this long (checked every such interval).
+   * A brain whose host vanished sends no reset; without this a stream would
+   * wait for TCP's own timeout, many minutes. Off by default.
+   */
+  keepaliveMs?: number;
+}
+
+export function connectGrpc(addr: ApiAddress, opts: ConnectOptions = {}): GrpcConnection {
   const authority = addr.kind === "unix" ? "http://localhost" : `http://${addr.host.includes(":") ? `[${addr.host}]` : addr.host}:${addr.port}`;
   // Large windows: a full state is megabytes, and 64 KiB windows would cost a round trip each.
   const settings = { initialWindowSize: WINDOW };
@@ -32,10 +42,34 @@ export function connectGrpc(addr: ApiAddress): GrpcConnection {
   session.once("connect", () => session.setLocalWindowSize(WINDOW));
   // Errors reach each stream; without a listener an unreachable brain would crash the process.
   session.on("error", () => {});
+  const stopKeepalive = opts.keepaliveMs ? keepalive(session, opts.keepaliveMs) : () => {};
   return {
     call: (path, requests, signal) => call(session, path, requests, signal),
-    close: () => session.destroy(),
+    close: () => {
+      stopKeepalive();
+      session.destroy();
+    },
   };
+}
+
+function keepalive(session: http2.ClientHttp2Session, ms: number): () => void {
+  const dead = (why: string) => session.destroy(new ConnectError(why, Code.Unavailable));
+  const start = performance.now();
+  let sentAt = 0; // 0 = no ping in flight
+  // Ticks at half the limit, so a silence is noticed between ms and 1.5 ms after it began.
+  const timer = setInterval(() => {
+    if (session.destroyed) return clearInterval(timer);
+    const now = performance.now();
+    if (session.connecting) return void (now - start >= ms && dead(`not connected within ${ms} ms`));
+    if (sentAt) return void (now - sentAt >= ms && dead(`no answer to a ping within ${ms} ms`));
+    sentAt = now;
+    session.ping((err) => {
+      sentAt = 0;
+      if (err && !session.destroyed) dead(`ping failed: ${err.message}`);
+    });
+  }, ms / 2);
+  timer.unref?.();
+  return () => clearInterval(timer);
 }
 
 async function* call(session: http2.ClientHttp2Session, path: string, requests: AsyncIterable<Uint8Array>, signal: AbortSignal): AsyncGenerator<Uint8Array[]> {
