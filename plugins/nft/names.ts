@@ -70,6 +70,9 @@ export const dispatchChain = (proto: DnatProtocol, index: number, n: number) => 
  * not one map per service. A shard map exists only while a slot uses it.
  * Services with ClientIP affinity keep a chain per endpoint (it must update
  * the affinity set), reached through the same slots in ENDPOINT_CHAINS maps.
+ * Which endpoint sits at which key, in a slot or under a cluster IP, is kept
+ * from one sync to the next (positions.ts): a rolling update rewrites the
+ * keys of the endpoints it replaced, not the whole list.
  */
 export const SHARDS = 256;
 export const SLOT_BITS = 14;

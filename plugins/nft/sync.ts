@@ -4,7 +4,9 @@
 // deletes, and stale chains and sets removed after every reference to them.
 // Unchanged chains are not sent at all, and most services have none of their
 // own (their cluster IPs go to chains shared by endpoint count, names.ts),
-// so an endpoint change costs the same at 10 or 10,000 services.
+// so an endpoint change costs the same at 10 or 10,000 services; endpoints
+// keep their dispatch positions (positions.ts), so replacing 100 endpoints of
+// a service writes ~200 elements whether it has 500 or 5,000.
 //
 // A full sync is the same diff from an empty record, preceded by deleting
 // and re-creating the tables in the same atomic transaction: whatever the
