@@ -16,12 +16,6 @@ import { checks, ips, nodeObject, nodePorts, runChecks, wanted } from "./cluster
 import { continuousProbe, deploy, monitorRuleset, tablesMissingBetweenTransactions, type BackendName, type Deployed, type SourceKind } from "./rig.ts";
 import { slice } from "../fixtures/k8s.ts";
 
-// Issue 10 part A: kpng reads the node's IPs before the source delivered the
-// Node, so with default flags the nft backend opens no node port at all. The
-// node-port checks of the nft combinations wait for that fix (todo below).
-const nftNodePortsPending = true;
-// Issue 10 part A too: a change of the Node's addresses is not followed yet.
-const nodeIPChangePending = true;
 
 /** someone else removes kpng's rules: what, the command run in the node namespace, and how soon kpng must have restored them */
 interface Removal {
@@ -52,19 +46,20 @@ for (const c of combos) {
       d = await deploy({ source: c.source, backend: c.backend, bin: c.compiled ? await compiledKpng() : undefined });
     }, 60_000);
     afterAll(() => d?.destroy());
-    const pending = c.backend === "nft" && nftNodePortsPending;
-    /** a ClusterIP and (once it works) a NodePort, probed continuously through faults */
-    const throughput = (): Probe[] => [{ ip: ips.clusterIP, port: 80 }, ...(pending ? [] : [{ ip: d.topo.node.v4, port: nodePorts.tcp }])];
+    /** a ClusterIP and a NodePort, probed continuously through faults */
+    const throughput = (): Probe[] => [
+      { ip: ips.clusterIP, port: 80 },
+      { ip: d.topo.node.v4, port: nodePorts.tcp },
+    ];
 
     test("flags: the source, --node-name and --backend, nothing more", () => {
       expect(d.args.filter((a) => a.startsWith("--"))).toEqual([c.source === "file" ? "--input" : "--kubeconfig", "--node-name", "--backend"]);
     });
 
     test("every service behaves for a client outside the node", async () => {
-      const list = checks(d.topo).filter((k) => !(pending && k.nodePort));
+      const list = checks(d.topo);
       expect(await runChecks(d.topo, list)).toEqual(wanted(list));
     }, 20_000);
-    if (pending) test.todo("node ports on the node's IP with default flags (issue 10 part A)");
 
     if (c.faults.includes("broken-edit"))
       test("a broken edit of the input file: rules kept, traffic flows, the error logged", async () => {
@@ -75,7 +70,7 @@ for (const c of combos) {
         await d.kpng.waitFor(/input file not loaded, keeping the last good state/);
         expect(d.kpng.stderr.slice(logged).some((l) => l.includes(d.input!))).toBe(true);
         expect(await d.rules()).toBe(before);
-        const list = checks(d.topo).filter((k) => !(pending && k.nodePort) && !k.probes.some((p) => (p.timeout ?? 1) < 1));
+        const list = checks(d.topo).filter((k) => !k.probes.some((p) => (p.timeout ?? 1) < 1));
         expect(await runChecks(d.topo, list)).toEqual(wanted(list));
         writeFileSync(d.input!, text);
       }, 20_000);
@@ -166,8 +161,7 @@ for (const c of combos) {
     }
 
     // last: it leaves the node on its new address
-    if (c.faults.includes("node-ip") && nodeIPChangePending) test.todo("the Node's IP changed: node ports follow to the new address (issue 10 part A)");
-    else if (c.faults.includes("node-ip"))
+    if (c.faults.includes("node-ip"))
       test("the Node's IP changed: node ports follow to the new address", async () => {
         const newIP = v4.node(20);
         await d.topo.exec(d.topo.node.ns, ["ip", "addr", "add", `${newIP}/24`, "dev", "ext0"]);
@@ -182,6 +176,10 @@ for (const c of combos) {
         console.log(`node IP change (${label(c)}): node ports answered on the new IP after ${Math.round(performance.now() - t0)} ms`);
         const list = checks(d.topo, newIP).filter((k) => k.nodePort);
         expect(await runChecks(d.topo, list)).toEqual(wanted(list));
+        // The old address is still the node's, but no longer its Node IP: nft answers node
+        // ports on the Node's IPs only (upstream's "primary"), iptables on every local address.
+        const old = await d.topo.probe(d.topo.client.ns, { ip: d.topo.node.v4, port: nodePorts.tcp });
+        expect(old.ok ? old.who : old.error).toBe(c.backend === "nft" ? "refused" : "pod0");
       }, 20_000);
   });
 }
