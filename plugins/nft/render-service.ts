@@ -137,13 +137,15 @@ export function renderService(
   /**
    * The elements of list `at`: `total` positions (n per cluster IP) of
    * `set`, reusing the previous render's object where a position keeps its
-   * key and value. Keys depend on the position only (and on n past the
-   * first cluster IP): the first one tells whether the layout is the same.
+   * key and value. In a list of one segment (one cluster IP, or a slot),
+   * keys depend on the position only: the first one tells whether the
+   * layout is the same. Lists of several segments (several cluster IPs of a
+   * family: not from Kubernetes) are written afresh.
    */
   const positions = (at: number, set: string, n: number, total: number, key: (i: number) => string, value: (i: number) => string) => {
     const before = prev?.lists[at];
     const first = before?.elems[0];
-    const same = first !== undefined && first.set === set && (before!.n === n || total === n) && total > 0 && first.key === key(0);
+    const same = first !== undefined && first.set === set && total === n && before!.elems.length === before!.n && first.key === key(0);
     const reuse = same ? before!.elems : undefined;
     const elems: ElementObj[] = new Array(total);
     for (let i = 0; i < total; i++) {

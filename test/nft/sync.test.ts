@@ -199,6 +199,22 @@ describe("nft rolling a big service (a Deployment update, 100 endpoints a wave)"
     });
 });
 
+describe("nft dispatch positions across syncs", () => {
+  test("two cluster IPs of one family (not from Kubernetes, but possible on the wire): a changed one gets every position", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    const two = (second: number, eps: number[]) =>
+      entry(svc({ name: "two", clusterIPs: [ip4(1, 10), ip4(second, 10)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, epAt(x)])));
+    const before = nodeState([two(2, [1, 2, 3])]);
+    await backend.apply(before, null);
+    const { state, change } = nextState(before, [two(3, [1, 2, 4])]);
+    await backend.apply(state, change);
+    const added = /^add element ip kpng cluster-endpoints-tcp \{ (.*) \}$/m.exec(ctx.printed[1])?.[1].split(", ") ?? [];
+    // 10.0.0.1 keeps positions 0 and 1, its position 2 takes the new endpoint; all three under 10.0.0.3 are new
+    expect(added.sort()).toEqual(["10.0.0.1 . 2 : 11.0.0.4", "10.0.0.3 . 0 : 11.0.0.1", "10.0.0.3 . 1 : 11.0.0.2", "10.0.0.3 . 2 : 11.0.0.4"]);
+  });
+});
+
 describe("nft sync failures", () => {
   test("a refused partial transaction is retried at once as a full sync", async () => {
     let n = 0;
