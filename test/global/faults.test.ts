@@ -57,7 +57,7 @@ describe("node agent faults", () => {
     moveEndpoint("198.19.1.10", "198.19.1.11");
     await ag.waitFor(/synced backend=nft rev=2 .*changed=1/);
     expect(ag.stdout.join("\n")).toContain("198.19.1.11");
-  });
+  }, 15_000);
 
   test("a brain that stops answering (SIGSTOP, as a host that vanished): the agent moves on after 3 s of silence", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -79,7 +79,7 @@ describe("node agent faults", () => {
     } finally {
       a.proc.kill("SIGCONT");
     }
-  });
+  }, 15_000);
 
   test("all brains down: rules untouched; the agent reconnects when one returns and applies the change as a diff", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -103,7 +103,7 @@ describe("node agent faults", () => {
     const diff = ag.stdout.slice(printed).join("\n");
     expect(diff).toContain("198.19.1.12");
     expect(diff).not.toContain("add table");
-  });
+  }, 15_000);
 
   test("an agent restarted while no brain answers: nothing applied until its first sync", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -116,5 +116,5 @@ describe("node agent faults", () => {
     await brain(sockB);
     await ag.waitFor(/synced backend=nft rev=1 .*changed=all/, 8000);
     expect(ag.stdout.join("\n")).toContain("add table");
-  });
+  }, 15_000);
 });
