@@ -3,9 +3,9 @@
 // the brain. Recomputation is batched: the brain flushes at most once per
 // min-sync-period (a trailing timer), however fast events arrive.
 //
-// Objects are trimmed to what kpng reads before they are compared, so a
-// Node heartbeat or a relist that brings back the same objects with new
-// resourceVersions costs nothing downstream.
+// Objects are cut down to what kpng reads (the schemas' output) before they
+// are compared, so a Node heartbeat or a relist that brings back the same
+// objects with new resourceVersions costs nothing downstream.
 
 import { KubeConfig } from "@kubernetes/client-node";
 import { existsSync } from "node:fs";
@@ -19,7 +19,6 @@ import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./k
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
 export const HEADLESS_LABEL = "service.kubernetes.io/headless";
-const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
 
 export interface KubeSourceOptions {
   kubeconfig?: string;
@@ -119,29 +118,6 @@ export function resourceSpecs(cfg: Config): Record<Kind, ResourceSpec> {
   };
 }
 
-/**
- * Keeps what kpng reads. Drops what changes without meaning anything here
- * (resourceVersion, managedFields, a Node's status heartbeats).
- */
-export function trim(kind: Kind, raw: Record<string, unknown>): Record<string, unknown> {
-  const meta = { ...((raw.metadata as Record<string, unknown> | undefined) ?? {}) };
-  delete meta.resourceVersion;
-  delete meta.managedFields;
-  if (meta.annotations && typeof meta.annotations === "object" && LAST_APPLIED in meta.annotations) {
-    const { [LAST_APPLIED]: _dropped, ...rest } = meta.annotations as Record<string, unknown>;
-    meta.annotations = rest;
-  }
-  if (kind !== "Node") return { ...raw, kind, metadata: meta };
-  const spec = raw.spec as { taints?: unknown } | undefined;
-  const status = raw.status as { addresses?: unknown } | undefined;
-  return {
-    kind,
-    metadata: { name: meta.name, labels: meta.labels, deletionTimestamp: meta.deletionTimestamp },
-    spec: { taints: spec?.taints },
-    status: { addresses: status?.addresses },
-  };
-}
-
 /** Runs `fn` at most once per `minMs`: at once after a quiet period, else when the period ends. */
 class FlushTimer {
   private timer?: ReturnType<typeof setTimeout>;
@@ -201,7 +177,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   // last valid version (if any), which stays in place. Bad input tears nothing down.
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
     const t0 = performance.now();
-    const res = parseObject(trim(kind, raw));
+    const res = parseObject(raw.kind === kind ? raw : { ...raw, kind }); // list items carry no kind
     validateMs[kind] += performance.now() - t0;
     if (res.ok) return res.object;
     if ("error" in res) log.warn("skipping invalid object, keeping its last valid version", { error: res.error });
