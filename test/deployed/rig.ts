@@ -12,14 +12,13 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
-import { createTopology, type Probe, type Topology } from "../harness/netns.ts";
+import { createTopology, pythonPath, type Probe, type Topology } from "../harness/netns.ts";
 import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
 import { clusterObjects, deniedClient, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
 export type SourceKind = "file" | "api";
 export type BackendName = "nft" | "iptables";
 
-const python = () => Bun.which("python3") ?? "python3";
 const harness = join(import.meta.dir, "../harness");
 /** where the API server answers inside the node namespace */
 const API_PORT = 6443;
@@ -52,8 +51,6 @@ export interface Deployed {
   syncedAfter(n: number, timeoutMs?: number): Promise<void>;
   /** kpng's rules as the kernel holds them, without counters (nft list ruleset / iptables-save) */
   rules(): Promise<string>;
-  /** HTTP status of /healthz, asked from the client as a load balancer does (0 = no answer) */
-  healthz(): Promise<number>;
   destroy(): Promise<void>;
 }
 
@@ -122,12 +119,6 @@ export async function deploy(opts: { source: SourceKind; backend: BackendName; b
         }
       },
       rules: () => rulesOf(topo, opts.backend),
-      async healthz() {
-        const out = await topo
-          .exec(topo.client.ns, ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "1", `http://${topo.node.v4}:10256/healthz`])
-          .catch(() => "0");
-        return Number(out) || 0;
-      },
       async destroy() {
         await kpng?.stop("SIGKILL");
         for (const c of cleanups) await c();
@@ -143,7 +134,7 @@ export async function deploy(opts: { source: SourceKind; backend: BackendName; b
 
 /** Starts ns_forward.py: 127.0.0.1:port inside `ns` -> 127.0.0.1:target here. Returns its stop. */
 async function forward(ns: string, port: number, target: number): Promise<() => Promise<void>> {
-  const p = Bun.spawn([python(), "-u", "-S", join(harness, "ns_forward.py"), ns, String(port), "127.0.0.1", String(target)], {
+  const p = Bun.spawn([await pythonPath(), "-u", "-S", join(harness, "ns_forward.py"), ns, String(port), "127.0.0.1", String(target)], {
     stdout: "pipe",
     stderr: "inherit",
   });
@@ -185,7 +176,7 @@ export interface ProbeRun {
  * it and tells how many connections it made and which failed.
  */
 export async function continuousProbe(topo: Topology, probes: Probe[], pauseMs = 20): Promise<{ stop(): Promise<ProbeRun> }> {
-  const p = Bun.spawn(["ip", "netns", "exec", topo.client.ns, python(), "-u", "-S", join(harness, "probe_loop.py")], {
+  const p = Bun.spawn(["ip", "netns", "exec", topo.client.ns, await pythonPath(), "-u", "-S", join(harness, "probe_loop.py")], {
     cwd: harness,
     stdin: "pipe",
     stdout: "pipe",

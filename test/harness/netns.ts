@@ -99,7 +99,7 @@ const here = import.meta.dir;
 
 // Resolved once: a pyenv-style `python3` shim costs ~100 ms per start.
 let python: string | undefined;
-async function pythonPath(): Promise<string> {
+export async function pythonPath(): Promise<string> {
   python ??= (await run(["python3", "-c", "import sys; print(sys.executable)"])).trim() || "python3";
   return python;
 }
