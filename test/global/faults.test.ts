@@ -26,6 +26,15 @@ const agent = () => {
 };
 const syncs = (p: KpngProcess) => p.stderr.filter((l) => /synced backend=nft/.test(l)).map((l) => /changed=(\S+)/.exec(l)![1]);
 
+/** The number of lines once no new one came for 200 ms. */
+async function settled(lines: string[]): Promise<number> {
+  for (let n = -1; n !== lines.length; ) {
+    n = lines.length;
+    await Bun.sleep(200);
+  }
+  return lines.length;
+}
+
 /** Moves one endpoint of shop/web to a new address (one service changes). */
 const moveEndpoint = (from: string, to: string) => writeFileSync(input, readFileSync(input, "utf8").replace(new RegExp(`${from.replaceAll(".", "\\.")}$`, "m"), to));
 
@@ -87,7 +96,8 @@ describe("node agent faults", () => {
     const b = await brain(sockB);
     const ag = agent();
     await ag.waitFor(/synced backend=nft rev=1 .*changed=all/);
-    const printed = ag.stdout.length;
+    // The log line (stderr) can overtake the end of the transaction (stdout): let stdout settle.
+    const printed = await settled(ag.stdout);
     await a.stop("SIGKILL");
     await b.stop("SIGKILL");
     await ag.waitFor(new RegExp(`global stream failed.*${sockB.replaceAll(".", "\\.")}`));
