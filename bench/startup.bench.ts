@@ -90,9 +90,12 @@ const rssMB = (pid: number) => {
     return 0;
   }
 };
+/** the program and its first argument: "kpng", "nft -i", "nft monitor" */
 const comm = (pid: number) => {
   try {
-    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+    const [cmd, arg] = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+    const name = cmd.slice(cmd.lastIndexOf("/") + 1);
+    return name === "nft" && arg ? `${name} ${arg}` : name;
   } catch {
     return "?";
   }

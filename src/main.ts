@@ -15,9 +15,10 @@ import { startSource, waitForNodeIPs } from "./core/sources/index.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
-import { DEFAULT_API } from "./core/api/client/client.ts";
-import { checkListen, DEFAULT_LISTEN, startApiServer, type ApiServer } from "./core/api/server/index.ts";
-import { runSidecar } from "./plugins/sidecar.ts";
+// The API server and client (Connect, HTTP/2) load only when a command uses them: a
+// node proxy without --listen never pays their start-up time and memory.
+import { checkListen, DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
+import type { ApiServer } from "./core/api/server/index.ts";
 
 const log = createLogger("kpng");
 
@@ -146,7 +147,8 @@ const runCommand = defineCommand({
   },
 });
 
-function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args): Promise<ApiServer> {
+async function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args): Promise<ApiServer> {
+  const { startApiServer } = await import("./core/api/server/index.ts");
   return startApiServer({ brain, listen, listenAny: args["listen-any"] === true, defaultNodeName: cfg.nodeName, log: log.child("api") });
 }
 
@@ -189,6 +191,7 @@ const backendCommand = defineCommand({
     const stop = new AbortController();
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
+    const { runSidecar } = await import("./plugins/sidecar.ts");
     await runSidecar({ backends, api: args.api, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
     for (const b of backends) await b.close?.();
   },

@@ -10,8 +10,13 @@ export const objectId = (kind: Kind, namespace: string, name: string) => `${kind
 const idOf = (o: K8sObject) => objectId(o.kind, o.metadata.namespace ?? "", o.metadata.name);
 
 export class Listing {
-  /** id -> fingerprint of the object last sent */
-  private readonly seen = new Map<string, bigint | number>();
+  /**
+   * id -> the object last sent: the very object the brain's index holds, so
+   * remembering it costs a map entry, not a copy; compared only when a new
+   * version of it comes (cost grows with the change, and a first list does
+   * no comparing at all).
+   */
+  private readonly seen = new Map<string, K8sObject>();
 
   /** Events that turn the last listing of `kind` into `objects`. */
   replace(kind: Kind, objects: readonly K8sObject[]): ClusterEvent[] {
@@ -35,9 +40,9 @@ export class Listing {
   /** Record a single watched change, returning the event (or nothing when it changes nothing). */
   upsert(o: K8sObject): ClusterEvent[] {
     const id = idOf(o);
-    const fp = fingerprint(o);
-    if (this.seen.get(id) === fp) return [];
-    this.seen.set(id, fp);
+    const prev = this.seen.get(id);
+    if (prev && sameJSON(prev, o)) return [];
+    this.seen.set(id, o);
     return [{ type: "upsert", object: o }];
   }
 
@@ -46,7 +51,28 @@ export class Listing {
   }
 }
 
-// Not resourceVersion: a hand-edited `kubectl get -o yaml` dump keeps it. A
-// 64-bit hash rather than the JSON itself, which would keep a second copy of
-// the whole cluster in memory.
-const fingerprint = (o: K8sObject) => Bun.hash(JSON.stringify(o));
+/**
+ * Deep equality of two JSON values (validated objects hold nothing else), key
+ * order ignored. resourceVersion is not among what the schemas keep, so a
+ * relist that brings an object back unchanged compares equal.
+ */
+export function sameJSON(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (!sameJSON(a[i], b[i])) return false;
+    return true;
+  }
+  if (Array.isArray(b)) return false;
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  let n = 0;
+  for (const k in x) {
+    if (x[k] === undefined) continue;
+    n++;
+    if (!sameJSON(x[k], y[k])) return false;
+  }
+  for (const k in y) if (y[k] !== undefined) n--;
+  return n === 0;
+}

@@ -50,3 +50,8 @@ export function checkListenAllowed(addr: ApiAddress, listenAny: boolean, spec: s
 
 export const formatApiAddress = (a: ApiAddress): string =>
   a.kind === "unix" ? `unix://${a.path}` : `tcp://${a.host.includes(":") ? `[${a.host}]` : a.host}:${a.port}`;
+
+/** Validates `--listen` values before anything starts (bad flags fail fast, exit code 2). */
+export function checkListen(listen: readonly string[], listenAny: boolean): void {
+  for (const spec of listen) checkListenAllowed(parseApiAddress(spec), listenAny, spec);
+}

@@ -12,7 +12,7 @@ import type { Brain, NodeView } from "../../brain/brain.ts";
 import { errorMessage } from "../../errors.ts";
 import { GlobalModel } from "../../global/model.ts";
 import type { Logger } from "../../log.ts";
-import { checkListenAllowed, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
+import { checkListen, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
 import { serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
@@ -20,7 +20,7 @@ import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
 import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache, type WireOp } from "./wire.ts";
 
-export { DEFAULT_LISTEN } from "./address.ts";
+export { checkListen, DEFAULT_LISTEN } from "./address.ts";
 
 export interface ApiOptions {
   brain: Brain;
@@ -127,11 +127,6 @@ export function createApi(opts: ApiOptions) {
     router.service(GlobalSets, { watch: (reqs, ctx) => logErrors("GlobalWatch", ctx.signal, connectGlobalWatch(reqs, ctx.signal)) });
   };
   return { instanceID, routes, fast, cache, close: () => global?.close() };
-}
-
-/** Validates `--listen` values before anything starts (bad flags fail fast, exit code 2). */
-export function checkListen(listen: readonly string[], listenAny: boolean): void {
-  for (const spec of listen) checkListenAllowed(parseApiAddress(spec), listenAny, spec);
 }
 
 /**
