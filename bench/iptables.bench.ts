@@ -60,18 +60,33 @@ const newNs = async () => {
   return ns;
 };
 
-/** Feeds `inputs` one after the other to `command --noflush` in a fresh namespace: wall time of each. */
-async function byHand(command: string, inputs: string[]): Promise<number[]> {
+const repeats = 5;
+const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+/** best / median of a few samples: the machine is shared, so one sample says little */
+const spread = (xs: number[]) => `best ${ms(sorted(xs)[0])} / median ${ms(sorted(xs)[Math.floor(xs.length / 2)])}`;
+
+/** One run of `command --noflush` in `ns`: wall time and the CPU time (user + system) it used. */
+async function feed(ns: string, command: string, input: string) {
+  const t = performance.now();
+  const p = Bun.spawn(["ip", "netns", "exec", ns, command, "--noflush", "-w", "5"], { stdin: new TextEncoder().encode(input), stdout: "ignore", stderr: "pipe" });
+  const code = await p.exited;
+  const wall = performance.now() - t;
+  if (code !== 0) throw new Error(`${command}: exit ${code}: ${await new Response(p.stderr).text()}`);
+  const cpu = p.resourceUsage()?.cpuTime;
+  return { wall, cpu: cpu ? Number(cpu.user + cpu.system) / 1000 : NaN };
+}
+
+/** The first restore's input (after the hairpin set it matches), then the one-change input `repeats` times (it is idempotent), fed by hand in a fresh namespace. */
+async function byHand(command: string, set: string, first: string, one: string) {
   const ns = await newNs();
   try {
-    const exec = spawnExecutor(["ip", "netns", "exec", ns]);
-    const out: number[] = [];
-    for (const input of inputs) {
-      const t = performance.now();
-      await exec.run([command, "--noflush", "-w", "5"], input);
-      out.push(performance.now() - t);
-    }
-    return out;
+    if (set) await spawnExecutor(["ip", "netns", "exec", ns]).run(["ipset", "restore"], set);
+    const full = await feed(ns, command, first);
+    const changes = [];
+    for (let i = 0; i < repeats; i++) changes.push(await feed(ns, command, one));
+    console.log(
+      `  by hand, ${command}: first ${ms(full.wall)} (CPU ${ms(full.cpu)}); one endpoint added: wall ${spread(changes.map((c) => c.wall))}, CPU ${spread(changes.map((c) => c.cpu))}`,
+    );
   } finally {
     await sh(["ip", "netns", "del", ns]);
   }
@@ -80,6 +95,7 @@ async function byHand(command: string, inputs: string[]): Promise<number[]> {
 async function runSize(n: number) {
   const ns = await newNs();
   const inputs: string[] = [];
+  let firstSet = "";
   try {
     const inner = spawnExecutor(["ip", "netns", "exec", ns]);
     let restoreMs = 0;
@@ -93,6 +109,7 @@ async function runSize(n: number) {
             restoreMs += performance.now() - t;
             inputs.push(stdin ?? "");
           }
+          if (argv[0] === "ipset" && !firstSet) firstSet = stdin ?? "";
         }
       },
     };
@@ -111,14 +128,21 @@ async function runSize(n: number) {
       `${n} svc x ${endpointsPer} ep, first full restore: ${ms(performance.now() - t0)} wall (iptables-restore ${ms(restoreMs)}), input ${kb(full.bytes.v4 ?? 0)}`,
     );
 
-    restoreMs = 0;
-    const target = Math.floor(n / 2);
-    b.setEndpoint("bench", `svc-${target}`, "ep-new", endpoint(k++));
-    t0 = performance.now();
-    await b.sync();
-    const one = b.lastSync!;
-    console.log(`${n} svc, one endpoint added (partial=${!one.full}): ${ms(performance.now() - t0)} wall (iptables-restore ${ms(restoreMs)}), input ${one.bytes.v4 ?? 0} bytes`);
+    // One endpoint added to a different service each time.
+    const walls: number[] = [];
+    let bytes = 0;
+    for (let i = 0; i < repeats; i++) {
+      const target = Math.floor(n / 2) + i;
+      b.setEndpoint("bench", `svc-${target}`, "ep-new", endpoint(k++));
+      t0 = performance.now();
+      await b.sync();
+      walls.push(performance.now() - t0);
+      bytes = b.lastSync!.bytes.v4 ?? 0;
+      if (b.lastSync!.full) throw new Error("expected a partial restore");
+    }
+    console.log(`${n} svc, one endpoint added (${repeats} services in turn): ${spread(walls)} wall, input ${bytes} bytes`);
 
+    const target = Math.floor(n / 2);
     restoreMs = 0;
     b.deleteEndpoint("bench", `svc-${target}`, "ep-0");
     t0 = performance.now();
@@ -138,11 +162,10 @@ async function runSize(n: number) {
   } finally {
     await sh(["ip", "netns", "del", ns]);
   }
-  // inputs[0]: the first full restore, inputs[1]: the one added endpoint.
+  // inputs[0]: the first full restore, inputs[1]: the first added endpoint.
+  console.log(`${n} svc, the same inputs fed by hand (fresh namespace; the first restore, then the change ${repeats} times):`);
   for (const command of ["iptables-nft-restore", "iptables-legacy-restore"]) {
-    if (!Bun.which(command)) continue;
-    const [first, one] = await byHand(command, inputs.slice(0, 2));
-    console.log(`${n} svc, same inputs by hand to ${command}: first ${ms(first)}, one endpoint added ${ms(one)}`);
+    if (Bun.which(command)) await byHand(command, firstSet, inputs[0], inputs[1]);
   }
 }
 

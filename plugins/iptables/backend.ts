@@ -18,7 +18,8 @@ import type { BackendContext, Executor, IncrementalBackend } from "../../src/plu
 import { deleteStaleUdpFlows, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import type { Endpoint, Service } from "../../src/core/brain/state.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
-import { chains, restoreCommand, tables, type Family } from "./names.ts";
+import { chains, hairpinSets, ipsetCommand, restoreCommand, tables, type Family } from "./names.ts";
+import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
 import { renderFixed } from "./render-fixed.ts";
 import { printRestore, Transaction } from "./render-restore.ts";
@@ -37,6 +38,8 @@ export interface IptablesOptions {
   /** how often the monitor checks the canaries; 0 = no timer (default: CANARY_PERIOD_MS, or syncPeriod if shorter) */
   monitorPeriodMs?: number;
   now?: () => number;
+  /** hairpin by ipset (true) or a SEP chain per endpoint (false); default: ipset if `ipset --version` runs at setup */
+  hairpinSet?: boolean;
 }
 
 /** What the last sync did, for logs, tests and the benchmark. */
@@ -73,6 +76,8 @@ export class IptablesBackend implements IncrementalBackend {
   private readonly log: Logger;
   private readonly written = { v4: new Map<string, WrittenService>(), v6: new Map<string, WrittenService>() };
   private readonly udp = { v4: new Map<string, Map<string, UdpFrontend>>(), v6: new Map<string, Map<string, UdpFrontend>>() };
+  private hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
+  private hairpinSet: boolean;
   private needFull = true;
   private lastFull = -Infinity;
   private synced = false;
@@ -93,6 +98,7 @@ export class IptablesBackend implements IncrementalBackend {
     this.families = opts.families ?? ["v4", "v6"];
     this.log = ctx.log.child("iptables");
     this.config = ctx.config;
+    this.hairpinSet = opts.hairpinSet ?? true;
   }
 
   setNodeIPs(ips: readonly string[]) {
@@ -125,6 +131,15 @@ export class IptablesBackend implements IncrementalBackend {
         if (family === "v4") throw new KpngError("unavailable", `iptables backend: ${restoreCommand(family)} does not run: ${errorMessage(err)}`);
         this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(err) });
         this.families = this.families.filter((f) => f !== family);
+      }
+    }
+    if (this.opts.hairpinSet === undefined) {
+      // Creating the sets proves the program and the kernel's ip_set modules both work.
+      try {
+        for (const family of this.families) await this.ipt.ipset(ipsetCreate(family));
+      } catch (err) {
+        this.hairpinSet = false;
+        this.log.warn("ipset does not work here: every endpoint gets its own SEP chain (upstream's layout; slower restores at scale)", { error: errorMessage(err) });
       }
     }
     const period = this.opts.monitorPeriodMs ?? Math.min(CANARY_PERIOD_MS, this.ctx.config.syncPeriodSeconds * 1000);
@@ -194,8 +209,16 @@ export class IptablesBackend implements IncrementalBackend {
         if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
         const text = printRestore(tx);
         stats.bytes[family] = text.length;
+        const set = this.hairpinEdits(family, full, next);
+        await this.runIpset(set.before);
+        const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-        else if (text) await this.restore(family, tx, text);
+        else if (text) jobs.push(this.restore(family, tx, text));
+        jobs.push(this.runIpset(set.alongside));
+        // Both finish before the next sync may start, even when one fails.
+        for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
+        await this.runIpset(set.after);
+        set.commit();
         this.commit(family, next, full, stale);
       }
       if (full) {
@@ -228,10 +251,35 @@ export class IptablesBackend implements IncrementalBackend {
     }
   }
 
+  /**
+   * The hairpin set's input for this sync. Full: the set created before the
+   * restore whose rule names it, its members replaced alongside the restore.
+   * Partial: members added before the restore, deleted after it. `commit`
+   * records them once everything applied.
+   */
+  private hairpinEdits(family: Family, full: boolean, next: Map<string, WrittenService | undefined>) {
+    const none = { before: "", alongside: "", after: "", commit: () => {} };
+    if (!this.hairpinSet) return none;
+    if (full) {
+      const members = new HairpinMembers();
+      members.reset([...next.values()].flatMap((w) => (w ? [w.hairpin] : [])));
+      return { ...none, before: ipsetCreate(family), alongside: ipsetFull(family, members.members()), commit: () => (this.hairpin[family] = members) };
+    }
+    const changes = [...next].map(([key, w]) => ({ before: this.written[family].get(key)?.hairpin, after: w?.hairpin }));
+    const { adds, deletes, next: counts } = this.hairpin[family].edits(changes);
+    return { ...none, before: ipsetEdits(family, adds, []), after: ipsetEdits(family, [], deletes), commit: () => this.hairpin[family].apply(counts) };
+  }
+
+  private async runIpset(input: string) {
+    if (!input) return;
+    if (this.ctx.config.dryRun) this.ctx.out(`# ${ipsetCommand} restore\n${input}`);
+    else await this.ipt.ipset(input);
+  }
+
   private render(key: string, family: Family): ServiceRules | undefined {
     const t = this.tracker.get(key);
     const largeCluster = this.tracker.endpointTotal > largeClusterEndpoints;
-    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config, largeCluster });
+    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config, largeCluster, hairpinSet: this.hairpinSet });
   }
 
   /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */
@@ -245,7 +293,7 @@ export class IptablesBackend implements IncrementalBackend {
         if (rules) yield rules;
       }
     }
-    return fullTransaction({ fixed: renderFixed(this.config, family), services: services(), saved });
+    return fullTransaction({ fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }), services: services(), saved });
   }
 
   private partialTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Transaction {
@@ -295,9 +343,17 @@ export class IptablesBackend implements IncrementalBackend {
       }
       if (this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
       else if (text) await this.ipt.restore(family, text);
+      // After the rule that matched it is gone; absent (never created, no ipset) is fine.
+      if (!this.hairpinSet) continue;
+      try {
+        await this.runIpset(`destroy ${hairpinSets[family]}\n`);
+      } catch (err) {
+        this.log.debug("cleanup: no hairpin set to destroy", { family, error: errorMessage(err) });
+      }
     }
     this.written.v4.clear();
     this.written.v6.clear();
+    this.hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
     this.needFull = true;
   }
 }

@@ -4,7 +4,7 @@
 
 import type { Executor } from "../../src/plugins/backend.ts";
 import { KpngError } from "../../src/core/errors.ts";
-import { iptablesCommand, restoreCommand, saveCommand, type Family, type Table } from "./names.ts";
+import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Family, type Table } from "./names.ts";
 
 export interface IptablesExecutor {
   /** `iptables-restore --noflush` (or ip6tables-restore) with this input */
@@ -12,6 +12,8 @@ export interface IptablesExecutor {
   /** `iptables-save`: every table */
   save(family: Family): Promise<string>;
   chainExists(family: Family, table: Table, chain: string): Promise<boolean>;
+  /** `ipset restore` with this input (the hairpin sets) */
+  ipset(input: string): Promise<void>;
 }
 
 export function iptablesExecutor(exec: Executor): IptablesExecutor {
@@ -21,6 +23,9 @@ export function iptablesExecutor(exec: Executor): IptablesExecutor {
       await exec.run([restoreCommand(family), "--noflush", "-w", "5"], input);
     },
     save: (family) => exec.run([saveCommand(family)]),
+    async ipset(input) {
+      await exec.run([ipsetCommand, "restore"], input);
+    },
     async chainExists(family, table, chain) {
       try {
         await exec.run([iptablesCommand(family), "-w", "5", "-t", table, "-S", chain]);

@@ -42,6 +42,15 @@ export const chains = {
   canary: "KPNG-CANARY",
 } as const;
 
+/**
+ * ipsets (`hash:ip,port,ip`, one per family) of the endpoints DNATed straight
+ * from a balancing rule, as `ip,proto:port,ip`: KPNG-POSTROUTING masquerades
+ * a packet whose `dst,dst,src` is in it, i.e. an endpoint reaching itself
+ * through a service (hairpin), which SEP chains did per endpoint. The same
+ * match upstream's IPVS mode uses (KUBE-LOOP-BACK).
+ */
+export const hairpinSets: Readonly<Record<Family, string>> = { v4: "KPNG-HAIRPIN-V4", v6: "KPNG-HAIRPIN-V6" };
+
 /** Shared chains that receive per-service rules one by one (`-I 1` keeps their fixed tail last). */
 export const insertAtHead: ReadonlySet<string> = new Set(["nat/KPNG-SERVICES", "filter/KPNG-EXTERNAL-SERVICES"]);
 
@@ -57,7 +66,11 @@ export const servicePrefix = {
   ext: "KPNG-EXT-",
   /** loadBalancerSourceRanges filter in front of EXT */
   firewall: "KPNG-FW-",
-  /** one endpoint on this node or of an affinity service: hairpin masquerade, affinity bookkeeping, DNAT (others are DNATed from the balancing rule) */
+  /**
+   * one endpoint: hairpin masquerade, affinity bookkeeping, DNAT. Only for
+   * services with ClientIP affinity, or every endpoint when the host has no
+   * ipset; other endpoints are DNATed from the balancing rule (hairpinSets).
+   */
   endpoint: "KPNG-SEP-",
 } as const;
 
@@ -147,3 +160,4 @@ export const endpointChain = (portId: string, ip: string, port: number) => servi
 export const restoreCommand = (family: Family) => (family === "v4" ? "iptables-restore" : "ip6tables-restore");
 export const saveCommand = (family: Family) => (family === "v4" ? "iptables-save" : "ip6tables-save");
 export const iptablesCommand = (family: Family) => (family === "v4" ? "iptables" : "ip6tables");
+export const ipsetCommand = "ipset";

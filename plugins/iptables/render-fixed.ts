@@ -4,7 +4,7 @@
 
 import { isIP } from "node:net";
 import type { Config } from "../../src/core/config/config.ts";
-import { chains, type Family } from "./names.ts";
+import { chains, hairpinSets, type Family } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 
 export const inFamily = (ip: string, family: Family) => isIP(ip) === (family === "v4" ? 4 : 6);
@@ -74,12 +74,16 @@ export interface FixedRules {
   tails: Rule[];
 }
 
-export function renderFixed(config: Config, family: Family): FixedRules {
+/** `hairpinSet`: endpoints without SEP chains are masqueraded on hairpin by the family's ipset (names.ts). */
+export function renderFixed(config: Config, family: Family, opts: { hairpinSet: boolean } = { hairpinSet: true }): FixedRules {
   const mark = masqMark(config);
   const rules: Rule[] = [];
   const tails: Rule[] = [];
   const nat = (chain: string, r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain, ...r });
 
+  if (opts.hairpinSet) {
+    nat(chains.postrouting, { comment: "hairpin: an endpoint reaching itself through a service", match: ["-m", "set", "--match-set", hairpinSets[family], "dst,dst,src"], target: ["-j", chains.markMasq] });
+  }
   nat(chains.markMasq, { match: [], target: ["-j", "MARK", "--or-mark", mark] });
   for (const cidr of familyCIDRs(config.clusterCIDRs, family)) nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
   nat(chains.markNonPod, { match: [], target: ["-j", chains.markMasq] });

@@ -7,15 +7,14 @@
 // a decision (endpoint scopes after traffic policy, topology and terminating
 // fallback), the renderer just obeys it.
 //
-// One departure, for scale: an endpoint gets its own SEP chain only when
-// something besides DNAT must happen once it is chosen: hairpin masquerade
-// (an endpoint on this node can be the very pod that sent the packet) or
-// affinity bookkeeping (`-m recent --set`). Any other endpoint is DNATed
-// straight from the balancing rule. At 10,000 services x 10 endpoints, half
-// of them elsewhere, that is 50,000 chains fewer; iptables-nft's restore cost
-// and the kernel's per-commit validation of the nat table both grow with the
-// chain count (measured: first restore 10.7 s -> 4.8 s, one endpoint change
-// 240 ms -> 140 ms of kernel time; bench/iptables.bench.ts).
+// One departure, for scale: when the host has ipset, an endpoint is DNATed
+// straight from the balancing rule and hairpin masquerade is one ipset match
+// in KPNG-POSTROUTING (names.ts, hairpinSets): no SEP chain per endpoint,
+// except under ClientIP affinity (`-m recent --set` needs one). iptables-nft's
+// restore cost and the kernel's validation of the whole nat table at every
+// commit (nft_table_validate) grow with the chain count: at 10,000 services x
+// 10 endpoints, one endpoint change went from ~170 to ~105 ms of CPU and the
+// first restore from ~6.9 to ~2.7 s of iptables-restore (bench/iptables.bench.ts).
 
 import type { Config } from "../../src/core/config/config.ts";
 import { Protocol, type Endpoint, type PortMapping, type Service } from "../../src/gen/localv1/services_pb.ts";
@@ -35,6 +34,8 @@ export interface ServiceRules {
   chains: Map<string, OwnedChain>;
   /** its rules in the fixed chains */
   shared: Rule[];
+  /** its members of the family's hairpin ipset (`ip,proto:port,ip`) */
+  hairpin: Set<string>;
 }
 
 /** An endpoint as the renderer needs it, for one family and one service port. */
@@ -43,8 +44,6 @@ export interface PortEndpoint {
   port: number;
   internal: boolean;
   external: boolean;
-  /** on this node (the brain's Endpoint.Local): only such an endpoint can be hairpinned here */
-  local: boolean;
   chain: string;
 }
 
@@ -58,6 +57,8 @@ export interface RenderServiceInput {
    * view): per-endpoint rules carry no comment, a third less restore input.
    */
   largeCluster?: boolean;
+  /** hairpin by the ipset (default); false: a SEP chain per endpoint, upstream's layout */
+  hairpinSet?: boolean;
 }
 
 export const protoName: Partial<Record<Protocol, "tcp" | "udp" | "sctp">> = {
@@ -82,8 +83,7 @@ export function portEndpoints(portId: string, pm: PortMapping, endpoints: Readon
     const prev = byChain.get(chain);
     const internal = !!ep.Scopes?.Internal || !!prev?.internal;
     const external = !!ep.Scopes?.External || !!prev?.external;
-    const local = ep.Local || !!prev?.local;
-    byChain.set(chain, { ip, port, internal, external, local, chain });
+    byChain.set(chain, { ip, port, internal, external, chain });
   }
   return [...byChain.values()].sort((a, b) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port));
 }
@@ -103,7 +103,7 @@ function servedIn(svc: Service, family: Family): boolean {
 
 export function renderService(input: RenderServiceInput): ServiceRules {
   const { service: svc } = input;
-  const out: ServiceRules = { chains: new Map(), shared: [] };
+  const out: ServiceRules = { chains: new Map(), shared: [], hairpin: new Set() };
   const own = (table: Table, name: string): Rule[] => {
     const key = `${table}/${name}`;
     let c = out.chains.get(key);
@@ -131,14 +131,17 @@ interface PortContext {
   own: (table: Table, name: string) => Rule[];
 }
 
-/** Whether the endpoint gets a SEP chain (see the header): hairpin possible here, or affinity to record. */
-const ownsChain = (ep: PortEndpoint, affinity: number | undefined) => ep.local || affinity !== undefined;
+/** Whether endpoints get SEP chains (see the header): affinity to record, or no ipset for hairpin. */
+const ownChains = (hairpinSet: boolean, affinity: number | undefined) => !hairpinSet || affinity !== undefined;
+
+/** The hairpin ipset member of an endpoint: a packet from it to itself (names.ts, hairpinSets). */
+export const hairpinMember = (ep: { ip: string; port: number }, proto: string) => `${ep.ip},${proto}:${ep.port},${ep.ip}`;
 
 /** The per-endpoint rules' comment; none in large-cluster mode (as upstream). */
 const endpointComment = (p: PortPlan, ep: PortEndpoint) => (p.largeCluster ? undefined : `${p.label} -> ${hostPort(ep.ip, ep.port, p.family)}`);
 
 /** Load-balancing rules over `eps` into `chain`: affinity first, then kube-proxy's 1/(n-i) statistic cascade. */
-function balance(p: PortPlan, rules: Rule[], chain: string, eps: PortEndpoint[]) {
+function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, eps: PortEndpoint[]) {
   if (p.affinity !== undefined) {
     for (const ep of eps) {
       rules.push({
@@ -153,11 +156,12 @@ function balance(p: PortPlan, rules: Rule[], chain: string, eps: PortEndpoint[])
   eps.forEach((ep, i) => {
     const left = eps.length - i;
     const pick = left > 1 ? ["-m", "statistic", "--mode", "random", "--probability", (1 / left).toFixed(10)] : [];
-    rules.push(
-      ownsChain(ep, p.affinity)
-        ? { table: "nat", chain, comment: endpointComment(p, ep), match: pick, target: ["-j", ep.chain] }
-        : { table: "nat", chain, comment: endpointComment(p, ep), match: [...pick, "-p", p.proto], target: dnat(p, ep) },
-    );
+    if (p.sepChains) {
+      rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: pick, target: ["-j", ep.chain] });
+    } else {
+      rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: [...pick, "-p", p.proto], target: dnat(p, ep) });
+      out.hairpin.add(hairpinMember(ep, p.proto));
+    }
   });
 }
 
@@ -172,6 +176,8 @@ interface PortPlan {
   nodePort: number;
   label: string;
   largeCluster: boolean;
+  /** endpoints get SEP chains (ownChains) */
+  sepChains: boolean;
   /** `-p proto -m proto --dport port` */
   dport: string[];
   clusterIPs: string[];
@@ -181,7 +187,7 @@ interface PortPlan {
   affinity: number | undefined;
   internal: PortEndpoint[];
   external: PortEndpoint[];
-  /** endpoints that get a SEP chain: used by a balancing chain, and local or under affinity */
+  /** endpoints that get a SEP chain: used by a balancing chain, when sepChains */
   used: PortEndpoint[];
   hasEndpoints: boolean;
   accessible: boolean;
@@ -222,6 +228,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
   const usesExt = accessible && eps.length > 0;
   const svcNeeded = internal.length > 0 && (clusterIPs.length > 0 || (usesExt && (svc.ExternalTrafficToLocal || svxChain === svcChain)));
   const affinity = affinitySeconds(svc);
+  const sepChains = ownChains(input.hairpinSet ?? true, affinity);
   return {
     svc,
     config,
@@ -230,6 +237,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     nodePort: pm.NodePort,
     label: `${svc.Namespace}/${svc.Name}:${pm.Name || pm.Port}`,
     largeCluster: input.largeCluster ?? false,
+    sepChains,
     dport: ["-p", proto, "-m", proto, "--dport", String(pm.Port)],
     clusterIPs,
     externalIPs,
@@ -238,7 +246,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     affinity,
     internal,
     external,
-    used: eps.filter((e) => ((e.internal && svcNeeded) || (e.external && usesExt)) && ownsChain(e, affinity)),
+    used: sepChains ? eps.filter((e) => (e.internal && svcNeeded) || (e.external && usesExt)) : [],
     hasEndpoints: eps.length > 0,
     accessible,
     usesExt,
@@ -297,7 +305,7 @@ function clusterIPRules(p: PortPlan, out: ServiceRules, own: PortContext["own"])
       else if (p.podCIDRs.length > 1) rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markNonPod] });
       out.shared.push({ table: "nat", chain: chains.services, comment, match: to, target: ["-j", p.svcChain] });
     }
-    balance(p, rules, p.svcChain, p.internal);
+    balance(p, out, rules, p.svcChain, p.internal);
   }
   if (!p.internal.length) {
     const { verdict, why } = noEndpointVerdict(p, p.svc.InternalTrafficToLocal);
@@ -309,7 +317,7 @@ function clusterIPRules(p: PortPlan, out: ServiceRules, own: PortContext["own"])
 function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
   const nodePortMatch = ["-p", p.proto, "-m", p.proto, "--dport", String(p.nodePort)];
   if (p.usesExt) {
-    if (p.external.length && p.svxChain !== p.svcChain) balance(p, own("nat", p.svxChain), p.svxChain, p.external);
+    if (p.external.length && p.svxChain !== p.svcChain) balance(p, out, own("nat", p.svxChain), p.svxChain, p.external);
     const rules = own("nat", p.extChain);
     const ext = (r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain: p.extChain, ...r });
     const local = ["-m", "addrtype", "--src-type", "LOCAL"];

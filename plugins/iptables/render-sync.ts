@@ -16,6 +16,8 @@ export interface WrittenService {
   chains: Map<string, Digest>;
   /** `table/line` -> the rule in a fixed chain */
   shared: Map<string, Rule>;
+  /** its members of the hairpin ipset */
+  hairpin: ReadonlySet<string>;
 }
 
 const chainKey = (table: Table, name: string) => `${table}/${name}`;
@@ -33,7 +35,7 @@ export function compact(rules: ServiceRules): WrittenService {
   for (const [k, c] of rules.chains) chains.set(k, digest(c.rules));
   const shared = new Map<string, Rule>();
   for (const r of rules.shared) shared.set(sharedKey(r), r);
-  return { chains, shared };
+  return { chains, shared, hairpin: rules.hairpin };
 }
 
 const addShared = (tx: Transaction, r: Rule) => (insertAtHead.has(`${r.table}/${r.chain}`) ? tx.insert(r) : tx.append(r));

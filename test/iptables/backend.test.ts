@@ -29,8 +29,13 @@ describe("iptables backend life cycle", () => {
     await b.sync();
     expect(b.lastSync?.full).toBe(true);
     // then conntrack: UDP flows to service IPs that had no rules before (this process never programmed them)
-    expect(argv0(rec).filter((a) => a !== "conntrack")).toEqual(["iptables-save", "iptables-restore", "ip6tables-save", "ip6tables-restore"]);
-    expect(rec.calls[1].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
+    // the hairpin set created first (the restore's KPNG-POSTROUTING rule names it), filled alongside the restore
+    const sequence = ["iptables-save", "ipset", "iptables-restore", "ipset", "ip6tables-save", "ipset", "ip6tables-restore", "ipset"];
+    expect(argv0(rec).filter((a) => a !== "conntrack")).toEqual(sequence);
+    expect(rec.calls[1]).toEqual({ argv: ["ipset", "restore"], stdin: "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet maxelem 1048576 -exist\n" });
+    expect(rec.calls[3].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
+    expect(rec.calls[5].stdin).toContain("create KPNG-HAIRPIN-V6 hash:ip,port,ip family inet6 ");
+    expect(rec.calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
     expect(rec.restores("v6")[0]).toContain("--to-destination [2001:db8:2:0::1]:8080");
     expect(rec.restores("v6")[0]).not.toContain("198.");
     expect(rec.restores("v4")[0]).not.toContain("2001:");
@@ -141,11 +146,12 @@ describe("iptables backend life cycle", () => {
     await b.setup();
     await b.sync();
     expect(rec.calls).toEqual([]);
-    expect(ctx.printed.map((t) => t.split("\n")[0])).toEqual(["# iptables-restore --noflush", "# ip6tables-restore --noflush"]);
+    const full = (restore: string) => ["# ipset restore", `# ${restore} --noflush`, "# ipset restore"];
+    expect(ctx.printed.map((t) => t.split("\n")[0])).toEqual([...full("iptables-restore"), ...full("ip6tables-restore")]);
     b.setEndpoint("default", "web", "b", pod(2));
     await b.sync();
-    expect(ctx.printed.length).toBe(4);
-    expect(ctx.printed[2]).not.toContain("KPNG-CANARY"); // partial
+    expect(ctx.printed.length).toBe(10); // per family: the new hairpin member, then the partial restore
+    expect(ctx.printed[7]).not.toContain("KPNG-CANARY"); // partial
   });
 
   test("cleanup removes the jumps and chains iptables-save shows, nothing else", async () => {
@@ -156,6 +162,22 @@ describe("iptables backend life cycle", () => {
       ["*filter", '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL', ":KPNG-FIREWALL - [0:0]", "-X KPNG-FIREWALL", "COMMIT", ""].join("\n"),
     );
     expect(rec.restores("v6")).toEqual([]); // nothing of kpng's in ip6tables-save
+    // the hairpin sets go after the rules that matched them
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin)).toEqual(["destroy KPNG-HAIRPIN-V4\n", "destroy KPNG-HAIRPIN-V6\n"]);
+  });
+
+  test("setup where ipset does not work (program or kernel module missing): a warning, and every endpoint gets a SEP chain (upstream's layout); no ipset call ever", async () => {
+    const { b, rec, ctx } = backend(({ argv }) => {
+      if (argv[0] === "ipset") throw new Error("ipset: not found");
+      return "";
+    });
+    await b.setup();
+    await b.sync();
+    expect(ctx.log.lines.some((l) => l.includes("ipset does not work here"))).toBe(true);
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.argv)).toEqual([["ipset", "restore"]]); // setup's attempt to create the set
+    const text = rec.restores("v4").at(-1)!; // after setup's `iptables-restore --version`
+    expect(text).toMatch(/^:KPNG-SEP-/m);
+    expect(text).not.toContain("--match-set");
   });
 
   // What `conntrack -L -p udp` answers: one client flow DNATed to each pod, per family.

@@ -17,6 +17,7 @@ interface Scenario {
   name: string;
   family?: Family;
   config?: Partial<Config>;
+  hairpinSet?: boolean;
   services: { service: Service; endpoints: Endpoint[] }[];
 }
 
@@ -26,7 +27,12 @@ const pod = (i: number, opts: Parameters<typeof ep>[0] extends infer T ? Omit<T 
 const scenarios: Scenario[] = [
   {
     name: "clusterip-two-endpoints",
-    // pod 1 on this node (a SEP chain: it may hairpin), pod 2 elsewhere (DNAT straight from the SVC chain)
+    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1, { local: true }), pod(2)] }],
+  },
+  {
+    name: "clusterip-two-endpoints-without-ipset",
+    // upstream's layout: a SEP chain per endpoint does hairpin and DNAT
+    hairpinSet: false,
     services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1, { local: true }), pod(2)] }],
   },
   {
@@ -81,7 +87,7 @@ const scenarios: Scenario[] = [
 
 async function render(s: Scenario): Promise<string> {
   const ctx = testContext(testConfig({ dryRun: true, ...s.config }));
-  const b = new IptablesBackend(ctx, { families: [s.family ?? "v4"] });
+  const b = new IptablesBackend(ctx, { families: [s.family ?? "v4"], hairpinSet: s.hairpinSet });
   for (const { service, endpoints } of s.services) {
     b.setService(service);
     endpoints.forEach((e, i) => b.setEndpoint(service.Namespace, service.Name, `ep${i}`, e));

@@ -14,7 +14,7 @@ import { bulkPreamble } from "../../plugins/iptables/render-restore.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { plan } from "../fixtures/addresses.ts";
 import { svc, testConfig, testContext, v4, v6, type SvcSpec } from "./fixtures.ts";
-import { endpointChain, serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
+import { serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
 import { createWorld, podEp, podPorts, runChecks } from "./world.ts";
 
 let topo: Topology;
@@ -78,12 +78,14 @@ describe("iptables backend life cycle, real kernel", () => {
     const [text, ...more] = restores();
     expect(more).toEqual([]); // IPv6: s1 has no v6 address, nothing changed
     const named = new Set([...text.matchAll(/KPNG-[A-Z0-9-]+/g)].map((m) => m[0]));
-    // s1's SVC chain (rewritten), its new SEP chain, its old SEP chain (deleted), and KPNG-MARK-MASQ as a jump target; nothing else
+    // s1's SVC chain (rewritten; it DNATs to the endpoint itself) and KPNG-MARK-MASQ as a jump target; nothing else
     const port = servicePortId("default", "s1", "tcp", 80);
-    const [oldSep, newSep] = [0, 1].map((i) => endpointChain(port, topo.pods[i].v4, podPorts.tcp));
-    expect(named).toEqual(new Set([serviceChain("cluster", port), newSep, oldSep, "KPNG-MARK-MASQ"]));
-    expect(text).toContain(`-X ${oldSep}`);
+    expect(named).toEqual(new Set([serviceChain("cluster", port), "KPNG-MARK-MASQ"]));
+    expect(text).toContain(`--to-destination ${topo.pods[1].v4}:${podPorts.tcp}`);
     expect(text).not.toMatch(/^:KPNG-(SERVICES|NODEPORTS|MARK-MASQ)/m);
+    // the hairpin set: the new endpoint in before the restore, the old one out after it
+    const sets = calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin?.trim());
+    expect(sets).toEqual([`add KPNG-HAIRPIN-V4 ${topo.pods[1].v4},tcp:8080,${topo.pods[1].v4} -exist`, `del KPNG-HAIRPIN-V4 ${topo.pods[0].v4},tcp:8080,${topo.pods[0].v4} -exist`]);
     expect(await who(6, v4.clusterIP(101))).toEqual(Array(6).fill("pod1"));
   });
 
@@ -117,7 +119,8 @@ describe("iptables backend life cycle, real kernel", () => {
 
   test("a bulk restore (the bulk preamble above bulkThreshold operations) applies and leaves foreign rules and their counters as they were", async () => {
     calls.length = 0;
-    for (let i = 0; i < 150; i++) {
+    // 250 services x (SVC chain + masquerade + 2 balancing rules + dispatch) = 1,250 nat operations
+    for (let i = 0; i < 250; i++) {
       b.setService(svc({ name: `bulk${i}`, clusterIPs: [v4.clusterIP(200 + i)], ports: [{ name: "http", port: 80 }] }));
       b.setEndpoint("default", `bulk${i}`, "a", podEp(topo, i % 2));
       b.setEndpoint("default", `bulk${i}`, "b", podEp(topo, (i + 1) % 2));
@@ -130,7 +133,7 @@ describe("iptables backend life cycle, real kernel", () => {
     // The -Z of the landing before zeroed these.
     expect(await topo.exec(topo.node.ns, ["iptables-save", "-c", "-t", "nat"])).toContain("[5:500] -A FOREIGN-NAT -s 192.0.2.99/32 -j RETURN");
     // 20 connections all landing on one of 2 endpoints: probability 2 * 2^-20 (6 failed ~3% of runs).
-    expect(new Set(await who(20, v4.clusterIP(349)))).toEqual(new Set(["pod0", "pod1"]));
+    expect(new Set(await who(20, v4.clusterIP(449)))).toEqual(new Set(["pod0", "pod1"]));
   });
 
   test("a rule removed behind kpng's back: the partial restore fails, the next sync is full and repairs", async () => {
@@ -159,6 +162,7 @@ describe("iptables backend life cycle, real kernel", () => {
     await b.cleanup();
     const text = await save();
     expect(text).not.toContain("KPNG");
+    expect(await topo.exec(topo.node.ns, ["ipset", "list", "-n"])).not.toContain("KPNG");
     expect(text).toContain("-A PREROUTING -j FOREIGN-NAT");
     expect(text).toContain('--comment "foreign rule" -j ACCEPT');
   });
@@ -177,6 +181,20 @@ describe("iptables backend life cycle, real kernel", () => {
         { from: "client", probe: { ip: v4.node(0), port: 30109 }, expect: { error: "refused" } }, // no rule: the node's own stack resets
       ]);
       expect(await topo.exec(topo.node.ns, ["iptables-save", "-t", "nat"])).toContain("-A KPNG-MARK-MASQ -j MARK --set-xmark 0x20/0x20");
+    } finally {
+      await other.cleanup();
+    }
+  });
+
+  test("without ipset (upstream's layout): SEP chains masquerade hairpin traffic, no set is made", async () => {
+    const other = new IptablesBackend(testContext(testConfig()), { executor: topo.executor(topo.node.ns), monitorPeriodMs: 0, hairpinSet: false });
+    try {
+      other.setService(svc({ name: "h1", clusterIPs: [v4.clusterIP(110)], ports: [{ name: "http", port: 80 }] }));
+      other.setEndpoint("default", "h1", "a", podEp(topo, 0));
+      await other.sync();
+      await runChecks(topo, [{ from: "pod0", probe: tcp(v4.clusterIP(110)), expect: { ok: true, who: ["pod0"], source: "node" } }]);
+      expect(await topo.exec(topo.node.ns, ["iptables-save", "-t", "nat"])).toMatch(/^:KPNG-SEP-/m);
+      expect(await topo.exec(topo.node.ns, ["ipset", "list", "-n"])).not.toContain("KPNG");
     } finally {
       await other.cleanup();
     }
@@ -203,7 +221,7 @@ describe("iptables first sync as a bulk restore, real kernel", () => {
     };
     expect(await fresh.exec(fresh.node.ns, ["nft", "list", "tables"])).toBe("");
     const first = new IptablesBackend(testContext(testConfig()), { executor: exec, families: ["v4"], monitorPeriodMs: 0 });
-    // 300 services x (SVC chain + masquerade + balancing rule + SEP chain + 2 SEP rules + dispatch) = 2,100 nat operations
+    // 300 services x (SVC chain + masquerade + balancing rule + dispatch) = 1,200 nat operations
     for (let i = 0; i < 300; i++) {
       first.setService(svc({ name: `f${i}`, clusterIPs: [v4.clusterIP(400 + i)], ports: [{ name: "http", port: 80 }] }));
       first.setEndpoint("default", `f${i}`, "a", podEp(fresh, 0));

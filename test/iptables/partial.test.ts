@@ -10,14 +10,13 @@ import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
 
 const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
   svc({ name: `web${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }], ...extra });
-/** an endpoint on this node (so it has a SEP chain: the arithmetic below counts them) */
-const pod = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 }, local: true });
-const remote = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 } });
+const pod = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 } });
+const member = (i: number) => `${v4.pod(i >> 8, i & 255)},tcp:8080,${v4.pod(i >> 8, i & 255)}`;
 
 /** A backend (IPv4 only: the arithmetic below counts one family) holding `n` services of `eps` endpoints each, after its full restore. */
-async function loaded(n: number, eps = 2) {
+async function loaded(n: number, eps = 2, opts: { hairpinSet?: boolean } = {}) {
   const rec = recordingExecutor();
-  const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0 });
+  const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0, hairpinSet: opts.hairpinSet });
   for (let i = 1; i <= n; i++) {
     b.setService(web(i));
     for (let e = 0; e < eps; e++) b.setEndpoint("default", `web${i}`, `p${e}`, pod(i * 8 + e));
@@ -31,35 +30,39 @@ async function loaded(n: number, eps = 2) {
 const lines = (text: string, re: RegExp) => text.split("\n").filter((l) => re.test(l));
 const chainsNamed = (text: string) => new Set([...text.matchAll(/KPNG-[A-Z]+-[A-Z2-7]{16}/g)].map((m) => m[0]));
 const ownChains = (name: string) => ["cluster", "local", "external", "ext", "firewall"].map((k) => serviceChain(k as "cluster", servicePortId("default", name, "tcp", 80)));
+/** every call in order: "ipset" or "iptables-restore", with its input lines */
+const sequence = (rec: ReturnType<typeof recordingExecutor>) => rec.calls.map((c) => ({ argv0: c.argv[0], lines: (c.stdin ?? "").trim().split("\n") }));
 
 describe("iptables partial restores", () => {
-  test("one endpoint added: only that service's SVC chain and the new SEP chain are written", async () => {
+  test("one endpoint added: only that service's SVC chain is written; its hairpin member added before the restore", async () => {
     const { b, rec } = await loaded(50);
     b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
     await b.sync();
     const [text] = rec.restores("v4");
     expect(b.lastSync?.full).toBe(false);
+    // 1 chain declared (SVC rewritten); rules: 1 masquerade + 3 balance (each DNATs, no SEP chain) = 4.
+    expect(lines(text, /^:/)).toEqual([`:${ownChains("web7")[0]} - [0:0]`]);
+    expect(lines(text, /^-A /).length).toBe(4);
+    expect(lines(text, / -j DNAT /).length).toBe(3);
+    expect(lines(text, /^-[DIX] /)).toEqual([]);
+    expect([...chainsNamed(text)]).toEqual([ownChains("web7")[0]]);
+    expect(sequence(rec).map((c) => c.argv0)).toEqual(["ipset", "iptables-restore"]);
+    expect(sequence(rec)[0].lines).toEqual([`add KPNG-HAIRPIN-V4 ${member(7 * 8 + 2)} -exist`]);
+  });
+
+  test("without ipset (upstream's layout): one endpoint added writes the SVC chain and the new SEP chain", async () => {
+    const { b, rec } = await loaded(50, 2, { hairpinSet: false });
+    b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
+    await b.sync();
+    const [text] = rec.restores("v4");
     // 2 chains declared (SVC rewritten, SEP new); rules: SVC = 1 masquerade + 3 balance, SEP = hairpin + DNAT -> 6.
     expect(lines(text, /^:/).length).toBe(2);
     expect(lines(text, /^-A /).length).toBe(6);
     expect(lines(text, /^-[DIX] /)).toEqual([]);
     const svcChain = ownChains("web7")[0];
-    const named = [...chainsNamed(text)];
-    expect(named).toContain(svcChain);
-    // Every chain named belongs to web7: its SVC chain or one of its SEP chains (jumped to from its SVC chain).
     const seps = new Set(lines(text, new RegExp(`^-A ${svcChain} .* -j KPNG-SEP-`)).map((l) => l.split(" -j ")[1]));
-    expect(named.filter((c) => c !== svcChain && !seps.has(c))).toEqual([]);
-  });
-
-  test("one endpoint elsewhere added: only that service's SVC chain is written, DNAT straight from it (no SEP chain)", async () => {
-    const { b, rec } = await loaded(50);
-    b.setEndpoint("default", "web7", "p2", remote(7 * 8 + 2));
-    await b.sync();
-    const [text] = rec.restores("v4");
-    // 1 chain declared (SVC); rules: 1 masquerade + 3 balance (2 to SEP chains, 1 DNAT) = 4.
-    expect(lines(text, /^:/)).toEqual([`:${ownChains("web7")[0]} - [0:0]`]);
-    expect(lines(text, /^-A /).length).toBe(4);
-    expect(lines(text, / -j DNAT /)).toEqual([expect.stringMatching(/ -p tcp -j DNAT --to-destination 198\.19\.0\.58:8080$/)]);
+    expect([...chainsNamed(text)].filter((c) => c !== svcChain && !seps.has(c))).toEqual([]);
+    expect(rec.calls.map((c) => c.argv[0])).toEqual(["iptables-restore"]);
   });
 
   test("past 1,000 endpoints (upstream's large-cluster mode) per-endpoint rules carry no comment; the service's others keep theirs", async () => {
@@ -68,23 +71,39 @@ describe("iptables partial restores", () => {
       b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
       await b.sync();
       const text = rec.restores("v4")[0];
-      const perEndpoint = lines(text, /^-A KPNG-(SEP-|SVC-.* -j (KPNG-SEP-|DNAT))/);
-      expect(perEndpoint.length).toBe(5); // the new SEP chain's 2 rules + 3 balancing rules
-      expect(perEndpoint.filter((l) => l.includes("--comment")).length).toBe(large ? 0 : 5);
+      const perEndpoint = lines(text, / -j DNAT /);
+      expect(perEndpoint.length).toBe(3);
+      expect(perEndpoint.filter((l) => l.includes("--comment")).length).toBe(large ? 0 : 3);
       expect(lines(text, /cluster IP" .* -j KPNG-MARK-MASQ$/).length).toBe(1);
     }
   });
 
-  test("one endpoint removed: SVC rewritten, the old SEP chain flushed and deleted", async () => {
+  test("one endpoint removed: SVC rewritten; its hairpin member deleted after the restore", async () => {
     const { b, rec } = await loaded(50, 3);
     b.deleteEndpoint("default", "web9", "p1");
     await b.sync();
     const [text] = rec.restores("v4");
-    // declared: SVC + old SEP (flush before -X) = 2; rules: 1 masquerade + 2 balance = 3; one -X.
-    expect(lines(text, /^:/).length).toBe(2);
+    // declared: SVC = 1; rules: 1 masquerade + 2 balance = 3; nothing deleted.
+    expect(lines(text, /^:/).length).toBe(1);
     expect(lines(text, /^-A /).length).toBe(3);
-    expect(lines(text, /^-X /).length).toBe(1);
-    expect(lines(text, /^-[DI] /)).toEqual([]);
+    expect(lines(text, /^-[DIX] /)).toEqual([]);
+    expect(sequence(rec)).toEqual([
+      { argv0: "iptables-restore", lines: expect.any(Array) },
+      { argv0: "ipset", lines: [`del KPNG-HAIRPIN-V4 ${member(9 * 8 + 1)} -exist`] },
+    ]);
+  });
+
+  test("a hairpin member two services share stays until the last of them drops it", async () => {
+    const { b, rec } = await loaded(3, 1);
+    b.setEndpoint("default", "web2", "shared", pod(1 * 8)); // web1's endpoint, now also web2's
+    await b.sync();
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset")).toEqual([]); // already a member
+    b.deleteEndpoint("default", "web1", "p0");
+    await b.sync();
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset")).toEqual([]); // web2 still holds it
+    b.deleteEndpoint("default", "web2", "shared");
+    await b.sync();
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin)).toEqual([`del KPNG-HAIRPIN-V4 ${member(8)} -exist\n`]);
   });
 
   // 450 x 2 endpoints: below the large-cluster threshold, where comments would go and the input shrink.
@@ -119,10 +138,10 @@ describe("iptables partial restores", () => {
     await b.sync();
     expect(b.lastSync?.rendered).toBe(1);
     const text = rec.restores("v4")[0];
-    // SVC rewritten + new SEP declared + old SEP declared for deletion = 3; SVC rules 3, new SEP 2 = 5.
-    expect(lines(text, /^:/).length).toBe(3);
-    expect(lines(text, /^-A /).length).toBe(5);
-    expect(lines(text, /^-X /).length).toBe(1);
+    // SVC rewritten = 1 declared; its rules: 1 masquerade + 2 balance = 3; the set swaps one member.
+    expect(lines(text, /^:/).length).toBe(1);
+    expect(lines(text, /^-A /).length).toBe(3);
+    expect(sequence(rec).filter((c) => c.argv0 === "ipset").flatMap((c) => c.lines)).toEqual([`add KPNG-HAIRPIN-V4 ${member(29)} -exist`, `del KPNG-HAIRPIN-V4 ${member(25)} -exist`]);
   });
 
   test("last endpoint removed: nat chains deleted, dispatch rule removed, filter REJECT inserted", async () => {
@@ -130,7 +149,7 @@ describe("iptables partial restores", () => {
     b.deleteEndpoint("default", "web2", "p0");
     await b.sync();
     const text = rec.restores("v4")[0];
-    expect(lines(text, /^-X /).length).toBe(2); // SVC and SEP
+    expect(lines(text, /^-X /).length).toBe(1); // SVC (no SEP chain: the endpoint was DNATed from it)
     expect(lines(text, /^-D KPNG-SERVICES .*cluster IP/).length).toBe(1);
     expect(lines(text, /^-A KPNG-SERVICES .* -j REJECT$/).length).toBe(1);
     expect(text.indexOf("*filter")).toBeLessThan(text.indexOf("*nat"));
@@ -143,8 +162,8 @@ describe("iptables partial restores", () => {
     b.deleteService("default", "web4");
     await b.sync();
     const text = rec.restores("v4")[0];
-    expect(lines(text, /^-X /).length).toBe(3); // SVC + 2 SEP
-    expect(lines(text, /^:/).length).toBe(3);
+    expect(lines(text, /^-X /).length).toBe(1); // SVC
+    expect(lines(text, /^:/).length).toBe(1);
     expect(lines(text, /^-D /).length).toBe(1); // dispatch
     expect(lines(text, /^-[AI] /)).toEqual([]);
   });
