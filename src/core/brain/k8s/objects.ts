@@ -7,6 +7,7 @@
 // makes changes that mean nothing here look like changes.
 
 import * as v from "valibot";
+import { fastSlice } from "./fast-slice.ts";
 import { ipFamily, isCIDR } from "./ip.ts";
 
 const ip = v.pipe(v.string(), v.ip("is not a valid IP address"));
@@ -155,7 +156,9 @@ export function parseObject(raw: unknown): ParseResult {
   if (typeof raw !== "object" || raw === null) return { ok: false, error: "object: not a mapping" };
   const kind = (raw as { kind?: unknown }).kind;
   if (typeof kind !== "string" || !(kind in schemas)) return { ok: false, ignored: true };
-  const res = v.safeParse(schemas[kind as Kind], raw, { abortPipeEarly: true });
+  // Slices are most of a cluster's objects: a hand-written check of the same schema first.
+  const fast = kind === "EndpointSlice" ? fastSlice(raw as Record<string, unknown>) : null;
+  const res = fast ? ({ success: true, output: fast } as const) : v.safeParse(schemas[kind as Kind], raw, { abortPipeEarly: true });
   if (res.success) {
     const obj = res.output as K8sObject;
     if (obj.kind !== "Node" && !obj.metadata.namespace) obj.metadata.namespace = "default";

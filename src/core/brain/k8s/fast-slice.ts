@@ -1,0 +1,165 @@
+// EndpointSliceSchema (objects.ts), checked by hand: at 10k services the
+// first list holds 100,000 endpoints, and valibot's generic walk over them
+// (megamorphic `~run` calls, cold at start-up) costs several times this
+// straight code. The schema stays the definition: this accepts exactly what
+// it accepts and returns the same output (test/brain/fast-slice.test.ts runs
+// both over a table of valid and invalid slices); on anything it does not
+// accept it returns null and valibot, run next, names the field and the why.
+
+import type { K8sEndpointSlice } from "./objects.ts";
+
+type Obj = Record<string, unknown>;
+/** what the schema's `v.object` accepts: any non-null object (arrays too) */
+const isObj = (x: unknown): x is Obj => typeof x === "object" && x !== null;
+const FAIL = Symbol("invalid");
+type Out<T> = T | typeof FAIL;
+
+/** v.optional(v.string()) */
+function optString(o: Obj, key: string, out: Obj): boolean {
+  if (!(key in o)) return true;
+  const x = o[key];
+  if (x !== undefined && typeof x !== "string") return false;
+  out[key] = x;
+  return true;
+}
+
+/** v.optional(v.nullable(v.record(v.string(), v.string()))) */
+function optStringMap(o: Obj, key: string, out: Obj): boolean {
+  if (!(key in o)) return true;
+  const x = o[key];
+  if (x === undefined || x === null) {
+    out[key] = x;
+    return true;
+  }
+  if (!isObj(x)) return false;
+  const m: Record<string, string> = {};
+  for (const k in x) {
+    if (!Object.hasOwn(x, k) || k === "__proto__" || k === "prototype" || k === "constructor") continue;
+    const val = x[k];
+    if (typeof val !== "string") return false;
+    m[k] = val;
+  }
+  out[key] = m;
+  return true;
+}
+
+/** v.optional(v.nullable(v.boolean())) */
+function optBool(o: Obj, key: string, out: Obj): boolean {
+  if (!(key in o)) return true;
+  const x = o[key];
+  if (x !== undefined && x !== null && typeof x !== "boolean") return false;
+  out[key] = x;
+  return true;
+}
+
+function metadata(x: unknown): Out<Obj> {
+  if (!isObj(x)) return FAIL;
+  const name = x.name;
+  if (typeof name !== "string" || name.length < 1) return FAIL;
+  const out: Obj = { name };
+  if (!optString(x, "namespace", out) || !optStringMap(x, "labels", out) || !optStringMap(x, "annotations", out)) return FAIL;
+  return out;
+}
+
+/** hintList: v.optional(v.nullable(v.array(v.object({ name: v.string() })))) */
+function optHints(o: Obj, key: string, out: Obj): boolean {
+  if (!(key in o)) return true;
+  const x = o[key];
+  if (x === undefined || x === null) {
+    out[key] = x;
+    return true;
+  }
+  if (!Array.isArray(x)) return false;
+  const list: Array<{ name: string }> = [];
+  for (const h of x) {
+    if (!isObj(h) || typeof h.name !== "string") return false;
+    list.push({ name: h.name });
+  }
+  out[key] = list;
+  return true;
+}
+
+function endpoint(x: unknown): Out<Obj> {
+  if (!isObj(x)) return FAIL;
+  const addrs = x.addresses;
+  if (!Array.isArray(addrs) || addrs.length < 1) return FAIL;
+  for (const a of addrs) if (typeof a !== "string") return FAIL;
+  const out: Obj = { addresses: addrs.slice() };
+  if ("conditions" in x && x.conditions !== undefined) {
+    const c = x.conditions;
+    if (!isObj(c)) return FAIL;
+    const co: Obj = {};
+    if (!optBool(c, "ready", co) || !optBool(c, "serving", co) || !optBool(c, "terminating", co)) return FAIL;
+    out.conditions = co;
+  } else if ("conditions" in x) out.conditions = undefined;
+  if (!optString(x, "hostname", out) || !optString(x, "nodeName", out) || !optString(x, "zone", out)) return FAIL;
+  if ("hints" in x && x.hints !== undefined) {
+    const h = x.hints;
+    if (!isObj(h)) return FAIL;
+    const ho: Obj = {};
+    if (!optHints(h, "forZones", ho) || !optHints(h, "forNodes", ho)) return FAIL;
+    out.hints = ho;
+  } else if ("hints" in x) out.hints = undefined;
+  if ("targetRef" in x && x.targetRef !== undefined) {
+    const t = x.targetRef;
+    if (!isObj(t)) return FAIL;
+    const to: Obj = {};
+    if (!optString(t, "kind", to) || !optString(t, "name", to) || !optString(t, "namespace", to)) return FAIL;
+    out.targetRef = to;
+  } else if ("targetRef" in x) out.targetRef = undefined;
+  return out;
+}
+
+const PROTOCOLS = new Set(["TCP", "UDP", "SCTP"]);
+
+function port(x: unknown): Out<Obj> {
+  if (!isObj(x)) return FAIL;
+  const out: Obj = {};
+  if ("name" in x) {
+    const n = x.name;
+    if (n !== undefined && n !== null && typeof n !== "string") return FAIL;
+    out.name = n;
+  }
+  // protocol: v.optional(picklist, "TCP"): absent or undefined gives the default
+  const p = x.protocol === undefined ? "TCP" : x.protocol;
+  if (typeof p !== "string" || !PROTOCOLS.has(p)) return FAIL;
+  out.protocol = p;
+  if ("port" in x) {
+    const n = x.port;
+    if (n !== undefined && n !== null && (typeof n !== "number" || !Number.isInteger(n) || n < 1 || n > 65535)) return FAIL;
+    out.port = n;
+  }
+  return out;
+}
+
+/** v.optional(v.nullable(v.array(item))) */
+function optList(o: Obj, key: string, item: (x: unknown) => Out<Obj>, out: Obj): boolean {
+  if (!(key in o)) return true;
+  const x = o[key];
+  if (x === undefined || x === null) {
+    out[key] = x;
+    return true;
+  }
+  if (!Array.isArray(x)) return false;
+  const list: Obj[] = new Array(x.length);
+  for (let i = 0; i < x.length; i++) {
+    const r = item(x[i]);
+    if (r === FAIL) return false;
+    list[i] = r;
+  }
+  out[key] = list;
+  return true;
+}
+
+const ADDRESS_TYPES = new Set(["IPv4", "IPv6", "FQDN"]);
+
+/** EndpointSliceSchema's output for `raw`, or null when it is not valid (valibot then says why). */
+export function fastSlice(raw: Obj): K8sEndpointSlice | null {
+  if (raw.kind !== "EndpointSlice") return null;
+  const meta = metadata(raw.metadata);
+  if (meta === FAIL) return null;
+  if (typeof raw.addressType !== "string" || !ADDRESS_TYPES.has(raw.addressType)) return null;
+  const out: Obj = { kind: "EndpointSlice", metadata: meta, addressType: raw.addressType };
+  if (!optList(raw, "endpoints", endpoint, out) || !optList(raw, "ports", port, out)) return null;
+  return out as K8sEndpointSlice;
+}

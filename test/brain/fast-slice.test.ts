@@ -1,0 +1,96 @@
+// The hand-written EndpointSlice check must accept exactly what the valibot
+// schema accepts, with the same output: every field of a full slice is
+// deleted or replaced by values of every JSON type (and out-of-range ones),
+// and both verdicts are compared.
+
+import { describe, expect, test } from "bun:test";
+import * as v from "valibot";
+import { fastSlice } from "../../src/core/brain/k8s/fast-slice.ts";
+import { EndpointSliceSchema, parseObject } from "../../src/core/brain/k8s/objects.ts";
+
+const full = () => ({
+  kind: "EndpointSlice",
+  apiVersion: "discovery.k8s.io/v1",
+  metadata: { name: "web-abc", namespace: "default", uid: "u-1", labels: { "kubernetes.io/service-name": "web" }, annotations: { a: "b" }, managedFields: [{ manager: "x" }] },
+  addressType: "IPv4",
+  endpoints: [
+    {
+      addresses: ["198.19.1.5"],
+      conditions: { ready: true, serving: true, terminating: false },
+      hostname: "h",
+      nodeName: "node-1",
+      zone: "zone-a",
+      hints: { forZones: [{ name: "zone-a" }], forNodes: [{ name: "node-1" }] },
+      targetRef: { kind: "Pod", name: "web-1", namespace: "default", uid: "u-2" },
+      deprecatedTopology: { x: "y" },
+    },
+  ],
+  ports: [{ name: "http", protocol: "TCP", port: 8080, appProtocol: "http" }],
+});
+
+const replacements: unknown[] = [undefined, null, 0, -1, 1.5, 70000, "", "x", "UDP", "IPv6", true, false, [], {}, ["a"], [{ name: "n" }]];
+
+/** every path (as keys) to a value inside `o` */
+function paths(o: unknown, prefix: Array<string | number> = []): Array<Array<string | number>> {
+  if (typeof o !== "object" || o === null) return [];
+  const out: Array<Array<string | number>> = [];
+  for (const [k, val] of Object.entries(o)) {
+    const p = [...prefix, Array.isArray(o) ? Number(k) : k];
+    out.push(p, ...paths(val, p));
+  }
+  return out;
+}
+
+function mutate(path: Array<string | number>, value: unknown, del: boolean) {
+  const o = full() as Record<string, unknown>;
+  let cur = o as Record<string | number, unknown>;
+  for (const k of path.slice(0, -1)) cur = cur[k] as Record<string | number, unknown>;
+  const last = path.at(-1)!;
+  if (del) delete cur[last];
+  else cur[last] = value;
+  return o;
+}
+
+function sameVerdict(raw: Record<string, unknown>) {
+  const slow = v.safeParse(EndpointSliceSchema, raw, { abortPipeEarly: true });
+  const fast = fastSlice(raw);
+  if (slow.success) expect(fast).toStrictEqual(slow.output as never);
+  else expect(fast).toBeNull();
+}
+
+describe("fastSlice agrees with EndpointSliceSchema", () => {
+  test("a full valid slice: the same output, unknown fields left out", () => {
+    const out = fastSlice(full());
+    expect(out).not.toBeNull();
+    sameVerdict(full());
+    expect(JSON.stringify(out)).not.toContain("uid");
+  });
+
+  test("minimal slices: no endpoints, null lists, no ports", () => {
+    for (const raw of [
+      { kind: "EndpointSlice", metadata: { name: "a" }, addressType: "FQDN" },
+      { kind: "EndpointSlice", metadata: { name: "a", labels: null }, addressType: "IPv6", endpoints: null, ports: null },
+      { kind: "EndpointSlice", metadata: { name: "a" }, addressType: "IPv4", endpoints: [{ addresses: ["x"], conditions: {} }], ports: [{}] },
+    ]) sameVerdict(raw);
+  });
+
+  const all = paths(full());
+  test(`every field deleted or replaced (${all.length} fields x ${replacements.length + 1} variants)`, () => {
+    let rejected = 0;
+    for (const p of all) {
+      for (const r of [...replacements.map((x) => ({ x, del: false })), { x: undefined, del: true }]) {
+        const raw = mutate(p, r.x, r.del);
+        sameVerdict(raw);
+        if (!fastSlice(raw)) rejected++;
+      }
+    }
+    expect(rejected).toBeGreaterThan(50); // the table does reach invalid inputs
+  });
+
+  test("an invalid slice still gets valibot's message", () => {
+    const raw = full();
+    raw.ports[0].port = 70000;
+    const r = parseObject(raw);
+    expect(r).toEqual({ ok: false, error: "endpointSlice default/web-abc ports[0].port: 70000 is out of range" });
+  });
+});
