@@ -107,15 +107,16 @@ for (const c of combos) {
         expect(await d.rules()).toBe(before);
         await api.up();
         const back = Date.now();
-        // kpng retries with client-go's backoff (800 ms doubling, jittered): after 10 s down the next try may be ~6-13 s away
-        await d.syncedAfter(synced, 15_000);
+        // kpng retries with client-go's backoff (800 ms doubling up to 30 s, jittered down by up to
+        // half): after 10 s down, the next try of a list/watch may be up to ~25 s away
+        await d.syncedAfter(synced, 35_000);
         const run = await probe.stop();
         console.log(`API server back (${label(c)}): the change made meanwhile applied ${Date.now() - back} ms later; ${run.failed} of ${run.connections} connections failed while it was down`);
         expect(run.failures).toEqual([]);
         expect(await d.topo.probe(d.topo.client.ns, { ip: ips.empty, port: 80 })).toMatchObject({ ok: true, who: "pod0" });
         d.remove("EndpointSlice", "default", "empty-ipv4");
         await d.syncedAfter(synced + 1);
-      }, 40_000);
+      }, 60_000);
 
     const removal = c.removal;
     if (removal)
