@@ -154,6 +154,12 @@ export const servicePortId = (ns: string, name: string, proto: string, port: num
 
 export const serviceChain = (kind: keyof typeof servicePrefix, portId: string) => servicePrefix[kind] + hashName(portId);
 
+/** Every chain kind of one service port from one hash (a restore at 10,000 services names up to 4 per port). */
+export function serviceChains(portId: string): (kind: keyof typeof servicePrefix) => string {
+  const hash = hashName(portId);
+  return (kind) => servicePrefix[kind] + hash;
+}
+
 /** The endpoint chain is named after the service port and the endpoint's address and target port, not its key. */
 export const endpointChain = (portId: string, ip: string, port: number) => servicePrefix.endpoint + hashName(`${portId}/${ip}:${port}`);
 

@@ -18,7 +18,7 @@
 
 import type { Config } from "../../src/core/config/config.ts";
 import { Protocol, type Endpoint, type PortMapping, type Service } from "../../src/gen/localv1/services_pb.ts";
-import { chains, endpointChain, serviceChain, servicePortId, type Family, type Table } from "./names.ts";
+import { chains, endpointChain, serviceChains, servicePortId, type Family, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 import { familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
 import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
@@ -44,7 +44,8 @@ export interface PortEndpoint {
   port: number;
   internal: boolean;
   external: boolean;
-  chain: string;
+  /** its SEP chain's name (when it has one) */
+  readonly chain: string;
 }
 
 export interface RenderServiceInput {
@@ -72,20 +73,32 @@ const ipsOf = (set: { V4: string[]; V6: string[] } | undefined, family: Family) 
   (family === "v4" ? set?.V4 : set?.V6)?.filter((ip) => inFamily(ip, family)) ?? [];
 
 
+/** An endpoint whose SEP chain name (a sha256) is computed only if asked for: most endpoints have no SEP chain. */
+function portEndpoint(portId: string, ip: string, port: number, internal: boolean, external: boolean): PortEndpoint {
+  let chain: string | undefined;
+  return {
+    ip,
+    port,
+    internal,
+    external,
+    get chain() {
+      return (chain ??= endpointChain(portId, ip, port));
+    },
+  };
+}
+
 /** The endpoints of one service port, de-duplicated by address and port, in a stable order. */
 export function portEndpoints(portId: string, pm: PortMapping, endpoints: ReadonlyMap<string, Endpoint>, family: Family): PortEndpoint[] {
-  const byChain = new Map<string, PortEndpoint>();
+  const byAddress = new Map<string, PortEndpoint>();
   for (const ep of endpoints.values()) {
     const ip = ipsOf(ep.IPs, family)[0];
     if (!ip) continue;
     const port = targetPort(ep, pm);
-    const chain = endpointChain(portId, ip, port);
-    const prev = byChain.get(chain);
-    const internal = !!ep.Scopes?.Internal || !!prev?.internal;
-    const external = !!ep.Scopes?.External || !!prev?.external;
-    byChain.set(chain, { ip, port, internal, external, chain });
+    const key = `${ip} ${port}`;
+    const prev = byAddress.get(key);
+    byAddress.set(key, portEndpoint(portId, ip, port, !!ep.Scopes?.Internal || !!prev?.internal, !!ep.Scopes?.External || !!prev?.external));
   }
-  return [...byChain.values()].sort((a, b) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port));
+  return [...byAddress.values()].sort((a, b) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port));
 }
 
 export const hostPort = (ip: string, port: number, family: Family) => (family === "v6" ? `[${ip}]:${port}` : `${ip}:${port}`);
@@ -221,9 +234,10 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
   // use the same set, SVX when they differ under the same policy.
   const iLocal = svc.InternalTrafficToLocal;
   const eLocal = svc.ExternalTrafficToLocal;
-  const svcChain = serviceChain(iLocal ? "local" : "cluster", portId);
-  const sameSets = internal.length === external.length && internal.every((e, i) => e.chain === external[i].chain);
-  const svxChain = sameSets && internal.length ? svcChain : serviceChain(eLocal === iLocal ? "external" : eLocal ? "local" : "cluster", portId);
+  const chainOf = serviceChains(portId);
+  const svcChain = chainOf(iLocal ? "local" : "cluster");
+  const sameSets = internal.length === external.length && internal.every((e, i) => e.ip === external[i].ip && e.port === external[i].port);
+  const svxChain = sameSets && internal.length ? svcChain : chainOf(eLocal === iLocal ? "external" : eLocal ? "local" : "cluster");
   const accessible = pm.NodePort > 0 || externalIPs.length > 0 || lbIPs.length > 0;
   const usesExt = accessible && eps.length > 0;
   const svcNeeded = internal.length > 0 && (clusterIPs.length > 0 || (usesExt && (svc.ExternalTrafficToLocal || svxChain === svcChain)));
@@ -254,8 +268,8 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     ranges: sourceRanges(svc, lbIPs, family),
     svcChain,
     svxChain,
-    extChain: serviceChain("ext", portId),
-    fwChain: serviceChain("firewall", portId),
+    extChain: chainOf("ext"),
+    fwChain: chainOf("firewall"),
   };
 }
 
