@@ -1,7 +1,7 @@
 // The iptables backend's naming vocabulary. kpng owns only chains whose name
-// starts with `KPNG-` and the jump rules it inserts into the built-in chains
-// listed in `baseJumps`; everything else in the tables belongs to someone
-// else and is never read back, flushed or deleted.
+// starts with `KPNG-`, the jump rules it inserts into the built-in chains
+// listed in `baseJumps`, and the ipsets in `hairpinSets`; everything else in
+// the tables belongs to someone else and is never read back, flushed or deleted.
 
 import { createHash } from "node:crypto";
 
