@@ -52,6 +52,31 @@ function optBool(o: Obj, key: string, out: Obj): boolean {
   return true;
 }
 
+/** absent, undefined, null, true, false */
+const condCode = (c: Obj, key: string): number => (!(key in c) ? 0 : c[key] === undefined ? 1 : c[key] === null ? 2 : c[key] === true ? 3 : c[key] === false ? 4 : -1);
+/**
+ * An endpoint's conditions are one of 125 values: each is made once and
+ * shared, frozen (100,000 endpoints at 10k services, ~6 MB of equal objects).
+ */
+const sharedConditions: Array<Readonly<Obj> | undefined> = [];
+
+function conditions(c: Obj): Out<Obj> {
+  const r = condCode(c, "ready");
+  const s = condCode(c, "serving");
+  const t = condCode(c, "terminating");
+  if (r < 0 || s < 0 || t < 0) return FAIL;
+  const i = r * 25 + s * 5 + t;
+  let co = sharedConditions[i];
+  if (!co) {
+    const o: Obj = {};
+    optBool(c, "ready", o);
+    optBool(c, "serving", o);
+    optBool(c, "terminating", o);
+    sharedConditions[i] = co = Object.freeze(o);
+  }
+  return co as Obj;
+}
+
 function metadata(x: unknown): Out<Obj> {
   if (!isObj(x)) return FAIL;
   const name = x.name;
@@ -88,8 +113,8 @@ function endpoint(x: unknown): Out<Obj> {
   if ("conditions" in x && x.conditions !== undefined) {
     const c = x.conditions;
     if (!isObj(c)) return FAIL;
-    const co: Obj = {};
-    if (!optBool(c, "ready", co) || !optBool(c, "serving", co) || !optBool(c, "terminating", co)) return FAIL;
+    const co = conditions(c);
+    if (co === FAIL) return FAIL;
     out.conditions = co;
   } else if ("conditions" in x) out.conditions = undefined;
   if (!optString(x, "hostname", out) || !optString(x, "nodeName", out) || !optString(x, "zone", out)) return FAIL;
