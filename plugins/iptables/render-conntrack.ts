@@ -4,11 +4,8 @@
 import { Protocol, type Endpoint, type Service } from "../../src/gen/localv1/services_pb.ts";
 import { frontendKey, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { servicePortId, type Family } from "./names.ts";
-import { inFamily } from "./render-fixed.ts";
+import { canonicalIP as canonical, inFamily } from "./render-fixed.ts";
 import { hostPort, portEndpoints } from "./render-service.ts";
-
-// conntrack prints RFC 5952 text; the node-local state may carry another spelling of the same address.
-const canonical = (ip: string, family: Family) => (family === "v6" ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
 
 export function udpFrontends(service: Service, endpoints: ReadonlyMap<string, Endpoint>, family: Family): Map<string, UdpFrontend> {
   const out = new Map<string, UdpFrontend>();

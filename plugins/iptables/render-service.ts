@@ -20,7 +20,7 @@ import type { Config } from "../../src/core/config/config.ts";
 import { Protocol, type Endpoint, type PortMapping, type Service } from "../../src/gen/localv1/services_pb.ts";
 import { chains, endpointChain, serviceChains, servicePortId, type Family, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-import { familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
+import { canonicalIP, familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
 import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
 export interface OwnedChain {
@@ -147,8 +147,15 @@ interface PortContext {
 /** Whether endpoints get SEP chains (see the header): affinity to record, or no ipset for hairpin. */
 const ownChains = (hairpinSet: boolean, affinity: number | undefined) => !hairpinSet || affinity !== undefined;
 
-/** The hairpin ipset member of an endpoint: a packet from it to itself (names.ts, hairpinSets). */
-export const hairpinMember = (ep: { ip: string; port: number }, proto: string) => `${ep.ip},${proto}:${ep.port},${ep.ip}`;
+/**
+ * The hairpin ipset member of an endpoint: a packet from it to itself
+ * (names.ts, hairpinSets). One spelling per address, since members are
+ * counted by text across services.
+ */
+export function hairpinMember(ep: { ip: string; port: number }, proto: string, family: Family) {
+  const ip = canonicalIP(ep.ip, family);
+  return `${ip},${proto}:${ep.port},${ip}`;
+}
 
 /** The per-endpoint rules' comment; none in large-cluster mode (as upstream). */
 const endpointComment = (p: PortPlan, ep: PortEndpoint) => (p.largeCluster ? undefined : `${p.label} -> ${hostPort(ep.ip, ep.port, p.family)}`);
@@ -173,7 +180,7 @@ function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, e
       rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: pick, target: ["-j", ep.chain] });
     } else {
       rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: [...pick, "-p", p.proto], target: dnat(p, ep) });
-      out.hairpin.add(hairpinMember(ep, p.proto));
+      out.hairpin.add(hairpinMember(ep, p.proto, p.family));
     }
   });
 }
