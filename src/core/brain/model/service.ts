@@ -65,7 +65,9 @@ export function serviceModel(svc: K8sService): Service {
   const withNodePorts = spec.type === "NodePort" || spec.type === "LoadBalancer";
   const lbIPs = loadBalancerIPs(svc);
   const ranges = spec.loadBalancerSourceRanges ?? [];
-  const annotations = Object.fromEntries(Object.entries(svc.metadata.annotations ?? {}).filter(([k]) => !DROPPED_ANNOTATIONS.has(k)));
+  // The index's own maps, not copies (neither side is ever mutated), unless one must go.
+  const given = svc.metadata.annotations ?? {};
+  const annotations = Object.keys(given).some((k) => DROPPED_ANNOTATIONS.has(k)) ? Object.fromEntries(Object.entries(given).filter(([k]) => !DROPPED_ANNOTATIONS.has(k))) : given;
   const eLocal = externalPolicyLocal(svc);
   return create(ServiceSchema, {
     Namespace: svc.metadata.namespace,
@@ -88,7 +90,7 @@ export function serviceModel(svc: K8sService): Service {
     ),
     ExternalTrafficToLocal: eLocal,
     InternalTrafficToLocal: internalPolicyLocal(svc),
-    Labels: { ...(svc.metadata.labels ?? {}) },
+    Labels: svc.metadata.labels ?? {},
     Annotations: annotations,
     IPFilters: lbIPs.length && ranges.length ? [create(IPFilterSchema, { TargetIPs: setOf(lbIPs), SourceRanges: [...ranges] })] : [],
     SessionAffinity:
