@@ -38,7 +38,7 @@ export interface Deployed {
   /** the flags kpng runs with */
   readonly args: string[];
   /** the running kpng */
-  kpng: KpngProcess;
+  readonly kpng: KpngProcess;
   /** starts kpng (again), resolves after its first sync; `bin` = the compiled binary */
   start(opts?: { bin?: string }): Promise<KpngProcess>;
   /** changes or adds objects, as `kubectl apply` or an edit of the file does */
@@ -90,9 +90,6 @@ export async function deploy(opts: { source: SourceKind; backend: BackendName; b
       args,
       get kpng() {
         return kpng!;
-      },
-      set kpng(p) {
-        kpng = p;
       },
       async start(o = {}) {
         const p = startKpng(args, { bin: o.bin, wrap: ["ip", "netns", "exec", topo.node.ns] });
