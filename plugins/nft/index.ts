@@ -118,6 +118,11 @@ export class NftBackend implements FullStateBackend {
     this.commit(plan, renderMs, applyMs, deletes);
   }
 
+  /** resolves once the monitor restarted after a full sync listens (or gave up): tests and benchmarks */
+  async watching(): Promise<void> {
+    await this.runner.settled();
+  }
+
   /** The feed's ear: someone else changed kpng's tables. */
   watchRules(report: (reason: string) => void): void {
     this.report = report;

@@ -18,16 +18,19 @@
 // services is ~100,000, which cost the monitor ~2.5 s of CPU and overflowed
 // its socket ("We lost some netlink events"). The runner (executor.ts)
 // therefore stops the monitor for a full sync — it replaces both tables, so
-// whatever anyone did before its commit is gone anyway — and starts it
-// again after. Until the new monitor listens (~10-50 ms) a change is not
-// seen as it happens; the first stamp after it replaces the previous one
-// with `delete element`, which fails if the table, the set or its element
-// went meanwhile (delete table, flush ruleset). What that gap misses: a
-// chain flushed or an element edited in those few ms.
+// whatever anyone did before its commit is gone anyway — and starts a new
+// one after. A new monitor first fetches the whole ruleset (~5 ms at 10
+// services, ~0.9 s and as much CPU at 10,000 x 10 endpoints), then listens;
+// the runner proves it does with a stamp it must print. That stamp replaces
+// the full sync's with `delete element`, which fails if the table, the set or
+// the element went meanwhile (delete table, flush ruleset): reported too.
+// What that window misses: a chain flushed or an element edited before the
+// new monitor listens, i.e. within ~1 s of a full sync at 10,000 services.
 //
-// What is seen and what not, in short: every change to kpng's tables while
-// the monitor runs, by anyone; event loss (a foreign burst bigger than the
-// monitor's 16 MB socket buffer) is reported as a change too.
+// Someone else's commit is reported at its first event when kpng has nothing
+// in flight (no stamp it waits for), else when the commit ends. Events the
+// monitor lost (a burst bigger than its 16 MB socket buffer) are reported as
+// a change; so is the monitor exiting (what happened meanwhile is unknown).
 
 import type { Logger } from "../../src/core/log.ts";
 import { SYNC_STAMP_SET, TABLE } from "./names.ts";
@@ -60,7 +63,8 @@ export class RulesWatch {
   private live: Channel | undefined;
   private partial = "";
   /** the commit being read: its first line about kpng's tables, and whether it carried a stamp of ours */
-  private batch: { first?: string; ours: boolean } = { ours: false };
+  private batch: Batch = { ours: false, reported: false };
+  /** stamps being sent or committed and not printed yet: kpng's commits the monitor may still print */
   private readonly expected = new Set<string>();
   private readonly waiters = new Map<string, () => void>();
   private readonly nonce = Math.random().toString(36).slice(2, 6).padEnd(4, "0");
@@ -99,6 +103,8 @@ export class RulesWatch {
   settle(committed: boolean): void {
     // After an unknown outcome only a full sync (a new stamp set) is safe, and one follows.
     this.current = committed ? this.sending : undefined;
+    // A refused transaction prints nothing. One whose fate is unknown may: taken for someone else's, it costs a full sync, which follows a failure anyway.
+    if (!committed && this.sending) this.expected.delete(this.sending);
     this.sending = undefined;
   }
 
@@ -144,7 +150,9 @@ export class RulesWatch {
     }
     this.live = channel;
     this.partial = "";
-    this.batch = { ours: false };
+    this.batch = { ours: false, reported: false };
+    // a new monitor prints nothing committed before it
+    this.expected.clear();
   }
 
   /** Stops the monitor (a full sync follows, or kpng stops). */
@@ -178,9 +186,9 @@ export class RulesWatch {
 
   private line(line: string) {
     if (line.startsWith(NEW_GENERATION)) {
-      const { first, ours } = this.batch;
-      this.batch = { ours: false };
-      if (first !== undefined && !ours) this.opts.onForeign(first);
+      const { first, ours, reported } = this.batch;
+      this.batch = { ours: false, reported: false };
+      if (first !== undefined && !ours && !reported) this.opts.onForeign(first);
       return;
     }
     if (line.startsWith("#")) {
@@ -188,7 +196,15 @@ export class RulesWatch {
       return;
     }
     if (!touchesKpng.test(line)) return;
-    this.batch.first ??= line.length > 200 ? `${line.slice(0, 200)}…` : line;
+    if (this.batch.first === undefined) {
+      this.batch.first = line.length > 200 ? `${line.slice(0, 200)}…` : line;
+      // kpng commits nothing now, so this is someone else's: said at once, not after the commit's last
+      // event (a flushed ruleset of 10,000 services is ~100,000 events, ~2 s of the monitor's printing).
+      if (this.expected.size === 0) {
+        this.batch.reported = true;
+        this.opts.onForeign(this.batch.first);
+      }
+    }
     const stamp = stampAdded.exec(line)?.[1];
     if (stamp && this.expected.delete(stamp)) {
       this.batch.ours = true;
@@ -197,4 +213,13 @@ export class RulesWatch {
       this.waiters.delete(stamp);
     }
   }
+}
+
+interface Batch {
+  /** its first line about kpng's tables */
+  first?: string;
+  /** it carried a stamp of kpng's */
+  ours: boolean;
+  /** already reported as someone else's */
+  reported: boolean;
 }

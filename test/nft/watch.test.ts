@@ -5,7 +5,7 @@
 // is reported. The real kernel: repair-real.test.ts.
 
 import { describe, expect, test } from "bun:test";
-import { NftRunner } from "../../plugins/nft/executor.ts";
+import { NftRunner, type ApplyOptions } from "../../plugins/nft/executor.ts";
 import { SYNC_STAMP_SET } from "../../plugins/nft/names.ts";
 import type { SpawnHandlers, Spawner } from "../../plugins/nft/session.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
@@ -43,7 +43,14 @@ function world(opts: { refuse?: (stdin: string) => boolean } = {}) {
   const reports: string[] = [];
   const log = memoryLogger();
   const watch = new RulesWatch({ spawner, log, onForeign: (w) => reports.push(w) });
-  const runner = new NftRunner(exec, undefined, log, watch);
+  const inner = new NftRunner(exec, undefined, log, watch);
+  // each apply waits for the monitor's proof too
+  const runner = {
+    apply: async (t: Transaction, o?: ApplyOptions) => {
+      await inner.apply(t, o);
+      await inner.settled();
+    },
+  };
   /** the monitor process exits by itself */
   const crash = () => {
     const m = monitors.findLast((x) => x.alive)!;
@@ -72,6 +79,15 @@ describe("watch on kpng's tables (fake nft monitor)", () => {
     w.commit(["delete rule ip kpng services handle 7", "delete rule ip kpng services handle 8"]);
     w.commit(["delete table ip6 kpng"]);
     expect(w.reports).toEqual(["delete rule ip kpng services handle 7", "delete table ip6 kpng"]);
+  });
+
+  test("someone else's change while kpng commits nothing is reported at its first event, before the commit's end", async () => {
+    const w = world();
+    await w.runner.apply(tx("a"), { full: true });
+    w.monitors.at(-1)!.on.stdout!("delete rule ip kpng services handle 7\n");
+    expect(w.reports).toEqual(["delete rule ip kpng services handle 7"]);
+    w.monitors.at(-1)!.on.stdout!("delete rule ip kpng services handle 8\n# new generation 9 by process 1 (nft)\n");
+    expect(w.reports).toHaveLength(1);
   });
 
   test("an old stamp replayed by someone else (a saved ruleset restored) is not taken for kpng's", async () => {
