@@ -104,6 +104,26 @@ describe("node agent (kpng --api) = full binary on the same cluster", () => {
     expect(agent.out).toBe(full.out);
   });
 
+  test("a sidecar on the agent's own --listen socket gets the node's state, as from the brain", async () => {
+    const agentSock = join(dir.path, "agent.sock");
+    const agent = startKpng(["--api", `unix://${sock}`, "--node-name", "node-3", "--listen", `unix://${agentSock}`, "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    try {
+      await agent.waitFor(/synced backend=nft/);
+      const next = async (socket: string) => {
+        const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--unix-socket", socket, "--schema", join(ROOT, "proto"), "-d", '{"NodeName":"node-3"}', "http://localhost/localv1.Endpoints/Next"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+        const out = await new Response(p.stdout).text();
+        expect(await p.exited).toBe(0);
+        const items = JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`) as any[];
+        return items.filter((i) => i.Endpoints).map((i) => JSON.stringify(i.Endpoints)).sort();
+      };
+      const [fromAgent, fromBrain] = await Promise.all([next(agentSock), next(sock)]);
+      expect(fromAgent.length).toBeGreaterThan(0);
+      expect(fromAgent).toEqual(fromBrain);
+    } finally {
+      await agent.stop();
+    }
+  });
+
   test("--api with --input: exit 2, one line naming the flag", async () => {
     const r = await run(["local", "--api", `unix://${sock}`, "--input", input]);
     expect(r.code).toBe(2);
