@@ -8,6 +8,7 @@
 
 import { Set as SetKind } from "../../gen/localv1/services_pb.ts";
 import type { ChangeSet } from "../api/client/replica.ts";
+import type { WireOp } from "../api/server/wire.ts";
 import type { ClusterEvent } from "../brain/cluster.ts";
 import { errorMessage } from "../errors.ts";
 import { decodeEndpointInfo, decodeNodeInfo, decodeServiceInfo, sliceOf, type SliceInfo } from "./decode.ts";
@@ -28,6 +29,11 @@ export class GlobalMirror {
   private readonly nodes = new Map<string, number>();
   /** `ns|svc|slice` -> its endpoints */
   private readonly slices = new Map<string, SliceItems>();
+  private events: ClusterEvent[] = [];
+  private touched = new Set<string>();
+  private stale: { services: Set<string>; nodes: Set<string>; slices: Map<string, Set<string>> } | null = null;
+  /** Set and Delete ops since begin() */
+  opsInSet = 0;
   /** counters: items decoded, items resent unchanged */
   readonly stats = { decoded: 0, unchanged: 0 };
 
@@ -38,61 +44,84 @@ export class GlobalMirror {
   }
 
   /**
-   * One complete change set -> events. After a Reset, whatever the new
-   * stream did not send again is gone. `onBad` hears items that do not
-   * decode (skipped; the rest of the change set applies).
+   * One complete change set -> events (begin, every op, end). After a Reset,
+   * whatever the new stream did not send again is gone. `onBad` hears items
+   * that do not decode (skipped; the rest of the change set applies).
    */
   apply(cs: ChangeSet, onBad: (error: string) => void): ClusterEvent[] {
-    const events: ClusterEvent[] = [];
-    const touched = new Set<string>();
-    const stale = cs.reset ? { services: new Set(this.services.keys()), nodes: new Set(this.nodes.keys()), slices: this.allEndpointPaths() } : null;
-    for (const op of cs.ops) {
-      try {
-        if (op.op === "set") {
-          if (op.set === SetKind.GlobalServiceInfos) {
-            stale?.services.delete(op.path);
-            const hash = hash53(op.bytes);
-            if (this.services.get(op.path) === hash) this.stats.unchanged++;
-            else {
-              events.push({ type: "upsert", object: decodeServiceInfo(op.bytes, op.path) });
-              this.services.set(op.path, hash);
-              this.stats.decoded++;
-            }
-          } else if (op.set === SetKind.GlobalNodeInfos) {
-            stale?.nodes.delete(op.path);
-            const hash = hash53(op.bytes);
-            if (this.nodes.get(op.path) === hash) this.stats.unchanged++;
-            else {
-              events.push({ type: "upsert", object: decodeNodeInfo(op.bytes, op.path) });
-              this.nodes.set(op.path, hash);
-              this.stats.decoded++;
-            }
-          } else if (op.set === SetKind.GlobalEndpointInfos) {
-            const [id, key] = splitEndpointPath(op.path);
-            stale?.slices.get(id)?.delete(key);
-            let slice = this.slices.get(id);
-            const hash = hash53(op.bytes);
-            if (slice?.endpoints.get(key)?.hash === hash) this.stats.unchanged++;
-            else {
-              const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);
-              if (!slice) this.slices.set(id, (slice = { info, endpoints: new Map() }));
-              // Every endpoint carries its slice's ports: keep one copy.
-              else if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
-              // The key is the endpoint's IP: keep the string the endpoint holds, not a second copy.
-              slice.endpoints.set(endpoint.addresses[0] === key ? endpoint.addresses[0] : key, { hash, endpoint });
-              touched.add(id);
-              this.stats.decoded++;
-            }
+    this.begin(cs.reset);
+    for (const op of cs.ops) this.op(op, onBad);
+    return this.end();
+  }
+
+  /**
+   * Starts a change set; after a Reset (a new stream) every item not sent
+   * again by its end is gone. Ops may then be applied one by one as they
+   * arrive (a whole model need not be held). A change set cut short by a
+   * broken stream is not lost: its events wait for the next end().
+   */
+  begin(reset: boolean): void {
+    this.opsInSet = 0;
+    this.stale = reset ? { services: new Set(this.services.keys()), nodes: new Set(this.nodes.keys()), slices: this.allEndpointPaths() } : null;
+  }
+
+  op(op: WireOp, onBad: (error: string) => void): void {
+    this.opsInSet++;
+    try {
+      if (op.op === "set") {
+        if (op.set === SetKind.GlobalServiceInfos) {
+          this.stale?.services.delete(op.path);
+          const hash = hash53(op.bytes);
+          if (this.services.get(op.path) === hash) this.stats.unchanged++;
+          else {
+            this.events.push({ type: "upsert", object: decodeServiceInfo(op.bytes, op.path) });
+            this.services.set(op.path, hash);
+            this.stats.decoded++;
           }
-        } else if (op.op === "delete") {
-          if (op.set === SetKind.GlobalServiceInfos) this.deleteService(op.path, events);
-          else if (op.set === SetKind.GlobalNodeInfos) this.deleteNode(op.path, events);
-          else if (op.set === SetKind.GlobalEndpointInfos) this.deleteEndpoint(...splitEndpointPath(op.path), touched);
+        } else if (op.set === SetKind.GlobalNodeInfos) {
+          this.stale?.nodes.delete(op.path);
+          const hash = hash53(op.bytes);
+          if (this.nodes.get(op.path) === hash) this.stats.unchanged++;
+          else {
+            this.events.push({ type: "upsert", object: decodeNodeInfo(op.bytes, op.path) });
+            this.nodes.set(op.path, hash);
+            this.stats.decoded++;
+          }
+        } else if (op.set === SetKind.GlobalEndpointInfos) {
+          const [id, key] = splitEndpointPath(op.path);
+          this.stale?.slices.get(id)?.delete(key);
+          let slice = this.slices.get(id);
+          const hash = hash53(op.bytes);
+          if (slice?.endpoints.get(key)?.hash === hash) this.stats.unchanged++;
+          else {
+            const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);
+            if (!slice) this.slices.set(id, (slice = { info, endpoints: new Map() }));
+            // Every endpoint carries its slice's ports: keep one copy.
+            else if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
+            // The key is the endpoint's IP: keep the string the endpoint holds, not a second copy.
+            slice.endpoints.set(endpoint.addresses[0] === key ? endpoint.addresses[0] : key, { hash, endpoint });
+            this.touched.add(id);
+            this.stats.decoded++;
+          }
         }
-      } catch (err) {
-        onBad(errorMessage(err));
+      } else if (op.op === "delete") {
+        if (op.set === SetKind.GlobalServiceInfos) this.deleteService(op.path, this.events);
+        else if (op.set === SetKind.GlobalNodeInfos) this.deleteNode(op.path, this.events);
+        else if (op.set === SetKind.GlobalEndpointInfos) this.deleteEndpoint(...splitEndpointPath(op.path), this.touched);
       }
+    } catch (err) {
+      onBad(errorMessage(err));
     }
+  }
+
+  /** Ends a change set: the events since the last end(), slices rebuilt once each. */
+  end(): ClusterEvent[] {
+    const events = this.events;
+    const touched = this.touched;
+    const stale = this.stale;
+    this.events = [];
+    this.touched = new Set();
+    this.stale = null;
     if (stale) {
       for (const p of stale.services) this.deleteService(p, events);
       for (const p of stale.nodes) this.deleteNode(p, events);

@@ -14,8 +14,8 @@
 
 import type { Brain } from "../brain/brain.ts";
 import { kinds } from "../brain/k8s/objects.ts";
-import { connectGrpc } from "../api/client/grpc.ts";
-import { globalChangeSets } from "../api/client/streams.ts";
+import { connectGrpc, type GrpcConnection } from "../api/client/grpc.ts";
+import { globalOpChunks } from "../api/client/streams.ts";
 import { formatApiAddress, parseClientAddress } from "../api/server/address.ts";
 import { errorMessage, invalid } from "../errors.ts";
 import { GlobalMirror } from "../global/mirror.ts";
@@ -67,70 +67,90 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const mirror = new GlobalMirror();
   const stats: GlobalSourceStats = { connects: 0, changeSets: 0, events: 0, unchanged: 0 };
   const ac = new AbortController();
-  const first = Promise.withResolvers<void>();
+  const started = Promise.withResolvers<void>();
   let connectedTo: string | null = null;
+  const onBad = (api: string) => (error: string) => log.warn("skipping invalid global item", { api, error });
+
+  /** The mirror's change set, ended, into the brain; returns the number of events. */
+  const commit = (): { events: number; unchanged: number } => {
+    const ops = mirror.opsInSet;
+    const unchangedBefore = mirror.stats.unchanged;
+    const events = mirror.end();
+    brain.apply(events);
+    if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
+    brain.flush();
+    // A whole model (a first sync, a resync) leaves its wire bytes and op
+    // objects behind, about as much as the model itself: collect them now,
+    // once, rather than carry them as resident memory until some later
+    // collection (the agent is idle between changes).
+    if (ops >= BIG_CHANGE_SET) Bun.gc(true);
+    const unchanged = mirror.stats.unchanged - unchangedBefore;
+    stats.changeSets++;
+    stats.events += events.length;
+    stats.unchanged += unchanged;
+    return { events: events.length, unchanged };
+  };
+
+  /**
+   * Follows one brain until its stream ends; ops go into the mirror as they
+   * arrive, each Sync commits. Returns whether a change set was delivered.
+   */
+  const followOne = async (where: string, conn: GrpcConnection): Promise<boolean> => {
+    let delivered = false;
+    let first = true; // kpng clients honour Reset only as a stream's first op
+    let reset = false;
+    let open = false;
+    // Not `for await`: Bun keeps an idle loop's last value alive.
+    const chunks = globalOpChunks(conn, ac.signal);
+    try {
+      for (;;) {
+        const r = await chunks.next();
+        if (r.done) break;
+        for (const op of r.value) {
+          if (op.op === "reset") reset ||= first && !open;
+          else {
+            if (!open) mirror.begin(reset);
+            open = op.op !== "sync";
+            if (open) mirror.op(op, onBad(where));
+            else {
+              const { events, unchanged } = commit();
+              reset = first = false;
+              if (!delivered) {
+                delivered = true;
+                connectedTo = where;
+                stats.connects++;
+                log.info("following brain", { api: where, resync: stats.connects > 1, changed: events, unchanged });
+                started.resolve();
+              }
+            }
+          }
+        }
+        r.value.length = 0; // the generator keeps its last chunk while it waits for the next
+      }
+    } catch (err) {
+      if (!ac.signal.aborted) log.warn("global stream failed, trying the next brain", { api: where, error: errorMessage(err) });
+      return delivered;
+    } finally {
+      void chunks.return(undefined);
+      connectedTo = null;
+    }
+    if (!ac.signal.aborted) log.warn("global stream failed, trying the next brain", { api: where, error: "the brain ended the stream" });
+    return delivered;
+  };
 
   const follow = async () => {
-    let i = 0;
     let failedInARow = 0;
-    while (!ac.signal.aborted) {
-      const where = formatApiAddress(addrs[i]);
+    for (let i = 0; !ac.signal.aborted; i = (i + 1) % addrs.length) {
       const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000 });
-      let delivered = false;
-      try {
-        // Not `for await`: Bun keeps an idle loop's last value (a whole change set) alive.
-        const sets = globalChangeSets(conn, ac.signal);
-        try {
-          for (;;) {
-            const r = await sets.next();
-            if (r.done) break;
-            const unchangedBefore = mirror.stats.unchanged;
-            const events = mirror.apply(r.value, (error) => log.warn("skipping invalid global item", { api: where, error }));
-            const ops = r.value.ops.length;
-            // The stream's generator keeps its last change set referenced while it
-            // waits for the next (Bun 1.4.5): empty it, or a whole model's ops and
-            // wire bytes (~50 MB at 10,000 services) stay resident until then.
-            r.value.ops.length = 0;
-            brain.apply(events);
-            if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
-            brain.flush();
-            // A whole model (a first sync, a resync) leaves its wire bytes and
-            // op objects behind, about as much as the model itself: collect them
-            // now, once, rather than carry them as resident memory until some
-            // later collection (the agent is otherwise idle between changes).
-            if (ops >= BIG_CHANGE_SET) Bun.gc(true);
-            stats.changeSets++;
-            stats.events += events.length;
-            const unchanged = mirror.stats.unchanged - unchangedBefore;
-            stats.unchanged += unchanged;
-            if (!delivered) {
-              delivered = true;
-              connectedTo = where;
-              stats.connects++;
-              log.info("following brain", { api: where, resync: stats.connects > 1, changed: events.length, unchanged });
-              first.resolve();
-            }
-            failedInARow = 0;
-          }
-        } finally {
-          void sets.return(undefined);
-        }
-        throw new Error("the brain ended the stream");
-      } catch (err) {
-        if (ac.signal.aborted) break;
-        log.warn("global stream failed, trying the next brain", { api: where, error: errorMessage(err) });
-      } finally {
-        conn.close();
-        connectedTo = null;
-      }
-      i = (i + 1) % addrs.length;
-      if (!delivered) failedInARow++;
+      const delivered = await followOne(formatApiAddress(addrs[i]), conn);
+      conn.close();
+      failedInARow = delivered ? 0 : failedInARow + 1;
       // A stream that worked: the next brain at once. Every brain failed in a row: back off.
       if (failedInARow >= addrs.length) await sleep(Math.min(maxRetryMs, retryMs * 2 ** (failedInARow - addrs.length)), ac.signal);
     }
   };
   void follow();
-  await first.promise;
+  await started.promise;
   return {
     close: () => ac.abort(),
     globalStats: stats,

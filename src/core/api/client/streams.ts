@@ -17,9 +17,33 @@ export function watchChangeSets(conn: GrpcConnection, nodeName: string, signal: 
   return changeSets(conn, "/localv1.Sets/Watch", toBinary(WatchReqSchema, create(WatchReqSchema, { NodeName: nodeName })), signal);
 }
 
-/** `globalv1.Sets.Watch` (the cluster-wide model) as change sets; GlobalWatchReq is an empty message. */
-export function globalChangeSets(conn: GrpcConnection, signal: AbortSignal): AsyncGenerator<ChangeSet> {
-  return changeSets(conn, "/globalv1.Sets/Watch", new Uint8Array(0), signal);
+/**
+ * `globalv1.Sets.Watch` (the cluster-wide model) op by op, a DATA chunk's
+ * worth at a time (Reset, Set, Delete and Sync as they come): for a consumer
+ * that applies a whole model as it arrives rather than holding all its ops
+ * and bytes until the Sync. The next GlobalWatchReq (an empty message) goes
+ * out once the consumer has taken the chunk that held a Sync.
+ */
+export async function* globalOpChunks(conn: GrpcConnection, signal: AbortSignal): AsyncGenerator<WireOp[]> {
+  const req = new Uint8Array(0);
+  const asks = new Asks<Uint8Array>();
+  asks.push(req);
+  try {
+    for await (const messages of conn.call("/globalv1.Sets/Watch", asks, signal)) {
+      const ops: WireOp[] = [];
+      let syncs = 0;
+      for (const m of messages) {
+        const op = decodeOpItem(m);
+        if (op.op === "none") continue;
+        if (op.op === "sync") syncs++;
+        ops.push(op);
+      }
+      yield ops;
+      for (let i = 0; i < syncs; i++) asks.push(req);
+    }
+  } finally {
+    asks.end();
+  }
 }
 
 async function* changeSets(conn: GrpcConnection, path: string, req: Uint8Array, signal: AbortSignal): AsyncGenerator<ChangeSet> {
