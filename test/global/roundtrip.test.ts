@@ -13,6 +13,7 @@ import { serviceFromModel } from "../../src/core/global/decode.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { Pipeline } from "./helpers.ts";
+import { globalOps } from "../../src/core/api/server/global-watch.ts";
 
 const ROOT = join(import.meta.dir, "../..");
 const nodes = [node("node-1", { zone: "zone-a", ips: [v4.node(1)] }), node("node-2", { zone: "zone-a", ips: [v4.node(2)] }), node("node-3", { zone: "zone-b", ips: [v4.node(3), v6.node(3)] })];
@@ -130,6 +131,19 @@ describe("changes reach the agent as changes", () => {
     p.sync(true);
     expect(p.lastEvents).toEqual([]);
     expect(p.agent.view("node-1").state!.rev).toBe(rev);
+  });
+
+  test("a change set cut short by a broken stream, then a resync: nothing lost, the agent equals the brain", () => {
+    const p = base();
+    // The brain deletes db and moves web's endpoint; the stream breaks halfway through that change set.
+    p.full.apply([{ type: "delete", kind: "Service", namespace: "default", name: "db" }, { type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(3, 1), node: "node-3" }] }) }]);
+    p.full.flush();
+    const ops = globalOps(null, p.model.snapshot!, null);
+    p.mirror.begin(false);
+    for (const op of ops.slice(0, Math.ceil(ops.length / 2))) p.mirror.op(op, () => {});
+    p.sync(true); // a new stream: Reset and the whole model
+    for (const n of NODES) expect(p.agentState(n)).toEqual(p.fullState(n));
+    expect(p.agentState("node-1")!.services.map((s) => s.key)).toEqual(["default/web"]);
   });
 
   test("a resync after changes missed while disconnected: only those become events", () => {
