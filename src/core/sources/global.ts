@@ -14,6 +14,7 @@
 
 import type { Brain } from "../brain/brain.ts";
 import { kinds } from "../brain/k8s/objects.ts";
+import { sleep } from "../api/client/client.ts";
 import { connectGrpc, type GrpcConnection } from "../api/client/grpc.ts";
 import { globalOpChunks } from "../api/client/streams.ts";
 import { formatApiAddress, parseClientAddress } from "../api/server/address.ts";
@@ -159,14 +160,3 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     },
   };
 }
-
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener("abort", done);
-      resolve();
-    }
-    signal.addEventListener("abort", done, { once: true });
-  });

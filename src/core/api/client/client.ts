@@ -82,7 +82,8 @@ export async function* watchStates(opts: ClientOptions): AsyncGenerator<Revision
   }
 }
 
-const sleep = (ms: number, signal: AbortSignal) =>
+/** Resolves after `ms`, or at once when `signal` aborts. */
+export const sleep = (ms: number, signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     const t = setTimeout(done, ms);
     function done() {

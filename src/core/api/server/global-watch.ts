@@ -12,6 +12,7 @@
 import { Set as SetKind } from "../../../gen/localv1/services_pb.ts";
 import type { GlobalChange, GlobalModel, GlobalSnapshot } from "../../global/model.ts";
 import { nodePath, servicePath } from "../../global/model.ts";
+import { Wake } from "./wake.ts";
 import type { WireOp } from "./wire.ts";
 
 /** Ops turning `prev` into `next`, looking only at the changed keys when given. */
@@ -81,7 +82,7 @@ export class GlobalStream {
   private sent: GlobalSnapshot | null = null;
   private latest: GlobalSnapshot | null = null;
   private dirty: { services: Set<string>; nodes: Set<string> } | null = null;
-  private wake: (() => void) | null = null;
+  private readonly wake = new Wake();
   private readonly unsubscribe: () => void;
 
   constructor(model: GlobalModel) {
@@ -92,7 +93,7 @@ export class GlobalStream {
         for (const k of change.services) this.dirty.services.add(k);
         for (const n of change.nodes) this.dirty.nodes.add(n);
       }
-      this.wake?.();
+      this.wake.wake();
     });
   }
 
@@ -111,17 +112,7 @@ export class GlobalStream {
         this.dirty = { services: new Set(), nodes: new Set() };
         if (ops.length) return ops;
       }
-      await new Promise<void>((resolve, reject) => {
-        if (signal.aborted) return reject(signal.reason);
-        const done = () => {
-          this.wake = null;
-          signal.removeEventListener("abort", done);
-          if (signal.aborted) reject(signal.reason);
-          else resolve();
-        };
-        this.wake = done;
-        signal.addEventListener("abort", done, { once: true });
-      });
+      await this.wake.wait(signal);
     }
   }
 

@@ -9,6 +9,7 @@ import { Set as SetKind, type WatchReq } from "../../../gen/localv1/services_pb.
 import type { NodeView } from "../../brain/brain.ts";
 import { stateOps } from "../../brain/ops.ts";
 import type { ServiceEndpoints } from "../../brain/state.ts";
+import { Wake } from "./wake.ts";
 import type { WireCache, WireOp } from "./wire.ts";
 
 type Services = ReadonlyMap<string, ServiceEndpoints>;
@@ -43,7 +44,7 @@ export class WatchStream {
   private latest: Services | null = null;
   /** services changed since the last change set; null = compare everything */
   private dirty: Set<string> | null = null;
-  private wake: (() => void) | null = null;
+  private readonly wake = new Wake();
   private readonly unsubscribe: () => void;
 
   constructor(
@@ -54,7 +55,7 @@ export class WatchStream {
       this.latest = rev.state.services;
       if (rev.change === null) this.dirty = null;
       else if (this.dirty) for (const k of rev.change) this.dirty.add(k);
-      this.wake?.();
+      this.wake.wake();
     });
   }
 
@@ -71,17 +72,7 @@ export class WatchStream {
           return ops;
         }
       }
-      await new Promise<void>((resolve, reject) => {
-        if (signal.aborted) return reject(signal.reason);
-        const done = () => {
-          this.wake = null;
-          signal.removeEventListener("abort", done);
-          if (signal.aborted) reject(signal.reason);
-          else resolve();
-        };
-        this.wake = done;
-        signal.addEventListener("abort", done, { once: true });
-      });
+      await this.wake.wait(signal);
     }
   }
 
