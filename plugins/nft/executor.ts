@@ -125,8 +125,8 @@ export class NftRunner {
   }
 
   /** sends `tx` with a stamp at its end */
-  private async stamped(watch: RulesWatch, tx: Transaction, opts: ApplyOptions): Promise<string> {
-    const { ops, value } = watch.stamp(opts.full === true);
+  private async stamped(watch: RulesWatch, tx: Transaction, opts: ApplyOptions, kind: "partial" | "proof" = "partial"): Promise<string> {
+    const { ops, value } = watch.stamp(opts.full ? "full" : kind);
     const stamp = new Transaction();
     for (const op of ops) stamp.add(op);
     try {
@@ -141,9 +141,9 @@ export class NftRunner {
 
   /**
    * Starts the monitor again after a full sync and proves it listens: a
-   * stamp-only transaction whose echo it must print. That stamp replaces the
-   * full sync's, so it also fails if the tables went before the monitor
-   * listened: reported like any other change. `loadMs`: how long the full
+   * transaction whose stamp it must print, and which changes nothing in the
+   * end. It deletes and puts back the full sync's stamp, so it fails if the
+   * tables went before the monitor listened: reported like any other change. `loadMs`: how long the full
    * sync took to load, about what the monitor's first fetch takes.
    */
   private async resumeWatch(watch: RulesWatch, loadMs: number): Promise<void> {
@@ -154,7 +154,7 @@ export class NftRunner {
       if (!watch.running) return;
       let value: string;
       try {
-        value = await this.stamped(watch, new Transaction(), {});
+        value = await this.stamped(watch, new Transaction(), {}, "proof");
       } catch (err) {
         watch.report(`kpng's sync stamp is gone: ${err instanceof Error ? err.message : String(err)}`);
         return;

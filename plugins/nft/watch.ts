@@ -71,8 +71,8 @@ export class RulesWatch {
   private seq = 0;
   /** the stamp now in the kernel, as far as kpng knows */
   private current: string | undefined;
-  /** the stamp of the transaction being sent */
-  private sending: string | undefined;
+  /** the stamp of the transaction being sent, and whether it replaces the current one */
+  private sending: { value: string; replaces: boolean } | undefined;
   private failures = 0;
   private gaveUp = false;
 
@@ -85,27 +85,37 @@ export class RulesWatch {
 
   /**
    * The statements that stamp the next transaction, to go at its end, and
-   * the stamp's value. A transaction that re-creates the tables adds the set
-   * anew; any other replaces the current stamp, and fails if it is gone.
+   * the stamp's value. "full": the transaction re-creates the tables, the set
+   * is added anew; "partial": the current stamp is replaced (the transaction
+   * fails if it is gone); "proof": nothing changes in the end (the current
+   * stamp deleted and put back, failing if it is gone; a fresh one added and
+   * deleted), but the monitor prints the fresh one.
    */
-  stamp(recreates: boolean): { ops: Op[]; value: string } {
+  stamp(kind: "full" | "partial" | "proof"): { ops: Op[]; value: string } {
     const value = `k-${this.nonce}-${(++this.seq % SEQ_SPAN).toString(36)}`;
-    this.sending = value;
+    this.sending = { value, replaces: kind !== "proof" };
     this.expected.add(value);
     if (this.expected.size > MAX_EXPECTED) this.expected.delete(this.expected.values().next().value!);
+    const el = (verb: "add" | "delete", v: string): Op => ({ kind: "elements", verb, family: "ip", set: SYNC_STAMP_SET, items: [{ key: `"${v}"` }] });
     const ops: Op[] = [{ kind: "set", verb: "add", family: "ip", set: { name: SYNC_STAMP_SET, type: "ifname", comment: "the last transaction kpng committed" } }];
-    if (!recreates && this.current) ops.push({ kind: "elements", verb: "delete", family: "ip", set: SYNC_STAMP_SET, items: [{ key: `"${this.current}"` }] });
-    ops.push({ kind: "elements", verb: "add", family: "ip", set: SYNC_STAMP_SET, items: [{ key: `"${value}"` }] });
+    const current = kind === "full" ? undefined : this.current;
+    if (current) ops.push(el("delete", current));
+    if (current && kind === "proof") ops.push(el("add", current));
+    ops.push(el("add", value));
+    if (kind === "proof") ops.push(el("delete", value));
     return { ops, value };
   }
 
   /** the stamped transaction committed (true), or was refused or its fate is unknown (false) */
   settle(committed: boolean): void {
-    // After an unknown outcome only a full sync (a new stamp set) is safe, and one follows.
-    this.current = committed ? this.sending : undefined;
-    // A refused transaction prints nothing. One whose fate is unknown may: taken for someone else's, it costs a full sync, which follows a failure anyway.
-    if (!committed && this.sending) this.expected.delete(this.sending);
+    const s = this.sending;
     this.sending = undefined;
+    if (!s) return;
+    // After an unknown outcome only a full sync (a new stamp set) is safe, and one follows.
+    if (!committed) this.current = undefined;
+    else if (s.replaces) this.current = s.value;
+    // A refused transaction prints nothing. One whose fate is unknown may: taken for someone else's, it costs a full sync, which follows a failure anyway.
+    if (!committed) this.expected.delete(s.value);
   }
 
   /** Resolves true once the monitor has printed the stamp `value` (perhaps already), false after `ms`. */
