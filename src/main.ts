@@ -113,7 +113,10 @@ const runCommand = defineCommand({
         log,
         onSynced: (state, seconds, change) => {
           servers?.synced(b.name, state, seconds, change);
-          if (first && --pendingOnce === 0) done.resolve();
+          if (first && --pendingOnce === 0) {
+            done.resolve();
+            releaseStartupGarbage();
+          }
           first = false;
         },
         onError: (err) => servers?.failed(b.name, err),
@@ -146,6 +149,19 @@ const runCommand = defineCommand({
     for (const b of backends) await b.close?.();
   },
 });
+
+/**
+ * Start-up (lists, the first state, the first full transaction) leaves the
+ * heap at its high-water mark; the runtime would hand the freed pages back to
+ * the system over tens of seconds. Once every backend holds its first sync,
+ * collect and give them back at once (off the critical path: the rules are in).
+ */
+function releaseStartupGarbage() {
+  setTimeout(() => {
+    Bun.gc(true);
+    Bun.shrink();
+  }, 0);
+}
 
 async function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");
