@@ -17,6 +17,8 @@ export const HEADLESS_LABEL = "service.kubernetes.io/headless";
 export interface Candidate extends Hinted {
   key: string;
   ip: string;
+  /** `[ip]`: the slice's own address list when it holds only that (shared, never mutated) */
+  ips: readonly string[];
   family: Family;
   hostname: string;
   nodeName: string;
@@ -66,6 +68,7 @@ export function candidates(slices: Iterable<K8sEndpointSlice>, families: Readonl
       const cand: Candidate = {
         key: "",
         ip,
+        ips: ep.addresses.length === 1 ? ep.addresses : [ip],
         family,
         hostname: ep.hostname ?? "",
         nodeName: ep.nodeName ?? "",
@@ -175,7 +178,7 @@ function toEndpoint(c: Candidate, overrides: PortName[], internal: boolean, exte
   return {
     $typeName: "localv1.Endpoint",
     Hostname: c.hostname,
-    IPs: { $typeName: "localv1.IPSet", V4: c.family === "v4" ? [c.ip] : NO_IPS, V6: c.family === "v6" ? [c.ip] : NO_IPS },
+    IPs: { $typeName: "localv1.IPSet", V4: c.family === "v4" ? (c.ips as string[]) : NO_IPS, V6: c.family === "v6" ? (c.ips as string[]) : NO_IPS },
     Local: c.local,
     PortOverrides: overrides,
     Scopes: SCOPES[(internal ? 2 : 0) + (external ? 1 : 0)],
