@@ -22,7 +22,23 @@ export interface FeedOptions {
   onError?: (err: unknown) => void;
   /** the backend reported that its rules were changed by someone else; a full sync follows */
   onRulesLost?: (reason: string) => void;
+  /** when repairs come this often, they wait (default REPAIR_STORM) */
+  repairStorm?: RepairStorm;
 }
+
+/**
+ * Repairs run at once, unless more than `burst` reports came within
+ * `windowMs`: then each waits, from `firstDelayMs` doubling to `maxDelayMs`.
+ * Two kpng processes on one node (a rolling update with surge) would
+ * otherwise take each other's syncs for damage and repair forever.
+ */
+export interface RepairStorm {
+  burst: number;
+  windowMs: number;
+  firstDelayMs: number;
+  maxDelayMs: number;
+}
+export const REPAIR_STORM: RepairStorm = { burst: 5, windowMs: 30_000, firstDelayMs: 1000, maxDelayMs: 30_000 };
 
 export interface Feed {
   push(rev: Revision): void;
@@ -96,12 +112,35 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
     retry = undefined;
     kick();
   };
+  const storm = opts.repairStorm ?? REPAIR_STORM;
+  const reports: number[] = [];
+  let stormDelay = 0;
   backend.watchRules?.((reason) => {
     if (stopped) return;
-    log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });
     opts.onRulesLost?.(reason);
-    // Before the first revision there is nothing to restore; the first sync is full anyway.
-    if (latest) schedule(null);
+    const now = Date.now();
+    while (reports.length && now - reports[0] > storm.windowMs) reports.shift();
+    reports.push(now);
+    if (reports.length <= storm.burst) {
+      stormDelay = 0;
+      log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });
+      // Before the first revision there is nothing to restore; the first sync is full anyway.
+      if (latest) schedule(null);
+      return;
+    }
+    stormDelay = Math.min(storm.maxDelayMs, stormDelay ? stormDelay * 2 : storm.firstDelayMs);
+    log.warn("rules keep being changed by someone else (another kpng on this node?): resyncing everything after a delay", {
+      backend: backend.name,
+      reason,
+      reports: reports.length,
+      delayMs: stormDelay,
+    });
+    pending = union(pending, null);
+    if (!latest || retry) return;
+    retry = setTimeout(() => {
+      retry = undefined;
+      kick();
+    }, stormDelay);
   });
   return {
     push(rev) {

@@ -65,6 +65,8 @@ beforeAll(async () => {
   feed = feedBackend(backend, {
     log: ctx.log,
     retryMs: 200,
+    // the faults here come one after another, faster than a storm of repairs (feed.ts)
+    repairStorm: { burst: 100, windowMs: 1000, firstDelayMs: 1000, maxDelayMs: 1000 },
     onSynced: (s, _secs, change) => {
       health.updated("nft", s.rev);
       syncs.push({ full: change === null, at: performance.now() });

@@ -99,4 +99,30 @@ describe("feedBackend", () => {
       { rev: 2, change: null },
     ]);
   });
+
+  test("a storm of repairs (another kpng on the node?): beyond the burst, each waits, doubling; logged", async () => {
+    const { backend, applied } = recorder();
+    const log = memoryLogger();
+    const feed = feedBackend(backend, { log, repairStorm: { burst: 2, windowMs: 10_000, firstDelayMs: 40, maxDelayMs: 60 } });
+    feed.push(rev(1, null));
+    await feed.idle();
+    const fulls = () => applied.filter((a) => a.change === null).length;
+    backend.ear.report!("one");
+    backend.ear.report!("two");
+    await feed.idle();
+    expect(fulls()).toBe(3); // the first sync and two repairs at once
+    backend.ear.report!("three");
+    await Bun.sleep(20);
+    expect(fulls()).toBe(3); // waits 40 ms
+    await Bun.sleep(40);
+    await feed.idle();
+    expect(fulls()).toBe(4);
+    backend.ear.report!("four");
+    await Bun.sleep(50);
+    expect(fulls()).toBe(4); // waits 60 ms (80 capped)
+    await Bun.sleep(30);
+    await feed.idle();
+    expect(fulls()).toBe(5);
+    expect(log.lines.filter((l) => l.includes("rules keep being changed")).map((l) => /delayMs=(\d+)/.exec(l)![1])).toEqual(["40", "60"]);
+  });
 });
