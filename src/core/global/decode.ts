@@ -81,25 +81,49 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
   if (!info.ServiceName || !info.SourceName) throw invalid(`global endpoint ${path}: ServiceName and SourceName are required`);
   const c = info.Conditions;
   const hints = info.Hints;
+  const ns = shared(info.Namespace);
+  const endpoint: SliceEndpoint = {
+    addresses: [ip],
+    // An old kpng server sends Ready only; serving then follows ready.
+    conditions: conditionsOf(c?.Ready ?? false, c ? c.Serving || c.Ready : false, c?.Terminating ?? false),
+  };
+  // Only the fields that are set: 100,000 endpoints carry no empty slots.
+  if (info.Endpoint?.Hostname) endpoint.hostname = info.Endpoint.Hostname;
+  if (info.Topology?.Node) endpoint.nodeName = shared(info.Topology.Node);
+  if (info.Topology?.Zone) endpoint.zone = shared(info.Topology.Zone);
+  if (hints) endpoint.hints = { forZones: hints.Zones.map((name) => ({ name: shared(name) })), forNodes: hints.Nodes.map((name) => ({ name: shared(name) })) };
+  if (info.PodName) endpoint.targetRef = { kind: "Pod", name: info.PodName, namespace: ns };
   return {
     slice: {
-      namespace: info.Namespace,
+      namespace: ns,
       serviceName: info.ServiceName,
       name: info.SourceName,
       family: v4 ? "IPv4" : "IPv6",
       ports: (info.Endpoint?.PortOverrides ?? []).map((p) => ({ name: p.Name, protocol: "TCP" as const, port: p.Port })),
     },
-    endpoint: {
-      addresses: [ip],
-      // An old kpng server sends Ready only; serving then follows ready.
-      conditions: { ready: c?.Ready ?? false, serving: c ? c.Serving || c.Ready : false, terminating: c?.Terminating ?? false },
-      hostname: info.Endpoint?.Hostname || undefined,
-      nodeName: info.Topology?.Node || undefined,
-      zone: info.Topology?.Zone || undefined,
-      hints: hints ? { forZones: hints.Zones.map((name) => ({ name })), forNodes: hints.Nodes.map((name) => ({ name })) } : undefined,
-      targetRef: info.PodName ? { kind: "Pod", name: info.PodName, namespace: info.Namespace } : undefined,
-    },
+    endpoint,
   };
+}
+
+// Node names, zones and namespaces repeat across 100,000 endpoints; each
+// decode makes a new string. One copy each (bounded: cleared if it ever
+// holds more than a cluster's worth of such names).
+const names = new Map<string, string>();
+function shared(s: string): string {
+  const had = names.get(s);
+  if (had !== undefined) return had;
+  if (names.size >= 100_000) names.clear();
+  names.set(s, s);
+  return s;
+}
+
+// Eight combinations of three booleans: one object each, never mutated (the brain only reads).
+const conditionObjects = new Map<number, { ready: boolean; serving: boolean; terminating: boolean }>();
+function conditionsOf(ready: boolean, serving: boolean, terminating: boolean) {
+  const k = (ready ? 1 : 0) | (serving ? 2 : 0) | (terminating ? 4 : 0);
+  let o = conditionObjects.get(k);
+  if (!o) conditionObjects.set(k, (o = Object.freeze({ ready, serving, terminating })));
+  return o;
 }
 
 /** A slice from its endpoints (in the order they arrived). */
