@@ -56,7 +56,10 @@ function keepalive(session: http2.ClientHttp2Session, ms: number): () => void {
   const dead = (why: string) => session.destroy(new ConnectError(why, Code.Unavailable));
   const start = performance.now();
   let sentAt = 0; // 0 = no ping in flight
-  // Ticks at half the limit, so a silence is noticed between ms and 1.5 ms after it began.
+  // Ticks at a quarter of the limit: a ping goes out within ms/4 of the last
+  // answer and its silence is noticed within ms/4 of the limit, so a dead
+  // peer is left between ms and 1.5 ms after it stopped (timer jitter cannot
+  // push a borderline check a whole period later).
   const timer = setInterval(() => {
     if (session.destroyed) return clearInterval(timer);
     const now = performance.now();
@@ -67,7 +70,7 @@ function keepalive(session: http2.ClientHttp2Session, ms: number): () => void {
       sentAt = 0;
       if (err && !session.destroyed) dead(`ping failed: ${err.message}`);
     });
-  }, ms / 2);
+  }, ms / 4);
   timer.unref?.();
   return () => clearInterval(timer);
 }
