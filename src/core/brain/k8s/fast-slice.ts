@@ -166,11 +166,11 @@ function optList(o: Obj, key: string, item: (x: unknown) => Out<Obj>, out: Obj):
     return true;
   }
   if (!Array.isArray(x)) return false;
-  const list: Obj[] = new Array(x.length);
+  const list: Obj[] = [];
   for (let i = 0; i < x.length; i++) {
     const r = item(x[i]);
     if (r === FAIL) return false;
-    list[i] = r;
+    list.push(r);
   }
   out[key] = list;
   return true;

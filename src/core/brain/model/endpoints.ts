@@ -157,9 +157,10 @@ function isEndpointOf(ep: Endpoint, service: Service, c: Candidate, internal: bo
   return n === ep.PortOverrides.length;
 }
 
-// Parts equal across endpoints are shared, frozen, between them (100,000
-// endpoints at 10k services): a published state is never mutated, and a
-// frozen part makes sure of it.
+// Parts equal across endpoints are shared between them (100,000 endpoints at
+// 10k services): a published state is never mutated. The few process-wide
+// ones are frozen to make sure of it; the per-slice override lists are not
+// (JSC turns a frozen array into a slower, bigger sparse one).
 const NO_IPS: string[] = Object.freeze([]) as never;
 const SCOPES: readonly EndpointScopes[] = [0, 1, 2, 3].map((i) => Object.freeze({ $typeName: "localv1.EndpointScopes" as const, Internal: i >= 2, External: i % 2 === 1 }));
 
@@ -170,7 +171,7 @@ function portOverrides(service: Service, ports: ReadonlyMap<string, number>): Po
     const port = ports.get(p.Name);
     if (port !== undefined) out.push(Object.freeze({ $typeName: "localv1.PortName" as const, Name: p.Name, Port: port }));
   }
-  return Object.freeze(out) as PortName[];
+  return out;
 }
 
 /** A localv1.Endpoint, field for field what `create(EndpointSchema, …)` makes, with shared parts. */
