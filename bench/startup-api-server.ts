@@ -7,7 +7,8 @@
 //
 // Prints `ready <kubeconfig>` once listening; then reads commands on stdin:
 // `change <n>` switches the last service's slice to generation n (one
-// endpoint replaced, as a rollout does), answering `changed <n>`.
+// endpoint replaced, as a rollout does), answering `changed <n>`; `stats`
+// answers `listMs <ms>`, the time it spent building list answers.
 //
 // Services are IPv6 single-stack: the address plan's IPv4 service range holds
 // only 4,096 cluster IPs. The last service's one endpoint is the test pod
@@ -117,6 +118,7 @@ if (import.meta.main) {
   console.log(`ready ${api.writeKubeconfig(dir)}`);
   for await (const line of createInterface({ input: process.stdin })) {
     const [cmd, n] = line.split(" ");
+    if (cmd === "stats") console.log(`listMs ${api.listMs.toFixed(0)}`);
     if (cmd === "change") {
       api.apply(slice(services - 1, services, podV6, Number(n)));
       console.log(`changed ${n}`);

@@ -7,7 +7,8 @@
 //     and whether a connect to the last service is then answered by its pod;
 //   - the split per phase, from kpng's own log lines: boot (runtime, imports,
 //     kubeconfig), list (paginated GETs; decode and validation overlap it,
-//     their CPU time is shown inside), compute (the brain's first state),
+//     their CPU time is shown inside, with the API server's own time
+//     building the pages), compute (the brain's first state),
 //     render and apply (nft);
 //   - RSS of kpng's whole process tree (nft children included) after 20
 //     EndpointSlice changes, each applied before the next.
@@ -101,7 +102,7 @@ const comm = (pid: number) => {
   }
 };
 
-const field = (line: string, key: string) => Number(new RegExp(`\\b${key}=([\\d.]+)`).exec(line)?.[1] ?? NaN);
+const field = (line: string, key: string) => Number(new RegExp(`\\b${key}[= ]([\\d.]+)`).exec(line)?.[1] ?? NaN);
 const stamp = (line: string) => Date.parse(line.slice(0, line.indexOf(" ")));
 
 interface Run {
@@ -110,6 +111,8 @@ interface Run {
   phases: Record<string, number>;
   decodeMs: number;
   validateMs: number;
+  /** the API server's own time building the list answers */
+  serverMs: number;
   rss: number;
   rssParts: string;
 }
@@ -148,6 +151,9 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         apply: field(nft, "applyMs"),
       };
       const sum = (k: string) => listed.reduce((n, l) => n + field(l, k), 0);
+      api.stdin.write("stats\n");
+      await api.stdin.flush();
+      const serverMs = field((await apiOut.wait(/^listMs /)).line, "listMs");
 
       for (let n = 1; n <= CHANGES; n++) {
         api.stdin.write(`change ${n}\n`);
@@ -164,6 +170,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         phases,
         decodeMs: sum("decodeMs"),
         validateMs: sum("validateMs"),
+        serverMs,
         rss: parts.reduce((n, p) => n + p.rss, 0),
         rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}`).join(" + "),
       };
@@ -196,14 +203,14 @@ export default async function startupBench() {
     await topo.serve(topo.pods[0], { tcp: [8080] });
     for (const services of sizes) {
       console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend nft in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`);
-      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate (CPU ms, inside list) | connect | RSS MB after 20 changes");
+      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | connect | RSS MB after 20 changes");
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
         const x = await once(topo, services, dir, kpngArgv);
         all.push(x);
         const p = x.phases;
         console.log(
-          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts})`,
+          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts})`,
         );
       }
       const tot = all.map((x) => x.totalMs);

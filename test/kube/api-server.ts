@@ -142,6 +142,8 @@ export class FakeApiServer {
   readonly requests: RequestRecord[] = [];
   /** Event creates received, in order */
   readonly events: EventPost[] = [];
+  /** time spent building list answers (ms), for benchmarks: how much of a list is this server */
+  listMs = 0;
   /** answer Event creates with this status (403: RBAC refuses), or never answer them */
   eventReply: number | "hang" | undefined;
 
@@ -309,7 +311,9 @@ export class FakeApiServer {
     const fields = fieldMatcher(query.fieldSelector ?? "");
     const matches = (o: Obj) => labels(o.metadata.labels ?? {}) && fields(o);
     if (watch) return this.watch(resource.kind, matches, query, res);
-    return this.list(resource.kind, resource.apiVersion, matches, query, res);
+    const t0 = performance.now();
+    this.list(resource.kind, resource.apiVersion, matches, query, res);
+    this.listMs += performance.now() - t0;
   }
 
   private async createEvent(req: IncomingMessage, res: ServerResponse, group: EventPost["group"], namespace: string) {
