@@ -14,7 +14,7 @@ import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } fro
 import type { NodeInfo } from "./model/topology.ts";
 import { nodeIPs, sameIPs } from "./node-ips.ts";
 import { ShardedMap } from "./sharded-map.ts";
-import type { NodeState, ServiceEndpoints } from "./state.ts";
+import { serviceKey, type NodeState, type ServiceEndpoints } from "./state.ts";
 
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
 
@@ -62,6 +62,13 @@ export class Brain {
     for (const ev of events) {
       this.stats.events++;
       this.index.apply(ev, this.pending);
+      // Only a Service object change alters the node-independent model; slice changes reuse it.
+      const key = serviceKeyOf(ev);
+      if (key === null) continue;
+      this.entries.delete(key);
+      // Before the first state, a service's model is made as it arrives: the lists come
+      // page by page, with waits between, and the first state then has that much less to do.
+      if (ev.type === "upsert" && !this.isSynced) this.entry(key);
     }
   }
 
@@ -89,8 +96,6 @@ export class Brain {
     if (!this.isSynced) return;
     const touched = this.pending;
     this.pending = newTouched();
-    // Only a Service object change alters the node-independent model; slice changes reuse it.
-    for (const key of touched.services) this.entries.delete(key);
     for (const fn of this.flushListeners) fn(touched);
     const keys = new Set([...touched.services, ...touched.endpoints]);
     for (const v of this.views.values()) {
@@ -129,6 +134,12 @@ export class Brain {
     const override = this.nodeIPOverride?.node === nodeName ? this.nodeIPOverride.ips : [];
     return nodeIPs(this.index.nodes.get(nodeName), override);
   }
+}
+
+/** the service key of a Service event; null for other kinds */
+function serviceKeyOf(ev: ClusterEvent): string | null {
+  if (ev.type === "upsert") return ev.object.kind === "Service" ? serviceKey(ev.object.metadata.namespace ?? "", ev.object.metadata.name) : null;
+  return ev.kind === "Service" ? serviceKey(ev.namespace, ev.name) : null;
 }
 
 function makeEntry(svc: K8sService): ServiceEntry {
