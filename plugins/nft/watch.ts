@@ -42,11 +42,18 @@ export interface WatchOptions {
   log: Logger;
   /** someone else changed kpng's tables; `what` is the first change seen (a line of `nft monitor`) */
   onForeign(what: string): void;
-  /** default `["nft", "monitor"]` */
+  /** default MONITOR_ARGV */
   argv?: string[];
   /** after this many monitor processes in a row ended without seeing a stamp, watching stops (default 3) */
   maxFailures?: number;
 }
+
+/**
+ * `nft monitor` prints only when the ruleset changes, so it would outlive a
+ * kpng killed with -9 until the next change (forever, in a namespace that is
+ * gone): where util-linux's setpriv is, it runs with a parent-death signal.
+ */
+export const MONITOR_ARGV: readonly string[] = Bun.which("setpriv") ? ["setpriv", "--pdeathsig", "TERM", "--", "nft", "monitor"] : ["nft", "monitor"];
 
 /** a line of `nft monitor` about kpng's own tables: "<verb> <object> ip|ip6 kpng ..." */
 const touchesKpng = new RegExp(`^\\S+ \\S+ ip6? ${TABLE}(?: |$)`);
@@ -141,7 +148,7 @@ export class RulesWatch {
   /** Starts a monitor process unless one runs (or watching was given up). */
   start(): void {
     if (this.live || this.gaveUp) return;
-    const argv = this.opts.argv ?? ["nft", "monitor"];
+    const argv = this.opts.argv ?? [...MONITOR_ARGV];
     let channel: Channel | undefined;
     let said = "";
     try {
@@ -150,7 +157,7 @@ export class RulesWatch {
         {
           stdout: (text) => this.read(text),
           stderr: (text) => (said = (said + text).slice(-500)),
-          exit: (code) => this.exited(channel, `${argv.join(" ")} exited (${code ?? "signal"})${said.trim() ? `: ${said.trim()}` : ""}`),
+          exit: (code) => this.exited(channel, `nft monitor exited (${code ?? "signal"})${said.trim() ? `: ${said.trim()}` : ""}`),
         },
         { HOME: "/dev/null" },
       );
