@@ -10,11 +10,13 @@ import { Set as SetKind } from "../../gen/localv1/services_pb.ts";
 import type { ChangeSet } from "../api/client/replica.ts";
 import type { WireOp } from "../api/server/wire.ts";
 import type { ClusterEvent } from "../brain/cluster.ts";
+import type { K8sObject } from "../brain/k8s/objects.ts";
 import { errorMessage } from "../errors.ts";
 import { decodeEndpointInfo, decodeNodeInfo, decodeServiceInfo, sliceOf, type SliceInfo } from "./decode.ts";
 import { hash53, splitGlobalPath } from "./encode.ts";
 
 type SliceEndpoint = ReturnType<typeof decodeEndpointInfo>["endpoint"];
+type SetOp = Extract<WireOp, { op: "set" }>;
 
 interface SliceItems {
   /** from the latest EndpointInfo (all of a slice's carry the same) */
@@ -69,41 +71,9 @@ export class GlobalMirror {
     this.opsInSet++;
     try {
       if (op.op === "set") {
-        if (op.set === SetKind.GlobalServiceInfos) {
-          this.stale?.services.delete(op.path);
-          const hash = hash53(op.bytes);
-          if (this.services.get(op.path) === hash) this.stats.unchanged++;
-          else {
-            this.events.push({ type: "upsert", object: decodeServiceInfo(op.bytes, op.path) });
-            this.services.set(op.path, hash);
-            this.stats.decoded++;
-          }
-        } else if (op.set === SetKind.GlobalNodeInfos) {
-          this.stale?.nodes.delete(op.path);
-          const hash = hash53(op.bytes);
-          if (this.nodes.get(op.path) === hash) this.stats.unchanged++;
-          else {
-            this.events.push({ type: "upsert", object: decodeNodeInfo(op.bytes, op.path) });
-            this.nodes.set(op.path, hash);
-            this.stats.decoded++;
-          }
-        } else if (op.set === SetKind.GlobalEndpointInfos) {
-          const [id, key] = splitEndpointPath(op.path);
-          this.stale?.slices.get(id)?.delete(key);
-          let slice = this.slices.get(id);
-          const hash = hash53(op.bytes);
-          if (slice?.endpoints.get(key)?.hash === hash) this.stats.unchanged++;
-          else {
-            const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);
-            if (!slice) this.slices.set(id, (slice = { info, endpoints: new Map() }));
-            // Every endpoint carries its slice's ports: keep one copy.
-            else if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
-            // The key is the endpoint's IP: keep the string the endpoint holds, not a second copy.
-            slice.endpoints.set(endpoint.addresses[0] === key ? endpoint.addresses[0] : key, { hash, endpoint });
-            this.touched.add(id);
-            this.stats.decoded++;
-          }
-        }
+        if (op.set === SetKind.GlobalServiceInfos) this.setItem(this.services, this.stale?.services, op, decodeServiceInfo);
+        else if (op.set === SetKind.GlobalNodeInfos) this.setItem(this.nodes, this.stale?.nodes, op, decodeNodeInfo);
+        else if (op.set === SetKind.GlobalEndpointInfos) this.setEndpoint(op);
       } else if (op.op === "delete") {
         if (op.set === SetKind.GlobalServiceInfos) this.deleteService(op.path, this.events);
         else if (op.set === SetKind.GlobalNodeInfos) this.deleteNode(op.path, this.events);
@@ -112,6 +82,39 @@ export class GlobalMirror {
     } catch (err) {
       onBad(errorMessage(err));
     }
+  }
+
+  /** A service or node item: decoded into an upsert unless its bytes hash as before. */
+  private setItem(items: Map<string, number>, stale: Set<string> | undefined, op: SetOp, decode: (bytes: Uint8Array, path: string) => K8sObject) {
+    stale?.delete(op.path);
+    const hash = hash53(op.bytes);
+    if (items.get(op.path) === hash) {
+      this.stats.unchanged++;
+      return;
+    }
+    this.events.push({ type: "upsert", object: decode(op.bytes, op.path) });
+    items.set(op.path, hash);
+    this.stats.decoded++;
+  }
+
+  /** An endpoint item: kept in its slice, which end() rebuilds once. */
+  private setEndpoint(op: SetOp) {
+    const [id, key] = splitEndpointPath(op.path);
+    this.stale?.slices.get(id)?.delete(key);
+    let slice = this.slices.get(id);
+    const hash = hash53(op.bytes);
+    if (slice?.endpoints.get(key)?.hash === hash) {
+      this.stats.unchanged++;
+      return;
+    }
+    const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);
+    if (!slice) this.slices.set(id, (slice = { info, endpoints: new Map() }));
+    // Every endpoint carries its slice's ports: keep one copy.
+    else if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
+    // The key is the endpoint's IP: keep the string the endpoint holds, not a second copy.
+    slice.endpoints.set(endpoint.addresses[0] === key ? endpoint.addresses[0] : key, { hash, endpoint });
+    this.touched.add(id);
+    this.stats.decoded++;
   }
 
   /** Ends a change set: the events since the last end(), slices rebuilt once each. */
