@@ -101,6 +101,17 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     let first = true; // kpng clients honour Reset only as a stream's first op
     let reset = false;
     let open = false;
+    const onSync = () => {
+      const { events, unchanged } = commit();
+      reset = first = false;
+      if (delivered) return;
+      delivered = true;
+      connectedTo = where;
+      stats.connects++;
+      log.info("following brain", { api: where, resync: stats.connects > 1, changed: events, unchanged });
+      started.resolve();
+    };
+    let error = "the brain ended the stream";
     // Not `for await`: Bun keeps an idle loop's last value alive.
     const chunks = globalOpChunks(conn, ac.signal);
     try {
@@ -108,34 +119,24 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
         const r = await chunks.next();
         if (r.done) break;
         for (const op of r.value) {
-          if (op.op === "reset") reset ||= first && !open;
-          else {
-            if (!open) mirror.begin(reset);
-            open = op.op !== "sync";
-            if (open) mirror.op(op, onBad(where));
-            else {
-              const { events, unchanged } = commit();
-              reset = first = false;
-              if (!delivered) {
-                delivered = true;
-                connectedTo = where;
-                stats.connects++;
-                log.info("following brain", { api: where, resync: stats.connects > 1, changed: events, unchanged });
-                started.resolve();
-              }
-            }
+          if (op.op === "reset") {
+            reset ||= first && !open;
+            continue;
           }
+          if (!open) mirror.begin(reset);
+          open = op.op !== "sync";
+          if (open) mirror.op(op, onBad(where));
+          else onSync();
         }
         r.value.length = 0; // the generator keeps its last chunk while it waits for the next
       }
     } catch (err) {
-      if (!ac.signal.aborted) log.warn("global stream failed, trying the next brain", { api: where, error: errorMessage(err) });
-      return delivered;
+      error = errorMessage(err);
     } finally {
       void chunks.return(undefined);
       connectedTo = null;
     }
-    if (!ac.signal.aborted) log.warn("global stream failed, trying the next brain", { api: where, error: "the brain ended the stream" });
+    if (!ac.signal.aborted) log.warn("global stream failed, trying the next brain", { api: where, error });
     return delivered;
   };
 
