@@ -102,12 +102,8 @@ export class GlobalStream {
     for (;;) {
       const next = this.latest;
       if (next && next !== this.sent) {
-        if (this.sent === null) {
-          this.sent = next;
-          this.dirty = { services: new Set(), nodes: new Set() };
-          return fullChangeSet(next);
-        }
-        const ops = transition(this.sent, next, this.dirty!);
+        // A full change set is never empty (it ends with Sync); a transition may net to nothing.
+        const ops = this.sent === null ? fullChangeSet(next) : transition(this.sent, next, this.dirty!);
         this.sent = next;
         this.dirty = { services: new Set(), nodes: new Set() };
         if (ops.length) return ops;
@@ -138,8 +134,9 @@ export async function* globalWatchBatches(model: () => Promise<GlobalModel>, req
 }
 
 /**
- * A change set as gRPC-framed bytes; the shared ones (a whole snapshot) are
- * framed once for every stream that sends them.
+ * A change set as gRPC-framed bytes; the shared ones (a whole snapshot, a
+ * transition between two snapshots) are framed once for every stream that
+ * sends them. Others (localv1's, per node) are framed each time.
  */
 export function frameChangeSet(ops: readonly WireOp[], frame: (ops: readonly WireOp[]) => Buffer): Buffer {
   if (!shared.has(ops)) return frame(ops);
