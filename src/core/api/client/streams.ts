@@ -13,8 +13,33 @@ import type { ChangeSet, SnapshotEntry } from "./replica.ts";
  * `Sets.Watch` as change sets. The next WatchReq goes out only when the
  * consumer asks for the next change set: that is the stream's flow control.
  */
-export function watchChangeSets(conn: GrpcConnection, nodeName: string, signal: AbortSignal): AsyncGenerator<ChangeSet> {
-  return changeSets(conn, "/localv1.Sets/Watch", toBinary(WatchReqSchema, create(WatchReqSchema, { NodeName: nodeName })), signal);
+export async function* watchChangeSets(conn: GrpcConnection, nodeName: string, signal: AbortSignal): AsyncGenerator<ChangeSet> {
+  const req = toBinary(WatchReqSchema, create(WatchReqSchema, { NodeName: nodeName }));
+  const asks = new Asks<Uint8Array>();
+  asks.push(req);
+  let batch: WireOp[] = [];
+  let reset = false;
+  let first = true;
+  try {
+    for await (const messages of conn.call("/localv1.Sets/Watch", asks, signal)) {
+      for (const m of messages) {
+        const op = decodeOpItem(m);
+        // kpng clients honour Reset only as a stream's first op.
+        if (op.op === "reset") reset ||= first && batch.length === 0;
+        else if (op.op === "set" || op.op === "delete") batch.push(op);
+        else if (op.op === "sync") {
+          const cs: ChangeSet = { reset, ops: batch };
+          batch = [];
+          reset = false;
+          first = false;
+          yield cs;
+          asks.push(req);
+        }
+      }
+    }
+  } finally {
+    asks.end();
+  }
 }
 
 /**
@@ -40,34 +65,6 @@ export async function* globalOpChunks(conn: GrpcConnection, signal: AbortSignal)
       }
       yield ops;
       for (let i = 0; i < syncs; i++) asks.push(req);
-    }
-  } finally {
-    asks.end();
-  }
-}
-
-async function* changeSets(conn: GrpcConnection, path: string, req: Uint8Array, signal: AbortSignal): AsyncGenerator<ChangeSet> {
-  const asks = new Asks<Uint8Array>();
-  asks.push(req);
-  let batch: WireOp[] = [];
-  let reset = false;
-  let first = true;
-  try {
-    for await (const messages of conn.call(path, asks, signal)) {
-      for (const m of messages) {
-        const op = decodeOpItem(m);
-        // kpng clients honour Reset only as a stream's first op.
-        if (op.op === "reset") reset ||= first && batch.length === 0;
-        else if (op.op === "set" || op.op === "delete") batch.push(op);
-        else if (op.op === "sync") {
-          const cs: ChangeSet = { reset, ops: batch };
-          batch = [];
-          reset = false;
-          first = false;
-          yield cs;
-          asks.push(req);
-        }
-      }
     }
   } finally {
     asks.end();
