@@ -24,6 +24,18 @@ describe("revisions", () => {
     expect(view.state?.services.has("default/web")).toBe(true);
   });
 
+  test("a Service changed or deleted before the first state: the first state has its last version", () => {
+    // Before the first state a service's model is made as it arrives; a later version must replace it.
+    const brain = new Brain();
+    const view = brain.view("node-1");
+    brain.apply([up(svc({ ports: [{ name: "http", port: 80 }] })), up(svc({ name: "gone" }))]);
+    brain.apply([up(svc({ ports: [{ name: "http", port: 8080 }] })), { type: "delete", kind: "Service", namespace: "default", name: "gone" }]);
+    for (const k of ["Service", "EndpointSlice", "Node"] as const) brain.markSynced(k);
+    brain.flush();
+    expect(view.state?.services.get("default/web")?.service.Ports.map((p) => p.Port)).toEqual([8080]);
+    expect(view.state?.services.has("default/gone")).toBe(false);
+  });
+
   test("an event that does not change this node's result produces no revision", () => {
     const brain = brainWith([svc(), slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1" }] })]);
     const view = brain.view("node-1");
