@@ -12,6 +12,7 @@
 //   within them only the chains whose rules differ.
 
 import { KpngError, errorMessage } from "../../src/core/errors.ts";
+import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import type { Config } from "../../src/core/config/config.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
@@ -102,7 +103,7 @@ export class IptablesBackend implements IncrementalBackend {
   }
 
   setNodeIPs(ips: readonly string[]) {
-    if (ips.length === this.config.nodeIPs.length && ips.every((ip, i) => ip === this.config.nodeIPs[i])) return;
+    if (sameIPs(ips, this.config.nodeIPs)) return;
     this.config = { ...this.ctx.config, nodeIPs: [...ips] };
     this.needFull = true; // rules that name the node's IPs may be in any chain
   }
