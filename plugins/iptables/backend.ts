@@ -39,7 +39,7 @@ export interface IptablesOptions {
   /** how often the monitor checks the canaries; 0 = no timer (default: CANARY_PERIOD_MS, or syncPeriod if shorter) */
   monitorPeriodMs?: number;
   now?: () => number;
-  /** hairpin by ipset (true) or a SEP chain per endpoint (false); default: ipset if `ipset --version` runs at setup */
+  /** hairpin by ipset (true) or a SEP chain per endpoint (false); default: ipset if setup can create the sets */
   hairpinSet?: boolean;
 }
 
