@@ -180,6 +180,11 @@ export class IptablesBackend implements IncrementalBackend {
     return true;
   }
 
+  /** Whether the next sync must be full: asked for (first sync, a failure, setNodeIPs), or the period is over. */
+  private fullDue(): boolean {
+    return this.needFull || this.now() - this.lastFull >= (this.opts.fullSyncPeriodMs ?? hour);
+  }
+
   /** The periodic check: canaries, the full-restore period, the retry after a failure. */
   async monitor() {
     if (!this.synced) return; // nothing to restore before the brain's first sync
@@ -188,7 +193,7 @@ export class IptablesBackend implements IncrementalBackend {
         this.report(`canary chain ${chains.canary} gone`);
         return;
       }
-      if (this.needFull || this.now() - this.lastFull >= (this.opts.fullSyncPeriodMs ?? hour)) await this.sync();
+      if (this.fullDue()) await this.sync();
     } catch (err) {
       this.log.error("monitor sync failed", { error: errorMessage(err) });
     }
@@ -198,7 +203,7 @@ export class IptablesBackend implements IncrementalBackend {
     this.synced = true;
     const t0 = performance.now();
     const dirty = this.tracker.takeDirty();
-    const full = this.needFull || this.now() - this.lastFull >= (this.opts.fullSyncPeriodMs ?? hour);
+    const full = this.fullDue();
     const stats: SyncStats = { full, bytes: {}, rendered: 0, ms: 0 };
     const stale: StaleFlow[] = [];
     try {
