@@ -41,7 +41,7 @@ const cases: Case[] = [
     checks: () => [{ from: "pod0", probe: tcp(v4.clusterIP(2), 80), expect: { ok: true, who: ["pod0"], source: "node" } }],
   },
   {
-    // Only an endpoint on this node can be the pod that sent the packet; one elsewhere has no SEP chain.
+    // No endpoint has a SEP chain, on this node or not (hairpin is the ipset's `dst,dst,src` match): only an endpoint reaching itself is masqueraded.
     name: "endpoint on another node: DNATed straight from the balancing rule, both families; other pods keep their source",
     services: [{ spec: { name: "c5", clusterIPs: [v4.clusterIP(5), v6.clusterIP(5)], ports: [http()] }, eps: [[1, { local: false }]] }],
     checks: () => [
