@@ -2,7 +2,8 @@
 // namespace (test/harness/netns.ts): never the host's ruleset.
 //
 //   1. first full sync of 10,000 services x 10 endpoints: render and apply
-//      (`nft -f -`)
+//      (`nft -f -`); then a new backend's full sync over those tables (a
+//      restart: the tables listed, then rewritten in place)
 //   2. one endpoint change at 10 and at 10,000 services: statements, apply time
 //      (through the `nft -i` session; its first change also starts it)
 //   3. TCP connect latency to a service with 10 vs 10,000 services programmed
@@ -97,6 +98,14 @@ export default async function nftBench() {
       await b.apply(state, null);
       const full = b.last!;
       console.log(`full sync, ${n} services x ${ENDPOINTS} endpoints: render ${ms(full.renderMs)}, apply ${ms(full.applyMs)}, total ${ms(full.renderMs + full.applyMs)} (${full.statements} statements)`);
+      // a restart: a new process's first full sync over the tables the last one left (rewritten in place, plugins/nft/held.ts)
+      const again = backend(topo);
+      await again.apply(state, null);
+      const re = again.last!;
+      await again.close();
+      console.log(
+        `full sync over the same tables (a restart), ${n} services: list ${ms(re.listMs)}, render ${ms(re.renderMs)}, apply ${ms(re.applyMs)}, total ${ms(re.listMs + re.renderMs + re.applyMs)} (${re.statements} statements)`,
+      );
       await latency(topo); // warm-up: ARP/ND, server accept queue
       const lat = await latency(topo);
       const change = await endpointChange(b, state, topo);

@@ -18,6 +18,7 @@ import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type St
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
+import { listHoldings, type Holdings } from "./held.ts";
 import { RulesWatch } from "./watch.ts";
 
 export interface NftOptions {
@@ -32,6 +33,8 @@ export interface NftOptions {
 export interface SyncStats {
   full: boolean;
   statements: number;
+  /** reading what the tables hold before a full sync (held.ts) */
+  listMs: number;
   renderMs: number;
   applyMs: number;
   conntrackDeletes: number;
@@ -77,7 +80,6 @@ export class NftBackend implements FullStateBackend {
   }
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
-    const t0 = performance.now();
     const ips = nodeIPsOf(state, this.ctx.config);
     if (!sameIPs(ips, this.nodeIPs)) {
       // The nodeport-ips set and the rules guarding node ports are base objects: a full sync rewrites them.
@@ -85,7 +87,10 @@ export class NftBackend implements FullStateBackend {
       this.sync = new NftSync({ ...this.ctx.config, nodeIPs: [...ips] });
       this.needFull = true;
     }
-    let plan = this.sync.plan(state, this.needFull ? null : change);
+    const tl = performance.now();
+    const held = this.needFull || change === null ? await this.held() : undefined;
+    const t0 = performance.now();
+    let plan = this.sync.plan(state, this.needFull ? null : change, held);
     plan.tx.print(); // part of rendering; kept by the transaction
     const renderMs = performance.now() - t0;
     if (plan.truncated) this.log.warn("endpoints beyond the per-service limit left out", { count: plan.truncated });
@@ -94,7 +99,7 @@ export class NftBackend implements FullStateBackend {
       const notes = flows.map((f) => `# ${conntrackArgv(f).join(" ")}\n`).join("");
       if (!plan.tx.empty) this.ctx.out(plan.tx.print() + notes);
       this.needFull = false;
-      this.commit(plan, renderMs, 0, 0);
+      this.commit(plan, { renderMs, applyMs: 0, listMs: 0, conntrackDeletes: 0 });
       return;
     }
     const t1 = performance.now();
@@ -109,13 +114,28 @@ export class NftBackend implements FullStateBackend {
       this.needFull = true;
       if (plan.full) throw err;
       this.log.warn("partial sync failed, resyncing everything", { err: errorMessage(err) });
-      plan = this.sync.plan(state, null);
+      plan = this.sync.plan(state, null, await this.held());
       await this.runner.apply(plan.tx, { full: true });
     }
     this.needFull = false;
     const applyMs = performance.now() - t1;
     const deletes = await this.clearConntrack(plan);
-    this.commit(plan, renderMs, applyMs, deletes);
+    this.commit(plan, { renderMs, applyMs, listMs: t0 - tl, conntrackDeletes: deletes });
+  }
+
+  /**
+   * What kpng's tables hold, for a full sync that keeps the affinity sets
+   * (held.ts); undefined in dry-run (nothing is read from the kernel) or when
+   * the listing fails: that full sync replaces the tables whole.
+   */
+  private async held(): Promise<Holdings | undefined> {
+    if (this.ctx.config.dryRun) return undefined;
+    try {
+      return await listHoldings(this.exec);
+    } catch (err) {
+      this.log.warn("cannot list kpng's tables: the full sync re-creates them (ClientIP affinity starts over)", { err: errorMessage(err) });
+      return undefined;
+    }
   }
 
   /** resolves once the monitor restarted after a full sync listens (or gave up): tests and benchmarks */
@@ -165,14 +185,14 @@ export class NftBackend implements FullStateBackend {
     return flows.length;
   }
 
-  private commit(plan: SyncPlan, renderMs: number, applyMs: number, conntrackDeletes: number) {
+  private commit(plan: SyncPlan, times: Omit<SyncStats, "full" | "statements">) {
     if (plan.full) this.udpApplied.clear();
     for (const k of plan.keys) {
       const u = plan.udp.get(k);
       if (u) this.udpApplied.set(k, u);
       else this.udpApplied.delete(k);
     }
-    this.last = { full: plan.full, statements: plan.tx.statements, renderMs, applyMs, conntrackDeletes };
+    this.last = { full: plan.full, statements: plan.tx.statements, ...times };
     this.log.debug("synced", { ...this.last });
   }
 }

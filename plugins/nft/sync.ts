@@ -8,10 +8,14 @@
 // keep their dispatch positions (positions.ts), so replacing 100 endpoints of
 // a service writes ~200 elements whether it has 500 or 5,000.
 //
-// A full sync is the same diff from an empty record, preceded by deleting
-// and re-creating the tables in the same atomic transaction: whatever the
-// kernel held (a previous run, a half-known state after a failure) is
-// replaced at once, without a window where services are missing.
+// A full sync is the same diff from an empty record, in one atomic
+// transaction that first clears what the kernel held (a previous run, a
+// half-known state after a failure, someone else's edits): held.ts rewrites
+// the tables in place, keeping the affinity sets packets filled. When what
+// the tables hold is unknown (dry-run, the listing failed, or the last such
+// sync was refused), the tables are deleted and re-created instead, in the
+// same transaction: replaced at once, without a window where services are
+// missing, but affinity starts over.
 
 import type { Config } from "../../src/core/config/config.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
@@ -19,6 +23,7 @@ import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
+import { clearHeld, type Holdings } from "./held.ts";
 import { renderService, type ChainObj, type ElementObj, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
@@ -187,6 +192,8 @@ const sameRules = (a: ChainObj, b: ChainObj) =>
 export interface SyncPlan {
   tx: Transaction;
   full: boolean;
+  /** a full sync that rewrites the tables in place (held.ts) rather than replacing them */
+  inPlace: boolean;
   /** the services this plan rendered (every known one on a full sync) */
   keys: string[];
   /** UDP frontends of those services once the plan is applied (absent = none) */
@@ -197,6 +204,10 @@ export interface SyncPlan {
 
 export class NftSync {
   private families: FamilySync[];
+  /** the last plan was a full sync, and no reset (its failure) followed yet: whether it was in place */
+  private fullOutstanding: { inPlace: boolean } | undefined;
+  /** a full sync in place was refused: the next one replaces the tables whole */
+  private inPlaceFailed = false;
 
   constructor(config: Config) {
     this.families = FAMILIES.map((f) => new FamilySync(config, f));
@@ -204,27 +215,50 @@ export class NftSync {
 
   /** Forget everything: the next plan must be full (after a failed apply the kernel state is unknown). */
   reset() {
+    // Whatever made an in-place sync fail (a listing gone stale, a kernel
+    // quirk with an object kept), replacing the tables whole cannot hit it.
+    if (this.fullOutstanding?.inPlace) this.inPlaceFailed = true;
+    this.fullOutstanding = undefined;
+    this.forget();
+  }
+
+  private forget() {
     for (const fs of this.families) fs.reset();
   }
 
-  plan(state: NodeState, change: ReadonlySet<string> | null): SyncPlan {
+  /**
+   * `held`: what kpng's tables hold (held.ts), for a full sync in place;
+   * without it a full sync deletes and re-creates them.
+   */
+  plan(state: NodeState, change: ReadonlySet<string> | null, held?: Holdings): SyncPlan {
     const full = change === null;
+    // a plan after a full sync, without a reset between: that sync was applied
+    if (this.fullOutstanding) this.inPlaceFailed = false;
+    this.fullOutstanding = undefined;
     const keys = [...(full ? state.services.keys() : change)].sort();
     const tx = new Transaction();
-    if (full) {
-      this.reset();
-      for (const fs of this.families) {
-        const family = fs.fc.family;
-        tx.add({ kind: "table", verb: "add", family });
-        tx.add({ kind: "table", verb: "delete", family });
-        tx.add({ kind: "table", verb: "add", family, comment: "rules for kpng, the Kubernetes service proxy" });
-        for (const op of renderBase(fs.fc)) tx.add(op);
-      }
-    }
+    if (full) this.forget();
     const p = new Phases();
     for (const fs of this.families) {
       fs.truncated = 0;
       fs.plan(state, keys, p);
+    }
+    const inPlace = full && held !== undefined && !this.inPlaceFailed;
+    if (full) {
+      for (const fs of this.families) {
+        const family = fs.fc.family;
+        const base = renderBase(fs.fc);
+        if (inPlace) {
+          tx.add({ kind: "table", verb: "add", family, comment: TABLE_COMMENT });
+          for (const op of clearHeld(family, held[family], [...base, ...p.addSets, ...p.addChains])) tx.add(op);
+        } else {
+          tx.add({ kind: "table", verb: "add", family });
+          tx.add({ kind: "table", verb: "delete", family });
+          tx.add({ kind: "table", verb: "add", family, comment: TABLE_COMMENT });
+        }
+        for (const op of base) tx.add(op);
+      }
+      this.fullOutstanding = { inPlace };
     }
     for (const op of p.all()) tx.add(op);
     const udp = new Map<string, UdpFrontend[]>();
@@ -236,9 +270,11 @@ export class NftSync {
       }
       if (list) udp.set(k, list);
     }
-    return { tx, full, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
+    return { tx, full, inPlace, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
   }
 }
+
+const TABLE_COMMENT = "rules for kpng, the Kubernetes service proxy";
 
 /** Removes both tables (and with them every chain, map and set kpng made). */
 export function cleanupTransaction(): Transaction {

@@ -27,7 +27,7 @@ export function context(config: Config): BackendContext & { printed: string[]; l
   return { config, log, out: (t) => printed.push(t), printed, lines: log.lines };
 }
 
-/** records every command; `fail` decides which ones throw */
+/** records every command; `fail` decides which ones throw; `nft -j list` answers that kpng's tables hold nothing */
 export function recorder(fail: (argv: string[], stdin?: string) => string | undefined = () => undefined) {
   const calls: { argv: string[]; stdin?: string }[] = [];
   const exec: Executor = {
@@ -35,8 +35,11 @@ export function recorder(fail: (argv: string[], stdin?: string) => string | unde
       calls.push({ argv, stdin });
       const err = fail(argv, stdin);
       if (err) throw new Error(err);
-      return "";
+      return argv[0] === "nft" && argv.includes("list") ? '{"nftables": []}' : "";
     },
   };
   return { exec, calls };
 }
+
+/** a recorded nft transaction (`nft -f -`), not a listing nor another command */
+export const isTransaction = (c: { argv: string[] }) => c.argv[0] === "nft" && c.argv.includes("-f");

@@ -65,7 +65,7 @@ describe("nft partial sync (real kernel)", () => {
     const oneShotPartials: number[] = [];
     const exec: Executor = {
       run: (argv, stdin = "") => {
-        if (argv[0] === "nft" && !stdin.includes("delete table")) oneShotPartials.push(stdin.length);
+        if (argv[0] === "nft" && argv.includes("-f") && !stdin.includes("add table")) oneShotPartials.push(stdin.length);
         return topo.executor(topo.node.ns).run(argv, stdin);
       },
     };

@@ -8,7 +8,7 @@ import { NftRunner } from "../../plugins/nft/executor.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
-import { context, entry, ep, nextState, nodeConfig, nodeState, recorder, svc } from "./fixtures.ts";
+import { context, entry, ep, isTransaction, nextState, nodeConfig, nodeState, recorder, svc } from "./fixtures.ts";
 
 const ip4 = (x: number, first: number) => `${first}.${(x >> 16) & 255}.${(x >> 8) & 255}.${x & 255}`;
 const epAt = (x: number) => ep({ ips: [ip4(x, 11)], local: false, ports: { http: 8080 } });
@@ -83,7 +83,7 @@ describe("nft partial sync cost", () => {
     const state = cluster(3);
     await backend.apply(state, null);
     await backend.apply({ ...state, rev: 2 }, new Set(["ns1/svc1"]));
-    expect(calls.filter((c) => c.argv[0] === "nft")).toHaveLength(1);
+    expect(calls.filter(isTransaction)).toHaveLength(1);
   });
 
   test("a deleted service: its elements go before its chains", async () => {
@@ -218,32 +218,48 @@ describe("nft dispatch positions across syncs", () => {
 describe("nft sync failures", () => {
   test("a refused partial transaction is retried at once as a full sync", async () => {
     let n = 0;
-    const { exec, calls } = recorder((argv) => (argv[0] === "nft" && ++n === 2 ? "nft: Error: No such file or directory" : undefined));
+    const { exec, calls } = recorder((argv) => (isTransaction({ argv }) && ++n === 2 ? "nft: Error: No such file or directory" : undefined));
     const ctx = context(nodeConfig());
     const backend = createNftBackend(ctx, { exec });
     const before = cluster(3);
     await backend.apply(before, null);
     const { state, change } = nextState(before, [service(1, [1, 2])]);
     await backend.apply(state, change);
-    const nft = calls.filter((c) => c.argv[0] === "nft");
+    const nft = calls.filter(isTransaction);
     expect(nft).toHaveLength(3);
-    expect(nft[1].stdin).not.toContain("delete table");
-    expect(nft[2].stdin?.startsWith("add table ip kpng\ndelete table ip kpng\n")).toBe(true);
+    expect(nft[1].stdin).not.toContain("add table");
+    // the full resync reads what the tables hold first, and rewrites them in place (held.ts)
+    expect(calls.at(-2)?.argv).toContain("list");
+    expect(nft[2].stdin?.startsWith('add table ip kpng { comment "rules for kpng, the Kubernetes service proxy"; }\n')).toBe(true);
+    expect(nft[2].stdin).not.toContain("delete table");
     expect(backend.last?.full).toBe(true);
     expect(ctx.lines.some((l) => l.includes("WARN") && l.includes("partial sync failed"))).toBe(true);
   });
 
-  test("a refused full sync fails the apply, and the next apply is full again", async () => {
+  test("a refused full sync fails the apply, and the next apply is full again, re-creating the tables whole", async () => {
     let fail = true;
-    const { exec, calls } = recorder((argv) => (argv[0] === "nft" && fail ? "nft: Error: Operation not supported" : undefined));
+    const { exec, calls } = recorder((argv) => (isTransaction({ argv }) && fail ? "nft: Error: Operation not supported" : undefined));
     const backend = createNftBackend(context(nodeConfig()), { exec });
     const before = cluster(2);
     await expect(backend.apply(before, null)).rejects.toThrow("Operation not supported");
+    expect(calls.filter(isTransaction)[0].stdin).not.toContain("delete table");
     fail = false;
     const { state, change } = nextState(before, [service(1, [1])]);
     await backend.apply(state, change);
     expect(backend.last?.full).toBe(true);
-    expect(calls.at(-1)?.stdin).toContain("delete table ip kpng");
+    // whatever made the in-place sync fail, deleting and re-creating the tables cannot hit it
+    expect(calls.at(-1)?.stdin).toStartWith("add table ip kpng\ndelete table ip kpng\n");
+    // and once that worked, full syncs are in place again
+    await backend.apply(state, null);
+    expect(calls.at(-1)?.stdin).not.toContain("delete table");
+  });
+
+  test("a listing of the tables that fails: the full sync re-creates them whole, and says so", async () => {
+    const { exec, calls } = recorder((argv) => (argv.includes("list") ? "nft: Error: Operation not permitted" : undefined));
+    const ctx = context(nodeConfig());
+    await createNftBackend(ctx, { exec }).apply(cluster(2), null);
+    expect(calls.at(-1)?.stdin).toStartWith("add table ip kpng\ndelete table ip kpng\n");
+    expect(ctx.lines.filter((l) => l.includes("WARN"))).toEqual([expect.stringContaining("cannot list kpng's tables")]);
   });
 
   test("a transaction with an invalid name is never sent", async () => {
