@@ -40,6 +40,26 @@ export interface RepairStorm {
 }
 export const REPAIR_STORM: RepairStorm = { burst: 5, windowMs: 30_000, firstDelayMs: 1000, maxDelayMs: 30_000 };
 
+/**
+ * The RepairStorm rule: called at each report with its time, says how long
+ * the repair waits (undefined = it runs at once) and how many reports the
+ * window holds.
+ */
+export function repairPacer(storm: RepairStorm): (now: number) => { delayMs?: number; reports: number } {
+  const reports: number[] = [];
+  let delayMs = 0;
+  return (now) => {
+    while (reports.length && now - reports[0] > storm.windowMs) reports.shift();
+    reports.push(now);
+    if (reports.length <= storm.burst) {
+      delayMs = 0;
+      return { reports: reports.length };
+    }
+    delayMs = Math.min(storm.maxDelayMs, delayMs ? delayMs * 2 : storm.firstDelayMs);
+    return { delayMs, reports: reports.length };
+  };
+}
+
 export interface Feed {
   push(rev: Revision): void;
   /** resolves when nothing is pending or running */
@@ -72,6 +92,12 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
 
+  const retryIn = (ms: number) => {
+    retry = setTimeout(() => {
+      retry = undefined;
+      kick();
+    }, ms);
+  };
   const run = async () => {
     while (pending !== undefined && latest && !stopped) {
       const state = latest;
@@ -91,10 +117,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
         if (backend.kind === "incremental") applied = null;
         pending = null;
         clearTimeout(retry);
-        retry = setTimeout(() => {
-          retry = undefined;
-          kick();
-        }, opts.retryMs ?? 1000);
+        retryIn(opts.retryMs ?? 1000);
         return;
       }
     }
@@ -112,35 +135,25 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
     retry = undefined;
     kick();
   };
-  const storm = opts.repairStorm ?? REPAIR_STORM;
-  const reports: number[] = [];
-  let stormDelay = 0;
+  const pace = repairPacer(opts.repairStorm ?? REPAIR_STORM);
   backend.watchRules?.((reason) => {
     if (stopped) return;
     opts.onRulesLost?.(reason);
-    const now = Date.now();
-    while (reports.length && now - reports[0] > storm.windowMs) reports.shift();
-    reports.push(now);
-    if (reports.length <= storm.burst) {
-      stormDelay = 0;
+    const { delayMs, reports } = pace(Date.now());
+    if (delayMs === undefined) {
       log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });
       // Before the first revision there is nothing to restore; the first sync is full anyway.
       if (latest) schedule(null);
       return;
     }
-    stormDelay = Math.min(storm.maxDelayMs, stormDelay ? stormDelay * 2 : storm.firstDelayMs);
     log.warn("rules keep being changed by someone else (another kpng on this node?): resyncing everything after a delay", {
       backend: backend.name,
       reason,
-      reports: reports.length,
-      delayMs: stormDelay,
+      reports,
+      delayMs,
     });
     pending = union(pending, null);
-    if (!latest || retry) return;
-    retry = setTimeout(() => {
-      retry = undefined;
-      kick();
-    }, stormDelay);
+    if (latest && !retry) retryIn(delayMs);
   });
   return {
     push(rev) {

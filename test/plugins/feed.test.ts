@@ -8,7 +8,7 @@ import type { Revision } from "../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import type { FullStateBackend } from "../../src/plugins/backend.ts";
-import { feedBackend } from "../../src/plugins/feed.ts";
+import { feedBackend, repairPacer } from "../../src/plugins/feed.ts";
 
 const state = (rev: number): NodeState => ({ nodeName: "n", rev, services: new Map() });
 const rev = (n: number, change: string[] | null): Revision => ({ state: state(n), change: change && new Set(change) });
@@ -125,4 +125,19 @@ describe("feedBackend", () => {
     expect(fulls()).toBe(5);
     expect(log.lines.filter((l) => l.includes("rules keep being changed")).map((l) => /delayMs=(\d+)/.exec(l)![1])).toEqual(["40", "60"]);
   });
+});
+
+test("repair pacing: at once up to the burst, then doubling to the cap; at once again when the window has emptied", () => {
+  const pace = repairPacer({ burst: 2, windowMs: 1000, firstDelayMs: 10, maxDelayMs: 30 });
+  // report times (ms) -> delay (undefined = at once) and reports in the window
+  expect([0, 1, 2, 3, 4].map((t) => pace(t))).toEqual([
+    { reports: 1 },
+    { reports: 2 },
+    { delayMs: 10, reports: 3 },
+    { delayMs: 20, reports: 4 },
+    { delayMs: 30, reports: 5 },
+  ]);
+  expect(pace(2000)).toEqual({ reports: 1 }); // the five above left the window
+  expect(pace(2001)).toEqual({ reports: 2 });
+  expect(pace(2002)).toEqual({ delayMs: 10, reports: 3 }); // the doubling started over
 });
