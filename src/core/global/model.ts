@@ -9,9 +9,8 @@
 import type { Brain } from "../brain/brain.ts";
 import type { Touched } from "../brain/cluster.ts";
 import { ShardedMap } from "../brain/sharded-map.ts";
+import { sameBytes } from "../api/server/wire.ts";
 import { encodeNodeInfo, encodeServiceInfo, encodeSlice, globalPath } from "./encode.ts";
-
-const sameBytes = (a: Uint8Array, b: Uint8Array) => a === b || Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
 
 export interface GlobalService {
   readonly service: Uint8Array;

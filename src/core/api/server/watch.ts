@@ -10,7 +10,7 @@ import type { NodeView } from "../../brain/brain.ts";
 import { stateOps } from "../../brain/ops.ts";
 import type { ServiceEndpoints } from "../../brain/state.ts";
 import { Wake } from "./wake.ts";
-import type { WireCache, WireOp } from "./wire.ts";
+import { sameBytes, type WireCache, type WireOp } from "./wire.ts";
 
 type Services = ReadonlyMap<string, ServiceEndpoints>;
 
@@ -35,8 +35,6 @@ export function wireOps(prev: Services, next: Services, keys: Iterable<string> |
   }
   return out;
 }
-
-const sameBytes = (a: Uint8Array, b: Uint8Array) => a === b || Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
 
 /** What one stream has been sent, and what changed in its view since. */
 export class WatchStream {

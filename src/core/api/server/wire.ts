@@ -17,6 +17,9 @@ export type WireOp =
   | { op: "sync" }
   | { op: "reset" };
 
+/** Whether two marshalled messages are the same bytes (the same array, or equal contents). */
+export const sameBytes = (a: Uint8Array, b: Uint8Array) => a === b || Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
+
 export class WireCache {
   private readonly bytes = new WeakMap<Service | Endpoint, Uint8Array>();
   service(s: Service): Uint8Array {
