@@ -39,6 +39,8 @@ describe("parsing", () => {
   const bad: Array<{ name: string; item: object; error: string }> = [
     { name: "port out of range", item: service("web", 70000), error: "f: item 0: service default/web spec.ports[0].port: 70000 is out of range" },
     { name: "bad cluster IP", item: { ...service("web"), spec: { clusterIP: "198.18.0.300", ports: [{ port: 80 }] } }, error: 'spec.clusterIP: "198.18.0.300" is not a valid IP address' },
+    { name: "cluster IP not a string", item: { ...service("web"), spec: { clusterIP: 5, ports: [{ port: 80 }] } }, error: "spec.clusterIP: 5 is not a valid IP address" },
+    { name: "bad entry of clusterIPs", item: { ...service("web"), spec: { clusterIPs: ["None", ""], ports: [{ port: 80 }] } }, error: 'spec.clusterIPs[1]: "" is not a valid IP address' },
     { name: "unknown protocol", item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } }, error: 'spec.ports[0].protocol: "ICMP" must be TCP, UDP or SCTP' },
     { name: "endpoint address of the wrong family", item: { ...slice("web", "2001:db8::1") }, error: 'endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address' },
     { name: "missing name", item: { kind: "Service", metadata: {}, spec: {} }, error: "metadata.name: " },

@@ -9,7 +9,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import { createInterface } from "node:readline";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { expectOK, kubeGet, readBody, type KubeGet } from "./kube-http.ts";
+import { expectOK, kubeGet, type KubeGet } from "./kube-http.ts";
 
 export interface ResourceSpec {
   /** e.g. `/api/v1/services` */
@@ -149,17 +149,37 @@ export class Reflector {
     this.sleeping = undefined;
   }
 
-  /** GET the collection page by page, asking for the next page before handing one over. */
+  /**
+   * GET the collection page by page. The next page is asked for as soon as
+   * its continue token shows, at the head of the current page's body (a List
+   * sends its metadata before its items), so the server builds it while this
+   * one is still arriving, being decoded and handed over.
+   */
   private async list() {
     const t0 = performance.now();
     const stats: ListStats = { items: 0, pages: 0, ms: 0, decodeMs: 0 };
-    let next = this.listPage(undefined, stats);
+    /** one chain of early requests; a chain whose token turned out wrong is cut */
+    const chain = { dead: false };
+    const fetch = (cont: string | undefined): Promise<FetchedPage> => {
+      let next: FetchedPage["next"];
+      const page = this.listPage(cont, stats, (token) => {
+        if (chain.dead) return;
+        next = { token, page: fetch(token) };
+        // Awaited in its turn; a failure meanwhile must not go unhandled.
+        next.page.catch(() => {});
+      });
+      return page.then((p) => ({ ...p, next }));
+    };
+    let current = fetch(undefined);
     for (;;) {
-      const { items, rv, cont } = await next;
+      const { items, rv, cont, next } = await current;
       if (cont) {
-        next = this.listPage(cont, stats);
-        // Awaited on the next turn; a failure while this page is handed over must not go unhandled.
-        next.catch(() => {});
+        if (next && next.token === cont) current = next.page;
+        else {
+          if (next) chain.dead = true; // cannot happen with a well-formed List; never follow a wrong guess
+          current = fetch(cont);
+          current.catch(() => {});
+        }
       }
       stats.items += items.length;
       this.sink.page(items, stats.pages++ === 0);
@@ -171,10 +191,25 @@ export class Reflector {
     }
   }
 
-  private async listPage(cont: string | undefined, stats: ListStats) {
+  /** One page; `early` gets the next page's continue token as soon as the body's head shows it. */
+  private async listPage(cont: string | undefined, stats: ListStats, early: (token: string) => void): Promise<ListPage> {
     const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
     const res = await expectOK(await this.get(this.spec.path, { ...this.selectors(), limit: String(PAGE), continue: cont }, signal));
-    const text = await readBody(res);
+    const chunks: Buffer[] = [];
+    let head = "";
+    let searching = true;
+    for await (const chunk of res) {
+      const c = chunk as Buffer;
+      chunks.push(c);
+      if (!searching) continue;
+      head += c.toString("latin1", 0, Math.min(c.length, HEAD_BYTES));
+      const token = continueToken(head);
+      if (token !== undefined || head.length >= HEAD_BYTES) {
+        searching = false;
+        if (token) early(token);
+      }
+    }
+    const text = Buffer.concat(chunks).toString("utf8");
     const t0 = performance.now();
     const body = safeJSON(text) as { items?: unknown; metadata?: { resourceVersion?: string; continue?: string } } | undefined;
     stats.decodeMs += performance.now() - t0;
@@ -241,6 +276,34 @@ export class Reflector {
       this.request = undefined;
     }
   }
+}
+
+/** how much of a page's head is searched for its continue token */
+const HEAD_BYTES = 4096;
+
+interface ListPage {
+  items: Record<string, unknown>[];
+  rv: string;
+  cont: string | undefined;
+}
+
+/** a page, and the next one if it was asked for early (with the token used) */
+interface FetchedPage extends ListPage {
+  next?: { token: string; page: Promise<FetchedPage> };
+}
+
+/**
+ * The continue token in the head of a List's body, before its items: a
+ * string (set, "" on the last page), null when the metadata is complete
+ * without one, undefined when the head does not say yet. Tokens are
+ * base64; one with an escape is left to the full decode.
+ */
+export function continueToken(head: string): string | null | undefined {
+  const items = head.indexOf('"items":');
+  const meta = /"metadata":\{([^{}]*)\}/.exec(items < 0 ? head : head.slice(0, items));
+  if (!meta) return items < 0 ? undefined : null;
+  const m = /"continue":"([^"\\]*)"/.exec(meta[1]);
+  return m ? m[1] : /"continue":/.test(meta[1]) ? undefined : null;
 }
 
 function safeJSON(text: string): unknown {
