@@ -27,7 +27,7 @@ const WINDOW = 16 << 20;
 export interface ConnectOptions {
   /**
    * Liveness: fail the connection when it is not up within this many ms, or
-   * an HTTP/2 PING goes unanswered this long (checked every such interval).
+   * an HTTP/2 PING goes unanswered this long (checked every quarter of it).
    * A brain whose host vanished sends no reset; without this a stream would
    * wait for TCP's own timeout, many minutes. Off by default.
    */
