@@ -9,9 +9,6 @@ import type { Rule } from "./render-restore.ts";
 
 export const inFamily = (ip: string, family: Family) => isIP(ip) === (family === "v4" ? 4 : 6);
 
-/** RFC 5952 text, as conntrack and ipset print an address; the node-local state may carry another spelling of the same one. */
-export const canonicalIP = (ip: string, family: Family) => (family === "v6" ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
-
 /** The CIDRs (or plain addresses) of one family from a list; anything unparsable is left out. */
 export const familyCIDRs = (list: readonly string[], family: Family) =>
   list.filter((c) => {

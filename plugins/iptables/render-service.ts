@@ -20,7 +20,8 @@ import type { Config } from "../../src/core/config/config.ts";
 import { Protocol, type Endpoint, type PortMapping, type Service } from "../../src/gen/localv1/services_pb.ts";
 import { chains, endpointChain, serviceChains, servicePortId, type Family, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-import { canonicalIP, familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
+import { familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
+import { canonicalIP } from "../../src/plugins/conntrack.ts";
 import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
 export interface OwnedChain {
@@ -152,8 +153,8 @@ const ownChains = (hairpinSet: boolean, affinity: number | undefined) => !hairpi
  * (names.ts, hairpinSets). One spelling per address, since members are
  * counted by text across services.
  */
-export function hairpinMember(ep: { ip: string; port: number }, proto: string, family: Family) {
-  const ip = canonicalIP(ep.ip, family);
+export function hairpinMember(ep: { ip: string; port: number }, proto: string) {
+  const ip = canonicalIP(ep.ip);
   return `${ip},${proto}:${ep.port},${ip}`;
 }
 
@@ -180,7 +181,7 @@ function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, e
       rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: pick, target: ["-j", ep.chain] });
     } else {
       rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: [...pick, "-p", p.proto], target: dnat(p, ep) });
-      out.hairpin.add(hairpinMember(ep, p.proto, p.family));
+      out.hairpin.add(hairpinMember(ep, p.proto));
     }
   });
 }

@@ -114,14 +114,17 @@ export function parseUdpEntries(text: string, family: 4 | 6): UdpEntry[] {
   return out;
 }
 
-/** conntrack prints IPv6 in RFC 5952 form; the state may hold any valid spelling ("2001:db8:2:0::1") */
-const canon = (ip: string) => (ip.includes(":") ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
+/**
+ * An address in RFC 5952 form, as conntrack and ipset print IPv6; the state
+ * may hold any valid spelling ("2001:db8:2:0::1").
+ */
+export const canonicalIP = (ip: string) => (ip.includes(":") ? new URL(`http://[${ip}]/`).hostname.slice(1, -1) : ip);
 
 export function matches(f: StaleFlow, e: UdpEntry): boolean {
-  if (f.family !== e.family || f.dport !== e.dport || (f.dst !== undefined && canon(f.dst) !== canon(e.dst))) return false;
+  if (f.family !== e.family || f.dport !== e.dport || (f.dst !== undefined && canonicalIP(f.dst) !== canonicalIP(e.dst))) return false;
   if (f.endpoint === undefined) return true;
   const [ip, port] = splitHostPort(f.endpoint);
-  return canon(ip) === canon(e.replySrc) && port === e.replySport;
+  return canonicalIP(ip) === canonicalIP(e.replySrc) && port === e.replySport;
 }
 
 const entryArgv = (e: UdpEntry) => [
