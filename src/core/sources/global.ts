@@ -58,6 +58,26 @@ export interface GlobalSource {
   readonly connectedTo: string | null;
 }
 
+/** The mirror's change set, ended, into the brain and counted in `stats`; returns its events and unchanged items. */
+function commit(mirror: GlobalMirror, brain: Brain, stats: GlobalSourceStats): { events: number; unchanged: number } {
+  const ops = mirror.opsInSet;
+  const unchangedBefore = mirror.stats.unchanged;
+  const events = mirror.end();
+  brain.apply(events);
+  if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
+  brain.flush();
+  // A whole model (a first sync, a resync) leaves its wire bytes and op
+  // objects behind, about as much as the model itself: collect them now,
+  // once, rather than carry them as resident memory until some later
+  // collection (the agent is idle between changes).
+  if (ops >= BIG_CHANGE_SET) Bun.gc(true);
+  const unchanged = mirror.stats.unchanged - unchangedBefore;
+  stats.changeSets++;
+  stats.events += events.length;
+  stats.unchanged += unchanged;
+  return { events: events.length, unchanged };
+}
+
 /** Resolves once the first change set is in the brain (waiting for a brain as long as it takes). */
 export async function startGlobalSource(opts: GlobalSourceOptions): Promise<GlobalSource> {
   if (!opts.apis.length) throw invalid("flag --api: at least one brain address is required");
@@ -72,26 +92,6 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   let connectedTo: string | null = null;
   const onBad = (api: string) => (error: string) => log.warn("skipping invalid global item", { api, error });
 
-  /** The mirror's change set, ended, into the brain; returns the number of events. */
-  const commit = (): { events: number; unchanged: number } => {
-    const ops = mirror.opsInSet;
-    const unchangedBefore = mirror.stats.unchanged;
-    const events = mirror.end();
-    brain.apply(events);
-    if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
-    brain.flush();
-    // A whole model (a first sync, a resync) leaves its wire bytes and op
-    // objects behind, about as much as the model itself: collect them now,
-    // once, rather than carry them as resident memory until some later
-    // collection (the agent is idle between changes).
-    if (ops >= BIG_CHANGE_SET) Bun.gc(true);
-    const unchanged = mirror.stats.unchanged - unchangedBefore;
-    stats.changeSets++;
-    stats.events += events.length;
-    stats.unchanged += unchanged;
-    return { events: events.length, unchanged };
-  };
-
   /**
    * Follows one brain until its stream ends; ops go into the mirror as they
    * arrive, each Sync commits. Returns whether a change set was delivered.
@@ -102,7 +102,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     let reset = false;
     let open = false;
     const onSync = () => {
-      const { events, unchanged } = commit();
+      const { events, unchanged } = commit(mirror, brain, stats);
       reset = first = false;
       if (delivered) return;
       delivered = true;
