@@ -192,8 +192,6 @@ const sameRules = (a: ChainObj, b: ChainObj) =>
 export interface SyncPlan {
   tx: Transaction;
   full: boolean;
-  /** a full sync that rewrites the tables in place (held.ts) rather than replacing them */
-  inPlace: boolean;
   /** the services this plan rendered (every known one on a full sync) */
   keys: string[];
   /** UDP frontends of those services once the plan is applied (absent = none) */
@@ -270,7 +268,7 @@ export class NftSync {
       }
       if (list) udp.set(k, list);
     }
-    return { tx, full, inPlace, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
+    return { tx, full, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
   }
 }
 
