@@ -33,6 +33,11 @@ export const nodePorts = { tcp: 30080, udp: 30053, localYes: 30081, localNo: 300
 const tcp = (port: number, nodePort?: number) => ({ name: "http", protocol: "TCP" as const, port, targetPort: 8080, nodePort });
 const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
 
+const apiVersions: Record<K8sObject["kind"], string> = { Service: "v1", Node: "v1", EndpointSlice: "discovery.k8s.io/v1" };
+
+/** Objects as `kubectl get -o json` prints them: a List of manifests with their apiVersion (what --input reads). */
+export const asList = (objects: Iterable<K8sObject>) => ({ apiVersion: "v1", kind: "List", items: [...objects].map((o) => ({ apiVersion: apiVersions[o.kind], ...o })) });
+
 /** The Node object for node-a with these InternalIPs. */
 export const nodeObject = (nodeIPs: string[]) => node(NODE, { ips: nodeIPs });
 

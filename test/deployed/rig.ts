@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
 import { createTopology, pythonPath, type Probe, type Topology } from "../harness/netns.ts";
 import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
-import { clusterObjects, deniedClient, NODE, podPorts, type K8sObject } from "./cluster.ts";
+import { asList, clusterObjects, deniedClient, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
 export type SourceKind = "file" | "api";
 export type BackendName = "nft" | "iptables";
@@ -23,8 +23,6 @@ const harness = join(import.meta.dir, "../harness");
 /** where the API server answers inside the node namespace */
 const API_PORT = 6443;
 
-const apiVersions: Record<string, string> = { Service: "v1", Node: "v1", EndpointSlice: "discovery.k8s.io/v1" };
-const manifest = (o: K8sObject) => ({ apiVersion: apiVersions[o.kind], ...o });
 const keyOf = (o: K8sObject) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;
 
 export interface Deployed {
@@ -64,8 +62,7 @@ export async function deploy(opts: { source: SourceKind; backend: BackendName; b
     await topo.exec(topo.client.ns, ["ip", "addr", "add", `${deniedClient}/24`, "dev", "eth0"]);
     const objects = new Map(clusterObjects(topo).map((o) => [keyOf(o), o]));
     const input = join(dir.path, "cluster.json");
-    const writeFile = () =>
-      writeFileSync(input, JSON.stringify({ apiVersion: "v1", kind: "List", items: [...objects.values()].map(manifest) }, null, 1));
+    const writeFile = () => writeFileSync(input, JSON.stringify(asList(objects.values()), null, 1));
     let api: FakeApiServer | undefined;
     let args: string[];
     if (opts.source === "file") {

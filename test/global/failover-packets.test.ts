@@ -8,11 +8,10 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
-import { checks, clusterObjects, NODE, nodePorts, podPorts, deniedClient, runChecks, wanted, ips } from "../deployed/cluster.ts";
+import { asList, checks, clusterObjects, NODE, nodePorts, podPorts, deniedClient, runChecks, wanted, ips } from "../deployed/cluster.ts";
 import { continuousProbe, rulesOf } from "../deployed/rig.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
-const apiVersions: Record<string, string> = { Service: "v1", Node: "v1", EndpointSlice: "discovery.k8s.io/v1" };
 const dir = tempDir("kpng-global-pkt-");
 const sockA = join(dir.path, "a.sock");
 const sockB = join(dir.path, "b.sock");
@@ -27,7 +26,7 @@ beforeAll(async () => {
   for (const p of topo.pods) await topo.serve(p, podPorts);
   await topo.exec(topo.client.ns, ["ip", "addr", "add", `${deniedClient}/24`, "dev", "eth0"]);
   const input = join(dir.path, "cluster.json");
-  writeFileSync(input, JSON.stringify({ apiVersion: "v1", kind: "List", items: clusterObjects(topo).map((o) => ({ apiVersion: apiVersions[o.kind], ...o })) }));
+  writeFileSync(input, JSON.stringify(asList(clusterObjects(topo))));
   brainA = await startServe(["--input", input, "--listen", `unix://${sockA}`]);
   brainB = await startServe(["--input", input, "--listen", `unix://${sockB}`]);
   agent = startKpng(["--api", `unix://${sockA}`, "--api", `unix://${sockB}`, "--node-name", NODE, "--backend", "nft"], { wrap: ["ip", "netns", "exec", topo.node.ns] });
