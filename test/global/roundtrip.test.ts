@@ -14,6 +14,13 @@ import { v4, v6 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { Pipeline } from "./helpers.ts";
 import { globalOps } from "../../src/core/api/server/global-watch.ts";
+import type { WireOp } from "../../src/core/api/server/wire.ts";
+import type { ClusterEvent } from "../../src/core/brain/cluster.ts";
+import { GlobalMirror } from "../../src/core/global/mirror.ts";
+
+const fail = (e: string) => {
+  throw new Error(e);
+};
 
 const ROOT = join(import.meta.dir, "../..");
 const nodes = [node("node-1", { zone: "zone-a", ips: [v4.node(1)] }), node("node-2", { zone: "zone-a", ips: [v4.node(2)] }), node("node-3", { zone: "zone-b", ips: [v4.node(3), v6.node(3)] })];
@@ -144,6 +151,31 @@ describe("changes reach the agent as changes", () => {
     p.sync(true); // a new stream: Reset and the whole model
     for (const n of NODES) expect(p.agentState(n)).toEqual(p.fullState(n));
     expect(p.agentState("node-1")!.services.map((s) => s.key)).toEqual(["default/web"]);
+  });
+
+  test("a slice handed to the brain never changes under it: the next change to it is made on a copy", () => {
+    const p = base();
+    const given = p.agent.index.slices.get("default/web")!.get("web-ipv4")!;
+    const before = structuredClone(given.endpoints);
+    p.update([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", ready: false }, { ip: v4.pod(2, 1), node: "node-2" }] }) }]);
+    p.update([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", ready: false }] }) }]);
+    expect(given.endpoints).toEqual(before);
+    expect(p.agent.index.slices.get("default/web")!.get("web-ipv4")!.endpoints!.map((e) => e.addresses[0])).toEqual([v4.pod(1, 1)]);
+    for (const n of NODES) expect(p.agentState(n)).toEqual(p.fullState(n));
+  });
+
+  test("endpoint keys that are not the endpoint's IP (another server's paths): set, replaced, deleted and resynced by key", () => {
+    const p = base();
+    const eps = p.sent[0].filter((o): o is Extract<WireOp, { op: "set" }> => o.op === "set" && o.path.startsWith("default|web|web-ipv4|"));
+    const [a, b] = eps.map((o) => ({ ...o, path: o.path.replace(/[^|]*$/, o === eps[0] ? "ka" : "kb") }));
+    const m = new GlobalMirror();
+    const ips = (events: ClusterEvent[]) => events.flatMap((e) => (e.type === "upsert" && e.object.kind === "EndpointSlice" ? [e.object.endpoints!.map((x) => x.addresses[0])] : []));
+    expect(ips(m.apply({ reset: true, ops: [a, b] }, fail))).toEqual([[v4.pod(1, 1), v4.pod(2, 1)]]);
+    // key ka now carries b's endpoint: replaced in place, not added
+    expect(ips(m.apply({ reset: false, ops: [{ ...a, bytes: b.bytes }] }, fail))).toEqual([[v4.pod(2, 1), v4.pod(2, 1)]]);
+    expect(ips(m.apply({ reset: false, ops: [{ op: "delete", set: b.set, path: b.path }] }, fail))).toEqual([[v4.pod(2, 1)]]);
+    expect(m.apply({ reset: true, ops: [{ ...a, bytes: b.bytes }] }, fail)).toEqual([]);
+    expect(m.size.endpoints).toBe(1);
   });
 
   test("a resync after changes missed while disconnected: only those become events", () => {

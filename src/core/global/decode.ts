@@ -33,37 +33,45 @@ export interface DecodedEndpoint {
 
 const protocolName = (p: Protocol): "TCP" | "UDP" | "SCTP" => (p === Protocol.UDP ? "UDP" : p === Protocol.SCTP ? "SCTP" : "TCP");
 
-/** The node-independent model back into the Service fields serviceModel reads. */
+/**
+ * The node-independent model back into the Service fields serviceModel reads.
+ * Only fields that are set, and one copy of strings 10,000 services repeat
+ * (type, port names, namespaces): a decoded item makes a new string for each
+ * field, where a full binary's JSON parse shares them (~3 MB at 10k services).
+ */
 export function serviceFromModel(m: Service): K8sService {
   const ips = m.IPs;
   const cluster = [...(ips?.ClusterIPs?.V4 ?? []), ...(ips?.ClusterIPs?.V6 ?? [])];
+  const external = [...(ips?.ExternalIPs?.V4 ?? []), ...(ips?.ExternalIPs?.V6 ?? [])];
   const lb = [...(ips?.LoadBalancerIPs?.V4 ?? []), ...(ips?.LoadBalancerIPs?.V6 ?? [])];
+  const ranges = m.IPFilters.flatMap((f) => f.SourceRanges);
   const affinity = m.SessionAffinity.case === "ClientIP" ? m.SessionAffinity.value.TimeoutSeconds : 0;
-  return {
-    kind: "Service",
-    metadata: { name: m.Name, namespace: m.Namespace, labels: { ...m.Labels }, annotations: { ...m.Annotations } },
-    spec: {
-      type: m.Type as K8sService["spec"]["type"],
-      clusterIP: cluster[0],
-      clusterIPs: cluster,
-      externalIPs: [...(ips?.ExternalIPs?.V4 ?? []), ...(ips?.ExternalIPs?.V6 ?? [])],
-      loadBalancerSourceRanges: m.IPFilters.flatMap((f) => f.SourceRanges),
-      ports: m.Ports.map((p) => ({
-        name: p.Name,
-        protocol: protocolName(p.Protocol),
-        port: p.Port,
-        targetPort: p.TargetPortName || p.TargetPort,
-        nodePort: p.NodePort || undefined,
-      })),
-      sessionAffinity: affinity ? "ClientIP" : "None",
-      sessionAffinityConfig: affinity ? { clientIP: { timeoutSeconds: affinity } } : undefined,
-      externalTrafficPolicy: m.ExternalTrafficToLocal ? "Local" : "Cluster",
-      internalTrafficPolicy: m.InternalTrafficToLocal ? "Local" : "Cluster",
-      healthCheckNodePort: m.HealthCheckNodePort || undefined,
-    },
-    // Ingress with ipMode Proxy was left out of the model already.
-    status: lb.length ? { loadBalancer: { ingress: lb.map((ip) => ({ ip })) } } : undefined,
+  const metadata: K8sService["metadata"] = { name: m.Name, namespace: shared(m.Namespace) };
+  if (Object.keys(m.Labels).length) metadata.labels = { ...m.Labels };
+  if (Object.keys(m.Annotations).length) metadata.annotations = { ...m.Annotations };
+  const spec: K8sService["spec"] = {
+    type: shared(m.Type) as K8sService["spec"]["type"],
+    clusterIP: cluster[0],
+    clusterIPs: cluster,
+    ports: m.Ports.map((p) => {
+      const port: NonNullable<K8sService["spec"]["ports"]>[number] = { name: shared(p.Name), protocol: protocolName(p.Protocol), port: p.Port, targetPort: p.TargetPortName ? shared(p.TargetPortName) : p.TargetPort };
+      if (p.NodePort) port.nodePort = p.NodePort;
+      return port;
+    }),
   };
+  if (external.length) spec.externalIPs = external;
+  if (ranges.length) spec.loadBalancerSourceRanges = ranges;
+  if (affinity) {
+    spec.sessionAffinity = "ClientIP";
+    spec.sessionAffinityConfig = { clientIP: { timeoutSeconds: affinity } };
+  }
+  if (m.ExternalTrafficToLocal) spec.externalTrafficPolicy = "Local";
+  if (m.InternalTrafficToLocal) spec.internalTrafficPolicy = "Local";
+  if (m.HealthCheckNodePort) spec.healthCheckNodePort = m.HealthCheckNodePort;
+  const svc: K8sService = { kind: "Service", metadata, spec };
+  // Ingress with ipMode Proxy was left out of the model already.
+  if (lb.length) svc.status = { loadBalancer: { ingress: lb.map((ip) => ({ ip })) } };
+  return svc;
 }
 
 export function decodeServiceInfo(bytes: Uint8Array, path: string): K8sService {
@@ -99,14 +107,14 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
       serviceName: info.ServiceName,
       name: info.SourceName,
       family: v4 ? "IPv4" : "IPv6",
-      ports: (info.Endpoint?.PortOverrides ?? []).map((p) => ({ name: p.Name, protocol: "TCP" as const, port: p.Port })),
+      ports: (info.Endpoint?.PortOverrides ?? []).map((p) => ({ name: shared(p.Name), protocol: "TCP" as const, port: p.Port })),
     },
     endpoint,
   };
 }
 
-// Node names, zones and namespaces repeat across 100,000 endpoints; each
-// decode makes a new string. One copy each (bounded: cleared if it ever
+// Node names, zones, namespaces and port names repeat across 100,000
+// endpoints and 10,000 services; each decode makes a new string. One copy each (bounded: cleared if it ever
 // holds more than a cluster's worth of such names).
 const names = new Map<string, string>();
 function shared(s: string): string {

@@ -18,11 +18,22 @@ import { hash53, splitGlobalPath } from "./encode.ts";
 type SliceEndpoint = ReturnType<typeof decodeEndpointInfo>["endpoint"];
 type SetOp = Extract<WireOp, { op: "set" }>;
 
+/**
+ * One slice's endpoints as parallel arrays in arrival order: an object and a
+ * Map entry per endpoint cost ~13 MB of heap at 100,000 endpoints, more than
+ * the whole difference between an agent and a full binary. `endpoints` is the
+ * very array the brain's slice holds (one copy, not two): the first change to
+ * a slice in a change set copies it (see own()), so the brain's slice never
+ * changes under it.
+ */
 interface SliceItems {
   /** from the latest EndpointInfo (all of a slice's carry the same) */
   info: SliceInfo;
-  /** endpoint key (the path's last part, the IP) -> the hash of its bytes, and the decoded entry */
-  endpoints: Map<string, { hash: number; endpoint: SliceEndpoint }>;
+  endpoints: SliceEndpoint[];
+  /** hashes[i]: hash of endpoints[i]'s bytes */
+  hashes: number[];
+  /** keys[i]: endpoints[i]'s key (the path's last part); null while every key is its endpoint's IP, as kpng's brains send them */
+  keys: string[] | null;
 }
 
 export class GlobalMirror {
@@ -41,7 +52,7 @@ export class GlobalMirror {
 
   get size() {
     let eps = 0;
-    for (const s of this.slices.values()) eps += s.endpoints.size;
+    for (const s of this.slices.values()) eps += s.endpoints.length;
     return { services: this.services.size, nodes: this.nodes.size, endpoints: eps };
   }
 
@@ -75,9 +86,9 @@ export class GlobalMirror {
         else if (op.set === SetKind.GlobalNodeInfos) this.setItem(this.nodes, this.stale?.nodes, op, decodeNodeInfo);
         else if (op.set === SetKind.GlobalEndpointInfos) this.setEndpoint(op);
       } else if (op.op === "delete") {
-        if (op.set === SetKind.GlobalServiceInfos) this.deleteService(op.path, this.events);
-        else if (op.set === SetKind.GlobalNodeInfos) this.deleteNode(op.path, this.events);
-        else if (op.set === SetKind.GlobalEndpointInfos) this.deleteEndpoint(...splitEndpointPath(op.path), this.touched);
+        if (op.set === SetKind.GlobalServiceInfos) this.deleteService(op.path);
+        else if (op.set === SetKind.GlobalNodeInfos) this.deleteNode(op.path);
+        else if (op.set === SetKind.GlobalEndpointInfos) this.deleteEndpoint(...splitEndpointPath(op.path));
       }
     } catch (err) {
       onBad(errorMessage(err));
@@ -103,43 +114,61 @@ export class GlobalMirror {
     this.stale?.slices.get(id)?.delete(key);
     let slice = this.slices.get(id);
     const hash = hash53(op.bytes);
-    if (slice?.endpoints.get(key)?.hash === hash) {
+    const at = slice ? indexOf(slice, key) : -1;
+    if (at >= 0 && slice!.hashes[at] === hash) {
       this.stats.unchanged++;
       return;
     }
     const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);
-    if (!slice) this.slices.set(id, (slice = { info, endpoints: new Map() }));
-    // Every endpoint carries its slice's ports: keep one copy.
-    else if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
-    // The key is the endpoint's IP: keep the string the endpoint holds, not a second copy.
-    slice.endpoints.set(endpoint.addresses[0] === key ? endpoint.addresses[0] : key, { hash, endpoint });
-    this.touched.add(id);
+    if (!slice) {
+      this.slices.set(id, (slice = { info, endpoints: [], hashes: [], keys: null }));
+      this.touched.add(id);
+    } else {
+      this.own(id, slice);
+      // Every endpoint carries its slice's ports: keep one copy.
+      if (!samePorts(slice.info.ports, info.ports) || slice.info.family !== info.family) slice.info = info;
+    }
+    const i = at >= 0 ? at : slice.endpoints.length;
+    slice.endpoints[i] = endpoint;
+    slice.hashes[i] = hash;
+    if (slice.keys) slice.keys[i] = key;
+    else if (endpoint.addresses[0] !== key) {
+      slice.keys = slice.endpoints.map((e) => e.addresses[0]);
+      slice.keys[i] = key;
+    }
     this.stats.decoded++;
+  }
+
+  /** Before a slice's first change in a change set: its own endpoints array (the brain holds the one end() gave it). */
+  private own(id: string, slice: SliceItems) {
+    if (this.touched.has(id)) return;
+    slice.endpoints = slice.endpoints.slice();
+    this.touched.add(id);
   }
 
   /** Ends a change set: the events since the last end(), slices rebuilt once each. */
   end(): ClusterEvent[] {
-    const events = this.events;
-    const touched = this.touched;
     const stale = this.stale;
-    this.events = [];
-    this.touched = new Set();
     this.stale = null;
     if (stale) {
-      for (const p of stale.services) this.deleteService(p, events);
-      for (const p of stale.nodes) this.deleteNode(p, events);
-      for (const [id, keys] of stale.slices) for (const key of keys) this.deleteEndpoint(id, key, touched);
+      for (const p of stale.services) this.deleteService(p);
+      for (const p of stale.nodes) this.deleteNode(p);
+      for (const [id, keys] of stale.slices) if (keys.size) this.deleteEndpoints(id, keys);
     }
+    const events = this.events;
+    const touched = this.touched;
+    this.events = [];
+    this.touched = new Set();
     // The brain's index knows a slice by namespace and name only: a slice that
     // moved to another service is deleted under the old one first, then set.
     const upserts: ClusterEvent[] = [];
     for (const id of touched) {
       const [ns, , name] = splitGlobalPath(id + "|");
       const slice = this.slices.get(id);
-      if (!slice?.endpoints.size) {
+      if (!slice?.endpoints.length) {
         this.slices.delete(id);
         events.push({ type: "delete", kind: "EndpointSlice", namespace: ns, name });
-      } else upserts.push({ type: "upsert", object: sliceOf(slice.info, [...slice.endpoints.values()].map((e) => e.endpoint)) });
+      } else upserts.push({ type: "upsert", object: sliceOf(slice.info, slice.endpoints) });
     }
     events.push(...upserts);
     return events;
@@ -147,24 +176,44 @@ export class GlobalMirror {
 
   private allEndpointPaths(): Map<string, Set<string>> {
     const out = new Map<string, Set<string>>();
-    for (const [id, s] of this.slices) out.set(id, new Set(s.endpoints.keys()));
+    for (const [id, s] of this.slices) out.set(id, new Set(s.keys ?? s.endpoints.map((e) => e.addresses[0])));
     return out;
   }
 
-  private deleteService(path: string, events: ClusterEvent[]) {
+  private deleteService(path: string) {
     if (!this.services.delete(path)) return;
     const [namespace, name] = splitGlobalPath(path);
-    events.push({ type: "delete", kind: "Service", namespace, name });
+    this.events.push({ type: "delete", kind: "Service", namespace, name });
   }
 
-  private deleteNode(path: string, events: ClusterEvent[]) {
+  private deleteNode(path: string) {
     if (!this.nodes.delete(path)) return;
-    events.push({ type: "delete", kind: "Node", namespace: "", name: splitGlobalPath(path)[1] });
+    this.events.push({ type: "delete", kind: "Node", namespace: "", name: splitGlobalPath(path)[1] });
   }
 
-  private deleteEndpoint(id: string, key: string, touched: Set<string>) {
-    if (this.slices.get(id)?.endpoints.delete(key)) touched.add(id);
+  private deleteEndpoint(id: string, key: string) {
+    this.deleteEndpoints(id, new Set([key]));
   }
+
+  private deleteEndpoints(id: string, keys: ReadonlySet<string>) {
+    const slice = this.slices.get(id);
+    if (!slice) return;
+    const gone = slice.endpoints.map((e, i) => keys.has(slice.keys?.[i] ?? e.addresses[0]));
+    if (!gone.includes(true)) return;
+    this.own(id, slice);
+    const keep = (_: unknown, i: number) => !gone[i];
+    slice.keys = slice.keys?.filter(keep) ?? null;
+    slice.hashes = slice.hashes.filter(keep);
+    slice.endpoints = slice.endpoints.filter(keep);
+  }
+}
+
+/** The index of the endpoint with this key, or -1. */
+function indexOf(slice: SliceItems, key: string): number {
+  if (slice.keys) return slice.keys.indexOf(key);
+  const eps = slice.endpoints;
+  for (let i = 0; i < eps.length; i++) if (eps[i].addresses[0] === key) return i;
+  return -1;
 }
 
 const samePorts = (a: SliceInfo["ports"], b: SliceInfo["ports"]) => a.length === b.length && a.every((p, i) => p.name === b[i].name && p.port === b[i].port);
