@@ -7,7 +7,7 @@
 // address plan's clusters).
 
 import { fromBinary } from "@bufbuild/protobuf";
-import { EndpointInfoSchema, NodeInfoSchema, ServiceInfoSchema } from "../../gen/globalv1/global_pb.ts";
+import { EndpointInfoSchema, NodeInfoSchema, ServiceInfoSchema, type EndpointInfo } from "../../gen/globalv1/global_pb.ts";
 import { Protocol, type Service } from "../../gen/localv1/services_pb.ts";
 import type { K8sEndpointSlice, K8sNode, K8sService } from "../brain/k8s/objects.ts";
 import { SERVICE_NAME_LABEL } from "../brain/model/endpoints.ts";
@@ -35,32 +35,39 @@ const protocolName = (p: Protocol): "TCP" | "UDP" | "SCTP" => (p === Protocol.UD
 
 /**
  * The node-independent model back into the Service fields serviceModel reads.
- * Only fields that are set, and one copy of strings 10,000 services repeat
- * (type, port names, namespaces): a decoded item makes a new string for each
- * field, where a full binary's JSON parse shares them (~3 MB at 10k services).
+ * Objects sized for what 10,000 services have (see decodeEndpointInfo), the
+ * rest added by addRareSpec, and one copy of strings they repeat (type, port
+ * names, namespaces: a decode makes a new string for each field, where a
+ * full binary's JSON parse shares them).
  */
 export function serviceFromModel(m: Service): K8sService {
+  const cluster = [...(m.IPs?.ClusterIPs?.V4 ?? []), ...(m.IPs?.ClusterIPs?.V6 ?? [])];
+  const svc: K8sService = {
+    kind: "Service",
+    metadata: { name: m.Name, namespace: shared(m.Namespace), labels: nonEmpty(m.Labels), annotations: nonEmpty(m.Annotations) },
+    spec: {
+      type: shared(m.Type) as K8sService["spec"]["type"],
+      clusterIP: cluster[0],
+      clusterIPs: cluster,
+      ports: m.Ports.map((p) => ({ name: shared(p.Name), protocol: protocolName(p.Protocol), port: p.Port, targetPort: p.TargetPortName ? shared(p.TargetPortName) : p.TargetPort, nodePort: p.NodePort || undefined })),
+    },
+  };
+  addRareSpec(svc, m);
+  return svc;
+}
+
+const nonEmpty = (r: Record<string, string>) => (Object.keys(r).length ? { ...r } : undefined);
+
+/** External and LB IPs, source ranges, affinity, Local policies, health-check port: set on few services. */
+function addRareSpec(svc: K8sService, m: Service) {
+  const spec = svc.spec;
   const ips = m.IPs;
-  const cluster = [...(ips?.ClusterIPs?.V4 ?? []), ...(ips?.ClusterIPs?.V6 ?? [])];
   const external = [...(ips?.ExternalIPs?.V4 ?? []), ...(ips?.ExternalIPs?.V6 ?? [])];
   const lb = [...(ips?.LoadBalancerIPs?.V4 ?? []), ...(ips?.LoadBalancerIPs?.V6 ?? [])];
   const ranges = m.IPFilters.flatMap((f) => f.SourceRanges);
-  const affinity = m.SessionAffinity.case === "ClientIP" ? m.SessionAffinity.value.TimeoutSeconds : 0;
-  const metadata: K8sService["metadata"] = { name: m.Name, namespace: shared(m.Namespace) };
-  if (Object.keys(m.Labels).length) metadata.labels = { ...m.Labels };
-  if (Object.keys(m.Annotations).length) metadata.annotations = { ...m.Annotations };
-  const spec: K8sService["spec"] = {
-    type: shared(m.Type) as K8sService["spec"]["type"],
-    clusterIP: cluster[0],
-    clusterIPs: cluster,
-    ports: m.Ports.map((p) => {
-      const port: NonNullable<K8sService["spec"]["ports"]>[number] = { name: shared(p.Name), protocol: protocolName(p.Protocol), port: p.Port, targetPort: p.TargetPortName ? shared(p.TargetPortName) : p.TargetPort };
-      if (p.NodePort) port.nodePort = p.NodePort;
-      return port;
-    }),
-  };
   if (external.length) spec.externalIPs = external;
   if (ranges.length) spec.loadBalancerSourceRanges = ranges;
+  const affinity = m.SessionAffinity.case === "ClientIP" ? m.SessionAffinity.value.TimeoutSeconds : 0;
   if (affinity) {
     spec.sessionAffinity = "ClientIP";
     spec.sessionAffinityConfig = { clientIP: { timeoutSeconds: affinity } };
@@ -68,10 +75,8 @@ export function serviceFromModel(m: Service): K8sService {
   if (m.ExternalTrafficToLocal) spec.externalTrafficPolicy = "Local";
   if (m.InternalTrafficToLocal) spec.internalTrafficPolicy = "Local";
   if (m.HealthCheckNodePort) spec.healthCheckNodePort = m.HealthCheckNodePort;
-  const svc: K8sService = { kind: "Service", metadata, spec };
   // Ingress with ipMode Proxy was left out of the model already.
   if (lb.length) svc.status = { loadBalancer: { ingress: lb.map((ip) => ({ ip })) } };
-  return svc;
 }
 
 export function decodeServiceInfo(bytes: Uint8Array, path: string): K8sService {
@@ -88,19 +93,19 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
   if (!ip) throw invalid(`global endpoint ${path}: Endpoint.IPs is empty`);
   if (!info.ServiceName || !info.SourceName) throw invalid(`global endpoint ${path}: ServiceName and SourceName are required`);
   const c = info.Conditions;
-  const hints = info.Hints;
   const ns = shared(info.Namespace);
+  const node = info.Topology?.Node;
+  // One literal with the fields nearly every endpoint has: JSC sizes the
+  // objects a function makes for every property it may add to them, and the
+  // seven optional ones made each of 100,000 endpoints 80 bytes, not 48.
   const endpoint: SliceEndpoint = {
     addresses: [ip],
     // An old kpng server sends Ready only; serving then follows ready.
     conditions: conditionsOf(c?.Ready ?? false, c ? c.Serving || c.Ready : false, c?.Terminating ?? false),
+    nodeName: node ? shared(node) : undefined,
+    targetRef: info.PodName ? { kind: "Pod", name: info.PodName, namespace: ns } : undefined,
   };
-  // Only the fields that are set: 100,000 endpoints carry no empty slots.
-  if (info.Endpoint?.Hostname) endpoint.hostname = info.Endpoint.Hostname;
-  if (info.Topology?.Node) endpoint.nodeName = shared(info.Topology.Node);
-  if (info.Topology?.Zone) endpoint.zone = shared(info.Topology.Zone);
-  if (hints) endpoint.hints = { forZones: hints.Zones.map((name) => ({ name: shared(name) })), forNodes: hints.Nodes.map((name) => ({ name: shared(name) })) };
-  if (info.PodName) endpoint.targetRef = { kind: "Pod", name: info.PodName, namespace: ns };
+  if (info.Endpoint?.Hostname || info.Topology?.Zone || info.Hints) addRareFields(endpoint, info);
   return {
     slice: {
       namespace: ns,
@@ -113,9 +118,17 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
   };
 }
 
+/** Hostname (StatefulSet pods), zone and hints (topology-aware routing): set on few endpoints, so not in every endpoint object's size. */
+function addRareFields(endpoint: SliceEndpoint, info: EndpointInfo) {
+  if (info.Endpoint?.Hostname) endpoint.hostname = info.Endpoint.Hostname;
+  if (info.Topology?.Zone) endpoint.zone = shared(info.Topology.Zone);
+  const hints = info.Hints;
+  if (hints) endpoint.hints = { forZones: hints.Zones.map((name) => ({ name: shared(name) })), forNodes: hints.Nodes.map((name) => ({ name: shared(name) })) };
+}
+
 // Node names, zones, namespaces and port names repeat across 100,000
-// endpoints and 10,000 services; each decode makes a new string. One copy each (bounded: cleared if it ever
-// holds more than a cluster's worth of such names).
+// endpoints and 10,000 services; each decode makes a new string. One copy
+// each (bounded: cleared if it ever holds more than a cluster's worth).
 const names = new Map<string, string>();
 function shared(s: string): string {
   const had = names.get(s);
