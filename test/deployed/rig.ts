@@ -12,7 +12,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
-import { createTopology, pythonPath, type Probe, type Topology } from "../harness/netns.ts";
+import { createTopology, pythonPath, saidReady, type Probe, type Topology } from "../harness/netns.ts";
 import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
 import { asList, clusterObjects, deniedClient, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
@@ -132,10 +132,7 @@ async function forward(ns: string, port: number, target: number): Promise<() => 
     stdout: "pipe",
     stderr: "inherit",
   });
-  const reader = p.stdout.getReader();
-  const first = await reader.read();
-  reader.releaseLock();
-  if (!new TextDecoder().decode(first.value ?? new Uint8Array()).startsWith("ready")) throw new Error(`ns_forward.py into ${ns} did not start`);
+  if (!(await saidReady(p.stdout))) throw new Error(`ns_forward.py into ${ns} did not start`);
   return async () => {
     p.kill();
     await p.exited;

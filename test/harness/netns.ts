@@ -97,6 +97,14 @@ export class NetnsError extends Error {
 
 const here = import.meta.dir;
 
+/** Whether a helper script's first output is its "ready" line (each prints one once it listens). */
+export async function saidReady(stdout: ReadableStream<Uint8Array>): Promise<boolean> {
+  const reader = stdout.getReader();
+  const first = await reader.read();
+  reader.releaseLock();
+  return new TextDecoder().decode(first.value ?? new Uint8Array()).startsWith("ready");
+}
+
 // Resolved once: a pyenv-style `python3` shim costs ~100 ms per start.
 let python: string | undefined;
 export async function pythonPath(): Promise<string> {
@@ -190,10 +198,7 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
         stderr: "inherit",
       });
       servers.set(pod.ns, p);
-      const reader = p.stdout.getReader();
-      const first = await reader.read();
-      reader.releaseLock();
-      if (!new TextDecoder().decode(first.value ?? new Uint8Array()).startsWith("ready")) {
+      if (!(await saidReady(p.stdout))) {
         await stopServer(pod);
         throw new NetnsError(`server in ${pod.ns} did not start (${specs.join(" ")})`);
       }
