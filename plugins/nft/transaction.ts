@@ -113,13 +113,6 @@ export class Transaction {
     return this.lines().length;
   }
 
-  /** the statements on one line ("; "-separated): one transaction for `nft -i` */
-  printLine(): string {
-    return this.lines()
-      .filter((l) => !l.startsWith("#"))
-      .join("; ");
-  }
-
   print(): string {
     if (this.printed === undefined) {
       const lines = this.lines();

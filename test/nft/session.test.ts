@@ -1,22 +1,29 @@
 // The `nft -i` session without a kernel: a fake nft that answers lines the
 // way nft 1.0.6 does (errors on stderr, a syntax error for the marker), so
 // the protocol's edge cases (errors told apart from the marker's, output in
-// pieces, a dying or silent process, giving up) are checked in milliseconds.
-// session-real.test.ts checks the same assumptions against the real nft.
+// pieces, a dying or silent process, giving up, transactions sent as files)
+// are checked in milliseconds. session-real.test.ts checks the same
+// assumptions against the real nft.
 
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { NftRunner, SESSION_MAX_BYTES, processSpawner } from "../../plugins/nft/executor.ts";
-import { NftSession, findMarker, type Spawner } from "../../plugins/nft/session.ts";
+import { INLINE_MAX_BYTES, NftSession, findMarker, oneLine, type Spawner } from "../../plugins/nft/session.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import { recorder } from "./fixtures.ts";
 
 /**
  * A fake `nft -i`: a line containing "REFUSE" is refused, "DIE" kills the
  * process, "HANG" gets no answer; anything else not starting with a verb is
- * a syntax error (the marker). stderr is delivered in `chunk`-byte pieces.
+ * a syntax error (the marker). `include "FILE"` reads FILE as one line
+ * (recorded in `lines` as the statements, in `included` as the file and
+ * its directory's mode), or says "File not found" (always when `blind`). stderr is delivered in `chunk`-byte pieces.
  */
-function fakeNft(opts: { chunk?: number } = {}) {
+function fakeNft(opts: { chunk?: number; blind?: boolean } = {}) {
   const lines: string[] = [];
+  const included: { file: string; dirMode: number }[] = [];
   const envs: (Record<string, string> | undefined)[] = [];
   let spawns = 0;
   let killed = 0;
@@ -30,8 +37,17 @@ function fakeNft(opts: { chunk?: number } = {}) {
       };
       return {
         write(text) {
-          for (const line of text.split("\n").filter(Boolean)) {
+          for (let line of text.split("\n").filter(Boolean)) {
             if (!alive) return;
+            const file = /^include "(.*)"$/.exec(line)?.[1];
+            if (file && (opts.blind || !existsSync(file))) {
+              say(`Error: File not found: ${file}\n${line}\n${"^".repeat(line.length)}\n`);
+              continue;
+            }
+            if (file) {
+              included.push({ file, dirMode: statSync(join(file, "..")).mode & 0o777 });
+              line = oneLine(readFileSync(file, "utf8"));
+            }
             lines.push(line);
             if (line.includes("HANG")) return;
             if (line.includes("DIE")) {
@@ -50,7 +66,7 @@ function fakeNft(opts: { chunk?: number } = {}) {
       };
     },
   };
-  return { spawner, lines, envs, spawned: () => spawns, killed: () => killed };
+  return { spawner, lines, included, envs, spawned: () => spawns, killed: () => killed };
 }
 
 const tx = (...statements: string[]) => {
@@ -144,6 +160,79 @@ describe("nft -i session protocol", () => {
   });
 });
 
+/** parent of the sessions' private directories in these tests */
+const scratch = mkdtempSync(join(tmpdir(), "kpng-session-test-"));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+describe("nft -i session: big transactions as files", () => {
+  const big = (tag = "") => Array.from({ length: 30 }, (_, i) => `add chain ip kpng chain-${tag}number-${i}`).join("\n") + "\n";
+
+  test(`a transaction over ${INLINE_MAX_BYTES} bytes is sent as include of a file in a 0700 directory, removed once answered`, async () => {
+    const nft = fakeNft();
+    const session = new NftSession(nft.spawner, { fileDir: scratch });
+    await session.apply(big());
+    expect(nft.included.map((i) => i.dirMode)).toEqual([0o700]);
+    expect(nft.lines[0]).toBe(oneLine(big()));
+    expect(existsSync(nft.included[0].file)).toBe(false);
+    session.close();
+  });
+
+  test("a small transaction stays a line, comments left out", async () => {
+    const nft = fakeNft();
+    const session = new NftSession(nft.spawner, { fileDir: scratch });
+    await session.apply("# a note\nadd chain ip kpng a\nadd chain ip kpng b\n");
+    expect(nft.included).toEqual([]);
+    expect(nft.lines[0]).toBe("add chain ip kpng a; add chain ip kpng b");
+    session.close();
+  });
+
+  test("a refused file fails with nft's message and its file is removed too", async () => {
+    const nft = fakeNft();
+    const session = new NftSession(nft.spawner, { fileDir: scratch });
+    await expect(session.apply(big("REFUSE-"))).rejects.toThrow("No such file or directory");
+    expect(existsSync(nft.included[0].file)).toBe(false);
+    session.close();
+  });
+
+  test("a file nft cannot see is sent again as a line, and lines go from then on", async () => {
+    // nft in another mount namespace finds no file kpng writes
+    const nft = fakeNft({ blind: true });
+    const session = new NftSession(nft.spawner, { fileDir: scratch });
+    await session.apply(big("a-"));
+    await session.apply(big("b-"));
+    expect(nft.lines.filter((l) => !l.startsWith("kpng-sync-"))).toEqual([oneLine(big("a-")), oneLine(big("b-"))]);
+    expect({ spawned: nft.spawned(), usable: session.usable }).toEqual({ spawned: 1, usable: true });
+    session.close();
+  });
+
+  test("a directory that cannot be made: lines", async () => {
+    const nft = fakeNft();
+    const session = new NftSession(nft.spawner, { fileDir: join(scratch, "missing", "parent") });
+    await session.apply(big());
+    expect(nft.included).toEqual([]);
+    expect(nft.lines[0]).toBe(oneLine(big()));
+  });
+
+  test("close removes the private directory", async () => {
+    const nft = fakeNft();
+    const parent = mkdtempSync(join(scratch, "close-"));
+    const session = new NftSession(nft.spawner, { fileDir: parent });
+    await session.apply(big());
+    expect(readdirSync(parent)).toHaveLength(1);
+    session.close();
+    expect(readdirSync(parent)).toEqual([]);
+  });
+
+  test("a file's bytes count towards maxInputBytes", async () => {
+    const nft = fakeNft();
+    const session = new NftSession(nft.spawner, { fileDir: scratch, maxInputBytes: 1500 });
+    for (let i = 0; i < 3; i++) await session.apply(big());
+    // ~1,000 bytes a file: a new process for every second transaction
+    expect(nft.spawned()).toBe(2);
+    session.close();
+  });
+});
+
 describe("findMarker", () => {
   const m = "kpng-sync-x-1";
   const markerError = `Error: syntax error, unexpected newline, expecting string\n${m}\n             ^\n`;
@@ -166,7 +255,7 @@ describe("findMarker", () => {
 });
 
 describe("nft runner: session or nft -f -", () => {
-  const big = () => tx(...Array.from({ length: 3000 }, (_, i) => `chain-with-a-long-name-number-${i}`));
+  const big = () => tx(...Array.from({ length: 25_000 }, (_, i) => `chain-with-a-long-name-number-${i}`));
   const cases = [
     { name: "a small partial sync goes to the session", tx: () => tx("a", "b"), full: false, oneShot: 0, session: 1 },
     { name: "a full sync goes to nft -f -", tx: () => tx("a"), full: true, oneShot: 1, session: 0 },
@@ -184,6 +273,16 @@ describe("nft runner: session or nft -f -", () => {
     const nft = fakeNft();
     await new NftRunner(recorder().exec, new NftSession(nft.spawner)).apply(tx("a", "b"));
     expect(nft.lines[0]).toBe("add chain ip kpng a; add chain ip kpng b");
+  });
+
+  test("a partial sync over INLINE_MAX_BYTES goes to the session as a file", async () => {
+    const nft = fakeNft();
+    const names = Array.from({ length: 20 }, (_, i) => `chain-with-a-long-name-number-${i}`);
+    const session = new NftSession(nft.spawner, { fileDir: scratch });
+    await new NftRunner(recorder().exec, session).apply(tx(...names));
+    expect(nft.included).toHaveLength(1);
+    expect(nft.lines[0]).toBe(names.map((n) => `add chain ip kpng ${n}`).join("; "));
+    session.close();
   });
 
   test("a session that could not start: the same transaction runs as nft -f -", async () => {
