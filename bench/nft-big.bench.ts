@@ -17,6 +17,7 @@
 // IPv6 single-stack, as in nft.bench.ts: the address plan's IPv4 service
 // range holds only 4,096 cluster IPs.
 
+import { readFileSync } from "node:fs";
 import { processSpawner } from "../plugins/nft/executor.ts";
 import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
 import type { Spawner } from "../plugins/nft/session.ts";
@@ -92,7 +93,13 @@ function bigSlice(size: number, s: number, gen: number) {
   return slice("big", "roll", `roll-${String(s).padStart(2, "0")}`, eps, gen);
 }
 
-/** records what each transaction sent, to count elements and bytes */
+/** the statements behind what was written to `nft -i`: the file's when it is an include (session.ts) */
+const statementsOf = (text: string) => {
+  const file = /^include "(.*)"\n/.exec(text)?.[1];
+  return file ? readFileSync(file, "utf8") : text;
+};
+
+/** records what each transaction sent, to count elements and bytes (a file's read as it is sent: a few µs in "apply") */
 function recording(exec: Executor, spawner: Spawner) {
   const sent = { text: "" };
   return {
@@ -101,7 +108,7 @@ function recording(exec: Executor, spawner: Spawner) {
     spawner: {
       spawn: (argv, on, env) => {
         const ch = spawner.spawn(argv, on, env);
-        return { write: (t: string) => ((sent.text = t), ch.write(t)), kill: () => ch.kill() };
+        return { write: (t: string) => ((sent.text = statementsOf(t)), ch.write(t)), kill: () => ch.kill() };
       },
     } satisfies Spawner,
   };
