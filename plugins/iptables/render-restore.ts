@@ -124,10 +124,10 @@ export const ruleLine = (rule: Rule, verb = "-A") => `${verb} ${rule.chain}${ver
  * without a chain switches that list off ("all chains").
  *
  * The preamble's command is `-S`: it only lists the table (on stdout, which
- * kpng ignores). The landing before used `-Z`, which zeroed the packet
- * counters of every rule in the table, other software's included, and made
- * iptables-nft replace each of those rules (a restore over 10,000 services:
- * 22.8 s with `-Z`, 8.3 s with `-S`). `-S` has one quirk in 1.8.9: with it,
+ * kpng ignores). Not `-Z`, which switches the list off too but zeroes the
+ * packet counters of every rule in the table, other software's included,
+ * and makes iptables-nft replace each of those rules (a restore over 10,000
+ * services: 22.8 s with `-Z`, 8.3 s with `-S`). `-S` has one quirk in 1.8.9: with it,
  * rules cannot be inserted into a built-in chain the kernel does not hold yet
  * (nf_tables creates them lazily). The preamble therefore first declares the
  * built-in chains kpng jumps from, with policy `-`: that creates a missing one
