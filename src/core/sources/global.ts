@@ -90,7 +90,6 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const ac = new AbortController();
   const started = Promise.withResolvers<void>();
   let connectedTo: string | null = null;
-  const onBad = (api: string) => (error: string) => log.warn("skipping invalid global item", { api, error });
 
   /**
    * Follows one brain until its stream ends; ops go into the mirror as they
@@ -101,6 +100,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     let first = true; // kpng clients honour Reset only as a stream's first op
     let reset = false;
     let open = false;
+    const onBad = (error: string) => log.warn("skipping invalid global item", { api: where, error });
     const onSync = () => {
       const { events, unchanged } = commit(mirror, brain, stats);
       reset = first = false;
@@ -125,7 +125,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
           }
           if (!open) mirror.begin(reset);
           open = op.op !== "sync";
-          if (open) mirror.op(op, onBad(where));
+          if (open) mirror.op(op, onBad);
           else onSync();
         }
         r.value.length = 0; // the generator keeps its last chunk while it waits for the next
