@@ -1,7 +1,7 @@
-// A long-lived `nft -i` for small partial syncs. Every `nft -f -` starts a
+// A long-lived `nft -i` for partial syncs. Every `nft -f -` starts a
 // process and fetches nft's cache before its first statement; an interactive
 // nft is already running. Measured with nft 1.0.6 in a namespace holding
-// 10,000 services: ~3-5 ms per endpoint change against ~15-20 ms for a fresh
+// 10,000 services: ~1 ms per endpoint change against ~16-20 ms for a fresh
 // `nft -f -`. What this relies on (nft 1.0.6, each point checked against the
 // kernel in test/nft/session-real.test.ts):
 //
@@ -18,17 +18,20 @@
 //   commit, its own or another process's (full syncs run as `nft -f -`).
 // - Input is read one byte at a time (libedit, ~0.7 µs a byte), so a
 //   transaction over INLINE_MAX_BYTES goes as a file: written to a private
-//   directory (0700, mkdtemp) and sent as the line `include "<file>"`, which
-//   nft reads buffered. The included statements are still that line's one
+//   directory (0700, mkdtemp, under /run) and sent as the line
+//   `include "<file>"`, which nft reads buffered; the file is removed once
+//   answered, the directory on close (a kill -9 leaves it, empty). The included statements are still that line's one
 //   transaction (a refused one takes back the whole file), and errors in it
 //   come before the marker's, prefixed "In file included from". A
-//   100-element wave (~7 KB) costs ~1.3 ms so against ~5 ms as a line and
+//   100-element wave (~7 KB) costs ~1.3 ms against ~5 ms as a line and
 //   ~16-20 ms through a new `nft -f -` (bench/nft-input.bench.ts).
 // - Every line stays in nft's in-memory history, written at exit to
 //   $HOME/.nft.history (read back at start): HOME is /dev/null for the
 //   process, and it is replaced after `maxInputBytes`, before it grows big.
 //
-// Any failure ends the process; the next transaction starts a new one.
+// Any failure ends the process; the next transaction starts a new one. (But
+// for a file nft cannot find, e.g. in another mount namespace: nothing was
+// applied, and that transaction and all after it go as lines.)
 
 import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -135,7 +138,7 @@ export class NftSession {
   }
 
   /**
-   * Runs one transaction: statements one a line (an `nft -f` script; lines
+   * Runs one transaction: one statement a line (an `nft -f` script; lines
    * starting with # are comments) or joined with "; ". Fails with
    * `unavailable` when nothing was sent (no process could be started), else
    * with `internal` and nft's message: the transaction was refused, or the
