@@ -91,7 +91,7 @@ const runCommand = defineCommand({
     const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
     if (!args.once) applyOOMScoreAdj(cfg, log);
     const source = await startSource(sourceOptions(args, rawArgs), cfg, brain, log);
-    servers?.setSource(source.stats);
+    servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     const view = brain.view(cfg.nodeName);
     // Node ports and health checks need the node's IPs: a cluster source may

@@ -47,6 +47,8 @@ export class GlobalMirror {
   private stale: { services: Set<string>; nodes: Set<string>; slices: Map<string, Set<string>> } | null = null;
   /** Set and Delete ops since begin() */
   opsInSet = 0;
+  /** items resent unchanged since begin() */
+  unchangedInSet = 0;
   /** counters: items decoded, items resent unchanged */
   readonly stats = { decoded: 0, unchanged: 0 };
 
@@ -75,6 +77,7 @@ export class GlobalMirror {
    */
   begin(reset: boolean): void {
     this.opsInSet = 0;
+    this.unchangedInSet = 0;
     this.stale = reset ? { services: new Set(this.services.keys()), nodes: new Set(this.nodes.keys()), slices: this.allEndpointPaths() } : null;
   }
 
@@ -101,6 +104,7 @@ export class GlobalMirror {
     const hash = hash53(op.bytes);
     if (items.get(op.path) === hash) {
       this.stats.unchanged++;
+      this.unchangedInSet++;
       return;
     }
     this.events.push({ type: "upsert", object: decode(op.bytes, op.path) });
@@ -117,6 +121,7 @@ export class GlobalMirror {
     const at = slice ? indexOf(slice, key) : -1;
     if (at >= 0 && slice!.hashes[at] === hash) {
       this.stats.unchanged++;
+      this.unchangedInSet++;
       return;
     }
     const { slice: info, endpoint } = decodeEndpointInfo(op.bytes, op.path);

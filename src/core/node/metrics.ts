@@ -8,6 +8,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom
 import type { Brain, Revision } from "../brain/brain.ts";
 import { bindHostPort, serveHttp, type HttpServer } from "./http-serve.ts";
 import type { Logger } from "../log.ts";
+import type { GlobalSourceStats } from "../sources/global.ts";
 import type { SourceStats } from "../sources/kube.ts";
 import type { NodeState, ServiceEndpoints, StateChange } from "../brain/state.ts";
 
@@ -28,7 +29,7 @@ const upstreamFailureCounter: Record<string, string> = {
 export interface MetricsOptions {
   brain: Brain;
   backends: readonly string[];
-  /** the Kubernetes source's counters (absent for --input) */
+  /** the Kubernetes source's counters (absent for --input and --api) */
   source?: () => SourceStats | undefined;
   /** process_* and nodejs_* metrics; off in tests that count series */
   defaultMetrics?: boolean;
@@ -107,6 +108,35 @@ export class ProxyMetrics {
     } });
     new Counter({ name: "kpng_api_relists_total", help: "Lists repeated after 410 Gone", registers, collect() {
       setTo(this, source?.()?.relists ?? 0);
+    } });
+  }
+
+  /**
+   * A node agent's stream from its brains (--api): which brain it follows,
+   * reconnects and failovers, what the stream brought, when it last did.
+   * Registered only for an agent (kube-proxy has no such thing: kpng_ names).
+   */
+  followGlobal(stats: GlobalSourceStats): void {
+    const registers = [this.registry];
+    const counter = (name: string, help: string, value: () => number) =>
+      new Counter({ name, help, registers, collect() {
+        this.reset();
+        this.inc(value());
+      } });
+    new Gauge({ name: "kpng_global_brain_connected", help: "1 for the brain (--api) whose stream this node agent follows, 0 for the others", labelNames: ["api"], registers, collect() {
+      for (const api of stats.apis) this.set({ api }, api === stats.connectedTo ? 1 : 0);
+    } });
+    counter("kpng_global_connects_total", "Streams from a brain that delivered a change set: the first, then each reconnect", () => stats.connects);
+    counter("kpng_global_failovers_total", "Reconnects to another brain than the one followed before", () => stats.failovers);
+    new Counter({ name: "kpng_global_stream_failures_total", help: "Streams from a brain that ended or broke, and connections to it that failed", labelNames: ["api"], registers, collect() {
+      this.reset();
+      for (const [api, n] of Object.entries(stats.failures)) this.inc({ api }, n);
+    } });
+    counter("kpng_global_change_sets_total", "Change sets received from the brain and applied", () => stats.changeSets);
+    counter("kpng_global_ops_total", "Set and Delete ops received from the brain", () => stats.ops);
+    counter("kpng_global_unchanged_items_total", "Items a brain sent again unchanged (after a reconnect): no event, nothing recomputed", () => stats.unchanged);
+    new Gauge({ name: "kpng_global_last_change_set_timestamp_seconds", help: "When the last change set from the brain was applied", registers, collect() {
+      this.set(stats.lastChangeSetMs / 1000);
     } });
   }
 

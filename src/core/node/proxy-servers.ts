@@ -18,7 +18,7 @@ import type { HttpServer } from "./http-serve.ts";
 import { defaultKubeProxyConfig, modeOfBackend } from "../config/kube-proxy-config.ts";
 import type { Logger } from "../log.ts";
 import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
-import type { SourceStats } from "../sources/kube.ts";
+import type { Source } from "../sources/index.ts";
 import type { NodeState, StateChange } from "../brain/state.ts";
 
 const RETRY_BIND_MS = 5000;
@@ -35,7 +35,7 @@ export interface ProxyServers {
   readonly health: ProxyHealth;
   readonly metrics: ProxyMetrics;
   /** the source's counters, once it runs */
-  setSource(stats: SourceStats | undefined): void;
+  setSource(source: Pick<Source, "stats" | "globalStats">): void;
   /** a revision is about to be pushed to every backend */
   queued(rev: Revision): void;
   synced(backend: string, state: NodeState, seconds: number, change: StateChange): void;
@@ -69,12 +69,12 @@ export function applyOOMScoreAdj(cfg: Config, log: Logger): void {
 export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   const { cfg, brain, log } = opts;
   const defaults = defaultKubeProxyConfig();
-  let source: SourceStats | undefined;
+  let source: Pick<Source, "stats" | "globalStats"> | undefined;
   const health = new ProxyHealth({
     timeoutMs: 2 * cfg.syncPeriodSeconds * 1000,
     nodeEligible: () => nodeIsEligible(brain.index.nodes.get(cfg.nodeName) as never),
   });
-  const metrics = new ProxyMetrics({ brain, backends: opts.backends, source: () => source });
+  const metrics = new ProxyMetrics({ brain, backends: opts.backends, source: () => source?.stats });
   const servers: HttpServer[] = [];
   const timers = new Set<ReturnType<typeof setTimeout>>();
   const urls: ProxyServers["urls"] = {};
@@ -130,8 +130,9 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
     health,
     metrics,
     urls,
-    setSource(stats) {
-      source = stats;
+    setSource(s) {
+      source = s;
+      if (s.globalStats) metrics.followGlobal(s.globalStats);
     },
     queued(rev) {
       for (const b of opts.backends) health.queued(b, rev.state.rev);

@@ -41,27 +41,38 @@ export interface GlobalSourceOptions {
   maxRetryMs?: number;
 }
 
+/** What the agent's stream has done, for metrics (read at scrape time). */
 export interface GlobalSourceStats {
-  /** streams that delivered at least one change set */
+  /** the brains' addresses, in order of preference */
+  readonly apis: readonly string[];
+  /** the brain followed now, null between streams */
+  connectedTo: string | null;
+  /** streams that delivered at least one change set: the first, then each reconnect */
   connects: number;
+  /** reconnects to another brain than the one followed before */
+  failovers: number;
+  /** by brain address: streams that ended or broke, and connections that failed */
+  failures: Record<string, number>;
   changeSets: number;
+  /** Set and Delete ops received */
+  ops: number;
   /** cluster events fed to the brain (objects that really changed) */
   events: number;
   /** items a resync sent again unchanged (no event) */
   unchanged: number;
+  /** when the last change set was applied (epoch ms; 0 before the first) */
+  lastChangeSetMs: number;
 }
 
 export interface GlobalSource {
   close(): void;
   readonly globalStats: GlobalSourceStats;
-  /** the brain currently followed, null between streams */
-  readonly connectedTo: string | null;
 }
 
 /** The mirror's change set, ended, into the brain and counted in `stats`; returns its events and unchanged items. */
 function commit(mirror: GlobalMirror, brain: Brain, stats: GlobalSourceStats): { events: number; unchanged: number } {
   const ops = mirror.opsInSet;
-  const unchangedBefore = mirror.stats.unchanged;
+  const unchanged = mirror.unchangedInSet;
   const events = mirror.end();
   brain.apply(events);
   if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
@@ -71,8 +82,9 @@ function commit(mirror: GlobalMirror, brain: Brain, stats: GlobalSourceStats): {
   // once, rather than carry them as resident memory until some later
   // collection (the agent is idle between changes).
   if (ops >= BIG_CHANGE_SET) Bun.gc(true);
-  const unchanged = mirror.stats.unchanged - unchangedBefore;
   stats.changeSets++;
+  stats.ops += ops;
+  stats.lastChangeSetMs = Date.now();
   stats.events += events.length;
   stats.unchanged += unchanged;
   return { events: events.length, unchanged };
@@ -86,10 +98,11 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const retryMs = opts.retryMs ?? 200;
   const maxRetryMs = opts.maxRetryMs ?? 5000;
   const mirror = new GlobalMirror();
-  const stats: GlobalSourceStats = { connects: 0, changeSets: 0, events: 0, unchanged: 0 };
+  const apis = addrs.map(formatApiAddress);
+  const stats: GlobalSourceStats = { apis, connectedTo: null, connects: 0, failovers: 0, failures: {}, changeSets: 0, ops: 0, events: 0, unchanged: 0, lastChangeSetMs: 0 };
   const ac = new AbortController();
   const started = Promise.withResolvers<void>();
-  let connectedTo: string | null = null;
+  let followed: string | null = null; // the last brain that delivered
 
   /**
    * Follows one brain until its stream ends; ops go into the mirror as they
@@ -106,8 +119,10 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
       reset = first = false;
       if (delivered) return;
       delivered = true;
-      connectedTo = where;
+      stats.connectedTo = where;
       stats.connects++;
+      if (followed !== null && followed !== where) stats.failovers++;
+      followed = where;
       log.info("following brain", { api: where, resync: stats.connects > 1, changed: events, unchanged });
       started.resolve();
     };
@@ -134,9 +149,11 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
       error = errorMessage(err);
     } finally {
       void chunks.return(undefined);
-      connectedTo = null;
+      stats.connectedTo = null;
     }
-    if (!ac.signal.aborted) log.warn("global stream failed, trying the next brain", { api: where, error });
+    if (ac.signal.aborted) return delivered;
+    stats.failures[where] = (stats.failures[where] ?? 0) + 1;
+    log.warn("global stream failed, trying the next brain", { api: where, error });
     return delivered;
   };
 
@@ -144,7 +161,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     let failedInARow = 0;
     for (let i = 0; !ac.signal.aborted; i = (i + 1) % addrs.length) {
       const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000 });
-      const delivered = await followOne(formatApiAddress(addrs[i]), conn);
+      const delivered = await followOne(apis[i], conn);
       conn.close();
       failedInARow = delivered ? 0 : failedInARow + 1;
       // A stream that worked: the next brain at once. Every brain failed in a row: back off.
@@ -153,11 +170,5 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   };
   void follow();
   await started.promise;
-  return {
-    close: () => ac.abort(),
-    globalStats: stats,
-    get connectedTo() {
-      return connectedTo;
-    },
-  };
+  return { close: () => ac.abort(), globalStats: stats };
 }

@@ -6,6 +6,7 @@ import type { Config } from "../config/config.ts";
 import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { startFileSource } from "./file.ts";
+import type { GlobalSourceStats } from "./global.ts";
 import type { SourceStats } from "./kube.ts";
 
 export interface SourceOptions {
@@ -20,6 +21,8 @@ export interface Source {
   close(): void;
   /** API-server sources count what they receive (for metrics); files have nothing to count */
   readonly stats?: SourceStats;
+  /** the node agent's stream from its brains (--api) */
+  readonly globalStats?: GlobalSourceStats;
 }
 
 export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain, log: Logger): Promise<Source> {
