@@ -82,6 +82,31 @@ describe("Replica", () => {
     });
   }
 
+  test("keeps no view into the received bytes (each would keep its whole chunk alive), yet knows a resent unchanged state", async () => {
+    const brain = brainWith(gen);
+    const r = new Replica("node-1");
+    // The ops' bytes as a stream delivers them: views into received chunks (here one chunk per op).
+    const chunks: Array<WeakRef<ArrayBufferLike>> = [];
+    const received = (cs: ChangeSet): ChangeSet => ({
+      reset: cs.reset,
+      ops: cs.ops.map((o) => {
+        if (o.op !== "set") return o;
+        const chunk = new Uint8Array(o.bytes.length + 64);
+        chunk.set(o.bytes, 64);
+        chunks.push(new WeakRef(chunk.buffer));
+        return { ...o, bytes: chunk.subarray(64) };
+      }),
+    });
+    r.applyChangeSet(received(full(brain.view("node-1").state!)));
+    // A turn of the event loop, then a full collection. The collector also scans
+    // the stack conservatively, which may keep a straggler: most must be gone.
+    await Bun.sleep(0);
+    Bun.gc(true);
+    expect(chunks.length).toBe(20); // 5 services and their 15 endpoints
+    expect(chunks.filter((c) => c.deref()).length).toBeLessThan(5);
+    expect(r.applyChangeSet(received(full(brain.view("node-1").state!)))).toBeNull();
+  });
+
   test("a full state from Next: unchanged services and endpoints keep their objects, missing ones are deleted", () => {
     const brain = brainWith(gen);
     const r = new Replica("node-1");

@@ -14,6 +14,7 @@ import { ZONE_LABEL } from "../brain/brain.ts";
 import type { Family } from "../brain/k8s/ip.ts";
 import type { K8sEndpointSlice, K8sNode } from "../brain/k8s/objects.ts";
 import { SERVICE_NAME_LABEL, sliceFamily } from "../brain/model/endpoints.ts";
+import { hash64 } from "../api/item-hash.ts";
 
 /** kpng's global paths: `namespace|name|source|key` (a node is `|name||`, a service `ns|name||`). */
 export const globalPath = (namespace: string, name: string, source = "", key = "") => `${namespace}|${name}|${source}|${key}`;
@@ -21,32 +22,6 @@ export const globalPath = (namespace: string, name: string, source = "", key = "
 export function splitGlobalPath(path: string): [string, string, string, string] {
   const p = path.split("|");
   return [p[0] ?? "", p[1] ?? "", p[2] ?? "", p[3] ?? ""];
-}
-
-/** Two FNV-1a 32 lanes over the bytes (the second with another seed and a shift). */
-function lanes(b: Uint8Array): [number, number] {
-  let h1 = 2166136261;
-  let h2 = 0x811c9dc5 ^ 0x5bd1e995;
-  for (let i = 0; i < b.length; i++) {
-    h1 = Math.imul(h1 ^ b[i], 16777619);
-    h2 = Math.imul(h2 ^ b[i], 16777619) ^ (h2 >>> 15);
-  }
-  return [h1 >>> 0, h2 >>> 0];
-}
-
-/**
- * 64-bit hash of an item's body, the message's `Hash` field: kpng's clients
- * keep it to recognise an unchanged object. Not cryptographic, a change marker.
- */
-export function hash64(b: Uint8Array): bigint {
-  const [h1, h2] = lanes(b);
-  return (BigInt(h1) << 32n) | BigInt(h2);
-}
-
-/** The same as a 53-bit number: what an agent keeps per item (a bigint each would cost ~10 MB at 100,000 endpoints). */
-export function hash53(b: Uint8Array): number {
-  const [h1, h2] = lanes(b);
-  return h1 * 0x200000 + (h2 & 0x1fffff);
 }
 
 /** `Hash = 1` first, then the body: what toBinary writes for the whole message. */

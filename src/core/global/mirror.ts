@@ -13,7 +13,8 @@ import type { ClusterEvent } from "../brain/cluster.ts";
 import type { K8sObject } from "../brain/k8s/objects.ts";
 import { errorMessage } from "../errors.ts";
 import { decodeEndpointInfo, decodeNodeInfo, decodeServiceInfo, sliceOf, type SliceInfo } from "./decode.ts";
-import { hash53, splitGlobalPath } from "./encode.ts";
+import { hash53 } from "../api/item-hash.ts";
+import { splitGlobalPath } from "./encode.ts";
 
 type SliceEndpoint = ReturnType<typeof decodeEndpointInfo>["endpoint"];
 type SetOp = Extract<WireOp, { op: "set" }>;

@@ -11,6 +11,7 @@ import { EndpointSchema, ServiceSchema, Set as SetKind, type Endpoint, type Serv
 import type { Revision } from "../../brain/brain.ts";
 import type { WireOp } from "../server/wire.ts";
 import { decodeEndpoint } from "./decode-endpoint.ts";
+import { hash53 } from "../item-hash.ts";
 import type { NodeState, ServiceEndpoints } from "../../brain/state.ts";
 
 /** A change set from `Sets.Watch`: the Set/Delete ops up to a Sync, and whether the stream began with Reset. */
@@ -33,8 +34,8 @@ export interface SnapshotEntry {
 
 export class Replica {
   state: NodeState | null = null;
-  /** the wire bytes each object was decoded from, to recognise a resent unchanged object */
-  private readonly wire = new WeakMap<Service | Endpoint, Uint8Array>();
+  /** a hash of the wire bytes each object was decoded from, to recognise a resent unchanged object (see item-hash.ts) */
+  private readonly wire = new WeakMap<Service | Endpoint, number>();
 
   constructor(readonly nodeName: string) {}
 
@@ -124,19 +125,18 @@ export class Replica {
 
   private decodeService(bytes: Uint8Array): Service {
     const msg = fromBinary(ServiceSchema, bytes);
-    this.wire.set(msg, bytes);
+    this.wire.set(msg, hash53(bytes));
     return msg;
   }
 
   private decodeEndpoint(bytes: Uint8Array): Endpoint {
     const msg = decodeEndpoint(bytes);
-    this.wire.set(msg, bytes);
+    this.wire.set(msg, hash53(bytes));
     return msg;
   }
 
   private sameWire(obj: Service | Endpoint, bytes: Uint8Array): boolean {
-    const b = this.wire.get(obj);
-    return b !== undefined && Buffer.from(b.buffer, b.byteOffset, b.byteLength).equals(bytes);
+    return this.wire.get(obj) === hash53(bytes);
   }
 }
 
