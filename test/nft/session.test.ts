@@ -218,9 +218,20 @@ describe("nft -i session: big transactions as files", () => {
     const parent = mkdtempSync(join(scratch, "close-"));
     const session = new NftSession(nft.spawner, { fileDir: parent });
     await session.apply(big());
-    expect(readdirSync(parent)).toHaveLength(1);
+    await session.apply(big("REFUSE-")).catch(() => {});
+    expect({ dirs: readdirSync(parent).length, files: readdirSync(join(parent, readdirSync(parent)[0])) }).toEqual({ dirs: 1, files: [] });
     session.close();
     expect(readdirSync(parent)).toEqual([]);
+  });
+
+  test("a session never closed leaves no directory after its process exits", async () => {
+    const parent = mkdtempSync(join(scratch, "exit-"));
+    const script = `import { NftSession } from ${JSON.stringify(join(import.meta.dir, "../../plugins/nft/session.ts"))};
+      const s = new NftSession({ spawn: (_a, on) => ({ write: (t) => on.stderr(\`Error: x\n\${t.split("\\n")[1]}\n^\n\`), kill() {} }) }, { fileDir: ${JSON.stringify(parent)}, inlineMaxBytes: 0 });
+      await s.apply("add chain ip kpng a");
+      console.log(require("node:fs").readdirSync(${JSON.stringify(parent)}).length);`;
+    const p = Bun.spawnSync([process.execPath, "-e", script]);
+    expect({ during: p.stdout.toString().trim(), after: readdirSync(parent) }).toEqual({ during: "1", after: [] });
   });
 
   test("a file's bytes count towards maxInputBytes", async () => {
