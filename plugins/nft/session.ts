@@ -265,9 +265,11 @@ export const INLINE_MAX_BYTES = 256;
 
 /** sessions' directories not removed yet: removed at exit, when close() was not called */
 const dirs = new Set<string>();
+let exitHook = false;
 
 function madeDir(dir: string): string {
-  if (!dirs.size) process.once("exit", () => dirs.forEach(removeDir));
+  if (!exitHook) process.once("exit", () => dirs.forEach(removeDir));
+  exitHook = true;
   dirs.add(dir);
   return dir;
 }
