@@ -188,8 +188,9 @@ export class NftSession {
       // read by now, or never to be read: a killed nft took its input with it
       if (file) rmSync(file, { force: true });
     }
-    if (file && out.includes(`File not found: ${file}`)) {
-      // nft does not see kpng's files (another mount namespace?): nothing was applied, lines from now on
+    if (file && (out.includes(`File not found: ${file}`) || out.includes(`Could not open file "${file}"`))) {
+      // nft does not see or may not read kpng's files (another mount namespace, a security module):
+      // the include failed, nothing was applied; lines from now on
       this.noFiles = true;
       return this.send(script);
     }

@@ -19,9 +19,10 @@ import { recorder } from "./fixtures.ts";
  * process, "HANG" gets no answer; anything else not starting with a verb is
  * a syntax error (the marker). `include "FILE"` reads FILE as one line
  * (recorded in `lines` as the statements, in `included` as the file and
- * its directory's mode), or says "File not found" (always when `blind`). stderr is delivered in `chunk`-byte pieces.
+ * its directory's mode), or says "File not found" (always when `blind` is
+ * "not found"; "Could not open file" when it is "cannot open"). stderr is delivered in `chunk`-byte pieces.
  */
-function fakeNft(opts: { chunk?: number; blind?: boolean } = {}) {
+function fakeNft(opts: { chunk?: number; blind?: "not found" | "cannot open" } = {}) {
   const lines: string[] = [];
   const included: { file: string; dirMode: number }[] = [];
   const envs: (Record<string, string> | undefined)[] = [];
@@ -40,6 +41,10 @@ function fakeNft(opts: { chunk?: number; blind?: boolean } = {}) {
           for (let line of text.split("\n").filter(Boolean)) {
             if (!alive) return;
             const file = /^include "(.*)"$/.exec(line)?.[1];
+            if (file && opts.blind === "cannot open") {
+              say(`Error: Could not open file "${file}": Permission denied\n\n${line}\n${"^".repeat(line.length)}\n`);
+              continue;
+            }
             if (file && (opts.blind || !existsSync(file))) {
               say(`Error: File not found: ${file}\n${line}\n${"^".repeat(line.length)}\n`);
               continue;
@@ -194,16 +199,17 @@ describe("nft -i session: big transactions as files", () => {
     session.close();
   });
 
-  test("a file nft cannot see is sent again as a line, and lines go from then on", async () => {
-    // nft in another mount namespace finds no file kpng writes
-    const nft = fakeNft({ blind: true });
-    const session = new NftSession(nft.spawner, { fileDir: scratch });
-    await session.apply(big("a-"));
-    await session.apply(big("b-"));
-    expect(nft.lines.filter((l) => !l.startsWith("kpng-sync-"))).toEqual([oneLine(big("a-")), oneLine(big("b-"))]);
-    expect({ spawned: nft.spawned(), usable: session.usable }).toEqual({ spawned: 1, usable: true });
-    session.close();
-  });
+  // nft in another mount namespace finds no file kpng writes; one confined by a security module may not open it
+  for (const blind of ["not found", "cannot open"] as const)
+    test(`a file nft cannot use (${blind}) is sent again as a line, and lines go from then on`, async () => {
+      const nft = fakeNft({ blind });
+      const session = new NftSession(nft.spawner, { fileDir: scratch });
+      await session.apply(big("a-"));
+      await session.apply(big("b-"));
+      expect(nft.lines.filter((l) => !l.startsWith("kpng-sync-"))).toEqual([oneLine(big("a-")), oneLine(big("b-"))]);
+      expect({ spawned: nft.spawned(), usable: session.usable }).toEqual({ spawned: 1, usable: true });
+      session.close();
+    });
 
   test("a directory that cannot be made: lines", async () => {
     const nft = fakeNft();
