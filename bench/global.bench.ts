@@ -22,7 +22,7 @@ const mb = (n: number) => `${(n / 1e6).toFixed(0)} MB`;
 const now = () => performance.timeOrigin + performance.now();
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
 
-interface Proc {
+export interface Proc {
   p: Bun.Subprocess<"pipe", "pipe", "pipe">;
   out: string[];
   err: string[];
@@ -30,7 +30,7 @@ interface Proc {
   wait(re: RegExp, from?: number, stream?: "out" | "err", timeoutMs?: number): Promise<string>;
 }
 
-function spawn(cmd: string[]): Proc {
+export function spawn(cmd: string[]): Proc {
   const p = Bun.spawn(cmd, { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
   const out: string[] = [];
   const err: string[] = [];
@@ -67,7 +67,7 @@ function spawn(cmd: string[]): Proc {
   };
 }
 
-const rssOf = (pid: number) => {
+export const rssOf = (pid: number) => {
   const s = readFileSync(`/proc/${pid}/status`, "utf8");
   return Number(/VmRSS:\s+(\d+)/.exec(s)![1]) * 1024;
 };
@@ -80,7 +80,7 @@ async function brainRss(brain: Proc): Promise<[number, number]> {
   return [Number(rss), Number(hwm)];
 }
 
-async function netns(name: string) {
+export async function netns(name: string) {
   await Bun.spawn(["ip", "netns", "add", name]).exited;
   await Bun.spawn(["ip", "-n", name, "link", "set", "lo", "up"]).exited;
 }
