@@ -18,9 +18,9 @@
 //   commit, its own or another process's (full syncs run as `nft -f -`).
 // - Input is read one byte at a time (libedit, ~0.7 µs a byte), so a
 //   transaction over INLINE_MAX_BYTES goes as a file: written to a private
-//   directory (0700, mkdtemp, under /run) and sent as the line
+//   directory (/run/kpng-nft, 0700) and sent as the line
 //   `include "<file>"`, which nft reads buffered; the file is removed once
-//   answered, the directory on close or exit (a kill -9 leaves it, empty). The included statements are still that line's one
+//   answered. The included statements are still that line's one
 //   transaction (a refused one takes back the whole file), and errors in it
 //   come before the marker's, prefixed "In file included from". A
 //   100-element wave (~7 KB) costs ~1.3 ms against ~5 ms as a line and
@@ -33,7 +33,7 @@
 // for a file nft cannot find, e.g. in another mount namespace: nothing was
 // applied, and that transaction and all after it go as lines.)
 
-import { accessSync, constants, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { accessSync, constants, lstatSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KpngError } from "../../src/core/errors.ts";
@@ -68,7 +68,7 @@ export interface SessionOptions {
   maxInputBytes?: number;
   /** transactions longer than this go through a file (`include`); Infinity: always one line */
   inlineMaxBytes?: number;
-  /** where the private directory for those files is made (default /run, else the system's temporary directory) */
+  /** where the private directory `kpng-nft` for those files is (default /run, else the system's temporary directory) */
   fileDir?: string;
 }
 
@@ -117,7 +117,7 @@ export class NftSession {
   private readonly fileDir: string | undefined;
   /** making the directory or writing there failed: lines only from then on */
   private noFiles = false;
-  /** the private directory (0700) for transactions sent as files; made on first use */
+  /** the private directory for transactions sent as files, once checked */
   private dir: string | undefined;
 
   constructor(
@@ -153,8 +153,6 @@ export class NftSession {
   close() {
     this.live?.channel.kill();
     this.live = undefined;
-    if (this.dir) removeDir(this.dir);
-    this.dir = undefined;
   }
 
   private start(): Live {
@@ -223,18 +221,17 @@ export class NftSession {
   }
 
   /**
-   * Writes the transaction to a new file in the session's private directory
-   * (~40 µs with its removal; a new directory each time would be ~130 µs):
-   * nft reads an included file through a buffer, not byte by byte.
+   * Writes the transaction to a new file in the private directory (~30 µs
+   * with its removal): nft reads an included file through a buffer, not byte by byte.
    * Undefined when the directory cannot be made or written (the transaction
    * goes as a line).
    */
   private write(seq: number, script: string): string | undefined {
     if (this.noFiles) return undefined;
     try {
-      // mkdtemp makes it 0700: nobody else can put a transaction there
-      this.dir ??= madeDir(mkdtempSync(join(this.fileDir ?? privateParent(), "kpng-nft-")));
-      const file = join(this.dir, `tx-${seq}.nft`);
+      this.dir ??= privateDir(this.fileDir ?? privateParent());
+      // kpng's processes share the directory: each file has its process's and session's names
+      const file = join(this.dir, `${process.pid}-${this.nonce}-${seq}.nft`);
       writeFileSync(file, script);
       return file;
     } catch {
@@ -264,23 +261,27 @@ export class NftSession {
  */
 export const INLINE_MAX_BYTES = 256;
 
-/** sessions' directories not removed yet: removed at exit, when close() was not called */
-const dirs = new Set<string>();
-let exitHook = false;
-
-function madeDir(dir: string): string {
-  if (!exitHook) process.once("exit", () => dirs.forEach(removeDir));
-  exitHook = true;
-  dirs.add(dir);
+/**
+ * `<parent>/kpng-nft`, made 0700 when missing. One fixed directory, not one
+ * per session: a session that is never closed (a killed kpng, a test) leaves
+ * nothing behind but a file it was sending, and a new directory costs
+ * ~80 µs. The name is predictable, so a directory that is not kpng's alone
+ * (another owner, others' permissions, a symlink: made in a shared /tmp by
+ * someone else) is refused.
+ */
+function privateDir(parent: string): string {
+  const dir = join(parent, "kpng-nft");
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+  }
+  const st = lstatSync(dir);
+  if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o077) !== 0) throw new Error(`${dir} is not kpng's private directory`);
   return dir;
 }
 
-function removeDir(dir: string) {
-  dirs.delete(dir);
-  rmSync(dir, { recursive: true, force: true });
-}
-
-/** /run (a tmpfs, root's) when kpng may write there, else the temporary directory */
+/** /run (root's, usually a tmpfs) when kpng may write there, else the temporary directory */
 function privateParent(): string {
   try {
     accessSync("/run", constants.W_OK);
