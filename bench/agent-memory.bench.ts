@@ -5,7 +5,8 @@
 // nft backend for node-1 in their own network namespace. RSS is read 3 s
 // after each one's first sync (both have collected and shrunk their start-up
 // garbage by then), in rounds that alternate which starts first. Needs root.
-// `bun run bench agent-memory`; AGENT_MEMORY_ROUNDS=N (default 3).
+// `bun run bench agent-memory`; AGENT_MEMORY_ROUNDS=N (default 3),
+// AGENT_MEMORY_SETTLE_MS (default 3000) for a later reading.
 
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -18,7 +19,7 @@ const ROOT = resolve(import.meta.dir, "..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
 const GEN = { services: 10_000, endpoints: 10, nodes: 1_000 };
 const ROUNDS = Number(process.env.AGENT_MEMORY_ROUNDS ?? 3);
-const SETTLE_MS = 3000;
+const SETTLE_MS = Number(process.env.AGENT_MEMORY_SETTLE_MS ?? 3000);
 const mb = (n: number) => (n / 1e6).toFixed(0);
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
