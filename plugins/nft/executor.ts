@@ -150,9 +150,10 @@ export class NftRunner {
    */
   private async resumeWatch(watch: RulesWatch, loadMs: number): Promise<void> {
     watch.start();
+    // the netlink socket listens once open; the monitor first fetches the ruleset, about as long as the load took
     let wait = Math.min(PROOF_FIRST_WAIT_MS.max, Math.max(PROOF_FIRST_WAIT_MS.min, loadMs));
     for (let i = 0; i < PROOF_TRIES && watch.running; i++, wait *= 2) {
-      await new Promise((r) => setTimeout(r, wait));
+      if (i > 0 || !watch.listensAtOnce) await new Promise((r) => setTimeout(r, wait));
       if (!watch.running) return;
       let value: string;
       try {

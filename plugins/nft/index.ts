@@ -1,9 +1,10 @@
 // The nftables backend: a full-state backend that renders only what changed
 // (sync.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
 // or a running `nft -i` for small partial syncs, session.ts) and then clears
-// stale UDP conntrack entries (src/plugins/conntrack.ts). Between syncs an
-// `nft monitor` (watch.ts) looks out for other processes changing kpng's
-// tables; the feed answers such a report with a full sync.
+// stale UDP conntrack entries (src/plugins/conntrack.ts). Between syncs the
+// watch (watch.ts) reads the kernel's ruleset events (netlink-socket.ts; `nft
+// monitor` where that socket cannot be opened) for other processes changing
+// kpng's tables; the feed answers such a report with a full sync.
 //
 // `createNftBackend(ctx, { exec, interactive, monitor })` lets tests run it against a
 // recorder or inside a network namespace; the default export is the
@@ -19,15 +20,20 @@ import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
 import { listHoldings, type Holdings } from "./held.ts";
-import { RulesWatch } from "./watch.ts";
+import { netlinkEvents } from "./netlink-socket.ts";
+import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
 
 export interface NftOptions {
   /** where `nft` and `conntrack` run (default: real processes) */
   exec?: Executor;
   /** where the `nft -i` for small partial syncs runs (default: a real process when `exec` is not given, else none) */
   interactive?: Spawner;
-  /** where the `nft monitor` that sees other processes' changes runs (watch.ts; default: a real process when `exec` is not given, else none) */
+  /** where the `nft monitor` that sees other processes' changes runs when kpng cannot read the kernel's events itself (watch.ts; default: a real process when `exec` is not given, else none: no watch) */
   monitor?: Spawner;
+  /** how the watch hears of changes: the kernel's netlink events, read by kpng (default; `nft monitor` where the socket cannot be opened), or `nft monitor` only */
+  events?: "netlink" | "monitor";
+  /** the network namespace (a name under /run/netns) kpng's tables are in, when not this process's: tests and benchmarks run the backend in-process with `nft` in a namespace */
+  netns?: string;
 }
 
 export interface SyncStats {
@@ -67,7 +73,11 @@ export class NftBackend implements FullStateBackend {
     this.log = ctx.log.child("nft");
     const spawner = opts.interactive ?? (opts.exec ? undefined : processSpawner());
     const monitor = ctx.config.dryRun ? undefined : (opts.monitor ?? (opts.exec ? undefined : spawner));
-    this.watch = monitor && new RulesWatch({ spawner: monitor, log: this.log, onForeign: (what) => this.rulesChanged(what) });
+    if (monitor) {
+      const fallback = monitorEvents(monitor);
+      const source = opts.events === "monitor" ? fallback : firstWorking(netlinkEvents({ netns: opts.netns }), fallback, this.log);
+      this.watch = new RulesWatch({ source, log: this.log, onForeign: (what) => this.rulesChanged(what) });
+    }
     this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch);
     this.nodeIPs = ctx.config.nodeIPs;
     this.sync = new NftSync(ctx.config);

@@ -4,16 +4,27 @@
 // backend restores its rules in about a second instead of never, and
 // without polling the ruleset.
 //
-// How: a long-running `nft monitor` prints each change to the ruleset as it
-// is committed, every commit closed by "# new generation N by process P
-// (comm)". The pid cannot tell kpng's commits from others': the kernel
+// How: the kernel's ruleset change events, each commit closed by a new
+// generation, read by kpng from a netlink socket (netlink-socket.ts) — or,
+// where that socket cannot be opened, printed by a long-running `nft
+// monitor`, every commit closed by "# new generation N by process P (comm)".
+// The netlink reader words its events as the monitor's lines, so both are
+// read alike here. The pid cannot tell kpng's commits from others': the kernel
 // reports it in the initial pid namespace, which kpng in a container does
 // not see. So every kpng transaction carries a stamp: it replaces the one
 // element of the set `ip kpng sync-stamp` with a fresh value. A commit that
 // adds a stamp kpng sent (and has not seen yet) is kpng's; any other commit
 // that touches `ip kpng` or `ip6 kpng` is someone else's.
 //
-// Cost: `nft monitor` formats every event, kpng's own included, ~20 µs each
+// Below, "the monitor" is either source. Cost, netlink: ~no memory (one
+// receive buffer) and CPU per event read. The socket is closed for a full
+// sync all the same: the sync's ~100,000 events would overflow it, and cost
+// the kernel and kpng their formatting and parsing for nothing. A new socket
+// listens as soon as it is open, so the proof below runs at once, and the
+// window it leaves is the few ms between the full sync's commit and it.
+//
+// Cost, `nft monitor`: it first loads the whole ruleset into its cache and
+// keeps it (~145 MB at 10,000 services, whatever its arguments), and formats every event, kpng's own included, ~20 µs each
 // (nft 1.0.6): an endpoint change is a few events, but a full sync of 10,000
 // services is ~100,000, which cost the monitor ~2.5 s of CPU and overflowed
 // its socket ("We lost some netlink events"). The runner (executor.ts)
@@ -34,17 +45,96 @@
 
 import type { Logger } from "../../src/core/log.ts";
 import { SYNC_STAMP_SET, TABLE } from "./names.ts";
-import type { Channel, Spawner } from "./session.ts";
+import type { Spawner } from "./session.ts";
 import type { Op } from "./transaction.ts";
 
+/** where the kernel's ruleset changes come from, as lines of `nft monitor` */
+export interface EventSource {
+  /** "netlink" or "nft monitor", for logs */
+  readonly name: string;
+  /** it listens as soon as open() returns (the monitor first loads the ruleset) */
+  readonly listensAtOnce: boolean;
+  /** starts listening; throws when it cannot */
+  open(on: EventHandlers): EventStream;
+}
+
+export interface EventHandlers {
+  /** one change, "# new generation ..." after a commit's last, or a line saying events were lost */
+  line(line: string): void;
+  /** the source stopped by itself: what changed meanwhile is unknown */
+  exit(why: string): void;
+}
+
+export interface EventStream {
+  close(): void;
+  /** delivers what is pending now (a polled source) */
+  poll?(): void;
+}
+
+/** a long-running `nft monitor` started by `spawner` */
+export function monitorEvents(spawner: Spawner, argv: readonly string[] = MONITOR_ARGV): EventSource {
+  return {
+    name: "nft monitor",
+    listensAtOnce: false,
+    open(on) {
+      let partial = "";
+      let said = "";
+      const channel = spawner.spawn(
+        [...argv],
+        {
+          stdout(text) {
+            const lines = (partial + text).split("\n");
+            partial = lines.pop()!;
+            for (const line of lines) on.line(line);
+          },
+          stderr: (text) => (said = (said + text).slice(-500)),
+          exit: (code) => on.exit(`nft monitor exited (${code ?? "signal"})${said.trim() ? `: ${said.trim()}` : ""}`),
+        },
+        { HOME: "/dev/null" },
+      );
+      return { close: () => channel.kill() };
+    },
+  };
+}
+
+/**
+ * `preferred` unless it cannot be opened (no libc to call, no netlink in
+ * this kernel or sandbox), then `fallback` from then on; says which is used.
+ */
+export function firstWorking(preferred: EventSource, fallback: EventSource, log: Logger): EventSource {
+  let use: EventSource | undefined;
+  return {
+    get name() {
+      return (use ?? preferred).name;
+    },
+    get listensAtOnce() {
+      return (use ?? preferred).listensAtOnce;
+    },
+    open(on) {
+      if (use) return use.open(on);
+      try {
+        const stream = preferred.open(on);
+        use = preferred;
+        log.info(`watching kpng's tables through ${preferred.name}`);
+        return stream;
+      } catch (err) {
+        use = fallback;
+        log.warn(`watching kpng's tables through ${fallback.name}: cannot use ${preferred.name}`, { err: err instanceof Error ? err.message : String(err) });
+        return fallback.open(on);
+      }
+    },
+  };
+}
+
 export interface WatchOptions {
-  spawner: Spawner;
+  /** where `nft monitor` runs when no `source` is given */
+  spawner?: Spawner;
+  /** default: `nft monitor` through `spawner` */
+  source?: EventSource;
   log: Logger;
   /** someone else changed kpng's tables; `what` is the first change seen (a line of `nft monitor`) */
   onForeign(what: string): void;
-  /** default MONITOR_ARGV */
-  argv?: string[];
-  /** after this many monitor processes in a row ended without seeing a stamp, watching stops (default 3) */
+  /** after this many monitors (processes or sockets) in a row ended without seeing a stamp, watching stops (default 3) */
   maxFailures?: number;
 }
 
@@ -67,8 +157,8 @@ const MAX_EXPECTED = 32;
 const SEQ_SPAN = 36 ** 6;
 
 export class RulesWatch {
-  private live: Channel | undefined;
-  private partial = "";
+  private live: EventStream | undefined;
+  private readonly source: EventSource;
   /** the commit being read: its first line about kpng's tables, and whether it carried a stamp of ours */
   private batch: Batch = { ours: false, reported: false };
   /** stamps being sent or committed and not printed yet: kpng's commits the monitor may still print */
@@ -83,11 +173,20 @@ export class RulesWatch {
   private failures = 0;
   private gaveUp = false;
 
-  constructor(private readonly opts: WatchOptions) {}
+  constructor(private readonly opts: WatchOptions) {
+    if (opts.source) this.source = opts.source;
+    else if (opts.spawner) this.source = monitorEvents(opts.spawner);
+    else throw new Error("RulesWatch: neither an event source nor a spawner");
+  }
 
-  /** true while a monitor process runs */
+  /** true while a monitor runs */
   get running(): boolean {
     return this.live !== undefined;
+  }
+
+  /** a new monitor listens as soon as it is started: its proof needs no wait */
+  get listensAtOnce(): boolean {
+    return this.source.listensAtOnce;
   }
 
   /**
@@ -127,6 +226,7 @@ export class RulesWatch {
 
   /** Resolves true once the monitor has printed the stamp `value` (perhaps already), false after `ms`. */
   seen(value: string, ms: number): Promise<boolean> {
+    this.live?.poll?.();
     if (!this.expected.has(value)) return Promise.resolve(true);
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -145,28 +245,17 @@ export class RulesWatch {
     this.opts.onForeign(what);
   }
 
-  /** Starts a monitor process unless one runs (or watching was given up). */
+  /** Starts a monitor unless one runs (or watching was given up). */
   start(): void {
     if (this.live || this.gaveUp) return;
-    const argv = this.opts.argv ?? [...MONITOR_ARGV];
-    let channel: Channel | undefined;
-    let said = "";
+    let stream: EventStream | undefined;
     try {
-      channel = this.opts.spawner.spawn(
-        argv,
-        {
-          stdout: (text) => this.read(text),
-          stderr: (text) => (said = (said + text).slice(-500)),
-          exit: (code) => this.exited(channel, `nft monitor exited (${code ?? "signal"})${said.trim() ? `: ${said.trim()}` : ""}`),
-        },
-        { HOME: "/dev/null" },
-      );
+      stream = this.source.open({ line: (line) => this.line(line), exit: (why) => this.exited(stream, why) });
     } catch (err) {
-      this.failed(`cannot start ${argv.join(" ")}: ${err instanceof Error ? err.message : String(err)}`);
+      this.failed(`cannot start ${this.source.name}: ${err instanceof Error ? err.message : String(err)}`);
       return;
     }
-    this.live = channel;
-    this.partial = "";
+    this.live = stream;
     this.batch = { ours: false, reported: false };
     // a new monitor prints nothing committed before it
     this.expected.clear();
@@ -176,11 +265,11 @@ export class RulesWatch {
   stop(): void {
     const live = this.live;
     this.live = undefined;
-    live?.kill();
+    live?.close();
   }
 
-  private exited(channel: Channel | undefined, why: string) {
-    if (!channel || this.live !== channel) return; // stopped on purpose
+  private exited(stream: EventStream | undefined, why: string) {
+    if (!stream || this.live !== stream) return; // stopped on purpose
     this.live = undefined;
     // What changed while nobody watched is unknown: the backend resyncs, which starts a new monitor.
     this.failed(why);
@@ -193,12 +282,6 @@ export class RulesWatch {
       return;
     }
     this.opts.onForeign(why);
-  }
-
-  private read(text: string) {
-    const lines = (this.partial + text).split("\n");
-    this.partial = lines.pop()!;
-    for (const line of lines) this.line(line);
   }
 
   private line(line: string) {

@@ -24,7 +24,7 @@ interface Removal {
   argv: string[];
   withinMs: number;
 }
-// nft notices through `nft monitor`; iptables checks a canary chain every 5 s,
+// nft notices through the kernel's events (netlink); iptables checks a canary chain every 5 s,
 // and /healthz says 200 until it noticed.
 const flushRuleset = (withinMs: number): Removal => ({ what: "the ruleset flushed (a firewall reload)", argv: ["nft", "flush", "ruleset"], withinMs });
 const deleteTable: Removal = { what: "kpng's table deleted", argv: ["nft", "delete", "table", "ip", "kpng"], withinMs: 5_000 };

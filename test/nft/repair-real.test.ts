@@ -1,6 +1,6 @@
 // Repair after someone else touches kpng's rules (issue 10 B), against the
-// real kernel in a namespace: the nft backend with its `nft monitor`
-// (plugins/nft/watch.ts), fed as kpng feeds it (src/plugins/feed.ts), health
+// real kernel in a namespace: the nft backend with its watch on the kernel's
+// events (plugins/nft/watch.ts, netlink-socket.ts), fed as kpng feeds it (src/plugins/feed.ts), health
 // as /healthz computes it. Each fault another process can make is followed
 // by kpng's full ruleset back within 5 s and packets flowing again; while the
 // rules are known to be gone, or the repair keeps failing, the proxy is
@@ -61,7 +61,7 @@ beforeAll(async () => {
   for (const p of topo.pods) await topo.serve(p, { tcp: [8080] });
   ctx = context(nodeConfig());
   const prefix = ["ip", "netns", "exec", topo.node.ns];
-  backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive: processSpawner(prefix), monitor: processSpawner(prefix) });
+  backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive: processSpawner(prefix), monitor: processSpawner(prefix), netns: topo.node.ns });
   feed = feedBackend(backend, {
     log: ctx.log,
     retryMs: 200,
@@ -115,6 +115,8 @@ describe("nft: repair after another process changes kpng's tables (real kernel)"
     expect(fullSyncs()).toBe(before.full + 1);
     expect(health.isHealthy()).toBe(true);
     expect(await flows()).toBe(true);
+    // kpng reads the kernel's events itself (netlink-socket.ts), no `nft monitor` process
+    expect(ctx.lines.some((l) => l.includes("watching kpng's tables through netlink"))).toBe(true);
   }, 15_000);
 
   for (const f of faults)

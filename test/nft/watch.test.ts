@@ -9,7 +9,7 @@ import { NftRunner, type ApplyOptions } from "../../plugins/nft/executor.ts";
 import { SYNC_STAMP_SET } from "../../plugins/nft/names.ts";
 import type { SpawnHandlers, Spawner } from "../../plugins/nft/session.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
-import { RulesWatch } from "../../plugins/nft/watch.ts";
+import { RulesWatch, firstWorking, type EventSource } from "../../plugins/nft/watch.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 
@@ -175,5 +175,31 @@ describe("watch on kpng's tables (fake nft monitor)", () => {
     await w.runner.apply(t, { full: true, unstamped: true });
     expect(w.sent).toEqual(["delete table ip kpng\n"]);
     expect(w.monitors).toHaveLength(0);
+  });
+
+  test("the netlink socket is used when it opens; where it cannot be, `nft monitor` from then on, and the log says which", () => {
+    const opened: string[] = [];
+    const source = (name: string, works: boolean): EventSource => ({
+      name,
+      listensAtOnce: name === "netlink",
+      open() {
+        if (!works) throw new Error("socket(AF_NETLINK) failed (errno 97)");
+        opened.push(name);
+        return { close() {} };
+      },
+    });
+    for (const works of [true, false]) {
+      const log = memoryLogger();
+      const watch = new RulesWatch({ source: firstWorking(source("netlink", works), source("nft monitor", true), log), log, onForeign() {} });
+      watch.start();
+      watch.stop();
+      watch.start();
+      expect(watch.running).toBe(true);
+      expect(watch.listensAtOnce).toBe(works);
+      const used = works ? "netlink" : "nft monitor";
+      expect(opened.splice(0)).toEqual([used, used]);
+      expect(log.lines.filter((l) => l.includes("watching kpng's tables through"))).toHaveLength(1);
+      expect(log.lines.some((l) => l.includes(`watching kpng's tables through ${used}`))).toBe(true);
+    }
   });
 });
