@@ -1,6 +1,7 @@
 // Repair after another process touched kpng's tables (issue 10 B), with the
 // real `nft` in a network namespace: the nft backend fed as kpng feeds it,
-// its `nft monitor` watching (plugins/nft/watch.ts). At 10, 1,000 and
+// its watch on the kernel's events (plugins/nft/watch.ts): the netlink
+// socket kpng reads itself, or `nft monitor` with KPNG_BENCH_WATCH=monitor. At 10, 1,000 and
 // 10,000 services (x 10 endpoints) it prints:
 //
 //   1. repair time per fault (table deleted, ruleset flushed, chain flushed),
@@ -9,7 +10,8 @@
 //   2. what watching costs kpng's own syncs: the full sync with and without
 //      the watch, how long the restarted monitor takes to listen (proved by
 //      an echoed stamp), an endpoint change with and without the stamp, and
-//      the monitor's CPU over 20 endpoint changes.
+//      the watch's CPU over 20 endpoint changes (the monitor's; with
+//      netlink, kpng's whole process, syncs included) and the monitor's RSS.
 //
 // `bun run bench nft-repair` (SIZES=10,1000 to choose the sizes). Prints
 // figures, asserts nothing.
@@ -67,6 +69,14 @@ const cpuMs = (pid: number) => {
   }
 };
 
+const rssMB = (pid: number) => {
+  try {
+    return Math.round(Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024);
+  } catch {
+    return 0;
+  }
+};
+
 const stats = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   return `median ${s[Math.floor(s.length / 2)].toFixed(0)} ms, max ${s.at(-1)!.toFixed(0)} ms`;
@@ -92,7 +102,14 @@ async function size(n: number, topo: Topology) {
     plainChange.push(plain.last!.applyMs);
   }
   await plain.close();
-  const b: NftBackend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive: processSpawner(prefix), monitor: countingSpawner(prefix, pids) });
+  const events = process.env.KPNG_BENCH_WATCH === "monitor" ? "monitor" : "netlink";
+  const b: NftBackend = createNftBackend(ctx, {
+    exec: topo.executor(topo.node.ns),
+    interactive: processSpawner(prefix),
+    monitor: countingSpawner(prefix, pids),
+    events,
+    netns: topo.node.ns,
+  });
   const syncs: Array<{ full: boolean }> = [];
   const feed: Feed = feedBackend(b, {
     log: ctx.log,
@@ -120,7 +137,9 @@ async function size(n: number, topo: Topology) {
   );
 
   // 2b. the monitor's CPU over 20 endpoint changes
-  const cpu0 = cpuMs(pids.at(-1)!);
+  const monitorPid = pids.at(-1);
+  const selfCpu = () => Math.round((process.cpuUsage().user + process.cpuUsage().system) / 1000);
+  const cpu0 = monitorPid ? cpuMs(monitorPid) : selfCpu();
   const watchedChange: number[] = [];
   for (let r = 1; r <= 20; r++) {
     const next = nextState(state, [service(5, topo, 100_000 + r * 7919)]);
@@ -131,7 +150,9 @@ async function size(n: number, topo: Topology) {
   }
   console.log(
     `${n} services: one endpoint change applied in ${stats(plainChange)} without the watch, ${stats(watchedChange)} with it (its stamp); ` +
-      `nft monitor CPU over those 20 changes: ${cpuMs(pids.at(-1)!) - cpu0} ms (10 ms ticks)`,
+      (monitorPid
+        ? `nft monitor CPU over those 20 changes: ${cpuMs(monitorPid) - cpu0} ms (10 ms ticks), its RSS ${rssMB(monitorPid)} MB`
+        : `watch: netlink in kpng's process (no monitor process); kpng's whole CPU over those 20 changes: ${selfCpu() - cpu0} ms`),
   );
 
   // 1. repair time per fault

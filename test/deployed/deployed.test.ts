@@ -143,12 +143,15 @@ for (const c of combos) {
           "/healthz said 503": health.some((h) => h.endsWith(" 503")),
           "/healthz says 200 again": health.at(-1)?.endsWith(" 200") ?? false,
           "the service answers again": (svc.at(-1) ?? " pod1").endsWith(" pod1"),
+          // nft: kpng reads the kernel's events itself (plugins/nft/netlink-socket.ts), the compiled binary too
+          ...(c.backend === "nft" && { "nft events read from netlink": d.kpng.stderr.some((l) => /watching kpng's tables through netlink/.test(l)) }),
         }).toEqual({
           "rules back in time": true,
           "kpng logged it": true,
           "/healthz said 503": true,
           "/healthz says 200 again": true,
           "the service answers again": true,
+          ...(c.backend === "nft" && { "nft events read from netlink": true }),
         });
       }, 20_000);
 
