@@ -23,24 +23,31 @@ function optString(o: Obj, key: string, out: Obj): boolean {
   return true;
 }
 
-/** v.optional(v.nullable(v.record(v.string(), v.string()))) */
-function optStringMap(o: Obj, key: string, out: Obj): boolean {
+/** v.optional(v.nullable(inner)): absent, undefined and null kept as they are, anything else through `parse` */
+function optNullable(o: Obj, key: string, out: Obj, parse: (x: unknown) => Out<unknown>): boolean {
   if (!(key in o)) return true;
   const x = o[key];
   if (x === undefined || x === null) {
     out[key] = x;
     return true;
   }
-  if (!isObj(x)) return false;
+  const parsed = parse(x);
+  if (parsed === FAIL) return false;
+  out[key] = parsed;
+  return true;
+}
+
+/** v.record(v.string(), v.string()) */
+function stringMap(x: unknown): Out<Record<string, string>> {
+  if (!isObj(x)) return FAIL;
   const m: Record<string, string> = {};
   for (const k in x) {
     if (!Object.hasOwn(x, k) || k === "__proto__" || k === "prototype" || k === "constructor") continue;
     const val = x[k];
-    if (typeof val !== "string") return false;
+    if (typeof val !== "string") return FAIL;
     m[k] = val;
   }
-  out[key] = m;
-  return true;
+  return m;
 }
 
 /** v.optional(v.nullable(v.boolean())) */
@@ -82,26 +89,19 @@ function metadata(x: unknown): Out<Obj> {
   const name = x.name;
   if (typeof name !== "string" || name.length < 1) return FAIL;
   const out: Obj = { name };
-  if (!optString(x, "namespace", out) || !optStringMap(x, "labels", out) || !optStringMap(x, "annotations", out)) return FAIL;
+  if (!optString(x, "namespace", out) || !optNullable(x, "labels", out, stringMap) || !optNullable(x, "annotations", out, stringMap)) return FAIL;
   return out;
 }
 
-/** hintList: v.optional(v.nullable(v.array(v.object({ name: v.string() })))) */
-function optHints(o: Obj, key: string, out: Obj): boolean {
-  if (!(key in o)) return true;
-  const x = o[key];
-  if (x === undefined || x === null) {
-    out[key] = x;
-    return true;
-  }
-  if (!Array.isArray(x)) return false;
+/** hintList's inner part: v.array(v.object({ name: v.string() })) */
+function hints(x: unknown): Out<Array<{ name: string }>> {
+  if (!Array.isArray(x)) return FAIL;
   const list: Array<{ name: string }> = [];
   for (const h of x) {
-    if (!isObj(h) || typeof h.name !== "string") return false;
+    if (!isObj(h) || typeof h.name !== "string") return FAIL;
     list.push({ name: h.name });
   }
-  out[key] = list;
-  return true;
+  return list;
 }
 
 function endpoint(x: unknown): Out<Obj> {
@@ -122,7 +122,7 @@ function endpoint(x: unknown): Out<Obj> {
     const h = x.hints;
     if (!isObj(h)) return FAIL;
     const ho: Obj = {};
-    if (!optHints(h, "forZones", ho) || !optHints(h, "forNodes", ho)) return FAIL;
+    if (!optNullable(h, "forZones", ho, hints) || !optNullable(h, "forNodes", ho, hints)) return FAIL;
     out.hints = ho;
   } else if ("hints" in x) out.hints = undefined;
   if ("targetRef" in x && x.targetRef !== undefined) {
