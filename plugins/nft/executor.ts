@@ -83,7 +83,7 @@ const PROOF_ECHO_MS = 50;
 const PROOF_TRIES = 6;
 
 export interface ApplyOptions {
-  /** the transaction re-creates kpng's tables (a full sync): it goes to `nft -f -`, with the watch paused */
+  /** the transaction rewrites all of kpng's tables (a full sync, in place or by re-creating them): it goes to `nft -f -`, with the watch paused */
   full?: boolean;
   /** no stamp: the transaction removes the tables (cleanup) */
   unstamped?: boolean;

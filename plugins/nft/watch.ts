@@ -191,8 +191,9 @@ export class RulesWatch {
 
   /**
    * The statements that stamp the next transaction, to go at its end, and
-   * the stamp's value. "full": the transaction re-creates the tables, the set
-   * is added anew; "partial": the current stamp is replaced (the transaction
+   * the stamp's value. "full": the transaction rewrites the tables (in place,
+   * deleting the stamp set with what it does not keep, or by re-creating them),
+   * so the set is added anew; "partial": the current stamp is replaced (the transaction
    * fails if it is gone); "proof": nothing changes in the end (the current
    * stamp deleted and put back, failing if it is gone; a fresh one added and
    * deleted), but the monitor prints the fresh one.
