@@ -11,7 +11,8 @@
 //     building the pages), compute (the brain's first state),
 //     render and apply (nft);
 //   - RSS of kpng's whole process tree (nft children included) after 20
-//     EndpointSlice changes, each applied before the next.
+//     EndpointSlice changes, each applied before the next; kpng's own split
+//     into anonymous memory and pages of its executable (RssFile).
 //
 // kpng is the compiled binary, built fresh (`bun build --compile --bytecode`,
 // as `bun run build` does): what a user downloads and runs. KPNG_BENCH_SOURCE=1
@@ -84,11 +85,14 @@ function processTree(root: number): number[] {
   return out;
 }
 
+/** VmRSS, RssAnon and RssFile (the executable's pages, shared with the page cache) in MB */
 const rssMB = (pid: number) => {
   try {
-    return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const kb = (key: string) => Number(new RegExp(`${key}:\\s+(\\d+)`).exec(status)?.[1] ?? 0) / 1024;
+    return { rss: kb("VmRSS"), anon: kb("RssAnon"), file: kb("RssFile") };
   } catch {
-    return 0;
+    return { rss: 0, anon: 0, file: 0 };
   }
 };
 /** the program and its first argument: "kpng", "nft -i", "nft monitor" */
@@ -163,7 +167,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
       }
       await Bun.sleep(500);
       const tree = processTree(kpng.pid);
-      const parts = tree.map((p) => ({ name: comm(p), rss: rssMB(p) }));
+      const parts = tree.map((p) => ({ name: comm(p), ...rssMB(p) }));
       return {
         totalMs,
         connected: probe.ok,
@@ -172,7 +176,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         validateMs: sum("validateMs"),
         serverMs,
         rss: parts.reduce((n, p) => n + p.rss, 0),
-        rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}`).join(" + "),
+        rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}${p.name === "kpng" ? ` = anon ${p.anon.toFixed(0)} + file ${p.file.toFixed(0)}` : ""}`).join(" + "),
       };
     } finally {
       kpng.kill("SIGTERM");
