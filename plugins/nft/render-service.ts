@@ -61,21 +61,38 @@ export interface ServiceObjects {
    * The map elements of each dispatch list by position (positions.ts), at 2
    * x port index (+1 for the external list); the other elements are in
    * `elements`. The next render of this service keeps each endpoint at its
-   * position, and a position that keeps its value keeps its element object,
-   * which the sync passes over: what a wave costs there grows with the
-   * wave, not the list.
+   * position, and the sync writes only the positions whose value changed:
+   * what a wave costs there grows with the wave, not the list.
    */
   lists: (PositionList | undefined)[];
 }
 
 /**
- * A dispatch list's elements: `n` positions, for each cluster IP in turn on
- * a shared chain. An element's value names its endpoint (address, address
- * . port, or endpoint chain): the ids `place` keeps in position.
+ * A dispatch list's map elements, as values by position: element objects
+ * and key strings are derived (listKey) only for the positions a sync
+ * writes. Most elements at scale are these (10 of 13 per service of 10
+ * endpoints), so a position costs one array slot, its value string often
+ * the endpoint's own address.
+ *
+ * Position i is written under key `base + i` (a slot of a shard map), or
+ * `IP . base + i` for each cluster IP in `ips` (cluster-endpoints-PROTO,
+ * one segment per cluster IP on a shared chain). A value names its endpoint
+ * (address, address . port, or endpoint chain): the ids `place` keeps in
+ * position.
  */
 export interface PositionList {
-  n: number;
-  elems: ElementObj[];
+  set: string;
+  base: number;
+  ips?: readonly string[];
+  values: string[];
+}
+
+/** the key of position `i` of a list segment (`ip` undefined: a slot of a shard map) */
+export const listKey = (ip: string | undefined, base: number, i: number) => (ip === undefined ? String(base + i) : `${ip} . ${base + i}`);
+
+/** a list's elements, segment after segment (for tests and debugging; the sync never builds them all) */
+export function listElements(l: PositionList): ElementObj[] {
+  return (l.ips ?? [undefined]).flatMap((ip) => l.values.map((value, i) => ({ set: l.set, key: listKey(ip, l.base, i), value })));
 }
 
 /** a use of the shared chain `name` = dispatchChainSpec(family, proto, index, n) */
@@ -130,31 +147,7 @@ export function renderService(
   const firewalls = renderFirewalls(key, svc, fc, out);
   const hairpin = new Set<string>();
   /** targets in the positions the previous render of list `at` gave them; `id` gives the element value of a target */
-  const inOrder = (targets: Target[], at: number, id: (t: Target) => string): Target[] => {
-    const before = prev?.lists[at];
-    return place(before?.elems.slice(0, before.n).map((e) => e.value!), targets, id, byAddressAndPort);
-  };
-  /**
-   * The elements of list `at`: `total` positions (n per cluster IP) of
-   * `set`, reusing the previous render's object where a position keeps its
-   * key and value. In a list of one segment (one cluster IP, or a slot),
-   * keys depend on the position only: the first one tells whether the
-   * layout is the same. Lists of several segments (several cluster IPs of a
-   * family: not from Kubernetes) are written afresh.
-   */
-  const positions = (at: number, set: string, n: number, total: number, key: (i: number) => string, value: (i: number) => string) => {
-    const before = prev?.lists[at];
-    const first = before?.elems[0];
-    const same = first !== undefined && first.set === set && total === n && before!.elems.length === before!.n && first.key === key(0);
-    const reuse = same ? before!.elems : undefined;
-    const elems: ElementObj[] = new Array(total);
-    for (let i = 0; i < total; i++) {
-      const v = value(i);
-      const p = reuse?.[i];
-      elems[i] = p !== undefined && p.value === v ? p : { set, key: key(i), value: v };
-    }
-    out.lists[at] = { n, elems };
-  };
+  const inOrder = (targets: Target[], at: number, id: (t: Target) => string): Target[] => place(prev?.lists[at]?.values, targets, id, byAddressAndPort);
 
   for (const [portIndex, port] of svc.Ports.entries()) {
     const proto = PROTO[port.Protocol];
@@ -190,11 +183,11 @@ export function renderService(
       out.maps.push(shardMapSpec(f, affinity ? "chains" : proto, slot));
       if (!affinity) {
         const map = N.endpointsMap(proto, slot);
-        positions(at, map, list.length, list.length, (i) => String(base + i), (i) => `${list[i].ip} . ${list[i].port}`);
+        out.lists[at] = { set: map, base, values: list.map((t) => `${t.ip} . ${t.port}`) };
         return [{ rule: `meta l4proto ${proto} dnat ${ip} to ${pick} map @${map}` }];
       }
       const chains = N.endpointChainsMap(slot);
-      positions(at, chains, list.length, list.length, (i) => String(base + i), (i) => `goto ${epChain(list[i])}`);
+      out.lists[at] = { set: chains, base, values: list.map((t) => `goto ${epChain(t)}`) };
       return [
         // sorted, not in position order: the chain reads the same whatever the history
         ...[...list].sort(byAddressAndPort).map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
@@ -217,7 +210,7 @@ export function renderService(
       clusterVerdict = `goto ${svcChain}`;
     } else if (internal.length && clusterIPs.length) {
       const list = inOrder(internal, 2 * portIndex, (t) => t.ip); // one target port: the address is the id
-      clusterVerdict = `goto ${sharedDispatch(out, { proto, index: portIndex, port: port.Port, clusterIPs, list }, (set, n, total, key, value) => positions(2 * portIndex, set, n, total, key, value))}`;
+      clusterVerdict = `goto ${sharedDispatch(out, { at: 2 * portIndex, proto, index: portIndex, port: port.Port, clusterIPs, list })}`;
       // Only a pod on this node can reach itself through this node's rules.
       for (const t of list.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
     }
@@ -315,19 +308,14 @@ const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.
  */
 function sharedDispatch(
   out: ServiceObjects,
-  o: { proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
-  positions: (set: string, n: number, total: number, key: (i: number) => string, value: (i: number) => string) => void,
+  o: { at: number; proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
 ): string {
   const list = o.list.slice(0, N.MAX_DISPATCH);
   out.truncated += o.list.length - list.length;
   const name = N.dispatchChain(o.proto, o.index, list.length);
   out.shared.push({ name, proto: o.proto, index: o.index, n: list.length });
-  const endpoints = N.clusterEndpointsMap(o.proto);
-  const base = o.index * N.MAX_DISPATCH;
-  // positions of each cluster IP in turn (one per family: one here)
-  const n = list.length;
-  const cip = (i: number) => o.clusterIPs[Math.floor(i / n)];
-  positions(endpoints, n, n * o.clusterIPs.length, (i) => `${cip(i)} . ${base + (i % n)}`, (i) => list[i % n].ip);
+  // the positions under each cluster IP (one per family: one here)
+  out.lists[o.at] = { set: N.clusterEndpointsMap(o.proto), base: o.index * N.MAX_DISPATCH, ips: o.clusterIPs, values: list.map((t) => t.ip) };
   for (const cip of o.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port) });
   return name;
 }

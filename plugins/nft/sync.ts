@@ -24,7 +24,7 @@ import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { clearHeld, type Holdings } from "./held.ts";
-import { renderService, type ChainObj, type ElementObj, type ServiceObjects } from "./render-service.ts";
+import { renderService, type ChainObj, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
 /** The phases of a transaction, in the order nft needs them: things exist before they are referenced, and stop being referenced before they go. */
@@ -115,9 +115,9 @@ class FamilySync {
       }
       // unclaims first: a key may pass from one element object to another
       if (old) for (const e of old.elements) this.elements.unclaim(e.set, e.key, key);
-      if (old) forChanged(old.lists, next?.lists, (e) => this.elements.unclaim(e.set, e.key, key));
+      if (old) for (const l of old.lists) if (l) this.elements.unclaimList(l, key);
       if (next) for (const e of next.elements) this.elements.claim(e.set, e.key, key, e);
-      if (next) forChanged(next.lists, old?.lists, (e) => this.elements.claim(e.set, e.key, key, e));
+      if (next) for (const l of next.lists) if (l) this.elements.claimList(l, key);
     }
     this.settleShared(sharedTouched, p);
     const f = this.fc.family;
@@ -170,20 +170,6 @@ class FamilySync {
       }
     }
   }
-}
-
-/**
- * Each dispatch-list element of `lists` that is not the very object at the
- * same position in `other`: a position that kept its object kept its key and
- * value (render-service.ts), so its claim stands as it is. Keys are unique
- * within a service's lists, so skipping one never hides another's unclaim.
- */
-function forChanged(lists: ServiceObjects["lists"], other: ServiceObjects["lists"] | undefined, fn: (e: ElementObj) => void) {
-  lists.forEach((l, at) => {
-    if (!l) return;
-    const o = other?.[at]?.elems;
-    for (let i = 0; i < l.elems.length; i++) if (o?.[i] !== l.elems[i]) fn(l.elems[i]);
-  });
 }
 
 const sameRules = (a: ChainObj, b: ChainObj) =>

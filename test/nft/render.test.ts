@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { dispatchChainSpec, familyConfig, renderBase } from "../../plugins/nft/render-base.ts";
-import { renderService, type ServiceObjects } from "../../plugins/nft/render-service.ts";
+import { listElements, renderService, type ServiceObjects } from "../../plugins/nft/render-service.ts";
 import { hash8, type Family } from "../../plugins/nft/names.ts";
 import { printOp } from "../../plugins/nft/transaction.ts";
 import type { Config } from "../../src/core/config/config.ts";
@@ -20,7 +20,7 @@ function lines(o: ServiceObjects): string[] {
     ...o.sets.map((s) => `set ${s.name} timeout ${s.timeout}`),
     ...o.shared.map((s) => `shared ${s.name}`),
     ...o.chains.flatMap((c) => c.rules.map((r) => `chain ${c.name}: ${r.rule}`)),
-    ...[...o.elements, ...o.lists.flatMap((l) => l?.elems ?? [])].map((e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`),
+    ...[...o.elements, ...o.lists.flatMap((l) => (l ? listElements(l) : []))].map((e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`),
   ].map((l) => l.replace(/-[A-Z2-7]{8}-/g, "-"));
 }
 
