@@ -115,9 +115,9 @@ class FamilySync {
       }
       // unclaims first: a key may pass from one element object to another
       if (old) for (const e of old.elements) this.elements.unclaim(e.set, e.key, key);
-      if (old) for (const l of old.lists) if (l) this.elements.unclaimList(l, key);
-      if (next) for (const e of next.elements) this.elements.claim(e.set, e.key, key, e);
-      if (next) for (const l of next.lists) if (l) this.elements.claimList(l, key);
+      if (old) for (const l of old.lists) if (l) this.elements.unclaimList(l);
+      if (next) for (const e of next.elements) this.elements.claim(e.set, e);
+      if (next) for (const l of next.lists) if (l) this.elements.claimList(l);
     }
     this.settleShared(sharedTouched, p);
     const f = this.fc.family;

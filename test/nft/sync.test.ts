@@ -215,6 +215,29 @@ describe("nft dispatch positions across syncs", () => {
   });
 });
 
+describe("nft dispatch lists claimed by two services", () => {
+  test("two services on one cluster IP (a delete and a create crossing): the lower key's list wins whole, the other's replaces it when it leaves", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    const on1 = (name: string, eps: number[]) =>
+      entry(svc({ name, clusterIPs: [ip4(1, 10)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, epAt(x)])));
+    const elements = (text: string, verb: string) =>
+      (new RegExp(`^${verb} element ip kpng cluster-endpoints-tcp \\{ (.*) \\}$`, "m").exec(text)?.[1].split(", ") ?? []).sort();
+    const before = nodeState([on1("a", [1, 2, 3]), on1("b", [4, 5])]);
+    await backend.apply(before, null);
+    expect(elements(ctx.printed[0], "add")).toEqual(["10.0.0.1 . 0 : 11.0.0.1", "10.0.0.1 . 1 : 11.0.0.2", "10.0.0.1 . 2 : 11.0.0.3"]);
+    const { state, change } = nextState(before, [], ["default/a"]);
+    await backend.apply(state, change);
+    // positions 0 and 1 change value, position 2 goes (b has two endpoints)
+    expect(elements(ctx.printed[1], "delete")).toEqual(["10.0.0.1 . 0", "10.0.0.1 . 1", "10.0.0.1 . 2"]);
+    expect(elements(ctx.printed[1], "add")).toEqual(["10.0.0.1 . 0 : 11.0.0.4", "10.0.0.1 . 1 : 11.0.0.5"]);
+    const last = nextState(state, [], ["default/b"]);
+    await backend.apply(last.state, last.change);
+    expect(elements(ctx.printed[2], "delete")).toEqual(["10.0.0.1 . 0", "10.0.0.1 . 1"]);
+    expect(elements(ctx.printed[2], "add")).toEqual([]);
+  });
+});
+
 describe("nft sync failures", () => {
   test("a refused partial transaction is retried at once as a full sync", async () => {
     let n = 0;
