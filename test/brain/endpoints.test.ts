@@ -183,6 +183,11 @@ describe("endpoint identity", () => {
     expect([...st.services.get("default/web")!.endpoints.keys()].sort()).toEqual(["p", "p.v6"]);
   });
 
+  test("in a v6-only service a pod's endpoint is keyed by the pod name alone", () => {
+    const st = localState([svc({ clusterIPs: [v6.clusterIP(10)] }), slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1", pod: "p" }] })]);
+    expect([...st.services.get("default/web")!.endpoints.keys()]).toEqual(["p"]);
+  });
+
   test("every named service port gets a PortOverride from the slice port of the same name", () => {
     const st = localState([
       svc({ ports: [{ name: "http", port: 80, targetPort: "web" }, { name: "metrics", port: 9090, targetPort: 9090 }] }),

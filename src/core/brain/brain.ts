@@ -142,15 +142,15 @@ function serviceKeyOf(ev: ClusterEvent): string | null {
   return ev.kind === "Service" ? serviceKey(ev.namespace, ev.name) : null;
 }
 
+// Three possible values, shared by every entry (a Set per service is ~250 B at 10k services).
+const FAMILIES: ReadonlyArray<ReadonlySet<Family>> = [new Set(), new Set(["v4"]), new Set(["v6"]), new Set(["v4", "v6"])];
+
 function makeEntry(svc: K8sService): ServiceEntry {
   const model = serviceModel(svc);
-  const families = new Set<Family>();
   const ips = model.IPs!.ClusterIPs!;
-  if (ips.V4.length) families.add("v4");
-  if (ips.V6.length) families.add("v6");
   return {
     model,
-    families,
+    families: FAMILIES[(ips.V4.length ? 1 : 0) + (ips.V6.length ? 2 : 0)],
     internalLocal: internalPolicyLocal(svc),
     externalLocal: externalPolicyLocal(svc),
     external: model.Type !== "ClusterIP" || model.IPs!.ExternalIPs!.V4.length + model.IPs!.ExternalIPs!.V6.length > 0,

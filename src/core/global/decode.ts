@@ -103,7 +103,7 @@ export function decodeEndpointInfo(bytes: Uint8Array, path: string): DecodedEndp
     // An old kpng server sends Ready only; serving then follows ready.
     conditions: conditionsOf(c?.Ready ?? false, c ? c.Serving || c.Ready : false, c?.Terminating ?? false),
     nodeName: node ? shared(node) : undefined,
-    targetRef: info.PodName ? { kind: "Pod", name: info.PodName, namespace: ns } : undefined,
+    pod: info.PodName || undefined,
   };
   if (info.Endpoint?.Hostname || info.Topology?.Zone || info.Hints) addRareFields(endpoint, info);
   return {

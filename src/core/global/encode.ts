@@ -57,7 +57,7 @@ export function encodeSlice(slice: K8sEndpointSlice, families: ReadonlySet<Famil
     const path = globalPath(ns, svc, slice.metadata.name, ip);
     if (out.has(path)) continue;
     const c = ep.conditions ?? {};
-    const pod = ep.targetRef?.kind === "Pod" && ep.targetRef.name ? ep.targetRef.name : "";
+    const pod = ep.pod ?? "";
     const info: EndpointInfo = create(EndpointInfoSchema, {
       Namespace: ns,
       SourceName: slice.metadata.name,

@@ -130,8 +130,8 @@ function endpoint(x: unknown): Out<Obj> {
     if (!isObj(t)) return FAIL;
     const to: Obj = {};
     if (!optString(t, "kind", to) || !optString(t, "name", to) || !optString(t, "namespace", to)) return FAIL;
-    out.targetRef = to;
-  } else if ("targetRef" in x) out.targetRef = undefined;
+    if (to.kind === "Pod" && to.name) out.pod = to.name;
+  }
   return out;
 }
 

@@ -90,9 +90,10 @@ export function candidates(slices: Iterable<K8sEndpointSlice>, families: Readonl
         byIP.set(ip, winner);
         continue;
       }
-      const pod = ep.targetRef?.kind === "Pod" && ep.targetRef.name ? ep.targetRef.name : "";
-      // A pod has one IP per family: its v6 copy gets its own key so both can coexist.
-      let key = pod ? (family === "v6" ? `${pod}.v6` : pod) : addressKey(ip);
+      const pod = ep.pod ?? "";
+      // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
+      // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
+      let key = pod ? (family === "v6" && families.has("v4") ? `${pod}.v6` : pod) : addressKey(ip);
       if (keys.has(key)) key = addressKey(ip);
       keys.add(key);
       cand.key = key;

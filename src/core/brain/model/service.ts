@@ -58,7 +58,13 @@ function loadBalancerIPs(svc: K8sService): string[] {
   return (svc.status?.loadBalancer?.ingress ?? []).filter((i) => i.ip && i.ipMode !== "Proxy").map((i) => i.ip!);
 }
 
-const setOf = (ips: string[]) => create(IPSetSchema, byFamily(ips));
+// Most services have no external or LB IPs, filters or affinity: those parts are
+// one shared, frozen object each (a published model is never mutated).
+const NO_IPS = Object.freeze(create(IPSetSchema, { V4: Object.freeze([]) as never, V6: Object.freeze([]) as never }));
+const NO_FILTERS = Object.freeze([]) as never as Service["IPFilters"];
+const NO_AFFINITY = Object.freeze({ case: undefined }) as Service["SessionAffinity"];
+
+const setOf = (ips: string[]) => (ips.length ? create(IPSetSchema, byFamily(ips)) : NO_IPS);
 
 export function serviceModel(svc: K8sService): Service {
   const spec = svc.spec;
@@ -69,7 +75,7 @@ export function serviceModel(svc: K8sService): Service {
   const given = svc.metadata.annotations ?? {};
   const annotations = Object.keys(given).some((k) => DROPPED_ANNOTATIONS.has(k)) ? Object.fromEntries(Object.entries(given).filter(([k]) => !DROPPED_ANNOTATIONS.has(k))) : given;
   const eLocal = externalPolicyLocal(svc);
-  return create(ServiceSchema, {
+  const model = create(ServiceSchema, {
     Namespace: svc.metadata.namespace,
     Name: svc.metadata.name,
     Type: spec.type,
@@ -99,4 +105,8 @@ export function serviceModel(svc: K8sService): Service {
         : { case: undefined },
     HealthCheckNodePort: spec.type === "LoadBalancer" && eLocal ? (spec.healthCheckNodePort ?? 0) : 0,
   });
+  // create() makes a fresh empty list and oneof for each: swap in the shared ones.
+  if (!model.IPFilters.length) model.IPFilters = NO_FILTERS;
+  if (model.SessionAffinity.case === undefined) model.SessionAffinity = NO_AFFINITY;
+  return model;
 }
