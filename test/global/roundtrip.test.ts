@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseClusterFile } from "../../src/core/sources/file.ts";
-import type { K8sObject } from "../../src/core/brain/k8s/objects.ts";
+import type { K8sEndpointSlice, K8sObject } from "../../src/core/brain/k8s/objects.ts";
 import { serviceModel } from "../../src/core/brain/model/service.ts";
 import { serviceFromModel } from "../../src/core/global/decode.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
@@ -155,12 +155,12 @@ describe("changes reach the agent as changes", () => {
 
   test("a slice handed to the brain never changes under it: the next change to it is made on a copy", () => {
     const p = base();
-    const given = p.agent.index.slices.get("default/web")!.get("web-ipv4")!;
+    const given = p.agent.index.get("EndpointSlice", "default", "web-ipv4")! as K8sEndpointSlice;
     const before = structuredClone(given.endpoints);
     p.update([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", ready: false }, { ip: v4.pod(2, 1), node: "node-2" }] }) }]);
     p.update([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", ready: false }] }) }]);
     expect(given.endpoints).toEqual(before);
-    expect(p.agent.index.slices.get("default/web")!.get("web-ipv4")!.endpoints!.map((e) => e.addresses[0])).toEqual([v4.pod(1, 1)]);
+    expect((p.agent.index.get("EndpointSlice", "default", "web-ipv4") as K8sEndpointSlice).endpoints!.map((e) => e.addresses[0])).toEqual([v4.pod(1, 1)]);
     for (const n of NODES) expect(p.agentState(n)).toEqual(p.fullState(n));
   });
 

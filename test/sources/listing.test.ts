@@ -3,6 +3,7 @@
 // bump, keys in another order) costs nothing downstream.
 
 import { describe, expect, test } from "bun:test";
+import { ClusterIndex, newTouched, type ClusterEvent } from "../../src/core/brain/cluster.ts";
 import { parseObject, type K8sObject } from "../../src/core/brain/k8s/objects.ts";
 import { Listing, sameJSON } from "../../src/core/sources/listing.ts";
 import { slice, svc } from "../fixtures/k8s.ts";
@@ -27,23 +28,43 @@ describe("sameJSON", () => {
 });
 
 describe("Listing", () => {
+  /** a listing over an index that applies what the listing sends, as the brain does */
+  const listing = () => {
+    const index = new ClusterIndex();
+    const l = new Listing(index);
+    const sent = (evs: ClusterEvent[]) => {
+      for (const e of evs) index.apply(e, newTouched());
+      return evs;
+    };
+    return { l, sent };
+  };
+
   test("an object listed again unchanged, with a new resourceVersion, gives no event", () => {
-    const l = new Listing();
+    const { l, sent } = listing();
     const raw = svc({ name: "web" });
-    expect(l.upsert(parsed(raw))).toHaveLength(1);
+    expect(sent(l.upsert(parsed(raw)))).toHaveLength(1);
     const again = structuredClone(raw) as { metadata: { resourceVersion?: string } };
     again.metadata.resourceVersion = "999";
     expect(l.upsert(parsed(again))).toEqual([]);
   });
 
   test("a changed object is an upsert; a complete list without it deletes it", () => {
-    const l = new Listing();
+    const { l, sent } = listing();
     const a = parsed(slice({ service: "web", endpoints: [{ ip: "198.19.1.5" }] }));
-    l.upsert(a);
+    sent(l.upsert(a));
     const b = parsed(slice({ service: "web", endpoints: [{ ip: "198.19.1.6" }] }));
-    expect(l.upsert(b)).toEqual([{ type: "upsert", object: b }]);
+    expect(sent(l.upsert(b))).toEqual([{ type: "upsert", object: b }]);
     expect(l.missing("Service", new Set())).toEqual([]);
     const ns = b.metadata.namespace!;
     expect(l.missing("EndpointSlice", new Set())).toEqual([{ type: "delete", kind: "EndpointSlice", namespace: ns, name: b.metadata.name }]);
+    expect(l.missing("EndpointSlice", new Set([`EndpointSlice/${ns}/${b.metadata.name}`]))).toEqual([]);
+  });
+
+  test("a delete of an object never sent, or sent and deleted, gives no event", () => {
+    const { l, sent } = listing();
+    expect(l.delete("Service", "default", "web")).toEqual([]);
+    sent(l.upsert(parsed(svc({ name: "web" }))));
+    expect(sent(l.delete("Service", "default", "web"))).toHaveLength(1);
+    expect(l.delete("Service", "default", "web")).toEqual([]);
   });
 });

@@ -17,8 +17,12 @@ export interface Touched {
 
 export class ClusterIndex {
   readonly services = new Map<string, K8sService>();
-  /** service key -> slice name -> slice */
-  readonly slices = new Map<string, Map<string, K8sEndpointSlice>>();
+  /**
+   * service key -> its slices. A list, not a map by name: nearly every service
+   * has one slice, and a Map each was ~250 B at 10k services; a change looks
+   * through that one service's slices.
+   */
+  readonly slices = new Map<string, K8sEndpointSlice[]>();
   readonly nodes = new Map<string, K8sNode>();
   /** `ns/slice` -> the service key it was filed under, so a relabelled slice moves */
   private readonly sliceOwner = new Map<string, string>();
@@ -43,9 +47,9 @@ export class ClusterIndex {
         const svc = obj.metadata.labels?.[SERVICE_NAME_LABEL];
         if (!svc) return;
         const key = serviceKey(ns, svc);
-        let m = this.slices.get(key);
-        if (!m) this.slices.set(key, (m = new Map()));
-        m.set(obj.metadata.name, obj);
+        const list = this.slices.get(key);
+        if (list) list.push(obj);
+        else this.slices.set(key, [obj]);
         this.sliceOwner.set(id, key);
         touched.endpoints.add(key);
         return;
@@ -77,10 +81,33 @@ export class ClusterIndex {
     const owner = this.sliceOwner.get(id);
     if (!owner) return;
     this.sliceOwner.delete(id);
-    const m = this.slices.get(owner);
-    m?.delete(id.slice(id.indexOf("/") + 1));
-    if (m && m.size === 0) this.slices.delete(owner);
+    const list = this.slices.get(owner);
+    const name = id.slice(id.indexOf("/") + 1);
+    const at = list?.findIndex((s) => s.metadata.name === name) ?? -1;
+    if (at >= 0) list!.splice(at, 1);
+    if (list?.length === 0) this.slices.delete(owner);
     touched.endpoints.add(owner);
+  }
+
+  /** the object held under kind, namespace ("" for Nodes) and name */
+  get(kind: Kind, ns: string, name: string): K8sObject | undefined {
+    switch (kind) {
+      case "Service":
+        return this.services.get(serviceKey(ns, name));
+      case "EndpointSlice": {
+        const owner = this.sliceOwner.get(serviceKey(ns, name));
+        return owner === undefined ? undefined : this.slices.get(owner)?.find((s) => s.metadata.name === name);
+      }
+      case "Node":
+        return this.nodes.get(name);
+    }
+  }
+
+  /** [namespace, name] of every object of kind held */
+  *names(kind: Kind): Iterable<[string, string]> {
+    const keys = kind === "Service" ? this.services.keys() : kind === "EndpointSlice" ? this.sliceOwner.keys() : null;
+    if (!keys) for (const name of this.nodes.keys()) yield ["", name];
+    else for (const key of keys) yield [key.slice(0, key.indexOf("/")), key.slice(key.indexOf("/") + 1)];
   }
 }
 

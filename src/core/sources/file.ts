@@ -119,7 +119,7 @@ export interface FileSource {
 export async function startFileSource(opts: { path: string; brain: Brain; log: Logger; watch?: boolean }): Promise<FileSource> {
   const { brain, log } = opts;
   const path = resolve(opts.path);
-  const listing = new Listing();
+  const listing = new Listing(brain.index);
 
   const load = (parsed: ParsedFile) => {
     for (const e of parsed.errors) log.warn("skipping invalid object", { error: e });

@@ -150,7 +150,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   const { brain, log, config } = opts;
   const kc = loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
   const server = kc.getCurrentCluster()!.server;
-  const listing = new Listing();
+  const listing = new Listing(brain.index);
   let reflectors: Reflector[] = [];
   const stats: SourceStats = {
     events: { Service: 0, EndpointSlice: 0, Node: 0 },

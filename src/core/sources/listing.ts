@@ -2,7 +2,7 @@
 // into the upsert/delete events that changed, so an unchanged object costs
 // nothing downstream.
 
-import type { ClusterEvent } from "../brain/cluster.ts";
+import type { ClusterEvent, ClusterIndex } from "../brain/cluster.ts";
 import type { K8sObject, Kind } from "../brain/k8s/objects.ts";
 
 /** `Kind/namespace/name` ("" namespace for Nodes): how the listing and the sources name an object. */
@@ -11,12 +11,12 @@ const idOf = (o: K8sObject) => objectId(o.kind, o.metadata.namespace ?? "", o.me
 
 export class Listing {
   /**
-   * id -> the object last sent: the very object the brain's index holds, so
-   * remembering it costs a map entry, not a copy; compared only when a new
-   * version of it comes (cost grows with the change, and a first list does
-   * no comparing at all).
+   * What was sent last is what the brain's index holds (its events are
+   * applied at once): comparing against it costs no map of its own, and a
+   * first list does no comparing at all. An object the index does not file
+   * (a slice without a service) is sent again on every change, to no effect.
    */
-  private readonly seen = new Map<string, K8sObject>();
+  constructor(private readonly index: ClusterIndex) {}
 
   /** Events that turn the last listing of `kind` into `objects`. */
   replace(kind: Kind, objects: readonly K8sObject[]): ClusterEvent[] {
@@ -28,26 +28,20 @@ export class Listing {
   /** Deletes of the objects of `kind` whose ids a complete list did not hold. */
   missing(kind: Kind, present: ReadonlySet<string>): ClusterEvent[] {
     const events: ClusterEvent[] = [];
-    for (const id of this.seen.keys()) {
-      if (!id.startsWith(kind + "/") || present.has(id)) continue;
-      this.seen.delete(id);
-      const [, namespace, name] = id.split("/");
-      events.push({ type: "delete", kind, namespace, name });
+    for (const [namespace, name] of this.index.names(kind)) {
+      if (!present.has(objectId(kind, namespace, name))) events.push({ type: "delete", kind, namespace, name });
     }
     return events;
   }
 
-  /** Record a single watched change, returning the event (or nothing when it changes nothing). */
+  /** A single watched change as events (none when it changes nothing). */
   upsert(o: K8sObject): ClusterEvent[] {
-    const id = idOf(o);
-    const prev = this.seen.get(id);
-    if (prev && sameJSON(prev, o)) return [];
-    this.seen.set(id, o);
-    return [{ type: "upsert", object: o }];
+    const prev = this.index.get(o.kind, o.metadata.namespace ?? "", o.metadata.name);
+    return prev && sameJSON(prev, o) ? [] : [{ type: "upsert", object: o }];
   }
 
   delete(kind: Kind, namespace: string, name: string): ClusterEvent[] {
-    return this.seen.delete(objectId(kind, namespace, name)) ? [{ type: "delete", kind, namespace, name }] : [];
+    return this.index.get(kind, namespace, name) ? [{ type: "delete", kind, namespace, name }] : [];
   }
 }
 
