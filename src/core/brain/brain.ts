@@ -9,6 +9,7 @@ import { ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/se
 import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
 import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
+import { EndpointMap } from "./endpoint-map.ts";
 import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
 import type { NodeInfo } from "./model/topology.ts";
@@ -251,15 +252,17 @@ export class NodeView {
 function shareUnchanged(old: ServiceEndpoints, next: ServiceEndpoints): ServiceEndpoints {
   const sameSvc = equals(ServiceSchema, old.service, next.service);
   let changed = !sameSvc || old.endpoints.size !== next.endpoints.size;
-  const endpoints = new Map<string, Endpoint>();
+  const keys: string[] = [];
+  const eps: Endpoint[] = [];
   for (const [k, ep] of next.endpoints) {
     const prev = old.endpoints.get(k);
-    if (prev && sameEndpoint(prev, ep)) endpoints.set(k, prev);
+    keys.push(k);
+    if (prev && sameEndpoint(prev, ep)) eps.push(prev);
     else {
-      endpoints.set(k, ep);
+      eps.push(ep);
       changed = true;
     }
   }
   if (!changed) return old;
-  return { service: sameSvc ? old.service : next.service, endpoints };
+  return { service: sameSvc ? old.service : next.service, endpoints: new EndpointMap(keys, eps) };
 }

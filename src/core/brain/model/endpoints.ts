@@ -7,6 +7,7 @@
 
 import { createHash } from "node:crypto";
 import type { Endpoint, EndpointScopes, PortName, Service } from "../../../gen/localv1/services_pb.ts";
+import { EndpointMap } from "../endpoint-map.ts";
 import type { Family } from "../k8s/ip.ts";
 import type { K8sEndpointSlice } from "../k8s/objects.ts";
 import { narrowByTopology, type Hinted, type NodeInfo } from "./topology.ts";
@@ -118,8 +119,9 @@ export function usable(cands: readonly Candidate[], local: boolean, node: NodeIn
  * this service) that would come out the same is reused as is: a change of
  * one slice of a 5,000-endpoint service creates its 100 endpoints, not 5,000.
  */
-export function endpointsModel(service: Service, cands: readonly Candidate[], opts: ScopeOptions, prev?: ReadonlyMap<string, Endpoint>): Map<string, Endpoint> {
-  const out = new Map<string, Endpoint>();
+export function endpointsModel(service: Service, cands: readonly Candidate[], opts: ScopeOptions, prev?: ReadonlyMap<string, Endpoint>): EndpointMap {
+  const keys: string[] = [];
+  const eps: Endpoint[] = [];
   // The endpoints of one slice share its port map, hence one overrides list.
   const overrides = new Map<ReadonlyMap<string, number>, PortName[]>();
   const overridesOf = (ports: ReadonlyMap<string, number>) => {
@@ -136,10 +138,11 @@ export function endpointsModel(service: Service, cands: readonly Candidate[], op
       if (!internal.has(c) && !external.has(c)) continue;
       const [i, e] = [internal.has(c), external.has(c)];
       const old = prev?.get(c.key);
-      out.set(c.key, old && isEndpointOf(old, service, c, i, e) ? old : toEndpoint(c, overridesOf(c.ports), i, e));
+      keys.push(c.key); // distinct: candidates() gives every candidate its own key
+      eps.push(old && isEndpointOf(old, service, c, i, e) ? old : toEndpoint(c, overridesOf(c.ports), i, e));
     }
   }
-  return out;
+  return new EndpointMap(keys, eps);
 }
 
 /** whether toEndpoint(service, c, internal, external) would equal `ep` (field by field, as toEndpoint fills them) */
