@@ -48,8 +48,8 @@ export const FIREWALL_IPS_MAP = "firewall-ips";
  * rule needs it: ClientIP affinity, eTP=Local short-circuits, endpoints with
  * different target ports.
  */
-export const clusterEndpointsMap = (proto: DnatProtocol) => `cluster-endpoints-${proto}`;
-export const clusterTargetPortsMap = (proto: DnatProtocol) => `cluster-target-ports-${proto}`;
+export const clusterEndpointsMap = (proto: DnatProtocol) => CLUSTER_ENDPOINTS_MAPS[proto];
+export const clusterTargetPortsMap = (proto: DnatProtocol) => CLUSTER_TARGET_PORTS_MAPS[proto];
 /** the shared cluster-IP dispatch chain of the port at `index` in a service's ports, with `n` endpoints */
 export const dispatchChain = (proto: DnatProtocol, index: number, n: number) => `dispatch-${proto}-port${index}-${n}`;
 
@@ -92,6 +92,10 @@ export type DnatProtocol = (typeof DNAT_PROTOCOLS)[number];
 const shardNames = (prefix: string) => ALL_SHARDS.map((i) => `${prefix}-${String(i).padStart(3, "0")}`);
 const ENDPOINTS_MAPS = Object.fromEntries(DNAT_PROTOCOLS.map((p) => [p, shardNames(`endpoints-${p}`)])) as Record<DnatProtocol, string[]>;
 const ENDPOINT_CHAINS_MAPS = shardNames("endpoint-chains");
+// names made once: the sync keeps every service's elements, each naming its set
+const byProto = (name: (p: DnatProtocol) => string) => Object.fromEntries(DNAT_PROTOCOLS.map((p) => [p, name(p)])) as Record<DnatProtocol, string>;
+const CLUSTER_ENDPOINTS_MAPS = byProto((p) => `cluster-endpoints-${p}`);
+const CLUSTER_TARGET_PORTS_MAPS = byProto((p) => `cluster-target-ports-${p}`);
 /** slot index -> endpoint address . port */
 export const endpointsMap = (proto: DnatProtocol, slot: number) => ENDPOINTS_MAPS[proto][slot % SHARDS];
 /** slot index -> goto endpoint chain (services with affinity) */

@@ -215,7 +215,7 @@ export function renderService(
       clusterVerdict = `goto ${svcChain}`;
     } else if (internal.length && clusterIPs.length) {
       const list = inOrder(internal, 2 * portIndex, (t) => t.ip); // one target port: the address is the id
-      clusterVerdict = `goto ${sharedDispatch(out, { owner: key, at: 2 * portIndex, proto, index: portIndex, port: port.Port, clusterIPs, list })}`;
+      clusterVerdict = sharedDispatch(out, { owner: key, at: 2 * portIndex, proto, index: portIndex, port: port.Port, clusterIPs, list });
       // Only a pod on this node can reach itself through this node's rules.
       for (const t of list.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
     }
@@ -322,7 +322,7 @@ const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.
 /**
  * The elements that send a service port's cluster IPs through the shared
  * dispatch chain of its index and endpoint count (names.ts), all endpoints
- * having the same target port. Gives the chain's name.
+ * having the same target port. Gives the verdict that goes to the chain.
  */
 function sharedDispatch(
   out: ServiceObjects,
@@ -330,12 +330,28 @@ function sharedDispatch(
 ): string {
   const list = o.list.slice(0, N.MAX_DISPATCH);
   out.truncated += o.list.length - list.length;
-  const name = N.dispatchChain(o.proto, o.index, list.length);
-  out.shared.push({ name, proto: o.proto, index: o.index, n: list.length });
+  const { use, verdict } = sharedUse(o.proto, o.index, list.length);
+  out.shared.push(use);
   // the positions under each cluster IP (one per family: one here)
   out.lists[o.at] = { set: N.clusterEndpointsMap(o.proto), owner: o.owner, base: o.index * N.MAX_DISPATCH, ips: o.clusterIPs, values: list.map((t) => t.ip) };
   for (const cip of o.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port), owner: o.owner });
-  return name;
+  return verdict;
+}
+
+/**
+ * A use of a shared dispatch chain and the verdict that goes there, made
+ * once per chain: most services hold one (10,000 copies of a few dozen
+ * names otherwise). Never changed once made; a cache of pure values.
+ */
+const sharedUses = new Map<number, { use: SharedDispatch; verdict: string }>();
+function sharedUse(proto: N.DnatProtocol, index: number, n: number) {
+  const k = (N.DNAT_PROTOCOLS.indexOf(proto) * 1_000_000 + index) * (N.MAX_DISPATCH + 1) + n;
+  let u = sharedUses.get(k);
+  if (!u) {
+    const name = N.dispatchChain(proto, index, n);
+    sharedUses.set(k, (u = { use: Object.freeze({ name, proto, index, n }), verdict: `goto ${name}` }));
+  }
+  return u;
 }
 
 /** one firewall chain per IPFilter with targets in this family: drop sources outside its ranges */
