@@ -1,6 +1,6 @@
 # kpng's image: the single compiled binary plus the tools its backends run.
 #
-#   bun run build                # -> dist/kpng (bun build --compile)
+#   bun run build                # -> dist/kpng (build.ts: bun build --compile)
 #   docker build -t kpng:latest .
 #
 # The binary links glibc (Bun's runtime), hence a Debian base rather than a

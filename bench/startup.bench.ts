@@ -14,8 +14,8 @@
 //     EndpointSlice changes, each applied before the next; kpng's own split
 //     into anonymous memory and pages of its executable (RssFile).
 //
-// kpng is the compiled binary, built fresh (`bun build --compile --bytecode`,
-// as `bun run build` does): what a user downloads and runs. KPNG_BENCH_SOURCE=1
+// kpng is the compiled binary, built fresh as `bun run build` does (build.ts):
+// what a user downloads and runs. KPNG_BENCH_SOURCE=1
 // runs `bun src/main.ts` instead (module loading then costs ~0.3-0.5 s more).
 //
 // Goals (issue 11): 10k <= 2.0 s and <= 250 MB; 1k <= 0.4 s and <= 90 MB.
@@ -25,6 +25,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { buildBinary } from "../build.ts";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
 
@@ -198,10 +199,9 @@ export default async function startupBench() {
   let kpngArgv = [BUN, join(ROOT, "src/main.ts")];
   if (!process.env.KPNG_BENCH_SOURCE) {
     kpngArgv = [join(dir, "kpng")];
-    const b = Bun.spawn([BUN, "build", "--compile", "--bytecode", "--format=esm", "src/main.ts", "--outfile", kpngArgv[0]], { cwd: ROOT, stdout: "ignore", stderr: "inherit" });
-    if ((await b.exited) !== 0) throw new Error("build failed");
+    await buildBinary(kpngArgv[0]);
   }
-  console.log(`kpng: ${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary (bun build --compile --bytecode)"}`);
+  console.log(`kpng: ${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary (bun run build)"}`);
   const topo = await createTopology({ pods: 1, prefix: "kps" });
   try {
     await topo.serve(topo.pods[0], { tcp: [8080] });

@@ -7,7 +7,10 @@
 // are compared, so a Node heartbeat or a relist that brings back the same
 // objects with new resourceVersions costs nothing downstream.
 
-import { KubeConfig } from "@kubernetes/client-node";
+// KubeConfig's own module, not the package index: the index also loads the
+// watch, informer, exec, cp (tar), port-forward and metrics helpers, none of
+// which kpng uses (build.ts keeps the generated API clients out as well).
+import { KubeConfig } from "@kubernetes/client-node/dist/config.js";
 import { existsSync } from "node:fs";
 import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
