@@ -118,8 +118,9 @@ const withoutDynamic = (flags: readonly string[]) => flags.filter((f) => f !== "
  * The statements that open a full sync of `family` over what its table
  * holds (after `add table`), given the sync's own statements `adds`: every
  * chain flushed; every set and map deleted but the dynamic sets `adds`
- * creates again with the same definition; every chain `adds` does not
- * create as it is, deleted.
+ * creates again with the same definition (kept) and the interval sets it
+ * creates again as they are (flushed); every chain `adds` does not create as
+ * it is, deleted.
  */
 export function clearHeld(family: Family, held: TableHoldings, adds: readonly Op[]): Op[] {
   const chains = new Map<string, ChainSpec>();
@@ -130,7 +131,11 @@ export function clearHeld(family: Family, held: TableHoldings, adds: readonly Op
   }
   const out: Op[] = [];
   for (const name of held.chains.keys()) out.push({ kind: "chain", verb: "flush", family, name });
-  for (const [name, s] of held.sets) if (!keeps(s, sets.get(name))) out.push({ kind: s.kind, verb: "delete", family, name });
+  for (const [name, s] of held.sets) {
+    const want = sets.get(name);
+    if (keeps(s, want)) continue;
+    out.push({ kind: s.kind, verb: refills(s, want) ? "flush" : "delete", family, name });
+  }
   for (const [name, c] of held.chains) {
     const want = chains.get(name);
     if (!want || !sameChain(c, want)) out.push({ kind: "chain", verb: "delete", family, name });
@@ -143,6 +148,20 @@ function keeps(held: HeldSet, want: { kind: "set" | "map"; set: SetSpec } | unde
   if (!want || want.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes("dynamic")) return false;
   const flags = withoutDynamic(want.set.flags);
   return held.type === want.set.type && held.timeout === want.set.timeout && held.flags.length === flags.length && held.flags.every((f, i) => f === flags[i]);
+}
+
+/**
+ * An interval set (nodeport-ips) wanted again as it is: flushed and refilled,
+ * not deleted and added. Deleted and added in one transaction, it was empty
+ * to packets for a moment at the commit on Linux 6.18 (the new generation's
+ * rules saw the new set before its elements were published): a connect to a
+ * node port was refused in about 1 of 5 restarts (test/deployed). Flushed,
+ * it serves its old elements until the commit publishes the new ones.
+ */
+function refills(held: HeldSet, want: { kind: "set" | "map"; set: SetSpec } | undefined): boolean {
+  if (!want || want.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes("interval") || want.set.timeout !== undefined) return false;
+  const flags = withoutDynamic(want.set.flags);
+  return held.type === want.set.type && held.timeout === undefined && held.flags.length === flags.length && held.flags.every((f, i) => f === flags[i]);
 }
 
 function sameChain(held: HeldChain, want: ChainSpec): boolean {

@@ -41,7 +41,7 @@ export type Op =
   | { kind: "chain"; verb: "flush" | "delete"; family: Family; name: string }
   | { kind: "rule"; family: Family; chain: string; rule: string; comment?: string }
   | { kind: "set" | "map"; verb: "add"; family: Family; set: SetSpec }
-  | { kind: "set" | "map"; verb: "delete"; family: Family; name: string }
+  | { kind: "set" | "map"; verb: "delete" | "flush"; family: Family; name: string }
   | { kind: "elements"; verb: "add" | "delete"; family: Family; set: string; items: readonly ElementItem[] }
   | { kind: "note"; text: string };
 
@@ -74,7 +74,7 @@ export function printOp(op: Op): string {
       return `add rule ${t} ${op.chain} ${op.rule}${op.comment ? ` comment ${quote(op.comment)}` : ""}`;
     case "set":
     case "map":
-      return op.verb === "add" ? `add ${op.kind} ${t} ${op.set.name} ${printSet(op.set)}` : `delete ${op.kind} ${t} ${op.name}`;
+      return op.verb === "add" ? `add ${op.kind} ${t} ${op.set.name} ${printSet(op.set)}` : `${op.verb} ${op.kind} ${t} ${op.name}`;
     case "elements":
       return `${op.verb} element ${t} ${op.set} { ${op.verb === "add" ? op.items.map(printElement).join(", ") : op.items.map((e) => e.key).join(", ")} }`;
   }

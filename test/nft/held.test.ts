@@ -53,6 +53,7 @@ describe("nft: clearing what the tables hold before a full sync in place", () =>
   const wanted: Op[] = [
     { kind: "set", verb: "add", family: "ip", set: aff },
     { kind: "set", verb: "add", family: "ip", set: { name: "cluster-ips", type: "ipv4_addr" } },
+    { kind: "set", verb: "add", family: "ip", set: { name: "nodeport-ips", type: "ipv4_addr", flags: ["interval"], autoMerge: true } },
     { kind: "map", verb: "add", family: "ip", set: { name: "service-ips", type: "ipv4_addr . inet_proto . inet_service : verdict" } },
     { kind: "chain", verb: "add", family: "ip", chain: { name: "nat-output", base: { type: "nat", hook: "output", priority: "-100" } } },
     { kind: "chain", verb: "add", family: "ip", chain: { name: "services" } },
@@ -90,6 +91,16 @@ describe("nft: clearing what the tables hold before a full sync in place", () =>
         ]),
       },
       want: ["delete set ip kpng cluster-ips", "delete map ip kpng service-ips", "delete set ip kpng foreign"],
+    },
+    {
+      name: "an interval set wanted as it is: flushed (refilled by the sync), never empty to packets at the commit",
+      held: { sets: new Map([["nodeport-ips", { kind: "set", type: "ipv4_addr", flags: ["interval"] }]]) },
+      want: ["flush set ip kpng nodeport-ips"],
+    },
+    {
+      name: "an interval set with another definition: deleted",
+      held: { sets: new Map([["nodeport-ips", { kind: "set", type: "ipv6_addr", flags: ["interval"] }]]) },
+      want: ["delete set ip kpng nodeport-ips"],
     },
     {
       name: "wanted chains as they are: flushed only",
