@@ -7,7 +7,7 @@
 
 import type { K8sEndpointSlice, K8sNode, K8sService } from "../../src/core/brain/k8s/objects.ts";
 import { v4 } from "../fixtures/addresses.ts";
-import { node, slice, svc } from "../fixtures/k8s.ts";
+import { asSent, node, slice, svc } from "../fixtures/k8s.ts";
 import type { Probe, ProbeResult, Topology } from "../harness/netns.ts";
 
 export const NODE = "node-a";
@@ -36,7 +36,7 @@ const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
 const apiVersions: Record<K8sObject["kind"], string> = { Service: "v1", Node: "v1", EndpointSlice: "discovery.k8s.io/v1" };
 
 /** Objects as `kubectl get -o json` prints them: a List of manifests with their apiVersion (what --input reads). */
-export const asList = (objects: Iterable<K8sObject>) => ({ apiVersion: "v1", kind: "List", items: [...objects].map((o) => ({ apiVersion: apiVersions[o.kind], ...o })) });
+export const asList = (objects: Iterable<K8sObject>) => ({ apiVersion: "v1", kind: "List", items: [...objects].map((o) => ({ apiVersion: apiVersions[o.kind], ...asSent(o) })) });
 
 /** The Node object for node-a with these InternalIPs. */
 export const nodeObject = (nodeIPs: string[]) => node(NODE, { ips: nodeIPs });

@@ -16,6 +16,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createTLSServer } from "node:https";
 import type { Socket } from "node:net";
 import { join } from "node:path";
+import { asSent } from "../fixtures/k8s.ts";
 
 export interface TestCert {
   cert: string;
@@ -199,8 +200,9 @@ export class FakeApiServer {
 
   // -- cluster changes
 
+  /** `input` raw or validated (test/fixtures/k8s.ts): served as the API server sends it */
   apply(input: Record<string, unknown>): void {
-    const obj = structuredClone(input) as Obj;
+    const obj = structuredClone(asSent(input as never)) as Obj;
     const key = keyOf(obj);
     const prev = this.objects.get(key);
     obj.metadata.resourceVersion = String(++this.rv);

@@ -23,6 +23,8 @@ function optString(o: Obj, key: string, out: Obj): boolean {
   return true;
 }
 
+const optionalString = (x: unknown) => x === undefined || typeof x === "string";
+
 /** v.optional(v.nullable(inner)): absent, undefined and null kept as they are, anything else through `parse` */
 function optNullable(o: Obj, key: string, out: Obj, parse: (x: unknown) => Out<unknown>): boolean {
   if (!(key in o)) return true;
@@ -128,9 +130,9 @@ function endpoint(x: unknown): Out<Obj> {
   if ("targetRef" in x && x.targetRef !== undefined) {
     const t = x.targetRef;
     if (!isObj(t)) return FAIL;
-    const to: Obj = {};
-    if (!optString(t, "kind", to) || !optString(t, "name", to) || !optString(t, "namespace", to)) return FAIL;
-    if (to.kind === "Pod" && to.name) out.pod = to.name;
+    const { kind, name, namespace } = t;
+    if (!optionalString(kind) || !optionalString(name) || !optionalString(namespace)) return FAIL;
+    if (kind === "Pod" && name) out.pod = name;
   }
   return out;
 }
