@@ -143,9 +143,14 @@ export function clearHeld(family: Family, held: TableHoldings, adds: readonly Op
   return out;
 }
 
+type WantedSet = { kind: "set" | "map"; set: SetSpec } | undefined;
+
 /** a set whose elements only packets write, wanted again as it is */
-function keeps(held: HeldSet, want: { kind: "set" | "map"; set: SetSpec } | undefined): boolean {
-  if (!want || want.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes("dynamic")) return false;
+const keeps = (held: HeldSet, want: WantedSet) => sameSet(held, want, "dynamic");
+
+/** a plain set (not a map, not `typeof`) with flag `flag`, wanted again with held's type, flags and timeout */
+function sameSet(held: HeldSet, want: WantedSet, flag: string): boolean {
+  if (!want || want.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes(flag)) return false;
   const flags = withoutDynamic(want.set.flags);
   return held.type === want.set.type && held.timeout === want.set.timeout && held.flags.length === flags.length && held.flags.every((f, i) => f === flags[i]);
 }
@@ -158,11 +163,7 @@ function keeps(held: HeldSet, want: { kind: "set" | "map"; set: SetSpec } | unde
  * node port was refused in about 1 of 5 restarts (test/deployed). Flushed,
  * it serves its old elements until the commit publishes the new ones.
  */
-function refills(held: HeldSet, want: { kind: "set" | "map"; set: SetSpec } | undefined): boolean {
-  if (!want || want.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes("interval") || want.set.timeout !== undefined) return false;
-  const flags = withoutDynamic(want.set.flags);
-  return held.type === want.set.type && held.timeout === undefined && held.flags.length === flags.length && held.flags.every((f, i) => f === flags[i]);
-}
+const refills = (held: HeldSet, want: WantedSet) => sameSet(held, want, "interval");
 
 function sameChain(held: HeldChain, want: ChainSpec): boolean {
   const b = want.base;

@@ -3,7 +3,7 @@
 
 import type { K8sEndpointSlice, K8sNode, K8sObject, K8sService, Kind } from "./k8s/objects.ts";
 import { SERVICE_NAME_LABEL } from "./model/endpoints.ts";
-import { serviceKey } from "./state.ts";
+import { serviceKey, splitServiceKey } from "./state.ts";
 
 export type ClusterEvent = { type: "upsert"; object: K8sObject } | { type: "delete"; kind: Kind; namespace: string; name: string };
 
@@ -82,7 +82,7 @@ export class ClusterIndex {
     if (!owner) return;
     this.sliceOwner.delete(id);
     const list = this.slices.get(owner);
-    const name = id.slice(id.indexOf("/") + 1);
+    const [, name] = splitServiceKey(id);
     const at = list?.findIndex((s) => s.metadata.name === name) ?? -1;
     if (at >= 0) list!.splice(at, 1);
     if (list?.length === 0) this.slices.delete(owner);
@@ -107,7 +107,7 @@ export class ClusterIndex {
   *names(kind: Kind): Iterable<[string, string]> {
     const keys = kind === "Service" ? this.services.keys() : kind === "EndpointSlice" ? this.sliceOwner.keys() : null;
     if (!keys) for (const name of this.nodes.keys()) yield ["", name];
-    else for (const key of keys) yield [key.slice(0, key.indexOf("/")), key.slice(key.indexOf("/") + 1)];
+    else for (const key of keys) yield splitServiceKey(key);
   }
 }
 

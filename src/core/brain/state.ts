@@ -36,3 +36,9 @@ export interface NodeState {
 export type StateChange = ReadonlySet<string> | null;
 
 export const serviceKey = (namespace: string, name: string) => `${namespace}/${name}`;
+
+/** [namespace, name] of a serviceKey (a namespace holds no "/") */
+export function splitServiceKey(key: string): [string, string] {
+  const i = key.indexOf("/");
+  return [key.slice(0, i), key.slice(i + 1)];
+}

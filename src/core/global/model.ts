@@ -9,6 +9,7 @@
 import type { Brain } from "../brain/brain.ts";
 import type { Touched } from "../brain/cluster.ts";
 import { ShardedMap } from "../brain/sharded-map.ts";
+import { splitServiceKey } from "../brain/state.ts";
 import { sameBytes } from "../api/server/wire.ts";
 import { encodeNodeInfo, encodeServiceInfo, encodeSlice, globalPath } from "./encode.ts";
 
@@ -115,8 +116,5 @@ export class GlobalModel {
   }
 }
 
-export const servicePath = (key: string) => {
-  const i = key.indexOf("/");
-  return globalPath(key.slice(0, i), key.slice(i + 1));
-};
+export const servicePath = (key: string) => globalPath(...splitServiceKey(key));
 export const nodePath = (name: string) => globalPath("", name);
