@@ -90,7 +90,9 @@ const runCommand = defineCommand({
     // Health and metrics answer from the start, also while the API server is still unreachable.
     const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
     if (!args.once) applyOOMScoreAdj(cfg, log);
-    const source = await startSource(sourceOptions(args, rawArgs), cfg, brain, log);
+    // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
+    const source = await untilStopped(startSource(sourceOptions(args, rawArgs), cfg, brain, log), stopped);
+    if (!source) return servers?.close();
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     const view = brain.view(cfg.nodeName);
@@ -178,7 +180,9 @@ const serveCommand = defineCommand({
     checkListen(listen, args["listen-any"] === true);
     // Before serving: a SIGTERM right after the socket appears must still close it.
     const stopped = waitForSignal();
-    const { brain, source } = await startBrain(args, rawArgs, cfg);
+    const started = await untilStopped(startBrain(args, rawArgs, cfg), stopped);
+    if (!started) return;
+    const { brain, source } = started;
     const api = await serveApi(brain, cfg, listen, args);
     await stopped;
     await api.close();
@@ -225,6 +229,11 @@ const localCommand = defineCommand({
     process.stdout.write(formatLocalState(state, args.output));
   },
 });
+
+/** `work`'s value, or undefined if `stopped` (a signal) comes first; `work` then goes on until the process exits. */
+async function untilStopped<T>(work: Promise<T>, stopped: Promise<void> | undefined): Promise<T | undefined> {
+  return stopped ? Promise.race([work, stopped.then(() => undefined)]) : work;
+}
 
 function waitForSignal(): Promise<void> {
   return new Promise((resolve) => {
