@@ -2,68 +2,10 @@
 // through here: the brain validates its input, but a backend must never
 // print a string into an nft script it has not recognised as an address.
 
+import { isIPv4, isIPv6 } from "../../src/core/brain/k8s/ip.ts";
 import type { Family } from "./names.ts";
 
-// Hand-written checks rather than node:net's isIPv4/isIPv6: those are one
-// large regular expression each, a quarter of a 10,000-service render (one
-// call per endpoint address). Same answers, except that IPv6 zone ids
-// ("fe80::1%eth0") are refused: nft cannot take them.
-
-const isDigit = (c: number) => c >= 48 && c <= 57;
-const isHex = (c: number) => isDigit(c) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70);
-
-/** dotted quad, no leading zeros (as node:net) */
-export function isIPv4(s: string, from = 0): boolean {
-  let dots = 0;
-  let digits = 0;
-  let value = 0;
-  for (let i = from; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (isDigit(c)) {
-      if (digits === 1 && value === 0) return false; // leading zero
-      value = value * 10 + (c - 48);
-      if (++digits > 3 || value > 255) return false;
-    } else if (c === 46 && digits > 0 && dots < 3) {
-      dots++;
-      digits = value = 0;
-    } else return false;
-  }
-  return dots === 3 && digits > 0;
-}
-
-/** RFC 4291 text: eight groups of 1-4 hex digits, one "::" for a run of zero groups, an optional dotted-quad tail */
-export function isIPv6(s: string): boolean {
-  const n = s.length;
-  if (n < 2 || n > 45) return false;
-  let groups = 0;
-  let compressed = false;
-  let i = 0;
-  if (s.charCodeAt(0) === 58) {
-    if (s.charCodeAt(1) !== 58) return false;
-    compressed = true;
-    i = 2;
-  }
-  while (i < n) {
-    let j = i;
-    while (j < n && isHex(s.charCodeAt(j))) j++;
-    if (j < n && s.charCodeAt(j) === 46) {
-      if (!isIPv4(s, i)) return false;
-      groups += 2;
-      break;
-    }
-    if (j === i || j - i > 4) return false;
-    groups++;
-    if (j === n) break;
-    if (s.charCodeAt(j) !== 58) return false;
-    if (s.charCodeAt(j + 1) === 58) {
-      if (compressed) return false;
-      compressed = true;
-      i = j + 2;
-    } else if (j + 1 === n) return false;
-    else i = j + 1;
-  }
-  return compressed ? groups <= 7 : groups === 8;
-}
+export { isIPv4, isIPv6 };
 
 export const isFamilyIP = (family: Family, s: string) => (family === "ip" ? isIPv4(s) : isIPv6(s));
 
