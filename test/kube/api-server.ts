@@ -136,6 +136,8 @@ export class FakeApiServer {
   private readonly history: HistoryEvent[] = [];
   private watchers = new Set<Watcher>();
   private readonly sockets = new Set<Socket>();
+  /** connections accepted (TLS handshakes done), ever */
+  connections = 0;
   private failures: number[] = [];
   port = 0;
   /** how a too old resourceVersion is refused on a watch */
@@ -274,6 +276,7 @@ export class FakeApiServer {
     const server = this.tls ? createTLSServer({ cert: this.tls.cert, key: this.tls.key }, handler) : createServer(handler);
     server.on(this.tls ? "secureConnection" : "connection", (s: Socket) => {
       this.sockets.add(s);
+      this.connections++;
       s.on("close", () => this.sockets.delete(s));
     });
     return server;

@@ -71,6 +71,16 @@ describe("kube source: what is asked for", () => {
     expect(r.keys()).toHaveLength(621);
     expect(listsOf(api).filter((q) => q.path === "/api/v1/services" && q.query.continue)).toHaveLength(1);
   });
+
+  test("requests share connections: a list of many pages does not pay a TLS handshake a page", async () => {
+    const api = await cluster();
+    for (let i = 0; i < 2600; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+    await started(api);
+    const pages = listsOf(api).length;
+    expect(pages).toBe(8); // 6 of services, 1 of slices, 1 of nodes
+    // each kind's next page is asked for while the last one is still read: two connections a kind at most
+    expect(api.connections).toBeLessThanOrEqual(6);
+  });
 });
 
 describe("kube source: following the cluster", () => {

@@ -9,10 +9,14 @@
 // under both Bun and Node, so the transport is this small module.
 
 import type { KubeConfig } from "@kubernetes/client-node";
-import { request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
-import { request as httpsRequest } from "node:https";
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 
-export type KubeGet = (path: string, query: Record<string, string | undefined>, signal: AbortSignal) => Promise<IncomingMessage>;
+export interface KubeGet {
+  (path: string, query: Record<string, string | undefined>, signal: AbortSignal): Promise<IncomingMessage>;
+  /** closes the idle connections kept for the next request */
+  close(): void;
+}
 
 export interface KubeRequestOptions {
   method?: "GET" | "POST";
@@ -34,8 +38,12 @@ export class HttpStatusError extends Error {
   }
 }
 
-/** A request function bound to the current context of `kc`. Credentials are re-read per request (rotated tokens). */
-export function kubeRequest(kc: KubeConfig): KubeRequest {
+/**
+ * A request function bound to the current context of `kc`. Credentials are
+ * re-read per request (rotated tokens). With `agent`, connections are kept
+ * for the next request: without, each request pays a TCP and TLS handshake.
+ */
+export function kubeRequest(kc: KubeConfig, agent?: HttpAgent): KubeRequest {
   const server = kc.getCurrentCluster()!.server.replace(/\/+$/, "");
   return async ({ method = "GET", path, query = {}, body, signal }) => {
     const url = new URL(server + path);
@@ -47,17 +55,23 @@ export function kubeRequest(kc: KubeConfig): KubeRequest {
     if (payload !== undefined) Object.assign(headers, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(payload) });
     const request = url.protocol === "https:" ? httpsRequest : httpRequest;
     return await new Promise<IncomingMessage>((resolve, reject) => {
-      const req = request(url, { ...opts, method, headers, signal }, resolve);
+      const req = request(url, { ...opts, agent, method, headers, signal }, resolve);
       req.on("error", reject);
       req.end(payload);
     });
   };
 }
 
-/** A GET function bound to the current context of `kc`. */
+/**
+ * A GET function bound to the current context of `kc`, keeping its
+ * connections: a list of 10,000 objects is 20 pages, and a handshake a page
+ * (each next page is asked for while the last one is read, so a fresh
+ * connection each time) cost ~150 ms of a 10,000-service start-up.
+ */
 export function kubeGet(kc: KubeConfig): KubeGet {
-  const send = kubeRequest(kc);
-  return (path, query, signal) => send({ path, query, signal });
+  const agent = kc.getCurrentCluster()!.server.startsWith("https:") ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
+  const send = kubeRequest(kc, agent);
+  return Object.assign((path: string, query: Record<string, string | undefined>, signal: AbortSignal) => send({ path, query, signal }), { close: () => agent.destroy() });
 }
 
 /** Reads a whole (small) response body. */

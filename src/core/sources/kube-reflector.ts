@@ -99,6 +99,7 @@ export class Reflector {
     this.stopped = true;
     this.stop.abort();
     this.request?.abort();
+    this.get.close();
     if (this.sleeping) {
       clearTimeout(this.sleeping.timer);
       this.sleeping.wake();
