@@ -8,13 +8,16 @@
 // 410 Gone: as an ERROR event, or as an HTTP status), dropped connections,
 // and going down and coming back up on the same port. Event creates (POST,
 // core v1 and events.k8s.io/v1) are checked with the real server's
-// validation rules and recorded, not stored.
+// validation rules and recorded, not stored. A request gets in with an
+// accepted bearer token (the set can change: rotation), the basic-auth user,
+// or a client certificate signed by the client CA, else 401.
 
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createTLSServer } from "node:https";
 import type { Socket } from "node:net";
+import type { TLSSocket } from "node:tls";
 import { join } from "node:path";
 import { asSent } from "../fixtures/k8s.ts";
 
@@ -23,16 +26,43 @@ export interface TestCert {
   key: string;
 }
 
-/** A throw-away self-signed certificate for 127.0.0.1 (it is its own CA), made with openssl. */
-export function makeTestCert(dir: string): TestCert {
-  const key = join(dir, "server.key");
-  const cert = join(dir, "server.crt");
+/**
+ * A throw-away self-signed certificate (it is its own CA), made with openssl:
+ * for 127.0.0.1, or for `san` (e.g. "DNS:api.test"); files named `name`.crt/.key.
+ */
+export function makeTestCert(dir: string, opts: { san?: string; name?: string } = {}): TestCert {
+  const { san = "IP:127.0.0.1", name = "server" } = opts;
+  const key = join(dir, `${name}.key`);
+  const cert = join(dir, `${name}.crt`);
   execFileSync("openssl", [
     "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
-    "-keyout", key, "-out", cert, "-subj", "/CN=127.0.0.1",
-    "-addext", "subjectAltName=IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:TRUE",
+    "-keyout", key, "-out", cert, "-subj", `/CN=${san.replace(/^\w+:/, "")}`,
+    "-addext", `subjectAltName=${san}`, "-addext", "basicConstraints=critical,CA:TRUE",
   ], { stdio: "ignore" });
   return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8") };
+}
+
+/** A client certificate for `cn`, signed by `ca` (a makeTestCert certificate); files `name`.crt/.key in `dir`. */
+export function makeClientCert(dir: string, ca: TestCert, cn: string, name = "client"): TestCert & { certFile: string; keyFile: string } {
+  const key = join(dir, `${name}.key`);
+  const cert = join(dir, `${name}.crt`);
+  const csr = join(dir, `${name}.csr`);
+  const caCert = join(dir, `${name}-ca.crt`);
+  const caKey = join(dir, `${name}-ca.key`);
+  const ext = join(dir, `${name}.ext`);
+  writeFileSync(caCert, ca.cert);
+  writeFileSync(caKey, ca.key);
+  writeFileSync(ext, "extendedKeyUsage=clientAuth\n");
+  execFileSync("openssl", ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", csr, "-subj", `/CN=${cn}`], { stdio: "ignore" });
+  execFileSync("openssl", ["x509", "-req", "-in", csr, "-CA", caCert, "-CAkey", caKey, "-CAcreateserial", "-days", "1", "-out", cert, "-extfile", ext], { stdio: "ignore" });
+  return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8"), certFile: cert, keyFile: key };
+}
+
+/** Who the server lets in: bearer tokens, one basic-auth user, client certificates signed by a CA. */
+export interface ServerAuth {
+  /** PEM CA: a client certificate it signed authenticates the request */
+  clientCA?: string;
+  basic?: { username: string; password: string };
 }
 
 type Obj = Record<string, unknown> & { kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string } };
@@ -63,6 +93,10 @@ export interface RequestRecord {
   path: string;
   query: Record<string, string>;
   watch: boolean;
+  /** the Authorization header as sent */
+  authorization?: string;
+  /** a client certificate signed by the server's client CA came with it */
+  clientCert: boolean;
 }
 
 /** An Event create the server received, accepted or not. */
@@ -149,14 +183,19 @@ export class FakeApiServer {
   listMs = 0;
   /** answer Event creates with this status (403: RBAC refuses), or never answer them */
   eventReply: number | "hang" | undefined;
+  /** bearer tokens accepted (a test rotates them) */
+  readonly tokens = new Set(["test-token"]);
 
-  private constructor(private readonly tls?: TestCert) {
+  private constructor(
+    private readonly tls?: TestCert,
+    private readonly auth: ServerAuth = {},
+  ) {
     this.server = this.makeServer();
   }
 
-  /** HTTPS with `tls` (what real API servers speak), else plain HTTP. */
-  static async start(tls?: TestCert): Promise<FakeApiServer> {
-    const s = new FakeApiServer(tls);
+  /** HTTPS with `tls` (what real API servers speak), else plain HTTP; `auth` adds ways in besides the tokens. */
+  static async start(tls?: TestCert, auth?: ServerAuth): Promise<FakeApiServer> {
+    const s = new FakeApiServer(tls, auth);
     await s.up();
     return s;
   }
@@ -185,8 +224,7 @@ export class FakeApiServer {
         "- name: fake",
         "  cluster:",
         `    server: "${server}"`,
-        // client-node refuses plain http unless TLS checks are explicitly off.
-        this.tls ? `    certificate-authority-data: ${Buffer.from(this.tls.cert).toString("base64")}` : "    insecure-skip-tls-verify: true",
+        ...(this.tls ? [`    certificate-authority-data: ${Buffer.from(this.tls.cert).toString("base64")}`] : []),
         "users:",
         "- name: tester",
         "  user: { token: test-token }",
@@ -273,7 +311,9 @@ export class FakeApiServer {
 
   private makeServer(): Server {
     const handler = (req: IncomingMessage, res: ServerResponse) => this.handle(req, res);
-    const server = this.tls ? createTLSServer({ cert: this.tls.cert, key: this.tls.key }, handler) : createServer(handler);
+    // A client certificate is asked for, not required: the request may still bring a token.
+    const clientCerts = this.auth.clientCA ? { ca: this.auth.clientCA, requestCert: true, rejectUnauthorized: false } : {};
+    const server = this.tls ? createTLSServer({ cert: this.tls.cert, key: this.tls.key, ...clientCerts }, handler) : createServer(handler);
     server.on(this.tls ? "secureConnection" : "connection", (s: Socket) => {
       this.sockets.add(s);
       this.connections++;
@@ -304,10 +344,13 @@ export class FakeApiServer {
     const url = new URL(req.url ?? "/", "http://x");
     const query = Object.fromEntries(url.searchParams);
     const watch = query.watch === "true" || query.watch === "1";
-    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch });
+    // Bun's TLS socket has `authorized` but no getPeerCertificate: a signed certificate is all we learn.
+    const clientCert = !!this.auth.clientCA && (req.socket as TLSSocket).authorized === true;
+    const authorization = req.headers.authorization;
+    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), clientCert });
     const failure = this.failures.shift();
     if (failure) return status(res, failure, "InternalError", "injected failure");
-    if (req.headers.authorization !== "Bearer test-token") return status(res, 401, "Unauthorized", "Unauthorized");
+    if (!clientCert && !this.authorized(authorization)) return status(res, 401, "Unauthorized", "Unauthorized");
     const ev = eventPath.exec(url.pathname);
     if (ev && req.method === "POST") return void this.createEvent(req, res, ev[1] === "api/v1" ? "v1" : "events.k8s.io/v1", ev[2]);
     const resource = resources[url.pathname];
@@ -319,6 +362,13 @@ export class FakeApiServer {
     const t0 = performance.now();
     this.list(resource.kind, resource.apiVersion, matches, query, res);
     this.listMs += performance.now() - t0;
+  }
+
+  private authorized(header: string | undefined): boolean {
+    const [scheme, value = ""] = (header ?? "").split(" ");
+    if (scheme === "Bearer") return this.tokens.has(value);
+    const b = this.auth.basic;
+    return scheme === "Basic" && !!b && Buffer.from(value, "base64").toString() === `${b.username}:${b.password}`;
   }
 
   private async createEvent(req: IncomingMessage, res: ServerResponse, group: EventPost["group"], namespace: string) {

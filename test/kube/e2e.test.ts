@@ -210,7 +210,7 @@ describe("an API server that is down when kpng starts", () => {
 describe("the compiled binary (bun run build)", () => {
   test("reaches the API server over TLS with the kubeconfig's CA and prints the rules", async () => {
     const bin = join(tmp.dir, "kpng");
-    // As shipped: build.ts's KubeConfig without client-node's generated API must still load the kubeconfig.
+    // As shipped: the compiled binary loads the kubeconfig and trusts its CA (the bundle must keep what the loader needs).
     await buildBinary(bin);
     // Not spawnSync: the API server lives in this process and must keep answering.
     const p = Bun.spawn([bin, "--kubeconfig", api.writeKubeconfig(tmp.dir, "bin-kubeconfig"), "--backend", "nft", "--dry-run", "--once", "--hostname-override", "node-1"], { cwd: tmp.dir, stdout: "pipe", stderr: "pipe", timeout: 20_000 });

@@ -11,7 +11,7 @@ import { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON } from "../../plugins
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { makeEvent, microTime, nodeRef, recordNodeEvent, type EventFields } from "../../src/core/node/events.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { loadKubeConfig } from "../../src/core/sources/kube.ts";
+import { loadKubeConfig } from "../../src/core/sources/kubeconfig.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { eventsV1Errors, FakeApiServer } from "./api-server.ts";
@@ -141,7 +141,7 @@ describe("recording never holds start-up", () => {
     setup();
     const log = memoryLogger();
     const start = performance.now();
-    await recordNodeEvent({ config, log, kc: loadKubeConfig({ kubeconfig }), timeoutMs: 300 }, { type: "Warning", reason: "R", action: "A", note: "n" });
+    await recordNodeEvent({ config, log, access: loadKubeConfig({ kubeconfig }), timeoutMs: 300 }, { type: "Warning", reason: "R", action: "A", note: "n" });
     expect(performance.now() - start).toBeLessThan(3000);
     expect(api.events).toHaveLength(1);
     const warning = log.lines.find((l) => l.includes("WARN") && l.includes("could not record event"));
@@ -150,10 +150,10 @@ describe("recording never holds start-up", () => {
 
   test("an API server that is down: a warning", async () => {
     const gone = await FakeApiServer.start();
-    const kc = loadKubeConfig({ kubeconfig: gone.writeKubeconfig(tmp.dir, "gone-kubeconfig") });
+    const access = loadKubeConfig({ kubeconfig: gone.writeKubeconfig(tmp.dir, "gone-kubeconfig") });
     await gone.close();
     const log = memoryLogger();
-    await recordNodeEvent({ config, log, kc, timeoutMs: 1000 }, { type: "Warning", reason: "R", action: "A", note: "n" });
+    await recordNodeEvent({ config, log, access, timeoutMs: 1000 }, { type: "Warning", reason: "R", action: "A", note: "n" });
     expect(log.lines.some((l) => l.includes("WARN") && l.includes("could not record event reason=R"))).toBe(true);
   });
 });

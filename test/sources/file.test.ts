@@ -43,7 +43,7 @@ describe("parsing", () => {
     { name: "bad entry of clusterIPs", item: { ...service("web"), spec: { clusterIPs: ["None", ""], ports: [{ port: 80 }] } }, error: 'spec.clusterIPs[1]: "" is not a valid IP address' },
     { name: "unknown protocol", item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } }, error: 'spec.ports[0].protocol: "ICMP" must be TCP, UDP or SCTP' },
     { name: "endpoint address of the wrong family", item: { ...slice("web", "2001:db8::1") }, error: 'endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address' },
-    { name: "missing name", item: { kind: "Service", metadata: {}, spec: {} }, error: "metadata.name: " },
+    { name: "missing name", item: { kind: "Service", metadata: {}, spec: {} }, error: "f: item 0: service <unnamed> metadata.name: missing" },
     { name: "slice for a missing service", item: slice("gone", "198.19.1.1"), error: "f: item 0: endpointSlice default/gone-x metadata.labels[kubernetes.io/service-name]: service default/gone is not in the file" },
   ];
   for (const c of bad) {

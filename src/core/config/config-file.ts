@@ -23,6 +23,7 @@ import {
   V1alpha2Schema,
   type KubeProxyConfig,
 } from "./kube-proxy-config.ts";
+import { issueProblem } from "../issues.ts";
 import { readTextFile } from "../read-text.ts";
 
 export interface LoadedConfig {
@@ -40,19 +41,18 @@ interface Problem {
 const fieldName = (path: ReadonlyArray<string | number>) =>
   path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : s ? `${s}.${k}` : k), "");
 
-function issueProblem(issue: v.BaseIssue<unknown>): Problem {
+function toProblem(issue: v.BaseIssue<unknown>): Problem {
   const path = (issue.path ?? []).map((p) => (p.type === "array" ? Number(p.key) : String(p.key)));
   const unknownKey = issue.type === "strict_object" && issue.path?.at(-1)?.origin === "key";
   if (unknownKey) return { path, message: "unknown field" };
-  const shown = typeof issue.input === "object" && issue.input !== null ? "" : `${JSON.stringify(issue.input)} `;
-  return { path, message: `${shown}${issue.message}` };
+  return { path, message: issueProblem(issue) };
 }
 
 /** Validates one parsed document against the schema of its apiVersion. */
 function problemsOf(raw: Record<string, unknown>): { problems: Problem[]; doc?: KubeProxyConfig } {
   const schema = raw.apiVersion === V1ALPHA1 ? V1alpha1Schema : V1alpha2Schema;
   const res = v.safeParse(schema, raw, { abortPipeEarly: true });
-  if (!res.success) return { problems: res.issues.map(issueProblem) };
+  if (!res.success) return { problems: res.issues.map(toProblem) };
   const cross = crossFieldIssues(res.output).map(([f, message]) => ({ path: f.split("."), message }));
   if (cross.length) return { problems: cross };
   const doc = res.output.apiVersion === V1ALPHA1 ? v.parse(V1alpha2Schema, convertV1alpha1(res.output)) : (res.output as KubeProxyConfig);

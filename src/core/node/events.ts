@@ -10,13 +10,12 @@
 // warning in the log, never a failed start-up (kube-proxy's broadcaster
 // also drops what it cannot deliver).
 
-import type { KubeConfig } from "@kubernetes/client-node";
 import { hostname } from "node:os";
 import type { Config } from "../config/config.ts";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { expectOK, kubeRequest, readBody, type KubeRequest } from "../sources/kube-http.ts";
-import { loadKubeConfig } from "../sources/kube.ts";
+import { loadKubeConfig, type KubeAccess } from "../sources/kubeconfig.ts";
 
 /** `reportingController` of kpng's events (kube-proxy: "kube-proxy"). */
 export const REPORTING_CONTROLLER = "kpng";
@@ -109,7 +108,7 @@ export interface NodeEventOptions {
   config: Config;
   log: Logger;
   /** given by tests; otherwise loaded like the Kubernetes source loads it */
-  kc?: KubeConfig;
+  access?: KubeAccess;
   /** bounds how long `--once` waits for the API server at exit */
   timeoutMs?: number;
 }
@@ -119,8 +118,8 @@ export async function recordNodeEvent(opts: NodeEventOptions, f: Omit<EventField
   const { config, log } = opts;
   const ev = makeEvent({ ...f, regarding: nodeRef(config.nodeName) });
   try {
-    const kc = opts.kc ?? loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
-    await postEvent(kubeRequest(kc), ev, opts.timeoutMs ?? 5000);
+    const access = opts.access ?? loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
+    await postEvent(kubeRequest(access), ev, opts.timeoutMs ?? 5000);
     log.debug("event recorded", { reason: ev.reason, node: config.nodeName, name: ev.metadata.name });
   } catch (err) {
     log.warn("could not record event", { reason: ev.reason, node: config.nodeName, error: errorMessage(err) });

@@ -1,16 +1,10 @@
-// Requests to the API server with the kubeconfig's TLS and credentials.
-//
-// @kubernetes/client-node builds the request options (CA, client
-// certificate, token files, exec and OIDC plugins, proxies) through
-// KubeConfig.applyToHTTPSOptions, and we use exactly those. Its own list and
-// watch helpers go through undici, whose `dispatcher` (and with it the CA and
-// client certificate) Bun's built-in undici ignores: against a real cluster
-// they fail TLS inside the compiled binary. node:http(s) honours the options
-// under both Bun and Node, so the transport is this small module.
+// Requests to the API server with the kubeconfig's TLS and credentials
+// (kubeconfig.ts), on node:http(s), which honours the CA, the server name
+// and the client certificate under both Bun and Node, compiled or not.
 
-import type { KubeConfig } from "@kubernetes/client-node";
-import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type RequestOptions } from "node:http";
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import type { KubeAccess } from "./kubeconfig.ts";
 
 export interface KubeGet {
   (path: string, query: Record<string, string | undefined>, signal: AbortSignal): Promise<IncomingMessage>;
@@ -39,38 +33,49 @@ export class HttpStatusError extends Error {
 }
 
 /**
- * A request function bound to the current context of `kc`. Credentials are
- * re-read per request (rotated tokens). With `agent`, connections are kept
- * for the next request: without, each request pays a TCP and TLS handshake.
+ * A request function for `access`. Credentials are fetched per request:
+ * rotated tokens, expiring exec credentials. With `agent`, connections are
+ * kept for the next request: without, each request pays a TCP and TLS
+ * handshake.
  */
-export function kubeRequest(kc: KubeConfig, agent?: HttpAgent): KubeRequest {
-  const server = kc.getCurrentCluster()!.server.replace(/\/+$/, "");
+export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
+  const { server, tls } = access;
   return async ({ method = "GET", path, query = {}, body, signal }) => {
     const url = new URL(server + path);
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") url.searchParams.set(k, v);
-    const opts: RequestOptions & Record<string, unknown> = {};
-    await kc.applyToHTTPSOptions(opts);
+    const creds = await access.credentials();
     const payload = body === undefined ? undefined : JSON.stringify(body);
-    const headers: Record<string, string | number> = { ...(opts.headers as Record<string, string> | undefined), Accept: "application/json" };
+    const headers: Record<string, string | number> = { Accept: "application/json" };
+    if (creds.authorization) headers.Authorization = creds.authorization;
     if (payload !== undefined) Object.assign(headers, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(payload) });
-    const request = url.protocol === "https:" ? httpsRequest : httpRequest;
-    return await new Promise<IncomingMessage>((resolve, reject) => {
-      const req = request(url, { ...opts, agent, method, headers, signal }, resolve);
+    const secure = url.protocol === "https:";
+    const tlsOptions = secure
+      ? {
+          ...(tls.ca ? { ca: tls.ca } : {}),
+          ...(tls.servername ? { servername: tls.servername } : {}),
+          rejectUnauthorized: !tls.insecure,
+          ...(creds.cert ? { cert: creds.cert, key: creds.key } : {}),
+        }
+      : {};
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = (secure ? httpsRequest : httpRequest)(url, { ...tlsOptions, agent, method, headers, signal }, resolve);
       req.on("error", reject);
       req.end(payload);
     });
+    if (res.statusCode === 401) creds.refused();
+    return res;
   };
 }
 
 /**
- * A GET function bound to the current context of `kc`, keeping its
- * connections: a list of 10,000 objects is 20 pages, and a handshake a page
- * (each next page is asked for while the last one is read, so a fresh
- * connection each time) cost ~150 ms of a 10,000-service start-up.
+ * A GET function for `access`, keeping its connections: a list of 10,000
+ * objects is 20 pages, and a handshake a page (each next page is asked for
+ * while the last one is read, so a fresh connection each time) cost ~150 ms
+ * of a 10,000-service start-up.
  */
-export function kubeGet(kc: KubeConfig): KubeGet {
-  const agent = kc.getCurrentCluster()!.server.startsWith("https:") ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
-  const send = kubeRequest(kc, agent);
+export function kubeGet(access: KubeAccess): KubeGet {
+  const agent = access.server.startsWith("https:") ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
+  const send = kubeRequest(access, agent);
   return Object.assign((path: string, query: Record<string, string | undefined>, signal: AbortSignal) => send({ path, query, signal }), { close: () => agent.destroy() });
 }
 

@@ -5,11 +5,11 @@
 // the server cannot be reached. Nothing here ever clears what was listed: a
 // server that is down leaves the last known cluster in place.
 
-import type { KubeConfig } from "@kubernetes/client-node";
 import { createInterface } from "node:readline";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { expectOK, kubeGet, type KubeGet } from "./kube-http.ts";
+import type { KubeAccess } from "./kubeconfig.ts";
 
 export interface ResourceSpec {
   /** e.g. `/api/v1/services` */
@@ -75,14 +75,14 @@ export class Reflector {
   private readonly listedOnce = Promise.withResolvers<void>();
 
   constructor(
-    kc: KubeConfig,
+    access: KubeAccess,
     private readonly kind: string,
     private readonly spec: ResourceSpec,
     private readonly sink: ReflectorSink,
     private readonly log: Logger,
     private readonly backoff: Backoff = DEFAULT_BACKOFF,
   ) {
-    this.get = kubeGet(kc);
+    this.get = kubeGet(access);
   }
 
   /** resolves after the first successful list */

@@ -7,18 +7,13 @@
 // are compared, so a Node heartbeat or a relist that brings back the same
 // objects with new resourceVersions costs nothing downstream.
 
-// KubeConfig's own module, not the package index: the index also loads the
-// watch, informer, exec, cp (tar), port-forward and metrics helpers, none of
-// which kpng uses (build.ts keeps the generated API clients out as well).
-import { KubeConfig } from "@kubernetes/client-node/dist/config.js";
-import { existsSync } from "node:fs";
 import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
-import { errorMessage, invalid } from "../errors.ts";
 import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
 import { Listing, objectId } from "./listing.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
+import { loadKubeConfig } from "./kubeconfig.ts";
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
 export const HEADLESS_LABEL = "service.kubernetes.io/headless";
@@ -51,62 +46,6 @@ export interface KubeSource {
   /** resolves once every kind has been listed */
   readonly synced: Promise<void>;
 }
-
-/**
- * kubeconfig file, --master, or the pod's service account, as kube-proxy
- * picks them. `inClusterPrefix` roots the service-account files (tests).
- */
-export function loadKubeConfig(opts: { kubeconfig?: string; master?: string; env?: NodeJS.ProcessEnv; inClusterPrefix?: string }): KubeConfig {
-  const kc = new KubeConfig();
-  const env = opts.env ?? process.env;
-  if (opts.master !== undefined && !/^https?:\/\/[^/]/.test(opts.master)) throw invalid(`flag --master: "${opts.master}" is not an http(s) URL`);
-  if (opts.kubeconfig) {
-    try {
-      kc.loadFromFile(opts.kubeconfig);
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      throw invalid(`--kubeconfig ${opts.kubeconfig}: cannot load: ${code ?? errorMessage(err).split("\n")[0]}`);
-    }
-    if (!kc.getCurrentCluster()) throw invalid(`--kubeconfig ${opts.kubeconfig}: no cluster for current-context "${kc.getCurrentContext()}"`);
-    if (opts.master) {
-      const current = kc.getCurrentCluster()!.name;
-      kc.loadFromOptions({
-        clusters: kc.getClusters().map((c) => (c.name === current ? { ...c, server: opts.master!, skipTLSVerify: c.skipTLSVerify || plainHTTP(opts.master!) } : c)),
-        users: kc.getUsers(),
-        contexts: kc.getContexts(),
-        currentContext: kc.getCurrentContext(),
-      });
-    }
-    return kc;
-  }
-  if (opts.master) {
-    // client-node refuses http:// unless TLS checks are off; there is no TLS to check.
-    kc.loadFromClusterAndUser({ name: "master", server: opts.master, skipTLSVerify: plainHTTP(opts.master) }, { name: "anonymous" });
-    return kc;
-  }
-  const prefix = opts.inClusterPrefix ?? "";
-  if (!env.KUBERNETES_SERVICE_HOST || !env.KUBERNETES_SERVICE_PORT) {
-    throw invalid("no --kubeconfig, --master or --input given, and not running in a pod (KUBERNETES_SERVICE_HOST is unset)");
-  }
-  if (!existsSync(`${prefix}/var/run/secrets/kubernetes.io/serviceaccount/token`)) {
-    throw invalid("in-cluster configuration: no service account token at /var/run/secrets/kubernetes.io/serviceaccount/token");
-  }
-  const saved = { host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT };
-  // loadFromCluster reads process.env; lend it the given environment.
-  process.env.KUBERNETES_SERVICE_HOST = env.KUBERNETES_SERVICE_HOST;
-  process.env.KUBERNETES_SERVICE_PORT = env.KUBERNETES_SERVICE_PORT;
-  try {
-    kc.loadFromCluster(prefix);
-  } finally {
-    for (const [k, val] of [["KUBERNETES_SERVICE_HOST", saved.host], ["KUBERNETES_SERVICE_PORT", saved.port]] as const) {
-      if (val === undefined) delete process.env[k];
-      else process.env[k] = val;
-    }
-  }
-  return kc;
-}
-
-const plainHTTP = (url: string) => url.startsWith("http://");
 
 /** kube-proxy's informer selectors: not another proxy's services, not headless ones. */
 export function resourceSpecs(cfg: Config): Record<Kind, ResourceSpec> {
@@ -151,8 +90,7 @@ const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
  */
 export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSource> {
   const { brain, log, config } = opts;
-  const kc = loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
-  const server = kc.getCurrentCluster()!.server;
+  const access = loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
   const listing = new Listing(brain.index);
   let reflectors: Reflector[] = [];
   const stats: SourceStats = {
@@ -192,7 +130,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     /** ids in the list under way, valid or not: what is not among them is gone */
     let present = new Set<string>();
     return new Reflector(
-      kc,
+      access,
       kind,
       specs[kind],
       {
@@ -236,7 +174,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
       opts.backoff ?? DEFAULT_BACKOFF,
     ).start();
   });
-  log.info("watching the API server", { server, node: config.nodeName });
+  log.info("watching the API server", { server: access.server, node: config.nodeName });
 
   const close = () => {
     for (const r of reflectors) r.close();

@@ -9,6 +9,7 @@
 import * as v from "valibot";
 import { fastSlice } from "./fast-slice.ts";
 import { ipFamily, isCIDR } from "./ip.ts";
+import { issuePath, issueProblem } from "../../issues.ts";
 
 // node:net's checks (as kube-proxy's netutils, no leading zeros), not valibot's v.ip
 // regex: 10,000 cluster IPs are checked at start-up. Unions are avoided for the
@@ -148,15 +149,6 @@ function sliceAddressError(slice: K8sEndpointSlice): string | null {
   return null;
 }
 
-function issuePath(issue: v.BaseIssue<unknown>): string {
-  let out = "";
-  for (const item of issue.path ?? []) {
-    if (item.type === "array") out += `[${String(item.key)}]`;
-    else out += out ? `.${String(item.key)}` : String(item.key);
-  }
-  return out;
-}
-
 export type ParseResult = { ok: true; object: K8sObject } | { ok: false; error: string } | { ok: false; ignored: true };
 
 /**
@@ -180,6 +172,5 @@ export function parseObject(raw: unknown): ParseResult {
     return err ? { ok: false, error: `${objectName(obj)} ${err}` } : { ok: true, object: obj };
   }
   const issue = res.issues[0];
-  const shown = typeof issue.input === "object" && issue.input !== null ? "" : `${JSON.stringify(issue.input)} `;
-  return { ok: false, error: `${objectName(raw as never)} ${issuePath(issue) || "object"}: ${shown}${issue.message}` };
+  return { ok: false, error: `${objectName(raw as never)} ${issuePath(issue) || "object"}: ${issueProblem(issue)}` };
 }
