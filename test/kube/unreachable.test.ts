@@ -5,6 +5,7 @@
 // The whole process, with the flags an operator passes.
 
 import { afterAll, describe, expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng } from "../api/kpng-process.ts";
 import { tempDir } from "./helpers.ts";
@@ -33,4 +34,18 @@ describe("SIGTERM while the first list cannot reach the API server", () => {
       expect(performance.now() - t0).toBeLessThan(2_000);
       expect(p.stderr.some((l) => / INFO kpng: shutting down signal=SIGTERM/.test(l))).toBe(true);
     });
+});
+
+describe("a backend that cannot work, while the first list cannot reach the API server", () => {
+  test("kpng --backend nft without nft: exits at once with the reason, not after the API server comes", async () => {
+    const empty = join(tmp.dir, "bin");
+    mkdirSync(empty, { recursive: true });
+    // no dry run: setup asks the kernel, through nft, to check kpng's skeleton; there is no nft to run
+    const p = startKpng([...NO_SERVER, ...QUIET, "--hostname-override", "node-1", "--backend", "nft"], { env: { PATH: empty } });
+    const code = await Promise.race([p.proc.exited, Bun.sleep(5_000).then(() => "still running")]);
+    if (code === "still running") p.proc.kill("SIGKILL");
+    expect(code).toBe(1);
+    await Bun.sleep(50); // the pumps drain
+    expect(p.stderr.join("\n")).toMatch(/nftables cannot load kpng's rules: .*nft/);
+  });
 });
