@@ -118,7 +118,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   // last valid version (if any), which stays in place. Bad input tears nothing down.
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
     const t0 = performance.now();
-    const res = parseObject(raw.kind === kind ? raw : { ...raw, kind }); // list items carry no kind
+    const res = parseObject(raw, kind); // list items carry no kind
     validateMs[kind] += performance.now() - t0;
     if (res.ok) return res.object;
     if ("error" in res) log.warn("skipping invalid object, keeping its last valid version", { error: res.error });
