@@ -127,25 +127,31 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
 
   const specs = resourceSpecs(config);
   reflectors = kindsInOrder.map((kind) => {
-    /** ids in the list under way, valid or not: what is not among them is gone */
-    let present = new Set<string>();
+    /**
+     * ids in the list under way, valid or not: what is not among them is gone.
+     * null when the index held nothing of kind as the list began (the first
+     * list): nothing can be gone, and 20,000 ids at 10k services cost ~15 ms
+     * to collect and check at start-up.
+     */
+    let present: Set<string> | null = null;
     return new Reflector(
       access,
       kind,
       specs[kind],
       {
         page(items, first) {
-          if (first) present = new Set(); // a list that failed midway left its ids here
+          // a list that failed midway left its objects in the index and its ids here
+          if (first) present = brain.index.count(kind) ? new Set() : null;
           stats.events[kind] += items.length;
           for (const raw of items) {
-            present.add(idOf(kind, raw));
+            present?.add(idOf(kind, raw));
             const obj = parse(kind, raw);
             if (obj) brain.apply(listing.upsert(obj));
           }
         },
         listed(list) {
-          brain.apply(listing.missing(kind, present));
-          present = new Set();
+          if (present) brain.apply(listing.missing(kind, present));
+          present = null;
           if (!brain.isSynced) {
             log.info("listed", { kind, objects: list.items, pages: list.pages, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
           }
