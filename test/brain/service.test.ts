@@ -2,7 +2,9 @@
 // the localv1.Service is derived.
 
 import { describe, expect, test } from "bun:test";
-import { Protocol } from "../../src/gen/localv1/services_pb.ts";
+import { clone, type DescMessage } from "@bufbuild/protobuf";
+import { Protocol, ServiceSchema } from "../../src/gen/localv1/services_pb.ts";
+import { serviceModel } from "../../src/core/brain/model/service.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { svc } from "../fixtures/k8s.ts";
 import { localState } from "./helpers.ts";
@@ -87,4 +89,38 @@ describe("service fields", () => {
     expect([np.ExternalTrafficToLocal, np.HealthCheckNodePort]).toEqual([true, 0]);
     expect(model(svc({ eTP: "Local" })).ExternalTrafficToLocal).toBe(false);
   });
+});
+
+/** every message in `msg` has its keys in create()'s order: $typeName, then the schema's members as declared */
+function expectCreateOrder(desc: DescMessage, msg: Record<string, unknown>) {
+  expect(Object.keys(msg)).toEqual(["$typeName", ...desc.members.map((m) => m.localName)]);
+  for (const f of desc.fields) {
+    const val = f.oneof ? (msg[f.oneof.localName] as { case?: string; value?: unknown }) : msg[f.localName];
+    if (f.fieldKind === "message") {
+      const inner = f.oneof ? ((val as { case?: string }).case === f.localName ? (val as { value: unknown }).value : undefined) : val;
+      if (inner) expectCreateOrder(f.message, inner as Record<string, unknown>);
+    }
+    if (f.fieldKind === "list" && f.listKind === "message") for (const x of val as Array<Record<string, unknown>>) expectCreateOrder(f.message, x);
+  }
+}
+
+describe("the model as protobuf-es makes messages", () => {
+  // serviceModel writes object literals, not create(): each must be what
+  // protobuf-es's reflection makes of it, every field set, keys in create()'s order.
+  const cases: Array<{ name: string; svc: K8sService }> = [
+    { name: "ClusterIP", svc: svc() },
+    { name: "dual-stack NodePort, eTP=Local, named target port", svc: svc({ type: "NodePort", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], eTP: "Local", ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: "web", nodePort: 30080 }] }) },
+    {
+      name: "LoadBalancer with everything",
+      svc: svc({ type: "LoadBalancer", labels: { app: "web" }, externalIPs: [v4.external(1), v6.external(1)], lbIngress: [{ ip: v4.external(2) }], sourceRanges: ["198.18.128.0/24"], affinity: 600, eTP: "Local", iTP: "Local", healthCheckNodePort: 32000 }),
+    },
+    { name: "a namespace-less, label-less service", svc: { kind: "Service", metadata: { name: "web", labels: null }, spec: { type: "ClusterIP", clusterIP: v4.clusterIP(1) } } as K8sService },
+  ];
+  for (const c of cases) {
+    test(c.name, () => {
+      const m = serviceModel(c.svc);
+      expect(m).toStrictEqual(clone(ServiceSchema, m));
+      expectCreateOrder(ServiceSchema, m as never);
+    });
+  }
 });

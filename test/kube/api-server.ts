@@ -172,7 +172,7 @@ export class FakeApiServer {
   private readonly sockets = new Set<Socket>();
   /** connections accepted (TLS handshakes done), ever */
   connections = 0;
-  private failures: number[] = [];
+  private failures: Array<{ status: number } & FailOptions> = [];
   port = 0;
   /** how a too old resourceVersion is refused on a watch */
   goneAs: "event" | "http" = "event";
@@ -283,9 +283,9 @@ export class FakeApiServer {
     this.watchers.clear();
   }
 
-  /** The next `n` requests fail with `status`. */
-  failNext(n: number, status = 500): void {
-    for (let i = 0; i < n; i++) this.failures.push(status);
+  /** The next `n` requests (of those `opts` picks) fail with `status`. */
+  failNext(n: number, status = 500, opts: FailOptions = {}): void {
+    for (let i = 0; i < n; i++) this.failures.push({ status, ...opts });
   }
 
   async down(): Promise<void> {
@@ -348,8 +348,12 @@ export class FakeApiServer {
     const clientCert = !!this.auth.clientCA && (req.socket as TLSSocket).authorized === true;
     const authorization = req.headers.authorization;
     this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), clientCert });
-    const failure = this.failures.shift();
-    if (failure) return status(res, failure, "InternalError", "injected failure");
+    const at = this.failures.findIndex((f) => (!f.path || f.path === url.pathname) && (!f.continued || !!query.continue));
+    if (at >= 0) {
+      const [failure] = this.failures.splice(at, 1);
+      failure.then?.();
+      return status(res, failure.status, "InternalError", "injected failure");
+    }
     if (!clientCert && !this.authorized(authorization)) return status(res, 401, "Unauthorized", "Unauthorized");
     const ev = eventPath.exec(url.pathname);
     if (ev && req.method === "POST") return void this.createEvent(req, res, ev[1] === "api/v1" ? "v1" : "events.k8s.io/v1", ev[2]);
@@ -474,6 +478,15 @@ function lowerBound(keys: readonly string[], key: string): number {
     else hi = mid;
   }
   return lo;
+}
+
+/** which requests an injected failure hits, and what changes as it is answered */
+export interface FailOptions {
+  /** only requests to this path */
+  path?: string;
+  /** only a list's next pages (requests with a continue token) */
+  continued?: boolean;
+  then?: () => void;
 }
 
 const keyOf = (o: Obj) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;

@@ -237,8 +237,7 @@ export class NodeView {
     this.brain.stats.computed++;
     const e = this.brain.entry(key);
     if (!e) return null;
-    const slices = this.brain.index.slices.get(key)?.values() ?? [];
-    const cands = candidates(slices, e.families, this.nodeName);
+    const cands = candidates(this.brain.index.slices.get(key) ?? [], e.families, this.nodeName);
     // the last result's endpoints are reused where they come out the same
     return { service: e.model, endpoints: endpointsModel(e.model, cands, { ...e, node }, this.state?.services.get(key)?.endpoints) };
   }

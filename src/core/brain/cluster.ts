@@ -103,6 +103,11 @@ export class ClusterIndex {
     }
   }
 
+  /** how many objects of kind are held */
+  count(kind: Kind): number {
+    return kind === "Service" ? this.services.size : kind === "EndpointSlice" ? this.sliceOwner.size : this.nodes.size;
+  }
+
   /** [namespace, name] of every object of kind held */
   *names(kind: Kind): Iterable<[string, string]> {
     const keys = kind === "Service" ? this.services.keys() : kind === "EndpointSlice" ? this.sliceOwner.keys() : null;

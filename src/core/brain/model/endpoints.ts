@@ -50,22 +50,44 @@ export function sliceFamily(slice: K8sEndpointSlice): Family | null {
   return slice.addressType === "IPv4" ? "v4" : slice.addressType === "IPv6" ? "v6" : null;
 }
 
+/** up to this many candidates, IPs and keys are looked up by scanning; above, through a Map and a Set */
+const SCAN = 16;
+const NO_CONDITIONS: { ready?: boolean | null; serving?: boolean | null; terminating?: boolean | null } = Object.freeze({});
+
+/** index in `cands` of the one with this IP, or -1 */
+function scanIP(cands: readonly Candidate[], ip: string): number {
+  for (let i = 0; i < cands.length; i++) if (cands[i].ip === ip) return i;
+  return -1;
+}
+
+function scanKey(cands: readonly Candidate[], key: string): boolean {
+  for (let i = 0; i < cands.length; i++) if (cands[i].key === key) return true;
+  return false;
+}
+
 /**
  * All endpoints of the given slices, de-duplicated by IP (the same endpoint
  * can sit in two slices while the controller moves it): a non-terminating
- * copy wins, ports are merged.
+ * copy wins, ports are merged. Nearly every service has a few endpoints:
+ * a scan of them finds an IP or a key faster than a Map and a Set made for
+ * each of 10,000 services at start-up.
  */
-export function candidates(slices: Iterable<K8sEndpointSlice>, families: ReadonlySet<Family>, nodeName: string): Candidate[] {
-  const byIP = new Map<string, Candidate>();
-  const keys = new Set<string>();
-  for (const slice of slices) {
+export function candidates(slices: readonly K8sEndpointSlice[], families: ReadonlySet<Family>, nodeName: string): Candidate[] {
+  const out: Candidate[] = [];
+  /** made once `out` outgrows SCAN: IP -> index in out, and the keys out holds */
+  let byIP: Map<string, number> | undefined;
+  let keys: Set<string> | undefined;
+  for (let s = 0; s < slices.length; s++) {
+    const slice = slices[s];
     const family = sliceFamily(slice);
-    if (!family || !families.has(family)) continue;
+    const eps = slice.endpoints ?? [];
+    if (!family || !families.has(family) || !eps.length) continue;
     const ports = new Map<string, number>();
     for (const p of slice.ports ?? []) if (p.port) ports.set(p.name ?? "", p.port);
-    for (const ep of slice.endpoints ?? []) {
+    for (let e = 0; e < eps.length; e++) {
+      const ep = eps[e];
       const ip = ep.addresses[0]; // upstream uses only the first address
-      const c = ep.conditions ?? {};
+      const c = ep.conditions ?? NO_CONDITIONS;
       const cand: Candidate = {
         key: "",
         ip,
@@ -82,35 +104,61 @@ export function candidates(slices: Iterable<K8sEndpointSlice>, families: Readonl
         forNodes: ep.hints?.forNodes?.map((h) => h.name),
         forZones: ep.hints?.forZones?.map((h) => h.name),
       };
-      const prev = byIP.get(ip);
-      if (prev) {
+      const at = byIP ? (byIP.get(ip) ?? -1) : scanIP(out, ip);
+      if (at >= 0) {
+        const prev = out[at];
         const winner = prev.terminating && !cand.terminating ? cand : prev;
         const loser = winner === prev ? cand : prev;
         winner.ports = new Map([...loser.ports, ...winner.ports]);
         winner.key = prev.key;
-        byIP.set(ip, winner);
+        out[at] = winner;
         continue;
       }
       const pod = ep.pod ?? "";
       // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
       // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
       let key = pod ? (family === "v6" && families.has("v4") ? `${pod}.v6` : pod) : addressKey(ip);
-      if (keys.has(key)) key = addressKey(ip);
-      keys.add(key);
+      if (keys ? keys.has(key) : scanKey(out, key)) key = addressKey(ip);
       cand.key = key;
-      byIP.set(ip, cand);
+      out.push(cand);
+      if (byIP && keys) {
+        byIP.set(ip, out.length - 1);
+        keys.add(key);
+      } else if (out.length > SCAN) {
+        byIP = new Map(out.map((x, i) => [x.ip, i]));
+        keys = new Set(out.map((x) => x.key));
+      }
     }
   }
-  return [...byIP.values()];
+  return out;
 }
 
-/** The endpoints one traffic class may use, per upstream's rules. */
-export function usable(cands: readonly Candidate[], local: boolean, node: NodeInfo): ReadonlySet<Candidate> {
-  const pool = local ? cands.filter((c) => c.local) : cands;
-  const ready = pool.filter((c) => c.ready);
-  if (ready.length) return new Set(local ? ready : narrowByTopology(ready, node));
-  // Terminating fallback: better a draining endpoint than a dropped connection.
-  return new Set(pool.filter((c) => c.serving && c.terminating));
+const isReady = (c: Candidate) => c.ready;
+const isLocalReady = (c: Candidate) => c.local && c.ready;
+const isFallback = (c: Candidate) => c.serving && c.terminating;
+const isLocalFallback = (c: Candidate) => c.local && c.serving && c.terminating;
+
+/**
+ * Whether one traffic class may use an endpoint, per upstream's rules. A test
+ * rather than a set: most classes take every ready endpoint, and a Set of
+ * them each (100,000 endpoints at 10k services) cost more than the rest.
+ */
+export function usable(cands: readonly Candidate[], local: boolean, node: NodeInfo): (c: Candidate) => boolean {
+  if (local) return cands.some(isLocalReady) ? isLocalReady : isLocalFallback;
+  const ready = cands.filter(isReady);
+  if (!ready.length) return isFallback; // terminating fallback: better a draining endpoint than a dropped connection
+  const narrowed = narrowByTopology(ready, node);
+  if (narrowed === ready) return isReady;
+  const set = new Set(narrowed);
+  return (c) => set.has(c);
+}
+
+const never = () => false;
+
+/** `cands` of one family: the list itself when it holds no other (most services are single-stack) */
+function ofFamily(cands: readonly Candidate[], family: Family): readonly Candidate[] {
+  for (const c of cands) if (c.family !== family) return cands.filter((x) => x.family === family);
+  return cands;
 }
 
 /**
@@ -130,13 +178,14 @@ export function endpointsModel(service: Service, cands: readonly Candidate[], op
     return o;
   };
   for (const family of ["v4", "v6"] as const) {
-    const fam = cands.filter((c) => c.family === family);
+    const fam = ofFamily(cands, family);
     if (!fam.length) continue;
     const internal = usable(fam, opts.internalLocal, opts.node);
-    const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : new Set<Candidate>();
+    const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : never;
     for (const c of fam) {
-      if (!internal.has(c) && !external.has(c)) continue;
-      const [i, e] = [internal.has(c), external.has(c)];
+      const i = internal(c);
+      const e = external(c);
+      if (!i && !e) continue;
       const old = prev?.get(c.key);
       keys.push(c.key); // distinct: candidates() gives every candidate its own key
       eps.push(old && isEndpointOf(old, service, c, i, e) ? old : toEndpoint(c, overridesOf(c.ports), i, e));

@@ -2,16 +2,7 @@
 // node-independent half of their model (IPs per family, ports, policies,
 // affinity, source ranges).
 
-import { create } from "@bufbuild/protobuf";
-import {
-  IPFilterSchema,
-  IPSetSchema,
-  PortMappingSchema,
-  Protocol,
-  ServiceIPsSchema,
-  ServiceSchema,
-  type Service,
-} from "../../../gen/localv1/services_pb.ts";
+import { Protocol, type IPSet, type Service } from "../../../gen/localv1/services_pb.ts";
 import { byFamily } from "../k8s/ip.ts";
 import type { K8sService } from "../k8s/objects.ts";
 
@@ -58,13 +49,22 @@ function loadBalancerIPs(svc: K8sService): string[] {
   return (svc.status?.loadBalancer?.ingress ?? []).filter((i) => i.ip && i.ipMode !== "Proxy").map((i) => i.ip!);
 }
 
+// The messages are written as object literals, field for field what
+// protobuf-es's `create()` makes (proto3: every field set, $typeName first,
+// fields in declaration order; test/brain/service.test.ts compares them):
+// create() walks the schema for each, ~1.4 µs a Service at start-up.
+//
 // Most services have no external or LB IPs, filters or affinity: those parts are
 // one shared, frozen object each (a published model is never mutated).
-const NO_IPS = Object.freeze(create(IPSetSchema, { V4: Object.freeze([]) as never, V6: Object.freeze([]) as never }));
+const NO_IPS: IPSet = Object.freeze({ $typeName: "localv1.IPSet", V4: Object.freeze([]) as never, V6: Object.freeze([]) as never });
 const NO_FILTERS = Object.freeze([]) as never as Service["IPFilters"];
 const NO_AFFINITY = Object.freeze({ case: undefined }) as Service["SessionAffinity"];
 
-const setOf = (ips: string[]) => (ips.length ? create(IPSetSchema, byFamily(ips)) : NO_IPS);
+function setOf(ips: string[]): IPSet {
+  if (!ips.length) return NO_IPS;
+  const { V4, V6 } = byFamily(ips);
+  return { $typeName: "localv1.IPSet", V4, V6 };
+}
 
 export function serviceModel(svc: K8sService): Service {
   const spec = svc.spec;
@@ -73,40 +73,35 @@ export function serviceModel(svc: K8sService): Service {
   const ranges = spec.loadBalancerSourceRanges ?? [];
   // The index's own maps, not copies (neither side is ever mutated), unless one must go.
   const given = svc.metadata.annotations ?? {};
-  const annotations = Object.keys(given).some((k) => DROPPED_ANNOTATIONS.has(k)) ? Object.fromEntries(Object.entries(given).filter(([k]) => !DROPPED_ANNOTATIONS.has(k))) : given;
+  let drop = false;
+  for (const k of DROPPED_ANNOTATIONS) if (Object.hasOwn(given, k)) drop = true;
+  const annotations = drop ? Object.fromEntries(Object.entries(given).filter(([k]) => !DROPPED_ANNOTATIONS.has(k))) : given;
   const eLocal = externalPolicyLocal(svc);
-  const model = create(ServiceSchema, {
-    Namespace: svc.metadata.namespace,
+  return {
+    $typeName: "localv1.Service",
+    Namespace: svc.metadata.namespace ?? "",
     Name: svc.metadata.name,
     Type: spec.type,
-    IPs: create(ServiceIPsSchema, {
-      ClusterIPs: setOf(clusterIPs(svc)),
-      ExternalIPs: setOf(spec.externalIPs ?? []),
-      LoadBalancerIPs: setOf(lbIPs),
-    }),
-    Ports: (spec.ports ?? []).map((p) =>
-      create(PortMappingSchema, {
-        Name: p.name ?? "",
-        Protocol: protocolOf(p.protocol),
-        Port: p.port,
-        NodePort: withNodePorts ? (p.nodePort ?? 0) : 0,
-        TargetPort: typeof p.targetPort === "number" ? p.targetPort : p.targetPort === undefined ? p.port : 0,
-        TargetPortName: typeof p.targetPort === "string" ? p.targetPort : "",
-      }),
-    ),
+    IPs: { $typeName: "localv1.ServiceIPs", ClusterIPs: setOf(clusterIPs(svc)), ExternalIPs: setOf(spec.externalIPs ?? []), Headless: false, LoadBalancerIPs: setOf(lbIPs) },
+    MapIP: false,
+    Ports: (spec.ports ?? []).map((p) => ({
+      $typeName: "localv1.PortMapping",
+      Name: p.name ?? "",
+      Protocol: protocolOf(p.protocol),
+      Port: p.port,
+      NodePort: withNodePorts ? (p.nodePort ?? 0) : 0,
+      TargetPort: typeof p.targetPort === "number" ? p.targetPort : p.targetPort === undefined ? p.port : 0,
+      TargetPortName: typeof p.targetPort === "string" ? p.targetPort : "",
+    })),
     ExternalTrafficToLocal: eLocal,
-    InternalTrafficToLocal: internalPolicyLocal(svc),
     Labels: svc.metadata.labels ?? {},
     Annotations: annotations,
-    IPFilters: lbIPs.length && ranges.length ? [create(IPFilterSchema, { TargetIPs: setOf(lbIPs), SourceRanges: [...ranges] })] : [],
+    IPFilters: lbIPs.length && ranges.length ? [{ $typeName: "localv1.IPFilter", TargetIPs: setOf(lbIPs), SourceRanges: [...ranges] }] : NO_FILTERS,
     SessionAffinity:
       spec.sessionAffinity === "ClientIP"
         ? { case: "ClientIP", value: { $typeName: "localv1.ClientIPAffinity", TimeoutSeconds: spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_TIMEOUT_SECONDS } }
-        : { case: undefined },
+        : NO_AFFINITY,
+    InternalTrafficToLocal: internalPolicyLocal(svc),
     HealthCheckNodePort: spec.type === "LoadBalancer" && eLocal ? (spec.healthCheckNodePort ?? 0) : 0,
-  });
-  // create() makes a fresh empty list and oneof for each: swap in the shared ones.
-  if (!model.IPFilters.length) model.IPFilters = NO_FILTERS;
-  if (model.SessionAffinity.case === undefined) model.SessionAffinity = NO_AFFINITY;
-  return model;
+  };
 }
