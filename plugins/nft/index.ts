@@ -114,7 +114,7 @@ export class NftBackend implements FullStateBackend {
     }
     const t1 = performance.now();
     try {
-      await this.runner.apply(plan.tx, { full: plan.full });
+      await this.runner.apply(plan.tx, { full: plan.full, fresh: plan.fresh });
     } catch (err) {
       // The kernel refused the batch (nothing of it was applied), or the
       // `nft -i` running it died (applied or not), and our records may not
@@ -125,7 +125,7 @@ export class NftBackend implements FullStateBackend {
       if (plan.full) throw err;
       this.log.warn("partial sync failed, resyncing everything", { err: errorMessage(err) });
       plan = this.sync.plan(state, null, await this.held());
-      await this.runner.apply(plan.tx, { full: true });
+      await this.runner.apply(plan.tx, { full: true, fresh: plan.fresh });
     }
     this.needFull = false;
     const applyMs = performance.now() - t1;

@@ -178,6 +178,8 @@ const sameRules = (a: ChainObj, b: ChainObj) =>
 export interface SyncPlan {
   tx: Transaction;
   full: boolean;
+  /** a full sync over tables that held no chain, set or map (a first start, or after someone deleted them) */
+  fresh: boolean;
   /** the services this plan rendered (every known one on a full sync) */
   keys: string[];
   /** UDP frontends of those services once the plan is applied (absent = none) */
@@ -254,7 +256,8 @@ export class NftSync {
       }
       if (list) udp.set(k, list);
     }
-    return { tx, full, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
+    const fresh = inPlace && FAMILIES.every((f) => !held[f].chains.size && !held[f].sets.size);
+    return { tx, full, fresh, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
   }
 }
 

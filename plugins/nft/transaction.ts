@@ -155,3 +155,41 @@ function validate(op: Op): string | undefined {
   if (op.kind === "rule" && unsafe.test(op.rule)) return `invalid nft rule ${JSON.stringify(op.rule)}`;
   return undefined;
 }
+
+/**
+ * A first load into empty tables, as `1 + parts` transactions: everything but
+ * the added elements (tables, chains, rules, sets, maps: the skeleton), then
+ * the elements in `parts` batches of about the same size, in their order.
+ * nft parses its input on one core, and parsing is most of a big load (~0.45
+ * of ~0.8 s for 130,000 elements, nft 1.0.6): the batches, run at the same
+ * time after the skeleton, parse side by side and only their commits take
+ * turns in the kernel (~0.8 -> ~0.5 s on 2 cores). Only for empty tables:
+ * until the last batch commits, some services have rules and others none,
+ * which over empty tables is no worse than before the load began; rules in
+ * place are always rewritten in one transaction.
+ * Below `min` added elements the transaction is returned whole.
+ */
+export function splitFirstLoad(tx: Transaction, parts: number, min: number): Transaction[] {
+  let total = 0;
+  for (const op of tx.ops) if (op.kind === "elements" && op.verb === "add") total += op.items.length;
+  if (parts < 2 || total < min) return [tx];
+  const skeleton = new Transaction();
+  const batches = Array.from({ length: parts }, () => new Transaction());
+  const per = Math.ceil(total / parts);
+  let b = 0;
+  let room = per;
+  for (const op of tx.ops) {
+    if (op.kind !== "elements" || op.verb !== "add") {
+      skeleton.add(op);
+      continue;
+    }
+    for (let from = 0; from < op.items.length; ) {
+      if (room === 0) [b, room] = [b + 1, per];
+      const n = Math.min(room, op.items.length - from);
+      batches[b].add({ ...op, items: op.items.slice(from, from + n) });
+      from += n;
+      room -= n;
+    }
+  }
+  return [skeleton, ...batches.filter((t) => !t.empty)];
+}

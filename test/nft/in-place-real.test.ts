@@ -7,6 +7,7 @@
 // packets put there: a client stays on its endpoint across a restart.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { FIRST_LOAD_SPLIT_ELEMENTS } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
@@ -134,4 +135,43 @@ describe("nft full sync in place (real kernel)", () => {
     expect(await rules(topo)).toBe(await rules(ref));
     await backend.close();
   });
+
+  test("no tables and a big state: the elements load in batches side by side after the rest; the same rules as one transaction; tables in place are rewritten in one", async () => {
+    // 2,000 services x 10 endpoints: over 20,000 elements; the last one's endpoints are the pods
+    const big = nodeState(
+      Array.from({ length: 2000 }, (_, i) =>
+        entry(
+          svc({ name: `big${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }] }),
+          i === 1999 ? both() : Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })])),
+        ),
+      ),
+    );
+    await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
+    await ref.exec(ref.node.ns, ["nft", "flush", "ruleset"]);
+    const { exec, txs } = recording(topo);
+    const backend = createNftBackend(context(nodeConfig()), { exec });
+    await backend.apply(big, null);
+    const [skeleton, ...batches] = txs;
+    expect(batches.length).toBeGreaterThanOrEqual(2);
+    expect(skeleton).not.toContain("add element");
+    for (const b of batches) expect(b.trim().split("\n").every((l) => l.startsWith("add element "))).toBe(true);
+    const count = (t: string) => t.split("\n").reduce((n, l) => n + (l.startsWith("add element ") ? l.split(", ").length : 0), 0);
+    expect(batches.reduce((n, b) => n + count(b), 0)).toBeGreaterThanOrEqual(FIRST_LOAD_SPLIT_ELEMENTS);
+
+    // the reference: the same state in one transaction (its listing fails: no split)
+    const refRec = recording(ref);
+    const refExec: Executor = { run: (argv, stdin) => (argv.includes("list") ? Promise.reject(new Error("no listing")) : refRec.exec.run(argv, stdin)) };
+    await createNftBackend(context(nodeConfig()), { exec: refExec }).apply(big, null);
+    expect(refRec.txs).toHaveLength(1);
+    expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
+    expect((await answers(v4.clusterIP(1999))).every((who) => who.startsWith("pod"))).toBe(true);
+    await backend.close();
+
+    // a restart over the loaded tables: one transaction
+    const again = recording(topo);
+    await createNftBackend(context(nodeConfig()), { exec: again.exec }).apply(big, null);
+    expect(again.txs).toHaveLength(1);
+    expect(again.txs[0]).toContain("add element ");
+    expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
+  }, 60_000);
 });
