@@ -174,4 +174,34 @@ describe("nft full sync in place (real kernel)", () => {
     expect(again.txs[0]).toContain("add element ");
     expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
   }, 60_000);
+
+  test("a batch of the first load refused: the apply fails once the other batches are in, and the next full sync, one transaction, leaves the same rules as a load without failure", async () => {
+    const big = nodeState(
+      Array.from({ length: 2100 }, (_, i) =>
+        entry(
+          svc({ name: `big${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }] }),
+          Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })])),
+        ),
+      ),
+    );
+    await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
+    const { exec, txs } = recording(topo);
+    let sent = 0;
+    // the first batch (after the skeleton) is refused without reaching nft; the others run
+    const failing: Executor = { run: (argv, stdin) => (argv.includes("-f") && ++sent === 2 ? Promise.reject(new Error("refused")) : exec.run(argv, stdin)) };
+    const backend = createNftBackend(context(nodeConfig()), { exec: failing });
+    await expect(backend.apply(big, null)).rejects.toThrow("refused");
+    expect(txs.length).toBeGreaterThanOrEqual(2);
+    // every batch but the refused one is in the kernel when the failure is reported
+    const elements = (t: string) => t.split("\n").reduce((n, l) => n + (l.startsWith("add element ") ? l.split(", ").length : 0), 0);
+    const inKernel = (await canonicalRuleset(topo, topo.node.ns)).split("\n").filter((l) => l.startsWith("elem ")).length;
+    expect(inKernel).toBe(txs.reduce((n, t) => n + elements(t), 0));
+
+    const before = txs.length;
+    await backend.apply(big, null);
+    expect(txs.length - before).toBe(1);
+    await ref.exec(ref.node.ns, ["nft", "flush", "ruleset"]);
+    await createNftBackend(context(nodeConfig()), { exec: ref.executor(ref.node.ns) }).apply(big, null);
+    expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
+  }, 60_000);
 });
