@@ -75,6 +75,19 @@ export function clusterObjects(topo: Topology, nodeIPs = [topo.node.v4]): K8sObj
   ];
 }
 
+/**
+ * `n` more ClusterIP services of 10 endpoints each, on node-b (not probed):
+ * a cluster big enough that a first load into empty tables goes in batches
+ * (plugins/nft/executor.ts, FIRST_LOAD_SPLIT_ELEMENTS).
+ */
+export function fillerObjects(n: number): K8sObject[] {
+  return Array.from({ length: n }, (_, i) => {
+    const name = `filler-${i}`;
+    const endpoints = Array.from({ length: 10 }, (_, k) => ({ ip: v4.pod(1 + (i % 250), 1 + k), node: "node-b", pod: `${name}-${k}` }));
+    return [svc({ ns: "filler", name, clusterIPs: [v4.clusterIP(100 + i)], ports: [tcp(80)] }), slice({ ns: "filler", service: name, ports: httpSlice, endpoints })];
+  }).flat();
+}
+
 export interface Check {
   name: string;
   probes: Probe[];

@@ -11,10 +11,12 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
+import { FIRST_LOAD_SPLIT_ELEMENTS } from "../../plugins/nft/executor.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import { slice } from "../fixtures/k8s.ts";
 import type { Probe } from "../harness/netns.ts";
+import { canonicalRuleset } from "../nft/ruleset.ts";
 import { checks, ips, NODE, nodeObject, nodePorts, runChecks, wanted } from "./cluster.ts";
 import { continuousProbe, deploy, monitorRuleset, tablesMissingBetweenTransactions, type BackendName, type Deployed, type SourceKind } from "./rig.ts";
 
@@ -30,11 +32,12 @@ const flushRuleset = (withinMs: number): Removal => ({ what: "the ruleset flushe
 const deleteTable: Removal = { what: "kpng's table deleted", argv: ["nft", "delete", "table", "ip", "kpng"], withinMs: 5_000 };
 
 type Fault = "restart" | "api-down" | "broken-edit" | "node-ip";
-const combos: Array<{ source: SourceKind; backend: BackendName; compiled?: boolean; restartCompiled?: boolean; faults: Fault[]; removal?: Removal }> = [
-  { source: "file", backend: "nft", restartCompiled: true, faults: ["broken-edit", "restart", "node-ip"], removal: flushRuleset(5_000) },
+// nft serves 2,100 more services: its first load (and its repair after a flushed ruleset) goes in batches
+const combos: Array<{ source: SourceKind; backend: BackendName; compiled?: boolean; restartCompiled?: boolean; filler?: number; faults: Fault[]; removal?: Removal }> = [
+  { source: "file", backend: "nft", restartCompiled: true, filler: 2_100, faults: ["broken-edit", "restart", "node-ip"], removal: flushRuleset(5_000) },
   // iptables: a canary chain checked every 5 s, then a full restore
   { source: "file", backend: "iptables", faults: ["broken-edit", "restart", "node-ip"], removal: flushRuleset(8_000) },
-  { source: "api", backend: "nft", compiled: true, faults: ["api-down", "restart", "node-ip"], removal: deleteTable },
+  { source: "api", backend: "nft", compiled: true, filler: 2_100, faults: ["api-down", "restart", "node-ip"], removal: deleteTable },
   { source: "api", backend: "iptables", faults: ["restart", "node-ip"] },
 ];
 
@@ -44,7 +47,7 @@ for (const c of combos) {
   describe(label(c), () => {
     let d: Deployed;
     beforeAll(async () => {
-      d = await deploy({ source: c.source, backend: c.backend, bin: c.compiled ? await compiledKpng() : undefined });
+      d = await deploy({ source: c.source, backend: c.backend, bin: c.compiled ? await compiledKpng() : undefined, filler: c.filler });
     }, 60_000);
     afterAll(() => d?.destroy());
     /** a ClusterIP and a NodePort, probed continuously through faults */
@@ -56,6 +59,12 @@ for (const c of combos) {
     test("flags: the source, --node-name and --backend, nothing more", () => {
       expect(d.args.filter((a) => a.startsWith("--"))).toEqual([c.source === "file" ? "--input" : "--kubeconfig", "--node-name", "--backend"]);
     });
+
+    if (c.filler)
+      test(`${c.filler} more services: a first load big enough to go in batches`, async () => {
+        const elements = (await canonicalRuleset(d.topo, d.topo.node.ns)).split("\n").filter((l) => l.startsWith("elem ")).length;
+        expect(elements).toBeGreaterThanOrEqual(FIRST_LOAD_SPLIT_ELEMENTS);
+      });
 
     test("every service behaves for a client outside the node", async () => {
       const list = checks(d.topo);

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
 import { createTopology, pythonPath, saidReady, type Probe, type Topology } from "../harness/netns.ts";
 import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
-import { asList, clusterObjects, deniedClient, NODE, podPorts, type K8sObject } from "./cluster.ts";
+import { asList, clusterObjects, deniedClient, fillerObjects, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
 export type SourceKind = "file" | "api";
 export type BackendName = "nft" | "iptables";
@@ -52,7 +52,8 @@ export interface Deployed {
   destroy(): Promise<void>;
 }
 
-export async function deploy(opts: { source: SourceKind; backend: BackendName; bin?: string; prefix?: string }): Promise<Deployed> {
+/** `filler`: that many more services (cluster.ts fillerObjects) */
+export async function deploy(opts: { source: SourceKind; backend: BackendName; bin?: string; prefix?: string; filler?: number }): Promise<Deployed> {
   const topo = await createTopology({ pods: 3, prefix: opts.prefix ?? "kpd" });
   const dir = tempDir("kpng-deployed-");
   dir.create();
@@ -60,7 +61,7 @@ export async function deploy(opts: { source: SourceKind; backend: BackendName; b
   try {
     for (const p of topo.pods) await topo.serve(p, podPorts);
     await topo.exec(topo.client.ns, ["ip", "addr", "add", `${deniedClient}/24`, "dev", "eth0"]);
-    const objects = new Map(clusterObjects(topo).map((o) => [keyOf(o), o]));
+    const objects = new Map([...clusterObjects(topo), ...fillerObjects(opts.filler ?? 0)].map((o) => [keyOf(o), o]));
     const input = join(dir.path, "cluster.json");
     const writeFile = () => writeFileSync(input, JSON.stringify(asList(objects.values()), null, 1));
     let api: FakeApiServer | undefined;
