@@ -4,15 +4,19 @@
 
 import type * as v from "valibot";
 
+/** The keys to an issue's value: strings for object keys, numbers for array indices. */
+export function issueKeys(issue: v.BaseIssue<unknown>): Array<string | number> {
+  return (issue.path ?? []).map((item) => (item.type === "array" ? Number(item.key) : String(item.key)));
+}
+
 /** Object keys joined by dots, array indices in brackets; "" for the document itself. */
-export function issuePath(issue: v.BaseIssue<unknown>): string {
+export function fieldPath(keys: ReadonlyArray<string | number>): string {
   let out = "";
-  for (const item of issue.path ?? []) {
-    if (item.type === "array") out += `[${String(item.key)}]`;
-    else out += out ? `.${String(item.key)}` : String(item.key);
-  }
+  for (const k of keys) out += typeof k === "number" ? `[${k}]` : out ? `.${k}` : k;
   return out;
 }
+
+export const issuePath = (issue: v.BaseIssue<unknown>): string => fieldPath(issueKeys(issue));
 
 /**
  * The value (scalars only: a whole mapping would not fit on the line) and the

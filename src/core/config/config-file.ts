@@ -23,7 +23,7 @@ import {
   V1alpha2Schema,
   type KubeProxyConfig,
 } from "./kube-proxy-config.ts";
-import { issueProblem } from "../issues.ts";
+import { fieldPath, issueKeys, issueProblem } from "../issues.ts";
 import { readTextFile } from "../read-text.ts";
 
 export interface LoadedConfig {
@@ -38,11 +38,8 @@ interface Problem {
   message: string;
 }
 
-const fieldName = (path: ReadonlyArray<string | number>) =>
-  path.reduce<string>((s, k) => (typeof k === "number" ? `${s}[${k}]` : s ? `${s}.${k}` : k), "");
-
 function toProblem(issue: v.BaseIssue<unknown>): Problem {
-  const path = (issue.path ?? []).map((p) => (p.type === "array" ? Number(p.key) : String(p.key)));
+  const path = issueKeys(issue);
   const unknownKey = issue.type === "strict_object" && issue.path?.at(-1)?.origin === "key";
   if (unknownKey) return { path, message: "unknown field" };
   return { path, message: issueProblem(issue) };
@@ -86,7 +83,7 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
   for (let round = 0; round < 50; round++) {
     const { problems, doc: out } = problemsOf(doc);
     if (out) return { doc: out, warnings: [...warnings, ...semanticWarnings(file, out)] };
-    const lines = problems.map((p) => `${file}: ${fieldName(p.path)}: ${p.message}`);
+    const lines = problems.map((p) => `${file}: ${fieldPath(p.path)}: ${p.message}`);
     if (hardFail) throw invalid(lines[0] + (lines.length > 1 ? ` (and ${lines.length - 1} more)` : ""));
     warnings.push(...lines.map((l) => `${l} (ignored: configHardFail is false)`));
     for (const p of problems) dropField(doc, p.path);
