@@ -16,7 +16,7 @@ const nodePort = intIn(0, 65535);
 const policy = oneOf(["Cluster", "Local"]);
 const affinity = oneOf(["None", "ClientIP"]);
 const ipMode = oneOf(["VIP", "Proxy"]);
-const TYPES = new Set(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+const serviceType = oneOf(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
 
 /** targetPort: v.union([port, a non-empty string]) */
 const targetPort = (x: unknown): Out<number | string> => (typeof x === "string" ? (x.length ? x : FAIL) : port(x));
@@ -50,8 +50,8 @@ const affinityConfig = objectWith("clientIP", objectWith("timeoutSeconds", intIn
 function spec(x: unknown): Out<Obj> {
   if (!isObj(x)) return FAIL;
   // type: v.optional(picklist, "ClusterIP"): absent and undefined give the default
-  const type = x.type === undefined ? "ClusterIP" : x.type;
-  if (typeof type !== "string" || !TYPES.has(type)) return FAIL;
+  const type = serviceType(x.type === undefined ? "ClusterIP" : x.type);
+  if (type === FAIL) return FAIL;
   const out: Obj = { type };
   if (!opt(x, "clusterIP", out, clusterIP)) return FAIL;
   for (const key of LISTS) if (!opt(x, key, out, lists[key])) return FAIL;

@@ -6,7 +6,7 @@
 // invalid slices); on anything it does not accept it returns null and
 // valibot, run next, names the field and the why.
 
-import { FAIL, isObj, listOf, metadata, nullable, opt, optString, port as portNumber, protocol, type Obj, type Out } from "./fast-check.ts";
+import { FAIL, isObj, listOf, metadata, nullable, oneOf, opt, optString, port as portNumber, protocol, type Obj, type Out } from "./fast-check.ts";
 import type { K8sEndpointSlice } from "./objects.ts";
 
 const optionalString = (x: unknown) => x === undefined || typeof x === "string";
@@ -100,7 +100,7 @@ function port(x: unknown): Out<Obj> {
 
 const endpoints = nullable(listOf(endpoint));
 const ports = nullable(listOf(port));
-const ADDRESS_TYPES = new Set(["IPv4", "IPv6", "FQDN"]);
+const addressType = oneOf(["IPv4", "IPv6", "FQDN"]);
 
 /**
  * EndpointSliceSchema's output for `raw`, or null when it is not valid
@@ -111,8 +111,9 @@ export function fastSlice(raw: Obj, kind: unknown = raw.kind): K8sEndpointSlice 
   if (kind !== "EndpointSlice") return null;
   const meta = metadata(raw.metadata);
   if (meta === FAIL) return null;
-  if (typeof raw.addressType !== "string" || !ADDRESS_TYPES.has(raw.addressType)) return null;
-  const out: Obj = { kind: "EndpointSlice", metadata: meta, addressType: raw.addressType };
+  const type = addressType(raw.addressType);
+  if (type === FAIL) return null;
+  const out: Obj = { kind: "EndpointSlice", metadata: meta, addressType: type };
   if (!opt(raw, "endpoints", out, endpoints) || !opt(raw, "ports", out, ports)) return null;
   return out as K8sEndpointSlice;
 }
