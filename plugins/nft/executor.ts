@@ -5,11 +5,11 @@
 // network namespace.
 
 import { spawn } from "node:child_process";
+import { availableParallelism } from "node:os";
 import { isUnavailable, KpngError } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import type { NftSession, Spawner } from "./session.ts";
-import { availableParallelism } from "node:os";
 import { splitFirstLoad, Transaction } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";
 

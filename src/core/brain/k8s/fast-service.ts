@@ -7,10 +7,9 @@
 // valibot, run next, names the field and the why.
 
 import { FAIL, intIn, isObj, listOf, metadata, nullable, objectWith, oneOf, opt, optString, port, protocol, stringWhere, type Obj, type Out } from "./fast-check.ts";
-import { ipFamily, isCIDR } from "./ip.ts";
+import { isCIDR, isIP } from "./ip.ts";
 import type { K8sService } from "./objects.ts";
 
-const isIP = (s: string) => ipFamily(s) !== null;
 const ip = stringWhere(isIP);
 const nodePort = intIn(0, 65535);
 const policy = oneOf(["Cluster", "Local"]);

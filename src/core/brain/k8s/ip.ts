@@ -65,8 +65,9 @@ export function isIPv6(s: string): boolean {
   return compressed ? groups <= 7 : groups === 8;
 }
 
-
 export const ipFamily = (ip: string): Family | null => (isIPv4(ip) ? "v4" : isIPv6(ip) ? "v6" : null);
+
+export const isIP = (s: string) => isIPv4(s) || isIPv6(s);
 
 /** `a.b.c.d/n` or `x::/n` with a prefix length valid for the family. */
 export function isCIDR(s: string): boolean {

@@ -9,13 +9,13 @@
 import * as v from "valibot";
 import { fastService } from "./fast-service.ts";
 import { fastSlice } from "./fast-slice.ts";
-import { ipFamily, isCIDR, isIPv4, isIPv6 } from "./ip.ts";
+import { isCIDR, isIP, isIPv4, isIPv6 } from "./ip.ts";
 import { issuePath, issueProblem } from "../../issues.ts";
 
-// node:net's checks (as kube-proxy's netutils, no leading zeros), not valibot's v.ip
-// regex: 10,000 cluster IPs are checked at start-up. Unions are avoided for the
-// same reason: every branch that fails first costs an issue object.
-const isIP = (s: string) => ipFamily(s) !== null;
+// ip.ts's hand-written checks (node:net's answers, as kube-proxy's netutils:
+// no leading zeros), not valibot's v.ip regex: 10,000 cluster IPs are checked
+// at start-up. Unions are avoided for the same reason: every branch that
+// fails first costs an issue object.
 const ip = v.pipe(v.string(), v.check(isIP, "is not a valid IP address"));
 /** "None" (headless), "" (not allocated yet) or an IP */
 const clusterIP = (allowEmpty: boolean) =>
