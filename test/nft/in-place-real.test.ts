@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { FIRST_LOAD_SPLIT_ELEMENTS } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
-import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
+import type { Endpoint, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, ep, nodeConfig, nodeState, svc } from "./fixtures.ts";
@@ -41,6 +41,20 @@ const rules = async (t: Topology) =>
     .split("\n")
     .filter((l) => !/^elem ip6? aff-/.test(l))
     .join("\n");
+
+/** `n` ClusterIP services of 10 endpoints each (not pods); the last one's endpoints are `last` when given */
+const bigState = (n: number, last?: Record<string, Endpoint>) =>
+  nodeState(
+    Array.from({ length: n }, (_, i) =>
+      entry(
+        svc({ name: `big${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }] }),
+        i === n - 1 && last ? last : Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })])),
+      ),
+    ),
+  );
+
+/** elements added by a printed transaction */
+const addedElements = (tx: string) => tx.split("\n").reduce((n, l) => n + (l.startsWith("add element ") ? l.split(", ").length : 0), 0);
 
 /** which pod each of `n` connections from the client to `ip`:80 reached */
 async function answers(ip: string, n = 6): Promise<string[]> {
@@ -138,14 +152,7 @@ describe("nft full sync in place (real kernel)", () => {
 
   test("no tables and a big state: the elements load in batches side by side after the rest; the same rules as one transaction; tables in place are rewritten in one", async () => {
     // 2,000 services x 10 endpoints: over 20,000 elements; the last one's endpoints are the pods
-    const big = nodeState(
-      Array.from({ length: 2000 }, (_, i) =>
-        entry(
-          svc({ name: `big${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }] }),
-          i === 1999 ? both() : Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })])),
-        ),
-      ),
-    );
+    const big = bigState(2000, both());
     await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
     await ref.exec(ref.node.ns, ["nft", "flush", "ruleset"]);
     const { exec, txs } = recording(topo);
@@ -155,8 +162,7 @@ describe("nft full sync in place (real kernel)", () => {
     expect(batches.length).toBeGreaterThanOrEqual(2);
     expect(skeleton).not.toContain("add element");
     for (const b of batches) expect(b.trim().split("\n").every((l) => l.startsWith("add element "))).toBe(true);
-    const count = (t: string) => t.split("\n").reduce((n, l) => n + (l.startsWith("add element ") ? l.split(", ").length : 0), 0);
-    expect(batches.reduce((n, b) => n + count(b), 0)).toBeGreaterThanOrEqual(FIRST_LOAD_SPLIT_ELEMENTS);
+    expect(batches.reduce((n, b) => n + addedElements(b), 0)).toBeGreaterThanOrEqual(FIRST_LOAD_SPLIT_ELEMENTS);
 
     // the reference: the same state in one transaction (its listing fails: no split)
     const refRec = recording(ref);
@@ -176,14 +182,7 @@ describe("nft full sync in place (real kernel)", () => {
   }, 60_000);
 
   test("a batch of the first load refused: the apply fails once the other batches are in, and the next full sync, one transaction, leaves the same rules as a load without failure", async () => {
-    const big = nodeState(
-      Array.from({ length: 2100 }, (_, i) =>
-        entry(
-          svc({ name: `big${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }] }),
-          Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })])),
-        ),
-      ),
-    );
+    const big = bigState(2100);
     await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]);
     const { exec, txs } = recording(topo);
     let sent = 0;
@@ -193,9 +192,8 @@ describe("nft full sync in place (real kernel)", () => {
     await expect(backend.apply(big, null)).rejects.toThrow("refused");
     expect(txs.length).toBeGreaterThanOrEqual(2);
     // every batch but the refused one is in the kernel when the failure is reported
-    const elements = (t: string) => t.split("\n").reduce((n, l) => n + (l.startsWith("add element ") ? l.split(", ").length : 0), 0);
     const inKernel = (await canonicalRuleset(topo, topo.node.ns)).split("\n").filter((l) => l.startsWith("elem ")).length;
-    expect(inKernel).toBe(txs.reduce((n, t) => n + elements(t), 0));
+    expect(inKernel).toBe(txs.reduce((n, t) => n + addedElements(t), 0));
 
     const before = txs.length;
     await backend.apply(big, null);
