@@ -29,6 +29,10 @@ import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
 /** The phases of a transaction, in the order nft needs them: things exist before they are referenced, and stop being referenced before they go. */
 class Phases {
+  /** chains that refer to a set being redefined, flushed so that the set can go */
+  unref: Op[] = [];
+  /** sets deleted to be added again with another definition (addSets) */
+  redefine: Op[] = [];
   addSets: Op[] = [];
   addChains: Op[] = [];
   rules: Op[] = [];
@@ -37,7 +41,7 @@ class Phases {
   delChains: Op[] = [];
   delSets: Op[] = [];
   all(): Op[] {
-    return [...this.addSets, ...this.addChains, ...this.rules, ...this.delElements, ...this.addElements, ...this.delChains, ...this.delSets];
+    return [...this.unref, ...this.redefine, ...this.addSets, ...this.addChains, ...this.rules, ...this.delElements, ...this.addElements, ...this.delChains, ...this.delSets];
   }
 }
 
@@ -136,10 +140,28 @@ class FamilySync {
         p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
       }
     // Most services have neither sets nor chains of their own: no lookups built for them.
+    const flushed = new Set<string>();
     if (old?.sets.length || next?.sets.length) {
-      const oldSets = new Set(old?.sets.map((s) => s.name));
+      const oldSets = new Map(old?.sets.map((s) => [s.name, s]));
       const newSets = new Set(next?.sets.map((s) => s.name));
-      for (const s of next?.sets ?? []) if (!oldSets.has(s.name)) p.addSets.push({ kind: "set", verb: "add", family: f, set: s });
+      for (const s of next?.sets ?? []) {
+        const before = oldSets.get(s.name);
+        if (before && sameSetSpec(before, s)) continue;
+        // Another definition (a new affinity timeout): `add set` over the
+        // existing set changes its timeout on Linux 6.18 but not on every
+        // kernel, so it is re-created; the kernel refuses to delete a set a
+        // rule still refers to, so the chains that use it are emptied first
+        // and written again after it (the full sync in place does the same).
+        if (before) {
+          for (const c of old!.chains)
+            if (!flushed.has(c.name) && c.rules.some((r) => r.rule.includes(`@${s.name} `) || r.rule.endsWith(`@${s.name}`))) {
+              flushed.add(c.name);
+              p.unref.push({ kind: "chain", verb: "flush", family: f, name: c.name });
+            }
+          p.redefine.push({ kind: "set", verb: "delete", family: f, name: s.name });
+        }
+        p.addSets.push({ kind: "set", verb: "add", family: f, set: s });
+      }
       for (const s of old?.sets ?? []) if (!newSets.has(s.name)) p.delSets.push({ kind: "set", verb: "delete", family: f, name: s.name });
     }
     if (!old?.chains.length && !next?.chains.length) return;
@@ -148,11 +170,14 @@ class FamilySync {
     for (const c of next?.chains ?? []) {
       const before = oldChains.get(c.name);
       if (!before) p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
-      else if (sameRules(before, c)) continue;
+      else if (flushed.has(c.name)) {
+        // emptied above: written whole
+      } else if (sameRules(before, c)) continue;
       else p.rules.push({ kind: "chain", verb: "flush", family: f, name: c.name });
       for (const r of c.rules) p.rules.push({ kind: "rule", family: f, chain: c.name, rule: r.rule, comment: r.comment });
     }
-    for (const c of old?.chains ?? []) if (!newChains.has(c.name)) p.delChains.push({ kind: "chain", verb: "delete", family: f, name: c.name });
+    const doomed = old?.chains.filter((c) => !newChains.has(c.name)) ?? [];
+    for (const name of deletionOrder(doomed)) p.delChains.push({ kind: "chain", verb: "delete", family: f, name });
   }
 
   /** creates the shared dispatch chains that got their first user, deletes those that lost their last */
@@ -171,6 +196,38 @@ class FamilySync {
     }
   }
 }
+
+/**
+ * The names of `chains`, each before every chain of the list it jumps or goes
+ * to: the kernel refuses to delete a chain that a rule still refers to (EBUSY,
+ * failing the whole transaction), and a service's chains refer to each other
+ * (an eTP=Local external chain goes to the cluster chain, dispatch rules go to
+ * endpoint chains). Rules of chains that stay were rewritten earlier in the
+ * transaction, and map elements deleted, so only these references remain.
+ */
+export function deletionOrder(chains: readonly ChainObj[]): string[] {
+  if (chains.length < 2) return chains.map((c) => c.name);
+  const byName = new Map(chains.map((c) => [c.name, c]));
+  const out: string[] = [];
+  const seen = new Set<string>();
+  // post-order: what a chain refers to lands before it; reversed below
+  const visit = (c: ChainObj) => {
+    if (seen.has(c.name)) return;
+    seen.add(c.name);
+    for (const r of c.rules)
+      for (const m of r.rule.matchAll(CHAIN_REF)) {
+        const target = byName.get(m[1]);
+        if (target) visit(target);
+      }
+    out.push(c.name);
+  };
+  for (const c of chains) visit(c);
+  return out.reverse();
+}
+const CHAIN_REF = /\b(?:goto|jump) (\S+)/g;
+
+const sameSetSpec = (a: SetSpec, b: SetSpec) =>
+  a.type === b.type && a.timeout === b.timeout && a.typeOf === b.typeOf && String(a.flags) === String(b.flags);
 
 const sameRules = (a: ChainObj, b: ChainObj) =>
   a.rules.length === b.rules.length && a.rules.every((r, i) => r.rule === b.rules[i].rule && r.comment === b.rules[i].comment);
