@@ -45,7 +45,7 @@ const BUN = process.execPath;
 const CHANGES = 20;
 
 /** Lines of a child's stream, with a way to wait for one matching a pattern. */
-function lines(stream: ReadableStream<Uint8Array>) {
+export function lines(stream: ReadableStream<Uint8Array>) {
   const all: Array<{ line: string; at: number }> = [];
   let wake = () => {};
   void (async () => {
@@ -137,7 +137,7 @@ function nftListeners(): number {
 }
 
 /** Waits up to `ms` for a host without nftables listeners; returns how many are left. */
-async function quietNft(ms = 120_000): Promise<number> {
+export async function quietNft(ms = 120_000): Promise<number> {
   const end = Date.now() + ms;
   let n = nftListeners();
   while (n > 0 && Date.now() < end) {

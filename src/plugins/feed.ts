@@ -11,6 +11,7 @@ import type { Logger } from "../core/log.ts";
 import { sameIPs } from "../core/brain/node-ips.ts";
 import { stateOps } from "../core/brain/ops.ts";
 import type { NodeState, StateChange } from "../core/brain/state.ts";
+import { pauseAfter } from "../core/pacing.ts";
 import type { Backend, IncrementalBackend } from "./backend.ts";
 
 export interface FeedOptions {
@@ -22,6 +23,8 @@ export interface FeedOptions {
   onError?: (err: unknown) => void;
   /** the backend reported that its rules were changed by someone else; a full sync follows */
   onRulesLost?: (reason: string) => void;
+  /** the pause after a sync that took `ms` before the next one starts (default pacing.ts's pauseAfter) */
+  pauseAfter?: (ms: number) => number;
   /** when repairs come this often, they wait (default REPAIR_STORM) */
   repairStorm?: RepairStorm;
 }
@@ -91,6 +94,8 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   let running: Promise<void> | null = null;
   let stopped = false;
   let retry: ReturnType<typeof setTimeout> | undefined;
+  const pause = opts.pauseAfter ?? pauseAfter;
+  let nextAt = 0; // no sync starts before (performance.now())
 
   const retryIn = (ms: number) => {
     retry = setTimeout(() => {
@@ -100,6 +105,12 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   };
   const run = async () => {
     while (pending !== undefined && latest && !stopped) {
+      // Changes that come during the pause coalesce: syncs take a bounded share of the CPU.
+      const rest = nextAt - performance.now();
+      if (rest >= 1) {
+        await Bun.sleep(rest);
+        continue;
+      }
       const state = latest;
       const change = pending;
       pending = undefined;
@@ -111,6 +122,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
         const secs = (performance.now() - t0) / 1000;
         log.info("synced", { backend: backend.name, rev: state.rev, services: state.services.size, changed: change?.size ?? "all", ms: Math.round(secs * 1000) });
         opts.onSynced?.(state, secs, change);
+        nextAt = performance.now() + pause(secs * 1000);
       } catch (err) {
         log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
         opts.onError?.(err);

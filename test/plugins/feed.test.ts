@@ -85,7 +85,7 @@ describe("feedBackend", () => {
 
   test("rules lost during an apply: a full sync follows it", async () => {
     const { backend, applied } = recorder({ delayMs: 20 });
-    const feed = feedBackend(backend, { log: memoryLogger() });
+    const feed = feedBackend(backend, { log: memoryLogger(), pauseAfter: () => 0 });
     feed.push(rev(1, null));
     await feed.idle();
     feed.push(rev(2, ["a"]));
@@ -97,6 +97,33 @@ describe("feedBackend", () => {
       { rev: 1, change: null },
       { rev: 2, change: ["a"] },
       { rev: 2, change: null },
+    ]);
+  });
+
+  test("syncs are paced by their cost: after a 40 ms sync, changes within the next 40 ms coalesce into one sync", async () => {
+    const run = async (pauseAfter?: (ms: number) => number) => {
+      const { backend, applied } = recorder({ delayMs: 40 });
+      const feed = feedBackend(backend, { log: memoryLogger(), pauseAfter });
+      feed.push(rev(1, null));
+      await feed.idle();
+      feed.push(rev(2, ["a"]));
+      await Bun.sleep(10);
+      feed.push(rev(3, ["b"]));
+      feed.push(rev(4, ["c"]));
+      await Bun.sleep(10);
+      await feed.idle();
+      return applied;
+    };
+    // default pacing (pacing.ts: as long again as the sync took)
+    expect(await run()).toEqual([
+      { rev: 1, change: null },
+      { rev: 4, change: ["a", "b", "c"] },
+    ]);
+    // unpaced: the first change starts a sync at once, the other two wait for it
+    expect(await run(() => 0)).toEqual([
+      { rev: 1, change: null },
+      { rev: 2, change: ["a"] },
+      { rev: 4, change: ["b", "c"] },
     ]);
   });
 

@@ -24,6 +24,7 @@ export interface Config {
   /** `--service-proxy-name`: serve services labelled with this name (and unlabelled ones: only when empty) */
   serviceProxyName: string;
   syncPeriodSeconds: number;
+  /** kube-proxy's minSyncPeriod when an operator sets one; 0 = none: syncs are paced by their cost (pacing.ts) */
   minSyncPeriodSeconds: number;
   /** backends print what they would apply instead of applying it */
   dryRun: boolean;
@@ -56,7 +57,7 @@ export function defaultConfig(overrides: Partial<Config> = {}): Config {
     masqueradeBit: 14,
     serviceProxyName: "",
     syncPeriodSeconds: 30,
-    minSyncPeriodSeconds: 1,
+    minSyncPeriodSeconds: 0,
     dryRun: false,
     ipvs: { scheduler: "rr", syncPeriodSeconds: 30, minSyncPeriodSeconds: 0 },
     winkernel: { sourceVip: "", networkName: "", enableDSR: false },

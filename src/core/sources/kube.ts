@@ -7,6 +7,7 @@
 // are compared, so a Node heartbeat or a relist that brings back the same
 // objects with new resourceVersions costs nothing downstream.
 
+import { pauseAfter } from "../pacing.ts";
 import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
@@ -63,17 +64,21 @@ export function resourceSpecs(cfg: Config): Record<Kind, ResourceSpec> {
 /** Runs `fn` at most once per `minMs`: at once after a quiet period, else when the period ends. */
 class FlushTimer {
   private timer?: ReturnType<typeof setTimeout>;
-  private last = -Infinity;
+  private nextAt = -Infinity;
+  /** `minMs`: the operator's minSyncPeriod; 0 = none, each flush paced by its own cost (pacing.ts) */
   constructor(
     private readonly minMs: number,
     private readonly fn: () => boolean,
   ) {}
   request() {
     if (this.timer) return;
-    const delay = Math.max(0, this.last + this.minMs - performance.now());
+    const delay = Math.max(0, this.nextAt - performance.now());
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      if (this.fn()) this.last = performance.now();
+      const t0 = performance.now();
+      if (!this.fn()) return;
+      const t1 = performance.now();
+      this.nextAt = this.minMs > 0 ? t1 + this.minMs : t1 + pauseAfter(t1 - t0);
     }, delay);
   }
   close() {
