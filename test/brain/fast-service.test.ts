@@ -76,7 +76,7 @@ describe("fastService agrees with ServiceSchema", () => {
   test("an invalid service still gets valibot's message, also as a list item", () => {
     const raw = full();
     raw.spec.ports[0].port = 70000;
-    const want = { ok: false as const, error: "service default/web spec.ports[0].port: 70000 is out of range" };
+    const want = { ok: false as const, error: "service default/web spec.ports[0].port: 70000 is out of range", reason: "malformed" as const };
     expect(parseObject(raw)).toEqual(want);
     const { kind: _, ...item } = raw;
     expect(parseObject(item, "Service")).toEqual(want);

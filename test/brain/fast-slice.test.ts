@@ -58,6 +58,6 @@ describe("fastSlice agrees with EndpointSliceSchema", () => {
     const raw = full();
     raw.ports[0].port = 70000;
     const r = parseObject(raw);
-    expect(r).toEqual({ ok: false, error: "endpointSlice default/web-abc ports[0].port: 70000 is out of range" });
+    expect(r).toEqual({ ok: false, error: "endpointSlice default/web-abc ports[0].port: 70000 is out of range", reason: "malformed" });
   });
 });

@@ -8,7 +8,7 @@ import { equals } from "@bufbuild/protobuf";
 import { ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
 import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
-import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
+import { DropCounts, kinds, type K8sService, type Kind } from "./k8s/objects.ts";
 import { EndpointMap } from "./endpoint-map.ts";
 import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
@@ -53,6 +53,8 @@ export class Brain {
   private readonly nodeIPOverride: { node: string; ips: readonly string[] } | undefined;
   /** counters: events in, revisions out, services recomputed (work done) */
   readonly stats = { events: 0, revisions: 0, computed: 0 };
+  /** objects the sources refused (they count them here, beside the events they apply) */
+  readonly dropped = new DropCounts();
 
   constructor(opts: BrainOptions = {}) {
     this.serviceProxyName = opts.serviceProxyName ?? "";
