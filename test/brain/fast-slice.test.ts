@@ -5,8 +5,9 @@
 
 import { describe, expect, test } from "bun:test";
 import { fastSlice } from "../../src/core/brain/k8s/fast-slice.ts";
-import { EndpointSliceSchema, parseObject } from "../../src/core/brain/k8s/objects.ts";
-import { expectSameVerdict, expectSameVerdicts, paths } from "./differential.ts";
+import { EndpointSliceSchema, EndpointSliceShape, firstAddressIsCanonical, parseObject, type K8sEndpointSlice } from "../../src/core/brain/k8s/objects.ts";
+import { readSlice } from "../../src/core/brain/k8s/read.ts";
+import { expectReadAgrees, expectSameVerdict, expectSameVerdicts, paths } from "./differential.ts";
 
 const full = () => ({
   kind: "EndpointSlice",
@@ -28,7 +29,7 @@ const full = () => ({
   ports: [{ name: "http", protocol: "TCP", port: 8080, appProtocol: "http" }],
 });
 
-const replacements: unknown[] = [undefined, null, 0, -1, 1.5, 70000, "", "x", "UDP", "IPv6", true, false, [], {}, ["a"], [{ name: "n" }]];
+const replacements: unknown[] = [undefined, null, 0, -1, 1.5, 70000, "", "x", "UDP", "IPv6", true, false, [], {}, ["a"], [{ name: "n" }], "QUIC", "Hostname", "198.019.1.5", ["198.19.1.5"], ["2001:DB8::5"]];
 
 const sameVerdict = (raw: Record<string, unknown>) => expectSameVerdict(EndpointSliceSchema, fastSlice, raw);
 
@@ -52,6 +53,14 @@ describe("fastSlice agrees with EndpointSliceSchema", () => {
   test(`every field deleted or replaced (${all.length} fields x ${replacements.length + 1} variants)`, () => {
     const rejected = expectSameVerdicts(EndpointSliceSchema, fastSlice, full, replacements);
     expect(rejected).toBeGreaterThan(50); // the table does reach invalid inputs
+  });
+
+  test("what it takes (with canonical first addresses), the shape-and-read path reads to the same object, with nothing to say", () => {
+    const fastAndCanonical = (raw: Record<string, unknown>) => {
+      const out = fastSlice(raw);
+      return out && firstAddressIsCanonical(out) ? out : null;
+    };
+    expect(expectReadAgrees<K8sEndpointSlice>(EndpointSliceShape, readSlice, fastAndCanonical, full, replacements)).toBeGreaterThan(100);
   });
 
   test("an invalid slice still gets valibot's message", () => {

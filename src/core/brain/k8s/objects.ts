@@ -186,7 +186,7 @@ export function objectName(obj: { kind?: unknown; metadata?: { namespace?: unkno
  * as kube-proxy reads it). Indexed loops and one family's check: 100,000
  * addresses at 10k services, at start-up.
  */
-function firstAddressIsCanonical(slice: K8sEndpointSlice): boolean {
+export function firstAddressIsCanonical(slice: K8sEndpointSlice): boolean {
   if (slice.addressType === "FQDN" || !slice.endpoints) return true;
   const isOfFamily = slice.addressType === "IPv4" ? isIPv4 : isCanonicalIPv6;
   const eps = slice.endpoints;

@@ -81,10 +81,10 @@ function readClusterIPs(spec: Spec, notes: Note[]): void {
       if (family !== undefined) keptFamilies.push(family);
       continue;
     }
+    // (an entry of another family than its ipFamilies entry is left to clusterIPsByFamily, which takes none such)
     const ip = ips[i] === "None" ? "None" : parseIPSloppy(ips[i]);
-    const why = !ip ? "is not an IP address" : ip !== "None" && family && IP_FAMILIES.has(family) && familyOf(ip) !== family ? `is not an ${family} address (spec.ipFamilies[${i}])` : "";
-    if (why) {
-      notes.push({ field: `spec.clusterIPs[${i}]`, message: `${q(ips[i])} ${why}: skipped`, apiRejects: true });
+    if (!ip) {
+      notes.push({ field: `spec.clusterIPs[${i}]`, message: `${q(ips[i])} is not an IP address: skipped`, apiRejects: true });
       continue;
     }
     keptIPs.push(ip!);
@@ -95,9 +95,9 @@ function readClusterIPs(spec: Spec, notes: Note[]): void {
 }
 
 /**
- * A Service as kube-proxy reads it. Dropped only when it names a cluster IP
- * (not "", not "None") and none is left to serve: kube-proxy would program
- * no rule for it, or rules for an address that does not parse.
+ * A Service as kube-proxy reads it. Dropped only when its clusterIP (not "",
+ * not "None") does not parse: kube-proxy would program rules for an address
+ * that is none.
  */
 export function readService(svc: K8sService): Read<K8sService> {
   const notes: Note[] = [];
@@ -110,10 +110,8 @@ export function readService(svc: K8sService): Read<K8sService> {
     if (!ip) return { drop: { field: "spec.clusterIP", message: `${q(spec.clusterIP)} is not an IP address: the service has no cluster IP to serve`, reason: "invalid_cluster_ip" } };
     spec.clusterIP = ip;
     spec.ipFamilies?.forEach((f, i) => IP_FAMILIES.has(f) || unknown(`spec.ipFamilies[${i}]`, f, "no cluster IP of that family is served"));
+    // (if no entry of a family in ipFamilies is left, the model serves nothing, as kube-proxy)
     readClusterIPs(spec, notes);
-    if (spec.type !== "ExternalName" && !clusterIPsByFamily(spec).length) {
-      return { drop: { field: "spec.clusterIPs", message: "no cluster IP of a family in spec.ipFamilies: the service has no cluster IP to serve", reason: "invalid_cluster_ip" } };
-    }
   }
   if (spec.externalIPs) spec.externalIPs = readIPs(spec.externalIPs, "spec.externalIPs", notes);
   if (spec.loadBalancerSourceRanges) {
