@@ -111,6 +111,33 @@ describe("watching", () => {
     }
   });
 
+  test("a later edit: a refused object keeps its last valid version, a bad value is skipped; each said once", async () => {
+    const path = join(dir, "edits.yaml");
+    const node = { kind: "Node", metadata: { name: "node-1" } };
+    const write = (items: object[]) => writeFileSync(path, stringify({ kind: "List", items }));
+    write([service("web"), service("lb"), node]);
+    const brain = new Brain();
+    const log = memoryLogger();
+    const src = await startFileSource({ path, brain, log, watch: false });
+    try {
+      const view = brain.view("node-1");
+      const badRange = { ...service("lb"), spec: { ...service("lb").spec, externalIPs: ["198.18.64.1", "198.18.64.300"] } };
+      write([service("web", 70000), badRange, node]);
+      await src.reload();
+      await src.reload(); // read again unchanged: nothing more said
+      const st = view.state!;
+      expect(st.services.get("default/web")!.service.Ports[0].Port).toBe(80);
+      expect(st.services.get("default/lb")!.service.IPs!.ExternalIPs!.V4).toEqual(["198.18.64.1"]);
+      const warns = log.lines.filter((l) => l.includes("WARN"));
+      expect(warns).toHaveLength(2);
+      expect(warns[0]).toContain("item 0: service default/web spec.ports[0].port: 70000 is out of range");
+      expect(warns[1]).toContain('service default/lb spec.externalIPs[1]: \\"198.18.64.300\\" is not an IP address: skipped');
+      expect([...brain.dropped.values()]).toEqual([{ kind: "Service", reason: "malformed", n: 2 }]);
+    } finally {
+      src.close();
+    }
+  });
+
   test("an unreadable file fails at start-up with invalid_argument", async () => {
     const err = await startFileSource({ path: join(dir, "missing.yaml"), brain: new Brain(), log: memoryLogger(), watch: false }).catch((e: unknown) => e);
     expect(isInvalidArgument(err)).toBe(true);

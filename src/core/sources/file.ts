@@ -30,8 +30,8 @@ export interface ParsedFile {
   rejected: string[];
   /** one line per value read as kube-proxy reads it with a warning (unknown to this version), or object ignored (a slice whose service is not in the file) */
   warnings: string[];
-  /** the objects refused, for kpng_objects_dropped_total */
-  dropped: Array<{ kind: Kind; reason: DropReason }>;
+  /** the objects refused, for kpng_objects_dropped_total; namespace and name when they have one (their last valid version stays) */
+  dropped: Array<{ kind: Kind; reason: DropReason; namespace?: string; name?: string }>;
 }
 
 /** The documents of a YAML or JSON text, fast path first. */
@@ -100,8 +100,11 @@ export function parseClusterFile(path: string, text: string): ParsedFile {
       for (const n of res.notes ?? []) (n.apiRejects ? out.rejected : out.warnings).push(`${path}: ${noteLine(res.object, n)}`);
     } else if ("error" in res) {
       out.errors.push(`${path}: item ${i}: ${res.error}`);
-      const kind = (raw as { kind?: unknown } | null)?.kind;
-      if (kinds.includes(kind as Kind)) out.dropped.push({ kind: kind as Kind, reason: res.reason });
+      const { kind, metadata: m } = (raw ?? {}) as { kind?: unknown; metadata?: { namespace?: unknown; name?: unknown } };
+      if (!kinds.includes(kind as Kind)) return;
+      const name = typeof m?.name === "string" && m.name ? m.name : undefined;
+      const namespace = kind === "Node" ? "" : typeof m?.namespace === "string" && m.namespace ? m.namespace : "default";
+      out.dropped.push({ kind: kind as Kind, reason: res.reason, ...(name ? { namespace, name } : {}) });
     }
   });
   // A file is a whole cluster: a slice whose service is not in it is a mistake
@@ -151,9 +154,16 @@ export async function startFileSource(opts: { path: string; brain: Brain; log: L
     say(parsed.rejected, "skipping a value no API server accepts", "error");
     say(parsed.warnings, "read as kube-proxy reads it", "warning");
     said = now;
-    for (const d of parsed.dropped) brain.dropped.add(d.kind, d.reason);
+    // A refused object keeps its last valid version, as from the API server: bad input tears nothing down.
+    const kept: K8sObject[] = [];
+    for (const d of parsed.dropped) {
+      brain.dropped.add(d.kind, d.reason);
+      const last = d.name ? brain.index.get(d.kind, d.namespace!, d.name) : undefined;
+      if (last) kept.push(last);
+    }
+    const objects = kept.length ? [...parsed.objects, ...kept] : parsed.objects;
     for (const kind of kinds) {
-      brain.apply(listing.replace(kind, parsed.objects.filter((o) => o.kind === kind)));
+      brain.apply(listing.replace(kind, objects.filter((o) => o.kind === kind)));
       brain.markSynced(kind);
     }
     brain.flush();
