@@ -64,15 +64,20 @@ describe("parseCIDRSloppy", () => {
     });
 });
 
-test("isCanonicalIP agrees with parseIPSloppy over every 16-bit group pattern of a short IPv6 address", () => {
-  // each of the 8 groups zero, one or a word, in every combination: every compression case
-  const values = ["0", "1", "abcd"];
+test("isCanonicalIP agrees with parseIPSloppy over every spelling of every zero-run pattern", () => {
+  // each of the 8 groups zero, one or ffff (IPv4-mapped ones among them), in every combination, each
+  // written out in full and with every run of zero groups written as "::": every compression case
+  const values = ["0", "1", "ffff"];
+  let spellings = 0;
   for (let n = 0; n < 3 ** 8; n++) {
     const groups = Array.from({ length: 8 }, (_, i) => values[Math.floor(n / 3 ** i) % 3]);
-    const long = groups.join(":");
-    const canonical = parseIPSloppy(long)!;
-    expect(isCanonicalIP(canonical)).toBe(true);
-    expect(parseIPSloppy(canonical)).toBe(canonical);
-    expect(isCanonicalIP(long)).toBe(long === canonical);
+    const written = [groups.join(":")];
+    for (let a = 0; a < 8; a++)
+      for (let b = a + 1; b <= 8 && groups[b - 1] === "0"; b++) written.push(`${groups.slice(0, a).join(":")}::${groups.slice(b).join(":")}`);
+    for (const w of written) {
+      spellings++;
+      expect(isCanonicalIP(w)).toBe(parseIPSloppy(w) === w);
+    }
   }
+  expect(spellings).toBeGreaterThan(20_000);
 });

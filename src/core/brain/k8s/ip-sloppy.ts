@@ -167,43 +167,67 @@ export function isCanonicalIP(s: string): boolean {
   return isIPv4(s) || isCanonicalIPv6(s);
 }
 
-/** IPv6 text exactly as formatV6 writes it (and not an IPv4-mapped address, which Go prints as IPv4) */
+/**
+ * IPv6 text exactly as formatV6 writes it (and not an IPv4-mapped address,
+ * which Go prints as IPv4). One pass, no parse: 100,000 slice addresses at
+ * 10k services go through it at start-up.
+ */
 export function isCanonicalIPv6(s: string): boolean {
   const n = s.length;
   if (n < 2 || n > 39) return false;
-  for (let i = 0; i < n; i++) {
-    const c = s.charCodeAt(i);
-    if (!(isDigit(c) || (c >= 97 && c <= 102) || c === 58)) return false; // lowercase hex and ':' only, no IPv4 tail
-  }
-  if (!parseV6(s, 0, n, scratch) || isMapped(scratch)) return false;
-  // parseV6 took it; now each group must have no leading zero and the "::" must be where formatV6 puts it
   let groups = 0;
+  /** explicit groups before the "::", -1 without one */
   let compressedAt = -1;
-  for (let i = 0; i < n; ) {
-    if (s.charCodeAt(i) === 58) {
-      if (s.charCodeAt(i + 1) === 58) {
-        compressedAt = groups;
-        i += 2;
-      } else i++;
-      continue;
-    }
+  /** the run of explicit zero groups going on, and the longest before and after the "::" */
+  let run = 0;
+  let longestBefore = 0;
+  let longestAfter = 0;
+  let firstAfterCompression = false;
+  let mappedPrefix = false;
+  let i = 0;
+  if (s.charCodeAt(0) === 58) {
+    if (s.charCodeAt(1) !== 58) return false;
+    compressedAt = 0;
+    firstAfterCompression = true;
+    i = 2;
+    if (i === n) return true; // "::"
+  }
+  for (;;) {
     const start = i;
-    while (i < n && s.charCodeAt(i) !== 58) i++;
-    if (i - start > 1 && s.charCodeAt(start) === 48) return false;
-    groups++;
+    let zero = true;
+    for (; i < n; i++) {
+      const c = s.charCodeAt(i);
+      if (c === 48) continue;
+      if ((c > 48 && c <= 57) || (c >= 97 && c <= 102)) zero = false;
+      else break;
+    }
+    const len = i - start;
+    if (len === 0 || len > 4 || (len > 1 && s.charCodeAt(start) === 48)) return false; // no group, too long, a leading zero
+    if (++groups > 8) return false;
+    if (zero) {
+      if (firstAfterCompression) return false; // the zero run would be longer than the "::" shows
+      run++;
+    } else run = 0;
+    if (firstAfterCompression && compressedAt === 0 && len === 4 && s.startsWith("ffff", start)) mappedPrefix = true;
+    firstAfterCompression = false;
+    if (compressedAt < 0) longestBefore = Math.max(longestBefore, run);
+    else longestAfter = Math.max(longestAfter, run);
+    if (i === n) break;
+    if (s.charCodeAt(i) !== 58 || i + 1 === n) return false; // uppercase, a dotted tail, a zone, a trailing ':'
+    i++;
+    if (s.charCodeAt(i) === 58) {
+      if (compressedAt >= 0 || run) return false; // a second "::", or one next to a zero group
+      compressedAt = groups;
+      firstAfterCompression = true;
+      run = 0;
+      i++;
+      if (i === n) break;
+    }
   }
-  let best = -1;
-  let bestLen = 0;
-  for (let g = 0; g < 8; ) {
-    if (scratch[2 * g] === 0 && scratch[2 * g + 1] === 0) {
-      let e = g;
-      while (e < 8 && scratch[2 * e] === 0 && scratch[2 * e + 1] === 0) e++;
-      if (e - g >= 2 && e - g > bestLen) [best, bestLen] = [g, e - g];
-      g = e;
-    } else g++;
-  }
-  if (best < 0) return compressedAt < 0;
-  return compressedAt === best && 8 - groups === bestLen;
+  if (compressedAt < 0) return groups === 8 && longestBefore < 2;
+  const compressed = 8 - groups;
+  // Go compresses the first longest run of two or more zero groups
+  return compressed >= 2 && longestBefore < compressed && longestAfter <= compressed && !(mappedPrefix && groups === 3);
 }
 
 /** whether parseCIDRSloppy(s) === s: a canonical address with no bits set past the prefix, a prefix without leading zeros */

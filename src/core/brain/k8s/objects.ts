@@ -9,7 +9,7 @@
 import * as v from "valibot";
 import { fastService } from "./fast-service.ts";
 import { fastSlice } from "./fast-slice.ts";
-import { isCanonicalCIDR, isCanonicalIP, isCanonicalIPv6 } from "./ip-sloppy.ts";
+import { isCanonicalCIDR, isCanonicalIP, isCanonicalIPv6, parseIPSloppy } from "./ip-sloppy.ts";
 import { isIPv4 } from "./ip.ts";
 import { readService, readSlice, type Note, type Read } from "./read.ts";
 import { issuePath, issueProblem } from "../../issues.ts";
@@ -135,7 +135,7 @@ const endpointFields = {
 const podOf = <T extends { targetRef?: { kind?: string; name?: string } }>({ targetRef, ...ep }: T) =>
   (targetRef?.kind === "Pod" && targetRef.name ? { ...ep, pod: targetRef.name } : ep) as Omit<T, "targetRef"> & { pod?: string };
 
-/** well-formed: what the fast path takes as it is (the first address is checked after, by firstAddressIsCanonical) */
+/** well-formed: what the fast path takes (its first addresses are then put as kube-proxy prints them, by canonicalFirstAddresses) */
 export const EndpointSliceSchema = v.object({
   kind: v.literal("EndpointSlice"),
   metadata,
@@ -181,16 +181,24 @@ export function objectName(obj: { kind?: unknown; metadata?: { namespace?: unkno
 }
 
 /**
- * Whether the first address of each endpoint of an IPv4/IPv6 slice is an IP
- * of that family written as kube-proxy prints it (only the first is read,
- * as kube-proxy reads it). Indexed loops and one family's check: 100,000
- * addresses at 10k services, at start-up.
+ * The first address of each endpoint of an IPv4/IPv6 slice (the only one
+ * kube-proxy reads) as kube-proxy prints it: one already so is left alone,
+ * one in another spelling of an IP of the slice's family is rewritten in
+ * place (the fast check's copy), as read.ts would. False when one is no IP of
+ * that family: read.ts then skips that endpoint and says so. Indexed loops
+ * and one family's check: 100,000 addresses at 10k services, at start-up.
  */
-export function firstAddressIsCanonical(slice: K8sEndpointSlice): boolean {
-  if (slice.addressType === "FQDN" || !slice.endpoints) return true;
-  const isOfFamily = slice.addressType === "IPv4" ? isIPv4 : isCanonicalIPv6;
+export function canonicalFirstAddresses(slice: K8sEndpointSlice): boolean {
+  if ((slice.addressType !== "IPv4" && slice.addressType !== "IPv6") || !slice.endpoints) return true;
+  const v6 = slice.addressType === "IPv6";
   const eps = slice.endpoints;
-  for (let i = 0; i < eps.length; i++) if (!isOfFamily(eps[i].addresses[0])) return false;
+  for (let i = 0; i < eps.length; i++) {
+    const addresses = eps[i].addresses;
+    if (v6 ? isCanonicalIPv6(addresses[0]) : isIPv4(addresses[0])) continue;
+    const ip = parseIPSloppy(addresses[0]);
+    if (!ip || ip.includes(":") !== v6) return false;
+    addresses[0] = ip;
+  }
   return true;
 }
 
@@ -233,7 +241,7 @@ export function parseObject(raw: unknown, as?: Kind): ParseResult {
   if (typeof kind !== "string" || !Object.hasOwn(shapes, kind)) return { ok: false, ignored: true };
   // Slices and Services are most of a cluster's objects: a hand-written check of the well-formed schema first.
   let fast: K8sObject | null = kind === "EndpointSlice" ? fastSlice(o, kind) : kind === "Service" ? fastService(o, kind) : null;
-  if (fast?.kind === "EndpointSlice" && !firstAddressIsCanonical(fast)) fast = null;
+  if (fast?.kind === "EndpointSlice" && !canonicalFirstAddresses(fast)) fast = null;
   if (fast) return { ok: true, object: finish(fast) };
   const input = o.kind === kind ? o : { ...o, kind };
   const res = v.safeParse(shapes[kind as Kind], input, { abortPipeEarly: true });
