@@ -3,8 +3,10 @@
 // on the thread that reads the list). The schema stays the definition: this
 // accepts exactly what it accepts and returns the same output
 // (test/brain/fast-service.test.ts runs both over a table of valid and
-// invalid services); on anything it does not accept it returns null and
-// valibot, run next, names the field and the why.
+// invalid services); on anything it does not accept (not well-formed: an
+// unknown value, an address not as kube-proxy prints it, or invalid) it
+// returns null and objects.ts takes the slow path: valibot's shape (which
+// names the field and the why of what no API server holds), then read.ts.
 
 import { FAIL, intIn, isObj, listOf, metadata, nullable, objectWith, oneOf, opt, optString, port, protocol, stringWhere, type Obj, type Out } from "./fast-check.ts";
 import { isCanonicalCIDR, isCanonicalIP } from "./ip-sloppy.ts";
