@@ -64,3 +64,8 @@ test("a read Service carries the values as kube-proxy programs them", () => {
   const spec = (r as { object: K8sService }).object.spec;
   expect([spec.clusterIP, spec.clusterIPs, spec.externalIPs, spec.loadBalancerSourceRanges]).toEqual(["198.18.0.10", ["198.18.0.10"], ["198.18.64.1"], ["198.18.128.0/24"]]);
 });
+
+test("clusterIPs are read even without a clusterIP: no entry that is no IP reaches the model", () => {
+  const r = parseObject(svc({ clusterIP: undefined, clusterIPs: ["x"], ipFamilies: ["IPv4"] }));
+  expect(r.ok && (r.object as K8sService).spec.clusterIPs).toEqual([]);
+});

@@ -110,9 +110,9 @@ export function readService(svc: K8sService): Read<K8sService> {
     if (!ip) return { drop: { field: "spec.clusterIP", message: `${q(spec.clusterIP)} is not an IP address: the service has no cluster IP to serve`, reason: "invalid_cluster_ip" } };
     spec.clusterIP = ip;
     spec.ipFamilies?.forEach((f, i) => IP_FAMILIES.has(f) || unknown(`spec.ipFamilies[${i}]`, f, "no cluster IP of that family is served"));
-    // (if no entry of a family in ipFamilies is left, the model serves nothing, as kube-proxy)
-    readClusterIPs(spec, notes);
   }
+  // (if no entry of a family in ipFamilies is left, the model serves nothing, as kube-proxy)
+  readClusterIPs(spec, notes);
   if (spec.externalIPs) spec.externalIPs = readIPs(spec.externalIPs, "spec.externalIPs", notes);
   if (spec.loadBalancerSourceRanges) {
     const ranges: string[] = [];
