@@ -54,3 +54,28 @@ export function expectSameVerdicts(schema: v.GenericSchema, fast: (raw: Record<s
   }
   return rejected;
 }
+
+/**
+ * What the fast path takes as it is, the shape-and-read path (objects.ts,
+ * read.ts) reads to the same object with nothing to say: a well-formed
+ * object needs no reading. Returns how many variants the fast path took.
+ */
+export function expectReadAgrees<T>(
+  shape: v.GenericSchema,
+  read: (o: T) => { object: T; notes: unknown[] } | { drop: unknown },
+  fast: (raw: Record<string, unknown>) => unknown,
+  full: () => object,
+  replacements: readonly unknown[],
+): number {
+  let taken = 0;
+  for (const raw of variants(full, replacements)) {
+    const out = fast(raw);
+    if (!out) continue;
+    taken++;
+    const shaped = v.safeParse(shape, raw, { abortPipeEarly: true });
+    expect(shaped.success).toBe(true);
+    const r = read(shaped.output as T);
+    expect(r).toEqual({ object: out as T, notes: [] });
+  }
+  return taken;
+}

@@ -5,8 +5,9 @@
 
 import { describe, expect, test } from "bun:test";
 import { fastSlice } from "../../src/core/brain/k8s/fast-slice.ts";
-import { EndpointSliceSchema, parseObject } from "../../src/core/brain/k8s/objects.ts";
-import { expectSameVerdict, expectSameVerdicts, paths } from "./differential.ts";
+import { EndpointSliceSchema, EndpointSliceShape, canonicalFirstAddresses, parseObject, type K8sEndpointSlice } from "../../src/core/brain/k8s/objects.ts";
+import { readSlice } from "../../src/core/brain/k8s/read.ts";
+import { expectReadAgrees, expectSameVerdict, expectSameVerdicts, paths } from "./differential.ts";
 
 const full = () => ({
   kind: "EndpointSlice",
@@ -28,7 +29,7 @@ const full = () => ({
   ports: [{ name: "http", protocol: "TCP", port: 8080, appProtocol: "http" }],
 });
 
-const replacements: unknown[] = [undefined, null, 0, -1, 1.5, 70000, "", "x", "UDP", "IPv6", true, false, [], {}, ["a"], [{ name: "n" }]];
+const replacements: unknown[] = [undefined, null, 0, -1, 1.5, 70000, "", "x", "UDP", "IPv6", true, false, [], {}, ["a"], [{ name: "n" }], "QUIC", "Hostname", "198.019.1.5", ["198.19.1.5"], ["2001:DB8::5"]];
 
 const sameVerdict = (raw: Record<string, unknown>) => expectSameVerdict(EndpointSliceSchema, fastSlice, raw);
 
@@ -54,10 +55,18 @@ describe("fastSlice agrees with EndpointSliceSchema", () => {
     expect(rejected).toBeGreaterThan(50); // the table does reach invalid inputs
   });
 
+  test("what it takes (first addresses put as kube-proxy prints them), the shape-and-read path reads to the same object, with nothing to say", () => {
+    const fastAndCanonical = (raw: Record<string, unknown>) => {
+      const out = fastSlice(raw);
+      return out && canonicalFirstAddresses(out) ? out : null;
+    };
+    expect(expectReadAgrees<K8sEndpointSlice>(EndpointSliceShape, readSlice, fastAndCanonical, full, replacements)).toBeGreaterThan(100);
+  });
+
   test("an invalid slice still gets valibot's message", () => {
     const raw = full();
     raw.ports[0].port = 70000;
     const r = parseObject(raw);
-    expect(r).toEqual({ ok: false, error: "endpointSlice default/web-abc ports[0].port: 70000 is out of range" });
+    expect(r).toEqual({ ok: false, error: "endpointSlice default/web-abc ports[0].port: 70000 is out of range", reason: "malformed" });
   });
 });

@@ -38,7 +38,7 @@ const wrongFiles: Array<{ name: string; bytes: string | Uint8Array; says: string
 const acceptedFiles: Array<{ name: string; bytes: string; services: number }> = [
   { name: "an empty kubectl List (an empty cluster)", bytes: "apiVersion: v1\nkind: List\nitems: []\n", services: 0 },
   { name: "only kinds kpng does not read", bytes: "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: x }\n", services: 0 },
-  { name: "good and bad objects: the bad one skipped", bytes: JSON.stringify({ kind: "List", items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7] }), services: 1 },
+  { name: "good and bad objects: the bad one skipped (at start-up kpng refuses it, see below)", bytes: JSON.stringify({ kind: "List", items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7] }), services: 1 },
 ];
 
 const fileWith = (name: string, bytes: string | Uint8Array) => {
@@ -78,12 +78,24 @@ describe("at start-up: exit 2 and one line", () => {
       expect(r.out).toBe("");
     });
   }
-  test("good and bad objects: exit 0, the bad ones logged", () => {
-    const c = acceptedFiles[2];
-    const r = run(fileWith(`cli-${c.name}`, c.bytes));
+  // What no API server would hold, an object or one value of one, is bad input: the first named.
+  const refused: Array<{ name: string; items: unknown[]; says: (path: string) => string }> = [
+    { name: "an object no API server holds (port out of range)", items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7], says: (p) => `${p}: item 1: service default/bad spec.ports[0].port: 70000 is out of range (and 1 more)` },
+    { name: "one value no API server holds (a source range)", items: [{ ...web, spec: { ...web.spec, loadBalancerSourceRanges: ["10.0.0.0/8", "10.0.0.0/33"] } }], says: (p) => `${p}: service default/web spec.loadBalancerSourceRanges[1]: "10.0.0.0/33" is not a CIDR: skipped` },
+  ];
+  for (const c of refused) {
+    test(`${c.name}: exit 2, one line naming file, object and field`, () => {
+      const path = fileWith(`cli-${c.name}`, JSON.stringify({ kind: "List", items: c.items }));
+      const r = run(path);
+      expect([r.code, r.err, r.out]).toEqual([2, `kpng: [invalid_argument] ${c.says(path)}\n`, ""]);
+    });
+  }
+  test("what an API server holds, however old or new: exit 0, unknown values named in a WARN line", () => {
+    const svc = { ...web, spec: { ...web.spec, clusterIP: "198.018.000.010", internalTrafficPolicy: "Topology", loadBalancerSourceRanges: [" 10.0.0.0/8 "] } };
+    const r = run(fileWith("cli-accepted", JSON.stringify({ kind: "List", items: [svc, node1] })));
     expect(r.code).toBe(0);
-    expect(r.err).toMatch(/WARN kpng\/file: skipping invalid object .*item 1: service default\/bad spec\.ports\[0\]\.port: 70000 is out of range/);
-    expect(r.out).toContain("default/web");
+    expect(r.err).toMatch(/WARN kpng\/file: read as kube-proxy reads it warning=".*service default\/web spec\.internalTrafficPolicy: unknown value \\"Topology\\": Cluster/);
+    expect(r.out).toContain("198.18.0.10"); // leading zeros read as decimal
   });
 });
 

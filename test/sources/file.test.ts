@@ -32,28 +32,47 @@ describe("parsing", () => {
     const asJSON = parseClusterFile("f", JSON.stringify({ kind: "List", items }));
     for (const p of [asList, asDocs, asJSON]) {
       expect(p.objects.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(["Service/web", "EndpointSlice/web-x"]);
-      expect(p.errors).toEqual([]);
+      expect([p.errors, p.rejected, p.warnings]).toEqual([[], [], []]);
     }
   });
 
+  // Objects no API server would hold: skipped (at start-up: exit 2, see file-bad.test.ts).
   const bad: Array<{ name: string; item: object; error: string }> = [
     { name: "port out of range", item: service("web", 70000), error: "f: item 0: service default/web spec.ports[0].port: 70000 is out of range" },
-    { name: "bad cluster IP", item: { ...service("web"), spec: { clusterIP: "198.18.0.300", ports: [{ port: 80 }] } }, error: 'spec.clusterIP: "198.18.0.300" is not a valid IP address' },
-    { name: "cluster IP not a string", item: { ...service("web"), spec: { clusterIP: 5, ports: [{ port: 80 }] } }, error: "spec.clusterIP: 5 is not a valid IP address" },
-    { name: "bad entry of clusterIPs", item: { ...service("web"), spec: { clusterIPs: ["None", ""], ports: [{ port: 80 }] } }, error: 'spec.clusterIPs[1]: "" is not a valid IP address' },
-    { name: "unknown protocol", item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } }, error: 'spec.ports[0].protocol: "ICMP" must be TCP, UDP or SCTP' },
-    { name: "endpoint address of the wrong family", item: { ...slice("web", "2001:db8::1") }, error: 'endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address' },
+    { name: "bad cluster IP", item: { ...service("web"), spec: { clusterIP: "198.18.0.300", ports: [{ port: 80 }] } }, error: 'f: item 0: service default/web spec.clusterIP: "198.18.0.300" is not an IP address: the service has no cluster IP to serve' },
+    { name: "cluster IP not a string", item: { ...service("web"), spec: { clusterIP: 5, ports: [{ port: 80 }] } }, error: "f: item 0: service default/web spec.clusterIP: 5 must be a string" },
     { name: "missing name", item: { kind: "Service", metadata: {}, spec: {} }, error: "f: item 0: service <unnamed> metadata.name: missing" },
-    { name: "slice for a missing service", item: slice("gone", "198.19.1.1"), error: "f: item 0: endpointSlice default/gone-x metadata.labels[kubernetes.io/service-name]: service default/gone is not in the file" },
   ];
   for (const c of bad) {
     test(`one bad object (${c.name}) is skipped with a line naming file, object and field; the rest is kept`, () => {
       const p = parseClusterFile("f", stringify({ kind: "List", items: [c.item, service("ok")] }));
       expect(p.objects.map((o) => o.metadata.name)).toEqual(["ok"]);
-      expect(p.errors).toHaveLength(1);
-      expect(p.errors[0]).toContain(c.error);
+      expect(p.errors).toEqual([c.error]);
+      expect(p.dropped).toHaveLength(1);
     });
   }
+
+  // One value of an object kube-proxy skips, or does not know: the value goes, the object stays.
+  const values: Array<{ name: string; item: object; line: string; rejected: boolean }> = [
+    { name: "bad entry of clusterIPs", item: { ...service("web"), spec: { clusterIP: "198.18.0.10", clusterIPs: ["198.18.0.10", "x"], ipFamilies: ["IPv4", "IPv6"], ports: [{ port: 80 }] } }, line: 'f: service default/web spec.clusterIPs[1]: "x" is not an IP address: skipped', rejected: true },
+    { name: "endpoint address of the wrong family", item: slice("web", "2001:db8::1"), line: 'f: endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address: endpoint skipped', rejected: true },
+    { name: "unknown protocol (a newer API server's)", item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } }, line: 'f: service default/web spec.ports[0].protocol: unknown protocol "ICMP": port 80 skipped', rejected: false },
+  ];
+  for (const c of values) {
+    test(`one bad value (${c.name}): the object is kept, the value named once`, () => {
+      const items = "addressType" in c.item ? [service("web"), c.item, service("ok")] : [c.item, service("ok")];
+      const p = parseClusterFile("f", stringify({ kind: "List", items }));
+      expect(p.objects.map((o) => o.metadata.name)).toEqual(items.map((i) => (i as { metadata: { name: string } }).metadata.name));
+      expect(p.errors).toEqual([]);
+      expect(c.rejected ? p.rejected : p.warnings).toEqual([c.line]);
+    });
+  }
+
+  test("a slice whose service is not in the file: ignored with a warning (an API server holds such slices)", () => {
+    const p = parseClusterFile("f", stringify({ kind: "List", items: [slice("gone", "198.19.1.1"), service("ok")] }));
+    expect(p.objects.map((o) => o.metadata.name)).toEqual(["ok"]);
+    expect(p.warnings).toEqual(["f: item 0: endpointSlice default/gone-x metadata.labels[kubernetes.io/service-name]: service default/gone is not in the file"]);
+  });
 
   test("a file that is not YAML or JSON is an invalid_argument error naming the file and line", () => {
     let err: unknown;
@@ -87,6 +106,33 @@ describe("watching", () => {
       await src.reload();
       expect(view.state!.rev).toBe(2);
       expect(log.lines.some((l) => l.includes("ERROR") && l.includes("keeping the last good state"))).toBe(true);
+    } finally {
+      src.close();
+    }
+  });
+
+  test("a later edit: a refused object keeps its last valid version, a bad value is skipped; each said once", async () => {
+    const path = join(dir, "edits.yaml");
+    const node = { kind: "Node", metadata: { name: "node-1" } };
+    const write = (items: object[]) => writeFileSync(path, stringify({ kind: "List", items }));
+    write([service("web"), service("lb"), node]);
+    const brain = new Brain();
+    const log = memoryLogger();
+    const src = await startFileSource({ path, brain, log, watch: false });
+    try {
+      const view = brain.view("node-1");
+      const badRange = { ...service("lb"), spec: { ...service("lb").spec, externalIPs: ["198.18.64.1", "198.18.64.300"] } };
+      write([service("web", 70000), badRange, node]);
+      await src.reload();
+      await src.reload(); // read again unchanged: nothing more said
+      const st = view.state!;
+      expect(st.services.get("default/web")!.service.Ports[0].Port).toBe(80);
+      expect(st.services.get("default/lb")!.service.IPs!.ExternalIPs!.V4).toEqual(["198.18.64.1"]);
+      const warns = log.lines.filter((l) => l.includes("WARN"));
+      expect(warns).toHaveLength(2);
+      expect(warns[0]).toContain("item 0: service default/web spec.ports[0].port: 70000 is out of range");
+      expect(warns[1]).toContain('service default/lb spec.externalIPs[1]: \\"198.18.64.300\\" is not an IP address: skipped');
+      expect([...brain.dropped.values()]).toEqual([{ kind: "Service", reason: "malformed", n: 2 }]);
     } finally {
       src.close();
     }

@@ -8,7 +8,7 @@ import { equals } from "@bufbuild/protobuf";
 import { ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
 import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
-import { kinds, type K8sService, type Kind } from "./k8s/objects.ts";
+import { DropCounts, kinds, type K8sService, type Kind } from "./k8s/objects.ts";
 import { EndpointMap } from "./endpoint-map.ts";
 import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
@@ -53,6 +53,8 @@ export class Brain {
   private readonly nodeIPOverride: { node: string; ips: readonly string[] } | undefined;
   /** counters: events in, revisions out, services recomputed (work done) */
   readonly stats = { events: 0, revisions: 0, computed: 0 };
+  /** objects the sources refused (they count them here, beside the events they apply) */
+  readonly dropped = new DropCounts();
 
   constructor(opts: BrainOptions = {}) {
     this.serviceProxyName = opts.serviceProxyName ?? "";
@@ -146,6 +148,11 @@ function serviceKeyOf(ev: ClusterEvent): string | null {
 // One shared Set per combination of families (a Set per service was ~250 B at 10k services).
 const FAMILIES: ReadonlyArray<ReadonlySet<Family>> = [new Set(), new Set(["v4"]), new Set(["v6"]), new Set(["v4", "v6"])];
 
+const KNOWN_TYPES = new Set(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+const externalIPs = (m: Service) => m.IPs!.ExternalIPs!.V4.length + m.IPs!.ExternalIPs!.V6.length;
+/** A type kube-proxy does not know: upstream ServicePort.ExternallyAccessible (a node port, an external or a load-balancer IP). */
+const reachableFromOutside = (m: Service) => m.Ports.some((p) => p.NodePort !== 0) || externalIPs(m) + m.IPs!.LoadBalancerIPs!.V4.length + m.IPs!.LoadBalancerIPs!.V6.length > 0;
+
 function makeEntry(svc: K8sService): ServiceEntry {
   const model = serviceModel(svc);
   const ips = model.IPs!.ClusterIPs!;
@@ -154,7 +161,7 @@ function makeEntry(svc: K8sService): ServiceEntry {
     families: FAMILIES[(ips.V4.length ? 1 : 0) + (ips.V6.length ? 2 : 0)],
     internalLocal: internalPolicyLocal(svc),
     externalLocal: externalPolicyLocal(svc),
-    external: model.Type !== "ClusterIP" || model.IPs!.ExternalIPs!.V4.length + model.IPs!.ExternalIPs!.V6.length > 0,
+    external: KNOWN_TYPES.has(model.Type) ? model.Type !== "ClusterIP" || externalIPs(model) > 0 : reachableFromOutside(model),
   };
 }
 

@@ -13,13 +13,17 @@
 
 import type { K8sNode } from "./k8s/objects.ts";
 import { ipFamily } from "./k8s/ip.ts";
+import { parseIPSloppy } from "./k8s/ip-sloppy.ts";
 
 /** upstream GetNodeHostIPs: InternalIPs before ExternalIPs; the first, then the first of the other family */
 export function nodeHostIPs(node: Pick<K8sNode, "status"> | undefined): string[] {
   const addrs = node?.status?.addresses ?? [];
-  const sorted = [...addrs.filter((a) => a.type === "InternalIP"), ...addrs.filter((a) => a.type === "ExternalIP")]
-    .map((a) => a.address)
-    .filter((ip) => ipFamily(ip) !== null);
+  // parsed as upstream parses them (ParseIPSloppy: leading zeros are decimal), written as Go prints them
+  const sorted: string[] = [];
+  for (const a of [...addrs.filter((a) => a.type === "InternalIP"), ...addrs.filter((a) => a.type === "ExternalIP")]) {
+    const ip = parseIPSloppy(a.address);
+    if (ip) sorted.push(ip);
+  }
   if (!sorted.length) return [];
   const primary = sorted[0];
   const secondary = sorted.find((ip) => ipFamily(ip) !== ipFamily(primary));

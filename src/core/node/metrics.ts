@@ -97,6 +97,11 @@ export class ProxyMetrics {
       this.reset();
       for (const [kind, n] of Object.entries(s?.events ?? {})) this.inc({ kind }, n);
     } });
+    // kube-proxy has no such metric: objects a source refused (README: reading objects as kube-proxy does)
+    new Counter({ name: "kpng_objects_dropped_total", help: "Objects from the API server or the input file that were refused, by kind and reason", labelNames: ["kind", "reason"], registers, collect() {
+      this.reset();
+      for (const d of brain.dropped.values()) this.inc({ kind: d.kind, reason: d.reason }, d.n);
+    } });
     new Counter({ name: "kpng_brain_events_total", help: "Cluster changes applied to the brain (no-op updates already dropped)", registers, collect() {
       setTo(this, brain.stats.events);
     } });

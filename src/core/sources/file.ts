@@ -1,7 +1,11 @@
 // The file source: real Kubernetes objects (what `kubectl get
 // services,endpointslices,nodes -A -o yaml` prints: a List, or several YAML
 // or JSON documents) read from a file that is watched for edits.
-// Bad objects are skipped and logged; a file that cannot be read, is not
+// Objects are read as from an API server (objects.ts, read.ts): what an API
+// server of any version would hold is taken, values read as kube-proxy reads
+// them. What no API server would hold (an object, or one value of it) is an
+// error at start-up (exit 2, naming the file, the object and the field) and,
+// in a later edit, skipped with a WARN. A file that cannot be read, is not
 // YAML/JSON, or holds no Kubernetes object at all (empty, a scalar, a list of
 // numbers: the wrong file) is an error at start-up and, later, a logged error
 // that keeps the last good state.
@@ -11,16 +15,23 @@ import { basename, dirname, resolve } from "node:path";
 import { parseAllDocuments, type Document } from "yaml";
 import type { Brain } from "../brain/brain.ts";
 import { errorMessage, invalid } from "../errors.ts";
-import { kinds, objectName, parseObject, type K8sObject } from "../brain/k8s/objects.ts";
+import { kinds, objectName, parseObject, type DropReason, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import { SERVICE_NAME_LABEL } from "../brain/model/endpoints.ts";
 import type { Logger } from "../log.ts";
 import { Listing } from "./listing.ts";
+import { noteLine } from "./read-log.ts";
 import { readTextFile } from "../read-text.ts";
 
 export interface ParsedFile {
   objects: K8sObject[];
-  /** one line per skipped object: `file: service ns/name field: reason` */
+  /** one line per object skipped because no API server would hold it: `file: item i: service ns/name field: reason` */
   errors: string[];
+  /** one line per value skipped because no API server would hold it (the rest of its object is read) */
+  rejected: string[];
+  /** one line per value read as kube-proxy reads it with a warning (unknown to this version), or object ignored (a slice whose service is not in the file) */
+  warnings: string[];
+  /** the objects refused, for kpng_objects_dropped_total; namespace and name when they have one (their last valid version stays) */
+  dropped: Array<{ kind: Kind; reason: DropReason; namespace?: string; name?: string }>;
 }
 
 /** The documents of a YAML or JSON text, fast path first. */
@@ -81,25 +92,33 @@ export function parseClusterFile(path: string, text: string): ParsedFile {
   }
   if (!raws.some(isKubeObject) && !(lists && !raws.length)) throw invalid(`${path}: no Kubernetes object in the file: ${describeValues(raws)}`);
   const parsed: Array<{ i: number; object: K8sObject }> = [];
-  const errors: string[] = [];
+  const out: ParsedFile = { objects: [], errors: [], rejected: [], warnings: [], dropped: [] };
   raws.forEach((raw, i) => {
     const res = parseObject(raw);
-    if (res.ok) parsed.push({ i, object: res.object });
-    else if (!("ignored" in res)) errors.push(`${path}: item ${i}: ${res.error}`);
+    if (res.ok) {
+      parsed.push({ i, object: res.object });
+      for (const n of res.notes ?? []) (n.apiRejects ? out.rejected : out.warnings).push(`${path}: ${noteLine(res.object, n)}`);
+    } else if ("error" in res) {
+      out.errors.push(`${path}: item ${i}: ${res.error}`);
+      const { kind, metadata: m } = (raw ?? {}) as { kind?: unknown; metadata?: { namespace?: unknown; name?: unknown } };
+      if (!kinds.includes(kind as Kind)) return;
+      const name = typeof m?.name === "string" && m.name ? m.name : undefined;
+      const namespace = kind === "Node" ? "" : typeof m?.namespace === "string" && m.namespace ? m.namespace : "default";
+      out.dropped.push({ kind: kind as Kind, reason: res.reason, ...(name ? { namespace, name } : {}) });
+    }
   });
   // A file is a whole cluster: a slice whose service is not in it is a mistake
   // worth naming (from the API server it would just be an ordering race).
   const services = new Set(parsed.filter((p) => p.object.kind === "Service").map((p) => `${p.object.metadata.namespace}/${p.object.metadata.name}`));
-  const objects: K8sObject[] = [];
   for (const { i, object } of parsed) {
     const owner = object.kind === "EndpointSlice" ? object.metadata.labels?.[SERVICE_NAME_LABEL] : undefined;
     if (owner !== undefined && !services.has(`${object.metadata.namespace}/${owner}`)) {
-      errors.push(`${path}: item ${i}: ${objectName(object)} metadata.labels[${SERVICE_NAME_LABEL}]: service ${object.metadata.namespace}/${owner} is not in the file`);
+      out.warnings.push(`${path}: item ${i}: ${objectName(object)} metadata.labels[${SERVICE_NAME_LABEL}]: service ${object.metadata.namespace}/${owner} is not in the file`);
       continue;
     }
-    objects.push(object);
+    out.objects.push(object);
   }
-  return { objects, errors };
+  return out;
 }
 
 export async function readClusterFile(path: string): Promise<ParsedFile> {
@@ -121,15 +140,39 @@ export async function startFileSource(opts: { path: string; brain: Brain; log: L
   const path = resolve(opts.path);
   const listing = new Listing(brain.index);
 
+  /** lines said at the last load: a line is said once, not at every re-read of the file */
+  let said = new Set<string>();
   const load = (parsed: ParsedFile) => {
-    for (const e of parsed.errors) log.warn("skipping invalid object", { error: e });
+    const now = new Set<string>();
+    const say = (lines: string[], msg: string, key: string) => {
+      for (const line of lines) {
+        now.add(line);
+        if (!said.has(line)) log.warn(msg, { [key]: line });
+      }
+    };
+    say(parsed.errors, "skipping invalid object", "error");
+    say(parsed.rejected, "skipping a value no API server accepts", "error");
+    say(parsed.warnings, "read as kube-proxy reads it", "warning");
+    said = now;
+    // A refused object keeps its last valid version, as from the API server: bad input tears nothing down.
+    const kept: K8sObject[] = [];
+    for (const d of parsed.dropped) {
+      brain.dropped.add(d.kind, d.reason);
+      const last = d.name ? brain.index.get(d.kind, d.namespace!, d.name) : undefined;
+      if (last) kept.push(last);
+    }
+    const objects = kept.length ? [...parsed.objects, ...kept] : parsed.objects;
     for (const kind of kinds) {
-      brain.apply(listing.replace(kind, parsed.objects.filter((o) => o.kind === kind)));
+      brain.apply(listing.replace(kind, objects.filter((o) => o.kind === kind)));
       brain.markSynced(kind);
     }
     brain.flush();
   };
-  load(await readClusterFile(opts.path));
+  // At start-up the file must hold nothing an API server would refuse: exit 2 naming the file, object and field.
+  const first = await readClusterFile(opts.path);
+  const refused = [...first.errors, ...first.rejected];
+  if (refused.length) throw invalid(refused[0] + (refused.length > 1 ? ` (and ${refused.length - 1} more)` : ""));
+  load(first);
 
   let timer: ReturnType<typeof setTimeout> | undefined;
   let running: Promise<void> = Promise.resolve();

@@ -13,6 +13,7 @@ import type { Config } from "../config/config.ts";
 import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
 import { Listing, objectId } from "./listing.ts";
+import { ReadLog } from "./read-log.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
 import { loadKubeConfig } from "./kubeconfig.ts";
 
@@ -121,13 +122,14 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   const validateMs: Record<Kind, number> = { Service: 0, EndpointSlice: 0, Node: 0 };
   // An invalid object is skipped: the brain's index and the listing still hold its
   // last valid version (if any), which stays in place. Bad input tears nothing down.
+  const said = new ReadLog(log, brain);
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
     const t0 = performance.now();
     const res = parseObject(raw, kind); // list items carry no kind
     validateMs[kind] += performance.now() - t0;
-    if (res.ok) return res.object;
-    if ("error" in res) log.warn("skipping invalid object, keeping its last valid version", { error: res.error });
-    return null;
+    // the well-formed majority carries no notes: nothing to say (unless something was said before)
+    if (!res.ok || res.notes || !said.quiet) said.report(kind, idOf(kind, raw), res);
+    return res.ok ? res.object : null;
   };
 
   const specs = resourceSpecs(config);
@@ -169,6 +171,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (type === "DELETED") {
             const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
             if (!meta.name) return;
+            said.forget(idOf(kind, raw));
             brain.apply(listing.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name));
           } else {
             const obj = parse(kind, raw);

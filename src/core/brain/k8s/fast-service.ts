@@ -3,14 +3,16 @@
 // on the thread that reads the list). The schema stays the definition: this
 // accepts exactly what it accepts and returns the same output
 // (test/brain/fast-service.test.ts runs both over a table of valid and
-// invalid services); on anything it does not accept it returns null and
-// valibot, run next, names the field and the why.
+// invalid services); on anything it does not accept (not well-formed: an
+// unknown value, an address not as kube-proxy prints it, or invalid) it
+// returns null and objects.ts takes the slow path: valibot's shape (which
+// names the field and the why of what no API server holds), then read.ts.
 
 import { FAIL, intIn, isObj, listOf, metadata, nullable, objectWith, oneOf, opt, optString, port, protocol, stringWhere, type Obj, type Out } from "./fast-check.ts";
-import { isCIDR, isIP } from "./ip.ts";
+import { isCanonicalCIDR, isCanonicalIP } from "./ip-sloppy.ts";
 import type { K8sService } from "./objects.ts";
 
-const ip = stringWhere(isIP);
+const ip = stringWhere(isCanonicalIP);
 const nodePort = intIn(0, 65535);
 const policy = oneOf(["Cluster", "Local"]);
 const affinity = oneOf(["None", "ClientIP"]);
@@ -34,16 +36,16 @@ function servicePort(x: unknown): Out<Obj> {
 
 /** objects.ts's `list`: v.optional(v.nullable(v.array(item))) */
 const lists = {
-  clusterIPs: nullable(listOf(stringWhere((s) => s === "None" || isIP(s)))),
+  clusterIPs: nullable(listOf(stringWhere((s) => s === "None" || isCanonicalIP(s)))),
   ipFamilies: nullable(listOf(oneOf(["IPv4", "IPv6"]))),
   externalIPs: nullable(listOf(ip)),
-  loadBalancerSourceRanges: nullable(listOf(stringWhere(isCIDR))),
+  loadBalancerSourceRanges: nullable(listOf(stringWhere(isCanonicalCIDR))),
   ports: nullable(listOf(servicePort)),
 };
 const LISTS = Object.keys(lists) as Array<keyof typeof lists>;
 
 /** "None" (headless), "" (not allocated yet) or an IP; a list of them holds no "" */
-const clusterIP = stringWhere((s) => s === "None" || s === "" || isIP(s));
+const clusterIP = stringWhere((s) => s === "None" || s === "" || isCanonicalIP(s));
 const affinityConfig = objectWith("clientIP", objectWith("timeoutSeconds", intIn(1, 86400)));
 
 function spec(x: unknown): Out<Obj> {

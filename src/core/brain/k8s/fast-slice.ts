@@ -3,8 +3,10 @@
 // costs several times this straight code (fast-check.ts). The schema stays
 // the definition: this accepts exactly what it accepts and returns the same
 // output (test/brain/fast-slice.test.ts runs both over a table of valid and
-// invalid slices); on anything it does not accept it returns null and
-// valibot, run next, names the field and the why.
+// invalid slices); on anything it does not accept (not well-formed: an
+// unknown value, an address not as kube-proxy prints it, or invalid) it
+// returns null and objects.ts takes the slow path: valibot's shape (which
+// names the field and the why of what no API server holds), then read.ts.
 
 import { FAIL, isObj, listOf, metadata, nullable, oneOf, opt, optString, port as portNumber, protocol, type Obj, type Out } from "./fast-check.ts";
 import type { K8sEndpointSlice } from "./objects.ts";

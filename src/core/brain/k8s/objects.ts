@@ -9,23 +9,37 @@
 import * as v from "valibot";
 import { fastService } from "./fast-service.ts";
 import { fastSlice } from "./fast-slice.ts";
-import { isCIDR, isIP, isIPv4, isIPv6 } from "./ip.ts";
+import { isCanonicalCIDR, isCanonicalIP, isCanonicalIPv6, parseIPSloppy } from "./ip-sloppy.ts";
+import { isIPv4 } from "./ip.ts";
+import { readService, readSlice, type Note, type Read } from "./read.ts";
 import { issuePath, issueProblem } from "../../issues.ts";
 
-// ip.ts's hand-written checks (node:net's answers, as kube-proxy's netutils:
-// no leading zeros), not valibot's v.ip regex: 10,000 cluster IPs are checked
-// at start-up. Unions are avoided for the same reason: every branch that
-// fails first costs an issue object.
-const ip = v.pipe(v.string(), v.check(isIP, "is not a valid IP address"));
+// Two schemas per kind. The *shape* (ServiceShape, EndpointSliceShape) is the
+// structure an API server can store: it refuses only what no API server
+// would ever hold (a port out of range, a number where a name goes), and
+// takes any string where Kubernetes has an enum or an address, since a newer
+// API server may send a value this version does not know and an older one
+// stored addresses the current validation refuses. read.ts then reads those
+// values as kube-proxy 1.36 does. The *well-formed* schemas (ServiceSchema,
+// EndpointSliceSchema) are the subset that needs no reading: known enum
+// values, addresses already in the form kube-proxy prints them. The
+// hand-written fast checks copy them; only what they refuse takes the
+// shape-and-read path.
+
+// ip-sloppy.ts's hand-written checks, not valibot's v.ip regex: 10,000
+// cluster IPs are checked at start-up. Unions are avoided for the same
+// reason: every branch that fails first costs an issue object.
+const ip = v.pipe(v.string(), v.check(isCanonicalIP, "is not an IP address in canonical form"));
 /** "None" (headless), "" (not allocated yet) or an IP */
 const clusterIP = (allowEmpty: boolean) =>
-  v.pipe(v.string("is not a valid IP address"), v.check((s) => s === "None" || (allowEmpty && s === "") || isIP(s), "is not a valid IP address"));
-const cidr = v.pipe(v.string(), v.check(isCIDR, "is not a valid CIDR"));
+  v.pipe(v.string("is not a valid IP address"), v.check((s) => s === "None" || (allowEmpty && s === "") || isCanonicalIP(s), "is not a valid IP address"));
+const cidr = v.pipe(v.string(), v.check(isCanonicalCIDR, "is not a CIDR in canonical form"));
 const port = v.pipe(v.number("must be a number"), v.integer("must be an integer"), v.minValue(1, "is out of range"), v.maxValue(65535, "is out of range"));
 const nodePort = v.pipe(v.number(), v.integer(), v.minValue(0, "is out of range"), v.maxValue(65535, "is out of range"));
 const protocol = v.optional(v.picklist(["TCP", "UDP", "SCTP"], "must be TCP, UDP or SCTP"), "TCP");
 const labels = v.optional(v.nullable(v.record(v.string(), v.string())));
 const list = <T extends v.GenericSchema>(item: T) => v.optional(v.nullable(v.array(item)));
+const timeout = v.pipe(v.number(), v.integer(), v.minValue(1, "is out of range"), v.maxValue(86400, "is out of range"));
 
 const metadata = v.object({
   name: v.pipe(v.string("is required"), v.minLength(1, "is required")),
@@ -34,6 +48,7 @@ const metadata = v.object({
   annotations: labels,
 });
 
+/** well-formed: what the fast path takes as it is */
 export const ServiceSchema = v.object({
   kind: v.literal("Service"),
   metadata,
@@ -54,11 +69,7 @@ export const ServiceSchema = v.object({
       }),
     ),
     sessionAffinity: v.optional(v.picklist(["None", "ClientIP"], "must be None or ClientIP")),
-    sessionAffinityConfig: v.optional(
-      v.object({
-        clientIP: v.optional(v.object({ timeoutSeconds: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1, "is out of range"), v.maxValue(86400, "is out of range"))) })),
-      }),
-    ),
+    sessionAffinityConfig: v.optional(v.object({ clientIP: v.optional(v.object({ timeoutSeconds: v.optional(timeout) })) })),
     externalTrafficPolicy: v.optional(v.picklist(["Cluster", "Local"], "must be Cluster or Local")),
     internalTrafficPolicy: v.optional(v.picklist(["Cluster", "Local"], "must be Cluster or Local")),
     healthCheckNodePort: v.optional(nodePort),
@@ -74,41 +85,72 @@ export const ServiceSchema = v.object({
   ),
 });
 
-const hintList = list(v.object({ name: v.string() }));
+const text = v.string("must be a string");
+/** a port number, or 0 / "" (API servers default those to the port) or a name */
+const targetPort = v.union([nodePort, v.string()], "must be a port number or name");
 
+/** what an API server may hold: structure checked, enum and address values left to read.ts */
+export const ServiceShape = v.object({
+  kind: v.literal("Service"),
+  metadata,
+  spec: v.object({
+    type: v.optional(text, "ClusterIP"),
+    clusterIP: v.optional(text),
+    clusterIPs: list(text),
+    ipFamilies: list(text),
+    externalIPs: list(text),
+    loadBalancerSourceRanges: list(text),
+    ports: list(v.object({ name: v.optional(text), protocol: v.optional(text, "TCP"), port, targetPort: v.optional(targetPort), nodePort: v.optional(nodePort) })),
+    sessionAffinity: v.optional(text),
+    sessionAffinityConfig: v.optional(v.object({ clientIP: v.optional(v.object({ timeoutSeconds: v.optional(timeout) })) })),
+    externalTrafficPolicy: v.optional(text),
+    internalTrafficPolicy: v.optional(text),
+    healthCheckNodePort: v.optional(nodePort),
+  }),
+  status: v.optional(
+    v.object({
+      loadBalancer: v.optional(v.object({ ingress: list(v.object({ ip: v.optional(text), hostname: v.optional(text), ipMode: v.optional(text) })) })),
+    }),
+  ),
+});
+
+const hintList = list(v.object({ name: v.string() }));
+const conditions = v.optional(
+  v.object({
+    ready: v.optional(v.nullable(v.boolean())),
+    serving: v.optional(v.nullable(v.boolean())),
+    terminating: v.optional(v.nullable(v.boolean())),
+  }),
+);
+const endpointFields = {
+  conditions,
+  hostname: v.optional(v.string()),
+  nodeName: v.optional(v.string()),
+  zone: v.optional(v.string()),
+  hints: v.optional(v.object({ forZones: hintList, forNodes: hintList })),
+  targetRef: v.optional(v.object({ kind: v.optional(v.string()), name: v.optional(v.string()), namespace: v.optional(v.string()) })),
+};
+// Of targetRef only a Pod's name is read (the endpoint's key): an object per
+// endpoint kept for it was ~6 MB at 10k services.
+const podOf = <T extends { targetRef?: { kind?: string; name?: string } }>({ targetRef, ...ep }: T) =>
+  (targetRef?.kind === "Pod" && targetRef.name ? { ...ep, pod: targetRef.name } : ep) as Omit<T, "targetRef"> & { pod?: string };
+
+/** well-formed: what the fast path takes (its first addresses are then put as kube-proxy prints them, by canonicalFirstAddresses) */
 export const EndpointSliceSchema = v.object({
   kind: v.literal("EndpointSlice"),
   metadata,
   addressType: v.picklist(["IPv4", "IPv6", "FQDN"], "must be IPv4, IPv6 or FQDN"),
-  endpoints: list(
-    v.pipe(
-      v.object({
-        addresses: v.pipe(v.array(v.string()), v.minLength(1, "must have at least one address")),
-        conditions: v.optional(
-          v.object({
-            ready: v.optional(v.nullable(v.boolean())),
-            serving: v.optional(v.nullable(v.boolean())),
-            terminating: v.optional(v.nullable(v.boolean())),
-          }),
-        ),
-        hostname: v.optional(v.string()),
-        nodeName: v.optional(v.string()),
-        zone: v.optional(v.string()),
-        hints: v.optional(v.object({ forZones: hintList, forNodes: hintList })),
-        targetRef: v.optional(v.object({ kind: v.optional(v.string()), name: v.optional(v.string()), namespace: v.optional(v.string()) })),
-      }),
-      // Of targetRef only a Pod's name is read (the endpoint's key): an object per
-      // endpoint kept for it was ~6 MB at 10k services.
-      v.transform(({ targetRef, ...ep }) => (targetRef?.kind === "Pod" && targetRef.name ? { ...ep, pod: targetRef.name } : ep) as typeof ep & { pod?: string }),
-    ),
-  ),
-  ports: list(
-    v.object({
-      name: v.optional(v.nullable(v.string())),
-      protocol,
-      port: v.optional(v.nullable(port)),
-    }),
-  ),
+  endpoints: list(v.pipe(v.object({ addresses: v.pipe(v.array(v.string()), v.minLength(1, "must have at least one address")), ...endpointFields }), v.transform(podOf))),
+  ports: list(v.object({ name: v.optional(v.nullable(v.string())), protocol, port: v.optional(v.nullable(port)) })),
+});
+
+/** what an API server may hold: read.ts reads the address type, the addresses and the port protocols */
+export const EndpointSliceShape = v.object({
+  kind: v.literal("EndpointSlice"),
+  metadata,
+  addressType: text,
+  endpoints: list(v.pipe(v.object({ addresses: v.array(text), ...endpointFields }), v.transform(podOf))),
+  ports: list(v.object({ name: v.optional(v.nullable(text)), protocol: v.optional(text, "TCP"), port: v.optional(v.nullable(port)) })),
 });
 
 export const NodeSchema = v.object({
@@ -119,16 +161,16 @@ export const NodeSchema = v.object({
   status: v.optional(v.object({ addresses: list(v.object({ type: v.string(), address: v.string() })) })),
 });
 
-export type K8sService = v.InferOutput<typeof ServiceSchema>;
-export type K8sEndpointSlice = v.InferOutput<typeof EndpointSliceSchema>;
+/** A Service as kpng keeps it: the shape, its values read as kube-proxy reads them (read.ts). */
+export type K8sService = v.InferOutput<typeof ServiceShape>;
+export type K8sEndpointSlice = v.InferOutput<typeof EndpointSliceShape>;
 export type K8sNode = v.InferOutput<typeof NodeSchema>;
 export type K8sObject = K8sService | K8sEndpointSlice | K8sNode;
 export type Kind = K8sObject["kind"];
 export const kinds: readonly Kind[] = ["Service", "EndpointSlice", "Node"];
+export type { Note } from "./read.ts";
 
-const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
-
-const schemas = { Service: ServiceSchema, EndpointSlice: EndpointSliceSchema, Node: NodeSchema } as const;
+const shapes = { Service: ServiceShape, EndpointSlice: EndpointSliceShape, Node: NodeSchema } as const;
 
 /** `service default/web` — how logs and errors name an object. */
 export function objectName(obj: { kind?: unknown; metadata?: { namespace?: unknown; name?: unknown } }): string {
@@ -138,45 +180,87 @@ export function objectName(obj: { kind?: unknown; metadata?: { namespace?: unkno
   return `${kind} ${typeof ns === "string" && ns ? `${ns}/` : ""}${typeof name === "string" ? name : "<unnamed>"}`;
 }
 
-/** Addresses of an IPv4/IPv6 slice must be IPs of that family (FQDN slices are not read). */
-function sliceAddressError(slice: K8sEndpointSlice): string | null {
-  if (slice.addressType === "FQDN" || !slice.endpoints) return null;
-  // Indexed loops and one family's check: 100,000 addresses at 10k services, at start-up.
-  const isOfFamily = slice.addressType === "IPv4" ? isIPv4 : isIPv6;
-  for (let i = 0; i < slice.endpoints.length; i++) {
-    const addresses = slice.endpoints[i].addresses;
-    for (let j = 0; j < addresses.length; j++) {
-      if (!isOfFamily(addresses[j])) return `endpoints[${i}].addresses[${j}]: "${addresses[j]}" is not an ${slice.addressType} address`;
-    }
+/**
+ * The first address of each endpoint of an IPv4/IPv6 slice (the only one
+ * kube-proxy reads) as kube-proxy prints it: one already so is left alone,
+ * one in another spelling of an IP of the slice's family is rewritten in
+ * place (the fast check's copy), as read.ts would. False when one is no IP of
+ * that family: read.ts then skips that endpoint and says so. Indexed loops
+ * and one family's check: 100,000 addresses at 10k services, at start-up.
+ */
+export function canonicalFirstAddresses(slice: K8sEndpointSlice): boolean {
+  if ((slice.addressType !== "IPv4" && slice.addressType !== "IPv6") || !slice.endpoints) return true;
+  const v6 = slice.addressType === "IPv6";
+  const eps = slice.endpoints;
+  for (let i = 0; i < eps.length; i++) {
+    const addresses = eps[i].addresses;
+    if (v6 ? isCanonicalIPv6(addresses[0]) : isIPv4(addresses[0])) continue;
+    const ip = parseIPSloppy(addresses[0]);
+    if (!ip || ip.includes(":") !== v6) return false;
+    addresses[0] = ip;
   }
-  return null;
+  return true;
 }
 
-export type ParseResult = { ok: true; object: K8sObject } | { ok: false; error: string } | { ok: false; ignored: true };
+/** Why an object was refused (kpng_objects_dropped_total's reason). */
+export type DropReason = "malformed" | "invalid_cluster_ip";
+
+/** Objects the sources refused, by kind and reason: kpng_objects_dropped_total (kube-proxy has no such metric). */
+export class DropCounts {
+  private readonly counts = new Map<string, { kind: Kind; reason: DropReason; n: number }>();
+  add(kind: Kind, reason: DropReason): void {
+    const key = `${kind}/${reason}`;
+    const c = this.counts.get(key);
+    if (c) c.n++;
+    else this.counts.set(key, { kind, reason, n: 1 });
+  }
+  values(): Iterable<{ kind: Kind; reason: DropReason; n: number }> {
+    return this.counts.values();
+  }
+}
+
+export type ParseResult =
+  | { ok: true; object: K8sObject; notes?: readonly Note[] }
+  | { ok: false; error: string; reason: DropReason }
+  | { ok: false; ignored: true };
 
 /**
- * Validates one object. Kinds kpng does not read are `ignored`; an invalid
- * object gives a one-line error naming the object and the field:
- * `service default/web spec.ports[0].port: 70000 is out of range`.
- * `as` says which kind the object is, whatever it says (list items carry no kind).
+ * Reads one object. Kinds kpng does not read are `ignored`. A well-formed
+ * Service or EndpointSlice passes the fast check as it is; any other goes
+ * through its shape (an object no API server could hold is refused, with a
+ * one-line error naming the object and the field:
+ * `service default/web spec.ports[0].port: 70000 is out of range`) and
+ * read.ts, which reads its values as kube-proxy does and says in `notes`
+ * what it skipped or did not know. `as` says which kind the object is,
+ * whatever it says (list items carry no kind).
  */
 export function parseObject(raw: unknown, as?: Kind): ParseResult {
-  if (typeof raw !== "object" || raw === null) return { ok: false, error: "object: not a mapping" };
+  if (typeof raw !== "object" || raw === null) return { ok: false, error: "object: not a mapping", reason: "malformed" };
   const o = raw as Record<string, unknown>;
   const kind = as ?? o.kind;
-  if (typeof kind !== "string" || !Object.hasOwn(schemas, kind)) return { ok: false, ignored: true };
-  // Slices and Services are most of a cluster's objects: a hand-written check of the same schema first.
-  const fast = kind === "EndpointSlice" ? fastSlice(o, kind) : kind === "Service" ? fastService(o, kind) : null;
-  const input = fast || o.kind === kind ? o : { ...o, kind };
-  const res = fast ? ({ success: true, output: fast } as const) : v.safeParse(schemas[kind as Kind], input, { abortPipeEarly: true });
-  if (res.success) {
-    const obj = res.output as K8sObject;
-    if (obj.kind !== "Node" && !obj.metadata.namespace) obj.metadata.namespace = "default";
-    // Huge, rewritten by every `kubectl apply`, read by nobody here (the output is a copy: raw stays whole).
-    if (obj.metadata.annotations && LAST_APPLIED in obj.metadata.annotations) delete obj.metadata.annotations[LAST_APPLIED];
-    const err = obj.kind === "EndpointSlice" ? sliceAddressError(obj) : null;
-    return err ? { ok: false, error: `${objectName(obj)} ${err}` } : { ok: true, object: obj };
+  if (typeof kind !== "string" || !Object.hasOwn(shapes, kind)) return { ok: false, ignored: true };
+  // Slices and Services are most of a cluster's objects: a hand-written check of the well-formed schema first.
+  let fast: K8sObject | null = kind === "EndpointSlice" ? fastSlice(o, kind) : kind === "Service" ? fastService(o, kind) : null;
+  if (fast?.kind === "EndpointSlice" && !canonicalFirstAddresses(fast)) fast = null;
+  if (fast) return { ok: true, object: finish(fast) };
+  const input = o.kind === kind ? o : { ...o, kind };
+  const res = v.safeParse(shapes[kind as Kind], input, { abortPipeEarly: true });
+  if (!res.success) {
+    const issue = res.issues[0];
+    return { ok: false, error: `${objectName(input as never)} ${issuePath(issue) || "object"}: ${issueProblem(issue)}`, reason: "malformed" };
   }
-  const issue = res.issues[0];
-  return { ok: false, error: `${objectName(input as never)} ${issuePath(issue) || "object"}: ${issueProblem(issue)}` };
+  const shaped = res.output as K8sObject;
+  const read: Read<K8sObject> = shaped.kind === "Service" ? readService(shaped) : shaped.kind === "EndpointSlice" ? readSlice(shaped) : { object: shaped, notes: [] };
+  if ("drop" in read) return { ok: false, error: `${objectName(shaped)} ${read.drop.field}: ${read.drop.message}`, reason: read.drop.reason };
+  const object = finish(read.object);
+  return read.notes.length ? { ok: true, object, notes: read.notes } : { ok: true, object };
+}
+
+const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
+
+function finish(obj: K8sObject): K8sObject {
+  if (obj.kind !== "Node" && !obj.metadata.namespace) obj.metadata.namespace = "default";
+  // Huge, rewritten by every `kubectl apply`, read by nobody here (the output is a copy: raw stays whole).
+  if (obj.metadata.annotations && LAST_APPLIED in obj.metadata.annotations) delete obj.metadata.annotations[LAST_APPLIED];
+  return obj;
 }

@@ -5,6 +5,7 @@
 import { Protocol, type IPSet, type Service } from "../../../gen/localv1/services_pb.ts";
 import { byFamily } from "../k8s/ip.ts";
 import type { K8sService } from "../k8s/objects.ts";
+import { clusterIPsByFamily } from "../k8s/read.ts";
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
 /** kube-proxy's default when sessionAffinityConfig gives no timeout (3 hours). */
@@ -12,7 +13,8 @@ export const DEFAULT_AFFINITY_TIMEOUT_SECONDS = 10800;
 /** Huge and useless to a dataplane; every `kubectl apply` rewrites it. */
 const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configuration"]);
 
-export const protocolOf = (p: "TCP" | "UDP" | "SCTP"): Protocol => Protocol[p];
+/** read.ts leaves only TCP, UDP and SCTP ports */
+export const protocolOf = (p: string): Protocol => Protocol[p as "TCP" | "UDP" | "SCTP"] ?? Protocol.UnknownProtocol;
 
 /**
  * Whether this proxy serves the service at all: ExternalName and headless
@@ -24,29 +26,35 @@ export function isProxied(svc: K8sService, serviceProxyName: string): boolean {
   if (spec.type === "ExternalName") return false;
   if (spec.clusterIP === "None" || spec.clusterIPs?.[0] === "None") return false;
   if (!spec.clusterIP && !spec.clusterIPs?.length) return false; // no IP allocated yet
+  if (!clusterIPsByFamily(spec).length) return false; // kube-proxy finds no cluster IP of either family
   const owner = svc.metadata.labels?.[SERVICE_PROXY_NAME_LABEL];
   return owner === undefined || (serviceProxyName !== "" && owner === serviceProxyName);
 }
 
-/** Traffic to node ports, external IPs and LB IPs exists only for these (upstream `ExternallyAccessible`). */
+/** Whether externalTrafficPolicy applies (upstream pkg/api/v1/service `ExternallyAccessible`: by type; a type it does not know is not). */
 const externallyAccessible = (svc: K8sService) =>
-  svc.spec.type === "NodePort" || svc.spec.type === "LoadBalancer" || (svc.spec.externalIPs?.length ?? 0) > 0;
+  svc.spec.type === "NodePort" || svc.spec.type === "LoadBalancer" || (svc.spec.type === "ClusterIP" && (svc.spec.externalIPs?.length ?? 0) > 0);
 
 export const externalPolicyLocal = (svc: K8sService) => externallyAccessible(svc) && svc.spec.externalTrafficPolicy === "Local";
 export const internalPolicyLocal = (svc: K8sService) => svc.spec.internalTrafficPolicy === "Local";
 
-function clusterIPs(svc: K8sService): string[] {
-  const ips = svc.spec.clusterIPs?.length ? svc.spec.clusterIPs : svc.spec.clusterIP ? [svc.spec.clusterIP] : [];
-  const families = svc.spec.ipFamilies;
-  // ipFamilies names the families the service serves; an IP of another family is stale.
-  return ips.filter((ip) => !families?.length || families.includes(ip.includes(":") ? "IPv6" : "IPv4"));
-}
+/**
+ * Node ports and load-balancer IPs are read for these types only: kube-proxy
+ * reads them whatever the type, and kpng keeps them off a ClusterIP service
+ * that was a LoadBalancer once. A type kube-proxy does not know gets them as
+ * kube-proxy gives them.
+ */
+const hasNodePortsAndLB = (type: string) => type !== "ClusterIP" && type !== "ExternalName";
 
 function loadBalancerIPs(svc: K8sService): string[] {
-  if (svc.spec.type !== "LoadBalancer") return [];
-  // ipMode Proxy: the load balancer proxies itself, so traffic must reach it
-  // rather than be short-circuited to endpoints on the node (KEP-1860).
-  return (svc.status?.loadBalancer?.ingress ?? []).filter((i) => i.ip && i.ipMode !== "Proxy").map((i) => i.ip!);
+  if (svc.spec.type === "NodePort" || !hasNodePortsAndLB(svc.spec.type)) return [];
+  // Only VIP-mode ingress (ipMode absent or VIP): with Proxy, or a mode
+  // kube-proxy does not know, the load balancer proxies itself, so traffic
+  // must reach it rather than be short-circuited to endpoints on the node
+  // (KEP-1860, upstream IsVIPMode).
+  const out: string[] = [];
+  for (const i of svc.status?.loadBalancer?.ingress ?? []) if (i.ip && (i.ipMode === undefined || i.ipMode === "VIP")) out.push(i.ip);
+  return out;
 }
 
 // The messages are written as object literals, field for field what
@@ -68,7 +76,6 @@ function setOf(ips: string[]): IPSet {
 
 export function serviceModel(svc: K8sService): Service {
   const spec = svc.spec;
-  const withNodePorts = spec.type === "NodePort" || spec.type === "LoadBalancer";
   const lbIPs = loadBalancerIPs(svc);
   const ranges = spec.loadBalancerSourceRanges ?? [];
   // The index's own maps, not copies (neither side is ever mutated), unless one must go.
@@ -82,15 +89,16 @@ export function serviceModel(svc: K8sService): Service {
     Namespace: svc.metadata.namespace ?? "",
     Name: svc.metadata.name,
     Type: spec.type,
-    IPs: { $typeName: "localv1.ServiceIPs", ClusterIPs: setOf(clusterIPs(svc)), ExternalIPs: setOf(spec.externalIPs ?? []), Headless: false, LoadBalancerIPs: setOf(lbIPs) },
+    IPs: { $typeName: "localv1.ServiceIPs", ClusterIPs: setOf(clusterIPsByFamily(spec)), ExternalIPs: setOf(spec.externalIPs ?? []), Headless: false, LoadBalancerIPs: setOf(lbIPs) },
     MapIP: false,
     Ports: (spec.ports ?? []).map((p) => ({
       $typeName: "localv1.PortMapping",
       Name: p.name ?? "",
       Protocol: protocolOf(p.protocol),
       Port: p.port,
-      NodePort: withNodePorts ? (p.nodePort ?? 0) : 0,
-      TargetPort: typeof p.targetPort === "number" ? p.targetPort : p.targetPort === undefined ? p.port : 0,
+      NodePort: hasNodePortsAndLB(spec.type) ? (p.nodePort ?? 0) : 0,
+      // absent, 0 and "": the port itself (the API server's default)
+      TargetPort: typeof p.targetPort === "number" && p.targetPort > 0 ? p.targetPort : typeof p.targetPort === "string" && p.targetPort ? 0 : p.port,
       TargetPortName: typeof p.targetPort === "string" ? p.targetPort : "",
     })),
     ExternalTrafficToLocal: eLocal,

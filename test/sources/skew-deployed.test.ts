@@ -1,0 +1,88 @@
+// Issue 20 as a user met it, as deployed: objects a real API server holds or
+// a newer one sends (a cluster IP and an endpoint address with leading zeros
+// from before 1.33, a source range with spaces around it, an
+// internalTrafficPolicy value and a Service type this version does not know)
+// reach the whole kpng process (--kubeconfig against the in-repo API server,
+// and --input edited in place, nft backend), and a client outside the node
+// gets through to each service as kube-proxy 1.36 would program it, where
+// kpng used to drop the whole Service (its cluster IP refused connections).
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { v4 } from "../fixtures/addresses.ts";
+import { runChecks, wanted, type Check, type K8sObject } from "../deployed/cluster.ts";
+import { deploy, type Deployed, type SourceKind } from "../deployed/rig.ts";
+
+const ns = "skew";
+const zeros = (ip: string) => ip.split(".").map((o) => o.padStart(3, "0")).join(".");
+const http = { name: "http", protocol: "TCP", port: 80, targetPort: 8080 };
+
+function service(name: string, spec: Record<string, unknown>, status: Record<string, unknown> = { loadBalancer: {} }) {
+  const ip = spec.clusterIP as string;
+  return { apiVersion: "v1", kind: "Service", metadata: { name, namespace: ns }, spec: { type: "ClusterIP", clusterIPs: [ip], ipFamilies: ["IPv4"], ports: [http], ...spec }, status };
+}
+function slice(svc: string, address: string, nodeName: string) {
+  return {
+    apiVersion: "discovery.k8s.io/v1",
+    kind: "EndpointSlice",
+    metadata: { name: `${svc}-x`, namespace: ns, labels: { "kubernetes.io/service-name": svc } },
+    addressType: "IPv4",
+    endpoints: [{ addresses: [address], conditions: { ready: true, serving: true, terminating: false }, nodeName }],
+    ports: [{ name: "http", protocol: "TCP", port: 8080 }],
+  };
+}
+
+const ips = { oldIP: v4.clusterIP(60), lb: v4.clusterIP(61), lbIngress: v4.external(21), policy: v4.clusterIP(62), newType: v4.clusterIP(63) };
+const newTypePort = 30093;
+
+function skewed(d: Deployed): Record<string, unknown>[] {
+  const pod = (i: number) => d.topo.pods[i].v4;
+  return [
+    service("old-ip", { clusterIP: zeros(ips.oldIP), clusterIPs: [zeros(ips.oldIP)] }),
+    slice("old-ip", zeros(pod(0)), "node-a"),
+    service(
+      "lb-spaces",
+      { type: "LoadBalancer", clusterIP: ips.lb, ports: [{ ...http, nodePort: 30091 }], loadBalancerSourceRanges: [` ${d.topo.client.v4}/32 `, "198.18.200.0/24"] },
+      { loadBalancer: { ingress: [{ ip: ips.lbIngress, ipMode: "VIP" }] } },
+    ),
+    slice("lb-spaces", pod(1), "node-a"),
+    service("new-policy", { clusterIP: ips.policy, internalTrafficPolicy: "PreferClose" }),
+    slice("new-policy", pod(2), "node-b"),
+    service("new-type", { type: "FutureType", clusterIP: ips.newType, ports: [{ ...http, nodePort: newTypePort }] }),
+    slice("new-type", pod(0), "node-a"),
+  ];
+}
+
+function skewChecks(d: Deployed): Check[] {
+  return [
+    { name: "a cluster IP with leading zeros (before 1.33) is served at its decimal address", probes: [{ ip: ips.oldIP, port: 80 }], want: "pod0" },
+    { name: "a source range with spaces around: a client inside it is served", probes: [{ ip: ips.lbIngress, port: 80 }], want: "pod1" },
+    { name: "a source range with spaces around: a client outside it is dropped", probes: [{ ip: ips.lbIngress, port: 80, src: v4.client(2), timeout: 0.5 }], want: "timeout" },
+    { name: "an unknown internalTrafficPolicy is Cluster: an endpoint on another node serves", probes: [{ ip: ips.policy, port: 80 }], want: "pod2" },
+    { name: "an unknown Service type: its cluster IP serves", probes: [{ ip: ips.newType, port: 80 }], want: "pod0" },
+    { name: "an unknown Service type: its node port serves", probes: [{ ip: d.topo.node.v4, port: newTypePort }], want: "pod0" },
+  ];
+}
+
+for (const source of ["api", "file"] as SourceKind[]) {
+  describe(`objects of other API server versions, ${source === "api" ? "--kubeconfig" : "--input"} --backend nft`, () => {
+    let d: Deployed;
+    beforeAll(async () => {
+      d = await deploy({ source, backend: "nft", prefix: source === "api" ? "kpsa" : "kpsf" });
+      const syncs = d.syncs();
+      d.apply(...(skewed(d) as unknown as K8sObject[]));
+      await d.syncedAfter(syncs, 15_000);
+    }, 60_000);
+    afterAll(() => d?.destroy());
+
+    test("every skewed service is served as kube-proxy 1.36 serves it", async () => {
+      const list = skewChecks(d);
+      expect(await runChecks(d.topo, list)).toEqual(wanted(list));
+    }, 20_000);
+
+    test("the unknown values are named in WARN lines, once", () => {
+      const warns = d.kpng.stderr.filter((l) => l.includes(" WARN ") && l.includes("unknown value"));
+      expect(warns.filter((l) => l.includes("skew/new-policy spec.internalTrafficPolicy"))).toHaveLength(1);
+      expect(warns.filter((l) => l.includes("skew/new-type spec.type"))).toHaveLength(1);
+    });
+  });
+}
