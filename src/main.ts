@@ -95,7 +95,7 @@ const runCommand = defineCommand({
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx)));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([startSource(sourceOptions(args, rawArgs), cfg, brain, log), unready]), stopped);
+    const source = await untilStopped(Promise.race([startSource({ ...sourceOptions(args, rawArgs), restClient: servers?.metrics.restClient }, cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
@@ -109,7 +109,7 @@ const runCommand = defineCommand({
     await ready;
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const warned = args.input === undefined && args.api === undefined && backendNames(rawArgs, cfg).includes("ipvs")
-      ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
+      ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events"), restClient: servers?.metrics.restClient }))
       : undefined;
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();
@@ -124,7 +124,7 @@ const runCommand = defineCommand({
           first = false;
           releaseFreedMemory(startedUp);
         },
-        onError: (err) => servers?.failed(b.name, err),
+        onError: (err, change) => servers?.failed(b.name, err, change !== null),
         onRulesLost: (reason) => servers?.rulesLost(b.name, reason),
       });
     });

@@ -4,6 +4,7 @@
 
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import type { RestClientObserver } from "../node/client-metrics.ts";
 import type { KubeAccess } from "./kubeconfig.ts";
 
 export interface KubeGet {
@@ -36,9 +37,33 @@ export class HttpStatusError extends Error {
  * A request function for `access`. Credentials are fetched per request:
  * rotated tokens, expiring exec credentials. With `agent`, connections are
  * kept for the next request: without, each request pays a TCP and TLS
- * handshake.
+ * handshake. Each request is reported to `access.observe` (rest_client_*).
  */
 export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
+  const send = sendRequest(access, agent);
+  if (!access.observe) return send;
+  const observe = access.observe;
+  const host = new URL(access.server).host;
+  return async (opts) => {
+    const method = opts.method ?? "GET";
+    const t0 = performance.now();
+    const report = (code: string) => observe.request({ method, host, code, seconds: (performance.now() - t0) / 1000 });
+    let res: IncomingMessage;
+    try {
+      res = await send(opts);
+    } catch (err) {
+      report("<error>");
+      throw err;
+    }
+    const code = String(res.statusCode ?? 0);
+    // client-go times a watch to its headers, any other request to the end of its body.
+    if (opts.query?.watch) report(code);
+    else res.once("close", () => report(code));
+    return res;
+  };
+}
+
+function sendRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
   const { server, tls } = access;
   return async ({ method = "GET", path, query = {}, body, signal }) => {
     const url = new URL(server + path);
