@@ -1,0 +1,196 @@
+// The kubernetes-mixin "Proxy" dashboard against kpng as deployed: kpng runs
+// with an operator's flags (--kubeconfig to the in-repo API server, the nft
+// backend programming real rules) inside the node namespace, a real
+// Prometheus (Debian's) scrapes its /metrics there on loopback, as a
+// cluster's Prometheus scrapes kube-proxy, and every query of the dashboard
+// is evaluated by Prometheus itself after a few changes moved the counters.
+//
+// Why a real Prometheus rather than a small evaluator: the dashboard's
+// queries lean on PromQL's semantics (rate over counters, histogram_quantile
+// over `le` buckets, label regexes, `up`, which only a scraper produces);
+// an evaluator written here would test our reading of PromQL, not what a
+// user's dashboard shows. Prometheus starts in well under a second.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { tempDir } from "../api/kpng-process.ts";
+import { slice } from "../fixtures/k8s.ts";
+import { deploy, type Deployed } from "../deployed/rig.ts";
+
+/**
+ * The queries of kubernetes-monitoring/kubernetes-mixin
+ * dashboards/proxy.libsonnet (commit acdade96d1fe4ebc886664b410e75035e1ea7615),
+ * panel by panel, with the mixin's defaults substituted:
+ * %(clusterLabel)s = cluster, %(kubeProxySelector)s = job="kube-proxy".
+ * $cluster and $instance are the dashboard's variables (filled below the way
+ * Grafana fills them). `want`: "data" = a non-empty result whose values are
+ * numbers (`positive`: and > 0, for what the test moved); "empty" with the
+ * reason kpng has nothing there.
+ */
+const DASHBOARD: Array<{ panel: string; expr: string; want: "data" | "empty"; positive?: boolean; why?: string }> = [
+  { panel: "Up", expr: 'sum(up{cluster="$cluster", job="kube-proxy"})', want: "data", positive: true },
+  { panel: "Rules Sync Rate", expr: 'sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
+  { panel: "Rule Sync Latency 99th Quantile", expr: 'histogram_quantile(0.99,rate(kubeproxy_sync_proxy_rules_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
+  { panel: "Network Programming Rate", expr: 'sum(rate(kubeproxy_network_programming_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
+  { panel: "Network Programming Latency 99th Quantile", expr: 'histogram_quantile(0.99, sum(rate(kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m])) by (instance, le))', want: "data", positive: true },
+  { panel: "Kube API Request Rate (2xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"2.."}[5m]))', want: "data", positive: true },
+  { panel: "Kube API Request Rate (3xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"3.."}[5m]))', want: "empty", why: "the API server never redirects (nor does it redirect kube-proxy)" },
+  { panel: "Kube API Request Rate (4xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"4.."}[5m]))', want: "data", positive: true },
+  { panel: "Kube API Request Rate (5xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"5.."}[5m]))', want: "data", positive: true },
+  {
+    panel: "Post Request Latency 99th Quantile",
+    expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy",instance=~"$instance",verb="POST"}[5m])) by (verb, url, le))',
+    want: "empty",
+    why: "kpng POSTs only the IPVS deprecation event (ipvs mode); in nft mode it posts nothing (test/kube/events.test.ts)",
+  },
+  { panel: "Get Request Latency 99th Quantile", expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance", verb="GET"}[5m])) by (verb, url, le))', want: "data", positive: true },
+  { panel: "Memory", expr: 'process_resident_memory_bytes{cluster="$cluster", job="kube-proxy",instance=~"$instance"}', want: "data", positive: true },
+  { panel: "CPU usage", expr: 'rate(process_cpu_seconds_total{cluster="$cluster", job="kube-proxy",instance=~"$instance"}[5m])', want: "data" },
+  { panel: "Goroutines", expr: 'go_goroutines{cluster="$cluster", job="kube-proxy",instance=~"$instance"}', want: "empty", why: "kpng is not a Go program: it has no goroutines, and does not invent the series" },
+];
+/** the dashboard's $instance variable: label_values(<this>, instance) */
+const INSTANCE_VARIABLE = 'kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy"}';
+
+const CLUSTER = "kpng-test";
+const PROM = "127.0.0.1:9090";
+/** kube-proxy's (and kpng's) default metrics address; in the node namespace, its own loopback */
+const METRICS = "127.0.0.1:10249";
+const TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time";
+const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
+
+type Sample = { metric: Record<string, string>; value: [number, string] };
+
+let d: Deployed;
+let prom: ReturnType<typeof Bun.spawn> | undefined;
+const dir = tempDir("kpng-prometheus-");
+
+/** GET a Prometheus API path from inside the node namespace, as JSON. */
+async function promGet(path: string, params: Record<string, string> = {}): Promise<{ status: string; data: unknown }> {
+  const args = Object.entries(params).flatMap(([k, v]) => ["--data-urlencode", `${k}=${v}`]);
+  return JSON.parse(await d.topo.exec(d.topo.node.ns, ["curl", "-sS", "--max-time", "10", "--get", ...args, `http://${PROM}${path}`]));
+}
+
+const query = async (expr: string) => (await promGet("/api/v1/query", { query: expr })).data as { resultType: string; result: Sample[] };
+
+async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let last: T | undefined;
+  let error: unknown;
+  while (Date.now() < end) {
+    try {
+      last = await get();
+      if (ok(last)) return last;
+    } catch (err) {
+      error = err;
+    }
+    await Bun.sleep(250);
+  }
+  throw new Error(`${what}: not within ${timeoutMs} ms (last: ${JSON.stringify(last)}${error ? `, error: ${error}` : ""})`);
+}
+
+/** A change to the cluster-ip service's slice, stamped as the EndpointSlice controller stamps it. */
+function changeEndpoints(i: number) {
+  const pods = d.topo.pods;
+  const endpoints = [{ ip: pods[0].v4, node: "node-a", pod: "pod0" }, ...(i % 2 ? [{ ip: pods[1].v4, node: "node-a", pod: "pod1" }] : [])];
+  const s = slice({ service: "cluster-ip", ports: httpSlice, endpoints });
+  (s.metadata as { annotations?: Record<string, string> }).annotations = { [TRIGGER]: new Date().toISOString() };
+  d.apply(s);
+}
+
+beforeAll(async () => {
+  if (!Bun.which("prometheus")) throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
+  dir.create();
+  d = await deploy({ source: "api", backend: "nft", prefix: "kpm" });
+  const config = join(dir.path, "prometheus.yml");
+  writeFileSync(
+    config,
+    [
+      "global: { scrape_interval: 1s, evaluation_interval: 1s }",
+      "scrape_configs:",
+      "  - job_name: kube-proxy",
+      `    static_configs: [{ targets: ["${METRICS}"], labels: { cluster: ${CLUSTER} } }]`,
+      "",
+    ].join("\n"),
+  );
+  prom = Bun.spawn(
+    ["ip", "netns", "exec", d.topo.node.ns, "prometheus", `--config.file=${config}`, `--storage.tsdb.path=${join(dir.path, "data")}`, `--web.listen-address=${PROM}`, "--log.level=warn"],
+    { stdout: "ignore", stderr: "pipe" },
+  );
+  await waitFor("Prometheus scrapes kpng", () => query(`up{job="kube-proxy"}`), (r) => r.result.some((s) => s.value[1] === "1"));
+  // The counters move after Prometheus has their first values: rates need two samples.
+  await Bun.sleep(1500);
+  const api = d.api!;
+  for (let i = 0; i < 2; i++) {
+    const before = d.syncs();
+    changeEndpoints(i);
+    await d.syncedAfter(before, 20_000);
+    await Bun.sleep(1200);
+  }
+  // Watches cut, twice (a series' first value is no increase to rate()): a
+  // reconnect answered 500, then 410 Gone for the kinds that did not change
+  // since they were listed (the history is compacted: kpng lists again),
+  // then 200.
+  api.goneAs = "http";
+  for (let round = 0; round < 2; round++) {
+    const before = d.syncs();
+    changeEndpoints(round);
+    await d.syncedAfter(before, 20_000);
+    api.failNext(1, 500);
+    api.compact();
+    api.dropConnections();
+    await waitFor("the watches are back", async () => api.openWatches, (n) => n >= 3);
+    await Bun.sleep(1500);
+  }
+  // a few more scrapes after the last change
+  await Bun.sleep(2000);
+}, 120_000);
+
+afterAll(async () => {
+  prom?.kill();
+  await prom?.exited;
+  await d?.destroy();
+  dir.remove();
+});
+
+describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
+  let instances: string[] = [];
+  const fill = (expr: string) => expr.replaceAll("$cluster", CLUSTER).replaceAll("$instance", instances.join("|"));
+
+  test("the $instance variable lists kpng (label_values over network programming buckets)", async () => {
+    const r = await promGet("/api/v1/label/instance/values", { "match[]": fill(INSTANCE_VARIABLE) });
+    instances = r.data as string[];
+    expect(instances).toEqual([METRICS]);
+  });
+
+  test.each(DASHBOARD)("$panel: $want", async (q) => {
+    if (!instances.length) instances = [METRICS];
+    const r = await query(fill(q.expr));
+    const values = r.result.map((s) => Number(s.value[1]));
+    if (q.want === "empty") {
+      expect({ panel: q.panel, result: r.result }).toEqual({ panel: q.panel, result: [] });
+      return;
+    }
+    expect({ panel: q.panel, series: values.length }).not.toEqual({ panel: q.panel, series: 0 });
+    for (const v of values) {
+      expect(Number.isFinite(v)).toBe(true);
+      if (q.positive) expect(v).toBeGreaterThan(0);
+    }
+  });
+
+  test("every ip_family kube-proxy labels is there: both families' syncs and the IPv4 slice's programming latency", async () => {
+    const byFamily = async (expr: string) => (await query(`sum by (ip_family) (${expr})`)).result.map((s) => s.metric.ip_family).sort();
+    expect(await byFamily('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+    expect(await byFamily('kubeproxy_sync_proxy_rules_last_timestamp_seconds{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+    expect(await byFamily('kubeproxy_network_programming_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4"]);
+    expect(await byFamily('kubeproxy_sync_proxy_rules_nftables_sync_failures_total{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+  });
+
+  test("kubernetes_build_info and the API client's codes as Prometheus stored them", async () => {
+    const info = (await query('kubernetes_build_info{job="kube-proxy"}')).result;
+    expect(info.length).toBe(1);
+    expect(info[0].metric.git_version).toMatch(/^v\d+\.\d+\.\d+/);
+    const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result.map((s) => `${s.metric.method} ${s.metric.code}`).sort();
+    expect(codes).toEqual(["GET 200", "GET 410", "GET 500"]);
+  });
+});
