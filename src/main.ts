@@ -89,6 +89,7 @@ const runCommand = defineCommand({
     const stopped = args.once ? undefined : waitForSignal();
     // Health and metrics answer from the start, also while the API server is still unreachable.
     const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
+    ctx.metrics = servers?.metrics;
     if (!args.once) applyOOMScoreAdj(cfg, log);
     // Backends get ready while the lists run (nft loads its skeleton with --check: ~40 ms
     // that used to follow the first compute); one that cannot work stops kpng at once.
@@ -124,7 +125,7 @@ const runCommand = defineCommand({
           first = false;
           releaseFreedMemory(startedUp);
         },
-        onError: (err, change) => servers?.failed(b.name, err, change !== null),
+        onError: (err) => servers?.failed(b.name, err),
         onRulesLost: (reason) => servers?.rulesLost(b.name, reason),
       });
     });

@@ -16,7 +16,7 @@ import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import type { Config } from "../../src/core/config/config.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
-import { deleteStaleUdpFlows, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { reconcileConntrack, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import type { Endpoint, Service } from "../../src/core/brain/state.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
 import { chains, hairpinSets, ipsetCommand, restoreCommand, tables, type Family } from "./names.ts";
@@ -219,7 +219,10 @@ export class IptablesBackend implements IncrementalBackend {
         await this.runIpset(set.before);
         const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-        else if (text) jobs.push(this.restore(family, tx, text));
+        else if (text) jobs.push(this.restore(family, tx, text).catch((err) => {
+          this.ctx.metrics?.transactionFailed(this.name, family === "v6" ? 6 : 4, !full);
+          throw err;
+        }));
         jobs.push(this.runIpset(set.alongside));
         // Both finish before the next sync may start, even when one fails.
         for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
@@ -240,7 +243,7 @@ export class IptablesBackend implements IncrementalBackend {
       stats.ms = performance.now() - t0;
       this.lastSync = stats;
     }
-    if (stale.length && !this.ctx.config.dryRun) await deleteStaleUdpFlows(this.exec, stale, this.log);
+    if (!this.ctx.config.dryRun) await reconcileConntrack(this.exec, stale, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
   }
 
   private async restore(family: Family, tx: Transaction, text: string) {

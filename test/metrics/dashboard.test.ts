@@ -1,7 +1,7 @@
 // The kubernetes-mixin "Proxy" dashboard against kpng as deployed: kpng runs
 // with an operator's flags (--kubeconfig to the in-repo API server, the nft
 // backend programming real rules) inside the node namespace, a real
-// Prometheus (Debian's) scrapes its /metrics there on loopback, as a
+// Prometheus (Debian's) scrapes its /metrics there on loopback every 500 ms, as a
 // cluster's Prometheus scrapes kube-proxy, and every query of the dashboard
 // is evaluated by Prometheus itself after a few changes moved the counters.
 //
@@ -106,7 +106,7 @@ beforeAll(async () => {
   writeFileSync(
     config,
     [
-      "global: { scrape_interval: 1s, evaluation_interval: 1s }",
+      "global: { scrape_interval: 500ms, evaluation_interval: 500ms }",
       "scrape_configs:",
       "  - job_name: kube-proxy",
       `    static_configs: [{ targets: ["${METRICS}"], labels: { cluster: ${CLUSTER} } }]`,
@@ -119,13 +119,13 @@ beforeAll(async () => {
   );
   await waitFor("Prometheus scrapes kpng", () => query(`up{job="kube-proxy"}`), (r) => r.result.some((s) => s.value[1] === "1"));
   // The counters move after Prometheus has their first values: rates need two samples.
-  await Bun.sleep(1500);
+  await Bun.sleep(1000);
   const api = d.api!;
   for (let i = 0; i < 2; i++) {
     const before = d.syncs();
     changeEndpoints(i);
     await d.syncedAfter(before, 20_000);
-    await Bun.sleep(1200);
+    await Bun.sleep(700);
   }
   // Watches cut, twice (a series' first value is no increase to rate()): a
   // reconnect answered 500, then 410 Gone for the kinds that did not change
@@ -140,10 +140,10 @@ beforeAll(async () => {
     api.compact();
     api.dropConnections();
     await waitFor("the watches are back", async () => api.openWatches, (n) => n >= 3);
-    await Bun.sleep(1500);
+    await Bun.sleep(1000);
   }
   // a few more scrapes after the last change
-  await Bun.sleep(2000);
+  await Bun.sleep(1500);
 }, 120_000);
 
 afterAll(async () => {

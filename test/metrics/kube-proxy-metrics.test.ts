@@ -58,6 +58,8 @@ describe("kube-proxy 1.36's families: type, labels, buckets", () => {
     { name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total", type: "gauge", labels: "ip_family,traffic_policy" },
     { name: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total", type: "counter", labels: "ip_family" },
     { name: "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", type: "counter", labels: "ip_family" },
+    { name: "kubeproxy_conntrack_reconciler_sync_duration_seconds", type: "histogram", labels: "ip_family", buckets: syncBuckets },
+    { name: "kubeproxy_conntrack_reconciler_deleted_entries_total", type: "counter", labels: "ip_family" },
     { name: "kubeproxy_proxy_healthz_total", type: "counter", labels: "code" },
     { name: "kubeproxy_proxy_livez_total", type: "counter", labels: "code" },
   ];
@@ -70,6 +72,7 @@ describe("kube-proxy 1.36's families: type, labels, buckets", () => {
     metrics.synced("nft", r.state, 0.01, new Set());
     metrics.answered("healthz", 200);
     metrics.answered("livez", 200);
+    metrics.conntrackReconciled(4, 0.001, 1);
     const t = await text();
     expect(typeOf(t, c.name)).toBe(c.type);
     const series = t.split("\n").filter((l) => l.startsWith(c.name) && !l.startsWith("#"));
@@ -176,46 +179,61 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     expect(value(t, `kubeproxy_network_programming_duration_seconds_count${v4only}`)).toBe(1);
   });
 
-  const failureCases: Array<{ name: string; backend: string; partial: boolean; expected: Record<string, number>; absent: string[] }> = [
+  // Backends report their refused transactions (nft -f, iptables-restore) per family; the feed, failed syncs.
+  const failureCases: Array<{ name: string; backend: string; failures: Array<[4 | 6, boolean]>; expected: Record<string, [number, number]>; absent: string[] }> = [
     {
-      name: "nft, full sync failed: nftables sync failures; cleanup failures stay 0 (kpng cleans up in the sync's own transaction)",
+      name: "nft, one transaction for both families refused: nftables sync failures in both; cleanup failures stay 0 (kpng cleans up in the sync's own transaction)",
       backend: "nft",
-      partial: false,
-      expected: { kubeproxy_sync_proxy_rules_nftables_sync_failures_total: 1, kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total: 0 },
+      failures: [[4, true], [6, true]],
+      expected: { kubeproxy_sync_proxy_rules_nftables_sync_failures_total: [1, 1], kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total: [0, 0] },
       absent: ["iptables_restore_failures_total"],
     },
     {
-      name: "iptables, full sync failed: restore failures, not partial ones",
+      name: "iptables, IPv6 full restore refused: restore failures in IPv6, no partial ones",
       backend: "iptables",
-      partial: false,
-      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: 1, kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: 0 },
+      failures: [[6, false]],
+      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [0, 1], kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: [0, 0] },
       absent: ["nftables"],
     },
     {
-      name: "iptables, partial sync failed: both counters",
+      name: "iptables, IPv4 partial restore refused: both counters",
       backend: "iptables",
-      partial: true,
-      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: 1, kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: 1 },
+      failures: [[4, true]],
+      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [1, 0], kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: [1, 0] },
       absent: ["nftables"],
     },
     {
       name: "ipvs: kube-proxy's ipvs mode counts iptables restore failures",
       backend: "ipvs",
-      partial: false,
-      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: 1 },
+      failures: [[4, false]],
+      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [1, 0] },
       absent: ["nftables", "partial_restore"],
     },
   ];
 
   test.each(failureCases)("failures: $name", async (c) => {
     const { metrics, text } = rig({ backends: [c.backend, "my-plugin"] });
-    metrics.failed(c.backend, c.partial);
+    for (const [family, partial] of c.failures) metrics.transactionFailed(c.backend, family, partial);
+    metrics.failed(c.backend);
     metrics.failed("my-plugin");
+    metrics.transactionFailed("my-plugin", 4, false); // no kube-proxy mode: nothing of kube-proxy's
     const t = await text();
-    for (const [name, n] of Object.entries(c.expected)) for (const f of [v4only, v6only]) expect(value(t, name + f)).toBe(n);
+    for (const [name, [n4, n6]] of Object.entries(c.expected)) expect([value(t, name + v4only), value(t, name + v6only)]).toEqual([n4, n6]);
     for (const a of c.absent) expect(t).not.toContain(a);
     expect(value(t, `kpng_backend_sync_failures_total{backend="${c.backend}"}`)).toBe(1);
     expect(value(t, 'kpng_backend_sync_failures_total{backend="my-plugin"}')).toBe(1);
+  });
+
+  test("conntrack reconciler: each family's cleanup timed, its deletions counted", async () => {
+    const { metrics, text } = rig();
+    metrics.conntrackReconciled(4, 0.003, 2);
+    metrics.conntrackReconciled(6, 0.0005, 0);
+    metrics.conntrackReconciled(4, 0.002, 1);
+    const t = await text();
+    expect(value(t, `kubeproxy_conntrack_reconciler_sync_duration_seconds_count${v4only}`)).toBe(2);
+    expect(value(t, `kubeproxy_conntrack_reconciler_sync_duration_seconds_count${v6only}`)).toBe(1);
+    expect(value(t, `kubeproxy_conntrack_reconciler_deleted_entries_total${v4only}`)).toBe(3);
+    expect(value(t, `kubeproxy_conntrack_reconciler_deleted_entries_total${v6only}`)).toBe(0);
   });
 
   test("rules lost: kpng_backend_rules_lost_total per backend (kube-proxy has no such counter)", async () => {

@@ -68,6 +68,9 @@ export interface MetricsOptions {
 
 type Pending = Map<string, number>;
 
+const familyOf = (f: 4 | 6): IPFamily => (f === 6 ? "IPv6" : "IPv4");
+
+/** Also the backends' BackendMetrics (src/plugins/backend.ts): what happens inside their syncs. */
 export class ProxyMetrics {
   readonly registry = new Registry();
   /** what the API client records: hand it to the Kubernetes source and the event recorder */
@@ -84,6 +87,8 @@ export class ProxyMetrics {
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
   private readonly lost: Counter;
+  private readonly conntrackDuration: Histogram;
+  private readonly conntrackDeleted: Counter;
   /** per backend, kube-proxy's failure counters of its mode */
   private readonly modeFailures = new Map<string, Array<{ counter: Counter; partial?: boolean }>>();
   private last: NodeState | null = null;
@@ -140,6 +145,8 @@ export class ProxyMetrics {
       }
       this.modeFailures.set(b, mine);
     }
+    this.conntrackDuration = new Histogram({ name: "kubeproxy_conntrack_reconciler_sync_duration_seconds", help: "ReconcileConntrackFlowsLatency latency in seconds", labelNames, buckets, registers });
+    this.conntrackDeleted = new Counter({ name: "kubeproxy_conntrack_reconciler_deleted_entries_total", help: "Cumulative conntrack flows deleted by conntrack reconciler", labelNames, registers });
     this.restClient = new RestClientMetrics(registers);
     registerBuildInfo(registers);
     this.registerKpng(registers);
@@ -256,13 +263,18 @@ export class ProxyMetrics {
     }
   }
 
-  /** `backend` failed to apply a change; `partial`: it was a partial sync. */
-  failed(backend: string, partial = false): void {
+  /** `backend` failed to apply a change (the feed retries it as a full sync). */
+  failed(backend: string): void {
     this.failures.inc({ backend });
-    for (const c of this.modeFailures.get(backend) ?? []) {
-      if (c.partial && !partial) continue;
-      for (const ip_family of FAMILIES) c.counter.inc({ ip_family });
-    }
+  }
+
+  transactionFailed(backend: string, family: 4 | 6, partial: boolean): void {
+    for (const c of this.modeFailures.get(backend) ?? []) if (partial || !c.partial) c.counter.inc({ ip_family: familyOf(family) });
+  }
+
+  conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void {
+    this.conntrackDuration.observe({ ip_family: familyOf(family) }, seconds);
+    this.conntrackDeleted.inc({ ip_family: familyOf(family) }, deleted);
   }
 
   rulesLost(backend: string): void {

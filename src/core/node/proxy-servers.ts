@@ -39,8 +39,7 @@ export interface ProxyServers {
   /** a revision is about to be pushed to every backend */
   queued(rev: Revision): void;
   synced(backend: string, state: NodeState, seconds: number, change: StateChange): void;
-  /** `partial`: the failed sync was a partial one */
-  failed(backend: string, err: unknown, partial?: boolean): void;
+  failed(backend: string, err: unknown): void;
   /** `backend` reported its rules changed or removed by someone else (a full sync follows) */
   rulesLost(backend: string, reason: string): void;
   /** http://… of the health and metrics servers, when they run */
@@ -144,9 +143,9 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
       health.updated(backend, state.rev);
       metrics.synced(backend, state, seconds, change);
     },
-    failed(backend, _err, partial) {
+    failed(backend) {
       health.failed(backend);
-      metrics.failed(backend, partial);
+      metrics.failed(backend);
     },
     rulesLost(backend) {
       health.rulesLost(backend);
