@@ -178,12 +178,13 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
     }
   });
 
-  test("every ip_family kube-proxy labels is there: both families' syncs and the IPv4 slice's programming latency", async () => {
+  test("every ip_family kube-proxy labels is there: both families' syncs and conntrack cleanups, the IPv4 slice's programming latency", async () => {
     const byFamily = async (expr: string) => (await query(`sum by (ip_family) (${expr})`)).result.map((s) => s.metric.ip_family).sort();
     expect(await byFamily('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
     expect(await byFamily('kubeproxy_sync_proxy_rules_last_timestamp_seconds{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
     expect(await byFamily('kubeproxy_network_programming_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4"]);
     expect(await byFamily('kubeproxy_sync_proxy_rules_nftables_sync_failures_total{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+    expect(await byFamily('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
   });
 
   test("kubernetes_build_info and the API client's codes as Prometheus stored them", async () => {
