@@ -70,6 +70,31 @@ type Pending = Map<string, number>;
 
 const familyOf = (f: 4 | 6): IPFamily => (f === 6 ? "IPv6" : "IPv4");
 
+const NO_LOCAL_CLASSES = FAMILIES.flatMap((ip_family) => ["internal", "external"].map((traffic_policy) => ({ ip_family, traffic_policy })));
+const classKey = (c: { ip_family: string; traffic_policy: string }) => `${c.ip_family}/${c.traffic_policy}`;
+
+/**
+ * Where a service counts in no_local_endpoints_total: each family of its
+ * cluster IPs, each traffic class whose Local policy leaves it no endpoint
+ * (of that family) on this node.
+ */
+function noLocalClasses(se: ServiceEndpoints): string[] {
+  const svc = se.service;
+  if (!svc.InternalTrafficToLocal && !svc.ExternalTrafficToLocal) return [];
+  const out: string[] = [];
+  for (const family of FAMILIES) {
+    const field = family === "IPv4" ? "V4" : "V6";
+    if (!svc.IPs?.ClusterIPs?.[field]?.length) continue;
+    const none = (scope: "Internal" | "External") => {
+      for (const e of se.endpoints.values()) if (e.Scopes?.[scope] && e.IPs?.[field]?.length) return false;
+      return true;
+    };
+    if (svc.InternalTrafficToLocal && none("Internal")) out.push(`${family}/internal`);
+    if (svc.ExternalTrafficToLocal && none("External")) out.push(`${family}/external`);
+  }
+  return out;
+}
+
 /** Also the backends' BackendMetrics (src/plugins/backend.ts): what happens inside their syncs. */
 export class ProxyMetrics {
   readonly registry = new Registry();
@@ -92,6 +117,9 @@ export class ProxyMetrics {
   /** per backend, kube-proxy's failure counters of its mode */
   private readonly modeFailures = new Map<string, Array<{ counter: Counter; partial?: boolean }>>();
   private last: NodeState | null = null;
+  /** service key -> the no_local_endpoints classes it counts in (only services that count) */
+  private readonly noLocalOf = new Map<string, string[]>();
+  private readonly noLocalTotals = new Map(NO_LOCAL_CLASSES.map((c) => [classKey(c), 0]));
   /** "service key/family" -> trigger time (ms) of a change waiting to be programmed, and the revision carrying it */
   private readonly triggers = new Map<string, { at: number; rev: number; family: IPFamily }>();
   /** "service key/family" -> the trigger time last observed, so one change is observed once */
@@ -104,7 +132,13 @@ export class ProxyMetrics {
 
   constructor(private readonly opts: MetricsOptions) {
     const registers = [this.registry];
-    if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    if (opts.defaultMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry });
+      // Under Bun, v8.getHeapSpaceStatistics walks the whole heap: with a big
+      // cluster in memory every scrape would stall the event loop (and the
+      // syncs) for a while. process_resident_memory_bytes says what matters.
+      for (const n of ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"]) this.registry.removeSingleMetric(n);
+    }
     const labelNames = ["ip_family"];
     const buckets = SYNC_BUCKETS;
     this.syncDuration = new Histogram({ name: "kubeproxy_sync_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds", labelNames, buckets, registers });
@@ -215,17 +249,21 @@ export class ProxyMetrics {
     const prev = this.last;
     const next = rev.state;
     const keys = rev.change ?? new Set([...next.services.keys(), ...(prev?.services.keys() ?? [])]);
+    let serviceChanges = 0;
+    let endpointChanges = 0;
     for (const key of keys) {
       const a = prev?.services.get(key);
       const b = next.services.get(key);
+      if (a !== b) this.recountNoLocal(key, b);
       if (a?.service !== b?.service) {
-        this.serviceChanges.inc();
+        serviceChanges++;
         if (!this.pendingServices.has(key)) this.pendingServices.set(key, next.rev);
       }
       if (a?.endpoints !== b?.endpoints) {
-        this.endpointChanges.inc();
+        endpointChanges++;
         if (!this.pendingEndpoints.has(key)) this.pendingEndpoints.set(key, next.rev);
       }
+      const times = b ? this.triggerTimes(key) : undefined;
       for (const family of FAMILIES) {
         const id = `${key}/${family}`;
         if (!b) {
@@ -233,13 +271,16 @@ export class ProxyMetrics {
           this.triggers.delete(id);
           continue;
         }
-        const at = this.triggerTime(key, family);
-        if (at !== null && at > (this.observed.get(id) ?? 0)) this.triggers.set(id, { at, rev: next.rev, family });
+        const at = times?.[family];
+        if (at !== undefined && at > (this.observed.get(id) ?? 0)) this.triggers.set(id, { at, rev: next.rev, family });
       }
     }
-    this.countNoLocal(next);
+    this.serviceChanges.inc(serviceChanges);
+    this.endpointChanges.inc(endpointChanges);
+    for (const c of NO_LOCAL_CLASSES) this.noLocal.set(c, this.noLocalTotals.get(classKey(c))!);
     this.last = next;
   }
+
 
   /** `backend` applied `state`; `change` null = a full sync. */
   synced(backend: string, state: NodeState, seconds: number, change: StateChange, now = Date.now()): void {
@@ -285,38 +326,29 @@ export class ProxyMetrics {
     this.answerCounters[path].inc({ code: String(code) });
   }
 
-  /** The newest trigger time among the service's slices of `family` (ms), or null. */
-  private triggerTime(key: string, family: IPFamily): number | null {
-    let best: number | null = null;
+  /** The newest trigger time (ms) among the service's slices, per family; undefined when none has one. */
+  private triggerTimes(key: string): Partial<Record<IPFamily, number>> | undefined {
+    let best: Partial<Record<IPFamily, number>> | undefined;
     for (const s of this.opts.brain.index.slices.get(key)?.values() ?? []) {
-      if (s.addressType !== family) continue;
       const v = s.metadata.annotations?.[TRIGGER_TIME_ANNOTATION];
       const t = v ? Date.parse(v) : NaN;
-      if (!Number.isNaN(t) && (best === null || t > best)) best = t;
+      if (Number.isNaN(t) || s.addressType === "FQDN") continue;
+      best ??= {};
+      if (t > (best[s.addressType] ?? -Infinity)) best[s.addressType] = t;
     }
     return best;
   }
 
-  /** Services whose Local policy leaves a traffic class with no endpoint on this node, per family of the service. */
-  private countNoLocal(state: NodeState) {
-    const counts = new Map<string, number>();
-    for (const ip_family of FAMILIES) for (const p of ["internal", "external"]) counts.set(`${ip_family}/${p}`, 0);
-    const bump = (family: IPFamily, policy: string) => counts.set(`${family}/${policy}`, counts.get(`${family}/${policy}`)! + 1);
-    const field = (family: IPFamily) => (family === "IPv4" ? "V4" : "V6");
-    const none = (se: ServiceEndpoints, scope: "Internal" | "External", family: IPFamily) =>
-      ![...se.endpoints.values()].some((e) => e.Scopes?.[scope] && (e.IPs?.[field(family)]?.length ?? 0) > 0);
-    for (const se of state.services.values()) {
-      const svc = se.service;
-      for (const family of FAMILIES) {
-        if (!svc.IPs?.ClusterIPs?.[field(family)]?.length) continue;
-        if (svc.InternalTrafficToLocal && none(se, "Internal", family)) bump(family, "internal");
-        if (svc.ExternalTrafficToLocal && none(se, "External", family)) bump(family, "external");
-      }
-    }
-    for (const [k, n] of counts) {
-      const [ip_family, traffic_policy] = k.split("/");
-      this.noLocal.set({ ip_family, traffic_policy }, n);
-    }
+
+  /** Adds to the no_local_endpoints gauges what `key` counts now in place of what it counted before. */
+  private recountNoLocal(key: string, se: ServiceEndpoints | undefined) {
+    const before = this.noLocalOf.get(key) ?? [];
+    const now = se ? noLocalClasses(se) : [];
+    if (before.length === 0 && now.length === 0) return;
+    for (const c of before) this.noLocalTotals.set(c, this.noLocalTotals.get(c)! - 1);
+    for (const c of now) this.noLocalTotals.set(c, this.noLocalTotals.get(c)! + 1);
+    if (now.length) this.noLocalOf.set(key, now);
+    else this.noLocalOf.delete(key);
   }
 }
 
