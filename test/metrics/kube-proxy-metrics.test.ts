@@ -138,6 +138,20 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     expect(value(t, 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv6",traffic_policy="external"}')).toBe(0);
   });
 
+  test("no_local_endpoints follows changes: a local endpoint arrives, a service goes", async () => {
+    const { apply, brain, text } = rig();
+    apply(node("node-1"), svc({ name: "web", iTP: "Local" }), web([{ i: 1, node: "node-2" }]), svc({ name: "api", iTP: "Local", clusterIPs: [v4.clusterIP(11)] }));
+    const internal4 = async () => value(await text(), 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"}');
+    expect(await internal4()).toBe(2);
+    apply(web([{ i: 1, node: "node-1" }]));
+    expect(await internal4()).toBe(1);
+    brain.apply([{ type: "delete", kind: "Service", namespace: "default", name: "api" }]);
+    brain.flush();
+    expect(await internal4()).toBe(0);
+    apply(web([{ i: 1, node: "node-2" }]));
+    expect(await internal4()).toBe(1);
+  });
+
   test("sync durations: all, full and partial, under both families (one sync programs both); last sync timestamp", async () => {
     const { apply, metrics, text } = rig();
     const r1 = apply(node("node-1"), svc({ name: "web" }), web([{ i: 1, node: "node-1" }]));
