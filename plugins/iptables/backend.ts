@@ -76,6 +76,8 @@ export class IptablesBackend implements IncrementalBackend {
   private families: Family[];
   private readonly log: Logger;
   private readonly written = { v4: new Map<string, WrittenService>(), v6: new Map<string, WrittenService>() };
+  /** rules kpng owns per table, per family (metrics) */
+  private readonly ruleTotals = { v4: new Map(tables.map((t) => [t, 0])), v6: new Map(tables.map((t) => [t, 0])) };
   private readonly udp = { v4: new Map<string, Map<string, UdpFrontend>>(), v6: new Map<string, Map<string, UdpFrontend>>() };
   private hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
   private hairpinSet: boolean;
@@ -228,6 +230,7 @@ export class IptablesBackend implements IncrementalBackend {
         for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
         await this.runIpset(set.after);
         set.commit();
+        this.countRules(family, tx, full, next);
         this.commit(family, next, full, stale);
       }
       if (full) {
@@ -313,6 +316,21 @@ export class IptablesBackend implements IncrementalBackend {
       changes.push({ before: this.written[family].get(key), after });
     }
     return partialTransaction(changes);
+  }
+
+  /**
+   * kube-proxy's rule counts per table: what this restore wrote, and what
+   * kpng owns now (a full restore writes it all; a partial one changes the
+   * count by the changed services' difference). Before `commit`: `written`
+   * still holds what the services had.
+   */
+  private countRules(family: Family, tx: Transaction, full: boolean, next: Map<string, WrittenService | undefined>) {
+    const totals = this.ruleTotals[family];
+    for (const table of tables) {
+      if (full) totals.set(table, tx.rulesWritten(table));
+      else for (const [key, w] of next) totals.set(table, totals.get(table)! + (w?.rules[table] ?? 0) - (this.written[family].get(key)?.rules[table] ?? 0));
+      this.ctx.metrics?.iptablesRules(family === "v6" ? 6 : 4, table, totals.get(table)!, tx.rulesWritten(table));
+    }
   }
 
   /** Records what is now programmed, and the UDP flows that became stale. */

@@ -34,6 +34,8 @@ export interface BackendMetrics {
   transactionFailed(backend: string, family: 4 | 6, partial: boolean): void;
   /** stale UDP conntrack entries of `family` cleaned up after a sync: how long it took, how many deletions succeeded */
   conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void;
+  /** after an iptables sync: the rules kpng owns in `table`, and how many this sync wrote */
+  iptablesRules(family: 4 | 6, table: string, total: number, written: number): void;
 }
 
 interface BackendBase {

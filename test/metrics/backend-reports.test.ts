@@ -71,4 +71,35 @@ describe("iptables reports", () => {
     // the one sync that completed reconciled conntrack for both families
     expect(await both(metrics, "kubeproxy_conntrack_reconciler_sync_duration_seconds_count")).toEqual([1, 1]);
   });
+
+  test("rule counts per family and table: what each sync wrote, and what kpng owns (a partial sync's running total equals a full restore's count)", async () => {
+    let clock = 0;
+    const rec = recordingExecutor(() => "");
+    const ctx = testContext(testConfig());
+    const metrics = metricsFor("iptables");
+    ctx.metrics = metrics;
+    const b = new IptablesBackend(ctx, { executor: rec, monitorPeriodMs: 0, now: () => clock, fullSyncPeriodMs: 1000 });
+    const counts = async (table: string) => {
+      const t = await metrics.registry.metrics();
+      const at = (name: string, f: string) => value(t, `${name}{ip_family="${f}",table="${table}"}`);
+      return { total: [at("kubeproxy_sync_proxy_rules_iptables_total", "IPv4"), at("kubeproxy_sync_proxy_rules_iptables_total", "IPv6")], last: [at("kubeproxy_sync_proxy_rules_iptables_last", "IPv4"), at("kubeproxy_sync_proxy_rules_iptables_last", "IPv6")] };
+    };
+    b.setService(web);
+    b.setEndpoint("default", "web", "a", pod(1));
+    await b.sync(); // full
+    const first = await counts("nat");
+    expect(first.total[0]).toBeGreaterThan(0);
+    expect(first.last).toEqual(first.total);
+    b.setEndpoint("default", "web", "b", pod(2));
+    await b.sync(); // partial: the service's chains again, and the new endpoint's
+    const partial = await counts("nat");
+    expect(partial.last[0]).toBeLessThan(partial.total[0]!);
+    expect(partial.total[0]).toBeGreaterThan(first.total[0]!);
+    clock = 5000;
+    await b.sync(); // full again (the period is over): a recount from scratch
+    const full = await counts("nat");
+    expect(full.total).toEqual(partial.total);
+    expect(full.last).toEqual(full.total);
+    expect((await counts("filter")).total[0]).toBeGreaterThan(0);
+  });
 });

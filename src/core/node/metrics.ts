@@ -112,6 +112,8 @@ export class ProxyMetrics {
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
   private readonly lost: Counter;
+  /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
+  private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
   private readonly conntrackDuration: Histogram;
   private readonly conntrackDeleted: Counter;
   /** per backend, kube-proxy's failure counters of its mode */
@@ -178,6 +180,13 @@ export class ProxyMetrics {
         if (!c.never) mine.push({ counter, partial: c.partial });
       }
       this.modeFailures.set(b, mine);
+    }
+    if (opts.backends.includes("iptables")) {
+      const labelNames = ["ip_family", "table"];
+      this.iptablesRuleCounts = {
+        total: new Gauge({ name: "kubeproxy_sync_proxy_rules_iptables_total", help: "Total number of iptables rules owned by kube-proxy", labelNames, registers }),
+        last: new Gauge({ name: "kubeproxy_sync_proxy_rules_iptables_last", help: "Number of iptables rules written by kube-proxy in last sync", labelNames, registers }),
+      };
     }
     this.conntrackDuration = new Histogram({ name: "kubeproxy_conntrack_reconciler_sync_duration_seconds", help: "ReconcileConntrackFlowsLatency latency in seconds", labelNames, buckets, registers });
     this.conntrackDeleted = new Counter({ name: "kubeproxy_conntrack_reconciler_deleted_entries_total", help: "Cumulative conntrack flows deleted by conntrack reconciler", labelNames, registers });
@@ -311,6 +320,12 @@ export class ProxyMetrics {
 
   transactionFailed(backend: string, family: 4 | 6, partial: boolean): void {
     for (const c of this.modeFailures.get(backend) ?? []) if (partial || !c.partial) c.counter.inc({ ip_family: familyOf(family) });
+  }
+
+  iptablesRules(family: 4 | 6, table: string, total: number, written: number): void {
+    const labels = { ip_family: familyOf(family), table };
+    this.iptablesRuleCounts?.total.set(labels, total);
+    this.iptablesRuleCounts?.last.set(labels, written);
   }
 
   conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void {
