@@ -54,7 +54,7 @@ export function buildInfoLabels(version = pkg.version): Record<string, string> {
     git_commit: "",
     git_tree_state: "",
     build_date: "",
-    go_version: `bun${typeof Bun === "undefined" ? "" : Bun.version}`,
+    go_version: `bun${Bun.version}`,
     compiler: "bun",
     platform: `${process.platform}/${GOARCH[process.arch] ?? process.arch}`,
   };

@@ -40,7 +40,7 @@ export const PROGRAMMING_BUCKETS = [0, ...linear(0.25, 0.25, 2), ...linear(1, 1,
 /**
  * kube-proxy's mode-specific failure counters (RegisterMetrics registers them
  * per mode), all labelled ip_family. `partial`: counts only failed partial
- * syncs (each falls back to a full one).
+ * syncs (each falls back to a full one); `never`: kpng has no such failure.
  */
 const MODE_FAILURE_COUNTERS: Record<string, ReadonlyArray<{ name: string; help: string; partial?: boolean; never?: boolean }>> = {
   nft: [
@@ -290,7 +290,6 @@ export class ProxyMetrics {
     this.last = next;
   }
 
-
   /** `backend` applied `state`; `change` null = a full sync. */
   synced(backend: string, state: NodeState, seconds: number, change: StateChange, now = Date.now()): void {
     for (const ip_family of FAMILIES) {
@@ -353,7 +352,6 @@ export class ProxyMetrics {
     }
     return best;
   }
-
 
   /** Adds to the no_local_endpoints gauges what `key` counts now in place of what it counted before. */
   private recountNoLocal(key: string, se: ServiceEndpoints | undefined) {
