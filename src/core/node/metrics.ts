@@ -272,14 +272,16 @@ export class ProxyMetrics {
         endpointChanges++;
         if (!this.pendingEndpoints.has(key)) this.pendingEndpoints.set(key, next.rev);
       }
-      const times = b ? this.triggerTimes(key) : undefined;
-      for (const family of FAMILIES) {
-        const id = `${key}/${family}`;
-        if (!b) {
-          this.observed.delete(id);
-          this.triggers.delete(id);
-          continue;
+      if (!b) {
+        for (const family of FAMILIES) {
+          this.observed.delete(`${key}/${family}`);
+          this.triggers.delete(`${key}/${family}`);
         }
+        continue;
+      }
+      const times = this.triggerTimes(key);
+      for (const family of times ? FAMILIES : []) {
+        const id = `${key}/${family}`;
         const at = times?.[family];
         if (at !== undefined && at > (this.observed.get(id) ?? 0)) this.triggers.set(id, { at, rev: next.rev, family });
       }
