@@ -19,8 +19,7 @@ export interface FeedOptions {
   retryMs?: number;
   /** after each successful sync (metrics, --once); `change` null = it was a full sync */
   onSynced?: (state: NodeState, seconds: number, change: StateChange) => void;
-  /** a sync failed; `change` is what it was applying (null = a full sync) */
-  onError?: (err: unknown, change: StateChange) => void;
+  onError?: (err: unknown) => void;
   /** the backend reported that its rules were changed by someone else; a full sync follows */
   onRulesLost?: (reason: string) => void;
   /** when repairs come this often, they wait (default REPAIR_STORM) */
@@ -114,7 +113,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
         opts.onSynced?.(state, secs, change);
       } catch (err) {
         log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
-        opts.onError?.(err, change);
+        opts.onError?.(err);
         if (backend.kind === "incremental") applied = null;
         pending = null;
         clearTimeout(retry);
