@@ -4,7 +4,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { Registry } from "prom-client";
 import { buildInfoLabels, registerBuildInfo, REST_CLIENT_BUCKETS, RestClientMetrics } from "../../src/core/node/client-metrics.ts";
-import { kubeRequest, readBody } from "../../src/core/sources/kube-http.ts";
+import { kubeRequest, readBody, serverHost } from "../../src/core/sources/kube-http.ts";
 import type { KubeAccess } from "../../src/core/sources/kubeconfig.ts";
 import pkg from "../../package.json" with { type: "json" };
 import { bucketsOf, typeOf, value } from "./prom-text.ts";
@@ -74,6 +74,15 @@ describe("rest_client_* (client-go's restclient metrics)", () => {
     res.destroy();
     ctl.abort();
   });
+});
+
+test.each([
+  ["https://10.96.0.1:443", "10.96.0.1:443"],
+  ["https://[fd00::1]:6443/", "[fd00::1]:6443"],
+  ["http://api.example:8080/prefix", "api.example:8080"],
+  ["https://api.example", "api.example"],
+])("host label of %s: %s (as written, a default port kept)", (server, host) => {
+  expect(serverHost(server)).toBe(host);
 });
 
 describe("kubernetes_build_info", () => {

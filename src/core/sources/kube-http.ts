@@ -43,7 +43,7 @@ export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest 
   const send = sendRequest(access, agent);
   if (!access.observe) return send;
   const observe = access.observe;
-  const host = new URL(access.server).host;
+  const host = serverHost(access.server);
   return async (opts) => {
     const method = opts.method ?? "GET";
     const t0 = performance.now();
@@ -62,6 +62,9 @@ export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest 
     return res;
   };
 }
+
+/** client-go's `host` label: Go's url.Host, the host and port as written (a WHATWG URL drops a default port). */
+export const serverHost = (server: string) => server.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").split("/")[0];
 
 function sendRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
   const { server, tls } = access;
