@@ -11,14 +11,19 @@ import pkg from "../../../package.json" with { type: "json" };
 /** client-go's request latency buckets (seconds) */
 export const REST_CLIENT_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
 
+/** One API request as the metrics see it. */
+export interface RestClientRequest {
+  method: string;
+  host: string;
+  /** the HTTP status, or "<error>" when no response came (client-go's value) */
+  code: string;
+  /** from sending to the whole answer; absent for a watch, which client-go counts but does not time */
+  seconds?: number;
+}
+
 /** What an API request reports once it is answered (or failed). */
 export interface RestClientObserver {
-  /**
-   * `code`: the HTTP status, or "<error>" when no response came (client-go's
-   * value); `seconds`: from sending to the whole answer (a watch: to its
-   * headers, as client-go measures it).
-   */
-  request(r: { method: string; host: string; code: string; seconds: number }): void;
+  request(r: RestClientRequest): void;
 }
 
 export class RestClientMetrics implements RestClientObserver {
@@ -30,9 +35,9 @@ export class RestClientMetrics implements RestClientObserver {
     this.latency = new Histogram({ name: "rest_client_request_duration_seconds", help: "Request latency in seconds. Broken down by verb, and host.", labelNames: ["verb", "host"], buckets: REST_CLIENT_BUCKETS, registers });
   }
 
-  request(r: { method: string; host: string; code: string; seconds: number }): void {
+  request(r: RestClientRequest): void {
     this.requests.inc({ code: r.code, method: r.method, host: r.host });
-    this.latency.observe({ verb: r.method, host: r.host }, r.seconds);
+    if (r.seconds !== undefined) this.latency.observe({ verb: r.method, host: r.host }, r.seconds);
   }
 }
 

@@ -47,7 +47,9 @@ export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest 
   return async (opts) => {
     const method = opts.method ?? "GET";
     const t0 = performance.now();
-    const report = (code: string) => observe.request({ method, host, code, seconds: (performance.now() - t0) / 1000 });
+    // client-go counts a watch but does not time it (Request.Watch); any other request is timed to the end of its answer.
+    const watch = !!opts.query?.watch;
+    const report = (code: string) => observe.request({ method, host, code, seconds: watch ? undefined : (performance.now() - t0) / 1000 });
     let res: IncomingMessage;
     try {
       res = await send(opts);
@@ -56,8 +58,7 @@ export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest 
       throw err;
     }
     const code = String(res.statusCode ?? 0);
-    // client-go times a watch to its headers, any other request to the end of its body.
-    if (opts.query?.watch) report(code);
+    if (watch) report(code);
     else res.once("close", () => report(code));
     return res;
   };
