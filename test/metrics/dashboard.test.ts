@@ -151,7 +151,7 @@ afterAll(async () => {
   await prom?.exited;
   await d?.destroy();
   dir.remove();
-});
+}, 30_000);
 
 describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
   let instances: string[] = [];
@@ -161,7 +161,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
     const r = await promGet("/api/v1/label/instance/values", { "match[]": fill(INSTANCE_VARIABLE) });
     instances = r.data as string[];
     expect(instances).toEqual([METRICS]);
-  });
+  }, 20_000);
 
   test.each(DASHBOARD)("$panel: $want", async (q) => {
     if (!instances.length) instances = [METRICS];
@@ -176,7 +176,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
       expect(Number.isFinite(v)).toBe(true);
       if (q.positive) expect(v).toBeGreaterThan(0);
     }
-  });
+  }, 20_000);
 
   test("every ip_family kube-proxy labels is there: both families' syncs and conntrack cleanups, the IPv4 slice's programming latency", async () => {
     const byFamily = async (expr: string) => (await query(`sum by (ip_family) (${expr})`)).result.map((s) => s.metric.ip_family).sort();
@@ -185,7 +185,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
     expect(await byFamily('kubeproxy_network_programming_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4"]);
     expect(await byFamily('kubeproxy_sync_proxy_rules_nftables_sync_failures_total{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
     expect(await byFamily('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
-  });
+  }, 20_000);
 
   test("kubernetes_build_info and the API client's codes as Prometheus stored them", async () => {
     const info = (await query('kubernetes_build_info{job="kube-proxy"}')).result;
@@ -193,5 +193,5 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
     expect(info[0].metric.git_version).toMatch(/^v\d+\.\d+\.\d+/);
     const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result.map((s) => `${s.metric.method} ${s.metric.code}`).sort();
     expect(codes).toEqual(["GET 200", "GET 410", "GET 500"]);
-  });
+  }, 20_000);
 });

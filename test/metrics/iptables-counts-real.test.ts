@@ -22,7 +22,7 @@ beforeAll(async () => {
   ctx.metrics = metrics;
   b = new IptablesBackend(ctx, { executor: topo.executor(topo.node.ns), monitorPeriodMs: 0 });
   await b.setup();
-});
+}, 60_000);
 
 afterAll(async () => {
   await b?.close();
@@ -60,5 +60,5 @@ describe("iptables rule counts, real kernel", () => {
         expect({ table, v4: await reported("IPv4", table) }).toEqual({ table, v4: await kernelCount("v4", table) });
         expect({ table, v6: await reported("IPv6", table) }).toEqual({ table, v6: await kernelCount("v6", table) });
       }
-    });
+    }, 30_000);
 });
