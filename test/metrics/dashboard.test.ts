@@ -16,7 +16,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { tempDir } from "../api/kpng-process.ts";
 import { slice } from "../fixtures/k8s.ts";
-import { deploy, type Deployed } from "../deployed/rig.ts";
+import { deploy, type BackendName, type Deployed } from "../deployed/rig.ts";
 
 /**
  * The queries of kubernetes-monitoring/kubernetes-mixin
@@ -61,18 +61,6 @@ const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
 
 type Sample = { metric: Record<string, string>; value: [number, string] };
 
-let d: Deployed;
-let prom: ReturnType<typeof Bun.spawn> | undefined;
-const dir = tempDir("kpng-prometheus-");
-
-/** GET a Prometheus API path from inside the node namespace, as JSON. */
-async function promGet(path: string, params: Record<string, string> = {}): Promise<{ status: string; data: unknown }> {
-  const args = Object.entries(params).flatMap(([k, v]) => ["--data-urlencode", `${k}=${v}`]);
-  return JSON.parse(await d.topo.exec(d.topo.node.ns, ["curl", "-sS", "--max-time", "10", "--get", ...args, `http://${PROM}${path}`]));
-}
-
-const query = async (expr: string) => (await promGet("/api/v1/query", { query: expr })).data as { resultType: string; result: Sample[] };
-
 async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: T | undefined;
@@ -89,76 +77,99 @@ async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boo
   throw new Error(`${what}: not within ${timeoutMs} ms (last: ${JSON.stringify(last)}${error ? `, error: ${error}` : ""})`);
 }
 
-/** A change to the cluster-ip service's slice, stamped as the EndpointSlice controller stamps it. */
-function changeEndpoints(i: number) {
-  const pods = d.topo.pods;
-  const endpoints = [{ ip: pods[0].v4, node: "node-a", pod: "pod0" }, ...(i % 2 ? [{ ip: pods[1].v4, node: "node-a", pod: "pod1" }] : [])];
-  const s = slice({ service: "cluster-ip", ports: httpSlice, endpoints });
-  (s.metadata as { annotations?: Record<string, string> }).annotations = { [TRIGGER]: new Date().toISOString() };
-  d.apply(s);
-}
+/** kpng as deployed with `backend`, and a Prometheus in its node namespace scraping it. */
+class Scraped {
+  d!: Deployed;
+  private prom?: ReturnType<typeof Bun.spawn>;
+  private readonly dir = tempDir("kpng-prometheus-");
 
-beforeAll(async () => {
-  if (!Bun.which("prometheus")) throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
-  dir.create();
-  d = await deploy({ source: "api", backend: "nft", prefix: "kpm" });
-  const config = join(dir.path, "prometheus.yml");
-  writeFileSync(
-    config,
-    [
-      "global: { scrape_interval: 500ms, evaluation_interval: 500ms }",
-      "scrape_configs:",
-      "  - job_name: kube-proxy",
-      `    static_configs: [{ targets: ["${METRICS}"], labels: { cluster: ${CLUSTER} } }]`,
-      "",
-    ].join("\n"),
-  );
-  prom = Bun.spawn(
-    ["ip", "netns", "exec", d.topo.node.ns, "prometheus", `--config.file=${config}`, `--storage.tsdb.path=${join(dir.path, "data")}`, `--web.listen-address=${PROM}`, "--log.level=warn"],
-    { stdout: "ignore", stderr: "pipe" },
-  );
-  await waitFor("Prometheus scrapes kpng", () => query(`up{job="kube-proxy"}`), (r) => r.result.some((s) => s.value[1] === "1"));
-  // The counters move after Prometheus has their first values: rates need two samples.
-  await Bun.sleep(1000);
-  const api = d.api!;
-  for (let i = 0; i < 2; i++) {
-    const before = d.syncs();
-    changeEndpoints(i);
-    await d.syncedAfter(before, 20_000);
-    await Bun.sleep(700);
-  }
-  // Watches cut, twice (a series' first value is no increase to rate()): a
-  // reconnect answered 500, then 410 Gone for the kinds that did not change
-  // since they were listed (the history is compacted: kpng lists again),
-  // then 200.
-  api.goneAs = "http";
-  for (let round = 0; round < 2; round++) {
-    const before = d.syncs();
-    changeEndpoints(round);
-    await d.syncedAfter(before, 20_000);
-    api.failNext(1, 500);
-    api.compact();
-    api.dropConnections();
-    await waitFor("the watches are back", async () => api.openWatches, (n) => n >= 3);
+  async start(backend: BackendName): Promise<void> {
+    if (!Bun.which("prometheus")) throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
+    this.dir.create();
+    this.d = await deploy({ source: "api", backend, prefix: "kpm" });
+    const config = join(this.dir.path, "prometheus.yml");
+    writeFileSync(
+      config,
+      [
+        "global: { scrape_interval: 500ms, evaluation_interval: 500ms }",
+        "scrape_configs:",
+        "  - job_name: kube-proxy",
+        `    static_configs: [{ targets: ["${METRICS}"], labels: { cluster: ${CLUSTER} } }]`,
+        "",
+      ].join("\n"),
+    );
+    this.prom = Bun.spawn(
+      ["ip", "netns", "exec", this.d.topo.node.ns, "prometheus", `--config.file=${config}`, `--storage.tsdb.path=${join(this.dir.path, "data")}`, `--web.listen-address=${PROM}`, "--log.level=warn"],
+      { stdout: "ignore", stderr: "pipe" },
+    );
+    await waitFor("Prometheus scrapes kpng", () => this.query(`up{job="kube-proxy"}`), (r) => r.result.some((s) => s.value[1] === "1"));
+    // The counters move after Prometheus has their first values: rates need two samples.
     await Bun.sleep(1000);
   }
-  // a few more scrapes after the last change
-  await Bun.sleep(1500);
-}, 120_000);
 
-afterAll(async () => {
-  prom?.kill();
-  await prom?.exited;
-  await d?.destroy();
-  dir.remove();
-}, 30_000);
+  async stop(): Promise<void> {
+    this.prom?.kill();
+    await this.prom?.exited;
+    await this.d?.destroy();
+    this.dir.remove();
+  }
 
-describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
+  /** GET a Prometheus API path from inside the node namespace, as JSON. */
+  async get(path: string, params: Record<string, string> = {}): Promise<{ status: string; data: unknown }> {
+    const args = Object.entries(params).flatMap(([k, v]) => ["--data-urlencode", `${k}=${v}`]);
+    return JSON.parse(await this.d.topo.exec(this.d.topo.node.ns, ["curl", "-sS", "--max-time", "10", "--get", ...args, `http://${PROM}${path}`]));
+  }
+
+  query = async (expr: string) => (await this.get("/api/v1/query", { query: expr })).data as { resultType: string; result: Sample[] };
+
+  /** The cluster-ip service's slice: pod0, and pod1 for odd `i` (as deployed); stamped as the EndpointSlice controller stamps it; resolves once synced. */
+  async changeEndpoints(i: number): Promise<void> {
+    const pods = this.d.topo.pods;
+    const endpoints = [{ ip: pods[0].v4, node: "node-a", pod: "pod0" }, ...(i % 2 ? [{ ip: pods[1].v4, node: "node-a", pod: "pod1" }] : [])];
+    const s = slice({ service: "cluster-ip", ports: httpSlice, endpoints });
+    (s.metadata as { annotations?: Record<string, string> }).annotations = { [TRIGGER]: new Date().toISOString() };
+    const before = this.d.syncs();
+    this.d.apply(s);
+    await this.d.syncedAfter(before, 20_000);
+  }
+}
+
+const nft = new Scraped();
+const query = (expr: string) => nft.query(expr);
+
+
+describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", () => {
+  beforeAll(async () => {
+    await nft.start("nft");
+    for (let i = 0; i < 2; i++) {
+      await nft.changeEndpoints(i);
+      await Bun.sleep(700);
+    }
+    // Watches cut, twice (a series' first value is no increase to rate()): a
+    // reconnect answered 500, then 410 Gone for the kinds that did not change
+    // since they were listed (the history is compacted: kpng lists again),
+    // then 200.
+    const api = nft.d.api!;
+    api.goneAs = "http";
+    for (let round = 0; round < 2; round++) {
+      await nft.changeEndpoints(round);
+      api.failNext(1, 500);
+      api.compact();
+      api.dropConnections();
+      await waitFor("the watches are back", async () => api.openWatches, (n) => n >= 3);
+      await Bun.sleep(1000);
+    }
+    // a few more scrapes after the last change
+    await Bun.sleep(1500);
+  }, 120_000);
+
+  afterAll(() => nft.stop(), 30_000);
+
   let instances: string[] = [];
   const fill = (expr: string) => expr.replaceAll("$cluster", CLUSTER).replaceAll("$instance", instances.join("|"));
 
   test("the $instance variable lists kpng (label_values over network programming buckets)", async () => {
-    const r = await promGet("/api/v1/label/instance/values", { "match[]": fill(INSTANCE_VARIABLE) });
+    const r = await nft.get("/api/v1/label/instance/values", { "match[]": fill(INSTANCE_VARIABLE) });
     instances = r.data as string[];
     expect(instances).toEqual([METRICS]);
   }, 20_000);
@@ -193,5 +204,37 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics", () => {
     expect(info[0].metric.git_version).toMatch(/^v\d+\.\d+\.\d+/);
     const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result.map((s) => `${s.metric.method} ${s.metric.code}`).sort();
     expect(codes).toEqual(["GET 200", "GET 410", "GET 500"]);
+  }, 20_000);
+});
+
+// kube-proxy's default mode on Linux: its own families, through the same pipeline.
+describe("iptables mode's families, scraped by Prometheus", () => {
+  const ipt = new Scraped();
+  beforeAll(async () => {
+    await ipt.start("iptables");
+    await ipt.changeEndpoints(0);
+    await Bun.sleep(1500);
+  }, 120_000);
+  afterAll(() => ipt.stop(), 30_000);
+
+  const by = async (expr: string, ...labels: string[]) =>
+    Object.fromEntries((await ipt.query(expr)).result.map((s) => [labels.map((l) => s.metric[l]).join(" "), Number(s.value[1])]));
+
+  test("rules kpng owns, per family and table; rules the last restore wrote", async () => {
+    const total = await by('kubeproxy_sync_proxy_rules_iptables_total{job="kube-proxy"}', "ip_family", "table");
+    const last = await by('kubeproxy_sync_proxy_rules_iptables_last{job="kube-proxy"}', "ip_family", "table");
+    for (const k of ["IPv4 nat", "IPv4 filter", "IPv6 nat", "IPv6 filter"]) expect({ k, owned: total[k] > 0 }).toEqual({ k, owned: true });
+    // the last sync was partial (one slice changed): it wrote less than kpng owns
+    expect(last["IPv4 nat"]).toBeGreaterThan(0);
+    expect(last["IPv4 nat"]).toBeLessThan(total["IPv4 nat"]);
+  }, 20_000);
+
+  test("restore failures (none), both families; syncs and conntrack cleanups under both", async () => {
+    expect(await by('kubeproxy_sync_proxy_rules_iptables_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({ IPv4: 0, IPv6: 0 });
+    expect(await by('kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({ IPv4: 0, IPv6: 0 });
+    expect(Object.keys(await by('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual(["IPv4", "IPv6"]);
+    expect(Object.keys(await by('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual(["IPv4", "IPv6"]);
+    const rate = (await ipt.query('sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}[5m]))')).result;
+    expect(Number(rate[0]?.value[1])).toBeGreaterThan(0);
   }, 20_000);
 });
