@@ -1,15 +1,17 @@
 // The kubernetes-mixin "Proxy" dashboard against kpng as deployed: kpng runs
-// with an operator's flags (--kubeconfig to the in-repo API server, the nft
-// backend programming real rules) inside the node namespace, a real
-// Prometheus (Debian's) scrapes its /metrics there on loopback every 500 ms, as a
-// cluster's Prometheus scrapes kube-proxy, and every query of the dashboard
-// is evaluated by Prometheus itself after a few changes moved the counters.
+// with an operator's flags inside the node namespace, the nft backend
+// programming real rules; a real Prometheus (Debian's) scrapes its /metrics
+// there on loopback every 500 ms, as a cluster's Prometheus scrapes
+// kube-proxy, and every query of the dashboard is evaluated by Prometheus
+// itself after a few changes moved the counters. Then the same for iptables
+// mode's own families. kpng reads the in-repo API server (--kubeconfig), not
+// a file: the dashboard's API-client panels need one.
 //
 // Why a real Prometheus rather than a small evaluator: the dashboard's
 // queries lean on PromQL's semantics (rate over counters, histogram_quantile
 // over `le` buckets, label regexes, `up`, which only a scraper produces);
 // an evaluator written here would test our reading of PromQL, not what a
-// user's dashboard shows. Prometheus starts in well under a second.
+// user's dashboard shows.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
