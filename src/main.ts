@@ -89,13 +89,14 @@ const runCommand = defineCommand({
     const stopped = args.once ? undefined : waitForSignal();
     // Health and metrics answer from the start, also while the API server is still unreachable.
     const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
+    ctx.metrics = servers?.metrics;
     if (!args.once) applyOOMScoreAdj(cfg, log);
     // Backends get ready while the lists run (nft loads its skeleton with --check: ~40 ms
     // that used to follow the first compute); one that cannot work stops kpng at once.
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx)));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([startSource(sourceOptions(args, rawArgs), cfg, brain, log), unready]), stopped);
+    const source = await untilStopped(Promise.race([startSource({ ...sourceOptions(args, rawArgs), restClient: servers?.metrics.restClient }, cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
@@ -109,7 +110,7 @@ const runCommand = defineCommand({
     await ready;
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const warned = args.input === undefined && args.api === undefined && backendNames(rawArgs, cfg).includes("ipvs")
-      ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events") }))
+      ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events"), restClient: servers?.metrics.restClient }))
       : undefined;
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();

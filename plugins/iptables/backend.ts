@@ -16,7 +16,7 @@ import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import type { Config } from "../../src/core/config/config.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
-import { deleteStaleUdpFlows, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { reconcileConntrack, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import type { Endpoint, Service } from "../../src/core/brain/state.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
 import { chains, hairpinSets, ipsetCommand, restoreCommand, tables, type Family } from "./names.ts";
@@ -76,6 +76,8 @@ export class IptablesBackend implements IncrementalBackend {
   private families: Family[];
   private readonly log: Logger;
   private readonly written = { v4: new Map<string, WrittenService>(), v6: new Map<string, WrittenService>() };
+  /** rules kpng owns per table, per family (metrics) */
+  private readonly ruleTotals = { v4: new Map(tables.map((t) => [t, 0])), v6: new Map(tables.map((t) => [t, 0])) };
   private readonly udp = { v4: new Map<string, Map<string, UdpFrontend>>(), v6: new Map<string, Map<string, UdpFrontend>>() };
   private hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
   private hairpinSet: boolean;
@@ -219,12 +221,16 @@ export class IptablesBackend implements IncrementalBackend {
         await this.runIpset(set.before);
         const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-        else if (text) jobs.push(this.restore(family, tx, text));
+        else if (text) jobs.push(this.restore(family, tx, text).catch((err) => {
+          this.ctx.metrics?.transactionFailed(this.name, family === "v6" ? 6 : 4, !full);
+          throw err;
+        }));
         jobs.push(this.runIpset(set.alongside));
         // Both finish before the next sync may start, even when one fails.
         for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
         await this.runIpset(set.after);
         set.commit();
+        this.countRules(family, tx, full, next);
         this.commit(family, next, full, stale);
       }
       if (full) {
@@ -240,7 +246,7 @@ export class IptablesBackend implements IncrementalBackend {
       stats.ms = performance.now() - t0;
       this.lastSync = stats;
     }
-    if (stale.length && !this.ctx.config.dryRun) await deleteStaleUdpFlows(this.exec, stale, this.log);
+    if (!this.ctx.config.dryRun) await reconcileConntrack(this.exec, stale, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
   }
 
   private async restore(family: Family, tx: Transaction, text: string) {
@@ -310,6 +316,21 @@ export class IptablesBackend implements IncrementalBackend {
       changes.push({ before: this.written[family].get(key), after });
     }
     return partialTransaction(changes);
+  }
+
+  /**
+   * kube-proxy's rule counts per table: what this restore wrote, and what
+   * kpng owns now (a full restore writes it all; a partial one changes the
+   * count by the changed services' difference). Before `commit`: `written`
+   * still holds what the services had.
+   */
+  private countRules(family: Family, tx: Transaction, full: boolean, next: Map<string, WrittenService | undefined>) {
+    const totals = this.ruleTotals[family];
+    for (const table of tables) {
+      if (full) totals.set(table, tx.rulesWritten(table));
+      else for (const [key, w] of next) totals.set(table, totals.get(table)! + (w?.rules[table] ?? 0) - (this.written[family].get(key)?.rules[table] ?? 0));
+      this.ctx.metrics?.iptablesRules(family === "v6" ? 6 : 4, table, totals.get(table)!, tx.rulesWritten(table));
+    }
   }
 
   /** Records what is now programmed, and the UDP flows that became stale. */

@@ -43,6 +43,7 @@ type Group = (typeof Group)[keyof typeof Group];
 export class Transaction {
   private readonly lines = new Map<Table, string[][]>(tables.map((t) => [t, [[], [], [], []]]));
   private count = 0;
+  private readonly rules = new Map<Table, number>(tables.map((t) => [t, 0]));
   error: string | undefined;
 
   private fail(why: string) {
@@ -74,11 +75,13 @@ export class Transaction {
   append(rule: Rule) {
     this.checkRule(rule);
     this.add(rule.table, Group.Body, ruleLine(rule));
+    this.rules.set(rule.table, this.rules.get(rule.table)! + 1);
   }
   /** `-I chain 1`: keeps a chain's fixed tail last */
   insert(rule: Rule) {
     this.checkRule(rule);
     this.add(rule.table, Group.Body, ruleLine(rule, "-I"));
+    this.rules.set(rule.table, this.rules.get(rule.table)! + 1);
   }
   remove(rule: Rule) {
     this.checkRule(rule);
@@ -95,6 +98,10 @@ export class Transaction {
   }
   get size() {
     return this.count;
+  }
+  /** rules this restore writes (appends or inserts) in `table` */
+  rulesWritten(table: Table): number {
+    return this.rules.get(table)!;
   }
   /** one table's lines, in restore order */
   tableLines(table: Table): string[] {

@@ -18,6 +18,8 @@ export interface WrittenService {
   shared: Map<string, Rule>;
   /** its members of the hairpin ipset */
   hairpin: ReadonlySet<string>;
+  /** how many rules it owns per table (its chains' and its shared ones), for the rule-count metrics */
+  rules: Partial<Record<Table, number>>;
 }
 
 const chainKey = (table: Table, name: string) => `${table}/${name}`;
@@ -32,10 +34,17 @@ const digest = (rules: readonly Rule[]): Digest => Bun.hash(rules.map((r) => rul
 
 export function compact(rules: ServiceRules): WrittenService {
   const chains = new Map<string, Digest>();
-  for (const [k, c] of rules.chains) chains.set(k, digest(c.rules));
+  const counts: Partial<Record<Table, number>> = {};
+  for (const [k, c] of rules.chains) {
+    chains.set(k, digest(c.rules));
+    counts[c.table] = (counts[c.table] ?? 0) + c.rules.length;
+  }
   const shared = new Map<string, Rule>();
-  for (const r of rules.shared) shared.set(sharedKey(r), r);
-  return { chains, shared, hairpin: rules.hairpin };
+  for (const r of rules.shared) {
+    shared.set(sharedKey(r), r);
+    counts[r.table] = (counts[r.table] ?? 0) + 1;
+  }
+  return { chains, shared, hairpin: rules.hairpin, rules: counts };
 }
 
 const addShared = (tx: Transaction, r: Rule) => (insertAtHead.has(`${r.table}/${r.chain}`) ? tx.insert(r) : tx.append(r));

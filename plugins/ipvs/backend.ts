@@ -105,7 +105,10 @@ export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions)
       // Sets first: the iptables rules reference them.
       await run(["ipset", "restore"], printSetCreates(families) + printIpset(tx.sets));
       for (const f of families) {
-        await run(restoreArgv(f), printIptablesRestore(iptablesRules(f, config)));
+        await run(restoreArgv(f), printIptablesRestore(iptablesRules(f, config))).catch((err) => {
+          ctx.metrics?.transactionFailed("ipvs", f, false);
+          throw err;
+        });
         await ensureJumps(f);
       }
     } else if (tx.sets.length) {

@@ -15,7 +15,7 @@ import type { Logger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
 import { sameIPs } from "../../src/core/brain/node-ips.ts";
-import { conntrackArgv, deleteStaleUdpFlows, frontendKey, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { conntrackArgv, frontendKey, reconcileConntrack, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
@@ -114,7 +114,7 @@ export class NftBackend implements FullStateBackend {
     }
     const t1 = performance.now();
     try {
-      await this.runner.apply(plan.tx, { full: plan.full, fresh: plan.fresh });
+      await this.transaction(plan);
     } catch (err) {
       // The kernel refused the batch (nothing of it was applied), or the
       // `nft -i` running it died (applied or not), and our records may not
@@ -125,7 +125,7 @@ export class NftBackend implements FullStateBackend {
       if (plan.full) throw err;
       this.log.warn("partial sync failed, resyncing everything", { err: errorMessage(err) });
       plan = this.sync.plan(state, null, await this.held());
-      await this.runner.apply(plan.tx, { full: true, fresh: plan.fresh });
+      await this.transaction(plan);
     }
     this.needFull = false;
     const applyMs = performance.now() - t1;
@@ -189,9 +189,19 @@ export class NftBackend implements FullStateBackend {
     return staleUdpFlows(prev, next);
   }
 
+  /** One transaction, both families' tables: a refusal counts for both (kube-proxy's nftables_sync_failures_total). */
+  private async transaction(plan: SyncPlan): Promise<void> {
+    try {
+      await this.runner.apply(plan.tx, { full: plan.full, fresh: plan.fresh });
+    } catch (err) {
+      for (const family of [4, 6] as const) this.ctx.metrics?.transactionFailed(this.name, family, !plan.full);
+      throw err;
+    }
+  }
+
   private async clearConntrack(plan: SyncPlan): Promise<number> {
     const flows = this.staleFlows(plan);
-    if (flows.length) await deleteStaleUdpFlows(this.exec, flows, this.log);
+    await reconcileConntrack(this.exec, flows, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
     return flows.length;
   }
 

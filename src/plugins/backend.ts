@@ -21,6 +21,21 @@ export interface BackendContext {
   log: Logger;
   /** where `--dry-run` output goes (stdout by default) */
   out: (text: string) => void;
+  /** where a backend reports what happens inside its syncs (metrics); read at report time, absent = not reported */
+  metrics?: BackendMetrics;
+}
+
+/**
+ * kube-proxy's mode-specific metrics for what happens inside a sync (the
+ * feed sees whole syncs only). Families as 4 | 6.
+ */
+export interface BackendMetrics {
+  /** `backend`'s transaction for `family` (`nft -f`, `iptables-restore`) was refused; `partial`: a partial sync's */
+  transactionFailed(backend: string, family: 4 | 6, partial: boolean): void;
+  /** stale UDP conntrack entries of `family` cleaned up after a sync: how long it took, how many deletions succeeded */
+  conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void;
+  /** after an iptables sync: the rules kpng owns in `table`, and how many this sync wrote */
+  iptablesRules(family: 4 | 6, table: string, total: number, written: number): void;
 }
 
 interface BackendBase {

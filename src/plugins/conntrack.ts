@@ -18,6 +18,8 @@
 //   staleUdpFlows(prev, next)        pure: what to delete between two syncs.
 //   conntrackArgv(flow)              pure: the `conntrack -D` argv for one flow.
 //   deleteStaleUdpFlows(exec, flows, log)  runs them; best effort, never throws.
+//   reconcileConntrack(exec, flows, log, report)  the same per family, timed
+//                      and counted for kube-proxy's conntrack reconciler metrics.
 //   parseUdpEntries / matches        the one-dump path used for many flows.
 
 import type { Logger } from "../core/log.ts";
@@ -143,30 +145,62 @@ const entryArgv = (e: UdpEntry) => [
  * thousands of UDP services costs two dumps, not thousands.
  */
 export async function deleteStaleUdpFlows(exec: Executor, flows: readonly StaleFlow[], log: Logger): Promise<number> {
-  if (flows.length <= 1) return deleteEach(exec, flows.map(conntrackArgv), log);
-  const doomed: string[][] = [];
+  return (await removeStaleUdpFlows(exec, flows, log)).failed;
+}
+
+/** deleteStaleUdpFlows, telling how many deletions succeeded and how many failed. */
+export async function removeStaleUdpFlows(exec: Executor, flows: readonly StaleFlow[], log: Logger): Promise<{ deleted: number; failed: number }> {
+  const total = { deleted: 0, failed: 0 };
   for (const family of [4, 6] as const) {
-    const mine = flows.filter((f) => f.family === family);
-    if (!mine.length) continue;
-    let listing: string;
-    try {
-      listing = await exec.run(["conntrack", "-L", "-f", family === 6 ? "ipv6" : "ipv4", "-p", "udp"]);
-    } catch (err) {
-      log.warn("conntrack listing failed", { err: err instanceof Error ? err.message : String(err) });
-      return mine.length;
-    }
-    for (const e of parseUdpEntries(listing, family)) if (mine.some((f) => matches(f, e))) doomed.push(entryArgv(e));
+    const r = await removeFamily(exec, flows, family, log);
+    total.deleted += r.deleted;
+    total.failed += r.failed;
   }
-  return deleteEach(exec, doomed, log);
+  return total;
+}
+
+/** The flows of `family` among `flows`: one filtered delete when `flows` is one flow, else one dump of the family. */
+async function removeFamily(exec: Executor, flows: readonly StaleFlow[], family: 4 | 6, log: Logger): Promise<{ deleted: number; failed: number }> {
+  const mine = flows.filter((f) => f.family === family);
+  if (!mine.length) return { deleted: 0, failed: 0 };
+  if (flows.length === 1) return deleteEach(exec, mine.map(conntrackArgv), log);
+  let listing: string;
+  try {
+    listing = await exec.run(["conntrack", "-L", "-f", family === 6 ? "ipv6" : "ipv4", "-p", "udp"]);
+  } catch (err) {
+    log.warn("conntrack listing failed", { err: err instanceof Error ? err.message : String(err) });
+    return { deleted: 0, failed: mine.length };
+  }
+  const doomed = parseUdpEntries(listing, family).filter((e) => mine.some((f) => matches(f, e)));
+  return deleteEach(exec, doomed.map(entryArgv), log);
+}
+
+/** Where a backend reports its conntrack cleanups (kube-proxy's conntrack reconciler metrics). */
+export type ConntrackReport = (family: 4 | 6, seconds: number, deleted: number) => void;
+
+/**
+ * The cleanup after a sync, reported per family as kube-proxy reports its
+ * conntrack reconciler's run (CleanStaleEntries, after every sync, per
+ * family): how long it took and how many deletions succeeded (a
+ * `conntrack -D` by filter counts one, whatever it matched).
+ */
+export async function reconcileConntrack(exec: Executor, flows: readonly StaleFlow[], log: Logger, report?: ConntrackReport): Promise<void> {
+  for (const family of [4, 6] as const) {
+    const t0 = performance.now();
+    const { deleted } = await removeFamily(exec, flows, family, log);
+    report?.(family, (performance.now() - t0) / 1000, deleted);
+  }
 }
 
 // conntrack(8) exits 1 with this message when the filter matched nothing
 // (the entry expired meanwhile): not a failure.
-async function deleteEach(exec: Executor, argvs: string[][], log: Logger): Promise<number> {
+async function deleteEach(exec: Executor, argvs: string[][], log: Logger): Promise<{ deleted: number; failed: number }> {
+  let deleted = 0;
   let failed = 0;
   for (const argv of argvs) {
     try {
       await exec.run(argv);
+      deleted++;
     } catch (err) {
       const msg = err instanceof Error ? err.message : String(err);
       if (nothingDeleted.test(msg)) continue;
@@ -174,5 +208,5 @@ async function deleteEach(exec: Executor, argvs: string[][], log: Logger): Promi
       log.warn("conntrack cleanup failed", { argv: argv.join(" "), err: msg });
     }
   }
-  return failed;
+  return { deleted, failed };
 }

@@ -108,11 +108,12 @@ describe("deleteStaleUdpFlows", () => {
       { family: 6, dst: "2001:db8:1::1", dport: 53 },
     ];
     expect(await deleteStaleUdpFlows(exec, flows, memoryLogger())).toBe(0);
+    // family after family (each timed on its own for kube-proxy's conntrack reconciler metrics)
     expect(calls).toEqual([
       "conntrack -L -f ipv4 -p udp",
-      "conntrack -L -f ipv6 -p udp",
       "conntrack -D -f ipv4 -p udp --orig-src 198.18.128.1 --orig-dst 198.18.0.1 --orig-port-src 40001 --orig-port-dst 53",
       "conntrack -D -f ipv4 -p udp --orig-src 198.18.128.1 --orig-dst 198.18.0.9 --orig-port-src 40003 --orig-port-dst 53",
+      "conntrack -L -f ipv6 -p udp",
     ]);
   });
 

@@ -14,6 +14,7 @@ import { hostname } from "node:os";
 import type { Config } from "../config/config.ts";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
+import type { RestClientObserver } from "./client-metrics.ts";
 import { expectOK, kubeRequest, readBody, type KubeRequest } from "../sources/kube-http.ts";
 import { loadKubeConfig, type KubeAccess } from "../sources/kubeconfig.ts";
 
@@ -111,6 +112,8 @@ export interface NodeEventOptions {
   access?: KubeAccess;
   /** bounds how long `--once` waits for the API server at exit */
   timeoutMs?: number;
+  /** where the request is reported (rest_client_* metrics) */
+  restClient?: RestClientObserver;
 }
 
 /** Records an event on this proxy's Node. Never rejects: failures are logged as warnings. */
@@ -119,7 +122,7 @@ export async function recordNodeEvent(opts: NodeEventOptions, f: Omit<EventField
   const ev = makeEvent({ ...f, regarding: nodeRef(config.nodeName) });
   try {
     const access = opts.access ?? loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
-    await postEvent(kubeRequest(access), ev, opts.timeoutMs ?? 5000);
+    await postEvent(kubeRequest({ ...access, observe: opts.restClient ?? access.observe }), ev, opts.timeoutMs ?? 5000);
     log.debug("event recorded", { reason: ev.reason, node: config.nodeName, name: ev.metadata.name });
   } catch (err) {
     log.warn("could not record event", { reason: ev.reason, node: config.nodeName, error: errorMessage(err) });

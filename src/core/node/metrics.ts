@@ -1,8 +1,14 @@
-// Prometheus metrics under kube-proxy's names (pkg/proxy/metrics), so
-// dashboards and alerts written for kube-proxy keep working, plus kpng's own:
-// API events in, node-local revisions out, open watches. One registry per
-// run (no global state), served on /metrics with /proxyMode, /healthz and
-// /configz beside it, as kube-proxy's metrics server does.
+// Prometheus metrics under kube-proxy's names, types, labels and buckets
+// (pkg/proxy/metrics of kube-proxy 1.36), so dashboards and alerts written
+// for kube-proxy keep working; client-go's rest_client_* for the API client
+// and kubernetes_build_info (client-metrics.ts); plus kpng's own: API events
+// in, node-local revisions out, open watches. One registry per run (no
+// global state), served on /metrics with /proxyMode, /healthz and /configz
+// beside it, as kube-proxy's metrics server does.
+//
+// ip_family: kube-proxy runs one proxier per family whenever the backend can
+// program both, and labels each family's syncs. Every kpng backend programs
+// both families in one sync, so that sync is recorded under both.
 
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { Brain, Revision } from "../brain/brain.ts";
@@ -11,19 +17,44 @@ import type { Logger } from "../log.ts";
 import type { GlobalSourceStats } from "../sources/global.ts";
 import type { SourceStats } from "../sources/kube.ts";
 import type { NodeState, ServiceEndpoints, StateChange } from "../brain/state.ts";
+import { registerBuildInfo, RestClientMetrics } from "./client-metrics.ts";
 
 /** Set by the EndpointSlice controller: when the change that produced this slice happened. */
 export const TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time";
 
+export type IPFamily = "IPv4" | "IPv6";
+/** the families every built-in backend programs, in one sync */
+export const FAMILIES: readonly IPFamily[] = ["IPv4", "IPv6"];
+
 const exponential = (start: number, factor: number, count: number) => Array.from({ length: count }, (_, i) => start * factor ** i);
 const linear = (start: number, width: number, count: number) => Array.from({ length: count }, (_, i) => start + width * i);
-/** kube-proxy's buckets for network programming latency: 0.25s .. 5min */
-const programmingBuckets = [...linear(0.25, 0.25, 2), ...linear(1, 1, 59), ...linear(60, 5, 12), ...linear(120, 30, 7)];
+/** kube-proxy's sync (and conntrack reconcile) buckets: 1 ms .. 16 s */
+export const SYNC_BUCKETS = exponential(0.001, 2, 15);
+/**
+ * kube-proxy's buckets for network programming latency: 0, 0.25s .. 5min.
+ * The leading 0 is component-base's MergeBuckets, which starts its result
+ * with one zero bucket.
+ */
+export const PROGRAMMING_BUCKETS = [0, ...linear(0.25, 0.25, 2), ...linear(1, 1, 59), ...linear(60, 5, 12), ...linear(120, 30, 7)];
 
-/** kube-proxy's backend-specific failure counters, for the built-ins that have one. */
-const upstreamFailureCounter: Record<string, string> = {
-  nft: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-  iptables: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+/**
+ * kube-proxy's mode-specific failure counters (RegisterMetrics registers them
+ * per mode), all labelled ip_family. `partial`: counts only failed partial
+ * syncs (each falls back to a full one); `never`: kpng has no such failure.
+ */
+const MODE_FAILURE_COUNTERS: Record<string, ReadonlyArray<{ name: string; help: string; partial?: boolean; never?: boolean }>> = {
+  nft: [
+    { name: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total", help: "Cumulative proxy nftables sync failures" },
+    // kube-proxy deletes stale chains in a later, separate transaction that
+    // can fail on its own; kpng deletes them in the sync's own transaction,
+    // so this stays 0 (present, so alerts on it see a value).
+    { name: "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", help: "Cumulative proxy nftables cleanup failures", never: true },
+  ],
+  iptables: [
+    { name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", help: "Cumulative proxy iptables restore failures" },
+    { name: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", help: "Cumulative proxy iptables partial restore failures", partial: true },
+  ],
+  ipvs: [{ name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", help: "Cumulative proxy iptables restore failures" }],
 };
 
 export interface MetricsOptions {
@@ -35,8 +66,40 @@ export interface MetricsOptions {
   defaultMetrics?: boolean;
 }
 
+type Pending = Map<string, number>;
+
+const familyOf = (f: 4 | 6): IPFamily => (f === 6 ? "IPv6" : "IPv4");
+
+const NO_LOCAL_CLASSES = FAMILIES.flatMap((ip_family) => ["internal", "external"].map((traffic_policy) => ({ ip_family, traffic_policy })));
+const classKey = (c: { ip_family: string; traffic_policy: string }) => `${c.ip_family}/${c.traffic_policy}`;
+
+/**
+ * Where a service counts in no_local_endpoints_total: each family of its
+ * cluster IPs, each traffic class whose Local policy leaves it no endpoint
+ * (of that family) on this node.
+ */
+function noLocalClasses(se: ServiceEndpoints): string[] {
+  const svc = se.service;
+  if (!svc.InternalTrafficToLocal && !svc.ExternalTrafficToLocal) return [];
+  const out: string[] = [];
+  for (const family of FAMILIES) {
+    const field = family === "IPv4" ? "V4" : "V6";
+    if (!svc.IPs?.ClusterIPs?.[field]?.length) continue;
+    const none = (scope: "Internal" | "External") => {
+      for (const e of se.endpoints.values()) if (e.Scopes?.[scope] && e.IPs?.[field]?.length) return false;
+      return true;
+    };
+    if (svc.InternalTrafficToLocal && none("Internal")) out.push(`${family}/internal`);
+    if (svc.ExternalTrafficToLocal && none("External")) out.push(`${family}/external`);
+  }
+  return out;
+}
+
+/** Also the backends' BackendMetrics (src/plugins/backend.ts): what happens inside their syncs. */
 export class ProxyMetrics {
   readonly registry = new Registry();
+  /** what the API client records: hand it to the Kubernetes source and the event recorder */
+  readonly restClient: RestClientMetrics;
   private readonly syncDuration: Histogram;
   private readonly fullSyncDuration: Histogram;
   private readonly partialSyncDuration: Histogram;
@@ -49,26 +112,54 @@ export class ProxyMetrics {
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
   private readonly lost: Counter;
-  private readonly upstreamFailures = new Map<string, Counter>();
+  /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
+  private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
+  private readonly conntrackDuration: Histogram;
+  private readonly conntrackDeleted: Counter;
+  /** per backend, kube-proxy's failure counters of its mode */
+  private readonly modeFailures = new Map<string, Array<{ counter: Counter; partial?: boolean }>>();
   private last: NodeState | null = null;
-  /** service key -> trigger time (ms) of a change waiting to be programmed, and the revision carrying it */
-  private readonly triggers = new Map<string, { at: number; rev: number }>();
-  /** service key -> the trigger time last observed, so one change is observed once */
+  /** service key -> the no_local_endpoints classes it counts in (only services that count) */
+  private readonly noLocalOf = new Map<string, string[]>();
+  private readonly noLocalTotals = new Map(NO_LOCAL_CLASSES.map((c) => [classKey(c), 0]));
+  /** "service key/family" -> trigger time (ms) of a change waiting to be programmed, and the revision carrying it */
+  private readonly triggers = new Map<string, { at: number; rev: number; family: IPFamily }>();
+  /** "service key/family" -> the trigger time last observed, so one change is observed once */
   private readonly observed = new Map<string, number>();
+  /** service key -> revision of its oldest change no backend has applied yet */
+  private readonly pendingServices: Pending = new Map();
+  private readonly pendingEndpoints: Pending = new Map();
+  /** backend -> the revision it last applied */
+  private readonly appliedRev = new Map<string, number>();
 
   constructor(private readonly opts: MetricsOptions) {
     const registers = [this.registry];
-    if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry });
-    const buckets = exponential(0.001, 2, 15);
-    this.syncDuration = new Histogram({ name: "kubeproxy_sync_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds", buckets, registers });
-    this.fullSyncDuration = new Histogram({ name: "kubeproxy_sync_full_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds for full resyncs", buckets, registers });
-    this.partialSyncDuration = new Histogram({ name: "kubeproxy_sync_partial_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds for partial resyncs", buckets, registers });
-    this.lastSync = new Gauge({ name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds", help: "The last time proxy rules were successfully synced", registers });
-    this.lastQueued = new Gauge({ name: "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", help: "The last time a sync of proxy rules was queued", registers });
-    this.programming = new Histogram({ name: "kubeproxy_network_programming_duration_seconds", help: "In Cluster Network Programming Latency in seconds", buckets: programmingBuckets, registers });
+    if (opts.defaultMetrics !== false) {
+      collectDefaultMetrics({ register: this.registry });
+      // Under Bun, v8.getHeapSpaceStatistics walks the whole heap: with a big
+      // cluster in memory every scrape would stall the event loop (and the
+      // syncs) for a while. process_resident_memory_bytes says what matters.
+      for (const n of ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"]) this.registry.removeSingleMetric(n);
+    }
+    const labelNames = ["ip_family"];
+    const buckets = SYNC_BUCKETS;
+    this.syncDuration = new Histogram({ name: "kubeproxy_sync_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds", labelNames, buckets, registers });
+    this.fullSyncDuration = new Histogram({ name: "kubeproxy_sync_full_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds for full resyncs", labelNames, buckets, registers });
+    this.partialSyncDuration = new Histogram({ name: "kubeproxy_sync_partial_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds for partial resyncs", labelNames, buckets, registers });
+    this.lastSync = new Gauge({ name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds", help: "The last time proxy rules were successfully synced", labelNames, registers });
+    this.lastQueued = new Gauge({ name: "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", help: "The last time a sync of proxy rules was queued", labelNames, registers });
+    this.programming = new Histogram({ name: "kubeproxy_network_programming_duration_seconds", help: "In Cluster Network Programming Latency in seconds", labelNames, buckets: PROGRAMMING_BUCKETS, registers });
     this.serviceChanges = new Counter({ name: "kubeproxy_sync_proxy_rules_service_changes_total", help: "Cumulative proxy rules Service changes", registers });
     this.endpointChanges = new Counter({ name: "kubeproxy_sync_proxy_rules_endpoint_changes_total", help: "Cumulative proxy rules Endpoint changes", registers });
-    this.noLocal = new Gauge({ name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total", help: "Number of services with a Local traffic policy and no endpoints", labelNames: ["traffic_policy"], registers });
+    const pending = this.pendingServices;
+    const pendingEndpoints = this.pendingEndpoints;
+    new Gauge({ name: "kubeproxy_sync_proxy_rules_service_changes_pending", help: "Pending proxy rules Service changes", registers, collect() {
+      this.set(pending.size);
+    } });
+    new Gauge({ name: "kubeproxy_sync_proxy_rules_endpoint_changes_pending", help: "Pending proxy rules Endpoint changes", registers, collect() {
+      this.set(pendingEndpoints.size);
+    } });
+    this.noLocal = new Gauge({ name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total", help: "Number of services with a Local traffic policy and no endpoints", labelNames: ["ip_family", "traffic_policy"], registers });
     this.answerCounters = {
       healthz: new Counter({ name: "kubeproxy_proxy_healthz_total", help: "Cumulative proxy healthz HTTP status", labelNames: ["code"], registers }),
       livez: new Counter({ name: "kubeproxy_proxy_livez_total", help: "Cumulative proxy livez HTTP status", labelNames: ["code"], registers }),
@@ -76,10 +167,31 @@ export class ProxyMetrics {
     this.failures = new Counter({ name: "kpng_backend_sync_failures_total", help: "Failed backend syncs (each is retried as a full sync)", labelNames: ["backend"], registers });
     // kube-proxy has no counter for this (its iptables canary only forces a sync): a kpng_ name.
     this.lost = new Counter({ name: "kpng_backend_rules_lost_total", help: "Times a backend found its rules changed or removed by another process (each answered with a full sync)", labelNames: ["backend"], registers });
-    for (const b of opts.backends) {
-      const name = upstreamFailureCounter[b];
-      if (name && !this.upstreamFailures.has(b)) this.upstreamFailures.set(b, new Counter({ name, help: `Cumulative proxy ${b} sync failures`, registers }));
+    const counters = new Map<string, Counter>(); // by name: iptables and ipvs share one
+    for (const b of new Set(opts.backends)) {
+      const mine: Array<{ counter: Counter; partial?: boolean }> = [];
+      for (const c of MODE_FAILURE_COUNTERS[b] ?? []) {
+        let counter = counters.get(c.name);
+        if (!counter) {
+          counter = new Counter({ name: c.name, help: c.help, labelNames, registers });
+          for (const ip_family of FAMILIES) counter.inc({ ip_family }, 0);
+          counters.set(c.name, counter);
+        }
+        if (!c.never) mine.push({ counter, partial: c.partial });
+      }
+      this.modeFailures.set(b, mine);
     }
+    if (opts.backends.includes("iptables")) {
+      const labelNames = ["ip_family", "table"];
+      this.iptablesRuleCounts = {
+        total: new Gauge({ name: "kubeproxy_sync_proxy_rules_iptables_total", help: "Total number of iptables rules owned by kube-proxy", labelNames, registers }),
+        last: new Gauge({ name: "kubeproxy_sync_proxy_rules_iptables_last", help: "Number of iptables rules written by kube-proxy in last sync", labelNames, registers }),
+      };
+    }
+    this.conntrackDuration = new Histogram({ name: "kubeproxy_conntrack_reconciler_sync_duration_seconds", help: "ReconcileConntrackFlowsLatency latency in seconds", labelNames, buckets, registers });
+    this.conntrackDeleted = new Counter({ name: "kubeproxy_conntrack_reconciler_deleted_entries_total", help: "Cumulative conntrack flows deleted by conntrack reconciler", labelNames, registers });
+    this.restClient = new RestClientMetrics(registers);
+    registerBuildInfo(registers);
     this.registerKpng(registers);
   }
 
@@ -147,45 +259,84 @@ export class ProxyMetrics {
 
   /** A new node-local revision is about to reach the backends. */
   queued(rev: Revision, now = Date.now()): void {
-    this.lastQueued.set(now / 1000);
+    for (const ip_family of FAMILIES) this.lastQueued.set({ ip_family }, now / 1000);
     const prev = this.last;
     const next = rev.state;
     const keys = rev.change ?? new Set([...next.services.keys(), ...(prev?.services.keys() ?? [])]);
+    let serviceChanges = 0;
+    let endpointChanges = 0;
     for (const key of keys) {
       const a = prev?.services.get(key);
       const b = next.services.get(key);
-      if (a?.service !== b?.service) this.serviceChanges.inc();
-      if (a?.endpoints !== b?.endpoints) this.endpointChanges.inc();
+      if (a !== b) this.recountNoLocal(key, b);
+      if (a?.service !== b?.service) {
+        serviceChanges++;
+        if (!this.pendingServices.has(key)) this.pendingServices.set(key, next.rev);
+      }
+      if (a?.endpoints !== b?.endpoints) {
+        endpointChanges++;
+        if (!this.pendingEndpoints.has(key)) this.pendingEndpoints.set(key, next.rev);
+      }
       if (!b) {
-        this.observed.delete(key);
-        this.triggers.delete(key);
+        for (const family of FAMILIES) {
+          this.observed.delete(`${key}/${family}`);
+          this.triggers.delete(`${key}/${family}`);
+        }
         continue;
       }
-      const at = this.triggerTime(key);
-      if (at !== null && at > (this.observed.get(key) ?? 0)) this.triggers.set(key, { at, rev: next.rev });
+      const times = this.triggerTimes(key);
+      for (const family of times ? FAMILIES : []) {
+        const id = `${key}/${family}`;
+        const at = times?.[family];
+        if (at !== undefined && at > (this.observed.get(id) ?? 0)) this.triggers.set(id, { at, rev: next.rev, family });
+      }
     }
-    this.countNoLocal(next);
+    this.serviceChanges.inc(serviceChanges);
+    this.endpointChanges.inc(endpointChanges);
+    for (const c of NO_LOCAL_CLASSES) this.noLocal.set(c, this.noLocalTotals.get(classKey(c))!);
     this.last = next;
   }
 
   /** `backend` applied `state`; `change` null = a full sync. */
   synced(backend: string, state: NodeState, seconds: number, change: StateChange, now = Date.now()): void {
-    void backend;
-    this.syncDuration.observe(seconds);
-    (change === null ? this.fullSyncDuration : this.partialSyncDuration).observe(seconds);
-    this.lastSync.set(now / 1000);
-    for (const [key, t] of this.triggers) {
+    for (const ip_family of FAMILIES) {
+      this.syncDuration.observe({ ip_family }, seconds);
+      (change === null ? this.fullSyncDuration : this.partialSyncDuration).observe({ ip_family }, seconds);
+      this.lastSync.set({ ip_family }, now / 1000);
+    }
+    for (const [id, t] of this.triggers) {
       if (t.rev > state.rev) continue;
       // The trigger time comes from the control plane's clock; skew can make it negative.
-      if (now >= t.at) this.programming.observe((now - t.at) / 1000);
-      this.observed.set(key, t.at);
-      this.triggers.delete(key);
+      if (now >= t.at) this.programming.observe({ ip_family: t.family }, (now - t.at) / 1000);
+      this.observed.set(id, t.at);
+      this.triggers.delete(id);
+    }
+    this.appliedRev.set(backend, Math.max(state.rev, this.appliedRev.get(backend) ?? 0));
+    // A change stops being pending once every backend holds it.
+    const everywhere = Math.min(...this.opts.backends.map((b) => this.appliedRev.get(b) ?? 0));
+    for (const pending of [this.pendingServices, this.pendingEndpoints]) {
+      for (const [key, rev] of pending) if (rev <= everywhere) pending.delete(key);
     }
   }
 
+  /** `backend` failed to apply a change (the feed retries it as a full sync). */
   failed(backend: string): void {
     this.failures.inc({ backend });
-    this.upstreamFailures.get(backend)?.inc();
+  }
+
+  transactionFailed(backend: string, family: 4 | 6, partial: boolean): void {
+    for (const c of this.modeFailures.get(backend) ?? []) if (partial || !c.partial) c.counter.inc({ ip_family: familyOf(family) });
+  }
+
+  iptablesRules(family: 4 | 6, table: string, total: number, written: number): void {
+    const labels = { ip_family: familyOf(family), table };
+    this.iptablesRuleCounts?.total.set(labels, total);
+    this.iptablesRuleCounts?.last.set(labels, written);
+  }
+
+  conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void {
+    this.conntrackDuration.observe({ ip_family: familyOf(family) }, seconds);
+    this.conntrackDeleted.inc({ ip_family: familyOf(family) }, deleted);
   }
 
   rulesLost(backend: string): void {
@@ -196,28 +347,28 @@ export class ProxyMetrics {
     this.answerCounters[path].inc({ code: String(code) });
   }
 
-  /** The newest trigger time among the service's slices (ms), or null. */
-  private triggerTime(key: string): number | null {
-    let best: number | null = null;
+  /** The newest trigger time (ms) among the service's slices, per family; undefined when none has one. */
+  private triggerTimes(key: string): Partial<Record<IPFamily, number>> | undefined {
+    let best: Partial<Record<IPFamily, number>> | undefined;
     for (const s of this.opts.brain.index.slices.get(key)?.values() ?? []) {
       const v = s.metadata.annotations?.[TRIGGER_TIME_ANNOTATION];
       const t = v ? Date.parse(v) : NaN;
-      if (!Number.isNaN(t) && (best === null || t > best)) best = t;
+      if (Number.isNaN(t) || s.addressType === "FQDN") continue;
+      best ??= {};
+      if (t > (best[s.addressType] ?? -Infinity)) best[s.addressType] = t;
     }
     return best;
   }
 
-  /** Services whose Local policy leaves a traffic class with no endpoint on this node. */
-  private countNoLocal(state: NodeState) {
-    let internal = 0;
-    let external = 0;
-    const none = (se: ServiceEndpoints, scope: "Internal" | "External") => ![...se.endpoints.values()].some((e) => e.Scopes?.[scope]);
-    for (const se of state.services.values()) {
-      if (se.service.InternalTrafficToLocal && none(se, "Internal")) internal++;
-      if (se.service.ExternalTrafficToLocal && none(se, "External")) external++;
-    }
-    this.noLocal.set({ traffic_policy: "internal" }, internal);
-    this.noLocal.set({ traffic_policy: "external" }, external);
+  /** Adds to the no_local_endpoints gauges what `key` counts now in place of what it counted before. */
+  private recountNoLocal(key: string, se: ServiceEndpoints | undefined) {
+    const before = this.noLocalOf.get(key) ?? [];
+    const now = se ? noLocalClasses(se) : [];
+    if (before.length === 0 && now.length === 0) return;
+    for (const c of before) this.noLocalTotals.set(c, this.noLocalTotals.get(c)! - 1);
+    for (const c of now) this.noLocalTotals.set(c, this.noLocalTotals.get(c)! + 1);
+    if (now.length) this.noLocalOf.set(key, now);
+    else this.noLocalOf.delete(key);
   }
 }
 

@@ -5,6 +5,7 @@ import type { Brain, NodeView } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
+import type { RestClientObserver } from "../node/client-metrics.ts";
 import { startFileSource } from "./file.ts";
 import type { GlobalSourceStats } from "./global.ts";
 import type { SourceStats } from "./kube.ts";
@@ -15,6 +16,8 @@ export interface SourceOptions {
   master?: string;
   /** brains' addresses: follow their globalv1 stream (node agent) */
   api?: readonly string[];
+  /** where API-server requests are reported (rest_client_* metrics) */
+  restClient?: RestClientObserver;
 }
 
 export interface Source {
@@ -36,7 +39,7 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
     return startFileSource({ path: opts.input, brain, log: log.child("file") });
   }
   const { startKubeSource } = await import("./kube.ts");
-  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, brain, log: log.child("kube"), config: cfg });
+  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, brain, log: log.child("kube"), config: cfg, restClient: opts.restClient });
 }
 
 /**

@@ -4,6 +4,7 @@
 
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import type { RestClientObserver } from "../node/client-metrics.ts";
 import type { KubeAccess } from "./kubeconfig.ts";
 
 export interface KubeGet {
@@ -36,9 +37,37 @@ export class HttpStatusError extends Error {
  * A request function for `access`. Credentials are fetched per request:
  * rotated tokens, expiring exec credentials. With `agent`, connections are
  * kept for the next request: without, each request pays a TCP and TLS
- * handshake.
+ * handshake. Each request is reported to `access.observe` (rest_client_*).
  */
 export function kubeRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
+  const send = sendRequest(access, agent);
+  if (!access.observe) return send;
+  const observe = access.observe;
+  const host = serverHost(access.server);
+  return async (opts) => {
+    const method = opts.method ?? "GET";
+    const t0 = performance.now();
+    // client-go counts a watch but does not time it (Request.Watch); any other request is timed to the end of its answer.
+    const watch = !!opts.query?.watch;
+    const report = (code: string) => observe.request({ method, host, code, seconds: watch ? undefined : (performance.now() - t0) / 1000 });
+    let res: IncomingMessage;
+    try {
+      res = await send(opts);
+    } catch (err) {
+      report("<error>");
+      throw err;
+    }
+    const code = String(res.statusCode ?? 0);
+    if (watch) report(code);
+    else res.once("close", () => report(code));
+    return res;
+  };
+}
+
+/** client-go's `host` label: Go's url.Host, the host and port as written (a WHATWG URL drops a default port). */
+export const serverHost = (server: string) => server.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").split("/")[0];
+
+function sendRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
   const { server, tls } = access;
   return async ({ method = "GET", path, query = {}, body, signal }) => {
     const url = new URL(server + path);

@@ -12,6 +12,7 @@ import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
+import type { RestClientObserver } from "../node/client-metrics.ts";
 import { Listing, objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
@@ -28,6 +29,8 @@ export interface KubeSourceOptions {
   config: Config;
   /** reconnect delays (tests shrink them) */
   backoff?: Backoff;
+  /** where API requests are reported (rest_client_* metrics) */
+  restClient?: RestClientObserver;
 }
 
 /** What the source has seen, for metrics. */
@@ -96,7 +99,7 @@ const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
  */
 export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSource> {
   const { brain, log, config } = opts;
-  const access = loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master });
+  const access = { ...loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master }), observe: opts.restClient };
   const listing = new Listing(brain.index);
   let reflectors: Reflector[] = [];
   const stats: SourceStats = {

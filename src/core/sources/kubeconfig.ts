@@ -17,6 +17,7 @@ import * as v from "valibot";
 import { parseDocument } from "yaml";
 import { errorMessage, invalid } from "../errors.ts";
 import { issuePath, issueProblem } from "../issues.ts";
+import type { RestClientObserver } from "../node/client-metrics.ts";
 import { credentialSource, type CredentialSource, type RereadFile, type UserAuth } from "./kube-credentials.ts";
 import { EXEC_API_VERSIONS, type ExecPlugin } from "./kube-exec.ts";
 
@@ -37,6 +38,8 @@ export interface KubeAccess {
   tls: ServerTLS;
   /** for the next request: token files re-read, exec credentials cached until they expire */
   credentials: CredentialSource;
+  /** where requests are reported (rest_client_* metrics); none = not reported */
+  observe?: RestClientObserver;
 }
 
 export interface KubeConfigOptions {

@@ -1,0 +1,77 @@
+// What client-go and component-base export in every Kubernetes component,
+// under their names, labels and buckets:
+// - rest_client_requests_total{code,method,host} and
+//   rest_client_request_duration_seconds{verb,host}
+//   (component-base/metrics/prometheus/restclient), for kpng's API client;
+// - kubernetes_build_info (component-base/metrics/prometheus/version).
+
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import pkg from "../../../package.json" with { type: "json" };
+
+/** client-go's request latency buckets (seconds) */
+export const REST_CLIENT_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
+
+/** One API request as the metrics see it. */
+export interface RestClientRequest {
+  method: string;
+  host: string;
+  /** the HTTP status, or "<error>" when no response came (client-go's value) */
+  code: string;
+  /** from sending to the whole answer; absent for a watch, which client-go counts but does not time */
+  seconds?: number;
+}
+
+/** What an API request reports once it is answered (or failed). */
+export interface RestClientObserver {
+  request(r: RestClientRequest): void;
+}
+
+export class RestClientMetrics implements RestClientObserver {
+  private readonly requests: Counter;
+  private readonly latency: Histogram;
+
+  constructor(registers: Registry[]) {
+    this.requests = new Counter({ name: "rest_client_requests_total", help: "Number of HTTP requests, partitioned by status code, method, and host.", labelNames: ["code", "method", "host"], registers });
+    this.latency = new Histogram({ name: "rest_client_request_duration_seconds", help: "Request latency in seconds. Broken down by verb, and host.", labelNames: ["verb", "host"], buckets: REST_CLIENT_BUCKETS, registers });
+  }
+
+  request(r: RestClientRequest): void {
+    this.requests.inc({ code: r.code, method: r.method, host: r.host });
+    if (r.seconds !== undefined) this.latency.observe({ verb: r.method, host: r.host }, r.seconds);
+  }
+}
+
+/** Go's names for the platform (runtime.GOOS/GOARCH), as kube-proxy reports it. */
+const GOARCH: Record<string, string> = { x64: "amd64", ia32: "386", arm64: "arm64", arm: "arm", ppc64: "ppc64le", s390x: "s390x" };
+
+/**
+ * kubernetes_build_info with kpng's version: git_version "v<version>", its
+ * major and minor. go_version and compiler name the runtime that runs kpng
+ * (Bun), in the fields where Go components name theirs; git_commit,
+ * git_tree_state and build_date are empty (the build does not record them).
+ */
+export function buildInfoLabels(version = pkg.version): Record<string, string> {
+  const [major = "", minor = ""] = version.split(".");
+  return {
+    major,
+    minor,
+    git_version: `v${version}`,
+    git_commit: "",
+    git_tree_state: "",
+    build_date: "",
+    go_version: `bun${Bun.version}`,
+    compiler: "bun",
+    platform: `${process.platform}/${GOARCH[process.arch] ?? process.arch}`,
+  };
+}
+
+export function registerBuildInfo(registers: Registry[]): void {
+  const labels = buildInfoLabels();
+  const g = new Gauge({
+    name: "kubernetes_build_info",
+    help: "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+    labelNames: Object.keys(labels),
+    registers,
+  });
+  g.set(labels, 1);
+}
