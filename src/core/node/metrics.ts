@@ -353,9 +353,11 @@ export class ProxyMetrics {
     for (const s of this.opts.brain.index.slices.get(key)?.values() ?? []) {
       const v = s.metadata.annotations?.[TRIGGER_TIME_ANNOTATION];
       const t = v ? Date.parse(v) : NaN;
-      if (Number.isNaN(t) || s.addressType === "FQDN") continue;
+      const family = s.addressType;
+      // FQDN slices, and address types newer than kpng, program nothing
+      if (Number.isNaN(t) || (family !== "IPv4" && family !== "IPv6")) continue;
       best ??= {};
-      if (t > (best[s.addressType] ?? -Infinity)) best[s.addressType] = t;
+      if (t > (best[family] ?? -Infinity)) best[family] = t;
     }
     return best;
   }
