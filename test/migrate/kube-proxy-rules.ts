@@ -116,10 +116,11 @@ COMMIT
 `;
 };
 
-/** nftables mode: `table ip kube-proxy` (load with `nft -f`); the base chains hook where kube-proxy's do. */
-export const nftablesMode = (s: Svc) => {
+/** nftables mode: `table ip kube-proxy` (load with `nft -f`); the base chains hook where kube-proxy's do. `nodeIP`: node port on it. */
+export const nftablesMode = (s: Svc & { nodeIP?: string }) => {
   const [a, b] = s.endpoints;
   const svc = "service-ULMVA6XW-default/web/tcp/http";
+  const ext = "external-ULMVA6XW-default/web/tcp/http";
   const ep = (ip: string) => `endpoint-${ip === a ? "5OJB2KTY" : "XZ5TBJAN"}-default/web/tcp/http__${ip}/8080`;
   return `table ip kube-proxy {
   comment "rules for kube-proxy"
@@ -147,10 +148,11 @@ export const nftablesMode = (s: Svc) => {
   chain ${ep(a)} { ip saddr ${a} jump mark-for-masquerade; meta l4proto tcp dnat to ${a}:8080; }
   chain ${ep(b)} { ip saddr ${b} jump mark-for-masquerade; meta l4proto tcp dnat to ${b}:8080; }
   chain ${svc} { ip daddr ${s.clusterIP} tcp dport 80 ip saddr != ${s.podCIDR} jump mark-for-masquerade; numgen random mod 2 vmap { 0 : goto ${ep(a)}, 1 : goto ${ep(b)} }; }
+  chain ${ext} { jump mark-for-masquerade; goto ${svc}; }
   chain services { ip daddr . meta l4proto . th dport vmap @service-ips; ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports; }
 }
 add element ip kube-proxy service-ips { ${s.clusterIP} . tcp . 80 : goto ${svc} }
-table ip6 kube-proxy {
+${s.nodeIP ? `add element ip kube-proxy nodeport-ips { ${s.nodeIP} }\nadd element ip kube-proxy service-nodeports { tcp . ${s.nodePort} : goto ${ext} }\n` : ""}table ip6 kube-proxy {
   comment "rules for kube-proxy"
   chain nat-prerouting { type nat hook prerouting priority -100; policy accept; }
 }
@@ -235,4 +237,35 @@ ${s.endpoints.map((e) => `-a -t ${s.clusterIP}:80 -r ${e}:8080 -m -w 1`).join("\
 ${s.endpoints.map((e) => `-a -t ${s.nodeIP}:${s.nodePort} -r ${e}:8080 -m -w 1`).join("\n")}
 -A -t ${s.other}:443 -s wlc
 -a -t ${s.other}:443 -r ${s.other}:8443 -g -w 1
+`;
+
+/** iptables mode, IPv6 (ip6tables-save): the same chains for a cluster IP of that family. */
+export const iptablesModeV6 = (clusterIP: string, endpoint: string) => `*mangle
+:KUBE-PROXY-CANARY - [0:0]
+COMMIT
+*filter
+:KUBE-SERVICES - [0:0]
+:KUBE-PROXY-CANARY - [0:0]
+-A OUTPUT -m conntrack --ctstate NEW -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+COMMIT
+*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-V6WEBHTTPQ4MVSDT6 - [0:0]
+:KUBE-SEP-V6PODAAAAAAAAAAA - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A KUBE-SERVICES -d ${clusterIP}/128 -p tcp -m comment --comment "default/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-V6WEBHTTPQ4MVSDT6
+-A KUBE-SVC-V6WEBHTTPQ4MVSDT6 -j KUBE-SEP-V6PODAAAAAAAAAAA
+-A KUBE-SEP-V6PODAAAAAAAAAAA -p tcp -m tcp -j DNAT --to-destination [${endpoint}]:8080
+COMMIT
+`;
+
+/** kpng's iptables backend as it left a node whose iptables is the legacy flavour (its chains, a jump, a hairpin set's match) */
+export const kpngIptablesLeft = `*nat
+:KPNG-SERVICES - [0:0]
+:KPNG-POSTROUTING - [0:0]
+:KPNG-CANARY - [0:0]
+-A PREROUTING -m comment --comment "kpng service portals" -j KPNG-SERVICES
+-A POSTROUTING -m comment --comment "kpng postrouting rules" -j KPNG-POSTROUTING
+COMMIT
 `;
