@@ -96,7 +96,14 @@ const cases: Case[] = [
     listing: { iptables: [dump(saved(foreignIptables(), iptablesMode(web), "*nat\n:CNI-HOSTPORT-SETMARK - [0:0]\n-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\nCOMMIT\n"))] },
     opts: kubeProxyOnly,
     chains: kubeProxyIptablesChains.filter((c) => c !== "nat KUBE-MARK-MASQ"),
-    kept: ["iptables-nft v4 nat KUBE-MARK-MASQ: another chain still jumps to it"],
+    kept: ["iptables-nft v4 nat KUBE-MARK-MASQ: another program's chain still reaches it"],
+  },
+  {
+    name: "what a kept chain reaches stays too: another program jumping to KUBE-SERVICES keeps the whole service tree, the rest goes",
+    listing: { iptables: [dump(saved(foreignIptables(), iptablesMode(web), "*nat\n:OTHER-PORTALS - [0:0]\n-A OTHER-PORTALS -j KUBE-SERVICES\nCOMMIT\n"))] },
+    opts: kubeProxyOnly,
+    chains: ["filter KUBE-EXTERNAL-SERVICES", "filter KUBE-FORWARD", "filter KUBE-NODEPORTS", "filter KUBE-PROXY-CANARY", "filter KUBE-PROXY-FIREWALL", "filter KUBE-SERVICES", "mangle KUBE-PROXY-CANARY", "nat KUBE-POSTROUTING", "nat KUBE-PROXY-CANARY"],
+    kept: ["iptables-nft v4 nat KUBE-SERVICES: another program's chain still reaches it", "iptables-nft v4 nat KUBE-SEP-PODAAAAAAAAAAAA: another program's chain still reaches it", "iptables-nft v4 nat KUBE-MARK-MASQ: another program's chain still reaches it"],
   },
   {
     name: "kpng's KPNG- chains stay when only kube-proxy's rules go",

@@ -108,22 +108,29 @@ export function planIptables(dump: IptablesDump, owners: readonly Owner[]): { in
     const owned = new Set(saved.chains.filter((c) => owners.some((o) => ownsChain(o, table, c))));
     if (!owned.size) continue;
     // Chains of ours that another program's chain jumps to stay, with all they reach.
+    const targets = new Map<string, string[]>();
+    for (const r of saved.rules) {
+      if (!r.target || !owned.has(r.target)) continue;
+      const list = targets.get(r.chain);
+      if (list) list.push(r.target);
+      else targets.set(r.chain, [r.target]);
+    }
     const keep = new Set<string>();
-    const reach = (chain: string) => {
-      if (keep.has(chain) || !owned.has(chain)) return;
-      keep.add(chain);
-      for (const r of saved.rules) if (r.chain === chain && r.target) reach(r.target);
-    };
-    for (const r of saved.rules) if (r.target && owned.has(r.target) && !owned.has(r.chain) && !BUILTIN_CHAINS.has(r.chain)) reach(r.target);
+    const pending = saved.rules.filter((r) => r.target && owned.has(r.target) && !owned.has(r.chain) && !BUILTIN_CHAINS.has(r.chain)).map((r) => r.target!);
+    for (let c = pending.pop(); c !== undefined; c = pending.pop()) {
+      if (keep.has(c)) continue;
+      keep.add(c);
+      pending.push(...(targets.get(c) ?? []));
+    }
     const gone = [...owned].filter((c) => !keep.has(c));
-    const jumps = saved.rules.filter((r) => BUILTIN_CHAINS.has(r.chain) && r.target && gone.includes(r.target));
+    const jumps = saved.rules.filter((r) => BUILTIN_CHAINS.has(r.chain) && r.target && owned.has(r.target) && !keep.has(r.target));
     for (const j of jumps) tx.removeSaved(table, j.line);
     for (const c of gone) {
       tx.declare(table, c);
       tx.deleteChain(table, c);
     }
     if (gone.length) removed.push(`${where} ${table}: ${gone.length} chains (${summarize(gone)}), ${jumps.length} jumps from built-in chains`);
-    for (const c of keep) kept.push(`${where} ${table} ${c}: another chain still jumps to it`);
+    for (const c of keep) kept.push(`${where} ${table} ${c}: another program's chain still reaches it`);
   }
   if (tx.error) throw new Error(`${where}: ${tx.error}`);
   return { input: printRestore(tx), removed, kept };
