@@ -231,7 +231,6 @@ function fakeNode(listing: Partial<Listing>, fail?: (argv: string[]) => boolean)
   const ran: Array<{ argv: string[]; stdin?: string }> = [];
   const l = { ...emptyListing(), ...listing };
   const reads: Record<string, string> = {
-    "nft list tables": l.nftTables,
     "ipset save": l.ipsets,
     "ip -j -d link show kube-ipvs0": l.device,
     "ip -j addr show dev kube-ipvs0": l.deviceAddrs,
@@ -242,6 +241,11 @@ function fakeNode(listing: Partial<Listing>, fail?: (argv: string[]) => boolean)
     async run(argv, stdin) {
       const key = argv.join(" ");
       if (key in reads) return reads[key]!;
+      const chain = /^nft list chain (\S+) (\S+) nat-prerouting$/.exec(key);
+      if (chain) {
+        if (l.nftTables.split("\n").includes(`table ${chain[1]} ${chain[2]}`)) return "";
+        throw new Error(`${key}: exit 1: No such file or directory`);
+      }
       if (/-save$|^ipvsadm -Sn$|^ip -j/.test(key)) throw new Error(`${argv[0]}: not found`);
       ran.push({ argv, stdin });
       if (fail?.(argv)) throw new Error(`${key}: exit 1: refused`);

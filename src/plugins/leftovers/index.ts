@@ -14,7 +14,7 @@
 import { errorMessage } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Executor } from "../backend.ts";
-import { IPVS_DEVICE, type Owner } from "./footprint.ts";
+import { IPVS_DEVICE, NFT_TABLES, type Owner } from "./footprint.ts";
 import { emptyPlan, planLeftovers, type Flavour, type IpFamily, type IptablesDump, type Listing, type Plan } from "./plan.ts";
 
 export type { Owner } from "./footprint.ts";
@@ -35,13 +35,30 @@ export async function listNode(exec: Executor): Promise<Listing> {
     }
   const device = await read(["ip", "-j", "-d", "link", "show", IPVS_DEVICE]);
   return {
-    nftTables: await read(["nft", "list", "tables"]),
+    nftTables: await nftTablesPresent(exec),
     iptables,
     ipsets: await read(["ipset", "save"]),
     device,
     deviceAddrs: device.trim() ? await read(["ip", "-j", "addr", "show", "dev", IPVS_DEVICE]) : "",
     ipvs: await read(["ipvsadm", "-Sn"]),
   };
+}
+
+/**
+ * The owners' nftables tables that exist, as `nft list tables` prints them.
+ * Each is found by its `nat-prerouting` chain (kube-proxy's and kpng's tables
+ * are made with it, in one transaction): nft 1.0.6 lists one chain without
+ * reading the rest of the ruleset, where `list tables` reads every chain and
+ * rule of every table, iptables-nft's included.
+ */
+async function nftTablesPresent(exec: Executor): Promise<string> {
+  let out = "";
+  for (const owner of ["kube-proxy", "kpng"] as const)
+    for (const t of NFT_TABLES[owner]) {
+      const found = await exec.run(["nft", "list", "chain", t.family, t.name, "nat-prerouting"]).then(() => true, () => false);
+      if (found) out += `table ${t.family} ${t.name}\n`;
+    }
+  return out;
 }
 
 /** The plan's commands in order: nftables, iptables, IPVS, the device, then the ipsets the removed rules matched. */
