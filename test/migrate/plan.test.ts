@@ -222,7 +222,10 @@ describe("planLeftovers", () => {
   test("the parser reads iptables-save as the tools print it", () => {
     const t = parseIptablesSave(saved(iptablesMode(web))).get("nat")!;
     expect(t.chains).toContain("KUBE-SVC-WEBHTTP7Q4MVSDT6");
-    expect(t.rules.find((r) => r.chain === "PREROUTING")?.target).toBe("KUBE-SERVICES");
+    expect(t.builtinJumps.find((r) => r.chain === "PREROUTING")?.target).toBe("KUBE-SERVICES");
+    // jumps between chains are kept, DNAT/MARK/MASQUERADE targets are not chains
+    expect(t.edges.get("KUBE-SVC-WEBHTTP7Q4MVSDT6")).toEqual(["KUBE-MARK-MASQ", "KUBE-SEP-PODAAAAAAAAAAAA", "KUBE-SEP-PODBBBBBBBBBBBB"]);
+    expect(t.edges.get("KUBE-SEP-PODAAAAAAAAAAAA")).toEqual(["KUBE-MARK-MASQ"]);
   });
 });
 
