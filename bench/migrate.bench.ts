@@ -46,7 +46,7 @@ function iptablesRules(n: number): string {
 
 /** kube-proxy's nftables mode for n services: a chain per service and per endpoint, one map entry per service */
 function nftRules(n: number): string {
-  const out = ["table ip kube-proxy {", "  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }", "  chain nat-prerouting { type nat hook prerouting priority -100; policy accept; ip daddr . meta l4proto . th dport vmap @service-ips; }"];
+  const out = ["table ip kube-proxy {", "  set cluster-ips { type ipv4_addr; }", "  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }", "  chain nat-prerouting { type nat hook prerouting priority -100; policy accept; ip daddr . meta l4proto . th dport vmap @service-ips; }"];
   const elements: string[] = [];
   for (let i = 0; i < n; i++) {
     const eps = Array.from({ length: endpointsPer }, (_, e) => `endpoint-${hash(`ep${i}/${e}`).slice(0, 8)}-bench/svc-${i}/tcp/http__${pod(i * endpointsPer + e)}/8080`);

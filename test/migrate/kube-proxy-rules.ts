@@ -154,6 +154,7 @@ export const nftablesMode = (s: Svc & { nodeIP?: string }) => {
 add element ip kube-proxy service-ips { ${s.clusterIP} . tcp . 80 : goto ${svc} }
 ${s.nodeIP ? `add element ip kube-proxy nodeport-ips { ${s.nodeIP} }\nadd element ip kube-proxy service-nodeports { tcp . ${s.nodePort} : goto ${ext} }\n` : ""}table ip6 kube-proxy {
   comment "rules for kube-proxy"
+  set cluster-ips { type ipv6_addr; comment "Active ClusterIPs"; }
   chain nat-prerouting { type nat hook prerouting priority -100; policy accept; }
 }
 `;

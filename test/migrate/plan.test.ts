@@ -244,9 +244,9 @@ function fakeNode(listing: Partial<Listing>, fail?: (argv: string[]) => boolean)
     async run(argv, stdin) {
       const key = argv.join(" ");
       if (key in reads) return reads[key]!;
-      const chain = /^nft list chain (\S+) (\S+) nat-prerouting$/.exec(key);
+      const chain = /^nft list (?:set (\S+) (\S+) cluster-ips|chain (\S+) (\S+) nat-prerouting)$/.exec(key);
       if (chain) {
-        if (l.nftTables.split("\n").includes(`table ${chain[1]} ${chain[2]}`)) return "";
+        if (l.nftTables.split("\n").includes(`table ${chain[1] ?? chain[3]} ${chain[2] ?? chain[4]}`)) return "";
         throw new Error(`${key}: exit 1: No such file or directory`);
       }
       if (/-save$|^ipvsadm -Sn$|^ip -j/.test(key)) throw new Error(`${argv[0]}: not found`);

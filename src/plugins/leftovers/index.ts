@@ -46,16 +46,18 @@ export async function listNode(exec: Executor): Promise<Listing> {
 
 /**
  * The owners' nftables tables that exist, as `nft list tables` prints them.
- * Each is found by its `nat-prerouting` chain (kube-proxy's and kpng's tables
- * are made with it, in one transaction): nft 1.0.6 lists one chain without
- * reading the rest of the ruleset, where `list tables` reads every chain and
- * rule of every table, iptables-nft's included.
+ * nft 1.0.6's `list tables` reads every chain, rule and set of every table
+ * (iptables-nft's too, and kube-proxy's anonymous vmaps, one per service),
+ * so each table is found by listing one object kube-proxy and kpng make with
+ * it, in the same transaction: the `cluster-ips` set, which nft reads alone;
+ * else the `nat-prerouting` chain (reading a chain reads the table's sets).
  */
 async function nftTablesPresent(exec: Executor): Promise<string> {
+  const lists = (argv: string[]) => exec.run(argv).then(() => true, () => false);
   let out = "";
   for (const owner of ["kube-proxy", "kpng"] as const)
     for (const t of NFT_TABLES[owner]) {
-      const found = await exec.run(["nft", "list", "chain", t.family, t.name, "nat-prerouting"]).then(() => true, () => false);
+      const found = (await lists(["nft", "list", "set", t.family, t.name, "cluster-ips"])) || (await lists(["nft", "list", "chain", t.family, t.name, "nat-prerouting"]));
       if (found) out += `table ${t.family} ${t.name}\n`;
     }
   return out;
