@@ -52,10 +52,20 @@ async function startBrain(args: Args, rawArgs: string[], cfg: Config) {
   return { brain, source };
 }
 
-/** `--cleanup`: every backend removes what it ever created. */
+/** `--cleanup`: every backend removes what it ever created; then every mode's rules go, kpng's and kube-proxy's. */
 async function cleanupBackends(backends: Backend[], ctx: BackendContext): Promise<void> {
   for (const b of backends) await b.cleanup?.(ctx);
+  const { cleanupEveryMode } = await import("./plugins/leftovers/index.ts");
+  const { failures } = await cleanupEveryMode({ log: log.child("cleanup"), dryRun: ctx.config.dryRun, out: ctx.out });
+  if (failures.length) throw new KpngError("internal", `cleanup: ${failures.length} removal(s) failed, first: ${failures[0]}`);
   log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
+}
+
+/** Once kpng's own rules are in (every backend synced once), kube-proxy's go: README "Migrating from kube-proxy". */
+async function removeKubeProxyRules(names: string[]): Promise<void> {
+  if (!names.some((n) => n === "nft" || n === "iptables" || n === "ipvs")) return;
+  const { migrateFromKubeProxy } = await import("./plugins/leftovers/index.ts");
+  await migrateFromKubeProxy({ log: log.child("migrate"), backends: names }).catch((err: unknown) => log.warn("cannot remove kube-proxy's rules", { err: errorMessage(err) }));
 }
 
 async function loadBackends(rawArgs: string[], ctx: BackendContext): Promise<Backend[]> {
@@ -114,6 +124,7 @@ const runCommand = defineCommand({
       : undefined;
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();
+    let migrated: Promise<void> | undefined;
     const feeds = backends.map((b) => {
       let first = true;
       return feedBackend(b, {
@@ -122,6 +133,7 @@ const runCommand = defineCommand({
           servers?.synced(b.name, state, seconds, change);
           const startedUp = first && --pendingOnce === 0;
           if (startedUp) done.resolve();
+          if (startedUp && !cfg.dryRun) migrated = removeKubeProxyRules(backends.map((b) => b.name));
           first = false;
           releaseFreedMemory(startedUp);
         },
@@ -142,6 +154,7 @@ const runCommand = defineCommand({
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     if (args.once) {
       await done.promise;
+      await migrated;
       await warned;
       await api?.close();
       source.close();
