@@ -19,7 +19,7 @@
 // `planConntrack` is pure; `applyConntrack` is the executor, rooted at
 // directories that tests point at a scratch tree (never the host's values).
 
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile, writeFile as writeFileNode } from "node:fs/promises";
 import { cpus } from "node:os";
 import { KpngError } from "../errors.ts";
 import { parseGoDuration } from "../config/duration.ts";
@@ -111,7 +111,8 @@ const code = (err: unknown) => (err as NodeJS.ErrnoException).code ?? String(err
 const NOT_HERE = new Set(["EROFS", "EACCES", "EPERM", "EOPNOTSUPP", "ENOENT"]);
 
 /** Applies a plan: raises the node-wide limits where it can, sets the per-namespace values; logs each write as kube-proxy does. */
-export async function applyConntrack(plan: ConntrackPlan, opts: { log: Logger; roots?: SysctlRoots }): Promise<void> {
+export async function applyConntrack(plan: ConntrackPlan, opts: { log: Logger; roots?: SysctlRoots; write?: (path: string, text: string) => Promise<void> }): Promise<void> {
+  const writeFile = opts.write ?? writeFileNode;
   const procSys = opts.roots?.procSys ?? "/proc/sys";
   const hashsizeFile = `${opts.roots?.sys ?? "/sys"}/module/nf_conntrack/parameters/hashsize`;
   const failed = (what: string, err: unknown) =>
