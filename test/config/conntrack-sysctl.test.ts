@@ -138,4 +138,13 @@ describe("kpng in a network namespace of its own sets the per-namespace keys (re
     expect(err).toMatch(/INFO kpng: Set sysctl entry=net\/netfilter\/nf_conntrack_tcp_timeout_established value=7200/);
     expect(hostValues()).toEqual(before);
   }, 90_000);
+
+  test("--init-only: the sysctls, then exit 0, no rules", async () => {
+    await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]); // the run above left kpng's tables in this namespace
+    const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, process.execPath, join(ROOT, "src/main.ts"), "--init-only", "--hostname-override=node-1", "--conntrack-udp-timeout=50s"], { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    expect(await p.exited).toBe(0);
+    expect((await topo.exec(topo.node.ns, ["cat", "/proc/sys/net/netfilter/nf_conntrack_udp_timeout"])).trim()).toBe("50");
+    expect(await topo.exec(topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng");
+    expect(hostValues()).toEqual(before);
+  }, 90_000);
 });
