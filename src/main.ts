@@ -9,7 +9,8 @@ import { formatUsage, parseArgv, type FlagDefs } from "./core/config/argv.ts";
 import { defaultConfig, type Config } from "./core/config/config.ts";
 import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config/config-file.ts";
 import { kubeProxyDefaults, modeOfBackend, V1ALPHA1, V1ALPHA2 } from "./core/config/kube-proxy-config.ts";
-import { kubeProxyArgs, logArgs, noEffectFlags } from "./core/config/kube-proxy-flags.ts";
+import { fieldOfFlag, kubeProxyArgs, logArgs, noEffectFlags } from "./core/config/kube-proxy-flags.ts";
+import { fieldWarnings } from "./core/config/config-fields.ts";
 import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
 import { backendNames, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
 import { configureLogging, createLogger } from "./core/log.ts";
@@ -47,8 +48,14 @@ async function loadConfig(args: Args, rawArgs: string[], defs: FlagDefs): Promis
   const cfg = configFromFlags(args, rawArgs, base);
   configureLogging(cfg.logging ?? {});
   for (const w of warnings) log.warn(w);
-  const ignored = noEffectFlags(givenFlags(rawArgs), defs);
+  const given = givenFlags(rawArgs);
+  const ignored = noEffectFlags(given, defs);
   if (ignored.length) log.warn(`kube-proxy flags accepted with no effect in kpng: ${ignored.join(", ")}`);
+  // A value a flag gave that kpng cannot honour (--detect-local-mode=NodeCIDR), unless the file already said so.
+  const fromFlags = given.filter((f) => !defs[f]?.noEffect && fieldOfFlag[f]).map((f) => `${fieldOfFlag[f].field}:`);
+  for (const w of fieldWarnings(cfg.kubeProxy)) {
+    if (fromFlags.some((f) => w.startsWith(f)) && !warnings.some((fw) => fw.endsWith(`: ${w}`))) log.warn(`${w} (set by a flag)`);
+  }
   return { ...cfg, configApiVersion };
 }
 

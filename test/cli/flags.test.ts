@@ -104,6 +104,12 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
     }
   });
 
+  test("a flag value kpng cannot honour is named: --detect-local-mode=NodeCIDR", () => {
+    const r = kpng("--detect-local-mode=NodeCIDR", "--write-config-to=/dev/null");
+    expect(r.code).toBe(0);
+    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([expect.stringContaining("WARN kpng: detectLocalMode: NodeCIDR is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs (set by a flag)")]);
+  });
+
   const bad: Array<{ name: string; args: string[]; stderr: RegExp }> = [
     { name: "a single-dash long flag (silently the wrong node before)", args: ["-hostname-override=node-1"], stderr: /^kpng: \[invalid_argument\] flag -hostname-override: long flags take two dashes: --hostname-override$/ },
     { name: "a stray positional argument", args: ["--hostname-override", "node-1", "iptables"], stderr: /^kpng: \[invalid_argument\] unexpected argument "iptables"/ },
