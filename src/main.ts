@@ -13,7 +13,7 @@ import { fieldOfFlag, kubeProxyArgs, logArgs, noEffectFlags } from "./core/confi
 import { fieldWarnings } from "./core/config/config-fields.ts";
 import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
 import { backendNames, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
-import { configureLogging, createLogger } from "./core/log.ts";
+import { configureLogging, createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { applyConntrack, detectNumCPU, planConntrack } from "./core/node/conntrack-sysctl.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
@@ -323,7 +323,9 @@ const subCommands: Record<string, CommandDef<any>> = { local: localCommand, serv
 
 /** Bad input -> one line and exit 2; anything else -> exit 1. */
 function fail(err: unknown): never {
-  process.stderr.write(`kpng: ${errorMessage(err)}\n`);
+  // With --logging-format=json every stderr line stays JSON (component-base's cli.Run logs "command failed").
+  if (logFormat() === "json") process.stderr.write(jsonLine(performance.timeOrigin + performance.now(), "error", 0, "kpng", "command failed", { error: errorMessage(err) }) + "\n");
+  else process.stderr.write(`kpng: ${errorMessage(err)}\n`);
   process.exit(isInvalidArgument(err) ? 2 : 1);
 }
 

@@ -49,6 +49,9 @@ export function configureLogging(opts: { format?: "text" | "json"; verbosity?: n
   if (opts.verbosity !== undefined) settings.verbosity = Math.max(settings.verbosity, opts.verbosity);
 }
 
+/** The format in force, for the CLI's last words (a fatal error) to match the other lines. */
+export const logFormat = (): "text" | "json" => settings.format;
+
 const fmt = (v: unknown) => {
   const s = typeof v === "string" ? v : JSON.stringify(v);
   return /[\s"]/.test(s) ? JSON.stringify(s) : s;

@@ -120,6 +120,7 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
     { name: "--feature-gates malformed", args: ["--feature-gates=Foo"], stderr: /flag --feature-gates: "Foo" must be NAME=true or NAME=false/ },
     { name: "--oom-score-adj out of range", args: ["--oom-score-adj=2000"], stderr: /flag --oom-score-adj: "2000" must be an integer in \[-1000, 1000\]/ },
     { name: "an unknown flag", args: ["--frobnicate"], stderr: /^kpng: \[invalid_argument\] flag --frobnicate: unknown flag$/ },
+    { name: "--hostname-override of blanks (kube-proxy: empty hostname-override is invalid)", args: ["--hostname-override= "], stderr: /^kpng: \[invalid_argument\] flag --hostname-override: " " is empty$/ },
   ];
   for (const c of bad) {
     test(`${c.name}: one line, exit 2`, () => {

@@ -72,6 +72,14 @@ describe("the real process", () => {
     expect(r.lines.map((l) => JSON.parse(l))).toContainEqual(expect.objectContaining({ msg: "proxy mode", mode: "nftables", from: "flag", v: 0 }));
   });
 
+  test("JSON: a fatal start-up error is a JSON line too (err), exit code 2", () => {
+    const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), "--logging-format=json", "--master", "api.example:6443", "--once", "--dry-run", "--healthz-bind-address=", "--metrics-bind-address="], { cwd: root });
+    expect(r.exitCode).toBe(2);
+    const last = JSON.parse(r.stderr.toString().trim().split("\n").at(-1)!);
+    expect(last).toMatchObject({ msg: "command failed", err: expect.stringContaining('flag --master: "api.example:6443" is not an http(s) URL') });
+    expect(typeof last.ts).toBe("number");
+  });
+
   test("-v 2 shows the V(2) lines the default hides", () => {
     const quiet = kpng();
     const loud = kpng("-v", "2");

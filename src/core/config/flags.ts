@@ -105,10 +105,12 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   const doc = cfg.kubeProxy;
   const str = (k: string) => (typeof args[k] === "string" ? (args[k] as string) : undefined);
 
+  // As kube-proxy's processHostnameOverrideFlag: "" means unset, blanks alone are an error, the name is trimmed.
   const name = str("node-name");
-  if (name !== undefined) {
-    cfg.nodeName = name.toLowerCase();
-    doc.hostnameOverride = name;
+  if (name !== undefined && name !== "") {
+    if (!name.trim()) throw invalid(`flag --hostname-override: "${name}" is empty`);
+    cfg.nodeName = name.trim().toLowerCase();
+    doc.hostnameOverride = name.trim();
   }
   if (!cfg.nodeName) cfg.nodeName = (process.env.NODE_NAME ?? hostname()).toLowerCase();
   if (str("service-proxy-name") !== undefined) cfg.serviceProxyName = str("service-proxy-name")!;
