@@ -161,11 +161,18 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   if (cfg.minSyncPeriodSeconds > cfg.syncPeriodSeconds) {
     throw invalid(`flag --min-sync-period: ${formatGoDuration(cfg.minSyncPeriodSeconds)} must not be greater than the sync period (${formatGoDuration(cfg.syncPeriodSeconds)})`);
   }
-  for (const f of ["healthz-bind-address", "metrics-bind-address"] as const) {
-    const val = str(f);
+  // kube-proxy's IPPortVar takes a bare IP too; the deprecated --healthz-port/--metrics-port give
+  // such an IP its port (AppendPortIfNeeded: an address with a port keeps it), and 0 turns the server off.
+  for (const [server, defaultPort] of [["healthz", 10256], ["metrics", 10249]] as const) {
+    const f = `${server}-bind-address` as const;
+    const portText = str(`${server}-port`);
+    if (portText !== undefined && (!/^\d+$/.test(portText) || Number(portText) > 65535)) throw invalid(`flag --${server}-port: "${portText}" must be a port number (0 turns the server off)`);
+    let val = str(f);
+    if (val !== undefined && ipFamily(val)) val = ipFamily(val) === "v6" ? `[${val}]:${portText ?? defaultPort}` : `${val}:${portText ?? defaultPort}`;
+    if (portText !== undefined && Number(portText) === 0) val = "";
     if (val === undefined) continue;
-    if (!isBindAddress(val)) throw invalid(`flag --${f}: "${val}" must be IP:port (IPv6 in brackets), or "" to turn the server off`);
-    if (f === "healthz-bind-address") cfg.healthzBindAddress = doc.healthzBindAddress = val;
+    if (!isBindAddress(val)) throw invalid(`flag --${f}: "${val}" must be IP:port (IPv6 in brackets), an IP, or "" to turn the server off`);
+    if (server === "healthz") cfg.healthzBindAddress = doc.healthzBindAddress = val;
     else cfg.metricsBindAddress = doc.metricsBindAddress = val;
   }
   if (modes.length) cfg.mode = modes[0];

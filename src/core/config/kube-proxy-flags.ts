@@ -27,8 +27,8 @@ export const logArgs = {
 export const kubeProxyArgs = {
   "init-only": { type: "boolean", description: "set the conntrack sysctls (what needs full privileges), then exit" },
   "bind-address-hard-fail": { type: "boolean", description: "exit when the health or metrics port cannot be bound (else retry)" },
-  "healthz-port": { type: "string", valueHint: "int32", description: "deprecated: the port of --healthz-bind-address; 0 turns the server off" },
-  "metrics-port": { type: "string", valueHint: "int32", description: "deprecated: the port of --metrics-bind-address; 0 turns the server off" },
+  "healthz-port": { type: "string", valueHint: "int32", description: "deprecated: 0 turns the health server off; else the port of an IP-only --healthz-bind-address" },
+  "metrics-port": { type: "string", valueHint: "int32", description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address" },
   "oom-score-adj": { type: "string", valueHint: "int32", description: "oom_score_adj of the process, [-1000, 1000] (default -999)" },
   "detect-local-mode": { type: "string", description: "how pod traffic is recognised: ClusterCIDR (the only mode kpng has; others warn)" },
   "iptables-sync-period": { type: "string", valueHint: "duration", description: "resync interval, outside ipvs mode (kube-proxy's; same as --sync-period)" },
@@ -142,8 +142,8 @@ function setField(doc: KubeProxyConfig, path: string, value: unknown) {
 /**
  * Writes the given kube-proxy flags into `doc`. The deprecated
  * --iptables-/--ipvs-(min-)sync-period apply only in their mode, as
- * kube-proxy's processV1Alpha1Flags does; --healthz-port/--metrics-port
- * replace the port of the bind address (0 turns the server off).
+ * kube-proxy's processV1Alpha1Flags does (--healthz-port/--metrics-port:
+ * see configFromFlags).
  */
 export function applyKubeProxyFlags(doc: KubeProxyConfig, args: Record<string, unknown>, given: readonly string[]): void {
   for (const flag of given) {
@@ -160,12 +160,6 @@ export function applyKubeProxyFlags(doc: KubeProxyConfig, args: Record<string, u
     ["ipvs-min-sync-period", "minSyncPeriod", ipvs],
   ] as const) {
     if (inMode && given.includes(flag)) setField(doc, field, duration(flag, args[flag] as string));
-  }
-  for (const [flag, field] of [["healthz-port", "healthzBindAddress"], ["metrics-port", "metricsBindAddress"]] as const) {
-    if (!given.includes(flag)) continue;
-    const port = int(0, 65535)(flag, args[flag] as string) as number;
-    const host = doc[field].replace(/:\d+$/, "") || (field === "healthzBindAddress" ? "0.0.0.0" : "127.0.0.1");
-    doc[field] = port === 0 ? "" : `${host}:${port}`;
   }
 }
 
