@@ -38,3 +38,19 @@ describe("kube-proxy flags into the Config", () => {
   ];
   for (const c of cases) test(c.name, () => expect(c.check(cfgOf(c.argv))).toEqual(c.want));
 });
+
+describe("bad values: one line naming the flag", () => {
+  const cases: Array<{ name: string; argv: string[]; error: RegExp }> = [
+    { name: "-v not a number", argv: ["-v", "two"], error: /flag --v: "two" must be an integer/ },
+    { name: "--conntrack-max-per-core negative", argv: ["--conntrack-max-per-core=-1"], error: /flag --conntrack-max-per-core: "-1" must be an integer in \[0, 2147483647\]/ },
+    { name: "--conntrack-tcp-timeout-established not a duration", argv: ["--conntrack-tcp-timeout-established=1day"], error: /flag --conntrack-tcp-timeout-established: "1day" is not a duration/ },
+    { name: "--feature-gates malformed", argv: ["--feature-gates=Foo"], error: /flag --feature-gates: "Foo" must be NAME=true or NAME=false/ },
+    { name: "--oom-score-adj out of range", argv: ["--oom-score-adj=2000"], error: /flag --oom-score-adj: "2000" must be an integer in \[-1000, 1000\]/ },
+    { name: "--detect-local-mode unknown", argv: ["--detect-local-mode=Magic"], error: /flag --detect-local-mode: "Magic" must be one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix/ },
+    { name: "--ipvs-exclude-cidrs not a CIDR", argv: ["--ipvs-exclude-cidrs=10.0.0.0/8,nope"], error: /flag --ipvs-exclude-cidrs: "nope" is not a valid CIDR/ },
+    { name: "--healthz-port not a port", argv: ["--healthz-port=70000"], error: /flag --healthz-port: "70000" must be a port number/ },
+    { name: "--kube-api-qps not a number", argv: ["--kube-api-qps=fast"], error: /flag --kube-api-qps: "fast" must be a non-negative number/ },
+    { name: "--hostname-override of blanks", argv: ["--hostname-override= "], error: /flag --hostname-override: " " is empty/ },
+  ];
+  for (const c of cases) test(c.name, () => expect(() => cfgOf(c.argv)).toThrow(c.error));
+});
