@@ -91,6 +91,10 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
   // Only v1alpha2 has the switch; a non-boolean value cannot switch anything off.
   const hardFail = !(doc.apiVersion === V1ALPHA2 && doc.configHardFail === false);
   const apiVersion = doc.apiVersion;
+  // v1alpha1's portRange has no v1alpha2 field: kube-proxy has not read it since its userspace mode went.
+  if (apiVersion === V1ALPHA1 && typeof doc.portRange === "string" && doc.portRange !== "") {
+    warnings.push(`${file}: portRange: ${doc.portRange} has no effect in kpng: unused, as in kube-proxy since its userspace mode was removed`);
+  }
   // Each round drops the fields that failed; a field's default is always valid, so this ends.
   for (let round = 0; round < 50; round++) {
     const { problems, doc: out } = problemsOf(doc);
