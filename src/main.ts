@@ -127,7 +127,6 @@ const runCommand = defineCommand({
     }
     const names = backendNames(rawArgs, cfg);
     if (args["init-only"]) return setConntrack(cfg, names);
-    if (!args.cleanup) log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
@@ -147,6 +146,8 @@ const runCommand = defineCommand({
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
     const source = await untilStopped(Promise.race([startSource(sourceOptions(args, rawArgs), cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
+    // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
+    log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     const view = brain.view(cfg.nodeName);
