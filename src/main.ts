@@ -8,11 +8,11 @@ import { Brain } from "./core/brain/brain.ts";
 import { formatUsage, parseArgv, type FlagDefs } from "./core/config/argv.ts";
 import { defaultConfig, type Config } from "./core/config/config.ts";
 import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config/config-file.ts";
-import { kubeProxyDefaults, modeOfBackend, V1ALPHA1, V1ALPHA2 } from "./core/config/kube-proxy-config.ts";
+import { modeOfBackend, V1ALPHA1, V1ALPHA2 } from "./core/config/kube-proxy-config.ts";
 import { fieldOfFlag, kubeProxyArgs, logArgs, noEffectFlags } from "./core/config/kube-proxy-flags.ts";
 import { fieldWarnings } from "./core/config/config-fields.ts";
 import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { backendNames, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
+import { backendNames, configFromCLIDefaults, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
 import { configureLogging, createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { applyConntrack, detectNumCPU, planConntrack } from "./core/node/conntrack-sysctl.ts";
 import { formatLocalState } from "./core/brain/output.ts";
@@ -36,7 +36,7 @@ type Args = Record<string, string | number | boolean | string[] | undefined>;
  * logged; flags kpng accepts without effect are named in one WARN line.
  */
 async function loadConfig(args: Args, rawArgs: string[], defs: FlagDefs): Promise<Config & { configApiVersion: string }> {
-  let base = configFromKubeProxy(kubeProxyDefaults(), defaultConfig());
+  let base = configFromCLIDefaults();
   let warnings: string[] = [];
   let configApiVersion: string = V1ALPHA1;
   if (typeof args.config === "string") {
@@ -364,7 +364,8 @@ try {
   const parsed = parseArgv(subName ? argv.slice(1) : argv, { ...(cmd.args as FlagDefs), ...globalArgs });
   const version = parsed.args.version;
   if (parsed.args.help) process.stdout.write(usage(cmd, subName));
-  else if (typeof version === "string" && version !== "false") process.stdout.write(versionText(version) + "\n");
+  // verflag: --version / --version=raw print and exit; --version=vX.Y.Z only sets the reported version (no effect here).
+  else if (version === "true" || version === "raw") process.stdout.write(versionText(version) + "\n");
   else await cmd.run!({ args: parsed.args as never, rawArgs: parsed.rawArgs, cmd, data: undefined });
 } catch (err) {
   fail(err);

@@ -4,16 +4,14 @@
 
 import { describe, expect, test } from "bun:test";
 import { parseArgv } from "../../src/core/config/argv.ts";
-import { configFromKubeProxy } from "../../src/core/config/config-file.ts";
 import { defaultConfig, type Config } from "../../src/core/config/config.ts";
-import { configFromFlags, listenArgs, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
-import { kubeProxyDefaults } from "../../src/core/config/kube-proxy-config.ts";
+import { configFromCLIDefaults, configFromFlags, listenArgs, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
 import { kubeProxyArgs, logArgs } from "../../src/core/config/kube-proxy-flags.ts";
 
 const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs };
 const cfgOf = (argv: string[]): Config => {
   const p = parseArgv(argv, defs);
-  return configFromFlags(p.args, p.rawArgs, configFromKubeProxy(kubeProxyDefaults(), defaultConfig({ nodeName: "n" })));
+  return configFromFlags(p.args, p.rawArgs, { ...configFromCLIDefaults(), nodeName: "n" });
 };
 
 describe("kube-proxy flags into the Config", () => {
@@ -34,6 +32,7 @@ describe("kube-proxy flags into the Config", () => {
     { name: "without it, kube-proxy's v1alpha1 default (true)", argv: [], check: (c) => c.iptables?.localhostNodePorts, want: true },
     { name: "--bind-address-hard-fail", argv: ["--bind-address-hard-fail"], check: (c) => c.kubeProxy.bindAddressHardFail, want: true },
     { name: "--hostname-override is trimmed and lower-cased", argv: ["--hostname-override= Node-7 "], check: (c) => [c.nodeName, c.kubeProxy.hostnameOverride], want: ["node-7", "Node-7"] },
+    { name: "without a file or a period flag, the sync periods stay kpng's defaults", argv: ["--conntrack-min=1"], check: (c) => [c.syncPeriodSeconds, c.minSyncPeriodSeconds], want: [defaultConfig().syncPeriodSeconds, defaultConfig().minSyncPeriodSeconds] },
     { name: "--proxy-mode sets the mode and the document's mode name", argv: ["--proxy-mode=nftables"], check: (c) => [c.mode, c.kubeProxy.mode], want: ["nft", "nftables"] },
   ];
   for (const c of cases) test(c.name, () => expect(c.check(cfgOf(c.argv))).toEqual(c.want));

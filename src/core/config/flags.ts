@@ -12,7 +12,7 @@ import { defaultConfig, type Config } from "./config.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import { invalid } from "../errors.ts";
 import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
-import { backendOfMode, isBindAddress, modeOfBackend } from "./kube-proxy-config.ts";
+import { backendOfMode, isBindAddress, kubeProxyDefaults, modeOfBackend } from "./kube-proxy-config.ts";
 
 export const sourceArgs = {
   input: { type: "string", description: "read Kubernetes objects from this YAML/JSON file (watched for edits)" },
@@ -101,7 +101,12 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   if (modes.length) withMode.mode = modeOfBackend(modes[0]);
   // kube-proxy's flags bound to configuration fields (conntrack, logging, ...): into the document, then the Config from it.
   applyKubeProxyFlags(withMode, args, given);
-  const cfg: Config = configFromKubeProxy(withMode, base);
+  const derived = configFromKubeProxy(withMode, base);
+  // The sync periods change only through a flag: a base without a file keeps kpng's own defaults (configFromCLIDefaults).
+  const periodFlags = ["iptables-sync-period", "iptables-min-sync-period", "ipvs-sync-period", "ipvs-min-sync-period"].some((f) => given.includes(f));
+  const cfg: Config = periodFlags
+    ? derived
+    : { ...derived, syncPeriodSeconds: base.syncPeriodSeconds, minSyncPeriodSeconds: base.minSyncPeriodSeconds, ipvs: { ...derived.ipvs, syncPeriodSeconds: base.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: base.ipvs.minSyncPeriodSeconds } };
   const doc = cfg.kubeProxy;
   const str = (k: string) => (typeof args[k] === "string" ? (args[k] as string) : undefined);
 
@@ -181,3 +186,14 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
 
 /** Canonical flag names in `--name=value` rawArgs. */
 export const givenFlags = (rawArgs: readonly string[]) => [...new Set(rawArgs.filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")[0]))];
+
+/**
+ * The base Config when there is no --config file: kube-proxy's defaults
+ * (v1alpha1's, as kube-proxy starts without a file), except the sync periods,
+ * which keep kpng's own defaults (defaultConfig).
+ */
+export function configFromCLIDefaults(): Config {
+  const kpng = defaultConfig();
+  const cfg = configFromKubeProxy(kubeProxyDefaults(), kpng);
+  return { ...cfg, syncPeriodSeconds: kpng.syncPeriodSeconds, minSyncPeriodSeconds: kpng.minSyncPeriodSeconds, ipvs: { ...cfg.ipvs, syncPeriodSeconds: kpng.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: kpng.ipvs.minSyncPeriodSeconds } };
+}
