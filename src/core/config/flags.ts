@@ -3,8 +3,8 @@
 // rules; a repeated flag keeps every value in the canonical rawArgs, which
 // `repeated()` reads. kube-proxy's other flags are in kube-proxy-flags.ts.
 
+import type { ArgsDef } from "citty";
 import { hostname } from "node:os";
-import type { FlagDefs } from "./argv.ts";
 export { checkUnknownFlags } from "./argv.ts";
 import { configFromKubeProxy } from "./config-file.ts";
 import { applyKubeProxyFlags } from "./kube-proxy-flags.ts";
@@ -25,7 +25,7 @@ export const sourceArgs = {
   "write-config-version": { type: "string", description: "apiVersion --write-config-to writes: v1alpha1 (default: what kube-proxy reads) or v1alpha2 (default when --config is v1alpha2)" },
   "min-sync-period": { type: "string", description: "minimum interval between recomputations (e.g. 1s)" },
   "sync-period": { type: "string", description: "interval of full resyncs of the rules (e.g. 30s)" },
-} as const satisfies FlagDefs;
+} as const satisfies ArgsDef;
 
 export const proxyArgs = {
   backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)" },
@@ -42,12 +42,12 @@ export const proxyArgs = {
   "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
   "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
   "write-config-to": { type: "string", description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit" },
-} as const satisfies FlagDefs;
+} as const satisfies ArgsDef;
 
 export const listenArgs = {
   listen: { type: "string", description: "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable)" },
   "listen-any": { type: "boolean", description: "allow --listen on a non-loopback address (the API reveals cluster topology)" },
-} as const satisfies FlagDefs;
+} as const satisfies ArgsDef;
 
 /** All values of a flag given once or several times, comma lists split. */
 export function repeated(rawArgs: readonly string[], name: string, aliases: readonly string[] = []): string[] {
