@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { parseArgv } from "../../src/core/config/argv.ts";
 import { defaultConfig, type Config } from "../../src/core/config/config.ts";
-import { configFromCLIDefaults, configFromFlags, listenArgs, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
+import { backendNames, configFromCLIDefaults, configFromFlags, defaultBackend, listenArgs, modeSource, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
 import { kubeProxyArgs, logArgs } from "../../src/core/config/kube-proxy-flags.ts";
 
 const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs };
@@ -52,4 +52,21 @@ describe("bad values: one line naming the flag", () => {
     { name: "--hostname-override of blanks", argv: ["--hostname-override= "], error: /flag --hostname-override: " " is empty/ },
   ];
   for (const c of cases) test(c.name, () => expect(() => cfgOf(c.argv)).toThrow(c.error));
+});
+
+describe("the mode when none is asked for: kube-proxy 1.36's platformApplyDefaults", () => {
+  const cases: Array<{ name: string; argv: string[]; mode?: string; want: string[]; from: string }> = [
+    { name: "nothing given: iptables (Linux)", argv: [], want: ["iptables"], from: "default" },
+    { name: "the file's mode", argv: [], mode: "nft", want: ["nft"], from: "config" },
+    { name: "--proxy-mode over the file", argv: ["--proxy-mode=ipvs"], mode: "nft", want: ["ipvs"], from: "flag" },
+    { name: "a plugin alone: no built-in backend", argv: ["--plugin=./b.ts"], want: [], from: "flag" },
+  ];
+  for (const c of cases) {
+    test(c.name, () => {
+      const p = parseArgv(c.argv, defs);
+      const cfg = { ...defaultConfig(), mode: c.mode ?? "" };
+      expect<unknown[]>([backendNames(p.rawArgs, cfg), modeSource(p.rawArgs, cfg)]).toEqual([c.want, c.from]);
+    });
+  }
+  test("on Windows: kernelspace (winkernel)", () => expect([defaultBackend("linux"), defaultBackend("win32")]).toEqual(["iptables", "winkernel"]));
 });
