@@ -279,6 +279,8 @@ const backendCommand = defineCommand({
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
     for (const b of backends) await b.setup?.(ctx);
+    // A sidecar programs the node's rules too: the same conntrack sysctls (from its --config).
+    await setConntrack(cfg, backendNames(rawArgs, cfg));
     const stop = new AbortController();
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
