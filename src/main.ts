@@ -8,7 +8,7 @@ import { Brain } from "./core/brain/brain.ts";
 import { formatUsage, parseArgv, type FlagDefs } from "./core/config/argv.ts";
 import { defaultConfig, type Config } from "./core/config/config.ts";
 import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config/config-file.ts";
-import { modeOfBackend, V1ALPHA1, V1ALPHA2 } from "./core/config/kube-proxy-config.ts";
+import { modeOfBackend, v1alpha1Losses, V1ALPHA1, V1ALPHA2 } from "./core/config/kube-proxy-config.ts";
 import { fieldOfFlag, kubeProxyArgs, logArgs, noEffectFlags } from "./core/config/kube-proxy-flags.ts";
 import { fieldWarnings } from "./core/config/config-fields.ts";
 import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
@@ -121,6 +121,8 @@ const runCommand = defineCommand({
     const cfg = await loadConfig(args, rawArgs, runArgs);
     if (typeof args["write-config-to"] === "string") {
       const apiVersion = writeConfigVersion(args, cfg.configApiVersion);
+      const lost = apiVersion === V1ALPHA1 ? v1alpha1Losses(cfg.kubeProxy) : [];
+      if (lost.length) log.warn(`written as ${V1ALPHA1}, which has no place for: ${lost.join(", ")} (--write-config-version v1alpha2 keeps them)`);
       await writeKubeProxyConfig(args["write-config-to"], cfg.kubeProxy, apiVersion);
       log.info("configuration written", { file: args["write-config-to"], apiVersion });
       return;

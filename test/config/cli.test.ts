@@ -41,6 +41,15 @@ describe("--config FILE --write-config-to FILE", () => {
     expect(readFileSync(out, "utf8")).toBe(readFileSync(want, "utf8"));
   });
 
+  test("v1alpha2 written as v1alpha1: what v1alpha1 cannot hold is named in a warning", () => {
+    const cfg = file("dual.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nnodeIPOverride: [203.0.113.11, 2001:db8:3::b]\nipFamilyPolicy: PreferDualStack\n");
+    const out = join(tmp, "dual-v1.yaml");
+    const r = kpng("--config", cfg, "--write-config-to", out, "--write-config-version", "v1alpha1");
+    expect(r.code).toBe(0);
+    expect(r.err).toContain("WARN kpng: written as kubeproxy.config.k8s.io/v1alpha1, which has no place for: nodeIPOverride[1] (2001:db8:3::b), ipFamilyPolicy (PreferDualStack) (--write-config-version v1alpha2 keeps them)");
+    expect(parse(readFileSync(out, "utf8")).bindAddress).toBe("203.0.113.11");
+  });
+
   test("the file's apiVersion is kept: v1alpha1 in, v1alpha1 out; v1alpha2 in, v1alpha2 out", () => {
     for (const [input, apiVersion] of [["nftables.v1alpha1.yaml", "v1alpha1"], ["restructured.v1alpha2.yaml", "v1alpha2"]]) {
       const out = join(tmp, `kept-${apiVersion}.yaml`);

@@ -333,3 +333,13 @@ export function toV1alpha1(c: KubeProxyConfig): KubeProxyConfigV1alpha1 {
     windowsRunAsService: c.windows.runAsService,
   };
 }
+
+/** What a v1alpha2 document holds that v1alpha1 has no place for (toV1alpha1 drops it): `field (value)` each. */
+export function v1alpha1Losses(c: KubeProxyConfig): string[] {
+  const out: string[] = [];
+  if (c.nodeIPOverride.length > 1) out.push(`nodeIPOverride[1] (${c.nodeIPOverride[1]})`);
+  if (c.ipFamilyPolicy !== "") out.push(`ipFamilyPolicy (${c.ipFamilyPolicy})`);
+  if (!c.configHardFail) out.push("configHardFail (false)");
+  if (c.ipvs.masqueradeBit !== c.iptables.masqueradeBit) out.push(`ipvs.masqueradeBit (${c.ipvs.masqueradeBit}; v1alpha1's ipvs mode uses iptables.masqueradeBit, ${c.iptables.masqueradeBit})`);
+  return out;
+}
