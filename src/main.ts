@@ -2,13 +2,19 @@
 // kpng's command line: flags, subcommands and wiring. Only this file exits
 // the process; everything below it throws KpngError.
 
-import { defineCommand, runCommand as runCommand_, showUsage, type ArgsDef, type CommandDef } from "citty";
+import { defineCommand, type CommandDef } from "citty";
+import pkg from "../package.json" with { type: "json" };
 import { Brain } from "./core/brain/brain.ts";
+import { formatUsage, parseArgv, type FlagDefs } from "./core/config/argv.ts";
 import { defaultConfig, type Config } from "./core/config/config.ts";
 import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config/config-file.ts";
-import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
-import { createLogger } from "./core/log.ts";
+import { modeOfBackend, v1alpha1Losses, V1ALPHA1, V1ALPHA2 } from "./core/config/kube-proxy-config.ts";
+import { fieldOfFlag, kubeProxyArgs, logArgs, noEffectFlags } from "./core/config/kube-proxy-flags.ts";
+import { fieldWarnings } from "./core/config/config-fields.ts";
+import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
+import { backendNames, configFromCLIDefaults, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
+import { configureLogging, createLogger, jsonLine, logFormat } from "./core/log.ts";
+import { applyConntrack, detectNumCPU, planConntrack } from "./core/node/conntrack-sysctl.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
 import { startSource, waitForNodeIPs } from "./core/sources/index.ts";
@@ -24,16 +30,53 @@ const log = createLogger("kpng");
 
 type Args = Record<string, string | number | boolean | string[] | undefined>;
 
-/** The --config file (if any), then flags over it -> Config; fails on unknown flags. */
-async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise<Config> {
-  checkUnknownFlags(rawArgs, defs);
-  let base = defaultConfig();
+/**
+ * The --config file (if any; else kube-proxy's own defaults), then flags over
+ * it -> Config. Logging is configured from the result before anything is
+ * logged; flags kpng accepts without effect are named in one WARN line.
+ */
+async function loadConfig(args: Args, rawArgs: string[], defs: FlagDefs): Promise<Config & { configApiVersion: string }> {
+  let base = configFromCLIDefaults();
+  let warnings: string[] = [];
+  let configApiVersion: string = V1ALPHA1;
   if (typeof args.config === "string") {
-    const { doc, warnings } = await readKubeProxyConfig(args.config);
-    for (const w of warnings) log.warn(w);
-    base = configFromKubeProxy(doc, base);
+    const loaded = await readKubeProxyConfig(args.config);
+    warnings = loaded.warnings;
+    configApiVersion = loaded.apiVersion;
+    base = configFromKubeProxy(loaded.doc, defaultConfig());
   }
-  return configFromFlags(args, rawArgs, base);
+  const cfg = configFromFlags(args, rawArgs, base);
+  configureLogging(cfg.logging ?? {});
+  for (const w of warnings) log.warn(w);
+  const given = givenFlags(rawArgs);
+  const ignored = noEffectFlags(given, defs);
+  if (ignored.length) log.warn(`kube-proxy flags accepted with no effect in kpng: ${ignored.join(", ")}`);
+  // A value a flag gave that kpng cannot honour (--detect-local-mode=NodeCIDR), unless the file already said so.
+  const fromFlags = given.filter((f) => !defs[f]?.noEffect && fieldOfFlag[f]).map((f) => `${fieldOfFlag[f].field}:`);
+  for (const w of fieldWarnings(cfg.kubeProxy)) {
+    if (fromFlags.some((f) => w.startsWith(f)) && !warnings.some((fw) => fw.endsWith(`: ${w}`))) log.warn(`${w} (set by a flag)`);
+  }
+  return { ...cfg, configApiVersion };
+}
+
+/** `--write-config-version`, else the --config file's own apiVersion, else v1alpha1 (what every kube-proxy reads). */
+function writeConfigVersion(args: Args, configApiVersion: string): string {
+  const asked = args["write-config-version"];
+  if (asked === undefined) return configApiVersion;
+  const full = String(asked).includes("/") ? String(asked) : `kubeproxy.config.k8s.io/${asked}`;
+  if (full !== V1ALPHA1 && full !== V1ALPHA2) throw invalid(`flag --write-config-version: "${asked}" must be v1alpha1 or v1alpha2`);
+  return full;
+}
+
+/** Built-in backends that program netfilter and so rely on conntrack: kube-proxy sets its sysctls for each of its Linux modes. */
+const CONNTRACK_BACKENDS = new Set(["nft", "iptables", "ipvs", "ebpf"]);
+
+/** kube-proxy's conntrack sysctls (not in a dry run: a dry run does not own the node). */
+async function setConntrack(cfg: Config, backends: readonly string[]): Promise<void> {
+  if (process.platform !== "linux" || !backends.some((b) => CONNTRACK_BACKENDS.has(b))) return;
+  const plan = planConntrack(cfg.kubeProxy.linux.conntrack, await detectNumCPU());
+  if (cfg.dryRun) return log.v(2).info("conntrack sysctls not set (dry run)", { nfConntrackMax: plan.max, set: plan.set.map((s) => `${s.key}=${s.value}`).join(",") });
+  await applyConntrack(plan, { log });
 }
 
 const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
@@ -79,16 +122,23 @@ async function loadBackends(rawArgs: string[], ctx: BackendContext): Promise<Bac
   return backends;
 }
 
+const runArgs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs } as const satisfies FlagDefs;
+
 const runCommand = defineCommand({
-  meta: { name: "kpng", description: "Kubernetes service proxy: the brain plus in-process backends" },
-  args: { ...sourceArgs, ...proxyArgs, ...listenArgs },
+  meta: { name: "kpng", description: "Kubernetes service proxy: the brain plus in-process backends (kube-proxy's flags and configuration are accepted)" },
+  args: runArgs,
   async run({ args, rawArgs }) {
-    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...proxyArgs, ...listenArgs });
+    const cfg = await loadConfig(args, rawArgs, runArgs);
     if (typeof args["write-config-to"] === "string") {
-      await writeKubeProxyConfig(args["write-config-to"], cfg.kubeProxy);
-      log.info("configuration written", { file: args["write-config-to"], apiVersion: cfg.kubeProxy.apiVersion });
+      const apiVersion = writeConfigVersion(args, cfg.configApiVersion);
+      const lost = apiVersion === V1ALPHA1 ? v1alpha1Losses(cfg.kubeProxy) : [];
+      if (lost.length) log.warn(`written as ${V1ALPHA1}, which has no place for: ${lost.join(", ")} (--write-config-version v1alpha2 keeps them)`);
+      await writeKubeProxyConfig(args["write-config-to"], cfg.kubeProxy, apiVersion);
+      log.info("configuration written", { file: args["write-config-to"], apiVersion });
       return;
     }
+    const names = backendNames(rawArgs, cfg);
+    if (args["init-only"]) return setConntrack(cfg, names);
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
@@ -103,11 +153,14 @@ const runCommand = defineCommand({
     if (!args.once) applyOOMScoreAdj(cfg, log);
     // Backends get ready while the lists run (nft loads its skeleton with --check: ~40 ms
     // that used to follow the first compute); one that cannot work stops kpng at once.
-    const ready = Promise.all(backends.map((b) => b.setup?.(ctx)));
+    // Then the conntrack sysctls, as kube-proxy sets them before its proxier starts.
+    const ready = Promise.all(backends.map((b) => b.setup?.(ctx))).then(() => setConntrack(cfg, names));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
     const source = await untilStopped(Promise.race([startSource({ ...sourceOptions(args, rawArgs), restClient: servers?.metrics.restClient }, cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
+    // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
+    log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
     const view = brain.view(cfg.nodeName);
@@ -201,11 +254,13 @@ async function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args)
   return startApiServer({ brain, listen, listenAny: args["listen-any"] === true, defaultNodeName: cfg.nodeName, log: log.child("api") });
 }
 
+const serveArgs = { ...sourceArgs, ...listenArgs, ...logArgs } as const satisfies FlagDefs;
+
 const serveCommand = defineCommand({
   meta: { name: "serve", description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)" },
-  args: { ...sourceArgs, ...listenArgs },
+  args: serveArgs,
   async run({ args, rawArgs }) {
-    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...listenArgs });
+    const cfg = await loadConfig(args, rawArgs, serveArgs);
     const given = repeated(rawArgs, "listen");
     const listen = given.length ? given : DEFAULT_LISTEN;
     checkListen(listen, args["listen-any"] === true);
@@ -227,7 +282,8 @@ const backendArgs = {
   config: sourceArgs.config,
   api: { type: "string", description: `the brain's API: unix:///path or tcp://HOST:PORT (default ${DEFAULT_API})` },
   protocol: { type: "string", description: "watch (diff stream, default) or next (full-state long poll)" },
-} as const satisfies ArgsDef;
+  ...logArgs,
+} as const satisfies FlagDefs;
 
 const backendCommand = defineCommand({
   meta: { name: "backend", description: "backends only: follow a brain over the API (a sidecar)" },
@@ -239,6 +295,8 @@ const backendCommand = defineCommand({
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
     for (const b of backends) await b.setup?.(ctx);
+    // A sidecar programs the node's rules too: the same conntrack sysctls (from its --config).
+    await setConntrack(cfg, backendNames(rawArgs, cfg));
     const stop = new AbortController();
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
@@ -248,16 +306,19 @@ const backendCommand = defineCommand({
   },
 });
 
+const localArgs = { ...sourceArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" }, ...logArgs } as const satisfies FlagDefs;
+
 const localCommand = defineCommand({
   meta: { name: "local", description: "print the node-local state and exit" },
-  args: { ...sourceArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" } },
+  args: localArgs,
   async run({ args, rawArgs }) {
-    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, output: { type: "string", alias: ["o"] } });
-    if (args.output !== "json" && args.output !== "yaml") throw new KpngError("invalid_argument", `flag --output: "${args.output}" must be json or yaml`);
+    const cfg = await loadConfig(args, rawArgs, localArgs);
+    const output = args.output ?? "json";
+    if (output !== "json" && output !== "yaml") throw new KpngError("invalid_argument", `flag --output: "${output}" must be json or yaml`);
     const { brain, source } = await startBrain(args, rawArgs, cfg);
     const state = await brain.view(cfg.nodeName).next(0);
     source.close();
-    process.stdout.write(formatLocalState(state, args.output));
+    process.stdout.write(formatLocalState(state, output));
   },
 });
 
@@ -281,18 +342,49 @@ const subCommands: Record<string, CommandDef<any>> = { local: localCommand, serv
 
 /** Bad input -> one line and exit 2; anything else -> exit 1. */
 function fail(err: unknown): never {
-  process.stderr.write(`kpng: ${errorMessage(err)}\n`);
+  // With --logging-format=json every stderr line stays JSON (component-base's cli.Run logs "command failed").
+  if (logFormat() === "json") process.stderr.write(jsonLine(performance.timeOrigin + performance.now(), "error", 0, "kpng", "command failed", { error: errorMessage(err) }) + "\n");
+  else process.stderr.write(`kpng: ${errorMessage(err)}\n`);
   process.exit(isInvalidArgument(err) ? 2 : 1);
 }
 
-// citty would also run the parent's `run` after a subcommand, so dispatch here.
+const globalArgs = {
+  help: { type: "boolean", alias: ["h"], description: "print this help and exit" },
+  version: { type: "string", noOptDefVal: "true", valueHint: "version[=raw]", description: "print the version and exit" },
+} as const satisfies FlagDefs;
+
+const USAGE = `kpng [flags]                               the brain plus in-process backends (a kube-proxy)
+kpng --api ADDR --node-name N [flags]      node agent: follows a central brain
+kpng serve   [source flags] [--listen ADDR]...
+kpng backend --api ADDR --backend NAME|--plugin PATH
+kpng local   [source flags] --node-name NAME [-o json|yaml]`;
+
+function usage(cmd: CommandDef<any>, name: string): string {
+  const meta = cmd.meta as { description: string };
+  const commands = Object.entries(subCommands).map(([n, c]) => ({ name: n, description: (c.meta as { description: string }).description }));
+  return formatUsage({ usage: name ? `kpng ${name} [flags]` : USAGE, description: meta.description, commands: name ? [] : commands, defs: { ...(cmd.args as FlagDefs), ...globalArgs } });
+}
+
+/** `--version`: kpng's version (package.json), as kube-proxy prints its own; `--version=raw` as a JSON object. */
+function versionText(v: string): string {
+  const version = `v${pkg.version}`;
+  if (v === "raw") return JSON.stringify({ gitVersion: version, platform: `${process.platform}/${process.arch}`, runtime: `bun ${Bun.version}` }, null, 2);
+  return `kpng ${version}`;
+}
+
+// citty would also run the parent's `run` after a subcommand, and its parser
+// is not pflag's, so parse (argv.ts) and dispatch here.
 const argv = process.argv.slice(2);
-const sub = subCommands[argv[0] ?? ""];
-const [cmd, rawArgs] = sub ? [sub, argv.slice(1)] : [runCommand, argv];
+const subName = subCommands[argv[0] ?? ""] ? argv[0] : "";
+const cmd = subName ? subCommands[subName] : runCommand;
 process.on("unhandledRejection", fail);
 try {
-  if (rawArgs.includes("--help") || rawArgs.includes("-h")) await showUsage(cmd);
-  else await runCommand_(cmd, { rawArgs });
+  const parsed = parseArgv(subName ? argv.slice(1) : argv, { ...(cmd.args as FlagDefs), ...globalArgs });
+  const version = parsed.args.version;
+  if (parsed.args.help) process.stdout.write(usage(cmd, subName));
+  // verflag: --version / --version=raw print and exit; --version=vX.Y.Z only sets the reported version (no effect here).
+  else if (version === "true" || version === "raw") process.stdout.write(versionText(version) + "\n");
+  else await cmd.run!({ args: parsed.args as never, rawArgs: parsed.rawArgs, cmd, data: undefined });
 } catch (err) {
   fail(err);
 }

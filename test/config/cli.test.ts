@@ -23,20 +23,39 @@ const file = (name: string, text: string) => {
 };
 
 describe("--config FILE --write-config-to FILE", () => {
-  test("migrates a v1alpha1 file to the golden v1alpha2 and exits 0", () => {
+  test("--write-config-version v1alpha2 migrates a v1alpha1 file to the golden v1alpha2 and exits 0", () => {
     const out = join(tmp, "ipvs-migrated.yaml");
-    const r = kpng("--config", join(golden, "ipvs.v1alpha1.yaml"), "--write-config-to", out);
+    const r = kpng("--config", join(golden, "ipvs.v1alpha1.yaml"), "--write-config-to", out, "--write-config-version", "v1alpha2");
     expect(r.code).toBe(0);
     expect(readFileSync(out, "utf8")).toBe(readFileSync(join(golden, "ipvs.out.yaml"), "utf8"));
   });
 
-  test("without --config: the defaults, and no hostname baked in", () => {
+  test("without --config: kube-proxy's defaults as v1alpha1 (what every kube-proxy reads), and no hostname baked in", () => {
     const out = join(tmp, "defaults.yaml");
     expect(kpng("--write-config-to", out).code).toBe(0);
     const doc = parse(readFileSync(out, "utf8"));
-    expect(doc.apiVersion).toBe("kubeproxy.config.k8s.io/v1alpha2");
+    expect(doc.apiVersion).toBe("kubeproxy.config.k8s.io/v1alpha1");
     expect(doc.hostnameOverride).toBe("");
-    expect(readFileSync(out, "utf8")).toBe(readFileSync(join(golden, "minimal.out.yaml"), "utf8").replace("bindAddressHardFail: false", "bindAddressHardFail: true").replace("localhostNodePorts: true", "localhostNodePorts: false"));
+    const want = join(golden, "defaults.written.yaml");
+    if (process.env.UPDATE_GOLDEN) writeFileSync(want, readFileSync(out, "utf8"));
+    expect(readFileSync(out, "utf8")).toBe(readFileSync(want, "utf8"));
+  });
+
+  test("v1alpha2 written as v1alpha1: what v1alpha1 cannot hold is named in a warning", () => {
+    const cfg = file("dual.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nnodeIPOverride: [203.0.113.11, 2001:db8:3::b]\nipFamilyPolicy: PreferDualStack\n");
+    const out = join(tmp, "dual-v1.yaml");
+    const r = kpng("--config", cfg, "--write-config-to", out, "--write-config-version", "v1alpha1");
+    expect(r.code).toBe(0);
+    expect(r.err).toContain("WARN kpng: written as kubeproxy.config.k8s.io/v1alpha1, which has no place for: nodeIPOverride[1] (2001:db8:3::b), ipFamilyPolicy (PreferDualStack) (--write-config-version v1alpha2 keeps them)");
+    expect(parse(readFileSync(out, "utf8")).bindAddress).toBe("203.0.113.11");
+  });
+
+  test("the file's apiVersion is kept: v1alpha1 in, v1alpha1 out; v1alpha2 in, v1alpha2 out", () => {
+    for (const [input, apiVersion] of [["nftables.v1alpha1.yaml", "v1alpha1"], ["restructured.v1alpha2.yaml", "v1alpha2"]]) {
+      const out = join(tmp, `kept-${apiVersion}.yaml`);
+      expect(kpng("--config", join(golden, input), "--write-config-to", out).code).toBe(0);
+      expect(parse(readFileSync(out, "utf8")).apiVersion).toBe(`kubeproxy.config.k8s.io/${apiVersion}`);
+    }
   });
 
   test("explicit kube-proxy flags win over the file, and are written", () => {
@@ -52,7 +71,11 @@ describe("--config FILE --write-config-to FILE", () => {
       "--healthz-bind-address", "[::1]:10998",
       "--min-sync-period", "3s",
       "--iptables-masquerade-bit", "7",
+      "--conntrack-max-per-core", "0",
+      "--conntrack-tcp-timeout-close-wait=30m",
+      "-v", "3",
       "--write-config-to", out,
+      "--write-config-version=v1alpha2",
     );
     expect(r.err).not.toContain("ERROR");
     expect(r.code).toBe(0);
@@ -63,6 +86,7 @@ describe("--config FILE --write-config-to FILE", () => {
     expect(doc.linux.masqueradeAll).toBe(true);
     expect(doc.nodePortAddresses).toEqual(["203.0.113.0/24"]);
     expect([doc.metricsBindAddress, doc.healthzBindAddress, doc.minSyncPeriod, doc.iptables.masqueradeBit]).toEqual(["127.0.0.1:10999", "[::1]:10998", "3s", 7]);
+    expect([doc.linux.conntrack.maxPerCore, doc.linux.conntrack.tcpCloseWaitTimeout, doc.logging.verbosity]).toEqual([0, "30m0s", 3]);
     // what no flag touched still comes from the file
     expect(doc.nodeIPOverride).toEqual(["203.0.113.11"]);
     expect(doc.syncPeriod).toBe("45s");
@@ -107,6 +131,7 @@ describe("bad configuration: one line on stderr, exit code 2", () => {
     { name: "--min-sync-period above --sync-period", args: () => ["--sync-period", "2s", "--min-sync-period", "5s"], stderr: /flag --min-sync-period: 5s must not be greater than the sync period \(2s\)/ },
     { name: "--cluster-cidr with two of one family", args: () => ["--cluster-cidr", "198.19.0.0/16,198.18.0.0/16"], stderr: /flag --cluster-cidr: .* must hold at most one CIDR per IP family/ },
     { name: "--ipvs-scheduler unknown", args: () => ["--ipvs-scheduler", "fastest"], stderr: /flag --ipvs-scheduler: "fastest" must be one of/ },
+    { name: "--write-config-version unknown", args: () => ["--write-config-version", "v2", "--write-config-to", join(tmp, "never2.yaml")], stderr: /flag --write-config-version: "v2" must be v1alpha1 or v1alpha2/ },
   ];
   for (const c of cases) {
     test(c.name, () => {

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { configFromKubeProxy, formatKubeProxyConfig, parseKubeProxyConfig } from "../../src/core/config/config-file.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { formatGoDuration, parseGoDuration } from "../../src/core/config/duration.ts";
+import { V1ALPHA1 } from "../../src/core/config/kube-proxy-config.ts";
 import { KpngError } from "../../src/core/errors.ts";
 
 const golden = join(import.meta.dir, "golden");
@@ -52,9 +53,23 @@ describe("golden conversions to v1alpha2", () => {
       const text = formatKubeProxyConfig(doc);
       if (process.env.UPDATE_GOLDEN || !existsSync(out)) writeFileSync(out, text);
       expect(text).toBe(readFileSync(out, "utf8"));
-      expect(warnings).toEqual([]);
+      // Fields kpng does not act on are named, one line each (golden too).
+      const warned = join(golden, f.replace(/\.v1alpha[12]\.yaml$/, ".warnings.txt"));
+      const lines = warnings.map((w) => w.slice(f.length + 2)).join("\n");
+      if (process.env.UPDATE_GOLDEN || !existsSync(warned)) writeFileSync(warned, lines);
+      expect(lines).toBe(readFileSync(warned, "utf8"));
       // The written file is a fixed point: reading it back gives the same document.
       expect(formatKubeProxyConfig(parseKubeProxyConfig(out, text).doc)).toBe(text);
+    });
+  }
+
+  // --write-config-to writes v1alpha1 by default: kube-proxy must read back what kpng wrote, to the same settings.
+  for (const f of inputs.filter((x) => x.endsWith(".v1alpha1.yaml"))) {
+    test(`${f}: written as v1alpha1 and read back, the same configuration`, () => {
+      const { doc } = parseKubeProxyConfig(f, readFileSync(join(golden, f), "utf8"));
+      const v1 = formatKubeProxyConfig(doc, V1ALPHA1);
+      expect(v1).toStartWith(`apiVersion: ${V1ALPHA1}\n`);
+      expect(formatKubeProxyConfig(parseKubeProxyConfig("back.yaml", v1).doc)).toBe(formatKubeProxyConfig(doc));
     });
   }
 
@@ -88,8 +103,9 @@ describe("every invalid field: one line naming it", () => {
     { name: "apiVersion missing", text: "kind: KubeProxyConfiguration\n", error: "kp.yaml: apiVersion: null is not supported" },
     { name: "apiVersion unknown", text: "apiVersion: kubeproxy.config.k8s.io/v1beta9\nkind: KubeProxyConfiguration\n", error: 'kp.yaml: apiVersion: "kubeproxy.config.k8s.io/v1beta9" is not supported' },
     { name: "kind wrong", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n", error: 'kp.yaml: kind: "KubeletConfiguration" must be KubeProxyConfiguration' },
-    { name: "unknown field", text: V1 + "frobnicate: true\n", error: "kp.yaml: frobnicate: unknown field" },
-    { name: "unknown nested field", text: V1 + "iptables:\n  masqueradeBitt: 3\n", error: "kp.yaml: iptables.masqueradeBitt: unknown field" },
+    { name: "unknown field (v1alpha2: strict only)", text: V2 + "frobnicate: true\n", error: "kp.yaml: frobnicate: unknown field" },
+    { name: "unknown nested field (v1alpha2: strict only)", text: V2 + "iptables:\n  masqueradeBitt: 3\n", error: "kp.yaml: iptables.masqueradeBitt: unknown field" },
+    { name: "v1alpha1: an unknown field does not excuse an invalid one", text: V1 + "frobnicate: true\niptables:\n  masqueradeBit: 32\n", error: "kp.yaml: iptables.masqueradeBit: 32 is out of range [0, 31]" },
     { name: "a v1alpha1 field in v1alpha2", text: V2 + "clusterCIDR: 198.19.0.0/16\n", error: "kp.yaml: clusterCIDR: unknown field" },
     { name: "portRange is gone in v1alpha2", text: V2 + "portRange: 30000-32767\n", error: "kp.yaml: portRange: unknown field" },
     { name: "masqueradeBit too big", text: V1 + "iptables:\n  masqueradeBit: 32\n", error: "kp.yaml: iptables.masqueradeBit: 32 is out of range [0, 31]" },
@@ -157,14 +173,48 @@ describe("configHardFail: false", () => {
     expect([doc.syncPeriod, doc.minSyncPeriod]).toEqual(["10s", "1s"]);
   });
 
-  test("v1alpha1 has no such switch: still an error", () => {
-    expect(errorOf(V1 + "configHardFail: false\n")).toContain("configHardFail: unknown field");
+  test("v1alpha1 has no such switch: an unknown field, decoded leniently", () => {
+    expect(parseKubeProxyConfig("kp.yaml", V1 + "mode: nftables\nconfigHardFail: false\n").warnings).toEqual(['kp.yaml: using lenient decoding as strict decoding failed: unknown field "configHardFail"']);
   });
 
   test("settings kpng does not act on are warnings even when valid", () => {
     const { warnings } = parseKubeProxyConfig("kp.yaml", V2 + "detectLocalMode: NodeCIDR\n");
     expect(warnings).toEqual(["kp.yaml: detectLocalMode: NodeCIDR is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs"]);
   });
+});
+
+describe("v1alpha1: strict decoding, then lenient with a warning (as kube-proxy)", () => {
+  const cases: Array<{ name: string; text: string; warning: RegExp; check: (d: ReturnType<typeof parseKubeProxyConfig>["doc"]) => void }> = [
+    { name: "unknown top-level field: dropped, the rest applies", text: V1 + "frobnicate: true\nmode: nftables\n", warning: /unknown field "frobnicate"$/, check: (d) => expect(d.mode).toBe("nftables") },
+    { name: "unknown nested fields: all named in one line", text: V1 + "mode: nftables\niptables:\n  masqueradeBitt: 3\n  masqueradeBit: 5\nconntrack:\n  maxx: 1\n", warning: /unknown field "iptables\.masqueradeBitt", unknown field "conntrack\.maxx"$|unknown field "conntrack\.maxx", unknown field "iptables\.masqueradeBitt"$/, check: (d) => expect(d.iptables.masqueradeBit).toBe(5) },
+    { name: "a field given twice: the last value", text: V1 + "mode: ipvs\nmode: nftables\n", warning: /strict decoding failed: .*(duplicate|unique).*\(the last value is used\)$/i, check: (d) => expect(d.mode).toBe("nftables") },
+  ];
+  for (const c of cases) {
+    test(c.name, () => {
+      const { doc, warnings } = parseKubeProxyConfig("kp.yaml", c.text);
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toStartWith("kp.yaml: using lenient decoding as strict decoding failed: ");
+      expect(warnings[0]).toMatch(c.warning);
+      c.check(doc);
+    });
+  }
+  test("v1alpha2: a field given twice is an error", () => {
+    expect(errorOf(V2 + "mode: ipvs\nmode: nftables\n")).toContain("kp.yaml: not valid YAML or JSON");
+  });
+});
+
+describe("fields kpng does not act on: one warning each, none for kube-proxy's defaults", () => {
+  const warningsOf = (text: string) => parseKubeProxyConfig("kp.yaml", text).warnings.map((w) => w.replace("kp.yaml: ", ""));
+  const cases: Array<{ name: string; text: string; want: string[] }> = [
+    { name: "kubeadm-style zeros in nftables mode: nothing to say", text: V1 + "mode: nftables\nclientConnection:\n  qps: 0\n  burst: 0\n  contentType: \"\"\nconfigSyncPeriod: 0s\n", want: [] },
+    { name: "client rate limits and content type", text: V2 + "clientConnection:\n  qps: 50\n  burst: 100\n  contentType: application/json\n", want: ["clientConnection.contentType: application/json has no effect in kpng: kpng's client reads JSON", "clientConnection.qps: 50 has no effect in kpng: kpng's client has no client-side rate limit", "clientConnection.burst: 100 has no effect in kpng: kpng's client has no client-side rate limit"] },
+    { name: "feature gates, profiling", text: V2 + "featureGates:\n  Foo: true\nenableProfiling: true\n", want: ['featureGates: {"Foo":true} has no effect in kpng: kpng has no feature gates', "enableProfiling: true has no effect in kpng: no /debug/pprof (a Go runtime feature)"] },
+    { name: "localhost node ports: only iptables mode has them", text: V1 + "mode: nftables\n", want: [] },
+    { name: "v1alpha1 portRange (unused since the userspace mode)", text: V1 + "mode: nftables\nportRange: 30000-32767\n", want: ["portRange: 30000-32767 has no effect in kpng: unused, as in kube-proxy since its userspace mode was removed"] },
+    { name: "ipvs fields outside ipvs mode: nothing", text: V1 + "mode: iptables\niptables:\n  localhostNodePorts: false\nipvs:\n  strictARP: true\n", want: [] },
+    { name: "logging format and verbosity are applied; split streams are not", text: V2 + "logging:\n  format: json\n  verbosity: 3\n  options:\n    json:\n      splitStream: true\n", want: ["logging.options: {\"json\":{\"splitStream\":true}} has no effect in kpng: every line goes to stderr, unbuffered"] },
+  ];
+  for (const c of cases) test(c.name, () => expect(warningsOf(c.text)).toEqual(c.want));
 });
 
 describe("the Config a document gives", () => {
@@ -179,6 +229,8 @@ describe("the Config a document gives", () => {
     { name: "sync periods in seconds", text: V2 + "syncPeriod: 1m\nminSyncPeriod: 250ms\n", want: { syncPeriodSeconds: 60, minSyncPeriodSeconds: 0.25 } },
     { name: "conntrack UDP timeout, masqueradeAll, servers, kubeconfig", text: V2 + "linux:\n  masqueradeAll: true\n  conntrack:\n    udpTimeout: 45s\nhealthzBindAddress: 127.0.0.1:1\nmetricsBindAddress: 127.0.0.1:2\nclientConnection:\n  kubeconfig: /k\n", want: { masqueradeAll: true, conntrack: { udpTimeoutSeconds: 45 }, healthzBindAddress: "127.0.0.1:1", metricsBindAddress: "127.0.0.1:2", kubeconfig: "/k" } },
     { name: "kpng-only fields of the base are kept", text: V2, want: { nodeName: "from-base", dryRun: true } },
+    { name: "logging format and verbosity", text: V2 + "logging:\n  format: json\n  verbosity: 4\n", want: { logging: { format: "json", verbosity: 4 } } },
+    { name: "ipvs fields and localhostNodePorts pass through to the backends", text: V1 + "mode: ipvs\nipvs:\n  strictARP: true\n  excludeCIDRs: [203.0.113.0/24]\n  tcpTimeout: 15m\niptables:\n  localhostNodePorts: false\n", want: { ipvs: { strictARP: true, excludeCIDRs: ["203.0.113.0/24"], tcpTimeoutSeconds: 900 }, iptables: { localhostNodePorts: false } } },
   ];
   for (const c of cases) test(c.name, () => expect(cfgOf(c.text)).toMatchObject(c.want));
 });

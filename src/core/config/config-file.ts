@@ -1,11 +1,14 @@
 // `--config FILE`: a KubeProxyConfiguration (v1alpha1 or v1alpha2) read,
 // validated, converted to the v1alpha2 layout and turned into kpng's Config;
-// `--write-config-to FILE`: the effective document written back as v1alpha2
-// (so `--config old.yaml --write-config-to new.yaml` migrates a file).
+// `--write-config-to FILE`: the effective document written back, as v1alpha1
+// (what every kube-proxy reads, so a rollback works) unless v1alpha2 is asked
+// for (`--write-config-version`, or a v1alpha2 --config file).
 //
-// Every problem is one line naming the file and the field. With
-// `configHardFail: false` (v1alpha2 only) problems are warnings instead: the
-// offending field is dropped (its default applies) and the rest loads.
+// Every problem is one line naming the file and the field. A v1alpha1 file
+// with unknown or repeated fields is decoded leniently with a warning, as
+// kube-proxy does (strict first, then lenient); in v1alpha2 they are errors.
+// With `configHardFail: false` (v1alpha2 only) problems are warnings instead:
+// the offending field is dropped (its default applies) and the rest loads.
 
 import { writeFile } from "node:fs/promises";
 import * as v from "valibot";
@@ -22,12 +25,16 @@ import {
   V1alpha1Schema,
   V1alpha2Schema,
   type KubeProxyConfig,
+  toV1alpha1,
 } from "./kube-proxy-config.ts";
+import { fieldWarnings } from "./config-fields.ts";
 import { fieldPath, issueKeys, issueProblem } from "../issues.ts";
 import { readTextFile } from "../read-text.ts";
 
 export interface LoadedConfig {
   doc: KubeProxyConfig;
+  /** the file's own apiVersion */
+  apiVersion: typeof V1ALPHA1 | typeof V1ALPHA2;
   /** one line each: problems ignored under configHardFail: false, and settings kpng does not act on */
   warnings: string[];
 }
@@ -67,9 +74,14 @@ function dropField(raw: Record<string, unknown>, path: ReadonlyArray<string | nu
 
 /** Parses and validates file contents; throws a one-line KpngError naming the file and field. */
 export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
-  const parsed = parseDocument(text, { uniqueKeys: true });
+  let parsed = parseDocument(text, { uniqueKeys: true });
+  const warnings: string[] = [];
   const err = parsed.errors[0];
-  if (err) throw invalid(`${file}: not valid YAML or JSON: ${err.message.split("\n")[0]}`);
+  if (err?.code === "DUPLICATE_KEY" && /apiVersion:\s*["']?kubeproxy\.config\.k8s\.io\/v1alpha1/.test(text)) {
+    // kube-proxy's strict decoding refuses a repeated field; its lenient v1alpha1 decoding keeps the last one.
+    parsed = parseDocument(text, { uniqueKeys: false });
+    warnings.push(`${file}: using lenient decoding as strict decoding failed: ${err.message.split("\n")[0]} (the last value is used)`);
+  } else if (err) throw invalid(`${file}: not valid YAML or JSON: ${err.message.split("\n")[0]}`);
   const raw = parsed.toJS() as unknown;
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw invalid(`${file}: not a KubeProxyConfiguration mapping`);
   const doc = raw as Record<string, unknown>;
@@ -78,27 +90,28 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
   }
   // Only v1alpha2 has the switch; a non-boolean value cannot switch anything off.
   const hardFail = !(doc.apiVersion === V1ALPHA2 && doc.configHardFail === false);
-  const warnings: string[] = [];
+  const apiVersion = doc.apiVersion;
+  // v1alpha1's portRange has no v1alpha2 field: kube-proxy has not read it since its userspace mode went.
+  if (apiVersion === V1ALPHA1 && typeof doc.portRange === "string" && doc.portRange !== "") {
+    warnings.push(`${file}: portRange: ${doc.portRange} has no effect in kpng: unused, as in kube-proxy since its userspace mode was removed`);
+  }
   // Each round drops the fields that failed; a field's default is always valid, so this ends.
   for (let round = 0; round < 50; round++) {
     const { problems, doc: out } = problemsOf(doc);
-    if (out) return { doc: out, warnings: [...warnings, ...semanticWarnings(file, out)] };
-    const lines = problems.map((p) => `${file}: ${fieldPath(p.path)}: ${p.message}`);
+    if (out) return { doc: out, apiVersion, warnings: [...warnings, ...fieldWarnings(out).map((w) => `${file}: ${w}`)] };
+    // v1alpha1: unknown fields are what strict decoding refuses and lenient decoding drops.
+    const unknown = apiVersion === V1ALPHA1 ? problems.filter((p) => p.message === "unknown field") : [];
+    if (unknown.length && unknown.length === problems.length) {
+      warnings.push(`${file}: using lenient decoding as strict decoding failed: ${unknown.map((p) => `unknown field "${fieldPath(p.path)}"`).join(", ")}`);
+      for (const p of unknown) dropField(doc, p.path);
+      continue;
+    }
+    const lines = problems.filter((p) => !unknown.includes(p)).map((p) => `${file}: ${fieldPath(p.path)}: ${p.message}`);
     if (hardFail) throw invalid(lines[0] + (lines.length > 1 ? ` (and ${lines.length - 1} more)` : ""));
     warnings.push(...lines.map((l) => `${l} (ignored: configHardFail is false)`));
     for (const p of problems) dropField(doc, p.path);
   }
   throw invalid(`${file}: configuration does not validate`);
-}
-
-/** Settings that are valid kube-proxy configuration but mean nothing, or something else, to kpng. */
-function semanticWarnings(file: string, doc: KubeProxyConfig): string[] {
-  const out: string[] = [];
-  if (doc.detectLocalMode !== "" && doc.detectLocalMode !== "ClusterCIDR") {
-    out.push(`${file}: detectLocalMode: ${doc.detectLocalMode} is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs`);
-  }
-  if (doc.windows.runAsService) out.push(`${file}: windows.runAsService: not supported by kpng, ignored`);
-  return out;
 }
 
 export async function readKubeProxyConfig(file: string): Promise<LoadedConfig> {
@@ -121,7 +134,18 @@ export function configFromKubeProxy(doc: KubeProxyConfig, base: Config = default
   cfg.masqueradeBit = mode === "ipvs" ? doc.ipvs.masqueradeBit : mode === "iptables" ? doc.iptables.masqueradeBit : doc.nftables.masqueradeBit;
   cfg.syncPeriodSeconds = secs(doc.syncPeriod);
   cfg.minSyncPeriodSeconds = secs(doc.minSyncPeriod);
-  cfg.ipvs = { scheduler: doc.ipvs.scheduler || "rr", syncPeriodSeconds: cfg.syncPeriodSeconds, minSyncPeriodSeconds: cfg.minSyncPeriodSeconds };
+  cfg.ipvs = {
+    scheduler: doc.ipvs.scheduler || "rr",
+    syncPeriodSeconds: cfg.syncPeriodSeconds,
+    minSyncPeriodSeconds: cfg.minSyncPeriodSeconds,
+    excludeCIDRs: [...doc.ipvs.excludeCIDRs],
+    strictARP: doc.ipvs.strictARP,
+    tcpTimeoutSeconds: secs(doc.ipvs.tcpTimeout),
+    tcpFinTimeoutSeconds: secs(doc.ipvs.tcpFinTimeout),
+    udpTimeoutSeconds: secs(doc.ipvs.udpTimeout),
+  };
+  cfg.iptables = { localhostNodePorts: doc.iptables.localhostNodePorts };
+  cfg.logging = { format: doc.logging.format === "json" ? "json" : "text", verbosity: doc.logging.verbosity ?? 0 };
   cfg.winkernel = { sourceVip: doc.winkernel.sourceVip, networkName: doc.winkernel.networkName, enableDSR: doc.winkernel.enableDSR };
   cfg.conntrack = { ...cfg.conntrack, udpTimeoutSeconds: secs(doc.linux.conntrack.udpTimeout) };
   cfg.healthzBindAddress = doc.healthzBindAddress;
@@ -130,15 +154,15 @@ export function configFromKubeProxy(doc: KubeProxyConfig, base: Config = default
   return cfg;
 }
 
-/** kube-proxy writes its configuration with sorted keys (JSON -> YAML); so do we. */
-export function formatKubeProxyConfig(doc: KubeProxyConfig): string {
+/** kube-proxy writes its configuration with sorted keys (JSON -> YAML); so do we. v1alpha2 unless `apiVersion` says v1alpha1. */
+export function formatKubeProxyConfig(doc: KubeProxyConfig, apiVersion: string = V1ALPHA2): string {
   // sortMapEntries sorts nested mappings too.
-  return stringify(doc, { sortMapEntries: true, lineWidth: 0, indentSeq: false });
+  return stringify(apiVersion === V1ALPHA1 ? toV1alpha1(doc) : doc, { sortMapEntries: true, lineWidth: 0, indentSeq: false });
 }
 
-export async function writeKubeProxyConfig(file: string, doc: KubeProxyConfig): Promise<void> {
+export async function writeKubeProxyConfig(file: string, doc: KubeProxyConfig, apiVersion: string = V1ALPHA1): Promise<void> {
   try {
-    await writeFile(file, formatKubeProxyConfig(doc));
+    await writeFile(file, formatKubeProxyConfig(doc, apiVersion));
   } catch (err) {
     throw invalid(`flag --write-config-to: cannot write ${file}: ${(err as NodeJS.ErrnoException).code ?? errorMessage(err)}`);
   }

@@ -28,7 +28,19 @@ export interface Config {
   minSyncPeriodSeconds: number;
   /** backends print what they would apply instead of applying it */
   dryRun: boolean;
-  ipvs: { scheduler: string; syncPeriodSeconds: number; minSyncPeriodSeconds: number };
+  ipvs: {
+    scheduler: string;
+    syncPeriodSeconds: number;
+    minSyncPeriodSeconds: number;
+    /** kube-proxy's ipvs fields kpng's ipvs backend does not act on yet (start-up warns when they are set) */
+    excludeCIDRs?: string[];
+    strictARP?: boolean;
+    tcpTimeoutSeconds?: number;
+    tcpFinTimeoutSeconds?: number;
+    udpTimeoutSeconds?: number;
+  };
+  /** iptables.localhostNodePorts (kube-proxy's v1alpha1 default: true); kpng's iptables backend never accepts node ports on 127.0.0.1 */
+  iptables?: { localhostNodePorts: boolean };
   winkernel: { sourceVip: string; networkName: string; enableDSR: boolean };
   conntrack: { udpTimeoutSeconds: number };
   /** address:port for /healthz and /livez; "" = off */
@@ -37,7 +49,9 @@ export interface Config {
   metricsBindAddress: string;
   /** kubeconfig file (`--kubeconfig` or the file's clientConnection.kubeconfig); "" = in-cluster */
   kubeconfig: string;
-  /** the built-in backend to run when no --backend is given ("" = nft); from the file's `mode` */
+  /** `-v` / logging.verbosity and `--logging-format` / logging.format */
+  logging?: { format: "text" | "json"; verbosity: number };
+  /** the built-in backend to run when no --backend is given ("" = kube-proxy's default: iptables on Linux); from the file's `mode` */
   mode: string;
   /**
    * The effective kube-proxy configuration document (v1alpha2 layout): the

@@ -1,15 +1,18 @@
 // Command-line flags, named like kube-proxy's where kube-proxy has one, and
-// their validation into the typed Config. citty keeps only the last value of
-// a repeated flag and accepts unknown ones, so both are handled here from the
-// raw argv.
+// their validation into the typed Config. argv.ts parses them with pflag's
+// rules; a repeated flag keeps every value in the canonical rawArgs, which
+// `repeated()` reads. kube-proxy's other flags are in kube-proxy-flags.ts.
 
 import type { ArgsDef } from "citty";
 import { hostname } from "node:os";
+export { checkUnknownFlags } from "./argv.ts";
+import { configFromKubeProxy } from "./config-file.ts";
+import { applyKubeProxyFlags } from "./kube-proxy-flags.ts";
 import { defaultConfig, type Config } from "./config.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import { invalid } from "../errors.ts";
 import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
-import { backendOfMode, isBindAddress, modeOfBackend } from "./kube-proxy-config.ts";
+import { backendOfMode, isBindAddress, kubeProxyDefaults, modeOfBackend } from "./kube-proxy-config.ts";
 
 export const sourceArgs = {
   input: { type: "string", description: "read Kubernetes objects from this YAML/JSON file (watched for edits)" },
@@ -19,12 +22,13 @@ export const sourceArgs = {
   "node-name": { type: "string", alias: ["hostname-override"], description: "the node this proxy serves (default: the hostname)" },
   "service-proxy-name": { type: "string", description: "also serve services labelled service.kubernetes.io/service-proxy-name=NAME" },
   config: { type: "string", description: "kube-proxy configuration file (KubeProxyConfiguration v1alpha1 or v1alpha2)" },
+  "write-config-version": { type: "string", description: "apiVersion --write-config-to writes: v1alpha1 (default: what kube-proxy reads) or v1alpha2 (default when --config is v1alpha2)" },
   "min-sync-period": { type: "string", description: "minimum interval between recomputations (e.g. 1s)" },
   "sync-period": { type: "string", description: "interval of full resyncs of the rules (e.g. 30s)" },
 } as const satisfies ArgsDef;
 
 export const proxyArgs = {
-  backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel (repeatable; kube-proxy's nftables and kernelspace also work)" },
+  backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)" },
   plugin: { type: "string", description: "load a backend from a .ts/.js file (repeatable)" },
   "dry-run": { type: "boolean", description: "print what backends would apply instead of applying it" },
   once: { type: "boolean", description: "exit after the first full sync is applied" },
@@ -37,7 +41,7 @@ export const proxyArgs = {
   "ipvs-scheduler": { type: "string", description: "IPVS scheduler (default rr)" },
   "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
   "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
-  "write-config-to": { type: "string", description: "write the effective configuration (v1alpha2) to this file and exit" },
+  "write-config-to": { type: "string", description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit" },
 } as const satisfies ArgsDef;
 
 export const listenArgs = {
@@ -58,21 +62,6 @@ export function repeated(rawArgs: readonly string[], name: string, aliases: read
   return out.flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
 }
 
-/** Rejects flags no command defines (citty would silently accept them). */
-export function checkUnknownFlags(rawArgs: readonly string[], defs: ArgsDef): void {
-  const known = new Set<string>(["help", "h", "version"]);
-  for (const [name, def] of Object.entries(defs)) {
-    known.add(name);
-    const alias = (def as { alias?: string | string[] }).alias;
-    for (const a of typeof alias === "string" ? [alias] : (alias ?? [])) known.add(a);
-  }
-  for (const a of rawArgs) {
-    if (!a.startsWith("-") || a === "-" || a === "--") continue;
-    const name = a.replace(/^--?/, "").split("=")[0].replace(/^no-/, "");
-    if (!known.has(name) && !(name.length === 1 && known.has(name))) throw invalid(`flag ${a.split("=")[0]}: unknown flag`);
-  }
-}
-
 const durationFlag = (flag: string, s: string): number => {
   // A bare number is seconds (kpng's first flags took that); otherwise Go's duration syntax, as kube-proxy.
   const n = /^\d+(\.\d+)?$/.test(s) ? Number(s) : parseGoDuration(s);
@@ -84,11 +73,20 @@ const onePerFamily = (xs: string[], family: (s: string) => string | null) => xs.
 
 type Args = Record<string, string | number | boolean | string[] | undefined>;
 
-/** Built-in backend names from --backend/--proxy-mode (kube-proxy's mode names accepted), else the config file's mode. */
+/** kube-proxy 1.36's mode when none is configured (platformApplyDefaults): iptables on Linux, kernelspace on Windows. */
+export const defaultBackend = (platform: string = process.platform): string => (platform === "win32" ? "winkernel" : "iptables");
+
+/** Built-in backend names from --backend/--proxy-mode (kube-proxy's mode names accepted), else the config file's mode, else kube-proxy's default. */
 export function backendNames(rawArgs: readonly string[], cfg: Config): string[] {
   const named = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
   if (named.length || repeated(rawArgs, "plugin").length) return named;
-  return [cfg.mode || "nft"];
+  return [cfg.mode || defaultBackend()];
+}
+
+/** Where the mode came from, for the start-up line. */
+export function modeSource(rawArgs: readonly string[], cfg: Config): "flag" | "config" | "default" {
+  if (repeated(rawArgs, "backend", ["proxy-mode"]).length || repeated(rawArgs, "plugin").length) return "flag";
+  return cfg.mode ? "config" : "default";
 }
 
 /**
@@ -97,15 +95,27 @@ export function backendNames(rawArgs: readonly string[], cfg: Config): string[] 
  * written into `cfg.kubeProxy`, so `--write-config-to` records them.
  * Throws a KpngError naming the flag.
  */
-export function configFromFlags(args: Args, rawArgs: readonly string[], base: Config = defaultConfig()): Config {
-  const cfg: Config = structuredClone(base);
+export function configFromFlags(args: Args, rawArgs: readonly string[], base: Config = defaultConfig(), given: readonly string[] = givenFlags(rawArgs)): Config {
+  const modes = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
+  const withMode = structuredClone(base.kubeProxy);
+  if (modes.length) withMode.mode = modeOfBackend(modes[0]);
+  // kube-proxy's flags bound to configuration fields (conntrack, logging, ...): into the document, then the Config from it.
+  applyKubeProxyFlags(withMode, args, given);
+  const derived = configFromKubeProxy(withMode, base);
+  // The sync periods change only through a flag: a base without a file keeps kpng's own defaults (configFromCLIDefaults).
+  const periodFlags = ["iptables-sync-period", "iptables-min-sync-period", "ipvs-sync-period", "ipvs-min-sync-period"].some((f) => given.includes(f));
+  const cfg: Config = periodFlags
+    ? derived
+    : { ...derived, syncPeriodSeconds: base.syncPeriodSeconds, minSyncPeriodSeconds: base.minSyncPeriodSeconds, ipvs: { ...derived.ipvs, syncPeriodSeconds: base.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: base.ipvs.minSyncPeriodSeconds } };
   const doc = cfg.kubeProxy;
   const str = (k: string) => (typeof args[k] === "string" ? (args[k] as string) : undefined);
 
+  // As kube-proxy's processHostnameOverrideFlag: "" means unset, blanks alone are an error, the name is trimmed.
   const name = str("node-name");
-  if (name !== undefined) {
-    cfg.nodeName = name.toLowerCase();
-    doc.hostnameOverride = name;
+  if (name !== undefined && name !== "") {
+    if (!name.trim()) throw invalid(`flag --hostname-override: "${name}" is empty`);
+    cfg.nodeName = name.trim().toLowerCase();
+    doc.hostnameOverride = name.trim();
   }
   if (!cfg.nodeName) cfg.nodeName = (process.env.NODE_NAME ?? hostname()).toLowerCase();
   if (str("service-proxy-name") !== undefined) cfg.serviceProxyName = str("service-proxy-name")!;
@@ -156,17 +166,34 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   if (cfg.minSyncPeriodSeconds > cfg.syncPeriodSeconds) {
     throw invalid(`flag --min-sync-period: ${formatGoDuration(cfg.minSyncPeriodSeconds)} must not be greater than the sync period (${formatGoDuration(cfg.syncPeriodSeconds)})`);
   }
-  for (const f of ["healthz-bind-address", "metrics-bind-address"] as const) {
-    const val = str(f);
+  // kube-proxy's IPPortVar takes a bare IP too; the deprecated --healthz-port/--metrics-port give
+  // such an IP its port (AppendPortIfNeeded: an address with a port keeps it), and 0 turns the server off.
+  for (const [server, defaultPort] of [["healthz", 10256], ["metrics", 10249]] as const) {
+    const f = `${server}-bind-address` as const;
+    const portText = str(`${server}-port`);
+    if (portText !== undefined && (!/^\d+$/.test(portText) || Number(portText) > 65535)) throw invalid(`flag --${server}-port: "${portText}" must be a port number (0 turns the server off)`);
+    let val = str(f);
+    if (val !== undefined && ipFamily(val)) val = ipFamily(val) === "v6" ? `[${val}]:${portText ?? defaultPort}` : `${val}:${portText ?? defaultPort}`;
+    if (portText !== undefined && Number(portText) === 0) val = "";
     if (val === undefined) continue;
-    if (!isBindAddress(val)) throw invalid(`flag --${f}: "${val}" must be IP:port (IPv6 in brackets), or "" to turn the server off`);
-    if (f === "healthz-bind-address") cfg.healthzBindAddress = doc.healthzBindAddress = val;
+    if (!isBindAddress(val)) throw invalid(`flag --${f}: "${val}" must be IP:port (IPv6 in brackets), an IP, or "" to turn the server off`);
+    if (server === "healthz") cfg.healthzBindAddress = doc.healthzBindAddress = val;
     else cfg.metricsBindAddress = doc.metricsBindAddress = val;
   }
-  const backends = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
-  if (backends.length) {
-    cfg.mode = backends[0];
-    doc.mode = modeOfBackend(backends[0]);
-  }
+  if (modes.length) cfg.mode = modes[0];
   return cfg;
+}
+
+/** Canonical flag names in `--name=value` rawArgs. */
+export const givenFlags = (rawArgs: readonly string[]) => [...new Set(rawArgs.filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")[0]))];
+
+/**
+ * The base Config when there is no --config file: kube-proxy's defaults
+ * (v1alpha1's, as kube-proxy starts without a file), except the sync periods,
+ * which keep kpng's own defaults (defaultConfig).
+ */
+export function configFromCLIDefaults(): Config {
+  const kpng = defaultConfig();
+  const cfg = configFromKubeProxy(kubeProxyDefaults(), kpng);
+  return { ...cfg, syncPeriodSeconds: kpng.syncPeriodSeconds, minSyncPeriodSeconds: kpng.minSyncPeriodSeconds, ipvs: { ...cfg.ipvs, syncPeriodSeconds: kpng.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: kpng.ipvs.minSyncPeriodSeconds } };
 }

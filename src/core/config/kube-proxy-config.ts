@@ -151,8 +151,17 @@ const common = {
   kind: v.literal(KIND, `must be ${KIND}`),
   featureGates: v.nullish(v.record(v.string(), v.boolean("must be true or false"), "must be a mapping"), () => ({})),
   clientConnection,
-  // Logging options belong to component-base and are not acted on; kept as given.
-  logging: v.nullish(v.record(v.string(), v.unknown(), "must be a mapping"), () => ({})),
+  // component-base's LoggingConfiguration: format and verbosity are acted on, the rest is kept as given.
+  logging: v.nullish(
+    v.looseObject(
+      {
+        format: v.optional(v.picklist(["", "text", "json"], 'must be "text" or "json"')),
+        verbosity: v.optional(v.pipe(v.number("must be a number"), v.integer("must be an integer"), v.minValue(0, "must not be negative"))),
+      },
+      "must be a mapping",
+    ),
+    () => ({}),
+  ),
   hostnameOverride: hostname,
   healthzBindAddress: bindAddress("0.0.0.0:10256"),
   metricsBindAddress: bindAddress("127.0.0.1:10249"),
@@ -278,3 +287,59 @@ export function convertV1alpha1(c: KubeProxyConfigV1alpha1): unknown {
 export const backendOfMode = (mode: string): string => ({ nftables: "nft", kernelspace: "winkernel" })[mode] ?? mode;
 export const modeOfBackend = (backend: string): KubeProxyConfig["mode"] =>
   (({ nft: "nftables", winkernel: "kernelspace", iptables: "iptables", ipvs: "ipvs" }) as const)[backend as "nft"] ?? "";
+
+/**
+ * kube-proxy's own defaults: a v1alpha1 document with nothing in it, defaulted
+ * as v1alpha1 (what kube-proxy 1.36 starts from without --config), in the
+ * v1alpha2 layout. Differs from defaultKubeProxyConfig() in
+ * iptables.localhostNodePorts (true) and bindAddressHardFail (false).
+ */
+export const kubeProxyDefaults = (): KubeProxyConfig => v.parse(V1alpha2Schema, convertV1alpha1(v.parse(V1alpha1Schema, { apiVersion: V1ALPHA1, kind: KIND })));
+
+/**
+ * The effective document (v1alpha2 layout) -> v1alpha1, which every kube-proxy
+ * reads: per-mode sync periods and masqueradeAll get the one value, the node
+ * IP override becomes bindAddress (its first IP: v1alpha1 holds one).
+ */
+export function toV1alpha1(c: KubeProxyConfig): KubeProxyConfigV1alpha1 {
+  const sync = { syncPeriod: c.syncPeriod, minSyncPeriod: c.minSyncPeriod };
+  const { masqueradeBit: _bit, ...ipvs } = c.ipvs;
+  return {
+    apiVersion: V1ALPHA1,
+    kind: KIND,
+    featureGates: c.featureGates,
+    clientConnection: c.clientConnection,
+    logging: c.logging,
+    hostnameOverride: c.hostnameOverride,
+    bindAddress: c.nodeIPOverride[0] ?? "0.0.0.0",
+    healthzBindAddress: c.healthzBindAddress,
+    metricsBindAddress: c.metricsBindAddress,
+    bindAddressHardFail: c.bindAddressHardFail,
+    enableProfiling: c.enableProfiling,
+    showHiddenMetricsForVersion: c.showHiddenMetricsForVersion,
+    mode: c.mode,
+    iptables: { masqueradeBit: c.iptables.masqueradeBit, masqueradeAll: c.linux.masqueradeAll, localhostNodePorts: c.iptables.localhostNodePorts, snatNodeInternalIP: c.iptables.snatNodeInternalIP, ...sync },
+    ipvs: { ...sync, ...ipvs },
+    nftables: { masqueradeBit: c.nftables.masqueradeBit, masqueradeAll: c.linux.masqueradeAll, ...sync },
+    winkernel: c.winkernel,
+    detectLocalMode: c.detectLocalMode,
+    detectLocal: { bridgeInterface: c.detectLocal.bridgeInterface, interfaceNamePrefix: c.detectLocal.interfaceNamePrefix },
+    clusterCIDR: c.detectLocal.clusterCIDRs.join(","),
+    nodePortAddresses: c.nodePortAddresses,
+    oomScoreAdj: c.linux.oomScoreAdj,
+    conntrack: c.linux.conntrack,
+    configSyncPeriod: c.configSyncPeriod,
+    portRange: "",
+    windowsRunAsService: c.windows.runAsService,
+  };
+}
+
+/** What a v1alpha2 document holds that v1alpha1 has no place for (toV1alpha1 drops it): `field (value)` each. */
+export function v1alpha1Losses(c: KubeProxyConfig): string[] {
+  const out: string[] = [];
+  if (c.nodeIPOverride.length > 1) out.push(`nodeIPOverride[1] (${c.nodeIPOverride[1]})`);
+  if (c.ipFamilyPolicy !== "") out.push(`ipFamilyPolicy (${c.ipFamilyPolicy})`);
+  if (!c.configHardFail) out.push("configHardFail (false)");
+  if (c.ipvs.masqueradeBit !== c.iptables.masqueradeBit) out.push(`ipvs.masqueradeBit (${c.ipvs.masqueradeBit}; v1alpha1's ipvs mode uses iptables.masqueradeBit, ${c.iptables.masqueradeBit})`);
+  return out;
+}
