@@ -39,16 +39,20 @@ async function loadConfig(args: Args, rawArgs: string[], defs: FlagDefs): Promis
   let base = configFromCLIDefaults();
   let warnings: string[] = [];
   let configApiVersion: string = V1ALPHA1;
+  let minSyncPeriodSet = false;
   if (typeof args.config === "string") {
     const loaded = await readKubeProxyConfig(args.config);
     warnings = loaded.warnings;
     configApiVersion = loaded.apiVersion;
+    minSyncPeriodSet = loaded.minSyncPeriodSet;
     base = configFromKubeProxy(loaded.doc, defaultConfig());
   }
   const cfg = configFromFlags(args, rawArgs, base);
   configureLogging(cfg.logging ?? {});
   for (const w of warnings) log.warn(w);
   const given = givenFlags(rawArgs);
+  // kube-proxy's 1 s default minimum only where an operator asked for a minimum: else syncs are paced by their cost (pacing.ts).
+  if (!minSyncPeriodSet && !MIN_SYNC_FLAGS.some((f) => given.includes(f))) cfg.minSyncPeriodSeconds = cfg.ipvs.minSyncPeriodSeconds = 0;
   const ignored = noEffectFlags(given, defs);
   if (ignored.length) log.warn(`kube-proxy flags accepted with no effect in kpng: ${ignored.join(", ")}`);
   // A value a flag gave that kpng cannot honour (--detect-local-mode=NodeCIDR), unless the file already said so.
@@ -58,6 +62,8 @@ async function loadConfig(args: Args, rawArgs: string[], defs: FlagDefs): Promis
   }
   return { ...cfg, configApiVersion };
 }
+
+const MIN_SYNC_FLAGS = ["min-sync-period", "iptables-min-sync-period", "ipvs-min-sync-period"];
 
 /** `--write-config-version`, else the --config file's own apiVersion, else v1alpha1 (what every kube-proxy reads). */
 function writeConfigVersion(args: Args, configApiVersion: string): string {

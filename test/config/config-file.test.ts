@@ -234,3 +234,17 @@ describe("the Config a document gives", () => {
   ];
   for (const c of cases) test(c.name, () => expect(cfgOf(c.text)).toMatchObject(c.want));
 });
+
+describe("minSyncPeriod set by the operator (else kpng paces syncs by their cost)", () => {
+  const cases: Array<{ name: string; text: string; set: boolean }> = [
+    { name: "v1alpha1 without one", text: V1, set: false },
+    { name: "v1alpha1 iptables 0s (kubeadm writes it; kube-proxy reads its default)", text: `${V1}iptables:\n  minSyncPeriod: 0s\n`, set: false },
+    { name: "v1alpha1 iptables 1s (mode empty: iptables)", text: `${V1}iptables:\n  minSyncPeriod: 1s\n`, set: true },
+    { name: "v1alpha1 nftables mode reads its own section", text: `${V1}mode: nftables\niptables:\n  minSyncPeriod: 2s\n`, set: false },
+    { name: "v1alpha1 nftables 500ms", text: `${V1}mode: nftables\nnftables:\n  minSyncPeriod: 500ms\n`, set: true },
+    { name: "v1alpha1 ipvs 3s", text: `${V1}mode: ipvs\nipvs:\n  minSyncPeriod: 3s\n`, set: true },
+    { name: "v1alpha2 root 1s", text: `${V2}minSyncPeriod: 1s\n`, set: true },
+    { name: "v1alpha2 without one", text: V2, set: false },
+  ];
+  for (const c of cases) test(c.name, () => expect(parseKubeProxyConfig("kp.yaml", c.text).minSyncPeriodSet).toBe(c.set));
+});

@@ -37,6 +37,16 @@ export interface LoadedConfig {
   apiVersion: typeof V1ALPHA1 | typeof V1ALPHA2;
   /** one line each: problems ignored under configHardFail: false, and settings kpng does not act on */
   warnings: string[];
+  /** the file names a minSyncPeriod of its own (not absent, not 0s, which kube-proxy reads as its default) */
+  minSyncPeriodSet: boolean;
+}
+
+/** Whether `raw` sets a minSyncPeriod for its mode: kpng paces syncs by their cost unless an operator sets one. */
+function setsMinSyncPeriod(raw: Record<string, unknown>): boolean {
+  const section = (k: string) => (raw[k] && typeof raw[k] === "object" ? (raw[k] as Record<string, unknown>) : {});
+  const mode = raw.mode === "ipvs" || raw.mode === "nftables" ? raw.mode : "iptables";
+  const value = raw.apiVersion === V1ALPHA1 ? section(mode).minSyncPeriod : raw.minSyncPeriod;
+  return typeof value === "string" && (parseGoDuration(value) ?? 0) > 0;
 }
 
 interface Problem {
@@ -91,6 +101,7 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
   // Only v1alpha2 has the switch; a non-boolean value cannot switch anything off.
   const hardFail = !(doc.apiVersion === V1ALPHA2 && doc.configHardFail === false);
   const apiVersion = doc.apiVersion;
+  const minSyncPeriodSet = setsMinSyncPeriod(doc);
   // v1alpha1's portRange has no v1alpha2 field: kube-proxy has not read it since its userspace mode went.
   if (apiVersion === V1ALPHA1 && typeof doc.portRange === "string" && doc.portRange !== "") {
     warnings.push(`${file}: portRange: ${doc.portRange} has no effect in kpng: unused, as in kube-proxy since its userspace mode was removed`);
@@ -98,7 +109,7 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
   // Each round drops the fields that failed; a field's default is always valid, so this ends.
   for (let round = 0; round < 50; round++) {
     const { problems, doc: out } = problemsOf(doc);
-    if (out) return { doc: out, apiVersion, warnings: [...warnings, ...fieldWarnings(out).map((w) => `${file}: ${w}`)] };
+    if (out) return { doc: out, apiVersion, warnings: [...warnings, ...fieldWarnings(out).map((w) => `${file}: ${w}`)], minSyncPeriodSet };
     // v1alpha1: unknown fields are what strict decoding refuses and lenient decoding drops.
     const unknown = apiVersion === V1ALPHA1 ? problems.filter((p) => p.message === "unknown field") : [];
     if (unknown.length && unknown.length === problems.length) {
