@@ -1,0 +1,92 @@
+// The executor: writes planned map ops into the pinned maps, one batch
+// syscall per run of ops of one kind on one map, and reads the maps back
+// (a new process's first full sync diffs against what the kernel holds).
+// Tests use a recorder with the same interface.
+
+import { ptr } from "bun:ffi";
+import { BpfError, ENOENT, check, libbpf } from "./libbpf.ts";
+import type { MapFds } from "./attach.ts";
+import { backendOf, encodeOp, frontKeyOf, groupOf, SIZES, type BackendValue, type FrontKey, type GroupValue, type MapOp } from "./maps.ts";
+import { MAP, type MapName } from "./names.ts";
+
+/** what the three maps hold */
+export interface MapContents {
+  front: Array<{ key: FrontKey; group: number }>;
+  group: Map<number, GroupValue>;
+  backend: Array<{ id: number; slot: number; value: BackendValue }>;
+}
+
+export interface MapWriter {
+  apply(ops: readonly MapOp[]): Promise<void>;
+  dump(): Promise<MapContents>;
+}
+
+/** runs of consecutive ops on the same map with the same verb */
+export function runsOf(ops: readonly MapOp[]): MapOp[][] {
+  const out: MapOp[][] = [];
+  for (const op of ops) {
+    const last = out.at(-1);
+    if (last && last[0].map === op.map && last[0].op === op.op) last.push(op);
+    else out.push([op]);
+  }
+  return out;
+}
+
+export function kernelWriter(fds: MapFds): MapWriter {
+  const lib = libbpf();
+  const apply = (run: MapOp[]) => {
+    const { map, op } = run[0];
+    const { key, value } = SIZES[map];
+    const keys = new Uint8Array(key * run.length);
+    const values = new Uint8Array(value * run.length);
+    run.forEach((o, i) => encodeOp(o, keys, values, i));
+    const count = new Uint32Array([run.length]);
+    const fd = fds[map];
+    if (op === "update") {
+      check(`update ${map} (${run.length})`, lib.bpf_map_update_batch(fd, ptr(keys), ptr(values), ptr(count), null));
+      return;
+    }
+    const rc = lib.bpf_map_delete_batch(fd, ptr(keys), ptr(count), null);
+    if (rc === 0) return;
+    // A batch delete stops at the first missing key: finish one by one, a missing key being already gone.
+    if (rc !== -ENOENT) throw new BpfError(`delete ${map} (${run.length})`, rc);
+    for (let i = count[0]; i < run.length; i++) {
+      const r = lib.bpf_map_delete_elem(fd, ptr(keys.subarray(i * key)));
+      if (r < 0 && r !== -ENOENT) throw new BpfError(`delete ${map}`, r);
+    }
+  };
+  return {
+    async apply(ops) {
+      for (const run of runsOf(ops)) apply(run);
+    },
+    async dump() {
+      const front: MapContents["front"] = [];
+      for (const [k, v] of entries(fds[MAP.front], MAP.front)) front.push({ key: frontKeyOf(k), group: new DataView(v.buffer).getUint32(0, true) });
+      const group = new Map<number, GroupValue>();
+      for (const [k, v] of entries(fds[MAP.group], MAP.group)) group.set(new DataView(k.buffer).getUint32(0, true), groupOf(v));
+      const backend: MapContents["backend"] = [];
+      for (const [k, v] of entries(fds[MAP.backend], MAP.backend)) {
+        const d = new DataView(k.buffer);
+        backend.push({ id: d.getUint32(0, true), slot: d.getUint32(4, true), value: backendOf(v) });
+      }
+      return { front, group, backend };
+    },
+  };
+}
+
+/** every (key, value) of a map, by get_next_key and lookup */
+function* entries(fd: number, map: MapName): Generator<[Uint8Array, Uint8Array]> {
+  const lib = libbpf();
+  const { key, value } = SIZES[map];
+  let prev: Uint8Array | null = null;
+  for (;;) {
+    const next = new Uint8Array(key);
+    const rc = lib.bpf_map_get_next_key(fd, prev ? ptr(prev) : null, ptr(next));
+    if (rc === -ENOENT) return;
+    check(`read ${map}`, rc);
+    const v = new Uint8Array(value);
+    // a key deleted between the two calls is simply skipped
+    if (lib.bpf_map_lookup_elem(fd, ptr(next), ptr(v)) === 0) yield [next, v];
+    prev = next;
+  }
+}
