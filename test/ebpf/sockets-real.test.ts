@@ -1,0 +1,170 @@
+// The eBPF backend on the real kernel: programs attached to a cgroup of the
+// test's own (test/ebpf/sandbox.ts), maps pinned on a bpffs of its own,
+// clients in the node network namespace joined to that cgroup, real servers
+// in pod namespaces. Each case checks what a client process sees: who
+// answered, which error connect() gave, which peer address it reports.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { createEbpfBackend, type EbpfBackend } from "../../plugins/ebpf/index.ts";
+import { defaultConfig } from "../../src/core/config/config.ts";
+import type { NodeState } from "../../src/core/brain/state.ts";
+import { createLogger } from "../../src/core/log.ts";
+import { v4, v6 } from "../fixtures/addresses.ts";
+import { endpoint, entry, nextState, nodeState, service } from "../fixtures/state.ts";
+import { createTopology, pythonPath, type Probe, type Topology } from "../harness/netns.ts";
+import { createSandbox, type Sandbox } from "./sandbox.ts";
+
+let topo: Topology;
+let sb: Sandbox;
+let backend: EbpfBackend;
+let state: NodeState;
+
+const ip = {
+  web4: v4.clusterIP(20),
+  web6: v6.clusterIP(20),
+  empty: v4.clusterIP(21),
+  localEmpty: v4.clusterIP(22),
+  sticky: v4.clusterIP(23),
+  np: v4.clusterIP(24),
+};
+const NODE_PORT = 30080;
+
+const backendFor = () =>
+  createEbpfBackend(
+    { config: defaultConfig({ nodeIPs: [topo.node.v4, topo.node.v6], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }), log: createLogger("test", { level: "error" }), out: () => {} },
+    { nft: null },
+  );
+
+const pods = (...i: number[]) => Object.fromEntries(i.map((n) => [`pod${n}`, endpoint({ ips: [topo.pods[n].v4, topo.pods[n].v6], local: true })]));
+const http = { name: "http", port: 80, targetPort: 8080 };
+const web = (...i: number[]) => entry(service({ name: "web", clusterIPs: [ip.web4, ip.web6], ports: [http, { name: "dns", protocol: "UDP", port: 53, targetPort: 5353 }] }), pods(...i));
+
+beforeAll(async () => {
+  topo = await createTopology({ pods: 3, prefix: "kpeb" });
+  sb = await createSandbox();
+  for (const p of topo.pods) await topo.serve(p, { tcp: [8080], udp: [5353] });
+  state = nodeState({
+    nodeName: "node0",
+    entries: [
+      web(0, 1),
+      entry(service({ name: "empty", clusterIPs: [ip.empty], ports: [http] })),
+      entry(service({ name: "local-empty", clusterIPs: [ip.localEmpty], ports: [http], iTPLocal: true })),
+      entry(service({ name: "sticky", clusterIPs: [ip.sticky], ports: [http], affinitySeconds: 60 }), pods(0, 1, 2)),
+      entry(service({ name: "np", clusterIPs: [ip.np], ports: [{ ...http, nodePort: NODE_PORT }] }), pods(2)),
+    ],
+  });
+  backend = await backendFor();
+  await backend.setup();
+  await backend.apply(state, null);
+}, 60_000);
+afterAll(async () => {
+  await sb?.destroy();
+  await topo?.destroy();
+});
+
+const tcp = (ip: string, port = 80): Probe => ({ ip, port, proto: "tcp", timeout: 2 });
+const whos = async (probes: Probe[]) => (await sb.probeMany(topo.node.ns, probes)).map((r) => (r.ok ? r.who : r.error));
+
+describe("socket-level load balancing", () => {
+  test("the programs were loaded and attached to the test cgroup, maps pinned", () => {
+    expect(backend.loaded).toBe(true);
+    for (const f of ["link_connect4", "link_recvmsg6", "kpng_front", "kpng_affinity"]) expect(existsSync(join(sb.pinDir, f))).toBe(true);
+  });
+
+  test("a process in the cgroup reaches the service's pods: TCP and UDP, IPv4 and IPv6", async () => {
+    const probes = [tcp(ip.web4), tcp(ip.web6), { ip: ip.web4, port: 53, proto: "udp" as const, timeout: 2 }, { ip: ip.web6, port: 53, proto: "udp" as const, timeout: 2 }];
+    const got = await whos([...probes, ...probes, ...probes]);
+    expect(got.every((w) => w === "pod0" || w === "pod1")).toBe(true);
+  });
+
+  test("connections spread over the endpoints", async () => {
+    const got = new Set(await whos(Array.from({ length: 24 }, () => tcp(ip.web4))));
+    expect([...got].sort()).toEqual(["pod0", "pod1"]);
+  });
+
+  test("a process outside the cgroup is not steered (its packets go where routing sends them)", async () => {
+    const r = await topo.probe(topo.node.ns, { ...tcp(ip.web4), timeout: 0.5 });
+    expect(r.ok).toBe(false);
+  });
+
+  test("a service without endpoints is refused (ECONNREFUSED); iTP=Local without endpoints fails with EPERM", async () => {
+    const [empty, local] = await sb.probeMany(topo.node.ns, [tcp(ip.empty), tcp(ip.localEmpty)]);
+    expect(empty).toMatchObject({ ok: false, error: "refused" });
+    expect(local).toMatchObject({ ok: false, error: "unreachable" });
+    expect(local.ok ? "" : local.detail).toContain("Operation not permitted");
+  });
+
+  test("the node's own node port reaches the endpoint", async () => {
+    expect(await whos([tcp(topo.node.v4, NODE_PORT), tcp(ip.np)])).toEqual(["pod2", "pod2"]);
+  });
+
+  test("ClientIP affinity: every connection of the client goes to one endpoint", async () => {
+    const got = await whos(Array.from({ length: 12 }, () => tcp(ip.sticky)));
+    expect(new Set(got).size).toBe(1);
+    expect(got[0]).toMatch(/^pod[012]$/);
+  });
+
+  test("UDP replies come from the service address; getpeername() shows it too", async () => {
+    const out = await sb.python(
+      topo.node.ns,
+      `
+import socket, json
+res = {}
+for fam, addr in ((socket.AF_INET, ${JSON.stringify(ip.web4)}), (socket.AF_INET6, ${JSON.stringify(ip.web6)})):
+    u = socket.socket(fam, socket.SOCK_DGRAM); u.settimeout(2)
+    u.sendto(b"hi\\n", (addr, 53))
+    data, peer = u.recvfrom(2048)
+    t = socket.socket(fam, socket.SOCK_STREAM); t.settimeout(2)
+    t.connect((addr, 80))
+    res[addr] = {"udpFrom": list(peer[:2]), "tcpPeer": list(t.getpeername()[:2]), "who": data.decode().split()[0]}
+print(json.dumps(res))
+`,
+    );
+    const res = JSON.parse(out);
+    expect(res[ip.web4]).toMatchObject({ udpFrom: [ip.web4, 53], tcpPeer: [ip.web4, 80] });
+    expect(res[ip.web6]).toMatchObject({ udpFrom: [ip.web6, 53], tcpPeer: [ip.web6, 80] });
+  });
+
+  test("an endpoint change: the next connect reaches the new endpoint, the programs stay", async () => {
+    const next = nextState(state, { set: [web(2)] });
+    await backend.apply(next.state, next.change);
+    state = next.state;
+    // one slot written, one count written, one slot deleted (2 endpoints -> 1)
+    expect(backend.last).toMatchObject({ full: false });
+    expect(await whos(Array.from({ length: 8 }, () => tcp(ip.web4)))).toEqual(Array(8).fill("pod2"));
+  });
+});
+
+describe("restart and cleanup", () => {
+  test("a new kpng finds the programs attached: loads nothing, rewrites nothing, no connection fails meanwhile", async () => {
+    const loop = Bun.spawn(sb.inCgroup(["ip", "netns", "exec", topo.node.ns, await pythonPath(), "-u", "-S", join(import.meta.dir, "../harness/probe_loop.py")]), {
+      cwd: join(import.meta.dir, "../harness"),
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+    });
+    loop.stdin.write(JSON.stringify({ probes: [tcp(ip.web4), tcp(ip.sticky)], pauseMs: 5 }) + "\n");
+    await loop.stdin.flush();
+    const out = new Response(loop.stdout).text();
+    await Bun.sleep(300);
+    // the old instance is dropped as a killed process leaves it: nothing closed, nothing removed
+    const again = await backendFor();
+    await again.setup();
+    await again.apply(state, null);
+    await Bun.sleep(300);
+    loop.stdin.end();
+    const run = JSON.parse((await out).trim().split("\n").at(-1)!) as { connections: number; failed: number };
+    expect({ loaded: again.loaded, ops: again.last?.ops, failed: run.failed }).toEqual({ loaded: false, ops: 0, failed: 0 });
+    expect(run.connections).toBeGreaterThan(10);
+    backend = again;
+  }, 30_000);
+
+  test("--cleanup unpins everything: the hooks detach and connects are no longer steered", async () => {
+    await backend.cleanup();
+    expect(existsSync(sb.pinDir)).toBe(false);
+    const [r] = await sb.probeMany(topo.node.ns, [{ ...tcp(ip.empty), timeout: 0.5 }]);
+    expect(r).toMatchObject({ ok: false, error: "timeout" });
+  });
+});
