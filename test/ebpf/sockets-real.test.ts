@@ -13,7 +13,7 @@ import type { NodeState } from "../../src/core/brain/state.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { endpoint, entry, nextState, nodeState, service } from "../fixtures/state.ts";
-import { createTopology, pythonPath, type Probe, type Topology } from "../harness/netns.ts";
+import { createTopology, type Probe, type Topology } from "../harness/netns.ts";
 import { createSandbox, type Sandbox } from "./sandbox.ts";
 
 let topo: Topology;
@@ -139,23 +139,14 @@ print(json.dumps(res))
 
 describe("restart and cleanup", () => {
   test("a new kpng finds the programs attached: loads nothing, rewrites nothing, no connection fails meanwhile", async () => {
-    const loop = Bun.spawn(sb.inCgroup(["ip", "netns", "exec", topo.node.ns, await pythonPath(), "-u", "-S", join(import.meta.dir, "../harness/probe_loop.py")]), {
-      cwd: join(import.meta.dir, "../harness"),
-      stdin: "pipe",
-      stdout: "pipe",
-      stderr: "inherit",
-    });
-    loop.stdin.write(JSON.stringify({ probes: [tcp(ip.web4), tcp(ip.sticky)], pauseMs: 5 }) + "\n");
-    await loop.stdin.flush();
-    const out = new Response(loop.stdout).text();
+    const loop = await sb.probeLoop(topo.node.ns, [tcp(ip.web4), tcp(ip.sticky)]);
     await Bun.sleep(300);
     // the old instance is dropped as a killed process leaves it: nothing closed, nothing removed
     const again = await backendFor();
     await again.setup();
     await again.apply(state, null);
     await Bun.sleep(300);
-    loop.stdin.end();
-    const run = JSON.parse((await out).trim().split("\n").at(-1)!) as { connections: number; failed: number };
+    const run = await loop.stop();
     expect({ loaded: again.loaded, ops: again.last?.ops, failed: run.failed }).toEqual({ loaded: false, ops: 0, failed: 0 });
     expect(run.connections).toBeGreaterThan(10);
     backend = again;
