@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { compiledKpng } from "../fixtures/compiled.ts";
 import { asList, checks, clusterObjects, deniedClient, ips, NODE, nodePorts, podPorts, runChecks, wanted } from "../deployed/cluster.ts";
 import { createTopology, type Probe, type Topology } from "../harness/netns.ts";
 import { createSandbox, type Sandbox } from "./sandbox.ts";
@@ -20,8 +21,8 @@ let kpng: KpngProcess | undefined;
 const dir = tempDir("kpng-ebpf-deployed-");
 let args: string[];
 
-const start = async () => {
-  kpng = startKpng(args, { wrap: ["ip", "netns", "exec", topo.node.ns] });
+const start = async (bin?: string) => {
+  kpng = startKpng(args, { bin, wrap: ["ip", "netns", "exec", topo.node.ns] });
   await kpng.waitFor(/ INFO kpng: synced /, 30_000);
   return kpng;
 };
@@ -70,17 +71,18 @@ describe("kpng --backend ebpf, as deployed", () => {
     expect(await topo.exec(topo.node.ns, ["conntrack", "-L", "-d", ips.clusterIP])).toContain(`src=${topo.client.v4} dst=${ips.clusterIP}`);
   });
 
-  test("kill -9 and restart: no connection from the node fails, the programs are not loaded again", async () => {
+  test("kill -9 and restart as the compiled binary (its embedded object): no connection from the node fails, the programs are not loaded again", async () => {
+    const bin = await compiledKpng();
     const loop = await sb.probeLoop(topo.node.ns, [tcp(ips.clusterIP), tcp(ips.affinity)]);
     await kpng!.stop("SIGKILL");
     await Bun.sleep(200);
-    const again = await start();
+    const again = await start(bin);
     await Bun.sleep(200);
     const run = await loop.stop();
     expect({ failed: run.failed, failures: run.failures }).toEqual({ failed: 0, failures: [] });
     expect(run.connections).toBeGreaterThan(10);
     expect(again.stderr.some((l) => l.includes("programs already attached"))).toBe(true);
-  }, 60_000);
+  }, 120_000);
 
   test("--cleanup: links and maps unpinned (the hooks detach), kpng's nft tables gone", async () => {
     await kpng!.stop("SIGKILL");
