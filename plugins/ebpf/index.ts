@@ -38,6 +38,8 @@ export interface EbpfOptions {
 export interface EbpfStats {
   full: boolean;
   ops: number;
+  /** reading the maps back (a full sync) */
+  readMs: number;
   planMs: number;
   writeMs: number;
 }
@@ -90,9 +92,10 @@ export class EbpfBackend implements FullStateBackend {
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
     const full = this.needFull || change === null;
-    const t0 = performance.now();
+    const tr = performance.now();
     const writer = this.writer;
     if (full && writer) this.planner.load(await writer.dump());
+    const t0 = performance.now();
     const ips = nodeIPsOf(state, this.ctx.config);
     const ops = this.planner.plan(state, full ? null : change, ips);
     const t1 = performance.now();
@@ -108,7 +111,7 @@ export class EbpfBackend implements FullStateBackend {
       }
     }
     this.needFull = false;
-    this.last = { full, ops: ops.length, planMs: t1 - t0, writeMs: performance.now() - t1 };
+    this.last = { full, ops: ops.length, readMs: t0 - tr, planMs: t1 - t0, writeMs: performance.now() - t1 };
     this.log.debug("synced", { ...this.last, ...this.planner.sizes });
     await this.nft?.apply(state, change);
   }

@@ -23,6 +23,7 @@ const SYMBOLS = {
   bpf_obj_get: { args: ["cstring"], returns: "i32" },
   bpf_map_update_batch: { args: ["i32", "ptr", "ptr", "ptr", "ptr"], returns: "i32" },
   bpf_map_delete_batch: { args: ["i32", "ptr", "ptr", "ptr"], returns: "i32" },
+  bpf_map_lookup_batch: { args: ["i32", "ptr", "ptr", "ptr", "ptr", "ptr", "ptr"], returns: "i32" },
   bpf_map_update_elem: { args: ["i32", "ptr", "ptr", "u64"], returns: "i32" },
   bpf_map_delete_elem: { args: ["i32", "ptr"], returns: "i32" },
   bpf_map_lookup_elem: { args: ["i32", "ptr", "ptr"], returns: "i32" },

@@ -70,13 +70,26 @@ export function addrBytes(addr: string, out: Uint8Array, at: number) {
   }
 }
 
-/** The text of 4 (IPv4) or 16 bytes, IPv6 in RFC 5952 form. */
+/** The text of 4 (IPv4) or 16 bytes, IPv6 in RFC 5952 form (the longest run of two or more zero groups as "::"). */
 export function addrText(bytes: Uint8Array, family: Family): string {
   if (family === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
-  const g: string[] = [];
-  for (let i = 0; i < 8; i++) g.push(((bytes[2 * i] << 8) | bytes[2 * i + 1]).toString(16));
-  return new URL(`http://[${g.join(":")}]/`).hostname.slice(1, -1);
+  const g: number[] = [];
+  for (let i = 0; i < 8; i++) g.push((bytes[2 * i] << 8) | bytes[2 * i + 1]);
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) [best, bestLen] = [i, j - i];
+    i = j === i ? i + 1 : j;
+  }
+  const hex = (from: number, to: number) => g.slice(from, to).map((x) => x.toString(16)).join(":");
+  return best < 0 ? hex(0, 8) : `${hex(0, best)}::${hex(best + bestLen, 8)}`;
 }
+
+const scratch = new Uint8Array(16);
+/** one spelling per address: what the maps read back gives (IPv4 text is already unique) */
+export const canonical = (addr: string) => (isIPv4(addr) ? addr : (addrBytes(addr, scratch, 0), addrText(scratch, 6)));
 
 export function frontKeyBytes(k: FrontKey, out: Uint8Array = new Uint8Array(20), at = 0): Uint8Array {
   addrBytes(k.addr, out, at);
@@ -93,7 +106,7 @@ export function frontKeyOf(b: Uint8Array, at = 0): FrontKey {
 }
 
 /** a front key as one string, for maps of what is written */
-export const frontId = (k: FrontKey) => `${k.family}|${k.addr}|${k.proto}|${k.port}`;
+export const frontId = (k: FrontKey) => `${k.family}|${k.family === 6 ? canonical(k.addr) : k.addr}|${k.proto}|${k.port}`;
 
 export function u32Bytes(n: number, out: Uint8Array = new Uint8Array(4), at = 0): Uint8Array {
   new DataView(out.buffer, out.byteOffset).setUint32(at, n, true);

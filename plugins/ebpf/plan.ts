@@ -11,7 +11,7 @@
 // frontends, groups, endpoints deleted.
 
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import { frontId, type BackendValue, type FrontKey, type GroupValue, type MapOp } from "./maps.ts";
+import { canonical, frontId, type BackendValue, type FrontKey, type GroupValue, type MapOp } from "./maps.ts";
 import { MAP } from "./names.ts";
 import { renderService, type GroupSpec } from "./render.ts";
 import type { MapContents } from "./writer.ts";
@@ -23,14 +23,18 @@ interface Owned {
 }
 
 const sameGroup = (a: GroupValue | undefined, b: GroupValue) => !!a && a.count === b.count && a.affinity === b.affinity && a.flags === b.flags;
-const sameBackend = (a: BackendValue | undefined, b: BackendValue) => !!a && a.addr === b.addr && a.port === b.port;
-const epId = (b: BackendValue) => `${b.addr}|${b.port}`;
+// Addresses read back from the maps are in RFC 5952 form, the state's as the API server spelled them.
+const sameBackend = (a: BackendValue | undefined, b: BackendValue) => !!a && a.port === b.port && (a.addr === b.addr || canonical(a.addr) === canonical(b.addr));
+const epId = (b: BackendValue) => `${b.addr.includes(":") ? canonical(b.addr) : b.addr}|${b.port}`;
 
 /**
  * New slot contents: an endpoint that stays keeps its slot when it is below
  * the new count; the others fill the free slots in order.
  */
 export function assignSlots(prev: readonly (BackendValue | undefined)[], next: readonly BackendValue[]): BackendValue[] {
+  // the usual cases (a new group; an unchanged one) without building ids
+  if (prev.length === 0) return [...next];
+  if (prev.length === next.length && next.every((b, i) => prev[i]?.addr === b.addr && prev[i]?.port === b.port)) return [...next];
   const out: (BackendValue | undefined)[] = new Array(next.length);
   const placed = new Set<string>();
   const wanted = new Set(next.map(epId));

@@ -74,19 +74,26 @@ export function kernelWriter(fds: MapFds): MapWriter {
   };
 }
 
-/** every (key, value) of a map, by get_next_key and lookup */
+/** entries read per lookup_batch call */
+const CHUNK = 4096;
+
+/** every (key, value) of a map, read in batches (one syscall per CHUNK entries) */
 function* entries(fd: number, map: MapName): Generator<[Uint8Array, Uint8Array]> {
   const lib = libbpf();
   const { key, value } = SIZES[map];
-  let prev: Uint8Array | null = null;
-  for (;;) {
-    const next = new Uint8Array(key);
-    const rc = lib.bpf_map_get_next_key(fd, prev ? ptr(prev) : null, ptr(next));
+  // the batch position: a bucket index for hash maps (a u32), a key elsewhere
+  const inBatch = new Uint8Array(Math.max(key, 8));
+  const outBatch = new Uint8Array(Math.max(key, 8));
+  const keys = new Uint8Array(key * CHUNK);
+  const values = new Uint8Array(value * CHUNK);
+  const count = new Uint32Array(1);
+  for (let first = true; ; first = false) {
+    count[0] = CHUNK;
+    const rc = lib.bpf_map_lookup_batch(fd, first ? null : ptr(inBatch), ptr(outBatch), ptr(keys), ptr(values), ptr(count), null);
+    if (rc < 0 && rc !== -ENOENT) throw new BpfError(`read ${map}`, rc);
+    for (let i = 0; i < count[0]; i++) yield [keys.slice(i * key, (i + 1) * key), values.slice(i * value, (i + 1) * value)];
+    // -ENOENT: the last entries came with this call
     if (rc === -ENOENT) return;
-    check(`read ${map}`, rc);
-    const v = new Uint8Array(value);
-    // a key deleted between the two calls is simply skipped
-    if (lib.bpf_map_lookup_elem(fd, ptr(next), ptr(v)) === 0) yield [next, v];
-    prev = next;
+    inBatch.set(outBatch);
   }
 }
