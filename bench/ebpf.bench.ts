@@ -147,7 +147,7 @@ export default async function ebpfBench() {
     const mem = mapsMemlock(sb.pinDir);
     const mib = (b: number) => `${(b / 1048576).toFixed(1)} MiB`;
     console.log(
-      `maps' locked memory at ${N} services: ${mib(Object.values(mem).reduce((a, b) => a + b, 0))} (${Object.entries(mem).map(([k, v]) => `${k} ${mib(v)}`).join(", ")}; the hash maps allocate per entry, the LRU maps are preallocated)`,
+      `maps at ${N} services: ${JSON.stringify(again.mapEntries)} entries; locked memory ${mib(Object.values(mem).reduce((a, b) => a + b, 0))} (${Object.entries(mem).map(([k, v]) => `${k} ${mib(v)}`).join(", ")}; the hash maps allocate per entry, the LRU maps are preallocated)`,
     );
 
     // connect() latency: the nft backend programs the same services in the node namespace for the comparison

@@ -75,6 +75,11 @@ export class EbpfBackend implements FullStateBackend {
     this.writer = opts.writer;
   }
 
+  /** entries per map as last planned (benchmarks) */
+  get mapEntries() {
+    return this.planner.sizes;
+  }
+
   async setup(): Promise<void> {
     await this.nft?.setup?.(this.ctx);
     if (this.ctx.config.dryRun || this.writer) return;
@@ -112,7 +117,7 @@ export class EbpfBackend implements FullStateBackend {
     }
     this.needFull = false;
     this.last = { full, ops: ops.length, readMs: t0 - tr, planMs: t1 - t0, writeMs: performance.now() - t1 };
-    this.log.debug("synced", { ...this.last, ...this.planner.sizes });
+    this.log.debug("synced", { ...this.last });
     await this.nft?.apply(state, change);
   }
 

@@ -106,6 +106,20 @@ describe("socket-level load balancing", () => {
     expect(got[0]).toMatch(/^pod[012]$/);
   });
 
+  test("ClientIP affinity whose endpoint goes away: the client moves to one of the others and stays there", async () => {
+    const [was] = await whos([tcp(ip.sticky)]);
+    const rest = [0, 1, 2].filter((i) => `pod${i}` !== was);
+    const sticky = (...i: number[]) => entry(service({ name: "sticky", clusterIPs: [ip.sticky], ports: [http], affinitySeconds: 60 }), pods(...i));
+    const next = nextState(state, { set: [sticky(...rest)] });
+    await backend.apply(next.state, next.change);
+    const got = await whos(Array.from({ length: 12 }, () => tcp(ip.sticky)));
+    expect(new Set(got).size).toBe(1);
+    expect(rest.map((i) => `pod${i}`)).toContain(got[0]);
+    const back = nextState(next.state, { set: [sticky(0, 1, 2)] });
+    await backend.apply(back.state, back.change);
+    state = back.state;
+  });
+
   test("UDP replies come from the service address; getpeername() shows it too", async () => {
     const out = await sb.python(
       topo.node.ns,
