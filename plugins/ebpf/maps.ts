@@ -73,8 +73,9 @@ export function addrBytes(addr: string, out: Uint8Array, at: number) {
 /** The text of 4 (IPv4) or 16 bytes, IPv6 in RFC 5952 form (the longest run of two or more zero groups as "::"). */
 export function addrText(bytes: Uint8Array, family: Family): string {
   if (family === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
-  const g: number[] = [];
-  for (let i = 0; i < 8; i++) g.push((bytes[2 * i] << 8) | bytes[2 * i + 1]);
+  // plain loops and string appends: 100,000s of endpoints are read back after a restart
+  const g = new Array<number>(8);
+  for (let i = 0; i < 8; i++) g[i] = (bytes[2 * i] << 8) | bytes[2 * i + 1];
   let best = -1;
   let bestLen = 1;
   for (let i = 0; i < 8; ) {
@@ -83,8 +84,17 @@ export function addrText(bytes: Uint8Array, family: Family): string {
     if (j - i > bestLen) [best, bestLen] = [i, j - i];
     i = j === i ? i + 1 : j;
   }
-  const hex = (from: number, to: number) => g.slice(from, to).map((x) => x.toString(16)).join(":");
-  return best < 0 ? hex(0, 8) : `${hex(0, best)}::${hex(best + bestLen, 8)}`;
+  let out = "";
+  for (let i = 0; i < 8; i++) {
+    if (i === best) {
+      out += "::";
+      i += bestLen - 1;
+      continue;
+    }
+    if (i > 0 && i !== best + bestLen) out += ":";
+    out += g[i].toString(16);
+  }
+  return out;
 }
 
 const scratch = new Uint8Array(16);

@@ -61,14 +61,14 @@ export function kernelWriter(fds: MapFds): MapWriter {
     },
     async dump() {
       const front: MapContents["front"] = [];
-      for (const [k, v] of entries(fds[MAP.front], MAP.front)) front.push({ key: frontKeyOf(k), group: new DataView(v.buffer).getUint32(0, true) });
+      readAll(fds[MAP.front], MAP.front, (k, v, i) => front.push({ key: frontKeyOf(k, i * 20), group: v.getUint32(i * 4, true) }));
       const group = new Map<number, GroupValue>();
-      for (const [k, v] of entries(fds[MAP.group], MAP.group)) group.set(new DataView(k.buffer).getUint32(0, true), groupOf(v));
+      readAll(fds[MAP.group], MAP.group, (k, v, i) => group.set(new DataView(k.buffer).getUint32(i * 4, true), groupOf(new Uint8Array(v.buffer), i * 12)));
       const backend: MapContents["backend"] = [];
-      for (const [k, v] of entries(fds[MAP.backend], MAP.backend)) {
+      readAll(fds[MAP.backend], MAP.backend, (k, v, i) => {
         const d = new DataView(k.buffer);
-        backend.push({ id: d.getUint32(0, true), slot: d.getUint32(4, true), value: backendOf(v) });
-      }
+        backend.push({ id: d.getUint32(i * 8, true), slot: d.getUint32(i * 8 + 4, true), value: backendOf(new Uint8Array(v.buffer), i * 20) });
+      });
       return { front, group, backend };
     },
   };
@@ -77,8 +77,8 @@ export function kernelWriter(fds: MapFds): MapWriter {
 /** entries read per lookup_batch call */
 const CHUNK = 4096;
 
-/** every (key, value) of a map, read in batches (one syscall per CHUNK entries) */
-function* entries(fd: number, map: MapName): Generator<[Uint8Array, Uint8Array]> {
+/** Every entry of a map, read in batches (one syscall per CHUNK entries): `each(keys, values, i)` decodes entry i of the chunk. */
+function readAll(fd: number, map: MapName, each: (keys: Uint8Array, values: DataView, i: number) => void) {
   const lib = libbpf();
   const { key, value } = SIZES[map];
   // the batch position: a bucket index for hash maps (a u32), a key elsewhere
@@ -86,12 +86,13 @@ function* entries(fd: number, map: MapName): Generator<[Uint8Array, Uint8Array]>
   const outBatch = new Uint8Array(Math.max(key, 8));
   const keys = new Uint8Array(key * CHUNK);
   const values = new Uint8Array(value * CHUNK);
+  const view = new DataView(values.buffer);
   const count = new Uint32Array(1);
   for (let first = true; ; first = false) {
     count[0] = CHUNK;
     const rc = lib.bpf_map_lookup_batch(fd, first ? null : ptr(inBatch), ptr(outBatch), ptr(keys), ptr(values), ptr(count), null);
     if (rc < 0 && rc !== -ENOENT) throw new BpfError(`read ${map}`, rc);
-    for (let i = 0; i < count[0]; i++) yield [keys.slice(i * key, (i + 1) * key), values.slice(i * value, (i + 1) * value)];
+    for (let i = 0; i < count[0]; i++) each(keys, view, i);
     // -ENOENT: the last entries came with this call
     if (rc === -ENOENT) return;
     inBatch.set(outBatch);

@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { createEbpfBackend } from "../../plugins/ebpf/index.ts";
 import { assignSlots, MapPlanner } from "../../plugins/ebpf/plan.ts";
-import { backendBytes, backendOf, frontKeyBytes, frontKeyOf, printOp, type MapOp } from "../../plugins/ebpf/maps.ts";
+import { addrBytes, addrText, backendBytes, backendOf, frontKeyBytes, frontKeyOf, printOp, type MapOp } from "../../plugins/ebpf/maps.ts";
 import { runsOf, type MapContents, type MapWriter } from "../../plugins/ebpf/writer.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { createLogger } from "../../src/core/log.ts";
@@ -205,6 +205,18 @@ describe("bytes", () => {
   ])("front key %o round-trips", (k) => expect(frontKeyOf(frontKeyBytes(k))).toEqual({ ...k, addr: k.addr === "::ffff:198.18.0.1" ? "::ffff:c612:1" : k.addr }));
   test("layout: address bytes, port in network order, proto, family", () => {
     expect([...frontKeyBytes({ family: 4, addr: "198.18.0.10", port: 8080, proto: 6 })]).toEqual([198, 18, 0, 10, ...Array(12).fill(0), 0x1f, 0x90, 6, 4]);
+  });
+  test.each([
+    ["::", "::"],
+    ["2001:db8:0:1:0:0:0:1", "2001:db8:0:1::1"],
+    ["2001:0:0:1:0:0:0:1", "2001:0:0:1::1"],
+    ["1:0:3:4:5:6:7:8", "1:0:3:4:5:6:7:8"],
+    ["fe80:0::1:0:0:0", "fe80::1:0:0:0"],
+    ["2001:DB8::A", "2001:db8::a"],
+  ])("IPv6 read back as RFC 5952 text: %s -> %s", (spelled, text) => {
+    const b = new Uint8Array(16);
+    addrBytes(spelled, b, 0);
+    expect(addrText(b, 6)).toBe(text);
   });
   test("an endpoint carries its family", () => expect(backendOf(backendBytes({ addr: "2001:db8:2::1", port: 80 }))).toEqual({ addr: "2001:db8:2::1", port: 80 }));
   test("writes are batched per map and verb", () => {
