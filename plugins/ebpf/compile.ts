@@ -21,11 +21,11 @@ function sh(argv: string[]): { ok: boolean; err: string } {
   return { ok: p.exitCode === 0, err: p.stderr.toString().trim() };
 }
 
-/** the host's multiarch include dir (asm/types.h), e.g. /usr/include/x86_64-linux-gnu */
+/** the host's multiarch include dir (asm/types.h), e.g. /usr/include/x86_64-linux-gnu, as Debian's clang names it */
 function multiarchInclude(): string[] {
-  const p = Bun.spawnSync(["gcc", "-print-multiarch"], { stdout: "pipe", stderr: "ignore" });
-  const arch = p.exitCode === 0 ? p.stdout.toString().trim() : `${process.arch === "arm64" ? "aarch64" : "x86_64"}-linux-gnu`;
-  return arch ? [`-I/usr/include/${arch}`] : [];
+  const p = Bun.spawnSync(["clang", "-print-multiarch"], { stdout: "pipe", stderr: "ignore" });
+  const arch = p.exitCode === 0 ? p.stdout.toString().trim() : "";
+  return [`-I/usr/include/${arch || `${process.arch === "arm64" ? "aarch64" : "x86_64"}-linux-gnu`}`];
 }
 
 /** compiles the object; returns null (and why) when clang or the headers are missing */

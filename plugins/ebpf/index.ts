@@ -105,7 +105,7 @@ export class EbpfBackend implements FullStateBackend {
     const ops = this.planner.plan(state, full ? null : change, ips);
     const t1 = performance.now();
     if (this.ctx.config.dryRun || !writer) {
-      if (ops.length) this.ctx.out(ops.map(printOp).join("\n") + "\n");
+      if (ops.length) this.ctx.out(`# ebpf: map writes\n${ops.map(printOp).join("\n")}\n`);
     } else {
       try {
         await writer.apply(ops);

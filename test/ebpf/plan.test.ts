@@ -235,7 +235,7 @@ describe("backend", () => {
     const b = await createEbpfBackend(c, { nft: null });
     await b.setup();
     await b.apply(nodeState({ nodeName: "n", entries: [entry(svc({ name: "w", clusterIPs: [cip4], ports: [{ port: 80 }] }))] }), null);
-    expect(out.join("")).toBe(`update kpng_group 1 count=0 affinity=0 flags=0\nupdate kpng_front ${cip4}:80/tcp group=1\n`);
+    expect(out.join("")).toBe(`# ebpf: map writes\nupdate kpng_group 1 count=0 affinity=0 flags=0\nupdate kpng_front ${cip4}:80/tcp group=1\n`);
   });
   test("a failed write makes the next sync full, from what the maps hold", async () => {
     const { ctx: c } = ctx(false);
