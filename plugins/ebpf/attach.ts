@@ -1,9 +1,13 @@
 // Loads kpng's BPF object, pins its maps and attaches its programs to a
 // cgroup v2 directory, each through a pinned bpf_link: the hooks stay
 // attached and the maps keep their entries while no kpng process runs
-// (`kill -9`, an upgrade). A new process finding every link pinned loads
-// nothing: it opens the pinned maps and rewrites them in place. `detach`
-// (--cleanup) unpins the links, which detaches the programs, and the maps.
+// (`kill -9`, an upgrade). A new process finding every link pinned, running
+// the programs of its own object (a marker directory names the object's
+// hash), loads nothing: it opens the pinned maps and rewrites them in place.
+// A kpng with another object (an upgrade) loads it over the pinned maps and
+// swaps each link's program atomically (BPF_LINK_UPDATE): the hooks are never
+// detached. `detach` (--cleanup) unpins the links, which detaches the
+// programs, and the maps.
 //
 // Checks first what the node lacks (the bpf() syscall, cgroup v2, bpffs),
 // each failure one line naming it.
@@ -12,7 +16,7 @@ import { existsSync, mkdirSync, openSync, closeSync, readFileSync, readdirSync, 
 import { ptr } from "bun:ffi";
 import { KpngError } from "../../src/core/errors.ts";
 import { BpfError, check, checkPtr, cstr, libbpf } from "./libbpf.ts";
-import { ALL_MAPS, HOOKS, MAP, linkPin, mapPin, programName, type MapName } from "./names.ts";
+import { ALL_MAPS, HOOKS, MAP, OBJECT_MARKER_PREFIX, linkPin, mapPin, objectMarker, programName, type MapName } from "./names.ts";
 
 export type MapFds = Record<MapName, number>;
 
@@ -69,8 +73,10 @@ export interface AttachOptions {
   cgroup: string;
 }
 
-/** whether every hook's link is pinned: the programs are attached (by us, earlier) */
-export const attached = (pinDir: string) => HOOKS.every((h) => existsSync(linkPin(pinDir, h)));
+/** whether every hook's link is pinned, running the programs of the object with `hash` */
+export const attached = (pinDir: string, hash: string) => existsSync(objectMarker(pinDir, hash)) && HOOKS.every((h) => existsSync(linkPin(pinDir, h)));
+
+export const objectHash = (object: Uint8Array) => new Bun.CryptoHasher("sha256").update(object).digest("hex").slice(0, 16);
 
 /**
  * Attaches (once) and opens the maps. Programs are loaded only when some
@@ -78,8 +84,14 @@ export const attached = (pinDir: string) => HOOKS.every((h) => existsSync(linkPi
  */
 export function attach(opts: AttachOptions): { fds: MapFds; loaded: boolean } {
   const lib = libbpf();
-  const loaded = !attached(opts.pinDir);
-  if (loaded) load(opts);
+  const hash = objectHash(opts.object);
+  const loaded = !attached(opts.pinDir, hash);
+  if (loaded) {
+    load(opts);
+    // the marker goes last: a crash before it makes the next start load again
+    for (const m of readdirSync(opts.pinDir)) if (m.startsWith(OBJECT_MARKER_PREFIX)) rmdirSync(`${opts.pinDir}/${m}`);
+    mkdirSync(objectMarker(opts.pinDir, hash));
+  }
   const fds = {} as MapFds;
   for (const m of Object.values(MAP)) fds[m] = check(`bpf_obj_get ${mapPin(opts.pinDir, m)}`, lib.bpf_obj_get(cstr(mapPin(opts.pinDir, m))));
   return { fds, loaded };
@@ -99,8 +111,17 @@ function load({ object, pinDir, cgroup }: AttachOptions) {
     if (rc < 0) throw loadError(rc);
     cgfd = openSync(cgroup, "r");
     for (const hook of HOOKS) {
-      if (existsSync(linkPin(pinDir, hook))) continue;
       const prog = checkPtr(`program ${programName(hook)}`, lib.bpf_object__find_program_by_name(obj, cstr(programName(hook))));
+      if (existsSync(linkPin(pinDir, hook))) {
+        // attached by another object (an upgrade, or a crash mid-attach): swap the program in place
+        const link = checkPtr(`open ${linkPin(pinDir, hook)}`, lib.bpf_link__open(cstr(linkPin(pinDir, hook))));
+        try {
+          check(`update ${linkPin(pinDir, hook)}`, lib.bpf_link__update_program(link, prog));
+        } finally {
+          lib.bpf_link__destroy(link); // closes our fd only: the pin keeps the link
+        }
+        continue;
+      }
       const link = checkPtr(`attach ${hook} to ${cgroup}`, lib.bpf_program__attach_cgroup(prog, cgfd));
       try {
         check(`pin ${linkPin(pinDir, hook)}`, lib.bpf_link__pin(link, cstr(linkPin(pinDir, hook))));
@@ -118,6 +139,8 @@ function loadError(rc: number): Error {
   const e = new BpfError("bpf_object__load", rc);
   if (rc === -38) return unavailable("the kernel has no bpf() system call (CONFIG_BPF_SYSCALL)");
   if (rc === -1 || rc === -13) return unavailable(`loading the BPF programs was refused (${e.message}): kpng needs root (CAP_BPF, CAP_NET_ADMIN)`);
+  // libbpf refuses a pinned map whose definition differs from the object's
+  if (rc === -22) return unavailable(`loading the BPF programs failed (${e.message}): pinned maps of an older layout? run kpng --cleanup --backend ebpf first`);
   return unavailable(`loading the BPF programs failed: ${e.message}`);
 }
 
@@ -129,6 +152,7 @@ export function detach(pinDir: string): string[] {
     unlinkSync(p);
     removed.push(p);
   }
+  if (existsSync(pinDir)) for (const m of readdirSync(pinDir)) if (m.startsWith(OBJECT_MARKER_PREFIX)) rmdirSync(`${pinDir}/${m}`);
   if (existsSync(pinDir) && readdirSync(pinDir).length === 0) rmdirSync(pinDir);
   return removed;
 }

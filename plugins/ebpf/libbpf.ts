@@ -19,6 +19,8 @@ const SYMBOLS = {
   bpf_map__fd: { args: ["ptr"], returns: "i32" },
   bpf_program__attach_cgroup: { args: ["ptr", "i32"], returns: "ptr" },
   bpf_link__pin: { args: ["ptr", "cstring"], returns: "i32" },
+  bpf_link__open: { args: ["cstring"], returns: "ptr" },
+  bpf_link__update_program: { args: ["ptr", "ptr"], returns: "i32" },
   bpf_link__destroy: { args: ["ptr"], returns: "i32" },
   bpf_obj_get: { args: ["cstring"], returns: "i32" },
   bpf_map_update_batch: { args: ["i32", "ptr", "ptr", "ptr", "ptr"], returns: "i32" },

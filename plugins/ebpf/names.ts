@@ -3,6 +3,7 @@
 //
 //   <pin dir>/kpng_front, kpng_group, ...   the maps
 //   <pin dir>/link_connect4, ...            one bpf_link per hook (keeps it attached)
+//   <pin dir>/obj_<hash>/                   an empty directory naming the object the links run
 
 /** the default pin directory (a bpffs; mounted there if /sys/fs/bpf is not one) */
 export const DEFAULT_PIN_DIR = "/sys/fs/bpf/kpng";
@@ -29,6 +30,9 @@ export const HOOKS = ["connect4", "connect6", "sendmsg4", "sendmsg6", "recvmsg4"
 export const programName = (hook: string) => `kpng_${hook}`;
 export const linkPin = (dir: string, hook: string) => `${dir}/link_${hook}`;
 export const mapPin = (dir: string, map: string) => `${dir}/${map}`;
+/** the marker of the object whose programs the links run */
+export const objectMarker = (dir: string, hash: string) => `${dir}/obj_${hash}`;
+export const OBJECT_MARKER_PREFIX = "obj_";
 
 /** group flag: refuse with EPERM (kube-proxy drops: a Local policy without endpoints) rather than ECONNREFUSED */
 export const GROUP_DROP = 1;

@@ -5,9 +5,11 @@
 // answered, which error connect() gave, which peer address it reports.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { closeSync, existsSync, readdirSync, readFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import { createEbpfBackend, type EbpfBackend } from "../../plugins/ebpf/index.ts";
+import { cstr, libbpf } from "../../plugins/ebpf/libbpf.ts";
+import { HOOKS } from "../../plugins/ebpf/names.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { createLogger } from "../../src/core/log.ts";
@@ -30,6 +32,17 @@ const ip = {
   np: v4.clusterIP(24),
 };
 const NODE_PORT = 30080;
+
+/** the id of the program a pinned link runs (the link's fdinfo) */
+function progIdOf(hook: string): number {
+  const fd = libbpf().bpf_obj_get(cstr(join(sb.pinDir, `link_${hook}`)));
+  if (fd < 0) return -1;
+  try {
+    return Number(/prog_id:\s+(\d+)/.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))?.[1] ?? -1);
+  } finally {
+    closeSync(fd);
+  }
+}
 
 const backendFor = () =>
   createEbpfBackend(
@@ -164,6 +177,24 @@ describe("restart and cleanup", () => {
     expect({ loaded: again.loaded, ops: again.last?.ops, failed: run.failed }).toEqual({ loaded: false, ops: 0, failed: 0 });
     expect(run.connections).toBeGreaterThan(10);
     backend = again;
+  }, 30_000);
+
+  test("a kpng with another BPF object (an upgrade) swaps the programs under the pinned links: the hooks never detach", async () => {
+    const before = HOOKS.map((h) => progIdOf(h));
+    // the marker names the object the links run: make it another one's
+    const marker = readdirSync(sb.pinDir).find((m) => m.startsWith("obj_"))!;
+    renameSync(join(sb.pinDir, marker), join(sb.pinDir, "obj_0000000000000000"));
+    const loop = await sb.probeLoop(topo.node.ns, [tcp(ip.web4), { ip: ip.web6, port: 53, proto: "udp", timeout: 2 }]);
+    const upgraded = await backendFor();
+    await upgraded.setup();
+    await upgraded.apply(state, null);
+    await Bun.sleep(300);
+    const run = await loop.stop();
+    const after = HOOKS.map((h) => progIdOf(h));
+    expect({ loaded: upgraded.loaded, ops: upgraded.last?.ops, failed: run.failed }).toEqual({ loaded: true, ops: 0, failed: 0 });
+    expect(after.every((id, i) => id > 0 && id !== before[i])).toBe(true);
+    expect(readdirSync(sb.pinDir).filter((m) => m.startsWith("obj_"))).toEqual([marker]);
+    backend = upgraded;
   }, 30_000);
 
   test("--cleanup unpins everything: the hooks detach and connects are no longer steered", async () => {
