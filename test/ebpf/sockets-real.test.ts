@@ -133,6 +133,23 @@ describe("socket-level load balancing", () => {
     state = back.state;
   });
 
+  test("an IPv6 socket reaching the IPv4 cluster IP as ::ffff:a.b.c.d is balanced too, its peer the address it asked for", async () => {
+    const out = await sb.python(
+      topo.node.ns,
+      `
+import socket, json
+t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); t.settimeout(2)
+t.connect(("::ffff:${ip.web4}", 80))
+peer = t.getpeername()[0]
+t.send(b"hi\\n")
+print(json.dumps({"peer": peer, "who": t.recv(100).decode().split()[0]}))
+`,
+    );
+    const got = JSON.parse(out);
+    expect(got.peer).toBe(`::ffff:${ip.web4}`);
+    expect(["pod0", "pod1", "pod2"]).toContain(got.who);
+  });
+
   test("UDP replies come from the service address; getpeername() shows it too", async () => {
     const out = await sb.python(
       topo.node.ns,

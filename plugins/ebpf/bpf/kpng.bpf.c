@@ -18,6 +18,7 @@
 #include <linux/bpf.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 #define ECONNREFUSED 111
 
@@ -207,18 +208,34 @@ static __always_inline int forward6(struct bpf_sock_addr *ctx)
 	fk.addr[1] = ctx->user_ip6[1];
 	fk.addr[2] = ctx->user_ip6[2];
 	fk.addr[3] = ctx->user_ip6[3];
+	struct front_key asked = fk;
+	// An IPv6 socket reaching an IPv4 service through ::ffff:a.b.c.d (a
+	// dual-stack socket) is balanced as IPv4, the endpoint mapped back.
+	int mapped = fk.addr[0] == 0 && fk.addr[1] == 0 && fk.addr[2] == bpf_htonl(0xffff);
+	if (mapped) {
+		fk.family = 4;
+		fk.addr[0] = fk.addr[3];
+		fk.addr[2] = 0;
+		fk.addr[3] = 0;
+	}
 	struct backend be = {};
 	enum verdict v = pick(ctx, &fk, &be);
 	if (v == PASS)
 		return 1;
 	if (v != TRANSLATE)
 		return refuse(v);
+	if (mapped) {
+		be.addr[3] = be.addr[0];
+		be.addr[2] = bpf_htonl(0xffff);
+		be.addr[0] = 0;
+		be.addr[1] = 0;
+	}
 	ctx->user_ip6[0] = be.addr[0];
 	ctx->user_ip6[1] = be.addr[1];
 	ctx->user_ip6[2] = be.addr[2];
 	ctx->user_ip6[3] = be.addr[3];
 	ctx->user_port = be.port;
-	remember(ctx, &be, &fk);
+	remember(ctx, &be, &asked);
 	return 1;
 }
 
