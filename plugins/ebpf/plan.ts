@@ -16,11 +16,13 @@ import { MAP } from "./names.ts";
 import { renderService, type GroupSpec } from "./render.ts";
 import type { MapContents } from "./writer.ts";
 
+/** what one service owns: arrays, not maps (a service has a handful of each; 10,000s of services) */
 interface Owned {
-  /** group names -> ids */
-  groups: Map<string, number>;
-  fronts: Map<string, FrontKey>;
+  groups: { name: string; id: number }[];
+  fronts: { fid: string; key: FrontKey }[];
 }
+
+const NOTHING: Owned = { groups: [], fronts: [] };
 
 const sameGroup = (a: GroupValue | undefined, b: GroupValue) => !!a && a.count === b.count && a.affinity === b.affinity && a.flags === b.flags;
 // Addresses read back from the maps are in RFC 5952 form, the state's as the API server spelled them.
@@ -78,7 +80,11 @@ export class MapPlanner {
     this.owned = new Map();
     this.ids = new Set();
     this.freeIds = [];
-    this.nextId = 1 + Math.max(0, ...this.group.keys(), ...this.slots.keys(), ...c.front.map((e) => e.group));
+    let max = 0;
+    for (const id of this.group.keys()) max = Math.max(max, id);
+    for (const id of this.slots.keys()) max = Math.max(max, id);
+    for (const e of c.front) max = Math.max(max, e.group);
+    this.nextId = max + 1;
   }
 
   /** The ops for `change` (null: everything); the mirror assumes they will be applied (else call `load`). */
@@ -98,39 +104,41 @@ export class MapPlanner {
   }
 
   private planService(key: string, specs: GroupSpec[], w: Record<string, MapOp[]>, released: number[]) {
-    const old = this.owned.get(key) ?? { groups: new Map(), fronts: new Map() };
-    const now: Owned = { groups: new Map(), fronts: new Map() };
+    const old = this.owned.get(key) ?? NOTHING;
+    const now: Owned = { groups: [], fronts: [] };
     for (const g of specs) {
-      const id = old.groups.get(g.name) ?? this.adopt(g) ?? this.allocate();
-      now.groups.set(g.name, id);
+      const id = old.groups.find((o) => o.name === g.name)?.id ?? this.adopt(g) ?? this.allocate();
+      now.groups.push({ name: g.name, id });
       const prev = this.slots.get(id) ?? [];
       const next = assignSlots(prev, g.endpoints);
-      next.forEach((b, slot) => {
-        if (!sameBackend(prev[slot], b)) w.backend.push({ map: MAP.backend, op: "update", id, slot, value: b });
-      });
+      for (let slot = 0; slot < next.length; slot++)
+        if (!sameBackend(prev[slot], next[slot])) w.backend.push({ map: MAP.backend, op: "update", id, slot, value: next[slot] });
       for (let slot = next.length; slot < prev.length; slot++) if (prev[slot]) w.delBackend.push({ map: MAP.backend, op: "delete", id, slot });
       this.slots.set(id, next);
       const value: GroupValue = { count: g.endpoints.length, affinity: g.affinity, flags: g.flags };
-      if (!sameGroup(this.group.get(id), value)) w.group.push({ map: MAP.group, op: "update", id, value });
-      this.group.set(id, value);
+      if (!sameGroup(this.group.get(id), value)) {
+        w.group.push({ map: MAP.group, op: "update", id, value });
+        this.group.set(id, value);
+      }
       for (const key of g.frontends) {
         const fid = frontId(key);
-        now.fronts.set(fid, key);
-        if (this.front.get(fid)?.group !== id) w.front.push({ map: MAP.front, op: "update", key, group: id });
+        now.fronts.push({ fid, key });
+        const cur = this.front.get(fid);
+        if (cur?.group === id) continue;
+        w.front.push({ map: MAP.front, op: "update", key, group: id });
         this.front.set(fid, { key, group: id });
       }
     }
-    const oldIds = new Set(old.groups.values());
-    for (const [fid, key] of old.fronts) {
-      if (now.fronts.has(fid)) continue;
+    for (const { fid, key } of old.fronts) {
+      if (now.fronts.some((f) => f.fid === fid)) continue;
       const cur = this.front.get(fid);
       // another service took the address since: its entry stays
-      if (cur && !oldIds.has(cur.group)) continue;
+      if (cur && !old.groups.some((o) => o.id === cur.group)) continue;
       w.delFront.push({ map: MAP.front, op: "delete", key });
       this.front.delete(fid);
     }
-    for (const [name, id] of old.groups) {
-      if (now.groups.has(name)) continue;
+    for (const { name, id } of old.groups) {
+      if (now.groups.some((g) => g.name === name)) continue;
       this.deleteGroup(id, w);
       released.push(id);
     }
@@ -151,7 +159,7 @@ export class MapPlanner {
   /** after a full sync: what no service owns (left by an earlier process) goes */
   private dropOrphans(w: Record<string, MapOp[]>) {
     const ownedFronts = new Set<string>();
-    for (const o of this.owned.values()) for (const fid of o.fronts.keys()) ownedFronts.add(fid);
+    for (const o of this.owned.values()) for (const f of o.fronts) ownedFronts.add(f.fid);
     for (const [fid, e] of this.front) {
       if (ownedFronts.has(fid)) continue;
       w.delFront.push({ map: MAP.front, op: "delete", key: e.key });
