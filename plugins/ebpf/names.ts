@@ -20,7 +20,7 @@ export const MAP = {
 } as const;
 
 /** every map, pinned and removed by --cleanup */
-export const ALL_MAPS = [MAP.front, MAP.group, MAP.backend, "kpng_affinity", "kpng_revnat"] as const;
+export const ALL_MAPS = [MAP.front, MAP.group, MAP.backend, "kpng_affinity", "kpng_flow", "kpng_revnat"] as const;
 
 export type MapName = (typeof MAP)[keyof typeof MAP];
 

@@ -97,6 +97,21 @@ describe("socket-level load balancing", () => {
     expect([...got].sort()).toEqual(["pod0", "pod1"]);
   });
 
+  test("an unconnected UDP socket's datagrams to a service all go to one endpoint, as a conntrack flow keeps them", async () => {
+    const out = await sb.python(
+      topo.node.ns,
+      `
+u = __import__("socket").socket(__import__("socket").AF_INET, __import__("socket").SOCK_DGRAM); u.settimeout(2)
+who = set()
+for _ in range(16):
+    u.sendto(b"hi\\n", (${JSON.stringify(ip.web4)}, 53))
+    who.add(u.recvfrom(2048)[0].decode().split()[0])
+print(" ".join(sorted(who)))
+`,
+    );
+    expect(out.trim()).toMatch(/^pod[01]$/);
+  });
+
   test("a process outside the cgroup is not steered (its packets go where routing sends them)", async () => {
     const r = await topo.probe(topo.node.ns, { ...tcp(ip.web4), timeout: 0.5 });
     expect(r.ok).toBe(false);

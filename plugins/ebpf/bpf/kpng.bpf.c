@@ -11,6 +11,7 @@
 //   kpng_group    group id -> endpoint count, ClientIP affinity seconds, flags
 //   kpng_backend  (group id, slot) -> endpoint (addr, port)
 //   kpng_affinity LRU (client netns cookie, group id) -> chosen slot + when
+//   kpng_flow     LRU (socket cookie, group id) -> an unconnected UDP socket's endpoint
 //   kpng_revnat   LRU (socket cookie, endpoint) -> frontend, for the reverse hooks
 // The loader pins every map and one bpf_link per hook under bpffs, so the
 // programs keep working while no kpng process runs.
@@ -103,6 +104,14 @@ struct {
 	__type(value, struct aff_val);
 } kpng_affinity SEC(".maps");
 
+// (socket cookie, group id) -> the endpoint an unconnected socket's datagrams go to
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+} kpng_flow SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -118,9 +127,22 @@ static __always_inline int same_backend(const struct backend *a, const struct ba
 	       a->addr[3] == b->addr[3] && a->port == b->port;
 }
 
-// Picks the endpoint for frontend `fk`: the affinity entry's while it lives
-// and its endpoint still holds its slot, else a random one.
-static __always_inline enum verdict pick(struct bpf_sock_addr *ctx, struct front_key *fk, struct backend *out)
+// Whether a remembered choice still holds: its endpoint still in its slot.
+static __always_inline int still(const struct aff_val *a, const struct group *g, __u32 id, struct backend *out)
+{
+	struct backend_key bk = { .group = id, .slot = a->slot };
+	struct backend *be = bpf_map_lookup_elem(&kpng_backend, &bk);
+	if (!be || a->slot >= g->count || !same_backend(be, &a->be))
+		return 0;
+	*out = *be;
+	return 1;
+}
+
+// Picks the endpoint for frontend `fk`: for a datagram of an unconnected
+// socket (`per_socket`), the one its earlier datagrams went to, as a
+// conntrack flow keeps it; else the affinity entry's while it lives; else a
+// random one.
+static __always_inline enum verdict pick(struct bpf_sock_addr *ctx, struct front_key *fk, struct backend *out, int per_socket)
 {
 	if (fk->proto != IPPROTO_TCP && fk->proto != IPPROTO_UDP && fk->proto != IPPROTO_SCTP)
 		return PASS;
@@ -132,6 +154,14 @@ static __always_inline enum verdict pick(struct bpf_sock_addr *ctx, struct front
 	if (!g || g->count == 0)
 		return g && (g->flags & GROUP_DROP) ? DROP : REFUSE;
 
+	struct aff_key fl = {};
+	if (per_socket) {
+		fl.netns = bpf_get_socket_cookie(ctx);
+		fl.group = id;
+		struct aff_val *f = bpf_map_lookup_elem(&kpng_flow, &fl);
+		if (f && still(f, g, id, out))
+			return TRANSLATE;
+	}
 	struct aff_key ak = {};
 	__u64 now = 0;
 	if (g->affinity_sec) {
@@ -141,14 +171,9 @@ static __always_inline enum verdict pick(struct bpf_sock_addr *ctx, struct front
 		ak.group = id;
 		now = bpf_ktime_get_ns();
 		struct aff_val *a = bpf_map_lookup_elem(&kpng_affinity, &ak);
-		if (a && now - a->ts <= (__u64)g->affinity_sec * 1000000000ULL) {
-			struct backend_key bk = { .group = id, .slot = a->slot };
-			struct backend *be = bpf_map_lookup_elem(&kpng_backend, &bk);
-			if (be && a->slot < g->count && same_backend(be, &a->be)) {
-				a->ts = now;
-				*out = *be;
-				return TRANSLATE;
-			}
+		if (a && now - a->ts <= (__u64)g->affinity_sec * 1000000000ULL && still(a, g, id, out)) {
+			a->ts = now;
+			return TRANSLATE;
 		}
 	}
 	struct backend_key bk = { .group = id, .slot = bpf_get_prandom_u32() % g->count };
@@ -156,10 +181,11 @@ static __always_inline enum verdict pick(struct bpf_sock_addr *ctx, struct front
 	if (!be)
 		return REFUSE; // a group being rewritten: count and slots disagree for a moment
 	*out = *be;
-	if (g->affinity_sec) {
-		struct aff_val v = { .ts = now, .slot = bk.slot, .be = *be };
+	struct aff_val v = { .ts = now, .slot = bk.slot, .be = *be };
+	if (g->affinity_sec)
 		bpf_map_update_elem(&kpng_affinity, &ak, &v, BPF_ANY);
-	}
+	if (per_socket)
+		bpf_map_update_elem(&kpng_flow, &fl, &v, BPF_ANY);
 	return TRANSLATE;
 }
 
@@ -185,12 +211,12 @@ static __always_inline int refuse(enum verdict v)
 	return 0; // DROP: the hook's own EPERM
 }
 
-static __always_inline int forward4(struct bpf_sock_addr *ctx)
+static __always_inline int forward4(struct bpf_sock_addr *ctx, int per_socket)
 {
 	struct front_key fk = { .port = (__u16)ctx->user_port, .proto = ctx->protocol, .family = 4 };
 	fk.addr[0] = ctx->user_ip4;
 	struct backend be = {};
-	enum verdict v = pick(ctx, &fk, &be);
+	enum verdict v = pick(ctx, &fk, &be, per_socket);
 	if (v == PASS)
 		return 1;
 	if (v != TRANSLATE)
@@ -201,7 +227,7 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
-static __always_inline int forward6(struct bpf_sock_addr *ctx)
+static __always_inline int forward6(struct bpf_sock_addr *ctx, int per_socket)
 {
 	struct front_key fk = { .port = (__u16)ctx->user_port, .proto = ctx->protocol, .family = 6 };
 	fk.addr[0] = ctx->user_ip6[0];
@@ -219,7 +245,7 @@ static __always_inline int forward6(struct bpf_sock_addr *ctx)
 		fk.addr[3] = 0;
 	}
 	struct backend be = {};
-	enum verdict v = pick(ctx, &fk, &be);
+	enum verdict v = pick(ctx, &fk, &be, per_socket);
 	if (v == PASS)
 		return 1;
 	if (v != TRANSLATE)
@@ -270,16 +296,16 @@ static __always_inline int reverse6(struct bpf_sock_addr *ctx)
 }
 
 SEC("cgroup/connect4")
-int kpng_connect4(struct bpf_sock_addr *ctx) { return forward4(ctx); }
+int kpng_connect4(struct bpf_sock_addr *ctx) { return forward4(ctx, 0); }
 
 SEC("cgroup/connect6")
-int kpng_connect6(struct bpf_sock_addr *ctx) { return forward6(ctx); }
+int kpng_connect6(struct bpf_sock_addr *ctx) { return forward6(ctx, 0); }
 
 SEC("cgroup/sendmsg4")
-int kpng_sendmsg4(struct bpf_sock_addr *ctx) { return forward4(ctx); }
+int kpng_sendmsg4(struct bpf_sock_addr *ctx) { return forward4(ctx, 1); }
 
 SEC("cgroup/sendmsg6")
-int kpng_sendmsg6(struct bpf_sock_addr *ctx) { return forward6(ctx); }
+int kpng_sendmsg6(struct bpf_sock_addr *ctx) { return forward6(ctx, 1); }
 
 SEC("cgroup/recvmsg4")
 int kpng_recvmsg4(struct bpf_sock_addr *ctx) { return reverse4(ctx); }
