@@ -5,7 +5,9 @@
 // Full state: each apply plans map writes for the changed services only
 // (plan.ts), written in batches (writer.ts); programs are loaded once and
 // stay attached through pinned links (attach.ts), so a restarted kpng only
-// re-reads the pinned maps and rewrites what differs.
+// re-reads the pinned maps and rewrites what differs. Pins removed by
+// someone else (which detaches the hooks) are reported like nft's flushed
+// tables; the full sync that answers attaches again.
 //
 // The nft backend is composed whole, not only its external part: packets
 // from other hosts to node ports, external and LB IPs (with source ranges,
@@ -13,6 +15,7 @@
 // a map element per service and still serve whatever the hooks do not see
 // (processes outside --ebpf-cgroup, traffic routed to a cluster IP).
 
+import { existsSync } from "node:fs";
 import { errorMessage } from "../../src/core/errors.ts";
 import { KpngError } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
@@ -20,7 +23,7 @@ import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { nodeIPsOf, type BackendContext, type BackendFactory, type FullStateBackend } from "../../src/plugins/backend.ts";
 import { attach, detach, ensureBpffs, resolveCgroup } from "./attach.ts";
 import { printOp } from "./maps.ts";
-import { DEFAULT_BPFFS } from "./names.ts";
+import { ALL_MAPS, DEFAULT_BPFFS, HOOKS, linkPin, mapPin } from "./names.ts";
 import { MapPlanner } from "./plan.ts";
 import { kernelWriter, type MapWriter } from "./writer.ts";
 
@@ -33,6 +36,8 @@ export interface EbpfOptions {
   object?: Uint8Array | null;
   /** mounts a file system (default: mount(8)) */
   mount?: (type: string, dir: string) => void;
+  /** how often the pins are checked for removal by someone else (default 5 s, iptables mode's canary period) */
+  pinCheckMs?: number;
 }
 
 export interface EbpfStats {
@@ -65,6 +70,9 @@ export class EbpfBackend implements FullStateBackend {
   private writer: MapWriter | undefined;
   private needFull = true;
   private readonly log: Logger;
+  /** the object and cgroup setup attached, to attach again when the pins were removed */
+  private attachedWith: { object: Uint8Array; cgroup: string } | undefined;
+  private pinCheck: ReturnType<typeof setInterval> | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -89,13 +97,31 @@ export class EbpfBackend implements FullStateBackend {
     const mount = this.opts.mount ?? mountFs;
     ensureBpffs(pinDir, DEFAULT_BPFFS, mount);
     const cgroup = resolveCgroup(flag || undefined, mount);
+    this.attachedWith = { object, cgroup };
+    this.attach();
+  }
+
+  private attach() {
+    const { object, cgroup } = this.attachedWith!;
+    const { pinDir } = this.ctx.config.ebpf;
     const { fds, loaded } = attach({ object, pinDir, cgroup });
     this.loaded = loaded;
     this.writer = kernelWriter(fds);
     this.log.info(loaded ? "programs attached" : "programs already attached: reusing the pinned maps", { cgroup, pinDir });
   }
 
+  /** whether every link and map is still pinned (unpinning a link detaches its program) */
+  private pinsIntact(): boolean {
+    const { pinDir } = this.ctx.config.ebpf;
+    return HOOKS.every((h) => existsSync(linkPin(pinDir, h))) && ALL_MAPS.every((m) => existsSync(mapPin(pinDir, m)));
+  }
+
   async apply(state: NodeState, change: StateChange): Promise<void> {
+    if (this.attachedWith && !this.pinsIntact()) {
+      // someone removed pins: attach again (new maps where they went), then rewrite everything
+      this.attach();
+      this.needFull = true;
+    }
     const full = this.needFull || change === null;
     const tr = performance.now();
     const writer = this.writer;
@@ -123,9 +149,18 @@ export class EbpfBackend implements FullStateBackend {
 
   watchRules(report: (reason: string) => void): void {
     this.nft?.watchRules?.(report);
+    if (!this.attachedWith) return;
+    let reported = false;
+    this.pinCheck = setInterval(() => {
+      const intact = this.pinsIntact();
+      if (!intact && !reported) report(`ebpf: pinned programs or maps removed from ${this.ctx.config.ebpf.pinDir}`);
+      reported = !intact;
+    }, this.opts.pinCheckMs ?? 5000);
+    this.pinCheck.unref?.();
   }
 
   async cleanup(): Promise<void> {
+    clearInterval(this.pinCheck); // removing the pins is no change to repair
     await this.nft?.cleanup?.(this.ctx);
     const { pinDir } = this.ctx.config.ebpf;
     if (this.ctx.config.dryRun) {
@@ -137,6 +172,7 @@ export class EbpfBackend implements FullStateBackend {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.pinCheck);
     await this.nft?.close?.();
   }
 }

@@ -5,7 +5,7 @@
 // answered, which error connect() gave, which peer address it reports.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { closeSync, existsSync, readdirSync, readFileSync, renameSync } from "node:fs";
+import { closeSync, existsSync, readdirSync, readFileSync, renameSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { createEbpfBackend, type EbpfBackend } from "../../plugins/ebpf/index.ts";
 import { cstr, libbpf } from "../../plugins/ebpf/libbpf.ts";
@@ -197,6 +197,27 @@ print(json.dumps(res))
 });
 
 describe("restart and cleanup", () => {
+  test("pins removed by someone else (the hooks detach): reported, and the full sync that answers attaches again", async () => {
+    const watched = await createEbpfBackend(
+      { config: defaultConfig({ nodeIPs: [topo.node.v4, topo.node.v6], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }), log: createLogger("test", { level: "error" }), out: () => {} },
+      { nft: null, pinCheckMs: 100 },
+    );
+    await watched.setup();
+    const reports: string[] = [];
+    watched.watchRules((r) => void reports.push(r));
+    await watched.apply(state, null);
+    unlinkSync(join(sb.pinDir, "link_connect4"));
+    unlinkSync(join(sb.pinDir, "kpng_backend"));
+    for (let i = 0; i < 100 && !reports.length; i++) await Bun.sleep(50);
+    expect(reports).toEqual([`ebpf: pinned programs or maps removed from ${sb.pinDir}`]);
+    expect(await whos([{ ...tcp(ip.web4), timeout: 0.5 }])).toEqual(["timeout"]);
+    await watched.apply(state, null);
+    expect(watched.last?.full).toBe(true);
+    expect(await whos([tcp(ip.web4), tcp(ip.web6)])).toEqual(["pod2", "pod2"]);
+    await watched.close();
+    backend = watched;
+  }, 30_000);
+
   test("a new kpng finds the programs attached: loads nothing, rewrites nothing, no connection fails meanwhile", async () => {
     const loop = await sb.probeLoop(topo.node.ns, [tcp(ip.web4), tcp(ip.sticky)]);
     await Bun.sleep(300);
