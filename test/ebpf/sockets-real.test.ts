@@ -9,6 +9,8 @@ import { closeSync, existsSync, readdirSync, readFileSync, renameSync, unlinkSyn
 import { join } from "node:path";
 import { createEbpfBackend, type EbpfBackend } from "../../plugins/ebpf/index.ts";
 import { cstr, libbpf } from "../../plugins/ebpf/libbpf.ts";
+import { backendKeyBytes, backendOf, frontKeyBytes } from "../../plugins/ebpf/maps.ts";
+import { ptr } from "bun:ffi";
 import { HOOKS } from "../../plugins/ebpf/names.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
@@ -133,6 +135,50 @@ print(" ".join(sorted(who)))
     expect(new Set(got).size).toBe(1);
     expect(got[0]).toMatch(/^pod[012]$/);
   });
+
+  test("ClientIP affinity: an entry within the timeout is followed, an expired one is not (entries written by hand)", async () => {
+    const lib = libbpf();
+    const fd = (m: string) => lib.bpf_obj_get(cstr(join(sb.pinDir, m)));
+    const [front, backends, affinity] = [fd("kpng_front"), fd("kpng_backend"), fd("kpng_affinity")];
+    try {
+      const gid = new Uint32Array(1);
+      expect(lib.bpf_map_lookup_elem(front, ptr(frontKeyBytes({ family: 4, addr: ip.sticky, port: 80, proto: 6 })), ptr(gid))).toBe(0);
+      // CLOCK_MONOTONIC, bpf_ktime_get_ns's clock (Bun's hrtime has another origin): its offset from hrtime, measured once
+      const monoOffset = BigInt((await sb.python(topo.node.ns, "import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC))")).trim()) - process.hrtime.bigint();
+      const cookie = BigInt((await sb.python(topo.node.ns, "import socket; print(int.from_bytes(socket.socket().getsockopt(socket.SOL_SOCKET, 71, 8), 'little'))")).trim());
+      const slotPod = async (slot: number) => {
+        const v = new Uint8Array(20);
+        expect(lib.bpf_map_lookup_elem(backends, ptr(backendKeyBytes(gid[0], slot)), ptr(v))).toBe(0);
+        return { value: v, pod: `pod${topo.pods.findIndex((p) => p.v4 === backendOf(v).addr)}` };
+      };
+      /** writes the client's affinity entry: slot `slot`, last used `ageS` seconds ago */
+      const remember = async (slot: number, ageS: number) => {
+        const key = new Uint8Array(16);
+        const kv = new DataView(key.buffer);
+        kv.setBigUint64(0, cookie, true);
+        kv.setUint32(8, gid[0], true);
+        const val = new Uint8Array(40);
+        const vv = new DataView(val.buffer);
+        vv.setBigUint64(0, process.hrtime.bigint() + monoOffset - BigInt(ageS) * 1_000_000_000n, true);
+        vv.setUint32(8, slot, true);
+        val.set((await slotPod(slot)).value, 16);
+        expect(lib.bpf_map_update_elem(affinity, ptr(key), ptr(val), 0)).toBe(0);
+      };
+      for (const slot of [0, 1, 2]) {
+        await remember(slot, 30); // the timeout is 60 s
+        expect(await whos([tcp(ip.sticky)])).toEqual([(await slotPod(slot)).pod]);
+      }
+      // expired: a fresh pick each time (all 10 on slot 0's pod by chance: (1/3)^10)
+      const got: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        await remember(0, 61);
+        got.push(...(await whos([tcp(ip.sticky)])));
+      }
+      expect(new Set(got).size).toBeGreaterThan(1);
+    } finally {
+      for (const f of [front, backends, affinity]) closeSync(f);
+    }
+  }, 30_000);
 
   test("ClientIP affinity whose endpoint goes away: the client moves to one of the others and stays there", async () => {
     const [was] = await whos([tcp(ip.sticky)]);
