@@ -5,11 +5,13 @@
 //   bun build.ts --outfile dist/kpng
 
 import { join } from "node:path";
+import { ensureGenerated } from "./plugins/ebpf/compile.ts";
 
 const ROOT = import.meta.dir;
 
 /** Builds the executable at `outfile`; throws with the bundler's messages on failure. */
 export async function buildBinary(outfile: string): Promise<void> {
+  ensureGenerated(); // the ebpf backend's BPF object, embedded as a string
   const res = await Bun.build({
     entrypoints: [join(ROOT, "src/main.ts")],
     compile: { outfile },

@@ -42,6 +42,8 @@ export const proxyArgs = {
   "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
   "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
   "write-config-to": { type: "string", description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit" },
+  "ebpf-cgroup": { type: "string", description: "ebpf backend: the cgroup v2 directory to attach to (default: the root of the cgroup v2 hierarchy)" },
+  "ebpf-pin-dir": { type: "string", description: "ebpf backend: where on a bpf file system its maps and links are pinned (default /sys/fs/bpf/kpng)" },
 } as const satisfies ArgsDef;
 
 export const listenArgs = {
@@ -138,6 +140,7 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
 
   if (args["masquerade-all"] === true) cfg.masqueradeAll = doc.linux.masqueradeAll = true;
   if (args["dry-run"] === true) cfg.dryRun = true;
+  cfg.ebpf = { cgroup: str("ebpf-cgroup") ?? cfg.ebpf.cgroup, pinDir: str("ebpf-pin-dir") ?? cfg.ebpf.pinDir };
 
   const bit = str("iptables-masquerade-bit");
   if (bit !== undefined) {

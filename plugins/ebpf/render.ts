@@ -1,0 +1,97 @@
+// Node-local state -> what the maps should hold, per service, as plain data
+// (no ids yet: plan.ts gives them). A service port makes per family up to two
+// groups of endpoints, each with its frontends:
+//
+//   internal: the cluster IPs -> the endpoints of the internal scope
+//   external: node IP + node port, external IPs, LB IPs -> the endpoints of
+//             the external scope; with externalTrafficPolicy Local and an
+//             internal endpoint, the internal ones, as kube-proxy
+//             short-circuits traffic from the node itself (every client of a
+//             socket-level balancer is on the node)
+//
+// A group without endpoints still has its frontends: the programs refuse
+// (ECONNREFUSED, kube-proxy's reject), or, where a Local policy leaves none,
+// fail with EPERM (kube-proxy drops).
+
+import { Protocol } from "../../src/gen/localv1/services_pb.ts";
+import type { Endpoint, ServiceEndpoints } from "../../src/core/brain/state.ts";
+import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
+import { firstOfFamily, ofFamily } from "../nft/addr.ts";
+import type { BackendValue, Family, FrontKey } from "./maps.ts";
+import { GROUP_DROP } from "./names.ts";
+
+export interface GroupSpec {
+  /** stable name: service key, family, protocol, port and scope */
+  name: string;
+  /** endpoints, sorted by address and port, without duplicates */
+  endpoints: BackendValue[];
+  affinity: number;
+  flags: number;
+  frontends: FrontKey[];
+}
+
+const PROTO: Partial<Record<Protocol, { name: string; num: number }>> = {
+  [Protocol.TCP]: { name: "tcp", num: 6 },
+  [Protocol.UDP]: { name: "udp", num: 17 },
+  [Protocol.SCTP]: { name: "sctp", num: 132 },
+};
+
+const validPort = (p: number) => p > 0 && p < 65536;
+
+const byAddrPort = (a: BackendValue, b: BackendValue) => (a.addr < b.addr ? -1 : a.addr > b.addr ? 1 : a.port - b.port);
+
+export function renderService(key: string, se: ServiceEndpoints, nodeIPs: readonly string[]): GroupSpec[] {
+  const out: GroupSpec[] = [];
+  for (const family of [4, 6] as const) renderFamily(out, key, se, family, nodeIPs);
+  return out;
+}
+
+function renderFamily(out: GroupSpec[], key: string, { service: svc, endpoints }: ServiceEndpoints, family: Family, nodeIPs: readonly string[]) {
+  const f = family === 4 ? "ip" : "ip6";
+  const fam = family === 4 ? "V4" : "V6";
+  const clusterIPs = ofFamily(f, svc.IPs?.ClusterIPs?.[fam]);
+  const extIPs = ofFamily(f, svc.IPs?.ExternalIPs?.[fam], svc.IPs?.LoadBalancerIPs?.[fam]);
+  const anyClusterIP = (svc.IPs?.ClusterIPs?.V4.length ?? 0) + (svc.IPs?.ClusterIPs?.V6.length ?? 0) > 0;
+  // A service lives in the families of its cluster IPs, as in the nft backend.
+  if (clusterIPs.length === 0 && (anyClusterIP || extIPs.length === 0)) return;
+  const nodeAddrs = ofFamily(f, nodeIPs);
+  const affinity = affinitySeconds(svc) ?? 0;
+  const eps: { ep: Endpoint; addr: string }[] = [];
+  for (const ep of endpoints.values()) {
+    const addr = firstOfFamily(f, ep.IPs?.[fam]);
+    if (addr !== undefined) eps.push({ ep, addr });
+  }
+  for (const port of svc.Ports) {
+    const proto = PROTO[port.Protocol];
+    if (!proto || !validPort(port.Port)) continue;
+    const internal = new Map<string, BackendValue>();
+    const external = new Map<string, BackendValue>();
+    for (const { ep, addr } of eps) {
+      const tp = targetPort(ep, port);
+      if (!validPort(tp)) continue;
+      const b = { addr, port: tp };
+      if (ep.Scopes?.Internal) internal.set(`${addr}|${tp}`, b);
+      if (ep.Scopes?.External) external.set(`${addr}|${tp}`, b);
+    }
+    const name = (scope: string) => `${key}|${family}|${proto.name}|${port.Name || port.Port}|${scope}`;
+    const fronts = (ips: string[], p: number) => ips.map((addr) => ({ family, addr, port: p, proto: proto.num }));
+    if (clusterIPs.length)
+      out.push({
+        name: name("internal"),
+        endpoints: [...internal.values()].sort(byAddrPort),
+        affinity,
+        flags: svc.InternalTrafficToLocal ? GROUP_DROP : 0,
+        frontends: fronts(clusterIPs, port.Port),
+      });
+    const extFronts = [...fronts(extIPs, port.Port), ...(validPort(port.NodePort) ? fronts(nodeAddrs, port.NodePort) : [])];
+    if (!extFronts.length) continue;
+    const shortCircuit = svc.ExternalTrafficToLocal && internal.size > 0;
+    out.push({
+      name: name("external"),
+      endpoints: [...(shortCircuit ? internal : external).values()].sort(byAddrPort),
+      affinity,
+      flags: svc.ExternalTrafficToLocal ? GROUP_DROP : 0,
+      frontends: extFronts,
+    });
+  }
+}
