@@ -10,6 +10,7 @@ export const builtinBackends: Record<string, Loader> = {
   iptables: () => import("../../plugins/iptables/index.ts"),
   ipvs: () => import("../../plugins/ipvs/index.ts"),
   winkernel: () => import("../../plugins/winkernel/index.ts"),
+  userspace: () => import("../../plugins/userspace/index.ts"),
 };
 
 export const builtinBackendNames = Object.keys(builtinBackends);

@@ -43,6 +43,8 @@ export interface Config {
   iptables?: { localhostNodePorts: boolean };
   winkernel: { sourceVip: string; networkName: string; enableDSR: boolean };
   conntrack: { udpTimeoutSeconds: number };
+  /** userspace backend: how clients reach its relays ("bind": on the service IPs themselves; "redirect": nftables redirect) */
+  userspaceMode: "bind" | "redirect";
   /** address:port for /healthz and /livez; "" = off */
   healthzBindAddress: string;
   /** address:port for /metrics and /proxyMode; "" = off */
@@ -76,6 +78,7 @@ export function defaultConfig(overrides: Partial<Config> = {}): Config {
     ipvs: { scheduler: "rr", syncPeriodSeconds: 30, minSyncPeriodSeconds: 0 },
     winkernel: { sourceVip: "", networkName: "", enableDSR: false },
     conntrack: { udpTimeoutSeconds: 0 },
+    userspaceMode: "bind",
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",
     kubeconfig: "",

@@ -1,0 +1,51 @@
+// The userspace backend in a process of its own, inside the node namespace
+// (a process's sockets live in the namespace it runs in; the test runner's
+// are on the host). Reads node-local states as JSON lines on stdin, applies
+// each, and answers one JSON line per state:
+//   {"rev": 3, "connections": {"tcp/198.18.0.10/80": 1, ...}}   or {"rev": 3, "error": "..."}
+// argv[2]: the Config overrides (JSON). Logs go to stderr.
+
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { createLogger } from "../../src/core/log.ts";
+import { EndpointSchema, ServiceSchema } from "../../src/gen/localv1/services_pb.ts";
+import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
+import { node0Config } from "../fixtures/node-config.ts";
+import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
+
+export interface WireState {
+  rev: number;
+  nodeIPs?: string[];
+  services: { service: JsonValue; endpoints: [string, JsonValue][] }[];
+}
+
+const config = node0Config(JSON.parse(process.argv[2] ?? "{}"));
+const log = createLogger("driver");
+const backend = createUserspaceBackend({ config, log, out: (t) => process.stderr.write(t) }, { udpIdleMs: 5_000 });
+await backend.setup();
+process.stdout.write("ready\n");
+
+const decode = (w: WireState): NodeState => {
+  const services = new Map<string, ServiceEndpoints>();
+  for (const s of w.services) {
+    const service = fromJson(ServiceSchema, s.service);
+    services.set(`${service.Namespace}/${service.Name}`, { service, endpoints: new Map(s.endpoints.map(([k, e]) => [k, fromJson(EndpointSchema, e)])) });
+  }
+  return { nodeName: config.nodeName, rev: w.rev, services, nodeIPs: w.nodeIPs };
+};
+
+let rest = "";
+for await (const chunk of Bun.stdin.stream()) {
+  const lines = (rest + new TextDecoder().decode(chunk)).split("\n");
+  rest = lines.pop()!;
+  for (const line of lines) {
+    if (!line.trim()) continue;
+    const w = JSON.parse(line) as WireState;
+    try {
+      await backend.apply(decode(w), null);
+      process.stdout.write(JSON.stringify({ rev: w.rev, connections: Object.fromEntries(backend.connections()) }) + "\n");
+    } catch (err) {
+      process.stdout.write(JSON.stringify({ rev: w.rev, error: String(err) }) + "\n");
+    }
+  }
+}
+await backend.close();
