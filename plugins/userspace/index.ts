@@ -73,7 +73,8 @@ export class UserspaceBackend implements FullStateBackend {
   }
 
   async apply(state: NodeState, _change: StateChange): Promise<void> {
-    const plan = planFrontends(state, nodeIPsOf(state, this.ctx.config));
+    const nodeIPs = nodeIPsOf(state, this.ctx.config);
+    const plan = planFrontends(state, nodeIPs);
     for (const s of plan.skipped) {
       if (this.skippedSeen.has(s)) continue;
       this.skippedSeen.add(s);
@@ -113,7 +114,7 @@ export class UserspaceBackend implements FullStateBackend {
     }
     if (this.mode === "redirect") {
       const refused = wanted.filter((f) => !this.running.has(f.key));
-      await this.exec.run(["nft", "-f", "-"], renderRedirect([...this.running.values()].map((r) => ({ frontend: r.frontend, port: r.port })), refused));
+      await this.exec.run(["nft", "-f", "-"], renderRedirect([...this.running.values()].map((r) => ({ frontend: r.frontend, port: r.port })), refused, nodeIPs));
     }
     this.log.debug("relays", { running: this.running.size, frontends: wanted.length, failed: failures.length });
   }

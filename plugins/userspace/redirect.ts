@@ -19,9 +19,20 @@ const familyOf = (f: Frontend): TableFamily => (f.family === 4 ? "ip" : "ip6");
 const comment = (f: Frontend) => `comment "${f.service.replace(/[^\w./:-]/g, "_")}"`;
 const match = (f: Frontend) => `${kw(familyOf(f))} daddr ${f.ip} ${f.proto} dport ${f.port}`;
 
-export function renderRedirect(redirects: readonly Redirect[], refused: readonly Frontend[]): string {
+/**
+ * `nodeIPs`: where packets arriving from other hosts are sent. `redirect`
+ * in prerouting goes to the first address of the interface the packet came
+ * in by, and a pod's veth on the node often has none (or only a link-local
+ * IPv6 one): the packet is dropped. So arriving packets are DNATed to the
+ * node IP of their family when there is one; locally sent ones (output
+ * hook) are redirected to loopback.
+ */
+export function renderRedirect(redirects: readonly Redirect[], refused: readonly Frontend[], nodeIPs: readonly string[] = []): string {
   const lines: string[] = [];
   for (const fam of tableFamilies) {
+    const nodeIP = nodeIPs.find((ip) => ip.includes(":") === (fam === "ip6"));
+    const to = (port: number) => (nodeIP === undefined ? `redirect to :${port}` : `dnat to ${fam === "ip6" ? `[${nodeIP}]` : nodeIP}:${port}`);
+    const pre = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} ${to(r.port)} ${comment(r.frontend)}`);
     const nat = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} redirect to :${r.port} ${comment(r.frontend)}`);
     // node ports without endpoints need no rule: nothing listens there, the node refuses by itself
     const reject = refused
@@ -31,7 +42,7 @@ export function renderRedirect(redirects: readonly Redirect[], refused: readonly
     const chain = (name: string, hook: string, rules: string[]) => {
       lines.push(`  chain ${name} {`, `    ${hook}`, ...rules.map((r) => `    ${r}`), "  }");
     };
-    chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;", nat);
+    chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;", pre);
     chain("output", "type nat hook output priority -100; policy accept;", nat); // nft 1.0.6 knows no `dstnat` name in the output hook
     chain("refuse-forward", "type filter hook forward priority filter; policy accept;", reject);
     chain("refuse-output", "type filter hook output priority filter; policy accept;", reject);

@@ -81,11 +81,13 @@ const cases: Case[] = [
     expect: perFamily((f) => [{ from: "pod0", to: cip[f], port: 80, answer: "pod1", source: "node" }]),
   },
   {
-    name: "ClusterIP: UDP; SCTP is not relayed (this kernel has no SCTP: the node answers unreachable)",
+    name: "ClusterIP: UDP; SCTP is not relayed (the node's kernel answers as for any unknown protocol)",
     services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
     expect: perFamily((f) => [
       { from: "client", to: cip[f], port: 53, proto: "udp", answer: "pod1", source: "node" },
       { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod1", source: "node" },
+      // no SCTP in this kernel: IPv4 answers "protocol unreachable", IPv6 stays silent
+      { from: "client", to: cip[f], port: 90, proto: "sctp", error: (f === "v4" ? "unreachable" : "timeout") as "refused" },
     ]),
   },
   {
@@ -371,13 +373,16 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
     );
   });
 
-  test("the tables hold one rule per frontend and nothing else of the node's", async () => {
+  test("the tables: one rule per frontend and hook, rewritten whole at each sync", async () => {
     await redirect.apply([entry(svc(web()), podEndpoints(topo, [1], ports))]);
     const rules = await topo.exec(topo.node.ns, ["nft", "list", "table", "ip", "kpng-userspace"]);
+    // arriving packets go to the node IP (a pod's veth has no address to redirect to), local ones to loopback
+    expect(rules).toContain(`ip daddr ${cip.v4} tcp dport 80 dnat to ${node("v4")}:`);
     expect(rules).toContain(`ip daddr ${cip.v4} tcp dport 80 redirect to :`);
-    expect(rules).toContain(`ip daddr ${node("v4")} udp dport 30053 redirect to :`);
+    expect(rules).toContain(`ip daddr ${node("v4")} udp dport 30053 dnat to ${node("v4")}:`);
     await redirect.apply([]);
     const after = await topo.exec(topo.node.ns, ["nft", "list", "table", "ip", "kpng-userspace"]);
     expect(after).not.toContain("redirect");
+    expect(after).not.toContain("dnat");
   });
 });
