@@ -41,6 +41,8 @@ export interface Proxy {
   stop(): Promise<void>;
   /** the driver's log so far */
   readonly log: string[];
+  /** the driver's process id (`ip netns exec` execs it): benchmarks read its CPU time */
+  readonly pid: number;
 }
 
 /** Starts the userspace backend in the node namespace. */
@@ -62,6 +64,7 @@ export async function startProxy(topo: Topology, config: Partial<Config> = {}): 
   let rev = 0;
   return {
     log,
+    pid: p.pid,
     async apply(entries) {
       const w: WireState = {
         rev: ++rev,
