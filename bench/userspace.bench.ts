@@ -16,6 +16,7 @@
 // two backends of one run, not runs.
 
 import { readFileSync } from "node:fs";
+import { loadavg } from "node:os";
 import { join } from "node:path";
 import { createNftBackend } from "../plugins/nft/index.ts";
 import { BUN } from "../test/api/kpng-process.ts";
@@ -111,7 +112,7 @@ export default async function bench() {
     rows.push(...(await measure(topo, "userspace", server.pid, proxy.pid)));
     await proxy.stop();
 
-    console.log(`one Service, one endpoint; ${SECONDS} s per throughput run, 64 KiB writes; latency over 400 connections`);
+    console.log(`one Service, one endpoint; ${SECONDS} s per throughput run, 64 KiB writes; latency over 400 connections; load average ${loadavg()[0]!.toFixed(1)} at the end`);
     console.log("backend    conc  connect p50   p99      throughput   relay CPU/GB  client+server CPU/GB");
     for (const r of rows) {
       console.log(

@@ -1,20 +1,23 @@
 // One TCP frontend: a listener, and per accepted client a connection to an
 // endpoint with bytes copied both ways.
 //
-// node:net rather than Bun.listen/Bun.connect: the relay needs backpressure
-// both ways (a fast sender must not fill the process's memory while the
-// other side reads slowly), half-close (a client's FIN must reach the
-// endpoint while the answer still flows back) and a reset (RST, not FIN) to
-// pass on a refusal or a removed endpoint. `pipe()` with allowHalfOpen gives
-// the first two and `resetAndDestroy()` the third; with Bun.listen each is
-// hand-written buffering on top of `write()`'s partial counts. Bun implements
-// node:net on the same native sockets, so the copy loop stays native-backed.
+// Bun's own sockets (Bun.listen / Bun.connect) rather than node:net: the
+// copy loop is the whole cost of a relay, and node:net's streams (pipe,
+// per-chunk events and buffering) cost more CPU per byte and connect
+// latency than the native handlers (compared in the README's userspace
+// section). What streams gave for free is written here, small and explicit:
+//   - backpressure: a write the kernel took only part of keeps the rest
+//     (`Half.pending`) and pauses the sending side until `drain`;
+//   - half-close: a FIN from one side is passed on (`shutdown()`) once that
+//     direction's pending bytes are out, and the other direction keeps
+//     flowing (allowHalfOpen);
+//   - a reset (`terminate()`: SO_LINGER 0) for a refused or removed endpoint,
+//     as conntrack cleanup and reject rules give with the kernel backends.
 
-import net from "node:net";
-import { BlockList } from "node:net";
 import type { Logger } from "../../src/core/log.ts";
 import type { Frontend } from "./frontends.ts";
 import { Picker } from "./picker.ts";
+import { BlockList } from "node:net";
 
 export interface RelayOptions {
   log: Logger;
@@ -28,9 +31,24 @@ export interface RelayOptions {
 /** the endpoints a new connection may try, in turn, before the client is reset */
 const MAX_TRIES = 3;
 
+/** One direction's sink: the socket written to, and what it has not taken yet. */
+interface Half {
+  socket?: Bun.Socket<Half>;
+  /** the socket whose bytes are written here (paused while `pending` holds any) */
+  source?: Bun.Socket<Half>;
+  pending?: Uint8Array;
+  /** the source sent FIN: shut this socket's write side once `pending` is out */
+  finish?: boolean;
+  pair?: Pair;
+}
+
 interface Pair {
-  client: net.Socket;
-  upstream: net.Socket;
+  endpoint: string;
+  client: Bun.Socket<Half>;
+  upstream?: Bun.Socket<Half>;
+  closed: boolean;
+  /** the relay forgets the pair */
+  forget(): void;
 }
 
 /** parsed "ip:port" / "[ip6]:port" */
@@ -45,9 +63,9 @@ export function allowList(ranges: readonly string[] | undefined): BlockList | un
   if (ranges === undefined) return undefined;
   const list = new BlockList();
   for (const r of ranges) {
-    const [net_, bits] = r.split("/");
-    const v6 = net_!.includes(":");
-    list.addSubnet(net_!, Number(bits ?? (v6 ? 128 : 32)), v6 ? "ipv6" : "ipv4");
+    const [net, bits] = r.split("/");
+    const v6 = net!.includes(":");
+    list.addSubnet(net!, Number(bits ?? (v6 ? 128 : 32)), v6 ? "ipv6" : "ipv4");
   }
   return list;
 }
@@ -55,8 +73,78 @@ export function allowList(ranges: readonly string[] | undefined): BlockList | un
 /** a peer address as the family's plain text (IPv4-mapped IPv6 unwrapped) */
 export const plainAddress = (a: string | undefined) => (a?.startsWith("::ffff:") && a.includes(".") ? a.slice(7) : (a ?? ""));
 
+/** Writes `d` to `half`'s socket; what does not fit waits, and the source pauses. */
+function forward(half: Half | undefined, d: Uint8Array) {
+  const to = half?.socket;
+  if (!half || !to) return;
+  if (half.pending) {
+    half.pending = concat(half.pending, d);
+    return;
+  }
+  const n = to.write(d);
+  if (n < d.length) {
+    half.pending = d.slice(Math.max(n, 0)); // a copy: the read buffer is not ours after this call
+    half.source?.pause();
+  }
+}
+
+const concat = (a: Uint8Array, b: Uint8Array) => {
+  const c = new Uint8Array(a.length + b.length);
+  c.set(a);
+  c.set(b, a.length);
+  return c;
+};
+
+/** Socket events of both sides; `s.data` is the Half whose socket `s` is. */
+const handlers = {
+  binaryType: "uint8array" as const,
+  data(s: Bun.Socket<Half>, d: Uint8Array) {
+    forward(peerHalf(s), d);
+  },
+  drain(s: Bun.Socket<Half>) {
+    const half = s.data;
+    if (!half.pending) return;
+    const n = s.write(half.pending);
+    if (n < half.pending.length) {
+      half.pending = half.pending.subarray(Math.max(n, 0));
+      return;
+    }
+    half.pending = undefined;
+    half.source?.resume();
+    if (half.finish) s.shutdown();
+  },
+  end(s: Bun.Socket<Half>) {
+    const to = peerHalf(s);
+    if (!to?.socket) return;
+    if (to.pending) to.finish = true;
+    else to.socket.shutdown();
+  },
+  close(s: Bun.Socket<Half>, err?: Error) {
+    const pair = s.data.pair;
+    if (!pair || pair.closed) return;
+    const other = s === pair.client ? pair.upstream : pair.client;
+    // one side is gone: an error is passed on as a reset, a clean close as a close
+    if (err) other?.terminate();
+    else other?.end();
+    pair.closed = true;
+    pair.forget();
+  },
+  error(s: Bun.Socket<Half>) {
+    const pair = s.data.pair;
+    if (!pair) return;
+    (s === pair.client ? pair.upstream : pair.client)?.terminate();
+  },
+};
+
+/** the Half of the socket `s` writes to */
+function peerHalf(s: Bun.Socket<Half>): Half | undefined {
+  const pair = s.data.pair;
+  if (!pair) return undefined;
+  return (s === pair.client ? pair.upstream : pair.client)?.data;
+}
+
 export class TcpRelay {
-  private readonly server: net.Server;
+  private listener: Bun.TCPSocketListener<Half> | undefined;
   private readonly picker: Picker;
   private allowed: BlockList | undefined;
   /** open relays by endpoint, so a removed endpoint's connections can be closed */
@@ -74,25 +162,23 @@ export class TcpRelay {
     this.now = opts.now ?? Date.now;
     this.picker = new Picker(frontend.endpoints, ms(frontend.affinitySeconds));
     this.allowed = allowList(frontend.sourceRanges);
-    // pauseOnConnect: nothing is read from the client before an endpoint takes it
-    this.server = net.createServer({ allowHalfOpen: true, pauseOnConnect: true, noDelay: true }, (c) => this.accept(c));
   }
 
   /** resolves with the port listened on; rejects when the address cannot be bound */
-  listen(): Promise<number> {
+  async listen(): Promise<number> {
     const at = this.opts.listen ?? { host: this.frontend.ip, port: this.frontend.port };
-    return new Promise((resolve, reject) => {
-      const onError = (err: Error) => reject(err);
-      this.server.once("error", onError);
-      this.server.listen({ host: at.host, port: at.port, exclusive: true, ipv6Only: at.host.includes(":"), backlog: 4096 }, () => {
-        this.server.off("error", onError);
-        this.server.on("error", (err) => this.log.warn("listener error", { frontend: this.frontend.key, err: err.message }));
-        resolve((this.server.address() as net.AddressInfo).port);
-      });
+    this.listener = Bun.listen<Half>({
+      hostname: at.host,
+      port: at.port,
+      exclusive: true,
+      allowHalfOpen: true,
+      data: {},
+      socket: { ...handlers, open: (c) => this.accept(c) },
     });
+    return this.listener.port;
   }
 
-  /** New endpoints (or affinity, ranges): new connections use them at once; connections to endpoints that left are closed. */
+  /** New endpoints (or affinity, ranges): new connections use them at once; connections to endpoints that left are reset. */
   update(frontend: Frontend): void {
     this.frontend = frontend;
     this.picker.update(frontend.endpoints, ms(frontend.affinitySeconds));
@@ -113,85 +199,94 @@ export class TcpRelay {
   }
 
   /** stops listening and resets every relayed connection */
-  close(): Promise<void> {
+  async close(): Promise<void> {
     for (const pairs of this.open.values()) for (const p of pairs) reset(p);
     this.open.clear();
-    return new Promise((resolve) => this.server.close(() => resolve()));
+    this.listener?.stop(true);
   }
 
-  private accept(client: net.Socket) {
+  private accept(client: Bun.Socket<Half>) {
+    client.data = {};
     const source = plainAddress(client.remoteAddress);
     if (this.allowed && !this.allowed.check(source, source.includes(":") ? "ipv6" : "ipv4")) {
-      // loadBalancerSourceRanges: kernel backends drop; a process can only refuse what it accepted
-      client.resetAndDestroy();
+      // loadBalancerSourceRanges: kernel backends drop; a process can only reset what the kernel accepted
+      client.terminate();
       return;
     }
     this.accepted++;
-    client.on("error", () => {});
+    client.pause(); // nothing is read from the client before an endpoint takes it
+    client.setNoDelay(true);
     this.connect(client, source, new Set());
   }
 
-  private connect(client: net.Socket, source: string, failed: Set<string>) {
-    const endpoint = this.picker.pick(source, this.now(), failed);
-    if (endpoint === undefined || failed.size >= MAX_TRIES || client.destroyed) {
-      client.resetAndDestroy();
+  private connect(client: Bun.Socket<Half>, source: string, failed: Set<string>) {
+    const endpoint = failed.size >= MAX_TRIES ? undefined : this.picker.pick(source, this.now(), failed);
+    if (endpoint === undefined || client.readyState <= 0) {
+      client.terminate();
       return;
     }
     const { host, port } = splitEndpoint(endpoint);
-    const upstream = net.connect({ host, port, allowHalfOpen: true, noDelay: true });
-    const timer = setTimeout(() => upstream.destroy(new Error("connect timeout")), this.opts.connectTimeoutMs ?? 5000);
-    const onConnectError = (err: Error) => {
+    let settled = false;
+    const retry = (why: string) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
-      this.log.debug("endpoint refused a connection, trying another", { frontend: this.frontend.key, endpoint, err: err.message });
+      this.log.debug("endpoint did not take a connection, trying another", { frontend: this.frontend.key, endpoint, why });
       failed.add(endpoint);
       this.connect(client, source, failed);
     };
-    upstream.once("error", onConnectError);
-    upstream.once("connect", () => {
-      clearTimeout(timer);
-      upstream.off("error", onConnectError);
-      if (client.destroyed || !this.frontend.endpoints.includes(endpoint)) {
-        // the client left, or the endpoint was removed while we connected
-        upstream.resetAndDestroy();
-        if (!client.destroyed) client.resetAndDestroy();
-        return;
-      }
-      this.join({ client, upstream }, endpoint);
-    });
+    const timer = setTimeout(() => retry("connect timeout"), this.opts.connectTimeoutMs ?? 5000);
+    void Bun.connect<Half>({
+      hostname: host,
+      port,
+      allowHalfOpen: true,
+      data: {},
+      socket: {
+        ...handlers,
+        open: (upstream) => {
+          if (settled) return void upstream.terminate(); // timed out meanwhile: another endpoint has the client
+          settled = true;
+          clearTimeout(timer);
+          if (client.readyState <= 0 || !this.frontend.endpoints.includes(endpoint)) {
+            // the client left, or the endpoint was removed while we connected
+            upstream.terminate();
+            client.terminate();
+            return;
+          }
+          upstream.setNoDelay(true);
+          this.join(client, upstream, endpoint);
+        },
+        connectError: (_s, err) => retry(err.message),
+      },
+    }).catch(() => {}); // reported through connectError
   }
 
-  private join(p: Pair, endpoint: string) {
+  private join(client: Bun.Socket<Half>, upstream: Bun.Socket<Half>, endpoint: string) {
     let pairs = this.open.get(endpoint);
     if (!pairs) this.open.set(endpoint, (pairs = new Set()));
-    pairs.add(p);
-    const done = () => {
-      pairs.delete(p);
-      if (!pairs.size && this.open.get(endpoint) === pairs) this.open.delete(endpoint);
+    const set = pairs;
+    const pair: Pair = {
+      endpoint,
+      client,
+      upstream,
+      closed: false,
+      forget: () => {
+        set.delete(pair);
+        if (!set.size && this.open.get(endpoint) === set) this.open.delete(endpoint);
+      },
     };
-    // A reset on one side is passed on as a reset; a close after FINs both ways ends both.
-    p.upstream.on("error", () => {
-      if (!p.client.destroyed) p.client.resetAndDestroy();
-    });
-    p.client.on("error", () => {
-      if (!p.upstream.destroyed) p.upstream.resetAndDestroy();
-    });
-    p.upstream.on("close", () => {
-      done();
-      p.client.destroy();
-    });
-    p.client.on("close", () => {
-      done();
-      p.upstream.destroy();
-    });
-    p.client.pipe(p.upstream);
-    p.upstream.pipe(p.client);
-    p.client.resume();
+    set.add(pair);
+    client.data = { socket: client, source: upstream, pair };
+    upstream.data = { socket: upstream, source: client, pair };
+    client.resume();
   }
 }
 
 function reset(p: Pair) {
-  if (!p.client.destroyed) p.client.resetAndDestroy();
-  if (!p.upstream.destroyed) p.upstream.resetAndDestroy();
+  p.closed = true;
+  p.forget();
+  p.client.terminate();
+  p.upstream?.terminate();
 }
 
 const ms = (seconds: number | undefined) => (seconds === undefined ? undefined : seconds * 1000);
