@@ -32,7 +32,24 @@ export interface Frontend {
   affinitySeconds?: number;
   /** loadBalancerSourceRanges for this address (LB IPs only); undefined = anyone */
   sourceRanges?: string[];
+  /**
+   * eTP=Local on an external frontend: clients in the pod network (`from`,
+   * the --cluster-cidr of the family) or on this node itself go to the
+   * internal endpoints instead, as upstream's short-circuit rules send them
+   * to the cluster-wide chain (they would else lose traffic to remote pods).
+   */
+  shortCircuit?: { from: string[]; endpoints: string[] };
 }
+
+export interface PlanOptions {
+  /** where node ports listen: the node's primary IPs */
+  nodeIPs: readonly string[];
+  /** the pod network, for eTP=Local's short-circuit */
+  clusterCIDRs?: readonly string[];
+}
+
+/** whether a relay for `f` has anywhere to send a client */
+export const hasEndpoints = (f: Frontend) => f.endpoints.length > 0 || (f.shortCircuit?.endpoints.length ?? 0) > 0;
 
 export interface FrontendPlan {
   frontends: Map<string, Frontend>;
@@ -64,7 +81,7 @@ function endpointsFor(endpoints: Iterable<Endpoint>, pm: PortMapping, family: 4 
  * cluster IP in (single-stack services get no node port in the other family,
  * as upstream).
  */
-export function planFrontends(state: NodeState, nodeIPs: readonly string[]): FrontendPlan {
+export function planFrontends(state: NodeState, opts: PlanOptions): FrontendPlan {
   const frontends = new Map<string, Frontend>();
   const skipped: string[] = [];
   for (const [key, { service, endpoints }] of state.services) {
@@ -76,13 +93,14 @@ export function planFrontends(state: NodeState, nodeIPs: readonly string[]): Fro
         continue;
       }
       if (!(pm.Port > 0 && pm.Port < 65536)) continue;
-      for (const f of servicePortFrontends(service, [...endpoints.values()], pm, proto, nodeIPs, label)) frontends.set(f.key, f);
+      for (const f of servicePortFrontends(service, [...endpoints.values()], pm, proto, opts, label)) frontends.set(f.key, f);
     }
   }
   return { frontends, skipped };
 }
 
-function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, proto: Proto, nodeIPs: readonly string[], label: string): Frontend[] {
+function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, proto: Proto, opts: PlanOptions, label: string): Frontend[] {
+  const nodeIPs = opts.nodeIPs;
   const out: Frontend[] = [];
   const affinity = affinitySeconds(svc);
   const ips = svc.IPs;
@@ -94,7 +112,12 @@ function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, pr
     const key = frontendKey(proto, ip, port);
     if (out.some((f) => f.key === key)) return;
     const endpoints = endpointsFor(eps, pm, family, kind === "cluster" ? "Internal" : "External");
-    out.push({ key, proto, family, ip, port, kind, service: label, endpoints, affinitySeconds: affinity, sourceRanges });
+    const f: Frontend = { key, proto, family, ip, port, kind, service: label, endpoints, affinitySeconds: affinity, sourceRanges };
+    if (kind !== "cluster" && svc.ExternalTrafficToLocal) {
+      const internal = endpointsFor(eps, pm, family, "Internal");
+      if (internal.length) f.shortCircuit = { from: (opts.clusterCIDRs ?? []).filter((c) => familyOf(c.split("/")[0]!) === family), endpoints: internal };
+    }
+    out.push(f);
   };
   for (const ip of clusterIPs) add(ip, pm.Port, "cluster");
   const lbIPs = new Set([...(ips?.LoadBalancerIPs?.V4 ?? []), ...(ips?.LoadBalancerIPs?.V6 ?? [])]);
@@ -134,4 +157,5 @@ export const sameFrontend = (a: Frontend, b: Frontend) =>
   a.endpoints.length === b.endpoints.length &&
   a.endpoints.every((e, i) => e === b.endpoints[i]) &&
   JSON.stringify(a.sourceRanges) === JSON.stringify(b.sourceRanges) &&
+  JSON.stringify(a.shortCircuit) === JSON.stringify(b.shortCircuit) &&
   a.service === b.service;

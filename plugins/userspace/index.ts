@@ -24,7 +24,7 @@ import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
 import { AddressKeeper } from "./addresses.ts";
 import { processExecutor } from "./executor.ts";
-import { planFrontends, sameFrontend, serviceAddresses, type Frontend } from "./frontends.ts";
+import { hasEndpoints, planFrontends, sameFrontend, serviceAddresses, type Frontend } from "./frontends.ts";
 import { cleanupRedirect, renderRedirect } from "./redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
 import { UdpRelay } from "./udp-relay.ts";
@@ -74,7 +74,7 @@ export class UserspaceBackend implements FullStateBackend {
 
   async apply(state: NodeState, _change: StateChange): Promise<void> {
     const nodeIPs = nodeIPsOf(state, this.ctx.config);
-    const plan = planFrontends(state, nodeIPs);
+    const plan = planFrontends(state, { nodeIPs, clusterCIDRs: this.ctx.config.clusterCIDRs });
     for (const s of plan.skipped) {
       if (this.skippedSeen.has(s)) continue;
       this.skippedSeen.add(s);
@@ -88,7 +88,7 @@ export class UserspaceBackend implements FullStateBackend {
     // 1. relays that go: frontend removed, or its endpoints all gone
     for (const [key, r] of this.running) {
       const f = plan.frontends.get(key);
-      if (f?.endpoints.length) continue;
+      if (f && hasEndpoints(f)) continue;
       this.running.delete(key);
       await r.relay.close();
     }
@@ -97,7 +97,7 @@ export class UserspaceBackend implements FullStateBackend {
     // 3. relays that stay take their new endpoints; new ones listen
     const failures: string[] = [];
     for (const f of wanted) {
-      if (!f.endpoints.length) continue;
+      if (!hasEndpoints(f)) continue;
       const r = this.running.get(f.key);
       if (r) {
         if (!sameFrontend(r.frontend, f)) r.relay.update(f);
@@ -105,7 +105,7 @@ export class UserspaceBackend implements FullStateBackend {
         continue;
       }
       try {
-        this.running.set(f.key, await this.start(f));
+        this.running.set(f.key, await this.start(f, nodeIPs));
       } catch (err) {
         // one port taken by another process must not stop the others: logged, tried again next sync
         failures.push(f.key);
@@ -119,9 +119,9 @@ export class UserspaceBackend implements FullStateBackend {
     this.log.debug("relays", { running: this.running.size, frontends: wanted.length, failed: failures.length });
   }
 
-  private async start(f: Frontend): Promise<Running> {
+  private async start(f: Frontend, nodeIPs: readonly string[]): Promise<Running> {
     const listen = this.mode === "redirect" ? { host: f.family === 4 ? "0.0.0.0" : "::", port: 0 } : undefined;
-    const opts = { log: this.log, listen, idleMs: this.opts.udpIdleMs ?? udpIdleMs(this.ctx) };
+    const opts = { log: this.log, listen, idleMs: this.opts.udpIdleMs ?? udpIdleMs(this.ctx), nodeIPs };
     const relay = f.proto === "tcp" ? new TcpRelay(f, opts) : new UdpRelay(f, opts);
     const port = await relay.listen();
     return { frontend: f, relay, port };
@@ -163,8 +163,9 @@ export function describe(frontends: readonly Frontend[], mode: "bind" | "redirec
     .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
     .map((f) => {
       const at = `${f.proto} ${f.ip.includes(":") ? `[${f.ip}]` : f.ip}:${f.port}`;
-      const to = f.endpoints.length ? `relay to ${f.endpoints.join(" ")}` : "refused (no endpoints)";
-      const extra = [f.affinitySeconds !== undefined ? `affinity ${f.affinitySeconds}s` : "", f.sourceRanges ? `from ${f.sourceRanges.join(",") || "nobody"}` : ""].filter(Boolean);
+      const to = hasEndpoints(f) ? `relay to ${f.endpoints.join(" ") || "-"}` : "refused (no endpoints)";
+      const extra = [
+        f.shortCircuit ? `pods and this node: ${f.shortCircuit.endpoints.join(" ")}` : "",f.affinitySeconds !== undefined ? `affinity ${f.affinitySeconds}s` : "", f.sourceRanges ? `from ${f.sourceRanges.join(",") || "nobody"}` : ""].filter(Boolean);
       return `${at} ${f.service} ${to}${extra.length ? ` (${extra.join(", ")})` : ""}`;
     });
   return `# userspace (${mode} mode)\n${lines.join("\n")}\n`;

@@ -5,6 +5,9 @@
 // `recent --update` / nft set timeout refresh does). Pure but for its own
 // memory: the clock is passed in.
 
+import { BlockList } from "node:net";
+import type { Frontend } from "./frontends.ts";
+
 export class Picker {
   private next = 0;
   private endpoints: readonly string[] = [];
@@ -60,3 +63,63 @@ export class Picker {
     this.affinity.set(client, { endpoint, until: now + this.affinityMs! });
   }
 }
+
+/**
+ * A frontend's choice for one client: turned away by loadBalancerSourceRanges,
+ * or an endpoint from the frontend's set, or, for eTP=Local's short-circuit,
+ * from the internal set when the client is a pod or this node.
+ */
+export class FrontendChoice {
+  private main: Picker;
+  private short: Picker | undefined;
+  private shortFrom: BlockList | undefined;
+  private allowed: BlockList | undefined;
+  private all = new Set<string>();
+
+  constructor(f: Frontend) {
+    this.main = new Picker(f.endpoints, ms(f.affinitySeconds));
+    this.update(f);
+  }
+
+  update(f: Frontend): void {
+    this.main.update(f.endpoints, ms(f.affinitySeconds));
+    if (f.shortCircuit) {
+      if (this.short) this.short.update(f.shortCircuit.endpoints, ms(f.affinitySeconds));
+      else this.short = new Picker(f.shortCircuit.endpoints, ms(f.affinitySeconds));
+      this.shortFrom = cidrList(f.shortCircuit.from);
+    } else {
+      this.short = this.shortFrom = undefined;
+    }
+    this.allowed = f.sourceRanges === undefined ? undefined : cidrList(f.sourceRanges);
+    this.all = new Set([...f.endpoints, ...(f.shortCircuit?.endpoints ?? [])]);
+  }
+
+  /** whether `endpoint` is still one of the frontend's (either set) */
+  has(endpoint: string): boolean {
+    return this.all.has(endpoint);
+  }
+
+  /** false: loadBalancerSourceRanges keep `client` out */
+  admits(client: string): boolean {
+    return !this.allowed || this.allowed.check(client, client.includes(":") ? "ipv6" : "ipv4");
+  }
+
+  /** `local`: the client is this node (its address is one of the node's) */
+  pick(client: string, local: boolean, now: number, skip?: ReadonlySet<string>): string | undefined {
+    const short = this.short && (local || this.shortFrom!.check(client, client.includes(":") ? "ipv6" : "ipv4"));
+    return (short ? this.short! : this.main).pick(client, now, skip);
+  }
+}
+
+/** a BlockList of CIDRs (a bare address is a /32 or /128) */
+export function cidrList(cidrs: readonly string[]): BlockList {
+  const list = new BlockList();
+  for (const r of cidrs) {
+    const [net, bits] = r.split("/");
+    const v6 = net!.includes(":");
+    list.addSubnet(net!, Number(bits ?? (v6 ? 128 : 32)), v6 ? "ipv6" : "ipv4");
+  }
+  return list;
+}
+
+const ms = (seconds: number | undefined) => (seconds === undefined ? undefined : seconds * 1000);

@@ -16,13 +16,14 @@
 
 import type { Logger } from "../../src/core/log.ts";
 import type { Frontend } from "./frontends.ts";
-import { Picker } from "./picker.ts";
-import { BlockList } from "node:net";
+import { FrontendChoice } from "./picker.ts";
 
 export interface RelayOptions {
   log: Logger;
   /** where to listen; default the frontend's own address and port (bind mode) */
   listen?: { host: string; port: number };
+  /** this node's IPs: clients with one of them are the node itself (eTP=Local short-circuit) */
+  nodeIPs?: readonly string[];
   /** give up connecting to one endpoint after this long and try another */
   connectTimeoutMs?: number;
   now?: () => number;
@@ -58,20 +59,11 @@ export function splitEndpoint(e: string): { host: string; port: number } {
   return { host: host.startsWith("[") ? host.slice(1, -1) : host, port: Number(e.slice(i + 1)) };
 }
 
-/** a BlockList of loadBalancerSourceRanges; undefined = everyone allowed */
-export function allowList(ranges: readonly string[] | undefined): BlockList | undefined {
-  if (ranges === undefined) return undefined;
-  const list = new BlockList();
-  for (const r of ranges) {
-    const [net, bits] = r.split("/");
-    const v6 = net!.includes(":");
-    list.addSubnet(net!, Number(bits ?? (v6 ? 128 : 32)), v6 ? "ipv6" : "ipv4");
-  }
-  return list;
-}
-
 /** a peer address as the family's plain text (IPv4-mapped IPv6 unwrapped) */
 export const plainAddress = (a: string | undefined) => (a?.startsWith("::ffff:") && a.includes(".") ? a.slice(7) : (a ?? ""));
+
+/** loopback or one of the node's IPs */
+export const isNodeAddress = (ip: string, nodeIPs: readonly string[] = []) => ip === "127.0.0.1" || ip === "::1" || nodeIPs.includes(ip);
 
 /** Writes `d` to `half`'s socket; what does not fit waits, and the source pauses. */
 function forward(half: Half | undefined, d: Uint8Array) {
@@ -146,8 +138,7 @@ function peerHalf(s: Bun.Socket<Half>): Half | undefined {
 
 export class TcpRelay {
   private listener: Bun.TCPSocketListener<Half> | undefined;
-  private readonly picker: Picker;
-  private allowed: BlockList | undefined;
+  private readonly choice: FrontendChoice;
   /** open relays by endpoint, so a removed endpoint's connections can be closed */
   private readonly open = new Map<string, Set<Pair>>();
   private readonly log: Logger;
@@ -161,8 +152,7 @@ export class TcpRelay {
   ) {
     this.log = opts.log;
     this.now = opts.now ?? Date.now;
-    this.picker = new Picker(frontend.endpoints, ms(frontend.affinitySeconds));
-    this.allowed = allowList(frontend.sourceRanges);
+    this.choice = new FrontendChoice(frontend);
   }
 
   /** resolves with the port listened on; rejects when the address cannot be bound */
@@ -182,11 +172,9 @@ export class TcpRelay {
   /** New endpoints (or affinity, ranges): new connections use them at once; connections to endpoints that left are reset. */
   update(frontend: Frontend): void {
     this.frontend = frontend;
-    this.picker.update(frontend.endpoints, ms(frontend.affinitySeconds));
-    this.allowed = allowList(frontend.sourceRanges);
-    const kept = new Set(frontend.endpoints);
+    this.choice.update(frontend);
     for (const [endpoint, pairs] of this.open) {
-      if (kept.has(endpoint)) continue;
+      if (this.choice.has(endpoint)) continue;
       // as conntrack cleanup ends a removed endpoint's flows: the client sees a reset
       for (const p of pairs) reset(p);
       this.open.delete(endpoint);
@@ -209,7 +197,7 @@ export class TcpRelay {
   private accept(client: Bun.Socket<Half>) {
     client.data = {};
     const source = plainAddress(client.remoteAddress);
-    if (this.allowed && !this.allowed.check(source, source.includes(":") ? "ipv6" : "ipv4")) {
+    if (!this.choice.admits(source)) {
       // loadBalancerSourceRanges: kernel backends drop; a process can only reset what the kernel accepted
       client.terminate();
       return;
@@ -217,11 +205,13 @@ export class TcpRelay {
     this.accepted++;
     client.pause(); // nothing is read from the client before an endpoint takes it
     client.setNoDelay(true);
-    this.connect(client, source, new Set());
+    // this node's own connections come from one of its addresses: to a local address, the kernel uses the destination itself
+    const local = source === plainAddress(client.localAddress) || isNodeAddress(source, this.opts.nodeIPs);
+    this.connect(client, source, local, new Set());
   }
 
-  private connect(client: Bun.Socket<Half>, source: string, failed: Set<string>) {
-    const endpoint = failed.size >= MAX_TRIES ? undefined : this.picker.pick(source, this.now(), failed);
+  private connect(client: Bun.Socket<Half>, source: string, local: boolean, failed: Set<string>) {
+    const endpoint = failed.size >= MAX_TRIES ? undefined : this.choice.pick(source, local, this.now(), failed);
     if (endpoint === undefined || client.readyState <= 0) {
       client.terminate();
       return;
@@ -234,7 +224,7 @@ export class TcpRelay {
       clearTimeout(timer);
       this.log.debug("endpoint did not take a connection, trying another", { frontend: this.frontend.key, endpoint, why });
       failed.add(endpoint);
-      this.connect(client, source, failed);
+      this.connect(client, source, local, failed);
     };
     const timer = setTimeout(() => retry("connect timeout"), this.opts.connectTimeoutMs ?? 5000);
     void Bun.connect<Half>({
@@ -248,7 +238,7 @@ export class TcpRelay {
           if (settled) return void upstream.terminate(); // timed out meanwhile: another endpoint has the client
           settled = true;
           clearTimeout(timer);
-          if (client.readyState <= 0 || !this.frontend.endpoints.includes(endpoint)) {
+          if (client.readyState <= 0 || !this.choice.has(endpoint)) {
             // the client left, or the endpoint was removed while we connected
             upstream.terminate();
             client.terminate();
@@ -289,5 +279,3 @@ function reset(p: Pair) {
   p.client.terminate();
   p.upstream?.terminate();
 }
-
-const ms = (seconds: number | undefined) => (seconds === undefined ? undefined : seconds * 1000);

@@ -10,13 +10,13 @@
 // both families, with the peer of each datagram.
 
 import dgram from "node:dgram";
-import { BlockList } from "node:net";
 import type { Logger } from "../../src/core/log.ts";
 import type { Frontend } from "./frontends.ts";
-import { Picker } from "./picker.ts";
-import { allowList, plainAddress, splitEndpoint, type RelayOptions } from "./tcp-relay.ts";
+import { FrontendChoice } from "./picker.ts";
+import { isNodeAddress, plainAddress, splitEndpoint, type RelayOptions } from "./tcp-relay.ts";
 
 export interface UdpRelayOptions extends RelayOptions {
+
   /** a flow without packets this long is forgotten */
   idleMs?: number;
 }
@@ -29,8 +29,7 @@ interface Flow {
 
 export class UdpRelay {
   private readonly socket: dgram.Socket;
-  private readonly picker: Picker;
-  private allowed: BlockList | undefined;
+  private readonly choice: FrontendChoice;
   private readonly flows = new Map<string, Flow>();
   private readonly now: () => number;
   private closed = false;
@@ -40,8 +39,7 @@ export class UdpRelay {
     private readonly opts: UdpRelayOptions,
   ) {
     this.now = opts.now ?? Date.now;
-    this.picker = new Picker(frontend.endpoints, frontend.affinitySeconds === undefined ? undefined : frontend.affinitySeconds * 1000);
-    this.allowed = allowList(frontend.sourceRanges);
+    this.choice = new FrontendChoice(frontend);
     this.socket = dgram.createSocket({ type: frontend.family === 6 ? "udp6" : "udp4", ipv6Only: frontend.family === 6 });
     this.socket.on("message", (msg, from) => this.fromClient(msg, plainAddress(from.address), from.port));
     this.socket.on("error", (err) => opts.log.warn("udp frontend error", { frontend: frontend.key, err: err.message }));
@@ -61,10 +59,8 @@ export class UdpRelay {
 
   update(frontend: Frontend): void {
     this.frontend = frontend;
-    this.picker.update(frontend.endpoints, frontend.affinitySeconds === undefined ? undefined : frontend.affinitySeconds * 1000);
-    this.allowed = allowList(frontend.sourceRanges);
-    const kept = new Set(frontend.endpoints);
-    for (const [client, flow] of this.flows) if (!kept.has(flow.endpoint)) this.end(client, flow);
+    this.choice.update(frontend);
+    for (const [client, flow] of this.flows) if (!this.choice.has(flow.endpoint)) this.end(client, flow);
   }
 
   get connections(): number {
@@ -80,17 +76,22 @@ export class UdpRelay {
   private fromClient(msg: Buffer, address: string, port: number) {
     if (this.closed) return;
     // loadBalancerSourceRanges: dropped, as the kernel backends do
-    if (this.allowed && !this.allowed.check(address, address.includes(":") ? "ipv6" : "ipv4")) return;
+    if (!this.choice.admits(address)) return;
     const client = `${address}|${port}`;
     let flow = this.flows.get(client);
     if (!flow) {
-      const endpoint = this.picker.pick(address, this.now());
+      const endpoint = this.choice.pick(address, this.isLocal(address), this.now());
       if (endpoint === undefined) return;
       flow = this.open(client, endpoint, address, port);
     }
     this.touch(client, flow);
     const { host, port: ep } = splitEndpoint(flow.endpoint);
     flow.socket.send(msg, ep, host);
+  }
+
+  /** this node's own datagrams come from one of its addresses; the frontend's own address stands for them (a UDP socket does not see the destination) */
+  private isLocal(address: string): boolean {
+    return address === this.frontend.ip || isNodeAddress(address, this.opts.nodeIPs);
   }
 
   private open(client: string, endpoint: string, address: string, port: number): Flow {

@@ -22,8 +22,8 @@ function userspaceWants(topo: Topology): Record<string, string> {
     "LoadBalancer IP: a client outside loadBalancerSourceRanges is dropped": "error",
     // a relayed connection comes from the node
     "eTP=Local with a local endpoint: served, the client's source kept": `pod2 from ${topo.node.v4}`,
-    // no relay listens: the node refuses rather than drops
-    "eTP=Local without a local endpoint: node port traffic dropped": "refused",
+    // the relay listens for pods and the node (short-circuit to the cluster's endpoints): an outside client is reset
+    "eTP=Local without a local endpoint: node port traffic dropped": "error",
   };
 }
 

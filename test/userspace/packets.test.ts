@@ -178,15 +178,32 @@ const cases: Case[] = [
     ]),
   },
   {
-    name: "eTP=Local without local endpoints: external traffic refused, the cluster IP still serves",
+    name: "eTP=Local without local endpoints: outside clients turned away, pods and the node short-circuit to the cluster's endpoints",
     services: () => [
       entry(svc(web({ eTPLocal: true })), podEndpoints(topo, [[1, { local: false, external: false }], [2, { local: false, external: false }]], ports)),
+    ],
+    expect: perFamily((f) => [
+      // the relay listens for the pods' sake: an outside TCP client is reset, its UDP dropped (nft drops both)
+      { from: "client", to: lb[f], port: 80, error: "error" as "refused" },
+      { from: "client", to: node(f), port: 30080, error: "error" as "refused" },
+      { from: "client", to: lb[f], port: 53, proto: "udp", error: "timeout" },
+      { from: "pod0", to: lb[f], port: 80, answer: ["pod1", "pod2"] },
+      { from: "pod0", to: node(f), port: 30080, answer: ["pod1", "pod2"] },
+      { from: "pod0", to: lb[f], port: 53, proto: "udp", answer: ["pod1", "pod2"] },
+      { from: "node", to: lb[f], port: 80, answer: ["pod1", "pod2"] },
+      { from: "node", to: node(f), port: 30080, answer: ["pod1", "pod2"] },
+      { from: "client", to: cip[f], port: 80, answer: ["pod1", "pod2"] },
+    ]),
+  },
+  {
+    name: "eTP=Local without any endpoint for pods either: refused",
+    services: () => [
+      entry(svc(web({ eTPLocal: true, iTPLocal: true })), podEndpoints(topo, [[1, { local: false, external: false, internal: false }]], ports)),
     ],
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "refused" },
       { from: "client", to: node(f), port: 30080, error: "refused" },
       { from: "client", to: lb[f], port: 53, proto: "udp", error: "refused" },
-      { from: "client", to: cip[f], port: 80, answer: ["pod1", "pod2"] },
     ]),
   },
   {

@@ -31,7 +31,7 @@ const web = (over: Partial<SvcSpec> = {}): SvcSpec => ({
 
 /** frontend key -> endpoints, for one state */
 function plan(spec: SvcSpec, eps: Record<string, ReturnType<typeof ep>>) {
-  const p = planFrontends(nodeState([entry(svc(spec), eps)]), nodeIPs);
+  const p = planFrontends(nodeState([entry(svc(spec), eps)]), { nodeIPs, clusterCIDRs: ["198.19.0.0/16", "2001:db8:2::/56"] });
   return { map: Object.fromEntries([...p.frontends].map(([k, f]) => [k, f.endpoints])), frontends: p.frontends, skipped: p.skipped };
 }
 
@@ -90,6 +90,16 @@ describe("planFrontends", () => {
 
   test("SCTP ports are skipped with a reason", () => {
     expect(plan(web(), {}).skipped).toEqual(["default/web:sctp: protocol SCTP is not relayed (SCTP sockets are missing from this kernel and from Bun)"]);
+  });
+
+  test("eTP=Local: external frontends carry the internal endpoints for pods (cluster CIDR of the family) and the node", () => {
+    const { frontends } = plan(web({ eTPLocal: true, ports: [{ name: "http", port: 80, nodePort: 30080 }] }), {
+      a: ep({ ips: [v4.pod(0, 2)], ports: { http: 8080 }, local: false, external: false }),
+    });
+    expect(frontends.get(`tcp/${lb}/80`)!.endpoints).toEqual([]);
+    expect(frontends.get(`tcp/${lb}/80`)!.shortCircuit).toEqual({ from: ["198.19.0.0/16"], endpoints: [`${v4.pod(0, 2)}:8080`] });
+    expect(frontends.get(`tcp/${v4.node(0)}/30080`)!.shortCircuit?.endpoints).toEqual([`${v4.pod(0, 2)}:8080`]);
+    expect(frontends.get(`tcp/${cip.v4}/80`)!.shortCircuit).toBeUndefined();
   });
 
   test("affinity and source ranges reach the frontends they concern", () => {
