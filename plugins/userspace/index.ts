@@ -66,6 +66,9 @@ export class UserspaceBackend implements FullStateBackend {
   }
 
   async setup(): Promise<void> {
+    if (this.ctx.config.nodePortAddresses.some((a) => a !== "primary")) {
+      this.log.warn("--nodeport-addresses CIDRs are not supported by the userspace backend: node ports listen on the node's IPs", { nodePortAddresses: this.ctx.config.nodePortAddresses.join(",") });
+    }
     if (this.ctx.config.dryRun) return;
     if (this.mode === "bind") await this.addresses.setup();
     else await this.exec.run(["nft", "-c", "-f", "-"], renderRedirect([], []));
