@@ -112,6 +112,17 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80, timeout: 0.5 })).toMatchObject({ ok: false, error: "timeout" });
   }, 30_000);
 
+  test("--userspace-mode redirect: the same behaviour through nftables redirects, no device", async () => {
+    kpng = startKpng(["--input", r.input, "--node-name", NODE, "--backend", "userspace", "--userspace-mode", "redirect"], { wrap: inNode(r.topo) });
+    await kpng.waitFor(/ INFO kpng: synced /, 20_000);
+    expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
+    expect(await r.topo.exec(r.topo.node.ns, ["ip", "-o", "link", "show"])).not.toContain("kpng-dummy");
+    await kpng.stop("SIGKILL");
+    const c = startKpng(["--cleanup", "--backend", "userspace"], { wrap: inNode(r.topo) });
+    expect(await c.proc.exited).toBe(0);
+    expect(await r.topo.exec(r.topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng-userspace");
+  }, 40_000);
+
   test("bad flag value: one line naming the flag, exit 2", async () => {
     const c = startKpng(["--input", r.input, "--backend", "userspace", "--userspace-mode", "tunnel"], { wrap: inNode(r.topo) });
     expect(await c.proc.exited).toBe(2);

@@ -11,6 +11,8 @@ import { memoryLogger } from "../../src/core/log.ts";
 import type { Frontend } from "../../plugins/userspace/frontends.ts";
 import { TcpRelay } from "../../plugins/userspace/tcp-relay.ts";
 import { UdpRelay } from "../../plugins/userspace/udp-relay.ts";
+import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
+import { context, ep, entry, nodeConfig, nodeState, recorder, svc } from "../nft/fixtures.ts";
 
 const cleanups: Array<() => unknown> = [];
 afterEach(async () => {
@@ -136,5 +138,39 @@ describe("UDP relay", () => {
     client.send("m3", port, "127.0.0.1");
     while (answers.length < 4 && Date.now() < deadline) await Bun.sleep(10);
     expect(answers[3]).toBe("b m3");
+  });
+});
+
+describe("the backend", () => {
+  test("a port another process holds: that frontend is logged and left out, the others serve", async () => {
+    const sink = await slowSink();
+    const squatter = net.createServer();
+    await new Promise<void>((r) => squatter.listen(0, "127.0.0.1", r));
+    cleanups.push(() => squatter.close());
+    const taken = (squatter.address() as net.AddressInfo).port;
+    const probe = net.createServer();
+    await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+    const free = (probe.address() as net.AddressInfo).port;
+    await new Promise<void>((r) => probe.close(() => r()));
+
+    const ctx = context(nodeConfig({ nodeIPs: [] }));
+    const { exec } = recorder(); // `ip` recorded: 127.0.0.1 is already the node's
+    const b = createUserspaceBackend(ctx, { exec });
+    cleanups.push(() => b.close());
+    const service = (name: string, port: number) =>
+      entry(svc({ name, clusterIPs: ["127.0.0.1"], ports: [{ name: "p", port, targetPort: sink }] }), { a: ep({ ips: ["127.0.0.1"] }) });
+    await b.apply(nodeState([service("taken", taken), service("free", free)]), null);
+    expect(ctx.lines.filter((l) => l.includes("cannot listen"))).toHaveLength(1);
+    expect(ctx.lines.find((l) => l.includes("cannot listen"))).toContain(`tcp/127.0.0.1/${taken}`);
+    const got = await new Promise<string>((resolve, reject) => {
+      const c = net.connect({ host: "127.0.0.1", port: free, allowHalfOpen: true });
+      let answer = "";
+      c.on("data", (d) => (answer += d.toString()));
+      c.on("error", reject);
+      c.on("end", () => resolve(answer.trim()));
+      c.end("hello");
+    });
+    expect(got.split(" ")[0]).toBe("5");
+    expect([...b.connections().keys()]).toEqual([`tcp/127.0.0.1/${free}`]);
   });
 });
