@@ -17,6 +17,7 @@
 import type { Logger } from "../../src/core/log.ts";
 import type { Frontend } from "./frontends.ts";
 import { FrontendChoice } from "./picker.ts";
+import { splitHostPort } from "../../src/plugins/conntrack.ts";
 
 export interface RelayOptions {
   log: Logger;
@@ -50,13 +51,6 @@ interface Pair {
   closed: boolean;
   /** the relay forgets the pair */
   forget(): void;
-}
-
-/** parsed "ip:port" / "[ip6]:port" */
-export function splitEndpoint(e: string): { host: string; port: number } {
-  const i = e.lastIndexOf(":");
-  const host = e.slice(0, i);
-  return { host: host.startsWith("[") ? host.slice(1, -1) : host, port: Number(e.slice(i + 1)) };
 }
 
 /** a peer address as the family's plain text (IPv4-mapped IPv6 unwrapped) */
@@ -216,7 +210,7 @@ export class TcpRelay {
       client.terminate();
       return;
     }
-    const { host, port } = splitEndpoint(endpoint);
+    const [host, port] = splitHostPort(endpoint);
     let settled = false;
     const retry = (why: string) => {
       if (settled) return;

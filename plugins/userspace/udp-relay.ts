@@ -13,7 +13,8 @@ import dgram from "node:dgram";
 import type { Logger } from "../../src/core/log.ts";
 import type { Frontend } from "./frontends.ts";
 import { FrontendChoice } from "./picker.ts";
-import { isNodeAddress, plainAddress, splitEndpoint, type RelayOptions } from "./tcp-relay.ts";
+import { isNodeAddress, plainAddress, type RelayOptions } from "./tcp-relay.ts";
+import { splitHostPort } from "../../src/plugins/conntrack.ts";
 
 export interface UdpRelayOptions extends RelayOptions {
 
@@ -85,7 +86,7 @@ export class UdpRelay {
       flow = this.open(client, endpoint, address, port);
     }
     this.touch(client, flow);
-    const { host, port: ep } = splitEndpoint(flow.endpoint);
+    const [host, ep] = splitHostPort(flow.endpoint);
     flow.socket.send(msg, ep, host);
   }
 
@@ -95,7 +96,7 @@ export class UdpRelay {
   }
 
   private open(client: string, endpoint: string, address: string, port: number): Flow {
-    const { host, port: ep } = splitEndpoint(endpoint);
+    const [host, ep] = splitHostPort(endpoint);
     const socket = dgram.createSocket({ type: this.frontend.family === 6 ? "udp6" : "udp4" });
     socket.on("message", (answer, from) => {
       // only the endpoint's answers; anything else reaching this port is not part of the flow

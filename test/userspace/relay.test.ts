@@ -49,6 +49,18 @@ async function slowSink(): Promise<number> {
   return (server.address() as net.AddressInfo).port;
 }
 
+/** sends `data` to 127.0.0.1:port, then FIN; resolves with what came back before the server's FIN */
+function exchange(port: number, data: string | Buffer): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = net.connect({ host: "127.0.0.1", port, allowHalfOpen: true });
+    let answer = "";
+    c.on("data", (d) => (answer += d.toString()));
+    c.on("error", reject);
+    c.on("end", () => resolve(answer.trim()));
+    c.end(data);
+  });
+}
+
 async function startTcp(endpoints: string[]): Promise<{ relay: TcpRelay; port: number }> {
   const relay = new TcpRelay(frontend("tcp", endpoints), { log: memoryLogger(), connectTimeoutMs: 2000 });
   const port = await relay.listen();
@@ -63,14 +75,7 @@ describe("TCP relay", () => {
     const data = Buffer.alloc(32 * 1024 * 1024);
     for (let i = 0; i < data.length; i += 4) data.writeUInt32LE(i, i);
     const want = `${data.length} ${createHash("sha256").update(data).digest("hex")}`;
-    const got = await new Promise<string>((resolve, reject) => {
-      const c = net.connect({ host: "127.0.0.1", port, allowHalfOpen: true });
-      let answer = "";
-      c.on("data", (d) => (answer += d.toString()));
-      c.on("error", reject);
-      c.on("end", () => resolve(answer.trim()));
-      c.end(data);
-    });
+    const got = await exchange(port, data);
     expect(got).toBe(want);
   }, 60_000);
 
@@ -81,14 +86,7 @@ describe("TCP relay", () => {
     const dead = (closed.address() as net.AddressInfo).port;
     await new Promise<void>((r) => closed.close(() => r()));
     const { port } = await startTcp([`127.0.0.1:${dead}`, `127.0.0.1:${sink}`]);
-    const got = await new Promise<string>((resolve, reject) => {
-      const c = net.connect({ host: "127.0.0.1", port, allowHalfOpen: true });
-      let answer = "";
-      c.on("data", (d) => (answer += d.toString()));
-      c.on("error", reject);
-      c.on("end", () => resolve(answer.trim()));
-      c.end("hi");
-    });
+    const got = await exchange(port, "hi");
     expect(got.split(" ")[0]).toBe("2");
   });
 
@@ -162,14 +160,7 @@ describe("the backend", () => {
     await b.apply(nodeState([service("taken", taken), service("free", free)]), null);
     expect(ctx.lines.filter((l) => l.includes("cannot listen"))).toHaveLength(1);
     expect(ctx.lines.find((l) => l.includes("cannot listen"))).toContain(`tcp/127.0.0.1/${taken}`);
-    const got = await new Promise<string>((resolve, reject) => {
-      const c = net.connect({ host: "127.0.0.1", port: free, allowHalfOpen: true });
-      let answer = "";
-      c.on("data", (d) => (answer += d.toString()));
-      c.on("error", reject);
-      c.on("end", () => resolve(answer.trim()));
-      c.end("hello");
-    });
+    const got = await exchange(free, "hello");
     expect(got.split(" ")[0]).toBe("5");
     expect([...b.connections().keys()]).toEqual([`tcp/127.0.0.1/${free}`]);
   });
