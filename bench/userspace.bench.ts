@@ -11,6 +11,11 @@
 //                     server processes (which carry the kernel's network
 //                     stack work done in their context).
 //
+// Then the cost of a sync at scale (SIZES, default 1,000 and 10,000 services
+// of one TCP port on an IPv6 cluster IP, one endpoint each, bind mode): the
+// first sync (addresses added, relays listening), one endpoint change, and
+// the relay process's RSS and open descriptors.
+//
 // `bun run bench userspace`. Prints figures, asserts nothing. On a shared
 // 2-core machine every figure moves with the neighbours' load: compare the
 // two backends of one run, not runs.
@@ -20,7 +25,7 @@ import { loadavg } from "node:os";
 import { join } from "node:path";
 import { createNftBackend } from "../plugins/nft/index.ts";
 import { BUN } from "../test/api/kpng-process.ts";
-import { v4 } from "../test/fixtures/addresses.ts";
+import { v4, v6 } from "../test/fixtures/addresses.ts";
 import { createTopology, saidReady, type Topology } from "../test/harness/netns.ts";
 import { context, entry, ep, nodeConfig, nodeState, svc } from "../test/nft/fixtures.ts";
 import { startProxy } from "../test/userspace/rig.ts";
@@ -93,6 +98,35 @@ async function measure(topo: Topology, backend: string, serverPid: number, relay
   return rows;
 }
 
+export async function scale(topo: Topology) {
+  const sizes = (process.env.SIZES ?? "1000,10000").split(",").map(Number);
+  console.log("\nsync at scale (bind mode, IPv6 cluster IPs, 1 TCP port and 1 endpoint a service)");
+  console.log("services  first sync  one endpoint change  RSS      descriptors");
+  for (const n of sizes) {
+    const services = (salt: number) =>
+      Array.from({ length: n }, (_, i) =>
+        entry(svc({ namespace: "bench", name: `s${i}`, clusterIPs: [v6.clusterIP(i + 1)], ports: [{ name: "p", port: 80 }] }), {
+          a: ep({ ips: [v6.pod(0, 2 + ((i + (i === 0 ? salt : 0)) % 200))], ports: { p: 8080 } }),
+        }),
+      );
+    const proxy = await startProxy(topo);
+    try {
+      let t = performance.now();
+      await proxy.apply(services(0));
+      const first = performance.now() - t;
+      t = performance.now();
+      await proxy.apply(services(1));
+      const change = performance.now() - t;
+      const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proxy.pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+      const fds = Number((await topo.exec(topo.node.ns, ["sh", "-c", `ls /proc/${proxy.pid}/fd | wc -l`])).trim());
+      console.log(`${String(n).padStart(8)}  ${(first / 1000).toFixed(2).padStart(8)} s  ${change.toFixed(0).padStart(15)} ms  ${rss.toFixed(0).padStart(5)} MB  ${String(fds).padStart(8)}`);
+      await proxy.apply([]);
+    } finally {
+      await proxy.stop();
+    }
+  }
+}
+
 export default async function bench() {
   const topo = await createTopology({ pods: 1, prefix: "kpbu" });
   const server = Bun.spawn(["ip", "netns", "exec", topo.pods[0].ns, BUN, peer, "serve", String(PORT)], { stdout: "pipe", stderr: "inherit" });
@@ -124,6 +158,7 @@ export default async function bench() {
       const b = rows.find((r) => r.backend === "userspace" && r.conc === conc)!;
       console.log(`conc ${conc}: userspace throughput ${(b.gbps / a.gbps).toFixed(2)}x nft's, connect p50 ${(b.p50 / a.p50).toFixed(1)}x`);
     }
+    await scale(topo);
   } finally {
     server.kill();
     await server.exited;

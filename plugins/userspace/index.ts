@@ -6,9 +6,9 @@
 // the node itself refuses (TCP reset, ICMP port unreachable).
 //
 // How clients reach the relays (Config.userspaceMode):
-//   bind      the service IPs are added to kpng's device (addresses.ts) and
-//             each relay listens on its own address and port; needs `ip`
-//             and CAP_NET_ADMIN, no nftables;
+//   bind      the service IPs are made local by routes (local-routes.ts)
+//             and each relay listens on its own address and port; needs
+//             `ip`, `sysctl` and CAP_NET_ADMIN, no nftables;
 //   redirect  each relay listens on an ephemeral port on every address and
 //             an nftables table per family redirects the frontend to it
 //             (redirect.ts); needs nft.
@@ -22,9 +22,10 @@ import { errorMessage } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
-import { AddressKeeper } from "./addresses.ts";
+import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
 import { hasEndpoints, planFrontends, sameFrontend, serviceAddresses, type Frontend } from "./frontends.ts";
+import { ROUTE_PROTO } from "./names.ts";
 import { cleanupRedirect, renderRedirect } from "./redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
 import { UdpRelay } from "./udp-relay.ts";
@@ -50,7 +51,7 @@ export class UserspaceBackend implements FullStateBackend {
   readonly kind = "full";
   private readonly exec: Executor;
   private readonly log: Logger;
-  private readonly addresses: AddressKeeper;
+  private readonly routes: LocalRoutes;
   private readonly running = new Map<string, Running>();
   private readonly mode: "bind" | "redirect";
   private skippedSeen = new Set<string>();
@@ -61,7 +62,7 @@ export class UserspaceBackend implements FullStateBackend {
   ) {
     this.exec = opts.exec ?? processExecutor();
     this.log = ctx.log.child("userspace");
-    this.addresses = new AddressKeeper(this.exec, this.log);
+    this.routes = new LocalRoutes(this.exec);
     this.mode = ctx.config.userspaceMode ?? "bind";
   }
 
@@ -70,7 +71,7 @@ export class UserspaceBackend implements FullStateBackend {
       this.log.warn("--nodeport-addresses CIDRs are not supported by the userspace backend: node ports listen on the node's IPs", { nodePortAddresses: this.ctx.config.nodePortAddresses.join(",") });
     }
     if (this.ctx.config.dryRun) return;
-    if (this.mode === "bind") await this.addresses.setup();
+    if (this.mode === "bind") await this.routes.setup();
     else await this.exec.run(["nft", "-c", "-f", "-"], renderRedirect([], []));
     this.log.info("userspace proxy ready", { mode: this.mode });
   }
@@ -95,8 +96,8 @@ export class UserspaceBackend implements FullStateBackend {
       this.running.delete(key);
       await r.relay.close();
     }
-    // 2. bind mode: the addresses, before anything listens on them
-    if (this.mode === "bind") await this.addresses.sync(serviceAddresses(wanted));
+    // 2. bind mode: the service IPs local, before anything listens on them
+    if (this.mode === "bind") await this.routes.sync(serviceAddresses(wanted));
     // 3. relays that stay take their new endpoints; new ones listen
     const failures: string[] = [];
     for (const f of wanted) {
@@ -138,17 +139,17 @@ export class UserspaceBackend implements FullStateBackend {
   async cleanup(): Promise<void> {
     await this.close();
     if (this.ctx.config.dryRun) {
-      this.ctx.out(`ip link del kpng-dummy0\n${cleanupRedirect()}`);
+      this.ctx.out(`ip route flush table local proto ${ROUTE_PROTO}\nip -6 route flush table local proto ${ROUTE_PROTO}\n${cleanupRedirect()}`);
       return;
     }
-    await this.addresses.cleanup();
+    await this.routes.cleanup();
     await this.exec.run(["nft", "-f", "-"], cleanupRedirect()).catch(() => {}); // no nft on the node: nothing of ours there
   }
 
   /**
    * Stops every relay. Unlike kernel rules, a process's relays cannot
-   * outlive it: the addresses stay (a restarted kpng listens again on them)
-   * but connections end with the process.
+   * outlive it: the routes stay (a restarted kpng listens again on the
+   * service IPs) but connections end with the process.
    */
   async close(): Promise<void> {
     const all = [...this.running.values()];

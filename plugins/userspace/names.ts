@@ -1,14 +1,11 @@
 // The userspace backend's vocabulary: what it creates on the node.
 
 /**
- * Bind mode: the device holding the service addresses the relays listen on
- * (kube-proxy's IPVS mode calls its own kube-ipvs0). A dummy device; where
- * the kernel has no dummy driver, one end of a veth pair whose other end
- * (DEVICE_PEER) stays on the node too, both up without ARP: a device
- * nothing is routed through but the addresses' own local routes.
+ * Bind mode: the protocol number of kpng's local routes (local-routes.ts),
+ * which tells them apart from every other route of the local table. 156 is
+ * unassigned in iproute2's rt_protos.
  */
-export const DEVICE = "kpng-dummy0";
-export const DEVICE_PEER = "kpng-dummy1";
+export const ROUTE_PROTO = 156;
 
 /** Redirect mode: kpng's nftables tables, one per family. */
 export const TABLE = "kpng-userspace";

@@ -356,8 +356,8 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
   beforeAll(async () => {
     await proxy.apply([]);
     await proxy.stop();
-    // bind mode's device goes; redirect mode needs none
-    await topo.exec(topo.node.ns, ["ip", "link", "del", "kpng-dummy0"]);
+    // bind mode's routes go; redirect mode needs none
+    for (const fam of ["-4", "-6"]) await topo.exec(topo.node.ns, ["ip", fam, "route", "flush", "table", "local", "proto", "156"]);
     redirect = await startProxy(topo, { userspaceMode: "redirect" });
   }, 30_000);
   afterAll(() => redirect?.stop());

@@ -4,7 +4,7 @@
 // mode, and the backend's commands against a recorder (--dry-run included).
 
 import { describe, expect, test } from "bun:test";
-import { addressBatch, parseAddresses } from "../../plugins/userspace/addresses.ts";
+import { parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts";
 import { planFrontends, type Frontend } from "../../plugins/userspace/frontends.ts";
 import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { Picker } from "../../plugins/userspace/picker.ts";
@@ -140,16 +140,17 @@ describe("Picker", () => {
   });
 });
 
-describe("bind mode addresses", () => {
-  test("the batch adds what is missing (scope host, IPv6 without DAD) and deletes what is no longer wanted", () => {
-    expect(addressBatch(new Set([cip.v4, "198.18.0.99"]), new Set([cip.v4, cip.v6]))).toEqual([
-      "address del 198.18.0.99/32 dev kpng-dummy0",
-      `address add ${cip.v6}/128 dev kpng-dummy0 scope host nodad`,
+describe("bind mode local routes", () => {
+  test("the batch adds what is missing and deletes what is no longer wanted, kpng's protocol on each", () => {
+    expect(routeBatch(new Set([cip.v4, "198.18.0.99"]), new Set([cip.v4, cip.v6]))).toEqual([
+      "route del local 198.18.0.99/32 dev lo table local proto 156",
+      `route replace local ${cip.v6}/128 dev lo table local proto 156`,
     ]);
   });
-  test("`ip -j address show` parsed, link-local addresses left to the kernel", () => {
-    const json = JSON.stringify([{ addr_info: [{ local: cip.v4, scope: "host" }, { local: "fe80::1", scope: "link" }, { local: cip.v6, scope: "host" }] }]);
-    expect([...parseAddresses(json)]).toEqual([cip.v4, cip.v6]);
+  test("`ip -j route show` parsed", () => {
+    const json = JSON.stringify([{ type: "local", dst: cip.v4, dev: "lo" }, { type: "local", dst: `${cip.v6}/128`, dev: "lo" }]);
+    expect([...parseRoutes(json)]).toEqual([cip.v4, cip.v6]);
+    expect([...parseRoutes("")]).toEqual([]);
   });
 });
 
@@ -231,20 +232,24 @@ describe("the backend against a recorder", () => {
     );
   });
 
-  test("setup makes the device (a veth pair where the kernel has no dummy driver); --cleanup deletes it", async () => {
+  test("bind mode: setup lets IPv6 bind service IPs; a sync reads kpng's routes once and writes the difference; --cleanup flushes them", async () => {
     const ctx = context(nodeConfig());
-    const { exec, calls } = recorder((argv) => (argv.join(" ") === "ip link show kpng-dummy0" ? "does not exist" : argv.includes("dummy") ? "Error: Unknown device type." : undefined));
+    const { exec, calls } = recorder();
     const b = createUserspaceBackend(ctx, { exec });
     await b.setup();
+    // cluster IPs only: no endpoints, so no relay listens (nothing binds in this test)
+    const empty = nodeState([entry(svc(web({ lbIPs: [], ports: [{ name: "http", port: 80 }] })), {})]);
+    await b.apply(empty, null);
+    await b.apply(empty, null);
     await b.cleanup();
-    expect(calls.map((c) => c.argv.join(" "))).toEqual([
-      "ip link show kpng-dummy0",
-      "ip link add kpng-dummy0 type dummy",
-      "ip link add kpng-dummy0 type veth peer name kpng-dummy1",
-      "ip link set kpng-dummy1 arp off up",
-      "ip link set kpng-dummy0 arp off up",
-      "ip link del kpng-dummy0",
-      "nft -f -",
+    expect(calls.map((c) => [c.argv.join(" "), c.stdin ?? ""])).toEqual([
+      ["sysctl -q -w net.ipv6.ip_nonlocal_bind=1", ""],
+      ["ip -j -4 route show table local proto 156", ""],
+      ["ip -j -6 route show table local proto 156", ""],
+      ["ip -batch -", `route replace local ${cip.v4}/32 dev lo table local proto 156\nroute replace local ${cip.v6}/128 dev lo table local proto 156\n`],
+      ["ip -4 route flush table local proto 156", ""],
+      ["ip -6 route flush table local proto 156", ""],
+      ["nft -f -", "table ip kpng-userspace\ndelete table ip kpng-userspace\ntable ip6 kpng-userspace\ndelete table ip6 kpng-userspace\n"],
     ]);
   });
 });
