@@ -7,7 +7,7 @@
 // externalPolicyChain split). The relays and the address keeper act on this
 // value and nothing else.
 
-import type { Endpoint, NodeState, Service } from "../../src/core/brain/state.ts";
+import type { Endpoint, NodeState, Service, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { isIPv4, isIPv6 } from "../../src/core/brain/k8s/ip.ts";
 import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts";
 import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
@@ -84,17 +84,27 @@ function endpointsFor(endpoints: Iterable<Endpoint>, pm: PortMapping, family: 4 
 export function planFrontends(state: NodeState, opts: PlanOptions): FrontendPlan {
   const frontends = new Map<string, Frontend>();
   const skipped: string[] = [];
-  for (const [key, { service, endpoints }] of state.services) {
-    for (const pm of service.Ports) {
-      const label = `${key}:${pm.Name || pm.Port}`;
-      const proto = PROTO[pm.Protocol];
-      if (!proto) {
-        skipped.push(`${label}: protocol ${Protocol[pm.Protocol] ?? pm.Protocol} is not relayed (SCTP sockets are missing from this kernel and from Bun)`);
-        continue;
-      }
-      if (!(pm.Port > 0 && pm.Port < 65536)) continue;
-      for (const f of servicePortFrontends(service, [...endpoints.values()], pm, proto, opts, label)) frontends.set(f.key, f);
+  for (const [key, entry] of state.services) {
+    const p = planService(key, entry, opts);
+    for (const f of p.frontends) frontends.set(f.key, f);
+    skipped.push(...p.skipped);
+  }
+  return { frontends, skipped };
+}
+
+/** The frontends of one service (a sync re-plans only the services that changed). */
+export function planService(key: string, { service, endpoints }: ServiceEndpoints, opts: PlanOptions): { frontends: Frontend[]; skipped: string[] } {
+  const frontends: Frontend[] = [];
+  const skipped: string[] = [];
+  for (const pm of service.Ports) {
+    const label = `${key}:${pm.Name || pm.Port}`;
+    const proto = PROTO[pm.Protocol];
+    if (!proto) {
+      skipped.push(`${label}: protocol ${Protocol[pm.Protocol] ?? pm.Protocol} is not relayed (SCTP sockets are missing from this kernel and from Bun)`);
+      continue;
     }
+    if (!(pm.Port > 0 && pm.Port < 65536)) continue;
+    frontends.push(...servicePortFrontends(service, [...endpoints.values()], pm, proto, opts, label));
   }
   return { frontends, skipped };
 }

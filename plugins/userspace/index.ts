@@ -14,9 +14,10 @@
 //             (redirect.ts); needs nft.
 // Node ports listen on the node IPs in both modes.
 //
-// Full state: each apply re-plans every frontend (a few per service) and
-// acts on the difference; relays that stay keep their connections, and a
-// changed endpoint set closes only the connections of endpoints that left.
+// Full state: each apply re-plans the frontends (a few per service) of the
+// services that changed (all of them on a full sync) and acts on the
+// difference; relays that stay keep their connections, and a changed
+// endpoint set closes only the connections of endpoints that left.
 
 import { errorMessage } from "../../src/core/errors.ts";
 import type { Logger } from "../../src/core/log.ts";
@@ -24,7 +25,8 @@ import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
-import { hasEndpoints, planFrontends, sameFrontend, serviceAddresses, type Frontend } from "./frontends.ts";
+import { hasEndpoints, planService, sameFrontend, serviceAddresses, type Frontend } from "./frontends.ts";
+import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import { ROUTE_PROTO } from "./names.ts";
 import { cleanupRedirect, renderRedirect } from "./redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
@@ -55,6 +57,13 @@ export class UserspaceBackend implements FullStateBackend {
   private readonly running = new Map<string, Running>();
   private readonly mode: "bind" | "redirect";
   private skippedSeen = new Set<string>();
+  /** each service's frontends as last planned: a partial sync re-plans only the services that changed */
+  private readonly planned = new Map<string, Frontend[]>();
+  /** the same frontends by frontend key */
+  private readonly frontends = new Map<string, Frontend>();
+  private plannedNodeIPs: readonly string[] | undefined;
+  /** frontends with endpoints that could not listen (a port taken): tried again at each sync */
+  private readonly unserved = new Set<string>();
 
   constructor(
     private readonly ctx: BackendContext,
@@ -76,32 +85,29 @@ export class UserspaceBackend implements FullStateBackend {
     this.log.info("userspace proxy ready", { mode: this.mode });
   }
 
-  async apply(state: NodeState, _change: StateChange): Promise<void> {
+  async apply(state: NodeState, change: StateChange): Promise<void> {
     const nodeIPs = nodeIPsOf(state, this.ctx.config);
-    const plan = planFrontends(state, { nodeIPs, clusterCIDRs: this.ctx.config.clusterCIDRs });
-    for (const s of plan.skipped) {
-      if (this.skippedSeen.has(s)) continue;
-      this.skippedSeen.add(s);
-      this.log.warn("service port not proxied", { reason: s });
-    }
-    const wanted = [...plan.frontends.values()];
+    // node ports follow the node's IPs: a change of them re-plans everything
+    const full = change === null || !sameIPs(nodeIPs, this.plannedNodeIPs);
+    const touched = this.plan(state, full ? null : change, nodeIPs);
     if (this.ctx.config.dryRun) {
-      this.ctx.out(describe(wanted, this.mode));
+      this.ctx.out(describe(full ? [...this.frontends.values()] : touched, this.mode));
       return;
     }
     // 1. relays that go: frontend removed, or its endpoints all gone
-    for (const [key, r] of this.running) {
-      const f = plan.frontends.get(key);
-      if (f && hasEndpoints(f)) continue;
+    for (const [key, f] of touched) {
+      const r = this.running.get(key);
+      if (!r || (f && hasEndpoints(f))) continue;
       this.running.delete(key);
       await r.relay.close();
     }
     // 2. bind mode: the service IPs local, before anything listens on them
-    if (this.mode === "bind") await this.routes.sync(serviceAddresses(wanted));
-    // 3. relays that stay take their new endpoints; new ones listen
-    const failures: string[] = [];
-    for (const f of wanted) {
-      if (!hasEndpoints(f)) continue;
+    if (this.mode === "bind" && (full || touched.size)) await this.routes.sync(serviceAddresses(this.frontends.values()));
+    // 3. relays that stay take their new endpoints; new ones listen (and those that could not, again)
+    for (const key of this.unserved) if (!touched.has(key)) touched.set(key, this.frontends.get(key));
+    this.unserved.clear();
+    for (const f of touched.values()) {
+      if (!f || !hasEndpoints(f)) continue;
       const r = this.running.get(f.key);
       if (r) {
         if (!sameFrontend(r.frontend, f)) r.relay.update(f);
@@ -111,16 +117,52 @@ export class UserspaceBackend implements FullStateBackend {
       try {
         this.running.set(f.key, await this.start(f, nodeIPs));
       } catch (err) {
-        // one port taken by another process must not stop the others: logged, tried again next sync
-        failures.push(f.key);
+        // one port taken by another process must not stop the others: logged, tried again at the next sync
+        this.unserved.add(f.key);
         this.log.warn("cannot listen, frontend not served", { frontend: f.key, service: f.service, err: errorMessage(err) });
       }
     }
     if (this.mode === "redirect") {
-      const refused = wanted.filter((f) => !this.running.has(f.key));
+      const refused = [...this.frontends.values()].filter((f) => !this.running.has(f.key));
       await this.exec.run(["nft", "-f", "-"], renderRedirect([...this.running.values()].map((r) => ({ frontend: r.frontend, port: r.port })), refused, nodeIPs));
     }
-    this.log.debug("relays", { running: this.running.size, frontends: wanted.length, failed: failures.length });
+    this.log.debug("relays", { running: this.running.size, frontends: this.frontends.size, touched: touched.size, unserved: this.unserved.size });
+  }
+
+  /**
+   * Re-plans the services in `change` (null: all, and those planned before)
+   * and returns their frontends by key: the new value, or undefined for a
+   * frontend that is gone.
+   */
+  private plan(state: NodeState, change: StateChange, nodeIPs: readonly string[]): Map<string, Frontend | undefined> {
+    const opts = { nodeIPs, clusterCIDRs: this.ctx.config.clusterCIDRs };
+    const keys = change ?? new Set([...this.planned.keys(), ...state.services.keys()]);
+    const touched = new Map<string, Frontend | undefined>();
+    // what the services had goes first: a frontend key may pass from one service to another in one change
+    for (const key of keys) {
+      for (const f of this.planned.get(key) ?? []) {
+        touched.set(f.key, undefined);
+        this.frontends.delete(f.key);
+      }
+      this.planned.delete(key);
+    }
+    for (const key of keys) {
+      const entry = state.services.get(key);
+      if (!entry) continue;
+      const p = planService(key, entry, opts);
+      for (const s of p.skipped) {
+        if (this.skippedSeen.has(s)) continue;
+        this.skippedSeen.add(s);
+        this.log.warn("service port not proxied", { reason: s });
+      }
+      for (const f of p.frontends) {
+        touched.set(f.key, f);
+        this.frontends.set(f.key, f);
+      }
+      this.planned.set(key, p.frontends);
+    }
+    this.plannedNodeIPs = nodeIPs;
+    return touched;
   }
 
   private async start(f: Frontend, nodeIPs: readonly string[]): Promise<Running> {
@@ -161,11 +203,17 @@ export class UserspaceBackend implements FullStateBackend {
 /** the UDP idle timeout: kube-proxy's conntrack.udpTimeout when set, else the kernel's default 30 s */
 const udpIdleMs = (ctx: BackendContext) => (ctx.config.conntrack?.udpTimeoutSeconds || 30) * 1000;
 
-/** `--dry-run`: what the proxy would listen on, one frontend a line */
-export function describe(frontends: readonly Frontend[], mode: "bind" | "redirect"): string {
-  const lines = [...frontends]
-    .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
-    .map((f) => {
+/** `--dry-run`: what the proxy would listen on, one frontend a line (a partial sync: the frontends it touched, "gone" for those removed) */
+export function describe(frontends: readonly Frontend[] | ReadonlyMap<string, Frontend | undefined>, mode: "bind" | "redirect"): string {
+  const list = Array.isArray(frontends) ? frontends.map((f) => [f.key, f] as const) : [...(frontends as ReadonlyMap<string, Frontend | undefined>)];
+  const lines = list
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([key, f]) => {
+      if (!f) {
+        const [proto, rest] = [key.slice(0, key.indexOf("/")), key.slice(key.indexOf("/") + 1)];
+        const [ip, port] = [rest.slice(0, rest.lastIndexOf("/")), rest.slice(rest.lastIndexOf("/") + 1)];
+        return `${proto} ${ip.includes(":") ? `[${ip}]` : ip}:${port} gone`;
+      }
       const at = `${f.proto} ${f.ip.includes(":") ? `[${f.ip}]` : f.ip}:${f.port}`;
       const to = hasEndpoints(f) ? `relay to ${f.endpoints.join(" ") || "-"}` : "refused (no endpoints)";
       const extra = [

@@ -33,7 +33,19 @@ const decode = (w: WireState): NodeState => {
   return { nodeName: config.nodeName, rev: w.rev, services, nodeIPs: w.nodeIPs };
 };
 
+/** each service's JSON as last applied: what changed goes to apply() as the change set, as the feed does */
+let applied = new Map<string, string>();
+const changeOf = (w: WireState): Set<string> => {
+  const now = new Map(w.services.map((s) => [`${(s.service as { Namespace?: string }).Namespace ?? ""}/${(s.service as { Name?: string }).Name ?? ""}`, JSON.stringify(s)]));
+  const change = new Set<string>();
+  for (const [k, j] of now) if (applied.get(k) !== j) change.add(k);
+  for (const k of applied.keys()) if (!now.has(k)) change.add(k);
+  applied = now;
+  return change;
+};
+
 let rest = "";
+let first = true;
 for await (const chunk of Bun.stdin.stream()) {
   const lines = (rest + new TextDecoder().decode(chunk)).split("\n");
   rest = lines.pop()!;
@@ -41,7 +53,9 @@ for await (const chunk of Bun.stdin.stream()) {
     if (!line.trim()) continue;
     const w = JSON.parse(line) as WireState;
     try {
-      await backend.apply(decode(w), null);
+      const change = changeOf(w);
+      await backend.apply(decode(w), first ? null : change);
+      first = false;
       process.stdout.write(JSON.stringify({ rev: w.rev, connections: Object.fromEntries(backend.connections()) }) + "\n");
     } catch (err) {
       process.stdout.write(JSON.stringify({ rev: w.rev, error: String(err) }) + "\n");

@@ -232,6 +232,23 @@ describe("the backend against a recorder", () => {
     );
   });
 
+  test("a partial sync re-plans only the services that changed (--dry-run prints just those, and what went)", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const b = createUserspaceBackend(ctx, { exec: recorder().exec });
+    const one = (name: string, ip: string, pod: number) =>
+      entry(svc({ name, clusterIPs: [ip], ports: [{ name: "http", port: 80 }] }), { a: ep({ ips: [v4.pod(0, pod)], ports: { http: 8080 } }) });
+    const s1 = nodeState([one("a", v4.clusterIP(1), 1), one("b", v4.clusterIP(2), 2)]);
+    await b.apply(s1, null);
+    const s2 = nodeState([one("a", v4.clusterIP(1), 3)], 2);
+    await b.apply(s2, new Set(["default/a", "default/b"]));
+    expect(ctx.printed[1]).toBe(
+      ["# userspace (bind mode)", `tcp ${v4.clusterIP(1)}:80 default/a:http relay to ${v4.pod(0, 3)}:8080`, `tcp ${v4.clusterIP(2)}:80 gone`, ""].join("\n"),
+    );
+    // a change naming nothing of b: b's frontend is not even looked at
+    await b.apply(nodeState([one("a", v4.clusterIP(1), 4)], 3), new Set(["default/a"]));
+    expect(ctx.printed[2]).toBe(["# userspace (bind mode)", `tcp ${v4.clusterIP(1)}:80 default/a:http relay to ${v4.pod(0, 4)}:8080`, ""].join("\n"));
+  });
+
   test("bind mode: setup lets IPv6 bind service IPs; a sync reads kpng's routes once and writes the difference; --cleanup flushes them", async () => {
     const ctx = context(nodeConfig());
     const { exec, calls } = recorder();
