@@ -111,12 +111,10 @@ export async function scale(topo: Topology) {
       );
     const proxy = await startProxy(topo);
     try {
-      let t = performance.now();
       await proxy.apply(services(0));
-      const first = performance.now() - t;
-      t = performance.now();
+      const first = proxy.lastMs;
       await proxy.apply(services(1));
-      const change = performance.now() - t;
+      const change = proxy.lastMs;
       const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proxy.pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
       const fds = Number((await topo.exec(topo.node.ns, ["sh", "-c", `ls /proc/${proxy.pid}/fd | wc -l`])).trim());
       console.log(`${String(n).padStart(8)}  ${(first / 1000).toFixed(2).padStart(8)} s  ${change.toFixed(0).padStart(15)} ms  ${rss.toFixed(0).padStart(5)} MB  ${String(fds).padStart(8)}`);

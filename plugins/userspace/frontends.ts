@@ -154,13 +154,6 @@ function rangesFor(svc: Service, ip: string): string[] | undefined {
   return undefined;
 }
 
-/** The service addresses the proxy must own to listen on (node IPs are the node's already). */
-export function serviceAddresses(frontends: Iterable<Frontend>): Set<string> {
-  const out = new Set<string>();
-  for (const f of frontends) if (f.kind !== "nodeport") out.add(f.ip);
-  return out;
-}
-
 /** What an endpoint list change means for the relay: same frontend, another set. */
 export const sameFrontend = (a: Frontend, b: Frontend) =>
   a.affinitySeconds === b.affinitySeconds &&

@@ -25,7 +25,7 @@ import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
-import { hasEndpoints, planService, sameFrontend, serviceAddresses, type Frontend } from "./frontends.ts";
+import { hasEndpoints, planService, sameFrontend, type Frontend } from "./frontends.ts";
 import { sameIPs } from "../../src/core/brain/node-ips.ts";
 import { ROUTE_PROTO } from "./names.ts";
 import { cleanupRedirect, renderRedirect } from "./redirect.ts";
@@ -62,6 +62,9 @@ export class UserspaceBackend implements FullStateBackend {
   /** the same frontends by frontend key */
   private readonly frontends = new Map<string, Frontend>();
   private plannedNodeIPs: readonly string[] | undefined;
+  /** service IPs (not node IPs) -> how many frontends use them */
+  private readonly serviceIPs = new Map<string, number>();
+  private ipsChanged = false;
   /** frontends with endpoints that could not listen (a port taken): tried again at each sync */
   private readonly unserved = new Set<string>();
 
@@ -102,7 +105,8 @@ export class UserspaceBackend implements FullStateBackend {
       await r.relay.close();
     }
     // 2. bind mode: the service IPs local, before anything listens on them
-    if (this.mode === "bind" && (full || touched.size)) await this.routes.sync(serviceAddresses(this.frontends.values()));
+    if (this.mode === "bind" && (full || this.ipsChanged)) await this.routes.sync(new Set(this.serviceIPs.keys()));
+    this.ipsChanged = false;
     // 3. relays that stay take their new endpoints; new ones listen (and those that could not, again)
     for (const key of this.unserved) if (!touched.has(key)) touched.set(key, this.frontends.get(key));
     this.unserved.clear();
@@ -143,6 +147,7 @@ export class UserspaceBackend implements FullStateBackend {
       for (const f of this.planned.get(key) ?? []) {
         touched.set(f.key, undefined);
         this.frontends.delete(f.key);
+        this.countIP(f, -1);
       }
       this.planned.delete(key);
     }
@@ -158,11 +163,21 @@ export class UserspaceBackend implements FullStateBackend {
       for (const f of p.frontends) {
         touched.set(f.key, f);
         this.frontends.set(f.key, f);
+        this.countIP(f, 1);
       }
       this.planned.set(key, p.frontends);
     }
     this.plannedNodeIPs = nodeIPs;
     return touched;
+  }
+
+  /** keeps serviceIPs (the IPs bind mode makes local) as frontends come and go */
+  private countIP(f: Frontend, by: 1 | -1) {
+    if (f.kind === "nodeport") return;
+    const n = (this.serviceIPs.get(f.ip) ?? 0) + by;
+    if (n > 0) this.serviceIPs.set(f.ip, n);
+    else this.serviceIPs.delete(f.ip);
+    if (n === 0 || (n === 1 && by === 1)) this.ipsChanged = true;
   }
 
   private async start(f: Frontend, nodeIPs: readonly string[]): Promise<Running> {

@@ -2,7 +2,8 @@
 // (a process's sockets live in the namespace it runs in; the test runner's
 // are on the host). Reads node-local states as JSON lines on stdin, applies
 // each, and answers one JSON line per state:
-//   {"rev": 3, "connections": {"tcp/198.18.0.10/80": 1, ...}}   or {"rev": 3, "error": "..."}
+//   {"rev": 3, "ms": 1.2, "connections": {"tcp/198.18.0.10/80": 1, ...}}   or {"rev": 3, "error": "..."}
+// (ms: the apply alone, without this driver's decoding)
 // argv[2]: the Config overrides (JSON). Logs go to stderr.
 
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
@@ -54,9 +55,12 @@ for await (const chunk of Bun.stdin.stream()) {
     const w = JSON.parse(line) as WireState;
     try {
       const change = changeOf(w);
-      await backend.apply(decode(w), first ? null : change);
+      const state = decode(w);
+      const t0 = performance.now();
+      await backend.apply(state, first ? null : change);
+      const ms = performance.now() - t0;
       first = false;
-      process.stdout.write(JSON.stringify({ rev: w.rev, connections: Object.fromEntries(backend.connections()) }) + "\n");
+      process.stdout.write(JSON.stringify({ rev: w.rev, ms, connections: Object.fromEntries(backend.connections()) }) + "\n");
     } catch (err) {
       process.stdout.write(JSON.stringify({ rev: w.rev, error: String(err) }) + "\n");
     }

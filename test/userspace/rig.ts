@@ -38,6 +38,8 @@ function lineReader(stream: ReadableStream<Uint8Array>) {
 export interface Proxy {
   /** applies a full state; resolves with the open connections per frontend */
   apply(entries: ServiceEndpoints[]): Promise<Record<string, number>>;
+  /** how long the last apply took in the backend, ms */
+  readonly lastMs: number;
   stop(): Promise<void>;
   /** the driver's log so far */
   readonly log: string[];
@@ -62,7 +64,11 @@ export async function startProxy(topo: Topology, config: Partial<Config> = {}): 
   });
   if (first !== "ready") throw new Error(`driver: ${first}\n${log.join("\n")}`);
   let rev = 0;
+  let lastMs = 0;
   return {
+    get lastMs() {
+      return lastMs;
+    },
     log,
     pid: p.pid,
     async apply(entries) {
@@ -75,7 +81,8 @@ export async function startProxy(topo: Topology, config: Partial<Config> = {}): 
       };
       p.stdin.write(JSON.stringify(w) + "\n");
       await p.stdin.flush();
-      const answer = JSON.parse(await next(20_000, `rev ${w.rev} applied`)) as { rev: number; connections?: Record<string, number>; error?: string };
+      const answer = JSON.parse(await next(120_000, `rev ${w.rev} applied`)) as { rev: number; ms?: number; connections?: Record<string, number>; error?: string };
+      lastMs = answer.ms ?? 0;
       if (answer.error) throw new Error(`apply rev ${w.rev}: ${answer.error}\n${log.slice(-10).join("\n")}`);
       return answer.connections ?? {};
     },
