@@ -92,9 +92,10 @@ export class UserspaceBackend implements FullStateBackend {
     const nodeIPs = nodeIPsOf(state, this.ctx.config);
     // node ports follow the node's IPs: a change of them re-plans everything
     const full = change === null || !sameIPs(nodeIPs, this.plannedNodeIPs);
-    const touched = this.plan(state, full ? null : change, nodeIPs);
+    const { touched, gone } = this.plan(state, full ? null : change, nodeIPs);
     if (this.ctx.config.dryRun) {
-      this.ctx.out(describe(full ? [...this.frontends.values()] : touched, this.mode));
+      const now = [...touched.values()].filter((f) => f !== undefined);
+      this.ctx.out(full ? describe(this.frontends.values(), this.mode) : describe(now, this.mode, gone));
       return;
     }
     // 1. relays that go: frontend removed, or its endpoints all gone
@@ -135,17 +136,19 @@ export class UserspaceBackend implements FullStateBackend {
 
   /**
    * Re-plans the services in `change` (null: all, and those planned before)
-   * and returns their frontends by key: the new value, or undefined for a
-   * frontend that is gone.
+   * and returns their frontends by key (`touched`: the new value, or
+   * undefined for a frontend that is gone) and the frontends gone.
    */
-  private plan(state: NodeState, change: StateChange, nodeIPs: readonly string[]): Map<string, Frontend | undefined> {
+  private plan(state: NodeState, change: StateChange, nodeIPs: readonly string[]): { touched: Map<string, Frontend | undefined>; gone: Frontend[] } {
     const opts = { nodeIPs, clusterCIDRs: this.ctx.config.clusterCIDRs };
     const keys = change ?? new Set([...this.planned.keys(), ...state.services.keys()]);
     const touched = new Map<string, Frontend | undefined>();
+    const old = new Map<string, Frontend>();
     // what the services had goes first: a frontend key may pass from one service to another in one change
     for (const key of keys) {
       for (const f of this.planned.get(key) ?? []) {
         touched.set(f.key, undefined);
+        old.set(f.key, f);
         this.frontends.delete(f.key);
         this.countIP(f, -1);
       }
@@ -168,7 +171,7 @@ export class UserspaceBackend implements FullStateBackend {
       this.planned.set(key, p.frontends);
     }
     this.plannedNodeIPs = nodeIPs;
-    return touched;
+    return { touched, gone: [...old.values()].filter((f) => touched.get(f.key) === undefined) };
   }
 
   /** keeps serviceIPs (the IPs bind mode makes local) as frontends come and go */
@@ -218,23 +221,21 @@ export class UserspaceBackend implements FullStateBackend {
 /** the UDP idle timeout: kube-proxy's conntrack.udpTimeout when set, else the kernel's default 30 s */
 const udpIdleMs = (ctx: BackendContext) => (ctx.config.conntrack?.udpTimeoutSeconds || 30) * 1000;
 
-/** `--dry-run`: what the proxy would listen on, one frontend a line (a partial sync: the frontends it touched, "gone" for those removed) */
-export function describe(frontends: readonly Frontend[] | ReadonlyMap<string, Frontend | undefined>, mode: "bind" | "redirect"): string {
-  const list = Array.isArray(frontends) ? frontends.map((f) => [f.key, f] as const) : [...(frontends as ReadonlyMap<string, Frontend | undefined>)];
-  const lines = list
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    .map(([key, f]) => {
-      if (!f) {
-        const [proto, rest] = [key.slice(0, key.indexOf("/")), key.slice(key.indexOf("/") + 1)];
-        const [ip, port] = [rest.slice(0, rest.lastIndexOf("/")), rest.slice(rest.lastIndexOf("/") + 1)];
-        return `${proto} ${ip.includes(":") ? `[${ip}]` : ip}:${port} gone`;
-      }
-      const at = `${f.proto} ${f.ip.includes(":") ? `[${f.ip}]` : f.ip}:${f.port}`;
-      const to = hasEndpoints(f) ? `relay to ${f.endpoints.join(" ") || "-"}` : "refused (no endpoints)";
-      const extra = [
-        f.shortCircuit ? `pods and this node: ${f.shortCircuit.endpoints.join(" ")}` : "",f.affinitySeconds !== undefined ? `affinity ${f.affinitySeconds}s` : "", f.sourceRanges ? `from ${f.sourceRanges.join(",") || "nobody"}` : ""].filter(Boolean);
-      return `${at} ${f.service} ${to}${extra.length ? ` (${extra.join(", ")})` : ""}`;
-    });
+const address = (f: Frontend) => `${f.proto} ${f.ip.includes(":") ? `[${f.ip}]` : f.ip}:${f.port}`;
+
+/** `--dry-run`: what the proxy would listen on, one frontend a line, then the frontends a partial sync removed */
+export function describe(frontends: Iterable<Frontend>, mode: "bind" | "redirect", gone: Iterable<Frontend> = []): string {
+  const byKey = (a: Frontend, b: Frontend) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+  const lines = [...frontends].sort(byKey).map((f) => {
+    const to = hasEndpoints(f) ? `relay to ${f.endpoints.join(" ") || "-"}` : "refused (no endpoints)";
+    const extra = [
+      f.shortCircuit ? `pods and this node: ${f.shortCircuit.endpoints.join(" ")}` : "",
+      f.affinitySeconds !== undefined ? `affinity ${f.affinitySeconds}s` : "",
+      f.sourceRanges ? `from ${f.sourceRanges.join(",") || "nobody"}` : "",
+    ].filter(Boolean);
+    return `${address(f)} ${f.service} ${to}${extra.length ? ` (${extra.join(", ")})` : ""}`;
+  });
+  for (const f of [...gone].sort(byKey)) lines.push(`${address(f)} gone`);
   return `# userspace (${mode} mode)\n${lines.join("\n")}\n`;
 }
 
