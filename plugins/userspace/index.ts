@@ -12,7 +12,8 @@
 //   redirect  each relay listens on an ephemeral port on every address and
 //             an nftables table per family redirects the frontend to it
 //             (redirect.ts); needs nft.
-// Node ports listen on the node IPs in both modes.
+// Node ports listen on the node IPs (or every node address inside the
+// --nodeport-addresses CIDRs) in both modes.
 //
 // Full state: each apply re-plans the frontends (a few per service) of the
 // services that changed (all of them on a full sync) and acts on the
@@ -27,6 +28,9 @@ import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
 import { hasEndpoints, planService, sameFrontend, type Frontend } from "./frontends.ts";
 import { sameIPs } from "../../src/core/brain/node-ips.ts";
+// kube-proxy's --nodeport-addresses reading, shared with the IPVS backend (which binds node addresses too)
+import { needsInterfaceAddresses, nodePortIPs } from "../ipvs/node-addresses.ts";
+import { parseIpAddrJson } from "../ipvs/parse.ts";
 import { ROUTE_PROTO } from "./names.ts";
 import { cleanupRedirect, renderRedirect } from "./redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
@@ -79,9 +83,6 @@ export class UserspaceBackend implements FullStateBackend {
   }
 
   async setup(): Promise<void> {
-    if (this.ctx.config.nodePortAddresses.some((a) => a !== "primary")) {
-      this.log.warn("--nodeport-addresses CIDRs are not supported by the userspace backend: node ports listen on the node's IPs", { nodePortAddresses: this.ctx.config.nodePortAddresses.join(",") });
-    }
     if (this.ctx.config.dryRun) return;
     if (this.mode === "bind") await this.routes.setup();
     else await this.exec.run(["nft", "-c", "-f", "-"], renderRedirect([], []));
@@ -90,9 +91,10 @@ export class UserspaceBackend implements FullStateBackend {
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
     const nodeIPs = nodeIPsOf(state, this.ctx.config);
+    const portIPs = await this.nodePortIPs(nodeIPs);
     // node ports follow the node's IPs: a change of them re-plans everything
-    const full = change === null || !sameIPs(nodeIPs, this.plannedNodeIPs);
-    const { touched, gone } = this.plan(state, full ? null : change, nodeIPs);
+    const full = change === null || !sameIPs(portIPs, this.plannedNodeIPs);
+    const { touched, gone } = this.plan(state, full ? null : change, portIPs);
     if (this.ctx.config.dryRun) {
       const now = [...touched.values()].filter((f) => f !== undefined);
       this.ctx.out(full ? describe(this.frontends.values(), this.mode) : describe(now, this.mode, gone));
@@ -172,6 +174,22 @@ export class UserspaceBackend implements FullStateBackend {
     }
     this.plannedNodeIPs = nodeIPs;
     return { touched, gone: [...old.values()].filter((f) => touched.get(f.key) === undefined) };
+  }
+
+  /**
+   * Where node ports listen: the node's IPs, or with --nodeport-addresses
+   * CIDRs every address of the node inside them (read at each sync: an
+   * address that appears later is listened on from the next sync on).
+   */
+  private async nodePortIPs(nodeIPs: readonly string[]): Promise<readonly string[]> {
+    const config = { nodeIPs: [...nodeIPs], nodePortAddresses: this.ctx.config.nodePortAddresses };
+    if (!needsInterfaceAddresses(config) || this.ctx.config.dryRun) return nodePortIPs(config);
+    try {
+      return nodePortIPs(config, parseIpAddrJson(await this.exec.run(["ip", "-j", "address", "show"])));
+    } catch (err) {
+      this.log.warn("cannot read the node's addresses for --nodeport-addresses: node ports keep their addresses", { err: errorMessage(err) });
+      return this.plannedNodeIPs ?? nodePortIPs(config);
+    }
   }
 
   /** keeps serviceIPs (the IPs bind mode makes local) as frontends come and go */

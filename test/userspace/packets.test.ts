@@ -403,3 +403,21 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
     expect(after).not.toContain("dnat");
   });
 });
+
+describe("userspace relays, bind mode with --nodeport-addresses", () => {
+  let cidr: Proxy;
+  beforeAll(async () => {
+    cidr = await startProxy(topo, { nodePortAddresses: ["203.0.113.0/24"] });
+  }, 30_000);
+  afterAll(() => cidr?.stop());
+
+  test("NodePort: a CIDR opens every node address inside it, and no other", async () => {
+    await cidr.apply([entry(svc(web()), podEndpoints(topo, [1], ports))]);
+    await check(topo, [
+      { from: "client", to: secondNodeIP, port: 30080, answer: "pod1" },
+      { from: "client", to: v4.node(0), port: 30080, answer: "pod1" },
+      { from: "client", to: secondNodeIP, port: 30053, proto: "udp", answer: "pod1" },
+      { from: "client", to: nodeIP.v6, port: 30080, error: "refused" },
+    ]);
+  });
+});
