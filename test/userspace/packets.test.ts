@@ -272,11 +272,12 @@ describe("userspace relays, bind mode: the behaviour table", () => {
     });
 
   test("ClientIP affinity: the timeout expires the client's entry", async () => {
-    await proxy.apply([entry(svc(web({ affinitySeconds: 1 })), podEndpoints(topo, [0, 1], ports))]);
+    // 2 s: a loaded machine's gap between two probes stays well inside it
+    await proxy.apply([entry(svc(web({ affinitySeconds: 2 })), podEndpoints(topo, [0, 1], ports))]);
     const first = await topo.probeMany(topo.client.ns, Array.from({ length: 3 }, () => ({ ip: cip.v4, port: 80 })));
     const who = new Set(first.map((r) => (r.ok ? r.who : r.error)));
     expect(who.size).toBe(1);
-    await Bun.sleep(1500);
+    await Bun.sleep(2500);
     // the entry expired: the next connection is a new pick, and round-robin moved on
     const after = await topo.probe(topo.client.ns, { ip: cip.v4, port: 80 });
     expect(after.ok && !who.has(after.who)).toBe(true);
