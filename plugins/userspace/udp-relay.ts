@@ -43,13 +43,19 @@ export class UdpRelay {
     this.choice = new FrontendChoice(frontend);
     this.socket = dgram.createSocket({ type: frontend.family === 6 ? "udp6" : "udp4", ipv6Only: frontend.family === 6 });
     this.socket.on("message", (msg, from) => this.fromClient(msg, plainAddress(from.address), from.port));
-    this.socket.on("error", (err) => opts.log.warn("udp frontend error", { frontend: frontend.key, err: err.message }));
+    this.socket.on("error", (err) => {
+      if (!this.closed) opts.log.warn("udp frontend error", { frontend: frontend.key, err: err.message });
+    });
   }
 
   listen(): Promise<number> {
     const at = this.opts.listen ?? { host: this.frontend.ip, port: this.frontend.port };
     return new Promise((resolve, reject) => {
-      const onError = (err: Error) => reject(err);
+      const onError = (err: Error) => {
+        this.closed = true;
+        this.socket.close(); // the descriptor goes with the failed bind; the backend tries a new relay next sync
+        reject(err);
+      };
       this.socket.once("error", onError);
       this.socket.bind({ address: at.host, port: at.port, exclusive: true }, () => {
         this.socket.off("error", onError);

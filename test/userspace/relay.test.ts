@@ -165,3 +165,13 @@ describe("the backend", () => {
     expect([...b.connections().keys()]).toEqual([`tcp/127.0.0.1/${free}`]);
   });
 });
+
+describe("UDP relay bind failure", () => {
+  test("an address:port another socket holds: listen() rejects", async () => {
+    const holder = dgram.createSocket("udp4");
+    await new Promise<void>((r) => holder.bind(0, "127.0.0.1", r));
+    cleanups.push(() => holder.close());
+    const relay = new UdpRelay({ ...frontend("udp", ["127.0.0.1:9"]), port: holder.address().port }, { log: memoryLogger() });
+    await expect(relay.listen()).rejects.toThrow();
+  });
+});
