@@ -39,7 +39,7 @@ export const proxyArgs = {
   "iptables-masquerade-bit": { type: "string", description: "fwmark bit (0-31) marking packets to masquerade (default 14)" },
   "masquerade-all": { type: "boolean", description: "masquerade all traffic to service IPs" },
   "ipvs-scheduler": { type: "string", description: "IPVS scheduler (default rr)" },
-  "userspace-mode": { type: "string", description: "userspace backend: bind (listen on service IPs added to kpng-dummy0, default) or redirect (nftables redirect to the relays)" },
+  "userspace-mode": { type: "string", description: "userspace backend: bind (relays listen on the service IPs, made local by routes; default) or redirect (nftables redirects to the relays)" },
   "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
   "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
   "write-config-to": { type: "string", description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit" },
