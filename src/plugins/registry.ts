@@ -11,6 +11,7 @@ export const builtinBackends: Record<string, Loader> = {
   ipvs: () => import("../../plugins/ipvs/index.ts"),
   winkernel: () => import("../../plugins/winkernel/index.ts"),
   ebpf: () => import("../../plugins/ebpf/index.ts"),
+  userspace: () => import("../../plugins/userspace/index.ts"),
 };
 
 export const builtinBackendNames = Object.keys(builtinBackends);

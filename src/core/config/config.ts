@@ -45,6 +45,8 @@ export interface Config {
   conntrack: { udpTimeoutSeconds: number };
   /** ebpf backend: cgroup v2 directory to attach to ("" = the hierarchy's root), bpffs directory of its pins */
   ebpf: { cgroup: string; pinDir: string };
+  /** userspace backend: how clients reach its relays ("bind": on the service IPs themselves; "redirect": nftables redirect) */
+  userspaceMode: "bind" | "redirect";
   /** address:port for /healthz and /livez; "" = off */
   healthzBindAddress: string;
   /** address:port for /metrics and /proxyMode; "" = off */
@@ -79,6 +81,7 @@ export function defaultConfig(overrides: Partial<Config> = {}): Config {
     winkernel: { sourceVip: "", networkName: "", enableDSR: false },
     conntrack: { udpTimeoutSeconds: 0 },
     ebpf: { cgroup: "", pinDir: "/sys/fs/bpf/kpng" },
+    userspaceMode: "bind",
     healthzBindAddress: "0.0.0.0:10256",
     metricsBindAddress: "127.0.0.1:10249",
     kubeconfig: "",

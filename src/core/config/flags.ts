@@ -39,6 +39,7 @@ export const proxyArgs = {
   "iptables-masquerade-bit": { type: "string", description: "fwmark bit (0-31) marking packets to masquerade (default 14)" },
   "masquerade-all": { type: "boolean", description: "masquerade all traffic to service IPs" },
   "ipvs-scheduler": { type: "string", description: "IPVS scheduler (default rr)" },
+  "userspace-mode": { type: "string", description: "userspace backend: bind (relays listen on the service IPs, made local by routes; default) or redirect (nftables redirects to the relays)" },
   "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
   "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
   "write-config-to": { type: "string", description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit" },
@@ -153,6 +154,11 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
     const known = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", "nq", "dh", "mh"] as const;
     if (!known.includes(scheduler as (typeof known)[number])) throw invalid(`flag --ipvs-scheduler: "${scheduler}" must be one of ${known.join(", ")}`);
     cfg.ipvs.scheduler = doc.ipvs.scheduler = scheduler as (typeof known)[number];
+  }
+  const usMode = str("userspace-mode");
+  if (usMode !== undefined) {
+    if (usMode !== "bind" && usMode !== "redirect") throw invalid(`flag --userspace-mode: "${usMode}" must be bind or redirect`);
+    cfg.userspaceMode = usMode;
   }
   const minSync = str("min-sync-period");
   if (minSync) {
