@@ -28,7 +28,7 @@ export const sourceArgs = {
 } as const satisfies ArgsDef;
 
 export const proxyArgs = {
-  backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)" },
+  backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel, ebpf, userspace (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)" },
   plugin: { type: "string", description: "load a backend from a .ts/.js file (repeatable)" },
   "dry-run": { type: "boolean", description: "print what backends would apply instead of applying it" },
   once: { type: "boolean", description: "exit after the first full sync is applied" },
