@@ -7,7 +7,7 @@ import { Brain } from "./core/brain/brain.ts";
 import { defaultConfig, type Config } from "./core/config/config.ts";
 import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./core/config/config-file.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
+import { apiClientArgs, backendNames, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
 import { createLogger } from "./core/log.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
@@ -17,8 +17,9 @@ import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
 // The API server and client (Connect, HTTP/2) load only when a command uses them: a
 // node proxy without --listen never pays their start-up time and memory.
-import { checkListen, DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
+import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
+import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
 const log = createLogger("kpng");
 
@@ -39,12 +40,16 @@ async function loadConfig(args: Args, rawArgs: string[], defs: ArgsDef): Promise
 const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
 
 /** Where cluster objects come from: --input, --api (node agent) or the API server. */
-const sourceOptions = (args: Args, rawArgs: string[]) => ({
-  input: args.input as string | undefined,
-  kubeconfig: args.kubeconfig as string | undefined,
-  master: args.master as string | undefined,
-  api: repeated(rawArgs, "api"),
-});
+const sourceOptions = (args: Args, rawArgs: string[]) => {
+  const api = repeated(rawArgs, "api");
+  return {
+    input: args.input as string | undefined,
+    kubeconfig: args.kubeconfig as string | undefined,
+    master: args.master as string | undefined,
+    api,
+    security: api.length ? apiClientSecurity(args, api, log) : undefined,
+  };
+};
 
 async function startBrain(args: Args, rawArgs: string[], cfg: Config) {
   const brain = newBrain(cfg);
@@ -71,9 +76,9 @@ async function loadBackends(rawArgs: string[], ctx: BackendContext): Promise<Bac
 
 const runCommand = defineCommand({
   meta: { name: "kpng", description: "Kubernetes service proxy: the brain plus in-process backends" },
-  args: { ...sourceArgs, ...proxyArgs, ...listenArgs },
+  args: { ...sourceArgs, ...apiClientArgs, ...proxyArgs, ...listenArgs },
   async run({ args, rawArgs }) {
-    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...proxyArgs, ...listenArgs });
+    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...apiClientArgs, ...proxyArgs, ...listenArgs });
     if (typeof args["write-config-to"] === "string") {
       await writeKubeProxyConfig(args["write-config-to"], cfg.kubeProxy);
       log.info("configuration written", { file: args["write-config-to"], apiVersion: cfg.kubeProxy.apiVersion });
@@ -83,7 +88,8 @@ const runCommand = defineCommand({
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
     const listen = repeated(rawArgs, "listen");
-    checkListen(listen, args["listen-any"] === true);
+    const sources = sourceOptions(args, rawArgs);
+    const security = serveSecurity(args, listen, sources);
     const brain = newBrain(cfg);
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
@@ -95,10 +101,10 @@ const runCommand = defineCommand({
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx)));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([startSource(sourceOptions(args, rawArgs), cfg, brain, log), unready]), stopped);
+    const source = await untilStopped(Promise.race([startSource(sources, cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
     servers?.setSource(source);
-    const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
+    const api = listen.length ? await serveApi(brain, cfg, listen, security, args) : undefined;
     const view = brain.view(cfg.nodeName);
     // Node ports and health checks need the node's IPs: a cluster source may
     // register the Node after we start, so wait for it (bounded); a file is
@@ -182,9 +188,22 @@ function releaseFreedMemory(collect: boolean) {
 }
 const RELEASE_IDLE_MS = 100;
 
-async function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args): Promise<ApiServer> {
+async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");
-  return startApiServer({ brain, listen, listenAny: args["listen-any"] === true, defaultNodeName: cfg.nodeName, log: log.child("api") });
+  const tokens = security.tokenUsers.length ? await tokenReviewer(args, cfg, security.tokenUsers) : undefined;
+  return startApiServer({ brain, listen, listenAny: security.listenAny, tls: security.tls, auth: { tokens }, defaultNodeName: cfg.nodeName, log: log.child("api") });
+}
+
+/** `--listen-token-review`: the brain asks its own API server about agents' tokens. */
+async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
+  const [{ tokenReviewer }, { kubeRequest }, { loadKubeConfig }, { Agent }] = await Promise.all([
+    import("./core/api/server/token-review.ts"),
+    import("./core/sources/kube-http.ts"),
+    import("./core/sources/kubeconfig.ts"),
+    import("node:https"),
+  ]);
+  const access = loadKubeConfig({ kubeconfig: (args.kubeconfig as string | undefined) || cfg.kubeconfig || undefined, master: args.master as string | undefined });
+  return tokenReviewer({ request: kubeRequest(access, new Agent({ keepAlive: true })), users });
 }
 
 const serveCommand = defineCommand({
@@ -194,13 +213,13 @@ const serveCommand = defineCommand({
     const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...listenArgs });
     const given = repeated(rawArgs, "listen");
     const listen = given.length ? given : DEFAULT_LISTEN;
-    checkListen(listen, args["listen-any"] === true);
+    const security = serveSecurity(args, listen, sourceOptions(args, rawArgs));
     // Before serving: a SIGTERM right after the socket appears must still close it.
     const stopped = waitForSignal();
     const started = await untilStopped(startBrain(args, rawArgs, cfg), stopped);
     if (!started) return;
     const { brain, source } = started;
-    const api = await serveApi(brain, cfg, listen, args);
+    const api = await serveApi(brain, cfg, listen, security, args);
     await stopped;
     await api.close();
     source.close();
@@ -209,6 +228,7 @@ const serveCommand = defineCommand({
 
 const backendArgs = {
   ...proxyArgs,
+  ...apiClientArgs,
   "node-name": sourceArgs["node-name"],
   config: sourceArgs.config,
   api: { type: "string", description: `the brain's API: unix:///path or tcp://HOST:PORT (default ${DEFAULT_API})` },
@@ -221,6 +241,7 @@ const backendCommand = defineCommand({
   async run({ args, rawArgs }) {
     const cfg = await loadConfig(args, rawArgs, backendArgs);
     if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next") throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
+    const security = apiClientSecurity(args, [args.api ?? DEFAULT_API], log);
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
@@ -229,16 +250,16 @@ const backendCommand = defineCommand({
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
     const { runSidecar } = await import("./plugins/sidecar.ts");
-    await runSidecar({ backends, api: args.api, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
+    await runSidecar({ backends, api: args.api, security, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
     for (const b of backends) await b.close?.();
   },
 });
 
 const localCommand = defineCommand({
   meta: { name: "local", description: "print the node-local state and exit" },
-  args: { ...sourceArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" } },
+  args: { ...sourceArgs, ...apiClientArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" } },
   async run({ args, rawArgs }) {
-    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, output: { type: "string", alias: ["o"] } });
+    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...apiClientArgs, output: { type: "string", alias: ["o"] } });
     if (args.output !== "json" && args.output !== "yaml") throw new KpngError("invalid_argument", `flag --output: "${args.output}" must be json or yaml`);
     const { brain, source } = await startBrain(args, rawArgs, cfg);
     const state = await brain.view(cfg.nodeName).next(0);

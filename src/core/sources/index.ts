@@ -7,6 +7,7 @@ import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { startFileSource } from "./file.ts";
 import type { GlobalSourceStats } from "./global.ts";
+import type { ClientSecurity } from "../api/tls/client.ts";
 import type { SourceStats } from "./kube.ts";
 
 export interface SourceOptions {
@@ -15,6 +16,8 @@ export interface SourceOptions {
   master?: string;
   /** brains' addresses: follow their globalv1 stream (node agent) */
   api?: readonly string[];
+  /** TLS and credentials for TCP brains */
+  security?: ClientSecurity;
 }
 
 export interface Source {
@@ -29,7 +32,7 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
   if (opts.api?.length) {
     if (opts.input !== undefined || opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --api: cannot be combined with --input, --kubeconfig or --master");
     const { startGlobalSource } = await import("./global.ts");
-    return startGlobalSource({ apis: opts.api, brain, log: log.child("global") });
+    return startGlobalSource({ apis: opts.api, security: opts.security, brain, log: log.child("global") });
   }
   if (opts.input !== undefined) {
     if (opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --input: cannot be combined with --kubeconfig or --master");

@@ -12,7 +12,9 @@ import type { Brain, NodeView } from "../../brain/brain.ts";
 import { errorMessage } from "../../errors.ts";
 import { GlobalModel } from "../../global/model.ts";
 import type { Logger } from "../../log.ts";
-import { checkListen, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
+import { checkListen, crossesNetwork, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
+import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type RefusalReason } from "./auth.ts";
+import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
 import { serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
@@ -34,13 +36,25 @@ export interface ApiOptions {
 export interface ApiServerOptions extends ApiOptions {
   /** `unix:///path` or `tcp://HOST:PORT` */
   listen: readonly string[];
-  /** allow non-loopback TCP addresses */
+  /** allow plaintext on non-loopback TCP addresses */
   listenAny?: boolean;
+  /** TLS on every TCP listener: the server's certificate and key, and the client CA (mutual TLS) */
+  tls?: ApiTlsOptions;
+  /** who may connect over TLS (client certificates need `tls.files.ca`) */
+  auth?: Omit<AuthOptions, "certificates">;
+}
+
+export interface ApiTlsOptions {
+  files: TlsFiles;
+  /** how often the files are read again for a rotated certificate (default 2000 ms) */
+  reloadMs?: number;
 }
 
 export interface ApiServer {
   readonly addresses: ApiAddress[];
   readonly instanceID: bigint;
+  /** requests and TLS handshakes refused, by reason */
+  readonly refused: Readonly<Record<RefusalReason, number>>;
   close(): Promise<void>;
 }
 
@@ -157,8 +171,11 @@ function warmOwnNode(brain: Brain, nodeName: string, cache: WireCache): () => vo
 }
 
 export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer> {
-  checkListen(opts.listen, opts.listenAny ?? false);
+  const { log } = opts;
+  checkListen(opts.listen, opts.listenAny ?? false, !!opts.tls);
   const addrs = opts.listen.map((spec) => parseApiAddress(spec));
+  const material = opts.tls ? readTlsFiles(opts.tls.files, SERVER_FLAGS) : undefined;
+  const auth = new Authenticator({ certificates: !!material?.ca, tokens: opts.auth?.tokens }, log);
   const api = createApi(opts);
   const connect = connectNodeAdapter({ routes: api.routes });
   const handler: typeof connect = (req, res) => {
@@ -166,25 +183,59 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       if (!serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) connect(req, res);
     } catch (err) {
       // Connect throws synchronously on some malformed requests (an HTTP/1.1 request without Host).
-      opts.log.warn("bad request", { path: req.url, error: errorMessage(err) });
+      log.warn("bad request", { path: req.url, error: errorMessage(err) });
       if (!res.headersSent) res.writeHead(400);
       res.end();
     }
   };
+  // Over TLS, a request is served once its client is authenticated (see auth.ts).
+  const secured: typeof connect = !auth.required
+    ? handler
+    : (req, res) => {
+        auth.check(req.socket as PeerSocket, req.headers.authorization).then(
+          (v) => (v.ok ? handler(req, res) : writeRefusal(req.headers["content-type"], res as Parameters<typeof writeRefusal>[1], v.message)),
+          () => res.end(),
+        );
+      };
+  const tls = material && {
+    material,
+    onHandshakeError: (err: NodeJS.ErrnoException, peer: string | undefined) => {
+      // A TCP probe, or a client that does not trust this certificate, hangs up mid-handshake: counted, logged quietly.
+      if (err.code === "ECONNRESET") {
+        auth.refused.tls_handshake++;
+        log.debug("TLS handshake ended by the client", { peer: peer ?? "" });
+      } else auth.handshakeFailed(`TLS handshake failed: ${err.message}`, peer);
+    },
+  };
   const listeners: Listener[] = [];
   try {
-    for (const a of addrs) listeners.push(await listen(a, handler));
+    for (const a of addrs) listeners.push(await listen(a, a.kind === "tcp" && tls ? secured : handler, { tls }));
   } catch (err) {
     await Promise.all(listeners.map((l) => l.close()));
     throw err;
   }
   const addresses = listeners.map((l) => l.address);
-  opts.log.info("serving the API", { listen: addresses.map(formatApiAddress).join(",") });
+  log.info("serving the API", { listen: addresses.map(formatApiAddress).join(","), tls: !!tls, clientCertificates: auth.required && !!material?.ca, tokenReview: !!opts.auth?.tokens });
+  const open = addresses.filter(crossesNetwork).map(formatApiAddress).join(",");
+  if (open && !tls) log.warn("serving the API in plaintext off loopback (--listen-any): anyone who reaches it reads every Service and endpoint, and anyone who can answer in its place programs the nodes", { listen: open });
+  if (open && tls && !auth.required) log.warn("the API accepts any TLS client: pass --listen-tls-ca or --listen-token-review to authenticate them", { listen: open });
+  const stopReload = opts.tls && material
+    ? watchTlsFiles(opts.tls.files, SERVER_FLAGS, material, {
+        intervalMs: opts.tls.reloadMs ?? 2000,
+        onChange: (m) => {
+          for (const l of listeners) l.setTls?.(m);
+          log.info("API certificate reloaded: new connections use it", { crt: opts.tls!.files.crt });
+        },
+        onError: (error) => log.warn("API certificate files changed but cannot be used: keeping the previous ones", { error }),
+      })
+    : () => {};
   const stopWarming = warmOwnNode(opts.brain, opts.defaultNodeName, api.cache);
   return {
     addresses,
     instanceID: api.instanceID,
+    refused: auth.refused,
     close: async () => {
+      stopReload();
       stopWarming();
       api.close();
       await Promise.all(listeners.map((l) => l.close()));
