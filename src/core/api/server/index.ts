@@ -15,7 +15,7 @@ import type { Logger } from "../../log.ts";
 import { checkListen, crossesNetwork, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
 import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type RefusalReason } from "./auth.ts";
 import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
-import { serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
 import { globalWatchBatches } from "./global-watch.ts";
@@ -31,6 +31,8 @@ export interface ApiOptions {
   log: Logger;
   /** random per brain start unless given (tests) */
   instanceID?: bigint;
+  /** a gRPC stream whose client reads nothing for this long is dropped (default 30 s) */
+  stuckMs?: number;
 }
 
 export interface ApiServerOptions extends ApiOptions {
@@ -55,8 +57,16 @@ export interface ApiServer {
   readonly instanceID: bigint;
   /** requests and TLS handshakes refused, by reason */
   readonly refused: Readonly<Record<RefusalReason, number>>;
+  /** gRPC streams dropped because their client stopped reading */
+  readonly stats: { readonly stuckDropped: number };
   close(): Promise<void>;
 }
+
+/**
+ * Long enough for a loaded agent to take a 1 MB piece of a whole model; short
+ * enough that stuck agents cannot pin old models and pieces for long.
+ */
+const STUCK_MS = 30_000;
 
 /** Resolves once every kind has synced; node names can only be checked then. */
 async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
@@ -85,6 +95,7 @@ export function createApi(opts: ApiOptions) {
     return (global ??= new GlobalModel(brain));
   };
   const nextDeps: NextDeps = { view, instanceID, defaultNodeName: opts.defaultNodeName };
+  const stats = { stuckDropped: 0 };
   const onError = (rpc: string, err: ConnectError, signal: AbortSignal) => {
     if (err.code !== Code.Canceled && !signal.aborted) log.warn("rpc failed", { rpc, code: Code[err.code], error: err.rawMessage });
   };
@@ -99,6 +110,11 @@ export function createApi(opts: ApiOptions) {
       return items;
     },
     onError,
+    stuckMs: opts.stuckMs ?? STUCK_MS,
+    onStuck: (rpc) => {
+      stats.stuckDropped++;
+      log.warn("dropped a stream whose client stopped reading (it resyncs when it reconnects)", { rpc, afterMs: opts.stuckMs ?? STUCK_MS });
+    },
   };
 
   async function* logErrors<R>(rpc: string, signal: AbortSignal, gen: AsyncGenerator<R>): AsyncGenerator<R> {
@@ -140,7 +156,7 @@ export function createApi(opts: ApiOptions) {
     router.service(Endpoints, { next: (filter, ctx) => logErrors("Next", ctx.signal, connectNext(filter, ctx.signal)) });
     router.service(GlobalSets, { watch: (reqs, ctx) => logErrors("GlobalWatch", ctx.signal, connectGlobalWatch(reqs, ctx.signal)) });
   };
-  return { instanceID, routes, fast, cache, close: () => global?.close() };
+  return { instanceID, routes, fast, cache, stats, close: () => global?.close() };
 }
 
 /**
@@ -177,7 +193,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const material = opts.tls ? readTlsFiles(opts.tls.files, SERVER_FLAGS) : undefined;
   const auth = new Authenticator({ certificates: !!material?.ca, tokens: opts.auth?.tokens }, log);
   const api = createApi(opts);
-  const connect = connectNodeAdapter({ routes: api.routes });
+  const connect = connectNodeAdapter({ routes: api.routes, readMaxBytes: MAX_REQUEST_MESSAGE });
   const handler: typeof connect = (req, res) => {
     try {
       if (!serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) connect(req, res);
@@ -234,6 +250,7 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     addresses,
     instanceID: api.instanceID,
     refused: auth.refused,
+    stats: api.stats,
     close: async () => {
       stopReload();
       stopWarming();
