@@ -61,7 +61,8 @@ export const MAX_REQUEST_MESSAGE = 1 << 20;
 /** RST_STREAM CANCEL */
 const CANCEL = 8;
 
-class Stuck extends ConnectError {}
+/** Not a ConnectError: ConnectError's instanceof accepts any ConnectError-shaped object. */
+class Stuck extends Error {}
 
 /** Serves the request when it is binary gRPC for one of our RPCs; false = not ours. */
 export function serveGrpcFast(req: Req, res: Res, routes: FastRoutes): boolean {
@@ -152,7 +153,7 @@ function writePiece(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
     };
     const timer = setTimeout(() => {
       stop();
-      reject(new Stuck(`the client read nothing for ${stuckMs} ms: stream dropped`, Code.ResourceExhausted));
+      reject(new Stuck(`the client read nothing for ${stuckMs} ms: stream dropped`));
     }, stuckMs);
     const done = () => {
       stop();

@@ -74,7 +74,10 @@ export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: L
       else route(sock);
     });
     ts.on("connection", track);
-    ts.on("tlsClientError", (err, sock) => useTls.onHandshakeError(err, sock.remoteAddress));
+    ts.on("tlsClientError", (err, sock) => {
+      useTls.onHandshakeError(err, sock.remoteAddress);
+      sock.destroy(); // Bun (1.4.5) leaves the socket open after some handshake errors
+    });
     server = ts;
   } else
     server = net.createServer((sock) => {
