@@ -51,9 +51,9 @@ const sourceOptions = (args: Args, rawArgs: string[]) => {
   };
 };
 
-async function startBrain(args: Args, rawArgs: string[], cfg: Config) {
+async function startBrain(args: Args, rawArgs: string[], cfg: Config, opts: { allNodes?: boolean } = {}) {
   const brain = newBrain(cfg);
-  const source = await startSource(sourceOptions(args, rawArgs), cfg, brain, log);
+  const source = await startSource({ ...sourceOptions(args, rawArgs), ...opts }, cfg, brain, log);
   return { brain, source };
 }
 
@@ -216,7 +216,8 @@ const serveCommand = defineCommand({
     const security = serveSecurity(args, listen, sourceOptions(args, rawArgs));
     // Before serving: a SIGTERM right after the socket appears must still close it.
     const stopped = waitForSignal();
-    const started = await untilStopped(startBrain(args, rawArgs, cfg), stopped);
+    // Agents on every node follow this brain: it watches every Node, not only its own.
+    const started = await untilStopped(startBrain(args, rawArgs, cfg, { allNodes: true }), stopped);
     if (!started) return;
     const { brain, source } = started;
     const api = await serveApi(brain, cfg, listen, security, args);

@@ -113,7 +113,7 @@ async function grpcCall(path: string, body: Buffer): Promise<{ status: string; m
     let status = "";
     let message = "";
     const take = (h: http2.IncomingHttpHeaders) => {
-      if (h[":status"] !== undefined && h[":status"] !== 200) status = `http ${h[":status"]}`;
+      if (h[":status"] !== undefined && Number(h[":status"]) !== 200) status = `http ${h[":status"]}`;
       if (h["grpc-status"] !== undefined) [status, message] = [String(h["grpc-status"]), decodeURIComponent(String(h["grpc-message"] ?? ""))];
     };
     req.on("response", take);

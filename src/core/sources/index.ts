@@ -18,6 +18,8 @@ export interface SourceOptions {
   api?: readonly string[];
   /** TLS and credentials for TCP brains */
   security?: ClientSecurity;
+  /** watch every Node (a central brain), not only this node's */
+  allNodes?: boolean;
 }
 
 export interface Source {
@@ -39,7 +41,7 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
     return startFileSource({ path: opts.input, brain, log: log.child("file") });
   }
   const { startKubeSource } = await import("./kube.ts");
-  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, brain, log: log.child("kube"), config: cfg });
+  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, allNodes: opts.allNodes, brain, log: log.child("kube"), config: cfg });
 }
 
 /**
