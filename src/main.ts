@@ -12,6 +12,7 @@ import { createLogger } from "./core/log.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
 import { startSource, waitForNodeIPs } from "./core/sources/index.ts";
+import type { GlobalSourceStats } from "./core/sources/global.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
@@ -101,10 +102,12 @@ const runCommand = defineCommand({
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx)));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([startSource(sources, cfg, brain, log), unready]), stopped);
+    const onGlobalStats = (stats: GlobalSourceStats) => servers?.metrics.followGlobal(stats);
+    const source = await untilStopped(Promise.race([startSource({ ...sources, onGlobalStats }, cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, security, args) : undefined;
+    if (api) servers?.metrics.followApi(api);
     const view = brain.view(cfg.nodeName);
     // Node ports and health checks need the node's IPs: a cluster source may
     // register the Node after we start, so wait for it (bounded); a file is
@@ -194,6 +197,14 @@ async function serveApi(brain: Brain, cfg: Config, listen: string[], security: S
   return startApiServer({ brain, listen, listenAny: security.listenAny, tls: security.tls, auth: { tokens }, defaultNodeName: cfg.nodeName, log: log.child("api") });
 }
 
+/** `kpng serve --metrics-bind-address`: the brain's own counters (API-server source, refused clients, dropped streams). */
+async function serveBrainMetrics(brain: Brain, cfg: Config, source: Awaited<ReturnType<typeof startSource>>, api: ApiServer) {
+  const { ProxyMetrics, startMetricsServer } = await import("./core/node/metrics.ts");
+  const metrics = new ProxyMetrics({ brain, backends: [], source: () => source.stats });
+  metrics.followApi(api);
+  return startMetricsServer({ address: cfg.metricsBindAddress, metrics, proxyMode: "", config: cfg.kubeProxy, log: log.child("metrics") });
+}
+
 /** `--listen-token-review`: the brain asks its own API server about agents' tokens. */
 async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
   const [{ tokenReviewer }, { kubeRequest }, { loadKubeConfig }, { Agent }] = await Promise.all([
@@ -208,9 +219,9 @@ async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
 
 const serveCommand = defineCommand({
   meta: { name: "serve", description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)" },
-  args: { ...sourceArgs, ...listenArgs },
+  args: { ...sourceArgs, ...listenArgs, "metrics-bind-address": { type: "string", description: "address:port for /metrics (default: none; a brain beside a node's kpng would take its port)" } },
   async run({ args, rawArgs }) {
-    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...listenArgs });
+    const cfg = await loadConfig(args, rawArgs, { ...sourceArgs, ...listenArgs, "metrics-bind-address": proxyArgs["metrics-bind-address"] });
     const given = repeated(rawArgs, "listen");
     const listen = given.length ? given : DEFAULT_LISTEN;
     const security = serveSecurity(args, listen, sourceOptions(args, rawArgs));
@@ -221,7 +232,9 @@ const serveCommand = defineCommand({
     if (!started) return;
     const { brain, source } = started;
     const api = await serveApi(brain, cfg, listen, security, args);
+    const metrics = typeof args["metrics-bind-address"] === "string" ? await serveBrainMetrics(brain, cfg, source, api) : undefined;
     await stopped;
+    metrics?.close();
     await api.close();
     source.close();
   },

@@ -47,6 +47,13 @@ async function run(args: string[], timeoutMs = 30_000): Promise<{ code: number; 
   return { code, out: p.stdout.join("\n"), err: p.stderr.join("\n") };
 }
 
+/** A value from the process's /metrics (its address from the log). */
+async function metric(p: KpngProcess, re: RegExp): Promise<number> {
+  const address = /serving metrics address=(\S+)/.exec(await p.waitFor(/serving metrics address=/))![1];
+  const text = await (await fetch(`http://${address}/metrics`)).text();
+  return Number(re.exec(text)?.[1] ?? -1);
+}
+
 async function bufCurl(args: string[], path: string, data: string) {
   const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${port}${path}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
@@ -103,6 +110,7 @@ describe("node agents and sidecars over TLS", () => {
       const lines = await agent.waitForCount(/$^/, 0, 1); // nothing on stdout yet
       expect(lines).toEqual([]);
       await agent.waitFor(/global stream failed.*\[unauthenticated\] no credentials: a client certificate signed by the client CA is required/, 20_000);
+      expect(await metric(agent, /^kpng_global_refused_total (\d+)/m)).toBeGreaterThan(0);
       // it keeps trying (backoff), and never programs anything
       const tries = () => agent.stderr.filter((l) => l.includes("[unauthenticated]")).length;
       const first = tries();
@@ -124,7 +132,7 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
     for (const item of (YAML.parse(await Bun.file(input).text()) as { items: Array<Record<string, unknown>> }).items) kube.apply(item);
     kube.serviceAccountTokens.set("agent-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
     kube.serviceAccountTokens.set("pod-token", { username: AGENT_USER, audiences: ["https://kubernetes.default.svc"] });
-    brain = await startServe(["--kubeconfig", kube.writeKubeconfig(dir.path), "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER]);
+    brain = await startServe(["--kubeconfig", kube.writeKubeconfig(dir.path), "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER, "--metrics-bind-address", "127.0.0.1:0"]);
   });
   afterAll(async () => {
     await brain?.stop();
@@ -148,6 +156,7 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
     try {
       await agent.waitFor(/global stream failed.*\[unauthenticated\] token rejected by the API server: token audiences are invalid/, 20_000);
       await brain.waitFor(/refused API client .*reason=token_rejected/);
+      expect(await metric(brain, /^kpng_listen_refused_total\{reason="token_rejected"\} (\d+)/m)).toBeGreaterThan(0);
     } finally {
       await agent.stop();
     }

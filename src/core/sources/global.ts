@@ -39,6 +39,8 @@ export interface GlobalSourceOptions {
   keepaliveMs?: number;
   /** TLS and credentials for TCP brains (files read again at each connection) */
   security?: ClientSecurity;
+  /** called with the stats at once, before the first stream: metrics can show refusals meanwhile */
+  onStats?: (stats: GlobalSourceStats) => void;
   /** first delay once every brain failed (default 200 ms), doubled up to maxRetryMs (default 5 s) */
   retryMs?: number;
   maxRetryMs?: number;
@@ -105,6 +107,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const mirror = new GlobalMirror();
   const apis = addrs.map(formatApiAddress);
   const stats: GlobalSourceStats = { apis, connectedTo: null, connects: 0, failovers: 0, failures: {}, refused: 0, changeSets: 0, ops: 0, events: 0, unchanged: 0, lastChangeSetMs: 0 };
+  opts.onStats?.(stats);
   const ac = new AbortController();
   const started = Promise.withResolvers<void>();
   let followed: string | null = null; // the last brain that delivered

@@ -20,6 +20,8 @@ export interface SourceOptions {
   security?: ClientSecurity;
   /** watch every Node (a central brain), not only this node's */
   allNodes?: boolean;
+  /** the agent's stream stats, as soon as it starts (before the first change set) */
+  onGlobalStats?: (stats: GlobalSourceStats) => void;
 }
 
 export interface Source {
@@ -34,7 +36,7 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
   if (opts.api?.length) {
     if (opts.input !== undefined || opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --api: cannot be combined with --input, --kubeconfig or --master");
     const { startGlobalSource } = await import("./global.ts");
-    return startGlobalSource({ apis: opts.api, security: opts.security, brain, log: log.child("global") });
+    return startGlobalSource({ apis: opts.api, security: opts.security, onStats: opts.onGlobalStats, brain, log: log.child("global") });
   }
   if (opts.input !== undefined) {
     if (opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --input: cannot be combined with --kubeconfig or --master");
