@@ -163,6 +163,33 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
   });
 });
 
+describe("deploy/global-certs.sh: the openssl recipe the manifests mount", () => {
+  test("its brain certificate serves, its CA verifies it, its agent certificate is let in", async () => {
+    const out = join(dir.path, "recipe");
+    const script = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], { env: { ...process.env, BRAIN_NAMES: "kpng-brain-0.cluster.example", BRAIN_IPS: "127.0.0.1", DAYS: "1" }, stdout: "pipe", stderr: "pipe" });
+    const [text, code] = [await new Response(script.stdout).text(), await script.exited];
+    expect(code).toBe(0);
+    expect(text).toContain("kubectl -n kube-system create secret generic kpng-brain-tls");
+    const r = (name: string) => join(out, name);
+    const brain = await startServe(["--input", input, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    try {
+      const api = `tcp://127.0.0.1:${brain.addresses[0].port}`;
+      const ok = await run(["local", "--api", api, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      expect(ok.code).toBe(0);
+      expect(JSON.parse(ok.out).services.length).toBeGreaterThan(0);
+      // the certificate names 127.0.0.1, not "localhost": dialled by that name, the agent refuses the brain
+      const wrong = startKpng(["local", "--api", `tcp://localhost:${brain.addresses[0].port}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      try {
+        await wrong.waitFor(/TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/, 20_000);
+      } finally {
+        await wrong.stop();
+      }
+    } finally {
+      await brain.stop();
+    }
+  });
+});
+
 describe("bad TLS flags: one line naming the flag, exit code 2", () => {
   const listen = ["serve", "--input", input, "--listen", "tcp://127.0.0.1:0"];
   const cases: Array<{ name: string; args: () => string[]; want: RegExp }> = [
