@@ -115,6 +115,22 @@ describe("who may connect", () => {
     });
   }
 
+  test("Connect over HTTP/1.1 (ALPN http/1.1, Bun's fetch): served with the certificate; without, the stream ends unauthenticated", async () => {
+    const json = Buffer.from(JSON.stringify({ NodeName: "node-1" }));
+    const head = Buffer.from([0, 0, 0, 0, 0]);
+    head.writeUInt32BE(json.length, 1);
+    const call = async (tls: Record<string, string>) => {
+      const res = await fetch(`https://127.0.0.1:${port}/localv1.Endpoints/Next`, { method: "POST", headers: { "content-type": "application/connect+json" }, body: Buffer.concat([head, json]), tls } as RequestInit);
+      return `${res.status} ${await res.text()}`;
+    };
+    const served = await call({ ca: brainCert.cert, cert: agent.cert, key: agent.key });
+    expect(served).toStartWith("200 ");
+    expect(served).toContain('{"Next":{"InstanceID"');
+    const refused = await call({ ca: brainCert.cert });
+    expect(refused).toStartWith("200 ");
+    expect(refused).toContain('{"error":{"code":"unauthenticated","message":"no credentials: ');
+  });
+
   test("token answers are cached: ten connections with one token cost one TokenReview", async () => {
     kube.serviceAccountTokens.set("cached-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
     const before = kube.tokenReviews;

@@ -172,13 +172,14 @@ describe("deploy/global-certs.sh: the openssl recipe the manifests mount", () =>
     expect(text).toContain("kubectl -n kube-system create secret generic kpng-brain-tls");
     const r = (name: string) => join(out, name);
     const brain = await startServe(["--input", input, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    const brainPort = (brain.addresses[0] as { port: number }).port;
     try {
-      const api = `tcp://127.0.0.1:${brain.addresses[0].port}`;
+      const api = `tcp://127.0.0.1:${brainPort}`;
       const ok = await run(["local", "--api", api, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
       expect(ok.code).toBe(0);
       expect(JSON.parse(ok.out).services.length).toBeGreaterThan(0);
       // the certificate names 127.0.0.1, not "localhost": dialled by that name, the agent refuses the brain
-      const wrong = startKpng(["local", "--api", `tcp://localhost:${brain.addresses[0].port}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      const wrong = startKpng(["local", "--api", `tcp://localhost:${brainPort}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
       try {
         await wrong.waitFor(/TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/, 20_000);
       } finally {
