@@ -228,6 +228,21 @@ describe("a consumer that stops reading", () => {
     await stillServing();
   });
 
+  test(`a Connect stream (HTTP/2, JSON) whose client reads nothing for ${STUCK_MS} ms is reset too`, async () => {
+    const before = plain.stats.stuckDropped;
+    const conn = await rawH2(portOf(plain));
+    const json = Buffer.from(JSON.stringify({ NodeName: "node-1" }));
+    const headers = { ...grpcRequestHeaders("/localv1.Endpoints/Next"), "content-type": "application/connect+json" };
+    delete (headers as Record<string, string>).te;
+    conn.write(frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, headerBlock(headers)));
+    conn.write(frame(FRAME.DATA, FLAG.END_STREAM, 1, grpcMessage(json)));
+    expect(await conn.until((f) => f.type === FRAME.RST_STREAM && f.stream === 1, 15_000)).toBe(true);
+    expect(plain.stats.stuckDropped).toBe(before + 1);
+    expect(log.lines.some((l) => l.includes("dropped a stream whose client stopped reading") && l.includes("rpc=/localv1.Endpoints/Next"))).toBe(true);
+    conn.close();
+    await stillServing();
+  });
+
   test("a client that reads slowly but reads is not dropped", async () => {
     const before = plain.stats.stuckDropped;
     const conn = connectGrpc({ kind: "tcp", host: "127.0.0.1", port: portOf(plain) });

@@ -16,6 +16,7 @@ import { checkListen, crossesNetwork, formatApiAddress, parseApiAddress, type Ap
 import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type RefusalReason } from "./auth.ts";
 import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
 import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { dropWhenStuck, type WatchedResponse } from "./stuck.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
 import { globalWatchBatches } from "./global-watch.ts";
@@ -196,7 +197,9 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const connect = connectNodeAdapter({ routes: api.routes, readMaxBytes: MAX_REQUEST_MESSAGE });
   const handler: typeof connect = (req, res) => {
     try {
-      if (!serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) connect(req, res);
+      if (serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) return;
+      dropWhenStuck(res as unknown as WatchedResponse, api.fast.stuckMs, () => api.fast.onStuck(req.url ?? ""));
+      connect(req, res);
     } catch (err) {
       // Connect throws synchronously on some malformed requests (an HTTP/1.1 request without Host).
       log.warn("bad request", { path: req.url, error: errorMessage(err) });
