@@ -104,6 +104,15 @@ describe("node agents and sidecars over TLS", () => {
     expect(r.out).toContain("add table");
   });
 
+  test("a process on the client library (examples/plugins/print-changes.ts) with the TLS flags", async () => {
+    const p = Bun.spawn([join(ROOT, "node_modules/.bin/bun"), join(ROOT, "examples/plugins/print-changes.ts"), "--api", `tcp://127.0.0.1:${port}`, ...agentTls(), "--node-name", "node-1", "--once"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
+    const [out, code] = [await new Response(p.stdout).text(), await p.exited];
+    clearTimeout(timer);
+    expect(code).toBe(0);
+    expect(out).toMatch(/^rev=1 node=node-1 services=\d+ endpoints=\d+ changed=all$/m);
+  });
+
   test("an agent without a certificate: refused with the brain's reason, keeps trying, nothing printed", async () => {
     const agent = startKpng(["--api", `tcp://127.0.0.1:${port}`, "--tls-ca", f("brain.crt"), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
     try {
