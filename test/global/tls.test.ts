@@ -54,8 +54,8 @@ async function metric(p: KpngProcess, re: RegExp): Promise<number> {
   return Number(re.exec(text)?.[1] ?? -1);
 }
 
-async function bufCurl(args: string[], path: string, data: string) {
-  const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${port}${path}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+async function bufCurl(args: string[], path: string, data: string, to = port) {
+  const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${to}${path}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   return { out, err, code };
 }
@@ -195,6 +195,46 @@ describe("deploy/global-certs.sh: the openssl recipe the manifests mount", () =>
         await wrong.stop();
       }
     } finally {
+      await brain.stop();
+    }
+  });
+});
+
+describe("rotation as deployed: a new certificate written over the files", () => {
+  test("the brain serves it without a restart; the agent's open stream stays up and gets the next change", async () => {
+    const out = join(dir.path, "rotation");
+    const certs = async () => {
+      const p = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], { env: { ...process.env, BRAIN_IPS: "127.0.0.1", DAYS: "1" }, stdout: "ignore", stderr: "pipe" });
+      expect(await p.exited).toBe(0);
+    };
+    await certs();
+    const r = (name: string) => join(out, name);
+    const file = join(dir.path, "rotation.yaml");
+    copyFileSync(input, file);
+    const brain = await startServe(["--input", file, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    const brainPort = (brain.addresses[0] as { port: number }).port;
+    const agent = startKpng(["--api", `tcp://127.0.0.1:${brainPort}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    try {
+      await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
+      const served = await Bun.file(r("brain.crt")).text();
+      await certs(); // same CA, a new certificate and key for the brain
+      expect(await Bun.file(r("brain.crt")).text()).not.toBe(served);
+      await brain.waitFor(/API certificate reloaded/, 20_000);
+      const curl = await bufCurl(["--cacert", r("ca.crt"), "--cert", r("agent.crt"), "--key", r("agent.key")], "/localv1.Endpoints/Next", '{"NodeName":"node-1"}', brainPort);
+      expect(curl.code).toBe(0);
+      // what a new connection is served is the new certificate (openssl's own client)
+      const serial = async (cmd: string) => (await new Response(Bun.spawn(["sh", "-c", cmd], { stdout: "pipe", stderr: "ignore" }).stdout).text()).trim();
+      const onDisk = await serial(`openssl x509 -in ${r("brain.crt")} -noout -serial`);
+      expect(onDisk).toMatch(/^serial=/);
+      expect(await serial(`openssl s_client -connect 127.0.0.1:${brainPort} </dev/null | openssl x509 -noout -serial`)).toBe(onDisk);
+      // a change after the rotation reaches the agent on the stream it opened before
+      const text = await Bun.file(file).text();
+      await Bun.write(file, text.replace("port: 8080", "port: 8081"));
+      await agent.waitFor(/synced backend=nft rev=2 /, 30_000);
+      expect(agent.stderr.filter((l) => l.includes("global stream failed"))).toEqual([]);
+      expect(agent.stderr.filter((l) => l.includes("following brain"))).toHaveLength(1);
+    } finally {
+      await agent.stop();
       await brain.stop();
     }
   });
