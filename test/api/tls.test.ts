@@ -131,6 +131,23 @@ describe("who may connect", () => {
     expect(refused).toContain('{"error":{"code":"unauthenticated","message":"no credentials: ');
   });
 
+  test("the brain's certificate has expired: the agent refuses the brain", async () => {
+    const stale = makeTestCert(dir.path, { name: "stale", days: -1 });
+    const other = await startApiServer({ brain, listen: ["tcp://127.0.0.1:0"], tls: { files: { crt: join(dir.path, "stale.crt"), key: join(dir.path, "stale.key") } }, defaultNodeName: "node-1", log: memoryLogger() });
+    try {
+      const conn = connectGrpc({ kind: "tcp", host: "127.0.0.1", port: (other.addresses[0] as { port: number }).port }, tls({ ca: stale.cert }));
+      const err = await nextSnapshot(conn, { instanceID: 0n, rev: 0n, nodeName: "node-1" }, AbortSignal.timeout(10_000)).then(
+        () => null,
+        (e) => GrpcError.from(e, 2),
+      );
+      conn.close();
+      expect(err?.message).toMatch(/TLS handshake failed \(CERT_HAS_EXPIRED\)/);
+      expect(isRefusal(err)).toBe(true);
+    } finally {
+      await other.close();
+    }
+  });
+
   test("token answers are cached: ten connections with one token cost one TokenReview", async () => {
     kube.serviceAccountTokens.set("cached-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
     const before = kube.tokenReviews;

@@ -29,17 +29,20 @@ export interface TestCert {
 
 /**
  * A throw-away self-signed certificate (it is its own CA), made with openssl:
- * for 127.0.0.1, or for `san` (e.g. "DNS:api.test"); files named `name`.crt/.key.
+ * for 127.0.0.1, or for `san` (e.g. "DNS:api.test"); files named `name`.crt/.key;
+ * `days` -1 makes one already expired.
  */
-export function makeTestCert(dir: string, opts: { san?: string; name?: string } = {}): TestCert {
-  const { san = "IP:127.0.0.1", name = "server" } = opts;
+export function makeTestCert(dir: string, opts: { san?: string; name?: string; days?: number } = {}): TestCert {
+  const { san = "IP:127.0.0.1", name = "server", days = 1 } = opts;
   const key = join(dir, `${name}.key`);
   const cert = join(dir, `${name}.crt`);
   execFileSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", String(Math.max(days, 1)),
     "-keyout", key, "-out", cert, "-subj", `/CN=${san.replace(/^\w+:/, "")}`,
     "-addext", `subjectAltName=${san}`, "-addext", "basicConstraints=critical,CA:TRUE",
   ], { stdio: "ignore" });
+  // `req` takes no negative validity; signing the certificate again does, and keeps its extensions.
+  if (days < 1) execFileSync("openssl", ["x509", "-in", cert, "-signkey", key, "-days", String(days), "-out", cert], { stdio: "ignore" });
   return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8") };
 }
 
