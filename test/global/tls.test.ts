@@ -133,6 +133,42 @@ describe("node agents and sidecars over TLS", () => {
   });
 });
 
+describe("an agent its brain starts refusing", () => {
+  test("keeps its rules untouched while refused, keeps trying, and resyncs as a diff once let in again", async () => {
+    makeTestCert(dir.path, { san: "DNS:other-agents", name: "other-ca" });
+    const serveWith = (clientCA: string, listen = "tcp://127.0.0.1:0") =>
+      startServe(["--input", input, "--node-name", "node-1", "--listen", listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", clientCA]);
+    let brain = await serveWith(f("agents-ca.crt"));
+    const listen = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
+    const agent = startKpng(["--api", listen, ...agentTls(), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    try {
+      await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
+      const printed = agent.stdout.length;
+      const syncs = () => agent.stderr.filter((l) => /synced backend=nft/.test(l)).length;
+      const synced = syncs();
+      // the same brain, restarted trusting another CA only: this agent's certificate is refused
+      await brain.stop();
+      brain = await serveWith(join(dir.path, "other-ca.crt"), listen);
+      await agent.waitFor(/global stream failed.*\[unauthenticated\] client certificate refused/, 30_000);
+      const refusals = () => agent.stderr.filter((l) => l.includes("client certificate refused")).length;
+      const first = refusals();
+      await brain.waitFor(/refused API client .*reason=bad_certificate/);
+      await Bun.sleep(3000);
+      expect(refusals()).toBeGreaterThan(first); // still trying
+      expect(agent.stdout.length).toBe(printed); // nothing applied meanwhile
+      expect(syncs()).toBe(synced);
+      // let in again: it follows the brain, and the unchanged cluster changes nothing
+      await brain.stop();
+      brain = await serveWith(f("agents-ca.crt"), listen);
+      await agent.waitFor(/following brain .*resync=true changed=0/, 30_000);
+      expect(syncs()).toBe(synced);
+    } finally {
+      await agent.stop();
+      await brain.stop();
+    }
+  });
+});
+
 describe("a brain that checks ServiceAccount tokens (--listen-token-review)", () => {
   let kube: FakeApiServer;
   let brain: KpngProcess & { addresses: Array<{ kind: string; port?: number }> };
