@@ -15,6 +15,8 @@ import type { TokenReviewer } from "./token-review.ts";
 export const REFUSAL_REASONS = ["no_credentials", "bad_certificate", "token_rejected", "token_review_failed", "tls_handshake"] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 
+const HANDSHAKE_LOGS_PER_MINUTE = 10;
+
 export type Verdict = { ok: true; who: string } | { ok: false; reason: RefusalReason; message: string };
 
 /** What is used of a TLS socket. */
@@ -53,14 +55,23 @@ export class Authenticator {
     return verdict;
   }
 
-  /** A TLS handshake that failed before any request (counted and logged like a refusal). */
-  handshakeFailed(message: string, peer: string | undefined): void {
-    this.refuse("tls_handshake", message, peer);
+  /**
+   * A TLS handshake that failed before any request: counted like a refusal,
+   * logged at most HANDSHAKE_LOGS_PER_MINUTE times a minute (anything that
+   * opens the port and hangs up, a scanner or a TCP probe, fails one).
+   */
+  handshakeFailed(message: string, peer: string | undefined, now = Date.now()): void {
+    if (now - this.handshakeLogs.since >= 60_000) this.handshakeLogs = { since: now, lines: 0 };
+    const log = ++this.handshakeLogs.lines <= HANDSHAKE_LOGS_PER_MINUTE;
+    if (this.handshakeLogs.lines === HANDSHAKE_LOGS_PER_MINUTE) message += " (further failed handshakes this minute are counted, not logged)";
+    this.refuse("tls_handshake", message, peer, log);
   }
 
-  private refuse(reason: RefusalReason, message: string, peer: string | undefined) {
+  private handshakeLogs = { since: 0, lines: 0 };
+
+  private refuse(reason: RefusalReason, message: string, peer: string | undefined, log = true) {
     this.refused[reason]++;
-    this.log.warn("refused API client", { peer: peer ?? "", reason, error: message });
+    if (log) this.log.warn("refused API client", { peer: peer ?? "", reason, error: message });
   }
 
   private async decide(socket: PeerSocket, authorization: string | undefined): Promise<Verdict> {

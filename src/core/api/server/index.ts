@@ -218,13 +218,13 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
       };
   const tls = material && {
     material,
-    onHandshakeError: (err: NodeJS.ErrnoException, peer: string | undefined) => {
-      // A TCP probe, or a client that does not trust this certificate, hangs up mid-handshake: counted, logged quietly.
-      if (err.code === "ECONNRESET") {
-        auth.refused.tls_handshake++;
-        log.debug("TLS handshake ended by the client", { peer: peer ?? "" });
-      } else auth.handshakeFailed(`TLS handshake failed: ${err.message}`, peer);
-    },
+    onHandshakeError: (err: NodeJS.ErrnoException, peer: string | undefined) =>
+      auth.handshakeFailed(
+        err.code === "ECONNRESET"
+          ? "TLS handshake ended by the client: it does not trust this certificate or its name (or it is a TCP probe)"
+          : `TLS handshake failed: ${err.message}`,
+        peer,
+      ),
   };
   const listeners: Listener[] = [];
   try {
