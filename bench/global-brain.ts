@@ -1,5 +1,6 @@
 // The brain of `bun run bench global`, as its own process (so its RSS is its
-// own): a generated cluster in a Brain, the API server on a unix socket, and
+// own): a generated cluster in a Brain, the API server on a unix socket (and,
+// given a directory of certificates, on loopback TCP with mutual TLS), and
 // commands on stdin: `rss` (after a full GC), `change I` (one endpoint of
 // service I flips ready; prints the epoch ms just before the brain sees it
 // and how long the brain's flush took), `quit`.
@@ -8,20 +9,28 @@ import { startApiServer } from "../src/core/api/server/index.ts";
 import { createLogger } from "../src/core/log.ts";
 import { brainWith, upsert, serviceObjects } from "../test/api/brain-fixture.ts";
 
-const [sock, services, endpoints, nodes] = process.argv.slice(2);
+const [sock, services, endpoints, nodes, tlsDir] = process.argv.slice(2);
 const gen = { services: Number(services), endpoints: Number(endpoints), nodes: Number(nodes) };
 const brain = brainWith(gen);
 // defaultNodeName outside the cluster: a central brain keeps no node view of its own.
-const server = await startApiServer({ brain, listen: [`unix://${sock}`], defaultNodeName: "central-brain", log: createLogger("brain", { level: "error" }) });
+const tls = tlsDir ? { files: { crt: `${tlsDir}/brain.crt`, key: `${tlsDir}/brain.key`, ca: `${tlsDir}/agents-ca.crt` } } : undefined;
+const server = await startApiServer({
+  brain,
+  listen: [`unix://${sock}`, ...(tls ? ["tcp://127.0.0.1:0"] : [])],
+  tls,
+  defaultNodeName: "central-brain",
+  log: createLogger("brain", { level: "warn" }),
+});
 const flips = new Map<number, boolean>();
-console.log("ready");
+const tcp = server.addresses.find((a) => a.kind === "tcp");
+console.log(`ready${tcp ? ` ${tcp.port}` : ""}`);
 for await (const line of console) {
   const [cmd, arg] = line.trim().split(" ");
   if (cmd === "rss") {
     Bun.gc(true);
     const status = await Bun.file("/proc/self/status").text();
     const kb = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(status)![1]) * 1024;
-    console.log(`rss ${kb("VmRSS")} ${kb("VmHWM")}`);
+    console.log(`rss ${kb("VmRSS")} ${kb("VmHWM")} ${server.stats.stuckDropped}`);
   } else if (cmd === "change") {
     const i = Number(arg);
     const [, slice] = serviceObjects(gen, i);

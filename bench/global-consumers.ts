@@ -4,11 +4,16 @@
 // walk the bytes and decode nothing, so the figures are the brain's.
 // Streams open in waves, each wave after the previous one's first sync.
 // stdin: `report` prints `report <json: per stream [syncs, last sync epoch ms]>`.
+// The target is a unix socket path, or `tls:PORT:DIR` (loopback TCP, mutual
+// TLS with DIR's brain.crt as CA and agent.crt/agent.key as the client's).
 
 import * as http2 from "node:http2";
+import { readFileSync } from "node:fs";
 import * as net from "node:net";
 
-const [sock, count, wave] = process.argv.slice(2);
+const [sock, count, wave, mode] = process.argv.slice(2);
+/** `stall`: stop this whole process (SIGSTOP) as soon as the first bytes of a model arrive: agents stuck mid-model */
+const stall = mode === "stall";
 const N = Number(count);
 const W = Number(wave);
 const ASK = Buffer.from([0, 0, 0, 0, 0]); // one empty GlobalWatchReq, gRPC-framed
@@ -16,10 +21,14 @@ const WINDOW = 16 << 20;
 const syncs = new Array<number>(N).fill(0);
 const last = new Array<number>(N).fill(0);
 const sessions: http2.ClientHttp2Session[] = [];
+const tls = sock.startsWith("tls:")
+  ? (([, port, dir]) => ({ port, creds: { ca: readFileSync(`${dir}/brain.crt`), cert: readFileSync(`${dir}/agent.crt`), key: readFileSync(`${dir}/agent.key`) } }))(sock.split(":"))
+  : undefined;
 
 function open(i: number): Promise<void> {
   return new Promise((resolve, reject) => {
-    const session = http2.connect("http://localhost", { settings: { initialWindowSize: WINDOW }, createConnection: () => net.connect(sock) });
+    const settings = { initialWindowSize: WINDOW };
+    const session = tls ? http2.connect(`https://127.0.0.1:${tls.port}`, { settings, ...tls.creds }) : http2.connect("http://localhost", { settings, createConnection: () => net.connect(sock) });
     session.once("connect", () => session.setLocalWindowSize(WINDOW));
     session.on("error", reject);
     sessions.push(session);
@@ -42,6 +51,7 @@ function open(i: number): Promise<void> {
       hdrPos = 0;
     };
     stream.on("data", (chunk: Buffer) => {
+      if (stall) process.kill(process.pid, "SIGSTOP");
       let p = 0;
       while (p < chunk.length) {
         if (hdrPos < 5) {

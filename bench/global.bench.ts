@@ -5,19 +5,26 @@
 // (`kpng --api`, nft backend, each in its own network namespace). Prints:
 // brain RSS at 10 and at 1,000 streams; one endpoint change to every
 // stream (p50/p99/max) and to the agents' kernels; agent RSS against the
-// full binary's (`kpng --input`, same node, same backend). Needs root (nft
-// in namespaces). `bun run bench global`; GLOBAL_BENCH_STREAMS=N for fewer.
+// full binary's (`kpng --input`, same node, same backend). The light streams
+// use loopback TCP with mutual TLS, as deployed agents do (GLOBAL_BENCH_TLS=0:
+// the unix socket); the 2 agents stay on the unix socket, which reaches into
+// their network namespaces. Then 10 stuck consumers: 10 streams that stop
+// reading between change sets, and 10 that stop mid-model (dropped after the
+// brain's 30 s limit): the brain's RSS with them against without. Needs root
+// (nft in namespaces). `bun run bench global`; GLOBAL_BENCH_STREAMS=N for fewer.
 
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { genCluster } from "../test/api/gen-cluster.ts";
+import { makeClientCert, makeTestCert } from "../test/kube/api-server.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
 const GEN = { services: 10_000, endpoints: 10, nodes: 1_000 };
 const STREAMS = Number(process.env.GLOBAL_BENCH_STREAMS ?? 1000);
+const TLS = process.env.GLOBAL_BENCH_TLS !== "0";
 const mb = (n: number) => `${(n / 1e6).toFixed(0)} MB`;
 const now = () => performance.timeOrigin + performance.now();
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
@@ -73,11 +80,11 @@ export const rssOf = (pid: number) => {
 };
 const logTime = (line: string) => Date.parse(line.slice(0, 24));
 
-async function brainRss(brain: Proc): Promise<[number, number]> {
+async function brainRss(brain: Proc): Promise<[number, number, number]> {
   const from = brain.out.length;
   brain.send("rss");
-  const [, rss, hwm] = (await brain.wait(/^rss /, from)).split(" ");
-  return [Number(rss), Number(hwm)];
+  const [, rss, hwm, dropped] = (await brain.wait(/^rss /, from)).split(" ");
+  return [Number(rss), Number(hwm), Number(dropped)];
 }
 
 export async function netns(name: string) {
@@ -87,21 +94,26 @@ export async function netns(name: string) {
 
 export default async function main() {
   const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
-  console.log(`\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams + 2 nft agents (load average ${load()})`);
+  console.log(`\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams${TLS ? " (mutual TLS over loopback TCP)" : ""} + 2 nft agents (load average ${load()})`);
   const dir = mkdtempSync(join(tmpdir(), "kpng-bench-global-"));
+  if (TLS) {
+    makeTestCert(dir, { name: "brain" });
+    makeClientCert(dir, makeTestCert(dir, { san: "DNS:kpng-agents", name: "agents-ca" }), "node-1", "agent");
+  }
   const sock = join(dir, "brain.sock");
   const suffix = randomBytes(3).toString("hex");
   const namespaces = [`kpngb-${suffix}-a1`, `kpngb-${suffix}-a2`, `kpngb-${suffix}-full`];
   const procs: Proc[] = [];
   try {
     const t0 = performance.now();
-    const brain = spawn([BUN, join(ROOT, "bench/global-brain.ts"), sock, String(GEN.services), String(GEN.endpoints), String(GEN.nodes)]);
+    const brain = spawn([BUN, join(ROOT, "bench/global-brain.ts"), sock, String(GEN.services), String(GEN.endpoints), String(GEN.nodes), ...(TLS ? [dir] : [])]);
     procs.push(brain);
-    await brain.wait(/^ready/);
+    const port = (await brain.wait(/^ready/)).split(" ")[1];
+    const target = TLS ? `tls:${port}:${dir}` : sock;
     console.log(`  brain up in ${((performance.now() - t0) / 1000).toFixed(1)} s; RSS with no stream ${mb((await brainRss(brain))[0])}`);
 
-    const light = (n: number, wave: number) => {
-      const c = spawn([BUN, join(ROOT, "bench/global-consumers.ts"), sock, String(n), String(wave)]);
+    const light = (n: number, wave: number, mode = "") => {
+      const c = spawn([BUN, join(ROOT, "bench/global-consumers.ts"), target, String(n), String(wave), mode]);
       procs.push(c);
       return c;
     };
@@ -155,6 +167,29 @@ export default async function main() {
       );
       await Bun.sleep(300);
     }
+
+    // Stuck consumers: the first 10 streams stop reading between change sets (SIGSTOP), then 3 changes.
+    const [healthy] = await brainRss(brain);
+    first.p.kill("SIGSTOP");
+    for (let round = 0; round < 3; round++) {
+      const from = brain.out.length;
+      brain.send(`change ${2234 + round}`);
+      await brain.wait(/^changed /, from);
+      await Bun.sleep(1500);
+    }
+    const [stuckIdle] = await brainRss(brain);
+    console.log(`  10 of ${STREAMS} streams stuck between change sets, 3 changes later: brain RSS ${mb(stuckIdle)} (${mb(stuckIdle - healthy)} over ${mb(healthy)} with all reading)`);
+    // 10 more that stop mid-model: the brain's writes to them wait, then it drops them.
+    const stalled = light(10, 10, "stall");
+    let t1 = performance.now();
+    await Bun.sleep(5000);
+    const [stuckMid, , dropped0] = await brainRss(brain);
+    console.log(`  + 10 stuck mid-model, 5 s later: brain RSS ${mb(stuckMid)} (${mb(stuckMid - healthy)} over all reading); streams dropped so far ${dropped0}`);
+    await Bun.sleep(Math.max(0, 36_000 - (performance.now() - t1)));
+    const [afterDrop, , dropped] = await brainRss(brain);
+    console.log(`  36 s later: brain RSS ${mb(afterDrop)}; streams dropped for not reading: ${dropped}`);
+    first.p.kill("SIGCONT");
+    stalled.p.kill("SIGCONT");
 
     // The same node with the full binary (its own brain, the file source) in a third namespace.
     const file = join(dir, "cluster.json");

@@ -12,19 +12,21 @@ import { modeOfBackend, v1alpha1Losses, V1ALPHA1, V1ALPHA2 } from "./core/config
 import { fieldOfFlag, kubeProxyArgs, logArgs, noEffectFlags } from "./core/config/kube-proxy-flags.ts";
 import { fieldWarnings } from "./core/config/config-fields.ts";
 import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { backendNames, configFromCLIDefaults, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
+import { apiClientArgs, backendNames, configFromCLIDefaults, configFromFlags, givenFlags, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
 import { configureLogging, createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { applyConntrack, detectNumCPU, planConntrack } from "./core/node/conntrack-sysctl.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, startProxyServers } from "./core/node/proxy-servers.ts";
 import { startSource, waitForNodeIPs } from "./core/sources/index.ts";
+import type { GlobalSourceStats } from "./core/sources/global.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
 // The API server and client (Connect, HTTP/2) load only when a command uses them: a
 // node proxy without --listen never pays their start-up time and memory.
-import { checkListen, DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
+import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
+import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
 const log = createLogger("kpng");
 
@@ -88,16 +90,20 @@ async function setConntrack(cfg: Config, backends: readonly string[]): Promise<v
 const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
 
 /** Where cluster objects come from: --input, --api (node agent) or the API server. */
-const sourceOptions = (args: Args, rawArgs: string[]) => ({
-  input: args.input as string | undefined,
-  kubeconfig: args.kubeconfig as string | undefined,
-  master: args.master as string | undefined,
-  api: repeated(rawArgs, "api"),
-});
+const sourceOptions = (args: Args, rawArgs: string[]) => {
+  const api = repeated(rawArgs, "api");
+  return {
+    input: args.input as string | undefined,
+    kubeconfig: args.kubeconfig as string | undefined,
+    master: args.master as string | undefined,
+    api,
+    security: api.length ? apiClientSecurity(args, api, log) : undefined,
+  };
+};
 
-async function startBrain(args: Args, rawArgs: string[], cfg: Config) {
+async function startBrain(args: Args, rawArgs: string[], cfg: Config, opts: { allNodes?: boolean } = {}) {
   const brain = newBrain(cfg);
-  const source = await startSource(sourceOptions(args, rawArgs), cfg, brain, log);
+  const source = await startSource({ ...sourceOptions(args, rawArgs), ...opts }, cfg, brain, log);
   return { brain, source };
 }
 
@@ -128,7 +134,7 @@ async function loadBackends(rawArgs: string[], ctx: BackendContext): Promise<Bac
   return backends;
 }
 
-const runArgs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs } as const satisfies FlagDefs;
+const runArgs = { ...sourceArgs, ...apiClientArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs } as const satisfies FlagDefs;
 
 const runCommand = defineCommand({
   meta: { name: "kpng", description: "Kubernetes service proxy: the brain plus in-process backends (kube-proxy's flags and configuration are accepted)" },
@@ -149,7 +155,8 @@ const runCommand = defineCommand({
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
     const listen = repeated(rawArgs, "listen");
-    checkListen(listen, args["listen-any"] === true);
+    const sources = sourceOptions(args, rawArgs);
+    const security = serveSecurity(args, listen, sources);
     const brain = newBrain(cfg);
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
@@ -163,12 +170,14 @@ const runCommand = defineCommand({
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx))).then(() => setConntrack(cfg, names));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([startSource({ ...sourceOptions(args, rawArgs), restClient: servers?.metrics.restClient }, cfg, brain, log), unready]), stopped);
+    const onGlobalStats = (stats: GlobalSourceStats) => servers?.metrics.followGlobal(stats);
+    const source = await untilStopped(Promise.race([startSource({ ...sources, onGlobalStats, restClient: servers?.metrics.restClient }, cfg, brain, log), unready]), stopped);
     if (!source) return servers?.close();
     // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
     log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     servers?.setSource(source);
-    const api = listen.length ? await serveApi(brain, cfg, listen, args) : undefined;
+    const api = listen.length ? await serveApi(brain, cfg, listen, security, args) : undefined;
+    if (api) servers?.metrics.followApi(api);
     const view = brain.view(cfg.nodeName);
     // Node ports and health checks need the node's IPs: a cluster source may
     // register the Node after we start, so wait for it (bounded); a file is
@@ -255,12 +264,38 @@ function releaseFreedMemory(collect: boolean) {
 }
 const RELEASE_IDLE_MS = 100;
 
-async function serveApi(brain: Brain, cfg: Config, listen: string[], args: Args): Promise<ApiServer> {
+async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");
-  return startApiServer({ brain, listen, listenAny: args["listen-any"] === true, defaultNodeName: cfg.nodeName, log: log.child("api") });
+  const tokens = security.tokenUsers.length ? await tokenReviewer(args, cfg, security.tokenUsers) : undefined;
+  return startApiServer({ brain, listen, listenAny: security.listenAny, tls: security.tls, auth: { tokens }, defaultNodeName: cfg.nodeName, log: log.child("api") });
 }
 
-const serveArgs = { ...sourceArgs, ...listenArgs, ...logArgs } as const satisfies FlagDefs;
+/** `kpng serve --metrics-bind-address`: the brain's own counters (API-server source, refused clients, dropped streams). */
+async function serveBrainMetrics(brain: Brain, cfg: Config, source: Awaited<ReturnType<typeof startSource>>, api: ApiServer) {
+  const { ProxyMetrics, startMetricsServer } = await import("./core/node/metrics.ts");
+  const metrics = new ProxyMetrics({ brain, backends: [], source: () => source.stats });
+  metrics.followApi(api);
+  return startMetricsServer({ address: cfg.metricsBindAddress, metrics, proxyMode: "", config: cfg.kubeProxy, log: log.child("metrics") });
+}
+
+/** `--listen-token-review`: the brain asks its own API server about agents' tokens. */
+async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
+  const [{ tokenReviewer }, { kubeRequest }, { loadKubeConfig }, { Agent }] = await Promise.all([
+    import("./core/api/server/token-review.ts"),
+    import("./core/sources/kube-http.ts"),
+    import("./core/sources/kubeconfig.ts"),
+    import("node:https"),
+  ]);
+  const access = loadKubeConfig({ kubeconfig: (args.kubeconfig as string | undefined) || cfg.kubeconfig || undefined, master: args.master as string | undefined });
+  return tokenReviewer({ request: kubeRequest(access, new Agent({ keepAlive: true })), users });
+}
+
+const serveArgs = {
+  ...sourceArgs,
+  ...listenArgs,
+  "metrics-bind-address": { type: "string", description: "address:port for /metrics (default: none; a brain beside a node's kpng would take its port)" },
+  ...logArgs,
+} as const satisfies FlagDefs;
 
 const serveCommand = defineCommand({
   meta: { name: "serve", description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)" },
@@ -269,14 +304,17 @@ const serveCommand = defineCommand({
     const cfg = await loadConfig(args, rawArgs, serveArgs);
     const given = repeated(rawArgs, "listen");
     const listen = given.length ? given : DEFAULT_LISTEN;
-    checkListen(listen, args["listen-any"] === true);
+    const security = serveSecurity(args, listen, sourceOptions(args, rawArgs));
     // Before serving: a SIGTERM right after the socket appears must still close it.
     const stopped = waitForSignal();
-    const started = await untilStopped(startBrain(args, rawArgs, cfg), stopped);
+    // Agents on every node follow this brain: it watches every Node, not only its own.
+    const started = await untilStopped(startBrain(args, rawArgs, cfg, { allNodes: true }), stopped);
     if (!started) return;
     const { brain, source } = started;
-    const api = await serveApi(brain, cfg, listen, args);
+    const api = await serveApi(brain, cfg, listen, security, args);
+    const metrics = typeof args["metrics-bind-address"] === "string" ? await serveBrainMetrics(brain, cfg, source, api) : undefined;
     await stopped;
+    metrics?.close();
     await api.close();
     source.close();
   },
@@ -284,6 +322,7 @@ const serveCommand = defineCommand({
 
 const backendArgs = {
   ...proxyArgs,
+  ...apiClientArgs,
   "node-name": sourceArgs["node-name"],
   config: sourceArgs.config,
   api: { type: "string", description: `the brain's API: unix:///path or tcp://HOST:PORT (default ${DEFAULT_API})` },
@@ -297,6 +336,7 @@ const backendCommand = defineCommand({
   async run({ args, rawArgs }) {
     const cfg = await loadConfig(args, rawArgs, backendArgs);
     if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next") throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
+    const security = apiClientSecurity(args, [args.api ?? DEFAULT_API], log);
     const ctx: BackendContext = { config: cfg, log, out: (t) => process.stdout.write(t) };
     const backends = await loadBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
@@ -307,12 +347,12 @@ const backendCommand = defineCommand({
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
     const { runSidecar } = await import("./plugins/sidecar.ts");
-    await runSidecar({ backends, api: args.api, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
+    await runSidecar({ backends, api: args.api, security, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
     for (const b of backends) await b.close?.();
   },
 });
 
-const localArgs = { ...sourceArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" }, ...logArgs } as const satisfies FlagDefs;
+const localArgs = { ...sourceArgs, ...apiClientArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" }, ...logArgs } as const satisfies FlagDefs;
 
 const localCommand = defineCommand({
   meta: { name: "local", description: "print the node-local state and exit" },

@@ -94,7 +94,7 @@ export function startKpng(args: string[], opts: { bin?: string; env?: Record<str
 /** `kpng serve`, resolved once it serves; `addresses` as bound (tcp port 0 resolved). */
 export async function startServe(args: string[], opts: { bin?: string } = {}): Promise<KpngProcess & { addresses: ApiAddress[] }> {
   const p = startKpng(["serve", ...args], opts);
-  const line = await p.waitFor(/serving the API/);
+  const line = await p.waitFor(/serving the API/, 30_000);
   const listen = /listen=(\S+)/.exec(line)![1];
   return Object.assign(p, { addresses: listen.split(",").map((a) => parseApiAddress(a)) });
 }

@@ -159,7 +159,8 @@ describe("node agent faults", () => {
     expect(syncs(ag)).toEqual([]);
     expect(ag.proc.exitCode).toBeNull();
     await brain(sockB);
-    await ag.waitFor(/synced backend=nft rev=1 .*changed=all/, 8000);
+    // the agent's backoff has reached up to 5 s by now, and the brain starts on a loaded machine
+    await ag.waitFor(/synced backend=nft rev=1 .*changed=all/, 20_000);
     expect(ag.stdout.join("\n")).toContain("add table");
-  }, 15_000);
+  }, 40_000);
 });

@@ -10,7 +10,8 @@
 // core v1 and events.k8s.io/v1) are checked with the real server's
 // validation rules and recorded, not stored. A request gets in with an
 // accepted bearer token (the set can change: rotation), the basic-auth user,
-// or a client certificate signed by the client CA, else 401.
+// or a client certificate signed by the client CA, else 401. TokenReviews
+// (authentication.k8s.io/v1) answer from a table of ServiceAccount tokens.
 
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -28,22 +29,25 @@ export interface TestCert {
 
 /**
  * A throw-away self-signed certificate (it is its own CA), made with openssl:
- * for 127.0.0.1, or for `san` (e.g. "DNS:api.test"); files named `name`.crt/.key.
+ * for 127.0.0.1, or for `san` (e.g. "DNS:api.test"); files named `name`.crt/.key;
+ * `days` -1 makes one already expired.
  */
-export function makeTestCert(dir: string, opts: { san?: string; name?: string } = {}): TestCert {
-  const { san = "IP:127.0.0.1", name = "server" } = opts;
+export function makeTestCert(dir: string, opts: { san?: string; name?: string; days?: number } = {}): TestCert {
+  const { san = "IP:127.0.0.1", name = "server", days = 1 } = opts;
   const key = join(dir, `${name}.key`);
   const cert = join(dir, `${name}.crt`);
   execFileSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1",
+    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", String(Math.max(days, 1)),
     "-keyout", key, "-out", cert, "-subj", `/CN=${san.replace(/^\w+:/, "")}`,
     "-addext", `subjectAltName=${san}`, "-addext", "basicConstraints=critical,CA:TRUE",
   ], { stdio: "ignore" });
+  // `req` takes no negative validity; signing the certificate again does, and keeps its extensions.
+  if (days < 1) execFileSync("openssl", ["x509", "-in", cert, "-signkey", key, "-days", String(days), "-out", cert], { stdio: "ignore" });
   return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8") };
 }
 
-/** A client certificate for `cn`, signed by `ca` (a makeTestCert certificate); files `name`.crt/.key in `dir`. */
-export function makeClientCert(dir: string, ca: TestCert, cn: string, name = "client"): TestCert & { certFile: string; keyFile: string } {
+/** A client certificate for `cn`, signed by `ca` (a makeTestCert certificate); files `name`.crt/.key in `dir`; `days` -1 makes one already expired. */
+export function makeClientCert(dir: string, ca: TestCert, cn: string, name = "client", days = 1): TestCert & { certFile: string; keyFile: string } {
   const key = join(dir, `${name}.key`);
   const cert = join(dir, `${name}.crt`);
   const csr = join(dir, `${name}.csr`);
@@ -54,7 +58,7 @@ export function makeClientCert(dir: string, ca: TestCert, cn: string, name = "cl
   writeFileSync(caKey, ca.key);
   writeFileSync(ext, "extendedKeyUsage=clientAuth\n");
   execFileSync("openssl", ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", csr, "-subj", `/CN=${cn}`], { stdio: "ignore" });
-  execFileSync("openssl", ["x509", "-req", "-in", csr, "-CA", caCert, "-CAkey", caKey, "-CAcreateserial", "-days", "1", "-out", cert, "-extfile", ext], { stdio: "ignore" });
+  execFileSync("openssl", ["x509", "-req", "-in", csr, "-CA", caCert, "-CAkey", caKey, "-CAcreateserial", "-days", String(days), "-out", cert, "-extfile", ext], { stdio: "ignore" });
   return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8"), certFile: cert, keyFile: key };
 }
 
@@ -185,6 +189,10 @@ export class FakeApiServer {
   eventReply: number | "hang" | undefined;
   /** bearer tokens accepted (a test rotates them) */
   readonly tokens = new Set(["test-token"]);
+  /** TokenReview answers: token -> the user it belongs to and the audiences it was issued for */
+  readonly serviceAccountTokens = new Map<string, { username: string; audiences: string[] }>();
+  /** TokenReviews received */
+  tokenReviews = 0;
 
   private constructor(
     private readonly tls?: TestCert,
@@ -355,6 +363,7 @@ export class FakeApiServer {
       return status(res, failure.status, "InternalError", "injected failure");
     }
     if (!clientCert && !this.authorized(authorization)) return status(res, 401, "Unauthorized", "Unauthorized");
+    if (url.pathname === "/apis/authentication.k8s.io/v1/tokenreviews" && req.method === "POST") return void this.tokenReview(req, res);
     const ev = eventPath.exec(url.pathname);
     if (ev && req.method === "POST") return void this.createEvent(req, res, ev[1] === "api/v1" ? "v1" : "events.k8s.io/v1", ev[2]);
     const resource = resources[url.pathname];
@@ -373,6 +382,24 @@ export class FakeApiServer {
     if (scheme === "Bearer") return this.tokens.has(value);
     const b = this.auth.basic;
     return scheme === "Basic" && !!b && Buffer.from(value, "base64").toString() === `${b.username}:${b.password}`;
+  }
+
+  /** As the real authenticator: unknown token, or none of the asked audiences -> not authenticated, with an error. */
+  private async tokenReview(req: IncomingMessage, res: ServerResponse) {
+    this.tokenReviews++;
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { spec?: { token?: string; audiences?: string[] } };
+    const sa = this.serviceAccountTokens.get(body.spec?.token ?? "");
+    const wanted = body.spec?.audiences ?? [];
+    const audiences = sa && (wanted.length ? wanted.filter((a) => sa.audiences.includes(a)) : sa.audiences);
+    const status = !sa
+      ? { authenticated: false, error: "invalid bearer token" }
+      : !audiences?.length
+        ? { authenticated: false, error: "token audiences are invalid for the target audiences" }
+        : { authenticated: true, user: { username: sa.username, groups: ["system:serviceaccounts"] }, audiences };
+    res.writeHead(201, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ apiVersion: "authentication.k8s.io/v1", kind: "TokenReview", spec: body.spec, status }));
   }
 
   private async createEvent(req: IncomingMessage, res: ServerResponse, group: EventPost["group"], namespace: string) {

@@ -10,7 +10,8 @@ import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
 import { parseKubeProxyConfig } from "../../src/core/config/config-file.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
-import { checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
+import { apiClientArgs, checkUnknownFlags, configFromFlags, listenArgs, proxyArgs, sourceArgs } from "../../src/core/config/flags.ts";
+import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { parseClientAddress } from "../../src/core/api/server/address.ts";
 import { checkListen } from "../../src/core/api/server/index.ts";
@@ -124,16 +125,39 @@ describe("deploy/global.yaml", () => {
   const agent = find("DaemonSet", "kpng-agent");
   const bc = brain.spec.template.spec.containers[0];
   const ac = agent.spec.template.spec.containers[0];
-  const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs };
+  const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...apiClientArgs, "metrics-bind-address": proxyArgs["metrics-bind-address"] };
+  const flag = (args: string[], name: string) => args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+  /** the volume mounted at the directory holding `path`, and the file name in it */
+  const volumeOf = (pod: Doc, c: Doc, path: string) => {
+    const mount = c.volumeMounts.find((m: Doc) => path.startsWith(`${m.mountPath}/`));
+    return { volume: pod.volumes.find((v: Doc) => v.name === mount?.name), file: path.slice(mount.mountPath.length + 1) };
+  };
 
-  test("two brains on two nodes' host network, serving on a port agents can reach", () => {
+  test("two brains on two nodes' host network, serving TLS on a port agents can reach", () => {
     expect(brain.spec.replicas).toBe(2);
     expect(brain.spec.template.spec.hostNetwork).toBe(true);
     expect(brain.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey).toBe("kubernetes.io/hostname");
     expect(bc.args[0]).toBe("serve");
     expect(() => checkUnknownFlags(bc.args.slice(1), defs)).not.toThrow();
-    const listen = bc.args.find((a: string) => a.startsWith("--listen="));
-    expect(() => checkListen([listen.slice("--listen=".length)], bc.args.includes("--listen-any"))).not.toThrow();
+    expect(bc.args).not.toContain("--listen-any");
+    expect(() => checkListen([flag(bc.args, "listen")!], false, true)).not.toThrow();
+  });
+
+  test("the brains' certificate, key and client CA come from one Secret, mounted whole (a renewal reaches the files)", () => {
+    const pod = brain.spec.template.spec;
+    for (const [name, key] of [["listen-tls-crt", "tls.crt"], ["listen-tls-key", "tls.key"], ["listen-tls-ca", "ca.crt"]]) {
+      const { volume, file } = volumeOf(pod, bc, flag(bc.args, name)!);
+      expect(volume.secret.secretName).toBe("kpng-brain-tls");
+      expect(file).toBe(key);
+    }
+    expect(bc.volumeMounts.every((m: Doc) => m.subPath === undefined)).toBe(true);
+  });
+
+  test("brains check agents' tokens: kpng-agent's only, and may create TokenReviews", () => {
+    expect(flag(bc.args, "listen-token-review")).toBe(`system:serviceaccount:kube-system:${agent.spec.template.spec.serviceAccountName}`);
+    const binding = find("ClusterRoleBinding", "kpng-brain-auth-delegator");
+    expect(binding.roleRef.name).toBe("system:auth-delegator");
+    expect(binding.subjects[0]).toMatchObject({ kind: "ServiceAccount", name: brain.spec.template.spec.serviceAccountName, namespace: "kube-system" });
   });
 
   test("brains reach the API server by address, not through the Service proxy", () => {
@@ -142,16 +166,41 @@ describe("deploy/global.yaml", () => {
     expect(brain.spec.template.spec.serviceAccountName).toBe(find("ClusterRoleBinding", "kpng").subjects[0].name);
   });
 
-  test("agents follow both brains by node address, on the brains' port, with no API-server token", () => {
-    const port = new URL(bc.args.find((a: string) => a.startsWith("--listen=")).replace("--listen=tcp", "http")).port;
+  test("agents follow both brains by DNS name on the brains' port, resolved without cluster DNS", () => {
+    const port = new URL(flag(bc.args, "listen")!.replace("tcp:", "http:")).port;
     const apis = ac.args.filter((a: string) => a.startsWith("--api=")).map((a: string) => parseClientAddress(a.slice("--api=".length)));
     expect(apis.length).toBe(2);
-    for (const a of apis) expect(a).toMatchObject({ kind: "tcp", port: Number(port) });
+    for (const a of apis) {
+      expect(a).toMatchObject({ kind: "tcp", port: Number(port) });
+      expect(isIP((a as { host: string }).host)).toBe(0);
+    }
+    // cluster DNS is a ClusterIP the agents themselves program
+    expect(agent.spec.template.spec.dnsPolicy).toBe("Default");
     expect(agent.spec.template.spec.hostNetwork).toBe(true);
-    expect(agent.spec.template.spec.automountServiceAccountToken).toBe(false);
     const args = expand(ac.args);
     expect(() => checkUnknownFlags(args, defs)).not.toThrow();
     expect(configFromFlags(parseArgs(args, defs) as never, args, defaultConfig()).nodeName).toBe("node-1");
+  });
+
+  test("agents check the brains' CA and send a projected token for the audience kpng; no API-server token", () => {
+    const pod = agent.spec.template.spec;
+    expect(pod.automountServiceAccountToken).toBe(false);
+    const ca = volumeOf(pod, ac, flag(ac.args, "tls-ca")!);
+    expect(ca.volume.secret).toEqual({ secretName: "kpng-brain-tls", items: [{ key: "ca.crt", path: ca.file }] });
+    const token = volumeOf(pod, ac, flag(ac.args, "token-file")!);
+    const source = token.volume.projected.sources[0].serviceAccountToken;
+    expect(source).toMatchObject({ path: token.file, audience: TOKEN_AUDIENCE });
+    // the agents' account has no rights in the API
+    const sa = find("ServiceAccount", pod.serviceAccountName);
+    expect(sa.automountServiceAccountToken).toBe(false);
+    expect(docs.some((d) => /RoleBinding$/.test(d.kind) && d.subjects?.some((s: Doc) => s.name === pod.serviceAccountName))).toBe(false);
+  });
+
+  test("cert-manager's certificate names what the agents dial, into the Secret brains mount", () => {
+    const cert = find("Certificate", "kpng-brain-tls");
+    const hosts = ac.args.filter((a: string) => a.startsWith("--api=")).map((a: string) => (parseClientAddress(a.slice("--api=".length)) as { host: string }).host);
+    expect(cert.spec.dnsNames).toEqual(hosts);
+    expect(cert.spec.secretName).toBe(brain.spec.template.spec.volumes[0].secret.secretName);
   });
 
   test("the agent's configuration loads without a warning", () => {

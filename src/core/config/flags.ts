@@ -49,7 +49,20 @@ export const proxyArgs = {
 
 export const listenArgs = {
   listen: { type: "string", description: "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable)" },
-  "listen-any": { type: "boolean", description: "allow --listen on a non-loopback address (the API reveals cluster topology)" },
+  "listen-any": { type: "boolean", description: "allow plaintext --listen on a non-loopback address (logged as a WARN; the API reveals cluster topology)" },
+  "listen-tls-crt": { type: "string", description: "serve every TCP --listen with TLS: the server's certificate (PEM; re-read when it changes)" },
+  "listen-tls-key": { type: "string", description: "the key of --listen-tls-crt (PEM)" },
+  "listen-tls-ca": { type: "string", description: "mutual TLS: accept clients whose certificate this CA signed (PEM bundle)" },
+  "listen-token-review": { type: "string", description: "accept ServiceAccount tokens (audience kpng) of these users, checked by TokenReview (comma-separated, e.g. system:serviceaccount:kube-system:kpng-agent)" },
+} as const satisfies ArgsDef;
+
+/** A client of a brain's API (node agent, sidecar) over TCP. */
+export const apiClientArgs = {
+  "tls-ca": { type: "string", description: "TLS to --api: the CA that signed the brain's certificate (PEM; default: the system's roots)" },
+  "tls-crt": { type: "string", description: "TLS to --api: this client's certificate (PEM)" },
+  "tls-key": { type: "string", description: "the key of --tls-crt (PEM)" },
+  "token-file": { type: "string", description: "TLS to --api, authenticated by this ServiceAccount token (a projected token, audience kpng; re-read at each connection)" },
+  "api-plaintext": { type: "boolean", description: "allow plaintext to a non-loopback --api (logged as a WARN)" },
 } as const satisfies ArgsDef;
 
 /** All values of a flag given once or several times, comma lists split. */

@@ -119,6 +119,7 @@ export class ProxyMetrics {
   /** per backend, kube-proxy's failure counters of its mode */
   private readonly modeFailures = new Map<string, Array<{ counter: Counter; partial?: boolean }>>();
   private last: NodeState | null = null;
+  private followedGlobal = false;
   /** service key -> the no_local_endpoints classes it counts in (only services that count) */
   private readonly noLocalOf = new Map<string, string[]>();
   private readonly noLocalTotals = new Map(NO_LOCAL_CLASSES.map((c) => [classKey(c), 0]));
@@ -234,6 +235,9 @@ export class ProxyMetrics {
    * Registered only for an agent (kube-proxy has no such thing: kpng_ names).
    */
   followGlobal(stats: GlobalSourceStats): void {
+    // Called as the agent starts (refusals show before any stream delivers) and again once it has.
+    if (this.followedGlobal) return;
+    this.followedGlobal = true;
     const registers = [this.registry];
     const counter = (name: string, help: string, value: () => number) =>
       new Counter({ name, help, registers, collect() {
@@ -249,11 +253,25 @@ export class ProxyMetrics {
       this.reset();
       for (const [api, n] of Object.entries(stats.failures)) this.inc({ api }, n);
     } });
+    counter("kpng_global_refused_total", "Connections to a brain refused: it refused this agent's credentials, or this agent its certificate", () => stats.refused);
     counter("kpng_global_change_sets_total", "Change sets received from the brain and applied", () => stats.changeSets);
     counter("kpng_global_ops_total", "Set and Delete ops received from the brain", () => stats.ops);
     counter("kpng_global_unchanged_items_total", "Items a brain sent again unchanged (after a reconnect): no event, nothing recomputed", () => stats.unchanged);
     new Gauge({ name: "kpng_global_last_change_set_timestamp_seconds", help: "When the last change set from the brain was applied", registers, collect() {
       this.set(stats.lastChangeSetMs / 1000);
+    } });
+  }
+
+  /** A brain serving the API (--listen): clients refused (TLS, authentication) and streams dropped for not reading. */
+  followApi(api: { readonly refused: Readonly<Record<string, number>>; readonly stats: { readonly stuckDropped: number } }): void {
+    const registers = [this.registry];
+    new Counter({ name: "kpng_listen_refused_total", help: "API clients refused, by reason (no_credentials, bad_certificate, token_rejected, token_review_failed, tls_handshake)", labelNames: ["reason"], registers, collect() {
+      this.reset();
+      for (const [reason, n] of Object.entries(api.refused)) this.inc({ reason }, n);
+    } });
+    new Counter({ name: "kpng_listen_stuck_streams_dropped_total", help: "API streams dropped because their client stopped reading", registers, collect() {
+      this.reset();
+      this.inc(api.stats.stuckDropped);
     } });
   }
 

@@ -15,7 +15,8 @@
 import type { Brain } from "../brain/brain.ts";
 import { kinds } from "../brain/k8s/objects.ts";
 import { sleep } from "../api/client/client.ts";
-import { connectGrpc, type GrpcConnection } from "../api/client/grpc.ts";
+import { connectGrpc, isRefusal, type GrpcConnection } from "../api/client/grpc.ts";
+import { clientCredentials, type ClientSecurity } from "../api/tls/client.ts";
 import { globalOpChunks } from "../api/client/streams.ts";
 import { formatApiAddress, parseClientAddress } from "../api/server/address.ts";
 import { errorMessage, invalid } from "../errors.ts";
@@ -36,6 +37,10 @@ export interface GlobalSourceOptions {
    * encoding a 10,000-service model for its first agent)
    */
   keepaliveMs?: number;
+  /** TLS and credentials for TCP brains (files read again at each connection) */
+  security?: ClientSecurity;
+  /** called with the stats at once, before the first stream: metrics can show refusals meanwhile */
+  onStats?: (stats: GlobalSourceStats) => void;
   /** first delay once every brain failed (default 200 ms), doubled up to maxRetryMs (default 5 s) */
   retryMs?: number;
   maxRetryMs?: number;
@@ -53,6 +58,8 @@ export interface GlobalSourceStats {
   failovers: number;
   /** by brain address: streams that ended or broke, and connections that failed */
   failures: Record<string, number>;
+  /** of those, refusals: the brain refused our credentials, or we refused its certificate */
+  refused: number;
   changeSets: number;
   /** Set and Delete ops received */
   ops: number;
@@ -99,7 +106,8 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const maxRetryMs = opts.maxRetryMs ?? 5000;
   const mirror = new GlobalMirror();
   const apis = addrs.map(formatApiAddress);
-  const stats: GlobalSourceStats = { apis, connectedTo: null, connects: 0, failovers: 0, failures: {}, changeSets: 0, ops: 0, events: 0, unchanged: 0, lastChangeSetMs: 0 };
+  const stats: GlobalSourceStats = { apis, connectedTo: null, connects: 0, failovers: 0, failures: {}, refused: 0, changeSets: 0, ops: 0, events: 0, unchanged: 0, lastChangeSetMs: 0 };
+  opts.onStats?.(stats);
   const ac = new AbortController();
   const started = Promise.withResolvers<void>();
   let followed: string | null = null; // the last brain that delivered
@@ -147,6 +155,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
       }
     } catch (err) {
       error = errorMessage(err);
+      if (isRefusal(err)) stats.refused++;
     } finally {
       void chunks.return(undefined);
       stats.connectedTo = null;
@@ -160,9 +169,16 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const follow = async () => {
     let failedInARow = 0;
     for (let i = 0; !ac.signal.aborted; i = (i + 1) % addrs.length) {
-      const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000 });
-      const delivered = await followOne(apis[i], conn);
-      conn.close();
+      let delivered = false;
+      try {
+        const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000, ...clientCredentials(opts.security) });
+        delivered = await followOne(apis[i], conn);
+        conn.close();
+      } catch (err) {
+        // A credential file gone or broken since start-up: this brain cannot be tried now; the rules stay as they are.
+        stats.failures[apis[i]] = (stats.failures[apis[i]] ?? 0) + 1;
+        log.warn("cannot connect to the brain", { api: apis[i], error: errorMessage(err) });
+      }
       failedInARow = delivered ? 0 : failedInARow + 1;
       // A stream that worked: the next brain at once. Every brain failed in a row: back off.
       if (failedInARow >= addrs.length) await sleep(Math.min(maxRetryMs, retryMs * 2 ** (failedInARow - addrs.length)), ac.signal);

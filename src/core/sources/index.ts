@@ -8,6 +8,7 @@ import type { Logger } from "../log.ts";
 import type { RestClientObserver } from "../node/client-metrics.ts";
 import { startFileSource } from "./file.ts";
 import type { GlobalSourceStats } from "./global.ts";
+import type { ClientSecurity } from "../api/tls/client.ts";
 import type { SourceStats } from "./kube.ts";
 
 export interface SourceOptions {
@@ -18,6 +19,12 @@ export interface SourceOptions {
   api?: readonly string[];
   /** where API-server requests are reported (rest_client_* metrics) */
   restClient?: RestClientObserver;
+  /** TLS and credentials for TCP brains */
+  security?: ClientSecurity;
+  /** watch every Node (a central brain), not only this node's */
+  allNodes?: boolean;
+  /** the agent's stream stats, as soon as it starts (before the first change set) */
+  onGlobalStats?: (stats: GlobalSourceStats) => void;
 }
 
 export interface Source {
@@ -32,14 +39,14 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
   if (opts.api?.length) {
     if (opts.input !== undefined || opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --api: cannot be combined with --input, --kubeconfig or --master");
     const { startGlobalSource } = await import("./global.ts");
-    return startGlobalSource({ apis: opts.api, brain, log: log.child("global") });
+    return startGlobalSource({ apis: opts.api, security: opts.security, onStats: opts.onGlobalStats, brain, log: log.child("global") });
   }
   if (opts.input !== undefined) {
     if (opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --input: cannot be combined with --kubeconfig or --master");
     return startFileSource({ path: opts.input, brain, log: log.child("file") });
   }
   const { startKubeSource } = await import("./kube.ts");
-  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, brain, log: log.child("kube"), config: cfg, restClient: opts.restClient });
+  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, allNodes: opts.allNodes, brain, log: log.child("kube"), config: cfg, restClient: opts.restClient });
 }
 
 /**

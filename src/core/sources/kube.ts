@@ -27,6 +27,8 @@ export interface KubeSourceOptions {
   brain: Brain;
   log: Logger;
   config: Config;
+  /** every Node, not only this one: a central brain serves every node's agent (zones, addresses) */
+  allNodes?: boolean;
   /** reconnect delays (tests shrink them) */
   backoff?: Backoff;
   /** where API requests are reported (rest_client_* metrics) */
@@ -53,15 +55,15 @@ export interface KubeSource {
 }
 
 /** kube-proxy's informer selectors: not another proxy's services, not headless ones. */
-export function resourceSpecs(cfg: Config): Record<Kind, ResourceSpec> {
+export function resourceSpecs(cfg: Config, opts: { allNodes?: boolean } = {}): Record<Kind, ResourceSpec> {
   // "absent, or equal to --service-proxy-name" has no label-selector form: with a
   // name, watch every service and let the brain (model/service.ts isProxied) choose.
   const labelSelector = [`!${HEADLESS_LABEL}`, ...(cfg.serviceProxyName ? [] : [`!${SERVICE_PROXY_NAME_LABEL}`])].join(",");
   return {
     Service: { path: "/api/v1/services", labelSelector },
     EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector },
-    // Only this node's labels (zone) and addresses matter.
-    Node: { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}` },
+    // A node proxy needs only its own Node's labels (zone) and addresses; a central brain everyone's.
+    Node: opts.allNodes ? { path: "/api/v1/nodes" } : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}` },
   };
 }
 
@@ -135,7 +137,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     return res.ok ? res.object : null;
   };
 
-  const specs = resourceSpecs(config);
+  const specs = resourceSpecs(config, { allNodes: opts.allNodes });
   reflectors = kindsInOrder.map((kind) => {
     /**
      * ids in the list under way, valid or not: what is not among them is gone.

@@ -11,6 +11,7 @@ import { DEFAULT_UNIX_SOCKET, formatApiAddress, parseClientAddress } from "../se
 import { Replica } from "./replica.ts";
 import { nextSnapshot, watchChangeSets } from "./streams.ts";
 import { connectGrpc } from "./grpc.ts";
+import { clientCredentials, type ClientSecurity } from "../tls/client.ts";
 
 export const DEFAULT_API = DEFAULT_UNIX_SOCKET;
 
@@ -23,6 +24,8 @@ export interface ClientOptions {
   protocol?: "watch" | "next";
   /** delay between reconnection attempts (default 1000 ms) */
   retryMs?: number;
+  /** TLS and credentials for a TCP address (files read again at each connection) */
+  security?: ClientSecurity;
   /** ends the sequence */
   signal?: AbortSignal;
   log?: Logger;
@@ -43,9 +46,10 @@ export async function* watchStates(opts: ClientOptions): AsyncGenerator<Revision
   let instanceID = 0n;
   let rev = 0n;
   while (!signal.aborted) {
-    const conn = connectGrpc(addr);
     let connected = false;
+    let conn: ReturnType<typeof connectGrpc> | undefined;
     try {
+      conn = connectGrpc(addr, clientCredentials(opts.security));
       if (opts.protocol === "next") {
         while (!signal.aborted) {
           const snap = await nextSnapshot(conn, { instanceID, rev, nodeName: opts.nodeName }, signal);
@@ -76,7 +80,7 @@ export async function* watchStates(opts: ClientOptions): AsyncGenerator<Revision
       if (signal.aborted) break;
       log.warn("API stream failed, reconnecting", { api: where, error: errorMessage(err), retryMs });
     } finally {
-      conn.close();
+      conn?.close();
     }
     await sleep(retryMs, signal);
   }

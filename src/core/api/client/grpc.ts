@@ -12,16 +12,22 @@
 import * as http2 from "node:http2";
 import * as net from "node:net";
 import type { ApiAddress } from "../server/address.ts";
+import type { TlsMaterial } from "../tls/files.ts";
 
 /** The gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html), as Connect's Code numbers them. */
 const Code = { Canceled: 1, Unknown: 2, InvalidArgument: 3, NotFound: 5, PermissionDenied: 7, Unimplemented: 12, Internal: 13, Unavailable: 14, Unauthenticated: 16 } as const;
 const codeNames = ["ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied", "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss", "unauthenticated"];
+
+/** OpenSSL's and Node's codes for a peer certificate that does not verify (or a handshake that failed). */
+const TLS_FAILURE = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|HOSTNAME_MISMATCH)/;
 
 /** A failed call: its gRPC status code and message (`[unavailable] no answer to a ping within 3000 ms`). */
 export class GrpcError extends Error {
   constructor(
     readonly rawMessage: string,
     readonly code: number,
+    /** the TLS handshake failed: this client refused the server's certificate, or the server the client */
+    readonly tls = false,
   ) {
     super(`[${codeNames[code] ?? "unknown"}] ${rawMessage}`);
     this.name = "GrpcError";
@@ -29,9 +35,19 @@ export class GrpcError extends Error {
 
   /** An abort reason (or any error) as a GrpcError with `code`. */
   static from(reason: unknown, code: number): GrpcError {
-    return reason instanceof GrpcError ? reason : new GrpcError(reason instanceof Error ? reason.message : String(reason), code);
+    if (reason instanceof GrpcError) return reason;
+    // Bun reports a failed handshake as the pending stream's cancellation, caused by the TLS error.
+    const tlsError = [reason, (reason as { cause?: unknown } | null)?.cause].find((e) => {
+      const errno = (e as { code?: unknown } | null)?.code;
+      return typeof errno === "string" && TLS_FAILURE.test(errno);
+    }) as (Error & { code: string }) | undefined;
+    if (tlsError) return new GrpcError(`TLS handshake failed (${tlsError.code}): ${tlsError.message}`, Code.Unavailable, true);
+    return new GrpcError(reason instanceof Error ? reason.message : String(reason), code);
   }
 }
+
+/** The peer refused us (unauthenticated), or the handshake failed (one side refused the other's certificate). */
+export const isRefusal = (err: unknown): boolean => err instanceof GrpcError && (err.code === Code.Unauthenticated || err.tls);
 
 export interface GrpcConnection {
   /**
@@ -53,19 +69,30 @@ export interface ConnectOptions {
    * wait for TCP's own timeout, many minutes. Off by default.
    */
   keepaliveMs?: number;
+  /**
+   * TCP addresses only: TLS (ALPN h2) with this CA (else the system's roots)
+   * and, for mutual TLS, this certificate and key. The server's certificate
+   * must name the address's host.
+   */
+  tls?: TlsMaterial;
+  /** sent as `authorization: Bearer TOKEN` with every call */
+  token?: string;
 }
 
 export function connectGrpc(addr: ApiAddress, opts: ConnectOptions = {}): GrpcConnection {
-  const authority = addr.kind === "unix" ? "http://localhost" : `http://${addr.host.includes(":") ? `[${addr.host}]` : addr.host}:${addr.port}`;
+  const secure = addr.kind === "tcp" && !!opts.tls;
+  const authority = addr.kind === "unix" ? "http://localhost" : `${secure ? "https" : "http"}://${addr.host.includes(":") ? `[${addr.host}]` : addr.host}:${addr.port}`;
   // Large windows: a full state is megabytes, and 64 KiB windows would cost a round trip each.
   const settings = { initialWindowSize: WINDOW };
-  const session = http2.connect(authority, addr.kind === "unix" ? { settings, createConnection: () => net.connect(addr.path) } : { settings });
+  const tlsOptions = secure ? { ...(opts.tls!.ca ? { ca: opts.tls!.ca } : {}), ...(opts.tls!.cert ? { cert: opts.tls!.cert, key: opts.tls!.key } : {}) } : {};
+  const session = http2.connect(authority, addr.kind === "unix" ? { settings, createConnection: () => net.connect(addr.path) } : { settings, ...tlsOptions });
+  const headers: Record<string, string> = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
   session.once("connect", () => session.setLocalWindowSize(WINDOW));
   // Errors reach each stream; without a listener an unreachable brain would crash the process.
   session.on("error", () => {});
   const stopKeepalive = opts.keepaliveMs ? keepalive(session, opts.keepaliveMs) : () => {};
   return {
-    call: (path, requests, signal) => call(session, path, requests, signal),
+    call: (path, requests, signal) => call(session, path, requests, signal, headers),
     close: () => {
       stopKeepalive();
       session.destroy();
@@ -96,9 +123,9 @@ function keepalive(session: http2.ClientHttp2Session, ms: number): () => void {
   return () => clearInterval(timer);
 }
 
-async function* call(session: http2.ClientHttp2Session, path: string, requests: AsyncIterable<Uint8Array>, signal: AbortSignal): AsyncGenerator<Uint8Array[]> {
+async function* call(session: http2.ClientHttp2Session, path: string, requests: AsyncIterable<Uint8Array>, signal: AbortSignal, headers: Record<string, string>): AsyncGenerator<Uint8Array[]> {
   if (signal.aborted) throw GrpcError.from(signal.reason, Code.Canceled);
-  const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc+proto", te: "trailers" });
+  const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc+proto", te: "trailers", ...headers });
   const q = new ChunkQueue();
   let status: GrpcError | null | undefined; // undefined = no trailers yet, null = OK
   const onAbort = () => stream.close(http2.constants.NGHTTP2_CANCEL);

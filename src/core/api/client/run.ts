@@ -1,6 +1,7 @@
 // `run(handler)`: the one-call entry point for a backend process written
-// against the client library. Reads `--api`, `--node-name`, `--protocol`
-// and `--once` from the command line, feeds the handler until SIGINT or
+// against the client library. Reads `--api`, `--node-name`, `--protocol`,
+// `--once` and the TLS flags (`--tls-ca`, `--tls-crt`, `--tls-key`,
+// `--token-file`, `--api-plaintext`) from the command line, feeds the handler until SIGINT or
 // SIGTERM (or the first sync with --once), then returns: library code never
 // exits the process.
 
@@ -11,7 +12,8 @@ import { runSidecar } from "../../../plugins/sidecar.ts";
 import { invalid } from "../../errors.ts";
 import { createLogger } from "../../log.ts";
 import type { NodeState, StateChange } from "../../brain/state.ts";
-import type { ClientOptions } from "./client.ts";
+import { DEFAULT_API, type ClientOptions } from "./client.ts";
+import { checkClientSecurity, type ClientSecurity } from "../tls/client.ts";
 
 /** A Backend (full or incremental), or just a function called with each full state. */
 export type Handler = Backend | ((state: NodeState, change: StateChange) => void | Promise<void>);
@@ -27,17 +29,34 @@ export function runFlags(argv: string[]): Partial<RunOptions> {
     args: argv,
     strict: false,
     allowPositionals: true,
-    options: { api: { type: "string" }, "node-name": { type: "string" }, protocol: { type: "string" }, once: { type: "boolean" } },
+    options: {
+      api: { type: "string" },
+      "node-name": { type: "string" },
+      protocol: { type: "string" },
+      once: { type: "boolean" },
+      "tls-ca": { type: "string" },
+      "tls-crt": { type: "string" },
+      "tls-key": { type: "string" },
+      "token-file": { type: "string" },
+      "api-plaintext": { type: "boolean" },
+    },
   });
   const protocol = values.protocol;
   if (protocol !== undefined && protocol !== "watch" && protocol !== "next") throw invalid(`flag --protocol: "${String(protocol)}" must be watch or next`);
   const str = (v: unknown) => (typeof v === "string" ? v : undefined);
-  return { api: str(values.api), nodeName: str(values["node-name"]), protocol, once: values.once === true ? true : undefined };
+  const security: ClientSecurity = {
+    files: { ca: str(values["tls-ca"]), crt: str(values["tls-crt"]), key: str(values["tls-key"]) },
+    tokenFile: str(values["token-file"]),
+    plaintext: values["api-plaintext"] === true,
+  };
+  return { api: str(values.api), nodeName: str(values["node-name"]), protocol, once: values.once === true ? true : undefined, security };
 }
 
 export async function run(handler: Handler, opts: RunOptions = {}): Promise<void> {
   const flags = runFlags(opts.argv ?? process.argv.slice(2));
   const pick = <K extends keyof RunOptions>(k: K) => (opts[k] !== undefined ? opts[k] : flags[k]);
+  const security = pick("security");
+  checkClientSecurity([pick("api") ?? DEFAULT_API], security);
   const backend: Backend =
     typeof handler === "function" ? ({ kind: "full", name: handler.name || "handler", apply: async (s, c) => handler(s, c) } satisfies FullStateBackend) : handler;
   const ac = new AbortController();
@@ -49,6 +68,7 @@ export async function run(handler: Handler, opts: RunOptions = {}): Promise<void
     await runSidecar({
       backends: [backend],
       api: pick("api"),
+      security,
       nodeName: pick("nodeName") ?? process.env.NODE_NAME ?? hostname().toLowerCase(),
       protocol: pick("protocol"),
       once: pick("once"),

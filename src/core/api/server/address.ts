@@ -1,6 +1,7 @@
 // API addresses, shared by the server (`--listen`) and the client (`--api`):
 // `unix:///path/to.sock` or `tcp://HOST:PORT`. The API reveals the cluster's
-// topology, so a TCP listener anywhere but loopback needs an explicit opt-in.
+// topology (and a brain's answers program every node), so TCP anywhere but
+// loopback is TLS, or plaintext by an explicit opt-in (logged as a WARN).
 
 import { isIP } from "node:net";
 import { invalid } from "../../errors.ts";
@@ -42,16 +43,25 @@ export function isLoopback(host: string): boolean {
   return host === "::1";
 }
 
-/** Throws unless the address is a unix socket or loopback TCP, or the operator allowed any. */
-export function checkListenAllowed(addr: ApiAddress, listenAny: boolean, spec: string): void {
-  if (addr.kind === "unix" || listenAny || isLoopback(addr.host)) return;
-  throw invalid(`flag --listen: "${spec}" is not a loopback address; the API reveals cluster topology, pass --listen-any to serve it there anyway`);
+/** A TCP address off loopback, which TLS (or an explicit opt-in) must cover. */
+export const crossesNetwork = (addr: ApiAddress): boolean => addr.kind === "tcp" && !isLoopback(addr.host);
+
+/** Throws unless the address is a unix socket, loopback TCP, served with TLS, or the operator allowed plaintext. */
+export function checkListenAllowed(addr: ApiAddress, listenAny: boolean, spec: string, tls = false): void {
+  if (!crossesNetwork(addr) || tls || listenAny) return;
+  throw invalid(`flag --listen: "${spec}" is not a loopback address; the API reveals cluster topology: serve it with TLS (--listen-tls-crt, --listen-tls-key), or pass --listen-any to serve plaintext there anyway`);
+}
+
+/** The client's side of the same rule: TLS, or `--api-plaintext`, to reach a brain off loopback. */
+export function checkApiAllowed(addr: ApiAddress, plaintext: boolean, spec: string, tls: boolean): void {
+  if (!crossesNetwork(addr) || tls || plaintext) return;
+  throw invalid(`flag --api: "${spec}" is not a loopback address: connect with TLS (--tls-ca, and --tls-crt/--tls-key or --token-file to authenticate), or pass --api-plaintext to connect in plaintext anyway`);
 }
 
 export const formatApiAddress = (a: ApiAddress): string =>
   a.kind === "unix" ? `unix://${a.path}` : `tcp://${a.host.includes(":") ? `[${a.host}]` : a.host}:${a.port}`;
 
 /** Validates `--listen` values before anything starts (bad flags fail fast, exit code 2). */
-export function checkListen(listen: readonly string[], listenAny: boolean): void {
-  for (const spec of listen) checkListenAllowed(parseApiAddress(spec), listenAny, spec);
+export function checkListen(listen: readonly string[], listenAny: boolean, tls = false): void {
+  for (const spec of listen) checkListenAllowed(parseApiAddress(spec), listenAny, spec, tls);
 }

@@ -23,6 +23,13 @@ export interface FastRoutes {
   /** the encoded NextItems answering one call */
   next(filter: NextFilter, signal: AbortSignal): Promise<Uint8Array[]>;
   onError(rpc: string, err: ConnectError, signal: AbortSignal): void;
+  /**
+   * A stream whose client has read nothing of a piece for this long is
+   * dropped (its memory freed); the client resyncs when it reconnects.
+   */
+  stuckMs: number;
+  /** a stream was dropped for that */
+  onStuck(rpc: string): void;
 }
 
 /** What is used of Node's http and http2 compatibility request/response objects. */
@@ -33,6 +40,9 @@ interface Req extends AsyncIterable<Buffer> {
   readonly headers: Record<string, string | string[] | undefined>;
 }
 interface Res {
+  /** HTTP/2 responses: the stream, reset to drop it */
+  readonly stream?: { close(code?: number): void };
+  destroy?(): void;
   readonly destroyed: boolean;
   readonly writableEnded: boolean;
   writeHead(status: number, headers: Record<string, string>): unknown;
@@ -47,7 +57,12 @@ type Rpc = "Watch" | "Next" | "GlobalWatch";
 const PATHS: Record<string, Rpc> = { "/localv1.Sets/Watch": "Watch", "/localv1.Endpoints/Next": "Next", "/globalv1.Sets/Watch": "GlobalWatch" };
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 /** a request message is a node name: anything big is not one of ours */
-const MAX_REQUEST_MESSAGE = 1 << 20;
+export const MAX_REQUEST_MESSAGE = 1 << 20;
+/** RST_STREAM CANCEL */
+const CANCEL = 8;
+
+/** Not a ConnectError: ConnectError's instanceof accepts any ConnectError-shaped object. */
+class Stuck extends Error {}
 
 /** Serves the request when it is binary gRPC for one of our RPCs; false = not ours. */
 export function serveGrpcFast(req: Req, res: Res, routes: FastRoutes): boolean {
@@ -77,7 +92,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
         for (;;) {
           const r = await batches.next();
           if (r.done) break;
-          await write(res, frameChangeSet(r.value, frameOps));
+          await write(res, frameChangeSet(r.value, frameOps), routes.stuckMs);
         }
       } finally {
         await batches.return?.(); // unsubscribes the stream from its view
@@ -89,10 +104,17 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
         filter = filterMsg;
       }
       if (!filter) throw new ConnectError("Next takes exactly one NextFilter, got none", Code.InvalidArgument);
-      await write(res, frameMessages(await routes.next(filter, ac.signal)));
+      await write(res, frameMessages(await routes.next(filter, ac.signal)), routes.stuckMs);
     }
     finish(res, 0, ""); // OK
   } catch (err) {
+    if (err instanceof Stuck) {
+      // Trailers would queue behind the bytes it does not read: reset the stream instead.
+      routes.onStuck(rpc);
+      if (res.stream) res.stream.close(CANCEL);
+      else res.destroy?.();
+      return;
+    }
     const ce = ConnectError.from(ac.signal.aborted ? ac.signal.reason : err, Code.Internal);
     routes.onError(rpc, ce, ac.signal);
     finish(res, ce.code, ce.rawMessage);
@@ -112,20 +134,29 @@ function finish(res: Res, code: number, message: string) {
  * (1.4.5) http2 response keeps its own copy of whatever is queued, so one
  * 15 MB write per stream (a whole cluster-wide model, shared by every global
  * stream) cost 15 MB per stream starting at once; pieces bound it to about
- * one piece per stream.
+ * one piece per stream. A client that stops reading (a stuck node agent)
+ * therefore holds at most a piece here, and only for `stuckMs`.
  */
 const PIECE = 1 << 20;
-async function write(res: Res, chunk: Buffer): Promise<void> {
-  for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.length <= PIECE ? chunk : chunk.subarray(pos, pos + PIECE));
+async function write(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
+  for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.length <= PIECE ? chunk : chunk.subarray(pos, pos + PIECE), stuckMs);
 }
 
-function writePiece(res: Res, chunk: Buffer): Promise<void> {
+function writePiece(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
   if (res.destroyed) return Promise.reject(new ConnectError("the client closed the stream", Code.Canceled));
   if (res.write(chunk)) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
+  return new Promise((resolve, reject) => {
+    const stop = () => {
+      clearTimeout(timer);
       res.off("drain", done);
       res.off("close", done);
+    };
+    const timer = setTimeout(() => {
+      stop();
+      reject(new Stuck(`the client read nothing for ${stuckMs} ms: stream dropped`));
+    }, stuckMs);
+    const done = () => {
+      stop();
       resolve();
     };
     res.once("drain", done);

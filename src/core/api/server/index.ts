@@ -12,8 +12,11 @@ import type { Brain, NodeView } from "../../brain/brain.ts";
 import { errorMessage } from "../../errors.ts";
 import { GlobalModel } from "../../global/model.ts";
 import type { Logger } from "../../log.ts";
-import { checkListen, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
-import { serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { checkListen, crossesNetwork, formatApiAddress, parseApiAddress, type ApiAddress } from "./address.ts";
+import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type RefusalReason } from "./auth.ts";
+import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
+import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { dropWhenStuck, type WatchedResponse } from "./stuck.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
 import { globalWatchBatches } from "./global-watch.ts";
@@ -29,20 +32,42 @@ export interface ApiOptions {
   log: Logger;
   /** random per brain start unless given (tests) */
   instanceID?: bigint;
+  /** a gRPC stream whose client reads nothing for this long is dropped (default 30 s) */
+  stuckMs?: number;
 }
 
 export interface ApiServerOptions extends ApiOptions {
   /** `unix:///path` or `tcp://HOST:PORT` */
   listen: readonly string[];
-  /** allow non-loopback TCP addresses */
+  /** allow plaintext on non-loopback TCP addresses */
   listenAny?: boolean;
+  /** TLS on every TCP listener: the server's certificate and key, and the client CA (mutual TLS) */
+  tls?: ApiTlsOptions;
+  /** who may connect over TLS (client certificates need `tls.files.ca`) */
+  auth?: Omit<AuthOptions, "certificates">;
+}
+
+export interface ApiTlsOptions {
+  files: TlsFiles;
+  /** how often the files are read again for a rotated certificate (default 2000 ms) */
+  reloadMs?: number;
 }
 
 export interface ApiServer {
   readonly addresses: ApiAddress[];
   readonly instanceID: bigint;
+  /** requests and TLS handshakes refused, by reason */
+  readonly refused: Readonly<Record<RefusalReason, number>>;
+  /** gRPC streams dropped because their client stopped reading */
+  readonly stats: { readonly stuckDropped: number };
   close(): Promise<void>;
 }
+
+/**
+ * Long enough for a loaded agent to take a 1 MB piece of a whole model; short
+ * enough that stuck agents cannot pin old models and pieces for long.
+ */
+const STUCK_MS = 30_000;
 
 /** Resolves once every kind has synced; node names can only be checked then. */
 async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
@@ -71,6 +96,7 @@ export function createApi(opts: ApiOptions) {
     return (global ??= new GlobalModel(brain));
   };
   const nextDeps: NextDeps = { view, instanceID, defaultNodeName: opts.defaultNodeName };
+  const stats = { stuckDropped: 0 };
   const onError = (rpc: string, err: ConnectError, signal: AbortSignal) => {
     if (err.code !== Code.Canceled && !signal.aborted) log.warn("rpc failed", { rpc, code: Code[err.code], error: err.rawMessage });
   };
@@ -85,6 +111,11 @@ export function createApi(opts: ApiOptions) {
       return items;
     },
     onError,
+    stuckMs: opts.stuckMs ?? STUCK_MS,
+    onStuck: (rpc) => {
+      stats.stuckDropped++;
+      log.warn("dropped a stream whose client stopped reading (it resyncs when it reconnects)", { rpc, afterMs: opts.stuckMs ?? STUCK_MS });
+    },
   };
 
   async function* logErrors<R>(rpc: string, signal: AbortSignal, gen: AsyncGenerator<R>): AsyncGenerator<R> {
@@ -126,7 +157,7 @@ export function createApi(opts: ApiOptions) {
     router.service(Endpoints, { next: (filter, ctx) => logErrors("Next", ctx.signal, connectNext(filter, ctx.signal)) });
     router.service(GlobalSets, { watch: (reqs, ctx) => logErrors("GlobalWatch", ctx.signal, connectGlobalWatch(reqs, ctx.signal)) });
   };
-  return { instanceID, routes, fast, cache, close: () => global?.close() };
+  return { instanceID, routes, fast, cache, stats, close: () => global?.close() };
 }
 
 /**
@@ -157,34 +188,74 @@ function warmOwnNode(brain: Brain, nodeName: string, cache: WireCache): () => vo
 }
 
 export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer> {
-  checkListen(opts.listen, opts.listenAny ?? false);
+  const { log } = opts;
+  checkListen(opts.listen, opts.listenAny ?? false, !!opts.tls);
   const addrs = opts.listen.map((spec) => parseApiAddress(spec));
+  const material = opts.tls ? readTlsFiles(opts.tls.files, SERVER_FLAGS) : undefined;
+  const auth = new Authenticator({ certificates: !!material?.ca, tokens: opts.auth?.tokens }, log);
   const api = createApi(opts);
-  const connect = connectNodeAdapter({ routes: api.routes });
+  const connect = connectNodeAdapter({ routes: api.routes, readMaxBytes: MAX_REQUEST_MESSAGE });
   const handler: typeof connect = (req, res) => {
     try {
-      if (!serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) connect(req, res);
+      if (serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) return;
+      dropWhenStuck(res as unknown as WatchedResponse, api.fast.stuckMs, () => api.fast.onStuck(req.url ?? ""));
+      connect(req, res);
     } catch (err) {
       // Connect throws synchronously on some malformed requests (an HTTP/1.1 request without Host).
-      opts.log.warn("bad request", { path: req.url, error: errorMessage(err) });
+      log.warn("bad request", { path: req.url, error: errorMessage(err) });
       if (!res.headersSent) res.writeHead(400);
       res.end();
     }
   };
+  // Over TLS, a request is served once its client is authenticated (see auth.ts).
+  const secured: typeof connect = !auth.required
+    ? handler
+    : (req, res) => {
+        auth.check(req.socket as PeerSocket, req.headers.authorization).then(
+          (v) => (v.ok ? handler(req, res) : writeRefusal(req.headers["content-type"], res as Parameters<typeof writeRefusal>[1], v.message)),
+          () => res.end(),
+        );
+      };
+  const tls = material && {
+    material,
+    onHandshakeError: (err: NodeJS.ErrnoException, peer: string | undefined) =>
+      auth.handshakeFailed(
+        err.code === "ECONNRESET"
+          ? "TLS handshake ended by the client: it does not trust this certificate or its name (or it is a TCP probe)"
+          : `TLS handshake failed: ${err.message}`,
+        peer,
+      ),
+  };
   const listeners: Listener[] = [];
   try {
-    for (const a of addrs) listeners.push(await listen(a, handler));
+    for (const a of addrs) listeners.push(await listen(a, a.kind === "tcp" && tls ? secured : handler, { tls }));
   } catch (err) {
     await Promise.all(listeners.map((l) => l.close()));
     throw err;
   }
   const addresses = listeners.map((l) => l.address);
-  opts.log.info("serving the API", { listen: addresses.map(formatApiAddress).join(",") });
+  log.info("serving the API", { listen: addresses.map(formatApiAddress).join(","), tls: !!tls, clientCertificates: auth.required && !!material?.ca, tokenReview: !!opts.auth?.tokens });
+  const open = addresses.filter(crossesNetwork).map(formatApiAddress).join(",");
+  if (open && !tls) log.warn("serving the API in plaintext off loopback (--listen-any): anyone who reaches it reads every Service and endpoint, and anyone who can answer in its place programs the nodes", { listen: open });
+  if (open && tls && !auth.required) log.warn("the API accepts any TLS client: pass --listen-tls-ca or --listen-token-review to authenticate them", { listen: open });
+  const stopReload = opts.tls && material
+    ? watchTlsFiles(opts.tls.files, SERVER_FLAGS, material, {
+        intervalMs: opts.tls.reloadMs ?? 2000,
+        onChange: (m) => {
+          for (const l of listeners) l.setTls?.(m);
+          log.info("API certificate reloaded: new connections use it", { crt: opts.tls!.files.crt });
+        },
+        onError: (error) => log.warn("API certificate files changed but cannot be used: keeping the previous ones", { error }),
+      })
+    : () => {};
   const stopWarming = warmOwnNode(opts.brain, opts.defaultNodeName, api.cache);
   return {
     addresses,
     instanceID: api.instanceID,
+    refused: auth.refused,
+    stats: api.stats,
     close: async () => {
+      stopReload();
       stopWarming();
       api.close();
       await Promise.all(listeners.map((l) => l.close()));

@@ -1,5 +1,7 @@
 // One listener serving gRPC (HTTP/2 prior knowledge, h2c) and the Connect
-// protocol over HTTP/1.1 on the same socket.
+// protocol over HTTP/1.1 on the same socket; over TLS when given a
+// certificate, where ALPN picks the protocol (h2 for gRPC clients, as Go's
+// grpc and `buf curl` ask for it) and a client that offers none is sniffed.
 //
 // Why a sniffer instead of `http2.createServer({ allowHTTP1: true })`: Bun
 // (1.4.5) ignores allowHTTP1 and answers an HTTP/1.1 request with an HTTP/2
@@ -13,7 +15,9 @@ import { chmodSync, statSync } from "node:fs";
 import * as http from "node:http";
 import * as http2 from "node:http2";
 import * as net from "node:net";
+import * as tls from "node:tls";
 import { KpngError } from "../../errors.ts";
+import type { TlsMaterial } from "../tls/files.ts";
 import type { ApiAddress } from "./address.ts";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -23,22 +27,63 @@ type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.
 export interface Listener {
   /** the bound address (a tcp port 0 resolved to the real port) */
   readonly address: ApiAddress;
+  /** TLS listeners: new connections use this certificate, key and client CA; open ones keep theirs */
+  setTls?(m: TlsMaterial): void;
   close(): Promise<void>;
 }
+
+export interface ListenTls {
+  material: TlsMaterial;
+  /** a handshake that failed (ECONNRESET before any byte: a TCP probe, or a client that does not trust us) */
+  onHandshakeError(err: NodeJS.ErrnoException, peer: string | undefined): void;
+}
+
+/**
+ * The client certificate is asked for when there is a client CA, but not
+ * required by the handshake: the request is refused afterwards with a reason
+ * the client can read (see auth.ts).
+ */
+const secureOptions = (m: TlsMaterial): tls.TlsOptions => ({ cert: m.cert, key: m.key, ...(m.ca ? { ca: m.ca, requestCert: true, rejectUnauthorized: false } : {}) });
 
 /** Unix sockets are created group-accessible only: the API reveals cluster topology. */
 const SOCKET_MODE = 0o660;
 
-export async function listen(addr: ApiAddress, handler: Handler): Promise<Listener> {
-  const h2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
-  const h1 = http.createServer(handler as http.RequestListener);
+/** Request headers (HTTP/1.1 and HTTP/2 alike): kpng's requests carry a few hundred bytes, a bearer token ~1 KB. */
+export const MAX_HEADER_LIST = 16 << 10;
+
+export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: ListenTls } = {}): Promise<Listener> {
+  const h2 = http2.createServer({ settings: { maxHeaderListSize: MAX_HEADER_LIST } }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const h1 = http.createServer({ maxHeaderSize: MAX_HEADER_LIST }, handler as http.RequestListener);
+  // A malformed frame or a broken connection ends that session, never the server.
+  h2.on("sessionError", () => {});
+  h1.on("clientError", (_err, sock) => sock.destroy());
   const sockets = new Set<net.Socket>();
-  const server = net.createServer((sock) => {
+  const track = (sock: net.Socket) => {
     sockets.add(sock);
     sock.once("close", () => sockets.delete(sock));
     sock.on("error", () => sock.destroy());
-    sniff(sock, (isH2) => (isH2 ? h2 : h1).emit("connection", sock));
-  });
+  };
+  const route = (sock: net.Socket) => sniff(sock, (isH2) => (isH2 ? h2 : h1).emit("connection", sock));
+  const useTls = opts.tls && addr.kind === "tcp" ? opts.tls : undefined;
+  let server: net.Server;
+  if (useTls) {
+    const ts = tls.createServer({ ...secureOptions(useTls.material), ALPNProtocols: ["h2", "http/1.1"] }, (sock) => {
+      track(sock);
+      if (sock.alpnProtocol === "h2") h2.emit("connection", sock);
+      else if (sock.alpnProtocol === "http/1.1") h1.emit("connection", sock);
+      else route(sock);
+    });
+    ts.on("connection", track);
+    ts.on("tlsClientError", (err, sock) => {
+      useTls.onHandshakeError(err, sock.remoteAddress);
+      sock.destroy(); // Bun (1.4.5) leaves the socket open after some handshake errors
+    });
+    server = ts;
+  } else
+    server = net.createServer((sock) => {
+      track(sock);
+      route(sock);
+    });
   if (addr.kind === "unix") await prepareSocketPath(addr.path);
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(addr, err)));
@@ -54,6 +99,7 @@ export async function listen(addr: ApiAddress, handler: Handler): Promise<Listen
   } else bound = { ...addr, port: (server.address() as net.AddressInfo).port };
   return {
     address: bound,
+    ...(useTls ? { setTls: (m: TlsMaterial) => (server as tls.Server).setSecureContext(secureOptions(m)) } : {}),
     async close() {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       // Long polls and watches hold connections open; end them so close() returns.

@@ -1,0 +1,312 @@
+// The API over TLS as deployed: `kpng serve` with the flags an operator
+// passes, read by `buf curl` (a Go gRPC client: ALPN h2, its own TLS stack)
+// and followed by node agents and sidecars with their TLS flags; a brain that
+// checks agents' ServiceAccount tokens with TokenReview against the fake API
+// server; and the flags' bad input, each one line and exit code 2.
+
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { copyFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import YAML from "yaml";
+import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
+import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { FakeApiServer, makeClientCert, makeTestCert, type TestCert } from "../kube/api-server.ts";
+
+setDefaultTimeout(60_000);
+const dir = tempDir("kpng-global-tls-");
+const input = join(dir.path, "cluster.yaml");
+const f = (name: string) => join(dir.path, name);
+const AGENT_USER = "system:serviceaccount:kube-system:kpng-agent";
+let brainCert: TestCert;
+let mtls: KpngProcess & { addresses: Array<{ kind: string; port?: number }> };
+let port = 0;
+
+beforeAll(async () => {
+  dir.create();
+  copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+  brainCert = makeTestCert(dir.path, { name: "brain" }); // for IP:127.0.0.1, its own CA
+  const clientCA = makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" });
+  makeClientCert(dir.path, clientCA, "node-1", "agent");
+  writeFileSync(f("token"), "agent-token\n");
+  mtls = await startServe(["--input", input, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", f("agents-ca.crt")]);
+  port = mtls.addresses[0].port!;
+});
+afterAll(async () => {
+  await mtls?.stop();
+  dir.remove();
+});
+
+const agentTls = () => ["--tls-ca", f("brain.crt"), "--tls-crt", f("agent.crt"), "--tls-key", f("agent.key")];
+
+async function run(args: string[], timeoutMs = 30_000): Promise<{ code: number; out: string; err: string }> {
+  const p = startKpng(args);
+  const timer = setTimeout(() => p.proc.kill("SIGKILL"), timeoutMs);
+  const code = await p.proc.exited;
+  clearTimeout(timer);
+  await Bun.sleep(20); // let the pumps drain
+  return { code, out: p.stdout.join("\n"), err: p.stderr.join("\n") };
+}
+
+/** A value from the process's /metrics (its address from the log). */
+async function metric(p: KpngProcess, re: RegExp): Promise<number> {
+  const address = /serving metrics address=(\S+)/.exec(await p.waitFor(/serving metrics address=/))![1];
+  const text = await (await fetch(`http://${address}/metrics`)).text();
+  return Number(re.exec(text)?.[1] ?? -1);
+}
+
+async function bufCurl(args: string[], path: string, data: string, to = port) {
+  const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${to}${path}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  return { out, err, code };
+}
+
+describe("buf curl (Go gRPC over TLS, ALPN h2) against kpng serve with mutual TLS", () => {
+  test("with the agent's certificate: the global stream, Reset first and Sync last", async () => {
+    const r = await bufCurl(["--cacert", f("brain.crt"), "--cert", f("agent.crt"), "--key", f("agent.key")], "/globalv1.Sets/Watch", "{}");
+    expect(r.err).toBe("");
+    expect(r.code).toBe(0);
+    const messages = JSON.parse(`[${r.out.trim().replace(/\n}\n{/g, "},{")}]`) as unknown[];
+    expect(messages[0]).toEqual({ Reset: {} });
+    expect(messages.at(-1)).toEqual({ Sync: {} });
+    expect(messages.length).toBeGreaterThan(10);
+  });
+
+  test("without a client certificate: unauthenticated, and the brain logs the refusal", async () => {
+    const r = await bufCurl(["--cacert", f("brain.crt")], "/localv1.Endpoints/Next", '{"NodeName":"node-1"}');
+    expect(r.code).not.toBe(0);
+    expect(r.out + r.err).toContain('"code": "unauthenticated"');
+    expect(r.out + r.err).toContain("no credentials: a client certificate signed by the client CA is required");
+    await mtls.waitFor(/WARN kpng\/api: refused API client .*reason=no_credentials/);
+  });
+
+  test("trusting another CA: buf curl refuses the brain", async () => {
+    const r = await bufCurl(["--cacert", f("agents-ca.crt"), "--cert", f("agent.crt"), "--key", f("agent.key")], "/localv1.Endpoints/Next", '{"NodeName":"node-1"}');
+    expect(r.code).not.toBe(0);
+    expect(r.out + r.err).toMatch(/certificate/);
+  });
+});
+
+describe("node agents and sidecars over TLS", () => {
+  test("kpng --api tcp://… with --tls-ca/--tls-crt/--tls-key prints the full binary's nft transaction", async () => {
+    const [agent, full] = await Promise.all([
+      run(["--api", `tcp://127.0.0.1:${port}`, ...agentTls(), "--node-name", "node-2", "--backend", "nft", "--dry-run", "--once"]),
+      run(["--input", input, "--node-name", "node-2", "--backend", "nft", "--dry-run", "--once"]),
+    ]);
+    expect(agent.err).toContain("following brain");
+    expect(agent.code).toBe(0);
+    expect(agent.out).toContain("add table");
+    expect(agent.out).toBe(full.out);
+  });
+
+  test("kpng backend --api tcp://… with the TLS flags (a sidecar) applies the node's state", async () => {
+    const r = await run(["backend", "--api", `tcp://127.0.0.1:${port}`, ...agentTls(), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("add table");
+  });
+
+  test("a process on the client library (examples/plugins/print-changes.ts) with the TLS flags", async () => {
+    const p = Bun.spawn([join(ROOT, "node_modules/.bin/bun"), join(ROOT, "examples/plugins/print-changes.ts"), "--api", `tcp://127.0.0.1:${port}`, ...agentTls(), "--node-name", "node-1", "--once"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
+    const [out, code] = [await new Response(p.stdout).text(), await p.exited];
+    clearTimeout(timer);
+    expect(code).toBe(0);
+    expect(out).toMatch(/^rev=1 node=node-1 services=\d+ endpoints=\d+ changed=all$/m);
+  });
+
+  test("an agent without a certificate: refused with the brain's reason, keeps trying, nothing printed", async () => {
+    const agent = startKpng(["--api", `tcp://127.0.0.1:${port}`, "--tls-ca", f("brain.crt"), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    try {
+      const lines = await agent.waitForCount(/$^/, 0, 1); // nothing on stdout yet
+      expect(lines).toEqual([]);
+      await agent.waitFor(/global stream failed.*\[unauthenticated\] no credentials: a client certificate signed by the client CA is required/, 20_000);
+      expect(await metric(agent, /^kpng_global_refused_total (\d+)/m)).toBeGreaterThan(0);
+      // it keeps trying (backoff), and never programs anything
+      const tries = () => agent.stderr.filter((l) => l.includes("[unauthenticated]")).length;
+      const first = tries();
+      await agent.waitFor(new RegExp(`.`), 1000);
+      await Bun.sleep(1500);
+      expect(tries()).toBeGreaterThan(first);
+      expect(agent.stdout.join("")).toBe("");
+    } finally {
+      await agent.stop();
+    }
+  });
+});
+
+describe("an agent its brain starts refusing", () => {
+  test("keeps its rules untouched while refused, keeps trying, and resyncs as a diff once let in again", async () => {
+    makeTestCert(dir.path, { san: "DNS:other-agents", name: "other-ca" });
+    const serveWith = (clientCA: string, listen = "tcp://127.0.0.1:0") =>
+      startServe(["--input", input, "--node-name", "node-1", "--listen", listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", clientCA]);
+    let brain = await serveWith(f("agents-ca.crt"));
+    const listen = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
+    const agent = startKpng(["--api", listen, ...agentTls(), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    try {
+      await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
+      const printed = agent.stdout.length;
+      const syncs = () => agent.stderr.filter((l) => /synced backend=nft/.test(l)).length;
+      const synced = syncs();
+      // the same brain, restarted trusting another CA only: this agent's certificate is refused
+      await brain.stop();
+      brain = await serveWith(join(dir.path, "other-ca.crt"), listen);
+      await agent.waitFor(/global stream failed.*\[unauthenticated\] client certificate refused/, 30_000);
+      const refusals = () => agent.stderr.filter((l) => l.includes("client certificate refused")).length;
+      const first = refusals();
+      await brain.waitFor(/refused API client .*reason=bad_certificate/);
+      await Bun.sleep(3000);
+      expect(refusals()).toBeGreaterThan(first); // still trying
+      expect(agent.stdout.length).toBe(printed); // nothing applied meanwhile
+      expect(syncs()).toBe(synced);
+      // let in again: it follows the brain, and the unchanged cluster changes nothing
+      await brain.stop();
+      brain = await serveWith(f("agents-ca.crt"), listen);
+      await agent.waitFor(/following brain .*resync=true changed=0/, 30_000);
+      expect(syncs()).toBe(synced);
+    } finally {
+      await agent.stop();
+      await brain.stop();
+    }
+  });
+});
+
+describe("a brain that checks ServiceAccount tokens (--listen-token-review)", () => {
+  let kube: FakeApiServer;
+  let brain: KpngProcess & { addresses: Array<{ kind: string; port?: number }> };
+  beforeAll(async () => {
+    kube = await FakeApiServer.start(makeTestCert(dir.path, { name: "apiserver" }));
+    for (const item of (YAML.parse(await Bun.file(input).text()) as { items: Array<Record<string, unknown>> }).items) kube.apply(item);
+    kube.serviceAccountTokens.set("agent-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
+    kube.serviceAccountTokens.set("pod-token", { username: AGENT_USER, audiences: ["https://kubernetes.default.svc"] });
+    brain = await startServe(["--kubeconfig", kube.writeKubeconfig(dir.path), "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER, "--metrics-bind-address", "127.0.0.1:0"]);
+  });
+  afterAll(async () => {
+    await brain?.stop();
+    await kube?.close();
+  });
+
+  test("an agent with its projected token (--token-file) computes what the full binary does on the same API server", async () => {
+    const [agent, full] = await Promise.all([
+      run(["local", "--api", `tcp://127.0.0.1:${brain.addresses[0].port}`, "--tls-ca", f("brain.crt"), "--token-file", f("token"), "--node-name", "node-3"]),
+      run(["local", "--kubeconfig", kube.writeKubeconfig(dir.path), "--node-name", "node-3"]),
+    ]);
+    expect(agent.code).toBe(0);
+    expect(JSON.parse(agent.out).services.length).toBeGreaterThan(0);
+    expect(agent.out).toBe(full.out);
+    expect(kube.tokenReviews).toBeGreaterThan(0);
+  });
+
+  test("an ordinary pod token: refused on both sides with the API server's reason", async () => {
+    writeFileSync(f("pod-token"), "pod-token");
+    const agent = startKpng(["local", "--api", `tcp://127.0.0.1:${brain.addresses[0].port}`, "--tls-ca", f("brain.crt"), "--token-file", f("pod-token"), "--node-name", "node-3"]);
+    try {
+      await agent.waitFor(/global stream failed.*\[unauthenticated\] token rejected by the API server: token audiences are invalid/, 20_000);
+      await brain.waitFor(/refused API client .*reason=token_rejected/);
+      expect(await metric(brain, /^kpng_listen_refused_total\{reason="token_rejected"\} (\d+)/m)).toBeGreaterThan(0);
+    } finally {
+      await agent.stop();
+    }
+  });
+});
+
+describe("deploy/global-certs.sh: the openssl recipe the manifests mount", () => {
+  test("its brain certificate serves, its CA verifies it, its agent certificate is let in", async () => {
+    const out = join(dir.path, "recipe");
+    const script = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], { env: { ...process.env, BRAIN_NAMES: "kpng-brain-0.cluster.example", BRAIN_IPS: "127.0.0.1", DAYS: "1" }, stdout: "pipe", stderr: "pipe" });
+    const [text, code] = [await new Response(script.stdout).text(), await script.exited];
+    expect(code).toBe(0);
+    expect(text).toContain("kubectl -n kube-system create secret generic kpng-brain-tls");
+    const r = (name: string) => join(out, name);
+    const brain = await startServe(["--input", input, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    const brainPort = (brain.addresses[0] as { port: number }).port;
+    try {
+      const api = `tcp://127.0.0.1:${brainPort}`;
+      const ok = await run(["local", "--api", api, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      expect(ok.code).toBe(0);
+      expect(JSON.parse(ok.out).services.length).toBeGreaterThan(0);
+      // the certificate names 127.0.0.1, not "localhost": dialled by that name, the agent refuses the brain
+      const wrong = startKpng(["local", "--api", `tcp://localhost:${brainPort}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      try {
+        await wrong.waitFor(/TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/, 20_000);
+      } finally {
+        await wrong.stop();
+      }
+    } finally {
+      await brain.stop();
+    }
+  });
+});
+
+describe("rotation as deployed: a new certificate written over the files", () => {
+  test("the brain serves it without a restart; the agent's open stream stays up and gets the next change", async () => {
+    const out = join(dir.path, "rotation");
+    const certs = async () => {
+      const p = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], { env: { ...process.env, BRAIN_IPS: "127.0.0.1", DAYS: "1" }, stdout: "ignore", stderr: "pipe" });
+      expect(await p.exited).toBe(0);
+    };
+    await certs();
+    const r = (name: string) => join(out, name);
+    const file = join(dir.path, "rotation.yaml");
+    copyFileSync(input, file);
+    const brain = await startServe(["--input", file, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    const brainPort = (brain.addresses[0] as { port: number }).port;
+    const agent = startKpng(["--api", `tcp://127.0.0.1:${brainPort}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    try {
+      await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
+      const served = await Bun.file(r("brain.crt")).text();
+      await certs(); // same CA, a new certificate and key for the brain
+      expect(await Bun.file(r("brain.crt")).text()).not.toBe(served);
+      await brain.waitFor(/API certificate reloaded/, 20_000);
+      const curl = await bufCurl(["--cacert", r("ca.crt"), "--cert", r("agent.crt"), "--key", r("agent.key")], "/localv1.Endpoints/Next", '{"NodeName":"node-1"}', brainPort);
+      expect(curl.code).toBe(0);
+      // what a new connection is served is the new certificate (openssl's own client)
+      const serial = async (cmd: string) => (await new Response(Bun.spawn(["sh", "-c", cmd], { stdout: "pipe", stderr: "ignore" }).stdout).text()).trim();
+      const onDisk = await serial(`openssl x509 -in ${r("brain.crt")} -noout -serial`);
+      expect(onDisk).toMatch(/^serial=/);
+      expect(await serial(`openssl s_client -connect 127.0.0.1:${brainPort} </dev/null | openssl x509 -noout -serial`)).toBe(onDisk);
+      // a change after the rotation reaches the agent on the stream it opened before
+      const text = await Bun.file(file).text();
+      await Bun.write(file, text.replace("port: 8080", "port: 8081"));
+      await agent.waitFor(/synced backend=nft rev=2 /, 30_000);
+      expect(agent.stderr.filter((l) => l.includes("global stream failed"))).toEqual([]);
+      expect(agent.stderr.filter((l) => l.includes("following brain"))).toHaveLength(1);
+    } finally {
+      await agent.stop();
+      await brain.stop();
+    }
+  });
+});
+
+describe("bad TLS flags: one line naming the flag, exit code 2", () => {
+  const listen = ["serve", "--input", input, "--listen", "tcp://127.0.0.1:0"];
+  const cases: Array<{ name: string; args: () => string[]; want: RegExp }> = [
+    { name: "a certificate without its key", args: () => [...listen, "--listen-tls-crt", f("brain.crt")], want: /flag --listen-tls-key: required with --listen-tls-crt/ },
+    { name: "a client CA without a server certificate", args: () => [...listen, "--listen-tls-ca", f("agents-ca.crt")], want: /flag --listen-tls-crt: required with --listen-tls-ca/ },
+    { name: "a certificate file that does not exist", args: () => [...listen, "--listen-tls-crt", f("nope.crt"), "--listen-tls-key", f("brain.key")], want: /flag --listen-tls-crt: .*nope.crt: cannot read: ENOENT/ },
+    { name: "a key that does not match the certificate", args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("agent.key")], want: /flag --listen-tls-crt\/--listen-tls-key: .*KEY_VALUES_MISMATCH/ },
+    { name: "a client CA that is not PEM", args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", input], want: /flag --listen-tls-ca: .*cluster.yaml: not a PEM certificate bundle/ },
+    { name: "token review without API-server access", args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER], want: /flag --listen-token-review: requires access to the API server/ },
+    { name: "token review without TLS", args: () => ["serve", "--listen", "tcp://127.0.0.1:0", "--listen-token-review", AGENT_USER], want: /flag --listen-token-review: requires TLS/ },
+    { name: "TLS flags with only a unix socket to serve", args: () => ["serve", "--input", input, "--listen", `unix://${f("x.sock")}`, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key")], want: /flag --listen-tls-crt: no tcp:\/\/ --listen/ },
+    { name: "an agent in plaintext to a brain off loopback", args: () => ["local", "--api", "tcp://192.0.2.10:12090", "--node-name", "node-1"], want: /flag --api: "tcp:\/\/192.0.2.10:12090" is not a loopback address: connect with TLS/ },
+    { name: "an agent's token file that does not exist", args: () => ["local", "--api", "tcp://192.0.2.10:12090", "--token-file", f("nope"), "--node-name", "node-1"], want: /flag --token-file: .*nope: cannot read: ENOENT/ },
+    { name: "a sidecar's client certificate without its key", args: () => ["backend", "--api", "tcp://127.0.0.1:1", "--tls-crt", f("agent.crt"), "--backend", "nft", "--dry-run"], want: /flag --tls-key: required with --tls-crt/ },
+  ];
+  for (const c of cases) {
+    test(c.name, async () => {
+      const r = await run(c.args());
+      expect(r.code).toBe(2);
+      const lines = r.err.trim().split("\n");
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(c.want);
+    });
+  }
+
+  test("plaintext off loopback with --listen-any: served, with a WARN at start-up", async () => {
+    const p = await startServe(["--input", input, "--listen", "tcp://0.0.0.0:0", "--listen-any"]);
+    try {
+      await p.waitFor(/WARN kpng\/api: serving the API in plaintext off loopback \(--listen-any\)/);
+    } finally {
+      await p.stop();
+    }
+  });
+});
