@@ -52,24 +52,26 @@ PROGRAMS=(bin/dash usr/sbin/xtables-nft-multi usr/sbin/xtables-legacy-multi usr/
 # Data the programs read: protocol and service names, iproute2's tables.
 DATA=(etc/protocols etc/services etc/ethertypes etc/netconfig etc/iproute2)
 
-CACHE=${KPNG_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kpng-image}
+CACHE=${KPNG_IMAGE_CACHE:-${XDG_CACHE_HOME:-${HOME:-/var/cache}/.cache}/kpng-image}
 KEY=$(printf '%s\n' "$ARCH" "$SUITE" "$PACKAGES" | sha256sum | cut -c1-16)
 DEBS=$CACHE/debian-$SUITE-$KEY.tar
 mkdir -p "$CACHE"
 if [ ! -s "$DEBS" ] || [ -n "${KPNG_IMAGE_REFRESH:-}" ]; then
   echo "build.sh: fetching $PACKAGES from Debian $SUITE (with its updates and security archives)" >&2
   # No mirror given: mmdebstrap's default Debian mirror, plus -updates and -security.
-  if ! mmdebstrap --quiet --format=tar --variant=extract --architectures="$ARCH" --include="$PACKAGES" \
-    "$SUITE" "$DEBS.part" 2>"$CACHE/mmdebstrap.log"; then
+  if ! mmdebstrap --format=tar --variant=extract --architectures="$ARCH" --include="$PACKAGES" \
+    "$SUITE" "$DEBS.part" </dev/null >"$CACHE/mmdebstrap.log" 2>&1; then
     cat "$CACHE/mmdebstrap.log" >&2
     rm -f "$DEBS.part"
-    if grep -qE "Could not resolve|Temporary failure resolving|Failed to fetch|Unable to connect|Could not connect|Network is unreachable" "$CACHE/mmdebstrap.log"; then
+    grep -qE "Could not resolve|Temporary failure resolving|Failed to fetch|Unable to connect|Could not connect|Network is unreachable" "$CACHE/mmdebstrap.log" || exit 1
+    if [ ! -s "$DEBS" ]; then
       echo "build.sh: Debian's archive cannot be reached and no packages are cached in $CACHE" >&2
       exit 75
     fi
-    exit 1
+    echo "build.sh: Debian's archive cannot be reached: the cached packages are used ($DEBS)" >&2
+  else
+    mv "$DEBS.part" "$DEBS"
   fi
-  mv "$DEBS.part" "$DEBS"
 else
   echo "build.sh: Debian packages from the cache ($DEBS)" >&2
 fi

@@ -40,7 +40,7 @@ async function buildImage(): Promise<{ layout: string; report: string } | { unre
   const layout = join(tmp.path, "image");
   const p = Bun.spawn(["bash", "deploy/image/build.sh", "--kpng", bin, "--out", layout], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-  if (code === UNREACHABLE) return { unreachable: err.trim() };
+  if (code === UNREACHABLE) return { unreachable: err.trim().split("\n").at(-1)! };
   if (code !== 0) throw new Error(`deploy/image/build.sh failed (${code}):\n${err}`);
   return { layout, report: out.trim() };
 }
