@@ -107,6 +107,16 @@ export interface Root {
 let seq = 0;
 const nextId = () => `kpng-test-${process.pid}-${++seq}`;
 
+// A crashed or interrupted suite must not leave containers running (in
+// namespaces the harness deletes) or roots mounted.
+const live = new Map<string, string>();
+process.on("exit", () => {
+  for (const [id, root] of live) {
+    Bun.spawnSync(["runc", "delete", "--force", id], { stderr: "ignore" });
+    Bun.spawnSync(["umount", "-l", root], { stderr: "ignore" });
+  }
+});
+
 /**
  * A fresh writable root over the unpacked image, as a container runtime's
  * snapshot is: an overlay whose upper layer is new, so nothing one
@@ -117,9 +127,11 @@ export async function freshRoot(lower: string, id = nextId()): Promise<Root> {
   for (const d of ["upper", "work", "root"]) mkdirSync(join(dir, d), { recursive: true });
   const path = join(dir, "root");
   await run(["mount", "-t", "overlay", "overlay", "-o", `lowerdir=${lower},upperdir=${dir}/upper,workdir=${dir}/work`, path]);
+  live.set(id, path);
   return {
     path,
     async remove() {
+      live.delete(id);
       await run(["umount", "-l", path]).catch(() => {});
       rmSync(dir, { recursive: true, force: true });
     },
