@@ -45,10 +45,11 @@ VERSION=$(sed -n 's/^  "version": "\([^"]*\)",$/\1/p' "$ROOT/package.json")
 SUITE=bookworm
 ARCH=amd64
 TRIPLET=x86_64-linux-gnu
-PACKAGES=dash,iptables,nftables,ipset,ipvsadm,conntrack,iproute2,procps,netbase
-# The programs kpng's backends and the wrapper run, as the packages install them.
+PACKAGES=dash,iptables,nftables,ipset,ipvsadm,conntrack,iproute2,procps,mount,netbase
+# The programs kpng runs (its backends, the leftovers sweep, bpffs for ebpf) and the
+# wrapper's shell, as the packages install them.
 PROGRAMS=(bin/dash usr/sbin/xtables-nft-multi usr/sbin/xtables-legacy-multi usr/sbin/nft usr/sbin/ipset
-  sbin/ipvsadm usr/sbin/conntrack bin/ip sbin/sysctl)
+  sbin/ipvsadm usr/sbin/conntrack bin/ip sbin/sysctl bin/mount)
 # Data the programs read: protocol and service names, iproute2's tables.
 DATA=(etc/protocols etc/services etc/ethertypes etc/netconfig etc/iproute2)
 
@@ -156,7 +157,7 @@ for elf in "${PROGRAM_FILES[@]}"; do
     exit 1
   fi
 done
-for p in "nft --version" "iptables-nft --version" "iptables-legacy --version" "ipset --version" "conntrack --version" "ip -V" "sysctl --version"; do
+for p in "nft --version" "iptables-nft --version" "iptables-legacy --version" "ipset --version" "conntrack --version" "ip -V" "sysctl --version" "mount --version"; do
   chroot "$RF" /usr/sbin/$p >/dev/null 2>&1 || { echo "build.sh: '$p' does not run in the image's root" >&2; exit 1; }
 done
 

@@ -74,7 +74,7 @@ describe.skipIf(skip)("the image", () => {
 
   test("only what kpng runs: the backends' tools, their libraries, no package manager, shell tools or docs", async () => {
     const root = join(bundle, "rootfs");
-    for (const tool of ["nft", "iptables", "iptables-restore", "ip6tables-save", "iptables-legacy-restore", "iptables-nft-restore", "ipset", "ipvsadm", "conntrack", "ip", "sysctl"]) {
+    for (const tool of ["nft", "iptables", "iptables-restore", "ip6tables-save", "iptables-legacy-restore", "iptables-nft-restore", "ipset", "ipvsadm", "conntrack", "ip", "sysctl", "mount"]) {
       expect(existsSync(join(root, "usr/sbin", tool))).toBe(true);
     }
     for (const absent of ["usr/bin/dpkg", "usr/bin/apt-get", "usr/bin/perl", "usr/bin/ls", "usr/share/doc", "var/lib/dpkg"]) expect(existsSync(join(root, absent))).toBe(false);
