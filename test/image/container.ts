@@ -44,6 +44,8 @@ export interface PodSpec {
   mounts?: Mount[];
   /** the container's cgroup (runc's cgroupsPath), e.g. to read its memory use */
   cgroup?: string;
+  /** the container's memory limit in bytes (resources.limits.memory) */
+  memoryLimit?: number;
   /** the capabilities granted (runPod: heldCapabilities()) */
   capabilities?: string[];
 }
@@ -83,7 +85,7 @@ export function podRuntimeConfig(base: RuntimeConfig, spec: PodSpec): RuntimeCon
   c.linux.maskedPaths = [];
   c.linux.readonlyPaths = [];
   delete c.linux.seccomp;
-  c.linux.resources = { ...c.linux.resources, devices: [{ allow: true, access: "rwm" }] };
+  c.linux.resources = { ...c.linux.resources, devices: [{ allow: true, access: "rwm" }], ...(spec.memoryLimit ? { memory: { limit: spec.memoryLimit } } : {}) };
   if (spec.cgroup) c.linux.cgroupsPath = spec.cgroup;
   c.mounts = c.mounts.map((m) => (m.destination === "/sys" || m.destination === "/sys/fs/cgroup" ? { ...m, options: (m.options ?? []).filter((o) => o !== "ro").concat("rw") } : m));
   for (const m of spec.mounts ?? []) {

@@ -2,7 +2,7 @@
 // Debian's tools, then run as the DaemonSet runs it: runc, host network (a
 // node namespace this test made), privileged, the kube-proxy ConfigMap of
 // deploy/ mounted with the API server's real address and the pod's
-// service-account token, the args of deploy/daemonset.yaml. A client outside
+// service-account token, the args and memory limit of deploy/daemonset.yaml. A client outside
 // the node checks every behaviour of test/deployed/cluster.ts with real
 // packets. Then the iptables wrapper: on a host whose rules are in
 // iptables-legacy, kpng's land there; on an nft host, in nft.
@@ -148,6 +148,17 @@ describe.skipIf(skip)("iptables wrapper: iptables, iptables-save, iptables-resto
 
 const API_PORT = 6443;
 
+/** a Kubernetes quantity in Mi, in bytes */
+const mebibytes = (q: string) => Number(/^(\d+)Mi$/.exec(q)![1]) * 2 ** 20;
+
+/** the memory limit of a process's cgroup (v1 memory controller, or v2) */
+function memoryLimitOf(pid: number): number {
+  const cgroups = readFileSync(`/proc/${pid}/cgroup`, "utf8");
+  const v1 = /^\d+:memory:(.*)$/m.exec(cgroups)?.[1];
+  const file = v1 !== undefined ? `/sys/fs/cgroup/memory${v1}/memory.limit_in_bytes` : `/sys/fs/cgroup${/^0::(.*)$/m.exec(cgroups)![1]}/memory.max`;
+  return Number(readFileSync(file, "utf8").trim());
+}
+
 interface Pod {
   topo: Topology;
   api: FakeApiServer;
@@ -208,6 +219,7 @@ async function startPod(opts: PodOptions = {}): Promise<Pod> {
       netns: topo.node.ns,
       args: (c.args as string[]).map((a) => a.replace("$(NODE_NAME)", NODE)),
       env: { NODE_NAME: NODE },
+      memoryLimit: mebibytes(c.resources.limits.memory),
       mounts: [
         { source: configMap, destination: mountPath("kube-proxy"), readonly: true },
         { source: serviceAccount, destination: "/var/run/secrets/kubernetes.io/serviceaccount", readonly: true },
@@ -262,6 +274,10 @@ const podCases: PodCase[] = [
       test("the liveness probe: GET 127.0.0.1:10256/livez in the host network answers 200", async () => {
         const probe = await pod().topo.probe(pod().topo.node.ns, { ip: "127.0.0.1", port: 10256, proto: "http", path: "/livez" });
         expect(probe).toMatchObject({ ok: true, who: "200" });
+      });
+      test("it runs in a cgroup limited to the DaemonSet's memory limit", async () => {
+        const { pid } = JSON.parse(await run(["runc", "state", pod().container.id])) as { pid: number };
+        expect(memoryLimitOf(pid)).toBe(mebibytes(daemonSet.spec.template.spec.containers[0].resources.limits.memory));
       });
       test("the brain's API socket is on the host, in the socket directory's volume", async () => {
         expect((await run(["ls", join(tmp.path, pod().topo.id, "kpng-socket")])).trim()).toBe("kpng.sock");
