@@ -72,6 +72,8 @@ if [ ! -s "$DEBS" ] || [ -n "${KPNG_IMAGE_REFRESH:-}" ]; then
     echo "build.sh: Debian's archive cannot be reached: the cached packages are used ($DEBS)" >&2
   else
     mv "$DEBS.part" "$DEBS"
+    # one package list at a time: an older list's download is dead weight
+    find "$CACHE" -maxdepth 1 -name 'debian-*.tar' ! -path "$DEBS" -delete
   fi
 else
   echo "build.sh: Debian packages from the cache ($DEBS)" >&2
