@@ -128,7 +128,7 @@ export async function deploy(opts: { source: SourceKind; backend: BackendName; b
 }
 
 /** Starts ns_forward.py: 127.0.0.1:port inside `ns` -> 127.0.0.1:target here. Returns its stop. */
-async function forward(ns: string, port: number, target: number): Promise<() => Promise<void>> {
+export async function forward(ns: string, port: number, target: number): Promise<() => Promise<void>> {
   const p = Bun.spawn([await pythonPath(), "-u", "-S", join(harness, "ns_forward.py"), ns, String(port), "127.0.0.1", String(target)], {
     stdout: "pipe",
     stderr: "inherit",

@@ -1,7 +1,7 @@
-// The manifests in deploy/ and the Dockerfile agree with the program: every
-// flag they pass exists and validates, the configuration they ship loads
-// without a warning, the RBAC grants what the source asks for, and the
-// example sidecar's plugin is a Backend.
+// The manifests in deploy/ agree with the program: every flag they pass
+// exists and validates, the configuration they ship loads without a warning,
+// the RBAC grants what the source asks for, and the example sidecar's plugin
+// is a Backend. (test/image runs the image with them.)
 
 import { describe, expect, test } from "bun:test";
 import { parseArgs } from "citty";
@@ -54,13 +54,13 @@ describe("deploy/daemonset.yaml", () => {
   });
 
   test("the liveness probe asks /livez on the health port the configuration sets", () => {
-    const cfg = parseKubeProxyConfig("config.yaml", find("ConfigMap", "kpng").data["config.yaml"]).doc;
+    const cfg = parseKubeProxyConfig("config.conf", find("ConfigMap", "kube-proxy").data["config.conf"]).doc;
     expect(c.livenessProbe.httpGet.path).toBe("/livez");
     expect(cfg.healthzBindAddress.endsWith(`:${c.livenessProbe.httpGet.port}`)).toBe(true);
   });
 
   test("the shipped configuration loads without a warning", () => {
-    const { doc, warnings } = parseKubeProxyConfig("config.yaml", find("ConfigMap", "kpng").data["config.yaml"]);
+    const { doc, warnings } = parseKubeProxyConfig("config.conf", find("ConfigMap", "kube-proxy").data["config.conf"]);
     expect(warnings).toEqual([]);
     expect(doc.mode).toBe("nftables");
   });
@@ -210,11 +210,44 @@ describe("deploy/global.yaml", () => {
   });
 });
 
-describe("Dockerfile", () => {
-  test("packages the compiled dist/kpng as the entry point", () => {
-    const text = readFileSync(join(root, "Dockerfile"), "utf8");
-    expect(text).toMatch(/^COPY dist\/kpng \/usr\/local\/bin\/kpng$/m);
-    expect(text).toMatch(/^ENTRYPOINT \["\/usr\/local\/bin\/kpng"\]$/m);
-    expect(readFileSync(join(root, "package.json"), "utf8")).toContain("--outfile dist/kpng");
+describe("deploy/daemonset.yaml runs as kubeadm runs kube-proxy", () => {
+  const pod = find("DaemonSet", "kpng").spec.template.spec;
+  const c = pod.containers[0];
+  const configMap = find("ConfigMap", "kube-proxy");
+  const mount = c.volumeMounts.find((m: Doc) => m.mountPath === "/var/lib/kube-proxy");
+  const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
+
+  test("the kube-proxy ConfigMap mounted at /var/lib/kube-proxy, --config its config.conf", () => {
+    expect(pod.volumes.find((v: Doc) => v.name === mount.name).configMap.name).toBe("kube-proxy");
+    expect(c.args).toContain("--config=/var/lib/kube-proxy/config.conf");
+    expect(c.args).toContain("--hostname-override=$(NODE_NAME)");
+  });
+
+  test("its kubeconfig reaches the API server by address, with the pod's service-account credentials", () => {
+    const cfg = parseKubeProxyConfig("config.conf", configMap.data["config.conf"]).doc;
+    expect(cfg.clientConnection.kubeconfig).toBe("/var/lib/kube-proxy/kubeconfig.conf");
+    const kubeconfig = parseAllDocuments(configMap.data["kubeconfig.conf"])[0].toJS() as Doc;
+    const server = new URL(kubeconfig.clusters[0].cluster.server);
+    // not the kubernetes Service (its ClusterIP or DNS name): kpng is what makes that reachable
+    expect(isIP(server.hostname)).toBe(4);
+    expect(kubeconfig.clusters[0].cluster["certificate-authority"]).toBe("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+    expect(kubeconfig.users[0].user.tokenFile).toBe("/var/run/secrets/kubernetes.io/serviceaccount/token");
+  });
+
+  test("names resolve with the node's resolver, not cluster DNS (which needs a Service proxy)", () => {
+    expect(pod.dnsPolicy ?? "ClusterFirst").toBe("ClusterFirst");
+  });
+
+  test("the image tag is package.json's version", () => {
+    expect(c.image).toBe(`kpng:${version}`);
+    expect(find("DaemonSet", "kpng-example-backend").spec.template.spec.containers[0].image).toBe(`kpng:${version}`);
+  });
+
+  test("memory requested and limited, CPU requested and never limited (a throttled proxy syncs late)", () => {
+    const r = c.resources;
+    const bytes = (q: string) => Number(/^(\d+)Mi$/.exec(q)![1]) * 2 ** 20;
+    expect(bytes(r.limits.memory)).toBeGreaterThan(bytes(r.requests.memory));
+    expect(r.requests.cpu).toBeDefined();
+    expect(r.limits.cpu).toBeUndefined();
   });
 });
