@@ -28,8 +28,6 @@ const endpointAddress = (i: number, j: number, gen: number) => {
   const x = i * ENDPOINTS + j + (j === 0 ? gen * 7919 : 0);
   return v6.pod(x % NODES, 2 + Math.floor(x / NODES));
 };
-/** the last service's one endpoint after `change <gen>` (gen >= 1): how a bench sees the change in the kernel */
-export const changedEndpointAddress = (services: number, gen: number) => endpointAddress(services - 1, 0, gen);
 
 const uid = (i: number, kind: number) => `${kind.toString(16).padStart(8, "0")}-0000-4000-8000-${i.toString(16).padStart(12, "0")}`;
 const created = "2026-11-20T10:00:00Z";

@@ -92,6 +92,23 @@ describe("health-check node ports", () => {
     expect(ports.ports.size).toBe(0);
   });
 
+  test("a change set touches only the services it names: others keep their servers and counts", async () => {
+    const [p1, p2] = [await freePort(), await freePort()];
+    const { ports } = manager();
+    const both = (a: EpOpts[], b: EpOpts[]) => localState([node("node-1"), ...lbLocal(p1, a, { name: "a" }), ...lbLocal(p2, b, { name: "b" })]);
+    ports.update(both([there(6)], [there(6)]));
+    expect([(await get(p1)).status, (await get(p2)).status]).toEqual([503, 503]);
+    // both gained a local endpoint, but the change names only default/a: b is not looked at
+    ports.update(both([here(5)], [here(7)]), new Set(["default/a"]));
+    expect([(await get(p1)).status, (await get(p2)).status]).toEqual([200, 503]);
+    ports.update(both([here(5)], [here(7)]), new Set(["default/b"]));
+    expect([(await get(p1)).status, (await get(p2)).status]).toEqual([200, 200]);
+    // a service named by the change and gone from the state: its port closes
+    ports.update(localState([node("node-1"), ...lbLocal(p1, [here(5)], { name: "a" })]), new Set(["default/b"]));
+    expect(await refused(p2)).toBe(true);
+    expect([...ports.ports.keys()]).toEqual(["default/a"]);
+  });
+
   test("a port someone else holds: logged, retried at the next update", async () => {
     const port = await freePort();
     const squatter = Bun.serve({ hostname: "127.0.0.1", port, fetch: () => new Response("mine") });

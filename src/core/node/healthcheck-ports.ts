@@ -10,7 +10,7 @@ import type { Endpoint } from "../../gen/localv1/services_pb.ts";
 import { errorMessage } from "../errors.ts";
 import { serveHttp, type HttpServer } from "./http-serve.ts";
 import type { Logger } from "../log.ts";
-import type { NodeState } from "../brain/state.ts";
+import type { NodeState, ServiceEndpoints, StateChange } from "../brain/state.ts";
 
 /**
  * Endpoints the load balancer may count on: on this node, used for external
@@ -39,6 +39,8 @@ export interface HealthCheckPortsOptions {
 export class HealthCheckPorts {
   private readonly open = new Map<string, Instance>();
   private addresses: readonly string[];
+  /** the next update looks at every service (a port failed to open, or every server closed) */
+  private stale = false;
 
   constructor(private readonly opts: HealthCheckPortsOptions) {
     this.addresses = opts.addresses;
@@ -55,6 +57,7 @@ export class HealthCheckPorts {
     this.opts.log.info("health check ports move", { from: this.addresses.join(","), to: addresses.join(",") });
     this.addresses = addresses;
     this.close();
+    this.stale = true;
   }
 
   /** port per service key, for what is currently open */
@@ -62,32 +65,39 @@ export class HealthCheckPorts {
     return new Map([...this.open].map(([k, i]) => [k, i.port]));
   }
 
-  /** Opens, closes and recounts to match `state`. Ports that fail to open are retried next time. */
-  update(state: NodeState): void {
-    const want = new Map<string, { namespace: string; name: string; port: number; endpoints: number }>();
-    for (const [key, se] of state.services) {
-      const s = se.service;
-      if (s.Type !== "LoadBalancer" || !s.ExternalTrafficToLocal || !s.HealthCheckNodePort) continue;
-      let n = 0;
-      for (const e of se.endpoints.values()) if (countsForHealthCheck(e)) n++;
-      want.set(key, { namespace: s.Namespace, name: s.Name, port: s.HealthCheckNodePort, endpoints: n });
-    }
-    for (const [key, inst] of this.open) {
-      const w = want.get(key);
-      if (w && w.port === inst.port) continue;
+  /**
+   * Opens, closes and recounts to match `state`; `change` names the services
+   * that changed (null = any may have: after start-up or a retarget), so a
+   * change costs what it touches, not the cluster. Ports that fail to open are
+   * retried at the next full update.
+   */
+  update(state: NodeState, change: StateChange = null): void {
+    const keys = change === null || this.stale ? new Set([...this.open.keys(), ...state.services.keys()]) : change;
+    this.stale = false;
+    for (const key of keys) this.reconcile(key, state.services.get(key));
+  }
+
+  /** one service's server: opened, moved, closed or recounted */
+  private reconcile(key: string, se: ServiceEndpoints | undefined): void {
+    const s = se?.service;
+    const want = s && s.Type === "LoadBalancer" && s.ExternalTrafficToLocal && s.HealthCheckNodePort ? s : undefined;
+    const inst = this.open.get(key);
+    if (inst && inst.port !== want?.HealthCheckNodePort) {
       this.opts.log.info("closing health check port", { service: key, port: inst.port });
-      for (const s of inst.servers) s.close();
+      for (const srv of inst.servers) srv.close();
       this.open.delete(key);
     }
-    for (const [key, w] of want) {
-      const inst = this.open.get(key);
-      if (inst) {
-        inst.endpoints = w.endpoints;
-        continue;
-      }
-      const opened = this.listen(key, { ...w, servers: [] });
-      if (opened) this.open.set(key, opened);
+    if (!want) return;
+    let endpoints = 0;
+    for (const e of se!.endpoints.values()) if (countsForHealthCheck(e)) endpoints++;
+    const open = this.open.get(key);
+    if (open) {
+      open.endpoints = endpoints;
+      return;
     }
+    const opened = this.listen(key, { namespace: want.Namespace, name: want.Name, port: want.HealthCheckNodePort, endpoints, servers: [] });
+    if (opened) this.open.set(key, opened);
+    else this.stale = true; // retried at the next update
   }
 
   close(): void {

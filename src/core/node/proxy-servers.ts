@@ -137,7 +137,7 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
     queued(rev) {
       for (const b of opts.backends) health.queued(b, rev.state.rev);
       metrics.queued(rev);
-      healthChecks(rev.state)?.update(rev.state);
+      healthChecks(rev.state)?.update(rev.state, rev.change);
     },
     synced(backend, state, seconds, change) {
       health.updated(backend, state.rev);
