@@ -23,12 +23,6 @@ export const NODES = 100;
 export const NODE_NAME = "node-0";
 export const lastServiceIP = (services: number) => v6.clusterIP(services);
 
-/** address of endpoint j of service i at generation `gen` (`change <gen>` replaces endpoint 0) */
-const endpointAddress = (i: number, j: number, gen: number) => {
-  const x = i * ENDPOINTS + j + (j === 0 ? gen * 7919 : 0);
-  return v6.pod(x % NODES, 2 + Math.floor(x / NODES));
-};
-
 const uid = (i: number, kind: number) => `${kind.toString(16).padStart(8, "0")}-0000-4000-8000-${i.toString(16).padStart(12, "0")}`;
 const created = "2026-11-20T10:00:00Z";
 const managed = (manager: string, fields: Record<string, unknown>) => [
@@ -75,7 +69,7 @@ function slice(i: number, services: number, podV6: string, gen = 0) {
     const node = x % NODES;
     const pod = `${name}-7d9f8c6b5-${(j + (j === 0 ? gen * 31 : 0)).toString(36).padStart(5, "x")}`;
     endpoints.push({
-      addresses: [last && gen === 0 ? podV6 : endpointAddress(i, j, gen)],
+      addresses: [last && gen === 0 ? podV6 : v6.pod(node, 2 + Math.floor(x / NODES))],
       conditions: { ready: true, serving: true, terminating: false },
       nodeName: `node-${node}`,
       zone: `zone-${node % 3}`,
