@@ -12,7 +12,9 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
-import { createTopology, pythonPath, saidReady, type Probe, type Topology } from "../harness/netns.ts";
+import { createTopology, pythonPath, saidReady, startProbeLoop, type Probe, type ProbeRun, type Topology } from "../harness/netns.ts";
+
+export type { ProbeRun };
 import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
 import { asList, clusterObjects, deniedClient, fillerObjects, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
@@ -152,50 +154,13 @@ export async function rulesOf(topo: Topology, backend: BackendName): Promise<str
     .join("\n");
 }
 
-export interface ProbeRun {
-  rounds: number;
-  connections: number;
-  failed: number;
-  /** the first failures: probe index, seconds since the start, error */
-  failures: Array<{ i: number; t: number; error: string; detail: string }>;
-  /** per probe, each change of verdict (who answered, the HTTP status, or the error) with its time (epoch ms) */
-  timeline: Array<Array<[number, string]>>;
-}
-
 /**
  * A probe running continuously from the client (probe_loop.py), round after
  * round over `probes`, resolved once its first round is done; `stop()` ends
  * it and tells how many connections it made and which failed.
  */
 export async function continuousProbe(topo: Topology, probes: Probe[], pauseMs = 20): Promise<{ stop(): Promise<ProbeRun> }> {
-  const p = Bun.spawn(["ip", "netns", "exec", topo.client.ns, await pythonPath(), "-u", "-S", join(harness, "probe_loop.py")], {
-    cwd: harness,
-    stdin: "pipe",
-    stdout: "pipe",
-    stderr: "inherit",
-  });
-  p.stdin.write(JSON.stringify({ probes, pauseMs }) + "\n");
-  await p.stdin.flush();
-  const reader = p.stdout.getReader();
-  const dec = new TextDecoder();
-  let text = "";
-  while (!text.includes("ready\n")) {
-    const { value, done } = await reader.read();
-    if (done) throw new Error("probe_loop.py ended before its first round");
-    text += dec.decode(value, { stream: true });
-  }
-  return {
-    async stop() {
-      p.stdin.end();
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += dec.decode(value, { stream: true });
-      }
-      await p.exited;
-      return JSON.parse(text.trim().split("\n").at(-1)!) as ProbeRun;
-    },
-  };
+  return startProbeLoop((argv) => ["ip", "netns", "exec", topo.client.ns, ...argv], probes, pauseMs);
 }
 
 /**

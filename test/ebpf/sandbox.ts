@@ -13,7 +13,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { detach } from "../../plugins/ebpf/attach.ts";
-import { pythonPath, run, type Probe, type ProbeResult } from "../harness/netns.ts";
+import { pythonPath, run, startProbeLoop, type Probe, type ProbeResult, type ProbeRun } from "../harness/netns.ts";
 
 export interface Sandbox {
   readonly dir: string;
@@ -24,7 +24,7 @@ export interface Sandbox {
   /** probe.py run from `ns`, inside the test cgroup */
   probeMany(ns: string, probes: Probe[]): Promise<ProbeResult[]>;
   /** probe_loop.py from `ns` inside the test cgroup, running until stop(); resolves after its first round */
-  probeLoop(ns: string, probes: Probe[], pauseMs?: number): Promise<{ stop(): Promise<{ connections: number; failed: number; failures: unknown[] }> }>;
+  probeLoop(ns: string, probes: Probe[], pauseMs?: number): Promise<{ stop(): Promise<ProbeRun> }>;
   /** a python snippet run from `ns` inside the test cgroup; its stdout */
   python(ns: string, code: string, stdin?: string): Promise<string>;
   destroy(): Promise<void>;
@@ -71,25 +71,7 @@ export async function createSandbox(): Promise<Sandbox> {
       const out = await run(inCgroup(["ip", "netns", "exec", ns, await pythonPath(), "-S", join(harness, "probe.py")]), JSON.stringify(probes));
       return JSON.parse(out) as ProbeResult[];
     },
-    async probeLoop(ns, probes, pauseMs = 5) {
-      const p = Bun.spawn(inCgroup(["ip", "netns", "exec", ns, await pythonPath(), "-u", "-S", join(harness, "probe_loop.py")]), {
-        cwd: harness,
-        stdin: "pipe",
-        stdout: "pipe",
-        stderr: "inherit",
-      });
-      p.stdin.write(JSON.stringify({ probes, pauseMs }) + "\n");
-      await p.stdin.flush();
-      const out = new Response(p.stdout).text();
-      // probe_loop.py prints "ready" after its first round; the text is read whole at the end
-      await Bun.sleep(200);
-      return {
-        async stop() {
-          p.stdin.end();
-          return JSON.parse((await out).trim().split("\n").at(-1)!);
-        },
-      };
-    },
+    probeLoop: (ns, probes, pauseMs = 5) => startProbeLoop((argv) => inCgroup(["ip", "netns", "exec", ns, ...argv]), probes, pauseMs),
     async destroy() {
       if (!live.delete(sb)) return;
       cleanupSync(sb);

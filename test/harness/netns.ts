@@ -281,3 +281,46 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
   }
   return topo;
 }
+
+/** What a continuous probe (probe_loop.py) reports when stopped. */
+export interface ProbeRun {
+  rounds: number;
+  connections: number;
+  failed: number;
+  /** the first failures: probe index, seconds since the start, error */
+  failures: Array<{ i: number; t: number; error: string; detail: string }>;
+  /** per probe, each change of verdict (who answered, the HTTP status, or the error) with its time (epoch ms) */
+  timeline: Array<Array<[number, string]>>;
+}
+
+/**
+ * probe_loop.py round after round over `probes`, started by `wrap` (the argv
+ * that runs it: `ip netns exec NS`, maybe inside a cgroup), resolved once its
+ * first round is done; `stop()` ends it and tells how many connections it made
+ * and which failed.
+ */
+export async function startProbeLoop(wrap: (argv: string[]) => string[], probes: Probe[], pauseMs: number): Promise<{ stop(): Promise<ProbeRun> }> {
+  const p = Bun.spawn(wrap([await pythonPath(), "-u", "-S", join(here, "probe_loop.py")]), { cwd: here, stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  p.stdin.write(JSON.stringify({ probes, pauseMs }) + "\n");
+  await p.stdin.flush();
+  const reader = p.stdout.getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  while (!text.includes("ready\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("probe_loop.py ended before its first round");
+    text += dec.decode(value, { stream: true });
+  }
+  return {
+    async stop() {
+      p.stdin.end();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+      }
+      await p.exited;
+      return JSON.parse(text.trim().split("\n").at(-1)!) as ProbeRun;
+    },
+  };
+}
