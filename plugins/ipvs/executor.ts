@@ -13,13 +13,17 @@ export interface CommandExecutorOptions {
 const oneLine = (s: string) => s.replace(/\s+/g, " ").trim();
 
 /** Recognises "this kernel has no IPVS" in a tool's stderr (ipvsadm: "Can't initialize ipvs: Protocol not available"). */
-export const lacksIpvs = (stderr: string) => /Can't initialize ipvs|Protocol not available/i.test(stderr);
+const NO_IPVS = /Can't initialize ipvs|Protocol not available/i;
+export const lacksIpvs = (stderr: string) => NO_IPVS.test(stderr);
+
+/** The line that says why: with kmod installed, ipvsadm's first line is modprobe's complaint, not the kernel's answer. */
+const reasonLine = (stderr: string) => stderr.split("\n").find((l) => NO_IPVS.test(l)) ?? "";
 
 export function commandError(argv: readonly string[], code: number, stderr: string): KpngError {
   if (argv[0] === "ipvsadm" && lacksIpvs(stderr)) {
     return new KpngError(
       "unavailable",
-      `ipvs: this kernel has no IP Virtual Server support (ipvsadm: ${oneLine(stderr.split("\n")[0] ?? "")}); load the ip_vs modules or use --backend=nft`,
+      `ipvs: this kernel has no IP Virtual Server support (ipvsadm: ${oneLine(reasonLine(stderr))}); load the ip_vs modules or use --backend=nft`,
     );
   }
   const detail = oneLine(stderr).slice(0, 300) || "no error output";
