@@ -26,7 +26,7 @@ import { renderFixed } from "./render-fixed.ts";
 import { printRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
 import { compact, fullTransaction, partialTransaction, type ServiceChange, type WrittenService } from "./render-sync.ts";
-import { parseSave } from "./saved.ts";
+import { parseSave, type SavedState } from "./saved.ts";
 import { ChangeTracker } from "./tracker.ts";
 
 export interface IptablesOptions {
@@ -50,6 +50,10 @@ export interface SyncStats {
   bytes: Partial<Record<Family, number>>;
   /** services rendered */
   rendered: number;
+  /** building the restore inputs (JS) */
+  renderMs: number;
+  /** running iptables-restore and ipset */
+  applyMs: number;
   ms: number;
 }
 
@@ -206,18 +210,22 @@ export class IptablesBackend implements IncrementalBackend {
     const t0 = performance.now();
     const dirty = this.tracker.takeDirty();
     const full = this.fullDue();
-    const stats: SyncStats = { full, bytes: {}, rendered: 0, ms: 0 };
+    const stats: SyncStats = { full, bytes: {}, rendered: 0, renderMs: 0, applyMs: 0, ms: 0 };
     const stale: StaleFlow[] = [];
     try {
       for (const family of this.families) {
         const keys = full ? new Set([...this.tracker.keys(), ...this.written[family].keys()]) : dirty;
         stats.rendered += keys.size;
         const next = new Map<string, WrittenService | undefined>();
-        const tx = full ? await this.fullTx(family, keys, next) : this.partialTx(family, keys, next);
+        const saved = full && !this.ctx.config.dryRun ? parseSave(await this.ipt.save(family)) : undefined;
+        const tr = performance.now();
+        const tx = full ? this.fullTx(family, keys, next, saved) : this.partialTx(family, keys, next);
         if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
         const text = printRestore(tx);
         stats.bytes[family] = text.length;
         const set = this.hairpinEdits(family, full, next);
+        const ta = performance.now();
+        stats.renderMs += ta - tr;
         await this.runIpset(set.before);
         const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
@@ -229,6 +237,7 @@ export class IptablesBackend implements IncrementalBackend {
         // Both finish before the next sync may start, even when one fails.
         for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
         await this.runIpset(set.after);
+        stats.applyMs += performance.now() - ta;
         set.commit();
         this.countRules(family, tx, full, next);
         this.commit(family, next, full, stale);
@@ -237,7 +246,8 @@ export class IptablesBackend implements IncrementalBackend {
         this.needFull = false;
         this.lastFull = this.now();
       }
-      this.log.debug("restored", { full, bytes: stats.bytes, services: stats.rendered, ms: Math.round(performance.now() - t0) });
+      const round = (ms: number) => Math.round(ms);
+      this.log.debug("synced", { full, bytes: stats.bytes, services: stats.rendered, renderMs: round(stats.renderMs), applyMs: round(stats.applyMs), ms: round(performance.now() - t0) });
     } catch (err) {
       // After a failed restore the kernel may hold anything: only a full restore is safe.
       this.needFull = true;
@@ -295,8 +305,7 @@ export class IptablesBackend implements IncrementalBackend {
   }
 
   /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */
-  private async fullTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Promise<Transaction> {
-    const saved = this.ctx.config.dryRun ? undefined : parseSave(await this.ipt.save(family));
+  private fullTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>, saved: SavedState | undefined): Transaction {
     const render = (key: string) => this.render(key, family);
     function* services() {
       for (const key of keys) {
