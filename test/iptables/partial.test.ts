@@ -100,6 +100,26 @@ describe("iptables partial restores", () => {
     ]);
   });
 
+  test("a hairpin deletion runs after the sync resolved; if it fails, the next sync is full and rebuilds the set", async () => {
+    let failDeletes = true;
+    const rec = recordingExecutor(({ argv, stdin }) => {
+      if (argv[0] === "ipset" && failDeletes && stdin?.startsWith("del ")) throw new Error("ipset: del failed");
+      return "";
+    });
+    const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0 });
+    b.setService(web(1));
+    for (let e = 0; e < 2; e++) b.setEndpoint("default", "web1", `p${e}`, pod(8 + e));
+    await b.sync();
+    b.deleteEndpoint("default", "web1", "p1");
+    await b.sync(); // resolves: the deletion is not on its path
+    expect(b.lastSync?.full).toBe(false);
+    failDeletes = false;
+    rec.calls.length = 0;
+    await b.sync();
+    expect(b.lastSync?.full).toBe(true);
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin).join("")).toContain(`swap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4`);
+  });
+
   test("a hairpin member two services share stays until the last of them drops it", async () => {
     const { b, rec } = await loaded(3, 1);
     b.setEndpoint("default", "web2", "shared", pod(1 * 8)); // web1's endpoint, now also web2's
