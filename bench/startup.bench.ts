@@ -238,6 +238,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
 
       const changeMs: number[] = [];
       for (let n = 1; n <= CHANGES; n++) {
+        await Bun.sleep(500); // each change alone, not behind the pause that follows the previous sync (src/core/pacing.ts)
         const sent = Date.now();
         api.stdin.write(`change ${n}\n`);
         await api.stdin.flush();

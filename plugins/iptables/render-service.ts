@@ -28,6 +28,8 @@ export interface OwnedChain {
   table: Table;
   name: string;
   rules: Rule[];
+  /** its rules printed (render-sync's chainLines), once */
+  lines?: string[];
 }
 
 export interface ServiceRules {
