@@ -31,7 +31,11 @@
 //
 // Goals (issue 11): 10k <= 2.0 s and <= 250 MB; 1k <= 0.4 s and <= 90 MB.
 // Figures only; nothing asserted. KPNG_BENCH_RUNS (default 3) runs per size;
-// KPNG_BENCH_SIZES (default "1000,10000") the sizes.
+// KPNG_BENCH_SIZES (default "1000,10000") the sizes; KPNG_BENCH_MODE=iptables
+// runs `--backend iptables` instead of nft (the node's tables and ipsets are
+// emptied before each run instead of kpng's nft tables deleted). Each run also
+// prints the median of the 20 changes' latency: the bench's write of the
+// change to the API server -> kpng's `synced` line.
 
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -41,6 +45,7 @@ import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
 
 const ROOT = join(import.meta.dir, "..");
+const MODE = process.env.KPNG_BENCH_MODE === "iptables" ? "iptables" : "nft";
 const BUN = process.execPath;
 const CHANGES = 20;
 
@@ -173,6 +178,14 @@ interface Run {
   rssParts: string;
   /** nftables event listeners elsewhere on the host at the start (nftListeners): the apply figure is inflated */
   listeners: number;
+  /** median latency of the changes, API server -> synced */
+  changeMs: number;
+}
+
+/** A first start in iptables mode: nothing of a previous run's rules or hairpin sets left in the node. */
+function emptyIptables(ns: string) {
+  for (const restore of ["iptables-restore", "ip6tables-restore"]) Bun.spawnSync(["ip", "netns", "exec", ns, restore], { stdin: new TextEncoder().encode("*mangle\nCOMMIT\n*filter\nCOMMIT\n*nat\nCOMMIT\n"), stderr: "ignore" });
+  Bun.spawnSync(["ip", "netns", "exec", ns, "ipset", "destroy"], { stderr: "ignore" });
 }
 
 async function once(topo: Topology, services: number, dir: string, kpngArgv: string[]): Promise<Run> {
@@ -184,8 +197,9 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
   const apiOut = lines(api.stdout);
   try {
     const kubeconfig = (await apiOut.wait(/^ready /, 1, 120_000)).line.split(" ")[1];
-    for (const family of ["ip", "ip6"]) Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
-    const warm = Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", "nft", "--hostname-override", NODE_NAME, "--dry-run", "--once"], { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
+    if (MODE === "iptables") emptyIptables(topo.node.ns);
+    else for (const family of ["ip", "ip6"]) Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+    const warm = Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME, "--dry-run", "--once"], { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
     if (warm.exitCode !== 0) throw new Error(`warm-up list failed: ${warm.stderr.toString()}`);
     api.stdin.write("stats\n");
     await api.stdin.flush();
@@ -193,7 +207,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     await Bun.sleep(2000); // the deleted tables are freed by a kernel worker, after the commit
     const listeners = await quietNft();
     const t0 = Date.now();
-    const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", "nft", "--hostname-override", NODE_NAME], {
+    const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME], {
       cwd: ROOT,
       stdout: "ignore",
       stderr: "pipe",
@@ -201,13 +215,14 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     });
     const log = lines(kpng.stderr);
     try {
-      const synced = await log.wait(/ synced backend=nft /);
+      const syncedRe = new RegExp(` synced backend=${MODE} `);
+      const synced = await log.wait(syncedRe);
       const totalMs = synced.at - t0;
       const probe = await topo.probe(topo.client.ns, { ip: lastServiceIP(services), port: 80 });
       const watching = stamp((await log.wait(/watching the API server/)).line);
       const listed = log.all.filter((l) => / listed kind=/.test(l.line)).map((l) => l.line);
       const computed = stamp((await log.wait(/node-local state computed/)).line);
-      const nft = (await log.wait(/DEBUG kpng\/nft: synced full=true/)).line;
+      const nft = (await log.wait(new RegExp(`DEBUG kpng/${MODE}: synced full=true`))).line;
       const lastListed = Math.max(...listed.map(stamp));
       const phases = {
         boot: watching - t0,
@@ -221,11 +236,14 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
       await api.stdin.flush();
       const serverMs = field((await apiOut.wait(/^listMs /, 2)).line, "listMs") - warmServerMs;
 
+      const changeMs: number[] = [];
       for (let n = 1; n <= CHANGES; n++) {
+        await Bun.sleep(500); // each change alone, not behind the pause that follows the previous sync (src/core/pacing.ts)
+        const sent = Date.now();
         api.stdin.write(`change ${n}\n`);
         await api.stdin.flush();
         await apiOut.wait(/^changed /, n);
-        await log.wait(/ synced backend=nft /, n + 1);
+        changeMs.push((await log.wait(syncedRe, n + 1)).at - sent);
       }
       await Bun.sleep(500);
       const tree = processTree(kpng.pid);
@@ -239,6 +257,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         serverMs,
         rss: parts.reduce((n, p) => n + p.rss, 0),
         listeners,
+        changeMs: median(changeMs),
         rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}${p.name === "kpng" ? ` = anon ${p.anon.toFixed(0)} + file ${p.file.toFixed(0)}` : ""}`).join(" + "),
       };
     } finally {
@@ -268,15 +287,15 @@ export default async function startupBench() {
   try {
     await topo.serve(topo.pods[0], { tcp: [8080] });
     for (const services of sizes) {
-      console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend nft in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`);
-      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | connect | RSS MB after 20 changes");
+      console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`);
+      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | connect | RSS MB after 20 changes | change latency");
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
         const x = await once(topo, services, dir, kpngArgv);
         all.push(x);
         const p = x.phases;
         console.log(
-          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts})${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
+          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | change ${x.changeMs} ms${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
         );
       }
       const tot = all.map((x) => x.totalMs);

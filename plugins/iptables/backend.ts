@@ -26,7 +26,7 @@ import { renderFixed } from "./render-fixed.ts";
 import { printRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
 import { compact, fullTransaction, partialTransaction, type ServiceChange, type WrittenService } from "./render-sync.ts";
-import { parseSave } from "./saved.ts";
+import { parseSave, type SavedState } from "./saved.ts";
 import { ChangeTracker } from "./tracker.ts";
 
 export interface IptablesOptions {
@@ -50,6 +50,10 @@ export interface SyncStats {
   bytes: Partial<Record<Family, number>>;
   /** services rendered */
   rendered: number;
+  /** building the restore inputs (JS) */
+  renderMs: number;
+  /** running iptables-restore and ipset */
+  applyMs: number;
   ms: number;
 }
 
@@ -85,6 +89,8 @@ export class IptablesBackend implements IncrementalBackend {
   private lastFull = -Infinity;
   private synced = false;
   private queue: Promise<void> = Promise.resolve();
+  /** the hairpin deletions still running after the last sync (deferIpset) */
+  private lagging: Promise<void> | undefined;
   private timer: ReturnType<typeof setInterval> | undefined;
   /** Config with the node's current IPs ("primary" node ports, the LB source-range exception) */
   private config: Config;
@@ -127,19 +133,19 @@ export class IptablesBackend implements IncrementalBackend {
 
   async setup() {
     if (this.ctx.config.dryRun) return;
-    for (const family of [...this.families]) {
-      try {
-        await this.exec.run([restoreCommand(family), "--version"]);
-      } catch (err) {
-        if (family === "v4") throw new KpngError("unavailable", `iptables backend: ${restoreCommand(family)} does not run: ${errorMessage(err)}`);
-        this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(err) });
-        this.families = this.families.filter((f) => f !== family);
-      }
+    // Start-up is on the way to the first sync: the families' checks run at once.
+    const checks = await Promise.allSettled(this.families.map((family) => this.exec.run([restoreCommand(family), "--version"])));
+    for (const [i, family] of [...this.families].entries()) {
+      const check = checks[i];
+      if (check.status === "fulfilled") continue;
+      if (family === "v4") throw new KpngError("unavailable", `iptables backend: ${restoreCommand(family)} does not run: ${errorMessage(check.reason)}`);
+      this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(check.reason) });
+      this.families = this.families.filter((f) => f !== family);
     }
     if (this.opts.hairpinSet === undefined) {
       // Creating the sets proves the program and the kernel's ip_set modules both work.
       try {
-        for (const family of this.families) await this.ipt.ipset(ipsetCreate(family));
+        await this.ipt.ipset(this.families.map(ipsetCreate).join(""));
       } catch (err) {
         this.hairpinSet = false;
         this.log.warn("ipset does not work here: every endpoint gets its own SEP chain (upstream's layout; slower restores at scale)", { error: errorMessage(err) });
@@ -156,6 +162,7 @@ export class IptablesBackend implements IncrementalBackend {
     clearInterval(this.timer);
     this.timer = undefined;
     await this.queue;
+    await this.lagging;
   }
 
   watchRules(report: (reason: string) => void) {
@@ -204,20 +211,25 @@ export class IptablesBackend implements IncrementalBackend {
   private async doSync() {
     this.synced = true;
     const t0 = performance.now();
+    await this.lagging; // before fullDue(): a failed deletion makes this sync full
     const dirty = this.tracker.takeDirty();
     const full = this.fullDue();
-    const stats: SyncStats = { full, bytes: {}, rendered: 0, ms: 0 };
+    const stats: SyncStats = { full, bytes: {}, rendered: 0, renderMs: 0, applyMs: 0, ms: 0 };
     const stale: StaleFlow[] = [];
     try {
       for (const family of this.families) {
         const keys = full ? new Set([...this.tracker.keys(), ...this.written[family].keys()]) : dirty;
         stats.rendered += keys.size;
         const next = new Map<string, WrittenService | undefined>();
-        const tx = full ? await this.fullTx(family, keys, next) : this.partialTx(family, keys, next);
+        const saved = full && !this.ctx.config.dryRun ? parseSave(await this.ipt.save(family)) : undefined;
+        const tr = performance.now();
+        const tx = full ? this.fullTx(family, keys, next, saved) : this.partialTx(family, keys, next);
         if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
         const text = printRestore(tx);
         stats.bytes[family] = text.length;
         const set = this.hairpinEdits(family, full, next);
+        const ta = performance.now();
+        stats.renderMs += ta - tr;
         await this.runIpset(set.before);
         const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
@@ -228,7 +240,8 @@ export class IptablesBackend implements IncrementalBackend {
         jobs.push(this.runIpset(set.alongside));
         // Both finish before the next sync may start, even when one fails.
         for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
-        await this.runIpset(set.after);
+        this.deferIpset(set.after);
+        stats.applyMs += performance.now() - ta;
         set.commit();
         this.countRules(family, tx, full, next);
         this.commit(family, next, full, stale);
@@ -237,7 +250,8 @@ export class IptablesBackend implements IncrementalBackend {
         this.needFull = false;
         this.lastFull = this.now();
       }
-      this.log.debug("restored", { full, bytes: stats.bytes, services: stats.rendered, ms: Math.round(performance.now() - t0) });
+      const round = (ms: number) => Math.round(ms);
+      this.log.debug("synced", { full, bytes: stats.bytes, services: stats.rendered, renderMs: round(stats.renderMs), applyMs: round(stats.applyMs), ms: round(performance.now() - t0) });
     } catch (err) {
       // After a failed restore the kernel may hold anything: only a full restore is safe.
       this.needFull = true;
@@ -266,7 +280,7 @@ export class IptablesBackend implements IncrementalBackend {
   /**
    * The hairpin set's input for this sync. Full: the set created before the
    * restore whose rule names it, its members replaced alongside the restore.
-   * Partial: members added before the restore, deleted after it. `commit`
+   * Partial: members added before the restore, deleted after it (deferIpset). `commit`
    * records them once everything applied.
    */
   private hairpinEdits(family: Family, full: boolean, next: Map<string, WrittenService | undefined>) {
@@ -282,6 +296,23 @@ export class IptablesBackend implements IncrementalBackend {
     return { ...none, before: ipsetEdits(family, adds, []), after: ipsetEdits(family, [], deletes), commit: () => this.hairpin[family].apply(counts) };
   }
 
+  /**
+   * Members that left the hairpin set are deleted after the restore, off
+   * the sync's path: a stale member matches only a packet from an endpoint
+   * to its own address and port after DNAT, and no rule DNATs to it any more.
+   * The next sync waits for the deletion; if it failed, that sync is full
+   * (the set is rebuilt).
+   */
+  private deferIpset(input: string) {
+    if (!input) return;
+    const prev = this.lagging;
+    const run = prev ? prev.then(() => this.runIpset(input)) : this.runIpset(input);
+    this.lagging = run.catch((err) => {
+      this.needFull = true;
+      this.log.warn("hairpin set: deleting members failed; the next sync is full", { error: errorMessage(err) });
+    });
+  }
+
   private async runIpset(input: string) {
     if (!input) return;
     if (this.ctx.config.dryRun) this.ctx.out(`# ${ipsetCommand} restore\n${input}`);
@@ -295,8 +326,7 @@ export class IptablesBackend implements IncrementalBackend {
   }
 
   /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */
-  private async fullTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Promise<Transaction> {
-    const saved = this.ctx.config.dryRun ? undefined : parseSave(await this.ipt.save(family));
+  private fullTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>, saved: SavedState | undefined): Transaction {
     const render = (key: string) => this.render(key, family);
     function* services() {
       for (const key of keys) {
@@ -351,6 +381,7 @@ export class IptablesBackend implements IncrementalBackend {
   }
 
   async cleanup() {
+    await this.lagging;
     for (const family of this.families) {
       let text: string;
       try {

@@ -72,9 +72,10 @@ export class Transaction {
     this.checkChain(chain);
     this.add(table, Group.Body, `:${chain} - [0:0]`);
   }
-  append(rule: Rule) {
+  /** `line`: the rule already printed by `ruleLine` (a chain's lines are printed once, for its digest too) */
+  append(rule: Rule, line = ruleLine(rule)) {
     this.checkRule(rule);
-    this.add(rule.table, Group.Body, ruleLine(rule));
+    this.add(rule.table, Group.Body, line);
     this.rules.set(rule.table, this.rules.get(rule.table)! + 1);
   }
   /** `-I chain 1`: keeps a chain's fixed tail last */

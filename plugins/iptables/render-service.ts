@@ -28,6 +28,8 @@ export interface OwnedChain {
   table: Table;
   name: string;
   rules: Rule[];
+  /** its rules printed (render-sync's chainLines), once */
+  lines?: string[];
 }
 
 export interface ServiceRules {
@@ -57,6 +59,7 @@ export interface RenderServiceInput {
   /**
    * Upstream's large-cluster mode (more than 1,000 endpoints on the node's
    * view): per-endpoint rules carry no comment, a third less restore input.
+   * kpng goes further there: no nat rule carries one (natComment).
    */
   largeCluster?: boolean;
   /** hairpin by the ipset (default); false: a SEP chain per endpoint, upstream's layout */
@@ -157,6 +160,16 @@ export function hairpinMember(ep: { ip: string; port: number }, proto: string) {
   const ip = canonicalIP(ep.ip);
   return `${ip},${proto}:${ep.port},${ip}`;
 }
+
+/**
+ * A nat rule's comment; none in large-cluster mode. Upstream drops only the
+ * per-endpoint ones; kpng drops them all in the nat table: iptables-nft
+ * writes a comment as one more xt match per rule, and the kernel walks every
+ * rule reachable from the nat table's base chains at each commit that adds a
+ * jump or a DNAT (nft_table_validate), once per hook (PREROUTING, OUTPUT).
+ * The filter table keeps its comments: a change of endpoints does not touch it.
+ */
+const natComment = (p: PortPlan, text: string) => (p.largeCluster ? undefined : text);
 
 /** The per-endpoint rules' comment; none in large-cluster mode (as upstream). */
 const endpointComment = (p: PortPlan, ep: PortEndpoint) => (p.largeCluster ? undefined : `${p.label} -> ${hostPort(ep.ip, ep.port, p.family)}`);
@@ -301,7 +314,7 @@ function renderPort({ input, pm, out, own }: PortContext) {
 
 /** One SEP chain per endpoint that owns one: hairpin masquerade, affinity bookkeeping, DNAT. */
 function endpointRules(p: PortPlan, own: PortContext["own"]) {
-  const comment = p.largeCluster ? undefined : p.label;
+  const comment = natComment(p, p.label);
   for (const ep of p.used) {
     const rules = own("nat", ep.chain);
     rules.push({ table: "nat", chain: ep.chain, comment, match: ["-s", ep.ip], target: ["-j", chains.markMasq] });
@@ -316,7 +329,7 @@ function endpointRules(p: PortPlan, own: PortContext["own"]) {
 }
 
 function clusterIPRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
-  const comment = `${p.label} cluster IP`;
+  const comment = natComment(p, `${p.label} cluster IP`);
   if (p.svcNeeded) {
     const rules = own("nat", p.svcChain);
     for (const ip of p.clusterIPs) {
@@ -341,7 +354,7 @@ function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
   if (p.usesExt) {
     if (p.external.length && p.svxChain !== p.svcChain) balance(p, out, own("nat", p.svxChain), p.svxChain, p.external);
     const rules = own("nat", p.extChain);
-    const ext = (r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain: p.extChain, ...r });
+    const ext = (r: Omit<Rule, "table" | "chain"> & { comment: string }) => rules.push({ table: "nat", chain: p.extChain, ...r, comment: natComment(p, r.comment) });
     const local = ["-m", "addrtype", "--src-type", "LOCAL"];
     if (p.svc.ExternalTrafficToLocal) {
       // Upstream's short-circuit: pods reaching an external destination are
@@ -358,10 +371,10 @@ function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
     if (p.external.length) ext({ comment: `${p.label} external endpoints`, match: [], target: ["-j", p.svxChain] });
 
     const dispatch = (ip: string, kind: string, target: string) =>
-      out.shared.push({ table: "nat", chain: chains.services, comment: `${p.label} ${kind}`, match: ["-d", ip, ...p.dport], target: ["-j", target] });
+      out.shared.push({ table: "nat", chain: chains.services, comment: natComment(p, `${p.label} ${kind}`), match: ["-d", ip, ...p.dport], target: ["-j", target] });
     for (const ip of p.externalIPs) dispatch(ip, "external IP", p.extChain);
     for (const ip of p.lbIPs) dispatch(ip, "loadbalancer IP", p.ranges.has(ip) ? p.fwChain : p.extChain);
-    if (p.nodePort > 0) out.shared.push({ table: "nat", chain: chains.nodePorts, comment: `${p.label} node port`, match: nodePortMatch, target: ["-j", p.extChain] });
+    if (p.nodePort > 0) out.shared.push({ table: "nat", chain: chains.nodePorts, comment: natComment(p, `${p.label} node port`), match: nodePortMatch, target: ["-j", p.extChain] });
   }
   if (!p.external.length && p.accessible) {
     const { verdict, why } = noEndpointVerdict(p, p.svc.ExternalTrafficToLocal);
@@ -374,7 +387,7 @@ function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
 function firewallRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
   if (p.usesExt && p.ranges.size) {
     const fw = own("nat", p.fwChain);
-    const comment = `${p.label} loadbalancer IP`;
+    const comment = natComment(p, `${p.label} loadbalancer IP`);
     for (const [ip, cidrs] of p.ranges) {
       for (const cidr of cidrs) fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", cidr], target: ["-j", p.extChain] });
       // A VIP-like LB IP is often local too: the node's own requests then

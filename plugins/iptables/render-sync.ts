@@ -7,7 +7,7 @@
 import { baseJumps, fixedChains, insertAtHead, tables, type Table } from "./names.ts";
 import type { FixedRules } from "./render-fixed.ts";
 import { ruleLine, Transaction, type Rule } from "./render-restore.ts";
-import type { ServiceRules } from "./render-service.ts";
+import type { OwnedChain, ServiceRules } from "./render-service.ts";
 import type { SavedState } from "./saved.ts";
 
 /** What was written for one service, compact enough to keep for 10,000s of services. */
@@ -30,13 +30,19 @@ const splitKey = (key: string) => {
 const sharedKey = (r: Rule) => `${r.table}/${ruleLine(r)}`;
 
 type Digest = number | bigint;
-const digest = (rules: readonly Rule[]): Digest => Bun.hash(rules.map((r) => ruleLine(r)).join("\n"));
+/** A chain's rules printed, once: the digest and the restore input share them. */
+const chainLines = (c: OwnedChain): string[] => (c.lines ??= c.rules.map((r) => ruleLine(r)));
+const digest = (c: OwnedChain): Digest => Bun.hash(chainLines(c).join("\n"));
+const appendChain = (tx: Transaction, c: OwnedChain) => {
+  const lines = chainLines(c);
+  c.rules.forEach((r, i) => tx.append(r, lines[i]));
+};
 
 export function compact(rules: ServiceRules): WrittenService {
   const chains = new Map<string, Digest>();
   const counts: Partial<Record<Table, number>> = {};
   for (const [k, c] of rules.chains) {
-    chains.set(k, digest(c.rules));
+    chains.set(k, digest(c));
     counts[c.table] = (counts[c.table] ?? 0) + c.rules.length;
   }
   const shared = new Map<string, Rule>();
@@ -70,7 +76,7 @@ export function fullTransaction({ fixed, services, saved }: FullInput): Transact
   for (const svc of services) {
     for (const c of svc.chains.values()) {
       declare(c.table, c.name);
-      for (const r of c.rules) tx.append(r);
+      appendChain(tx, c);
     }
     shared.push(...svc.shared);
   }
@@ -115,9 +121,9 @@ export function partialTransaction(changes: Iterable<ServiceChange>): Transactio
     const afterKeys = new Set<string>();
     for (const [k, c] of after?.chains ?? []) {
       afterKeys.add(k);
-      if (before?.chains.get(k) === digest(c.rules)) continue;
+      if (before?.chains.get(k) === digest(c)) continue;
       tx.declare(c.table, c.name);
-      for (const r of c.rules) tx.append(r);
+      appendChain(tx, c);
     }
     for (const k of before?.chains.keys() ?? []) {
       if (afterKeys.has(k)) continue;

@@ -65,7 +65,7 @@ describe("iptables partial restores", () => {
     expect(rec.calls.map((c) => c.argv[0])).toEqual(["iptables-restore"]);
   });
 
-  test("past 1,000 endpoints (upstream's large-cluster mode) per-endpoint rules carry no comment; the service's others keep theirs", async () => {
+  test("past 1,000 endpoints (upstream's large-cluster mode) no nat rule carries a comment (upstream: the per-endpoint ones); filter rules keep theirs", async () => {
     for (const [n, large] of [[100, false], [501, true]] as const) {
       const { b, rec } = await loaded(n); // 2 endpoints each
       b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
@@ -74,7 +74,14 @@ describe("iptables partial restores", () => {
       const perEndpoint = lines(text, / -j DNAT /);
       expect(perEndpoint.length).toBe(3);
       expect(perEndpoint.filter((l) => l.includes("--comment")).length).toBe(large ? 0 : 3);
-      expect(lines(text, /cluster IP" .* -j KPNG-MARK-MASQ$/).length).toBe(1);
+      expect(lines(text, / -j KPNG-MARK-MASQ$/).length).toBe(1);
+      expect(lines(text, /cluster IP" .* -j KPNG-MARK-MASQ$/).length).toBe(large ? 0 : 1);
+      // the last endpoint gone: the filter REJECT keeps its comment either way
+      for (const key of ["p0", "p1", "p2"]) b.deleteEndpoint("default", "web7", key);
+      await b.sync();
+      const gone = rec.restores("v4")[1];
+      expect(lines(gone, /^-A KPNG-SERVICES .*has no endpoints" .* -j REJECT$/).length).toBe(1);
+      expect(lines(gone, /^-D KPNG-SERVICES .*--comment/).length).toBe(large ? 0 : 1);
     }
   });
 
@@ -91,6 +98,26 @@ describe("iptables partial restores", () => {
       { argv0: "iptables-restore", lines: expect.any(Array) },
       { argv0: "ipset", lines: [`del KPNG-HAIRPIN-V4 ${member(9 * 8 + 1)} -exist`] },
     ]);
+  });
+
+  test("a hairpin deletion runs after the sync resolved; if it fails, the next sync is full and rebuilds the set", async () => {
+    let failDeletes = true;
+    const rec = recordingExecutor(({ argv, stdin }) => {
+      if (argv[0] === "ipset" && failDeletes && stdin?.startsWith("del ")) throw new Error("ipset: del failed");
+      return "";
+    });
+    const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0 });
+    b.setService(web(1));
+    for (let e = 0; e < 2; e++) b.setEndpoint("default", "web1", `p${e}`, pod(8 + e));
+    await b.sync();
+    b.deleteEndpoint("default", "web1", "p1");
+    await b.sync(); // resolves: the deletion is not on its path
+    expect(b.lastSync?.full).toBe(false);
+    failDeletes = false;
+    rec.calls.length = 0;
+    await b.sync();
+    expect(b.lastSync?.full).toBe(true);
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin).join("")).toContain(`swap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4`);
   });
 
   test("a hairpin member two services share stays until the last of them drops it", async () => {
