@@ -3,7 +3,9 @@
 // given a directory of certificates, on loopback TCP with mutual TLS), and
 // commands on stdin: `rss` (after a full GC), `change I` (one endpoint of
 // service I flips ready; prints the epoch ms just before the brain sees it
-// and how long the brain's flush took), `quit`.
+// and how long the brain's flush took), `lag` (the longest the event loop was
+// late for a timer since the last `lag`: an agent drops a brain that answers
+// no HTTP/2 ping for 3 s), `quit`.
 
 import { startApiServer } from "../src/core/api/server/index.ts";
 import { createLogger } from "../src/core/log.ts";
@@ -22,6 +24,13 @@ const server = await startApiServer({
   log: createLogger("brain", { level: "warn" }),
 });
 const flips = new Map<number, boolean>();
+let lag = 0;
+let tick = performance.now();
+setInterval(() => {
+  const t = performance.now();
+  lag = Math.max(lag, t - tick - 50);
+  tick = t;
+}, 50);
 const tcp = server.addresses.find((a) => a.kind === "tcp");
 console.log(`ready${tcp ? ` ${tcp.port}` : ""}`);
 for await (const line of console) {
@@ -40,6 +49,9 @@ for await (const line of console) {
     const t0 = performance.timeOrigin + performance.now();
     upsert(brain, slice);
     console.log(`changed ${t0} ${(performance.timeOrigin + performance.now() - t0).toFixed(2)}`);
+  } else if (cmd === "lag") {
+    console.log(`lag ${lag.toFixed(0)}`);
+    lag = 0;
   } else if (cmd === "quit") break;
 }
 await server.close();

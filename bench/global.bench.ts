@@ -79,6 +79,55 @@ export const rssOf = (pid: number) => {
   return Number(/VmRSS:\s+(\d+)/.exec(s)![1]) * 1024;
 };
 const logTime = (line: string) => Date.parse(line.slice(0, 24));
+const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+/** user + system CPU time of a process, ms */
+const cpuMs = (pid: number) => {
+  const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return (Number(f[11]) + Number(f[12])) * 10; // utime, stime in USER_HZ (100)
+};
+/** Resets a process's peak RSS (VmHWM) to its current RSS. */
+const resetPeak = (pid: number) => writeFileSync(`/proc/${pid}/clear_refs`, "5");
+
+/**
+ * The most streams one consumer process holds: one event loop frame-walking
+ * 5,000 TLS streams measures itself more than the brain, so they are spread
+ * over processes as they are over nodes.
+ */
+const PER_PROCESS = Number(process.env.GLOBAL_BENCH_PER_PROCESS ?? 1000);
+
+interface Report {
+  streams: Array<[number, number]>;
+  failures: number;
+}
+
+/** n light streams in processes of at most PER_PROCESS, each opening its share in waves of `wave`. */
+function consumerGroup(n: number, wave: number, mode: string, target: string, procs: Proc[]) {
+  const group: Proc[] = [];
+  for (let left = n; left > 0; left -= PER_PROCESS) {
+    const c = spawn([BUN, join(ROOT, "bench/global-consumers.ts"), target, String(Math.min(PER_PROCESS, left)), String(wave), mode]);
+    procs.push(c);
+    group.push(c);
+  }
+  const ask = async (c: Proc, cmd: string, re: RegExp, timeoutMs?: number) => {
+    const from = c.out.length;
+    c.send(cmd);
+    return (await c.wait(re, from, "out", timeoutMs)).replace(re, "");
+  };
+  return {
+    procs: group,
+    connected: () => Promise.all(group.map((c) => c.wait(/^connected/))),
+    report: () => Promise.all(group.map(async (c) => JSON.parse(await ask(c, "report", /^report /)) as Report)),
+    /** ms until every stream of the group had its first change set again */
+    reconnect: async () => Math.max(...(await Promise.all(group.map(async (c) => Number(await ask(c, "reconnect", /^reconnected /, 1_200_000)))))),
+    signal: (sig: NodeJS.Signals) => group.forEach((c) => c.p.kill(sig)),
+  };
+}
+
+async function brainLag(brain: Proc): Promise<number> {
+  const from = brain.out.length;
+  brain.send("lag");
+  return Number((await brain.wait(/^lag /, from)).split(" ")[1]);
+}
 
 async function brainRss(brain: Proc): Promise<[number, number, number]> {
   const from = brain.out.length;
@@ -93,7 +142,6 @@ export async function netns(name: string) {
 }
 
 export default async function main() {
-  const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
   console.log(`\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams${TLS ? " (mutual TLS over loopback TCP)" : ""} + 2 nft agents (load average ${load()})`);
   const dir = mkdtempSync(join(tmpdir(), "kpng-bench-global-"));
   if (TLS) {
@@ -104,22 +152,20 @@ export default async function main() {
   const suffix = randomBytes(3).toString("hex");
   const namespaces = [`kpngb-${suffix}-a1`, `kpngb-${suffix}-a2`, `kpngb-${suffix}-full`];
   const procs: Proc[] = [];
+  let brain: Proc | undefined;
   try {
     const t0 = performance.now();
-    const brain = spawn([BUN, join(ROOT, "bench/global-brain.ts"), sock, String(GEN.services), String(GEN.endpoints), String(GEN.nodes), ...(TLS ? [dir] : [])]);
+    const profile = process.env.GLOBAL_BENCH_PROFILE ? ["--cpu-prof-md", `--cpu-prof-dir=${process.env.GLOBAL_BENCH_PROFILE}`] : [];
+    brain = spawn([BUN, ...profile, join(ROOT, "bench/global-brain.ts"), sock, String(GEN.services), String(GEN.endpoints), String(GEN.nodes), ...(TLS ? [dir] : [])]);
     procs.push(brain);
     const port = (await brain.wait(/^ready/)).split(" ")[1];
     const target = TLS ? `tls:${port}:${dir}` : sock;
     console.log(`  brain up in ${((performance.now() - t0) / 1000).toFixed(1)} s; RSS with no stream ${mb((await brainRss(brain))[0])}`);
 
-    const light = (n: number, wave: number, mode = "") => {
-      const c = spawn([BUN, join(ROOT, "bench/global-consumers.ts"), target, String(n), String(wave), mode]);
-      procs.push(c);
-      return c;
-    };
+    const light = (n: number, wave: number, mode = "") => consumerGroup(n, wave, mode, target, procs);
     let t = performance.now();
     const first = light(10, 10);
-    await first.wait(/^connected/);
+    await first.connected();
     console.log(`  10 streams: full model to each in ${(performance.now() - t).toFixed(0)} ms; brain RSS ${mb((await brainRss(brain))[0])}`);
 
     for (const ns of namespaces) await netns(ns);
@@ -133,44 +179,56 @@ export default async function main() {
     console.log(`  2 nft agents: first sync in the kernel ${(performance.now() - t).toFixed(0)} ms after start`);
 
     t = performance.now();
+    await brainLag(brain);
     const rest = light(STREAMS - 12, 50);
-    await rest.wait(/^connected/);
-    const [rss1000, hwm] = await brainRss(brain);
-    console.log(`  ${STREAMS} streams: the other ${STREAMS - 12} connected in waves of 50 in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rss1000)} (peak ${mb(hwm)})`);
+    await rest.connected();
+    const [rssAll, hwm] = await brainRss(brain);
+    console.log(
+      `  ${STREAMS} streams: the other ${STREAMS - 12} connected in ${rest.procs.length} processes, each in waves of 50, in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rssAll)} (peak ${mb(hwm)}); event loop late by at most ${await brainLag(brain)} ms`,
+    );
 
     // One endpoint change, three times: to every stream, and to the agents' kernels.
     const consumers = [first, rest];
-    const report = async (c: Proc) => {
-      const from = c.out.length;
-      c.send("report");
-      return JSON.parse((await c.wait(/^report /, from)).slice(7)) as Array<[number, number]>;
-    };
+    const reports = async () => (await Promise.all(consumers.map((c) => c.report()))).flat();
     for (let round = 0; round < 3; round++) {
-      const before = await Promise.all(consumers.map(report));
+      const before = (await reports()).flatMap((r) => r.streams);
       const agentFrom = agents.map((a) => a.err.length);
       const from = brain.out.length;
+      const cpu0 = cpuMs(brain.p.pid);
       brain.send(`change ${1234 + round}`);
       const [, at, flushMs] = (await brain.wait(/^changed /, from)).split(" ");
       const t0c = Number(at);
       const agentLines = await Promise.all(agents.map((a, i) => a.wait(/synced backend=nft rev=\d+ .*changed=1 /, agentFrom[i], "err", 10_000)));
-      await Bun.sleep(1500);
-      const after = await Promise.all(consumers.map(report));
+      await Bun.sleep(1500 + STREAMS / 5);
+      const cpu = cpuMs(brain.p.pid) - cpu0;
+      const after = (await reports()).flatMap((r) => r.streams);
       const lat: number[] = [];
       let missed = 0;
-      after.forEach((rows, c) => rows.forEach(([n, when], i) => (n > before[c][i][0] ? lat.push(when - t0c) : missed++)));
+      after.forEach(([n, when], i) => (n > before[i][0] ? lat.push(when - t0c) : missed++));
       const agentMs = agentLines.map((l) => logTime(l) - t0c);
       const applyMs = agentLines.map((l) => Number(/ ms=(\d+)/.exec(l)![1]));
       // The full binary runs the same flush and the same nft apply in one process: what the agent adds is the rest.
       const extra = agentMs.map((m, i) => m - Number(flushMs) - applyMs[i]);
       console.log(
-        `  change ${round + 1}: brain flush ${Number(flushMs).toFixed(1)} ms; ${lat.length} light streams p50 ${pct(lat, 50).toFixed(0)} ms, p99 ${pct(lat, 99).toFixed(0)} ms, max ${Math.max(...lat).toFixed(0)} ms${missed ? `, ${missed} missed` : ""}; agents' kernels ${agentMs.map((m) => `${m.toFixed(0)} ms`).join(", ")} (nft apply ${applyMs.join(", ")} ms; over the full binary's flush + apply: ${extra.map((e) => `${e.toFixed(0)} ms`).join(", ")})`,
+        `  change ${round + 1}: brain flush ${Number(flushMs).toFixed(1)} ms, brain CPU ${cpu} ms in all; ${lat.length} light streams p50 ${pct(lat, 50).toFixed(0)} ms, p99 ${pct(lat, 99).toFixed(0)} ms, max ${Math.max(...lat).toFixed(0)} ms${missed ? `, ${missed} missed` : ""}; agents' kernels ${agentMs.map((m) => `${m.toFixed(0)} ms`).join(", ")} (nft apply ${applyMs.join(", ")} ms; over the full binary's flush + apply: ${extra.map((e) => `${e.toFixed(0)} ms`).join(", ")}) (load ${load()})`,
       );
       await Bun.sleep(300);
     }
 
+    // A brain failover: every light stream comes back at once and takes a whole model.
+    resetPeak(brain.p.pid);
+    await brainLag(brain);
+    t = performance.now();
+    const back = await Promise.all(consumers.map((c) => c.reconnect()));
+    const [rssBack, hwmBack] = await brainRss(brain);
+    const failures = (await reports()).reduce((n, r) => n + r.failures, 0);
+    console.log(
+      `  all ${STREAMS - 2} light streams reconnecting at once (a failover): each had its whole model again within ${(Math.max(...back) / 1000).toFixed(1)} s; brain RSS ${mb(rssBack)} (peak ${mb(hwmBack)} while they came back); event loop late by at most ${await brainLag(brain)} ms; streams that broke and were opened again so far: ${failures}`,
+    );
+
     // Stuck consumers: the first 10 streams stop reading between change sets (SIGSTOP), then 3 changes.
     const [healthy] = await brainRss(brain);
-    first.p.kill("SIGSTOP");
+    first.signal("SIGSTOP");
     for (let round = 0; round < 3; round++) {
       const from = brain.out.length;
       brain.send(`change ${2234 + round}`);
@@ -188,8 +246,8 @@ export default async function main() {
     await Bun.sleep(Math.max(0, 36_000 - (performance.now() - t1)));
     const [afterDrop, , dropped] = await brainRss(brain);
     console.log(`  36 s later: brain RSS ${mb(afterDrop)}; streams dropped for not reading: ${dropped}`);
-    first.p.kill("SIGCONT");
-    stalled.p.kill("SIGCONT");
+    first.signal("SIGCONT");
+    stalled.signal("SIGCONT");
 
     // The same node with the full binary (its own brain, the file source) in a third namespace.
     const file = join(dir, "cluster.json");
@@ -203,6 +261,9 @@ export default async function main() {
     await Bun.sleep(3000);
     console.log(`  RSS 3 s after first sync: agent ${mb(rssOf(agents[0].p.pid))}, ${mb(rssOf(agents[1].p.pid))}; full binary ${mb(rssOf(full.p.pid))}`);
   } finally {
+    // A brain that quits writes its profile (GLOBAL_BENCH_PROFILE).
+    brain?.send("quit");
+    await Promise.race([brain?.p.exited, Bun.sleep(10_000)]);
     for (const p of procs) p.p.kill("SIGKILL");
     await Promise.all(procs.map((p) => p.p.exited));
     for (const ns of namespaces) await Bun.spawn(["ip", "netns", "del", ns], { stderr: "ignore" }).exited;
