@@ -194,13 +194,12 @@ export default async function main() {
       const before = (await reports()).flatMap((r) => r.streams);
       const agentFrom = agents.map((a) => a.err.length);
       const from = brain.out.length;
-      const cpu0 = cpuMs(brain.p.pid);
       brain.send(`change ${1234 + round}`);
-      const [, at, flushMs] = (await brain.wait(/^changed /, from)).split(" ");
+      const [, at, flushMs, cpu0] = (await brain.wait(/^changed /, from)).split(" ");
       const t0c = Number(at);
       const agentLines = await Promise.all(agents.map((a, i) => a.wait(/synced backend=nft rev=\d+ .*changed=1 /, agentFrom[i], "err", 10_000)));
       await Bun.sleep(1500 + STREAMS / 5);
-      const cpu = cpuMs(brain.p.pid) - cpu0;
+      const cpu = cpuMs(brain.p.pid) - Number(cpu0);
       const after = (await reports()).flatMap((r) => r.streams);
       const lat: number[] = [];
       let missed = 0;
@@ -210,7 +209,7 @@ export default async function main() {
       // The full binary runs the same flush and the same nft apply in one process: what the agent adds is the rest.
       const extra = agentMs.map((m, i) => m - Number(flushMs) - applyMs[i]);
       console.log(
-        `  change ${round + 1}: brain flush ${Number(flushMs).toFixed(1)} ms, brain CPU ${cpu} ms in all; ${lat.length} light streams p50 ${pct(lat, 50).toFixed(0)} ms, p99 ${pct(lat, 99).toFixed(0)} ms, max ${Math.max(...lat).toFixed(0)} ms${missed ? `, ${missed} missed` : ""}; agents' kernels ${agentMs.map((m) => `${m.toFixed(0)} ms`).join(", ")} (nft apply ${applyMs.join(", ")} ms; over the full binary's flush + apply: ${extra.map((e) => `${e.toFixed(0)} ms`).join(", ")}) (load ${load()})`,
+        `  change ${round + 1}: brain flush ${Number(flushMs).toFixed(1)} ms, brain CPU ${cpu.toFixed(0)} ms in all; ${lat.length} light streams p50 ${pct(lat, 50).toFixed(0)} ms, p99 ${pct(lat, 99).toFixed(0)} ms, max ${Math.max(...lat).toFixed(0)} ms${missed ? `, ${missed} missed` : ""}; agents' kernels ${agentMs.map((m) => `${m.toFixed(0)} ms`).join(", ")} (nft apply ${applyMs.join(", ")} ms; over the full binary's flush + apply: ${extra.map((e) => `${e.toFixed(0)} ms`).join(", ")}) (load ${load()})`,
       );
       await Bun.sleep(300);
     }
