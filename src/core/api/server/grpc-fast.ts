@@ -16,6 +16,7 @@ import { GlobalWatchReqSchema, type GlobalWatchReq } from "../../../gen/globalv1
 import { NextFilterSchema, WatchReqSchema, type NextFilter, type WatchReq } from "../../../gen/localv1/services_pb.ts";
 import { frameChangeSet } from "./global-watch.ts";
 import { frameMessages, frameOps, type WireOp } from "./wire.ts";
+import { requestMessages, type RequestBody } from "./request-messages.ts";
 
 export interface FastRoutes {
   watch(reqs: AsyncIterable<WatchReq>, signal: AbortSignal): AsyncIterable<WireOp[]>;
@@ -33,7 +34,7 @@ export interface FastRoutes {
 }
 
 /** What is used of Node's http and http2 compatibility request/response objects. */
-interface Req extends AsyncIterable<Buffer> {
+interface Req extends RequestBody {
   readonly url?: string;
   readonly method?: string;
   readonly httpVersionMajor: number;
@@ -80,7 +81,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
   try {
     const enc = req.headers["grpc-encoding"];
     if (enc && enc !== "identity") throw new ConnectError(`grpc-encoding "${String(enc)}" is not supported (use identity)`, Code.Unimplemented);
-    const messages = readMessages(req);
+    const messages = requestMessages(req, MAX_REQUEST_MESSAGE);
     if (rpc === "Watch" || rpc === "GlobalWatch") {
       // Not `for await`: Bun (1.4.5) keeps a for-await loop's last value alive while it
       // waits for the next, so every idle watcher held its last change set and its
@@ -162,23 +163,6 @@ function writePiece(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
     res.once("drain", done);
     res.once("close", done);
   });
-}
-
-/** gRPC length-prefixed messages from the request body. */
-async function* readMessages(req: Req): AsyncGenerator<Uint8Array> {
-  let buf: Buffer = Buffer.alloc(0);
-  for await (const chunk of req) {
-    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-    while (buf.length >= 5) {
-      const len = buf.readUInt32BE(1);
-      if (len > MAX_REQUEST_MESSAGE) throw new ConnectError(`request message of ${len} bytes exceeds ${MAX_REQUEST_MESSAGE}`, Code.ResourceExhausted);
-      if (buf.length < 5 + len) break;
-      if (buf[0] & 1) throw new ConnectError("compressed request messages are not supported", Code.Unimplemented);
-      yield buf.subarray(5, 5 + len);
-      buf = buf.subarray(5 + len);
-    }
-  }
-  if (buf.length) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
 }
 
 async function* decodeAll<D extends DescMessage>(schema: D, messages: AsyncIterable<Uint8Array>): AsyncGenerator<MessageShape<D>> {
