@@ -1,17 +1,24 @@
 // One brain for many nodes: a central brain (its own process) holding a
 // 10,000-service x 10-endpoint cluster of 1,000 nodes serves the globalv1
-// stream to 998 light consumers (bench/global-consumers.ts: 998 HTTP/2
-// connections that frame-walk and decode nothing) plus 2 real node agents
-// (`kpng --api`, nft backend, each in its own network namespace). Prints:
-// brain RSS at 10 and at 1,000 streams; one endpoint change to every
-// stream (p50/p99/max) and to the agents' kernels; agent RSS against the
-// full binary's (`kpng --input`, same node, same backend). The light streams
-// use loopback TCP with mutual TLS, as deployed agents do (GLOBAL_BENCH_TLS=0:
-// the unix socket); the 2 agents stay on the unix socket, which reaches into
-// their network namespaces. Then 10 stuck consumers: 10 streams that stop
-// reading between change sets, and 10 that stop mid-model (dropped after the
-// brain's 30 s limit): the brain's RSS with them against without. Needs root
-// (nft in namespaces). `bun run bench global`; GLOBAL_BENCH_STREAMS=N for fewer.
+// stream to N-2 light consumers (bench/global-consumers.ts: one HTTP/2
+// connection each, spread over processes of at most 1,000 streams; they
+// frame-walk and decode nothing) plus 2 real node agents (`kpng --api`, nft
+// backend, each in its own network namespace). Prints: brain RSS at 10 and
+// at N streams and what a stream costs (RSS, JS heap); one endpoint change to
+// every stream (p50/p99/max, the brain's CPU time for it) and to the agents'
+// kernels; a failover (every light stream reconnecting at once: how long
+// until all have their model again, the brain's peak RSS meanwhile, how late
+// its event loop ran: agents drop a brain that answers no ping for 3 s);
+// agent RSS against the full binary's (`kpng --input`, same node, same
+// backend). The light streams use loopback TCP with mutual TLS, as deployed
+// agents do (GLOBAL_BENCH_TLS=0: the unix socket); the 2 agents stay on the
+// unix socket, which reaches into their network namespaces. Then stuck
+// consumers: 10 streams that stop reading between change sets, and 10 that
+// stop mid-model (dropped after the brain's 30 s limit, then back): the
+// brain's RSS with them against without. Needs root (nft in namespaces).
+// `bun run bench global`; GLOBAL_BENCH_STREAMS=N (default 1,000; 5,000 is
+// Kubernetes' largest cluster), GLOBAL_BENCH_PER_PROCESS, and
+// GLOBAL_BENCH_PROFILE=DIR for a CPU profile of the brain.
 
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -129,11 +136,11 @@ async function brainLag(brain: Proc): Promise<number> {
   return Number((await brain.wait(/^lag /, from)).split(" ")[1]);
 }
 
-async function brainRss(brain: Proc): Promise<[number, number, number]> {
+async function brainRss(brain: Proc): Promise<[number, number, number, number]> {
   const from = brain.out.length;
   brain.send("rss");
-  const [, rss, hwm, dropped] = (await brain.wait(/^rss /, from)).split(" ");
-  return [Number(rss), Number(hwm), Number(dropped)];
+  const [, rss, hwm, dropped, heap] = (await brain.wait(/^rss /, from)).split(" ");
+  return [Number(rss), Number(hwm), Number(dropped), Number(heap)];
 }
 
 export async function netns(name: string) {
@@ -166,7 +173,8 @@ export default async function main() {
     let t = performance.now();
     const first = light(10, 10);
     await first.connected();
-    console.log(`  10 streams: full model to each in ${(performance.now() - t).toFixed(0)} ms; brain RSS ${mb((await brainRss(brain))[0])}`);
+    const [rss10, , , heap10] = await brainRss(brain);
+    console.log(`  10 streams: full model to each in ${(performance.now() - t).toFixed(0)} ms; brain RSS ${mb(rss10)} (JS heap and its buffers ${mb(heap10)})`);
 
     for (const ns of namespaces) await netns(ns);
     const agents = [1, 2].map((k, i) => {
@@ -182,9 +190,9 @@ export default async function main() {
     await brainLag(brain);
     const rest = light(STREAMS - 12, 50);
     await rest.connected();
-    const [rssAll, hwm] = await brainRss(brain);
+    const [rssAll, hwm, , heapAll] = await brainRss(brain);
     console.log(
-      `  ${STREAMS} streams: the other ${STREAMS - 12} connected in ${rest.procs.length} processes, each in waves of 50, in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rssAll)} (peak ${mb(hwm)}); event loop late by at most ${await brainLag(brain)} ms`,
+      `  ${STREAMS} streams: the other ${STREAMS - 12} connected in ${rest.procs.length} processes, each in waves of 50, in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rssAll)} (peak ${mb(hwm)}; JS heap and its buffers ${mb(heapAll)}); ${((rssAll - rss10) / (STREAMS - 10) / 1e3).toFixed(0)} KB a stream (${((heapAll - heap10) / (STREAMS - 10) / 1e3).toFixed(0)} KB of it JS heap); event loop late by at most ${await brainLag(brain)} ms`,
     );
 
     // One endpoint change, three times: to every stream, and to the agents' kernels.
