@@ -17,6 +17,7 @@ import { NextFilterSchema, WatchReqSchema, type NextFilter, type WatchReq } from
 import { frameChangeSet } from "./global-watch.ts";
 import { frameMessages, frameOps, type WireOp } from "./wire.ts";
 import { requestMessages, type RequestBody } from "./request-messages.ts";
+import type { Slots } from "./slots.ts";
 
 export interface FastRoutes {
   watch(reqs: AsyncIterable<WatchReq>, signal: AbortSignal): AsyncIterable<WireOp[]>;
@@ -31,6 +32,8 @@ export interface FastRoutes {
   stuckMs: number;
   /** a stream was dropped for that */
   onStuck(rpc: string): void;
+  /** turns for writing a change set bigger than one piece (a whole model), shared by every stream */
+  bigWrites: Slots;
 }
 
 /** What is used of Node's http and http2 compatibility request/response objects. */
@@ -93,7 +96,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
         for (;;) {
           const r = await batches.next();
           if (r.done) break;
-          await write(res, frameChangeSet(r.value, frameOps), routes.stuckMs);
+          await write(res, frameChangeSet(r.value, frameOps), routes);
         }
       } finally {
         await batches.return?.(); // unsubscribes the stream from its view
@@ -105,7 +108,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
         filter = filterMsg;
       }
       if (!filter) throw new ConnectError("Next takes exactly one NextFilter, got none", Code.InvalidArgument);
-      await write(res, frameMessages(await routes.next(filter, ac.signal)), routes.stuckMs);
+      await write(res, frameMessages(await routes.next(filter, ac.signal)), routes);
     }
     finish(res, 0, ""); // OK
   } catch (err) {
@@ -137,10 +140,23 @@ function finish(res: Res, code: number, message: string) {
  * stream) cost 15 MB per stream starting at once; pieces bound it to about
  * one piece per stream. A client that stops reading (a stuck node agent)
  * therefore holds at most a piece here, and only for `stuckMs`.
+ *
+ * And a limited number of streams write theirs at once: each piece is
+ * encrypted and framed on the event loop, so thousands of agents coming
+ * back together (a brain failover) made its turns long enough for agents
+ * to miss its pings (they give up on a brain after 3 s) and fail over
+ * again, and every waiting piece was memory. In turns, the others wait
+ * their turn at no cost, and a stream's small change sets never wait.
  */
-const PIECE = 1 << 20;
-async function write(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
-  for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.length <= PIECE ? chunk : chunk.subarray(pos, pos + PIECE), stuckMs);
+const PIECE = 256 << 10;
+async function write(res: Res, chunk: Buffer, routes: Pick<FastRoutes, "stuckMs" | "bigWrites">): Promise<void> {
+  if (chunk.length <= PIECE) return writePiece(res, chunk, routes.stuckMs);
+  const done = await routes.bigWrites.take();
+  try {
+    for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.subarray(pos, pos + PIECE), routes.stuckMs);
+  } finally {
+    done();
+  }
 }
 
 function writePiece(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {

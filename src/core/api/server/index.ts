@@ -16,6 +16,7 @@ import { checkListen, crossesNetwork, formatApiAddress, parseApiAddress, type Ap
 import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type RefusalReason } from "./auth.ts";
 import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
 import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { Slots } from "./slots.ts";
 import { dropWhenStuck, type WatchedResponse } from "./stuck.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
@@ -69,6 +70,13 @@ export interface ApiServer {
  */
 const STUCK_MS = 30_000;
 
+/**
+ * Streams sending a whole model at once, at most (see grpc-fast.ts): enough
+ * to fill any link to the agents, few enough that the event loop keeps
+ * answering pings while thousands of agents come back together.
+ */
+const BIG_WRITES = 64;
+
 /** Resolves once every kind has synced; node names can only be checked then. */
 async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
   while (!brain.isSynced) {
@@ -112,6 +120,7 @@ export function createApi(opts: ApiOptions) {
     },
     onError,
     stuckMs: opts.stuckMs ?? STUCK_MS,
+    bigWrites: new Slots(BIG_WRITES),
     onStuck: (rpc) => {
       stats.stuckDropped++;
       log.warn("dropped a stream whose client stopped reading (it resyncs when it reconnects)", { rpc, afterMs: opts.stuckMs ?? STUCK_MS });
