@@ -35,6 +35,8 @@ export interface ApiOptions {
   instanceID?: bigint;
   /** a gRPC stream whose client reads nothing for this long is dropped (default 30 s) */
   stuckMs?: number;
+  /** streams sending a whole model at once, at most (default 64) */
+  wholeModelsAtOnce?: number;
 }
 
 export interface ApiServerOptions extends ApiOptions {
@@ -75,7 +77,7 @@ const STUCK_MS = 30_000;
  * to fill any link to the agents, few enough that the event loop keeps
  * answering pings while thousands of agents come back together.
  */
-const BIG_WRITES = 64;
+const WHOLE_MODELS_AT_ONCE = 64;
 
 /** Resolves once every kind has synced; node names can only be checked then. */
 async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
@@ -120,7 +122,7 @@ export function createApi(opts: ApiOptions) {
     },
     onError,
     stuckMs: opts.stuckMs ?? STUCK_MS,
-    bigWrites: new Slots(BIG_WRITES),
+    bigWrites: new Slots(opts.wholeModelsAtOnce ?? WHOLE_MODELS_AT_ONCE),
     onStuck: (rpc) => {
       stats.stuckDropped++;
       log.warn("dropped a stream whose client stopped reading (it resyncs when it reconnects)", { rpc, afterMs: opts.stuckMs ?? STUCK_MS });
