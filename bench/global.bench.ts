@@ -190,9 +190,10 @@ export default async function main() {
     await brainLag(brain);
     const rest = light(STREAMS - 12, 50);
     await rest.connected();
+    const lagAll = await brainLag(brain); // before `rss`, whose full collection stops the loop
     const [rssAll, hwm, , heapAll] = await brainRss(brain);
     console.log(
-      `  ${STREAMS} streams: the other ${STREAMS - 12} connected in ${rest.procs.length} processes, each in waves of 50, in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rssAll)} (peak ${mb(hwm)}; JS heap and its buffers ${mb(heapAll)}); ${((rssAll - rss10) / (STREAMS - 10) / 1e3).toFixed(0)} KB a stream (${((heapAll - heap10) / (STREAMS - 10) / 1e3).toFixed(0)} KB of it JS heap); event loop late by at most ${await brainLag(brain)} ms`,
+      `  ${STREAMS} streams: the other ${STREAMS - 12} connected in ${rest.procs.length} processes, each in waves of 50, in ${((performance.now() - t) / 1000).toFixed(1)} s; brain RSS ${mb(rssAll)} (peak ${mb(hwm)}; JS heap and its buffers ${mb(heapAll)}); ${((rssAll - rss10) / (STREAMS - 10) / 1e3).toFixed(0)} KB a stream (${((heapAll - heap10) / (STREAMS - 10) / 1e3).toFixed(0)} KB of it JS heap); event loop late by at most ${lagAll} ms`,
     );
 
     // One endpoint change, three times: to every stream, and to the agents' kernels.
@@ -227,10 +228,11 @@ export default async function main() {
     await brainLag(brain);
     t = performance.now();
     const back = await Promise.all(consumers.map((c) => c.reconnect()));
+    const lagBack = await brainLag(brain);
     const [rssBack, hwmBack] = await brainRss(brain);
     const failures = (await reports()).reduce((n, r) => n + r.failures, 0);
     console.log(
-      `  all ${STREAMS - 2} light streams reconnecting at once (a failover): each had its whole model again within ${(Math.max(...back) / 1000).toFixed(1)} s; brain RSS ${mb(rssBack)} (peak ${mb(hwmBack)} while they came back); event loop late by at most ${await brainLag(brain)} ms; streams that broke and were opened again so far: ${failures}`,
+      `  all ${STREAMS - 2} light streams reconnecting at once (a failover): each had its whole model again within ${(Math.max(...back) / 1000).toFixed(1)} s; brain RSS ${mb(rssBack)} (peak ${mb(hwmBack)} while they came back); event loop late by at most ${lagBack} ms; streams that broke and were opened again so far: ${failures}`,
     );
 
     // Stuck consumers: the first 10 streams stop reading between change sets (SIGSTOP), then 3 changes.
