@@ -17,7 +17,7 @@ import { readFileSync } from "node:fs";
 import * as net from "node:net";
 
 const [sock, count, wave, mode] = process.argv.slice(2);
-/** `stall`: stop this whole process (SIGSTOP) as soon as the first bytes of a model arrive: agents stuck mid-model */
+/** `stall`: stop this whole process (SIGSTOP) as soon as the first bytes of a model arrive, once: agents stuck mid-model */
 const stall = mode === "stall";
 const N = Number(count);
 const W = Number(wave);
@@ -30,6 +30,7 @@ const tls = sock.startsWith("tls:")
   ? (([, port, dir]) => ({ port, creds: { ca: readFileSync(`${dir}/brain.crt`), cert: readFileSync(`${dir}/agent.crt`), key: readFileSync(`${dir}/agent.key`) } }))(sock.split(":"))
   : undefined;
 
+let stalled = false;
 /** Streams that broke (reset by the brain, a failed connection) and were opened again, as an agent does. */
 const failures = new Array<number>(N).fill(0);
 /** bumped by `reconnect`: handlers of the streams it closed stand down */
@@ -82,7 +83,10 @@ function open(i: number): Promise<void> {
         hdrPos = 0;
       };
       stream.on("data", (chunk: Buffer) => {
-        if (stall) process.kill(process.pid, "SIGSTOP");
+        if (stall && !stalled) {
+          stalled = true; // once: after SIGCONT its streams (reset by then) come back as an agent's would
+          process.kill(process.pid, "SIGSTOP");
+        }
         let p = 0;
         while (p < chunk.length) {
           if (hdrPos < 5) {

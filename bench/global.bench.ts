@@ -237,6 +237,7 @@ export default async function main() {
 
     // Stuck consumers: the first 10 streams stop reading between change sets (SIGSTOP), then 3 changes.
     const [healthy] = await brainRss(brain);
+    const stoppedAt = (await first.report()).flatMap((r) => r.streams).map(([n]) => n);
     first.signal("SIGSTOP");
     for (let round = 0; round < 3; round++) {
       const from = brain.out.length;
@@ -257,6 +258,22 @@ export default async function main() {
     console.log(`  36 s later: brain RSS ${mb(afterDrop)}; streams dropped for not reading: ${dropped}`);
     first.signal("SIGCONT");
     stalled.signal("SIGCONT");
+    // Nobody stays behind: the stopped streams catch up (the changes they missed in fewer change sets), the dropped ones come back with a whole model.
+    t1 = performance.now();
+    const behind = async () => {
+      const caughtUp = (await first.report()).flatMap((r) => r.streams).filter(([n], i) => n > stoppedAt[i]).length;
+      const back = (await stalled.report()).flatMap((r) => r.streams).filter(([n]) => n > 0).length;
+      return { caughtUp, back };
+    };
+    let state = await behind();
+    while ((state.caughtUp < 10 || state.back < 10) && performance.now() - t1 < 60_000) {
+      await Bun.sleep(200);
+      state = await behind();
+    }
+    const missedSets = (await first.report()).flatMap((r) => r.streams).map(([n], i) => n - stoppedAt[i]);
+    console.log(
+      `  resumed: ${state.caughtUp} of the 10 stopped between change sets caught up (${Math.min(...missedSets)}-${Math.max(...missedSets)} change sets for the 3 changes), ${state.back} of the 10 dropped mid-model had a whole model again, ${((performance.now() - t1) / 1000).toFixed(1)} s after SIGCONT; brain RSS ${mb((await brainRss(brain))[0])}`,
+    );
 
     // The same node with the full binary (its own brain, the file source) in a third namespace.
     const file = join(dir, "cluster.json");
