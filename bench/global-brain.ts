@@ -1,10 +1,14 @@
 // The brain of `bun run bench global`, as its own process (so its RSS is its
 // own): a generated cluster in a Brain, the API server on a unix socket (and,
 // given a directory of certificates, on loopback TCP with mutual TLS), and
-// commands on stdin: `rss` (after a full GC), `change I` (one endpoint of
-// service I flips ready; prints the epoch ms just before the brain sees it
-// and how long the brain's flush took), `quit`.
+// commands on stdin: `rss` (after a full GC: RSS, peak RSS, streams dropped
+// for not reading, JS heap with the buffers it owns), `change I` (one endpoint of
+// service I flips ready; prints the epoch ms just before the brain sees it,
+// how long the brain's flush took and its CPU time so far in ms), `lag` (the longest the event loop was
+// late for a timer since the last `lag`: an agent drops a brain that answers
+// no HTTP/2 ping for 3 s), `quit`.
 
+import { heapStats } from "bun:jsc";
 import { startApiServer } from "../src/core/api/server/index.ts";
 import { createLogger } from "../src/core/log.ts";
 import { brainWith, upsert, serviceObjects } from "../test/api/brain-fixture.ts";
@@ -22,6 +26,13 @@ const server = await startApiServer({
   log: createLogger("brain", { level: "warn" }),
 });
 const flips = new Map<number, boolean>();
+let lag = 0;
+let tick = performance.now();
+setInterval(() => {
+  const t = performance.now();
+  lag = Math.max(lag, t - tick - 50);
+  tick = t;
+}, 50);
 const tcp = server.addresses.find((a) => a.kind === "tcp");
 console.log(`ready${tcp ? ` ${tcp.port}` : ""}`);
 for await (const line of console) {
@@ -30,16 +41,21 @@ for await (const line of console) {
     Bun.gc(true);
     const status = await Bun.file("/proc/self/status").text();
     const kb = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+)`).exec(status)![1]) * 1024;
-    console.log(`rss ${kb("VmRSS")} ${kb("VmHWM")} ${server.stats.stuckDropped}`);
+    console.log(`rss ${kb("VmRSS")} ${kb("VmHWM")} ${server.stats.stuckDropped} ${heapStats().heapSize + heapStats().extraMemorySize}`);
   } else if (cmd === "change") {
     const i = Number(arg);
     const [, slice] = serviceObjects(gen, i);
     const ready = flips.get(i) ?? false;
     flips.set(i, !ready);
     slice.endpoints[0].conditions.ready = ready;
+    // The CPU time used so far, after the bench made its objects: what the change costs the brain is counted from here.
+    const cpu = process.cpuUsage();
     const t0 = performance.timeOrigin + performance.now();
     upsert(brain, slice);
-    console.log(`changed ${t0} ${(performance.timeOrigin + performance.now() - t0).toFixed(2)}`);
+    console.log(`changed ${t0} ${(performance.timeOrigin + performance.now() - t0).toFixed(2)} ${(cpu.user + cpu.system) / 1000}`);
+  } else if (cmd === "lag") {
+    console.log(`lag ${lag.toFixed(0)}`);
+    lag = 0;
   } else if (cmd === "quit") break;
 }
 await server.close();

@@ -15,7 +15,7 @@ import { startApiServer, type ApiServer } from "../../src/core/api/server/index.
 import { memoryLogger } from "../../src/core/log.ts";
 import { makeTestCert, type TestCert } from "../kube/api-server.ts";
 import { waitFor } from "../kube/helpers.ts";
-import { brainWith } from "./brain-fixture.ts";
+import { brainWith, serviceObjects, upsert } from "./brain-fixture.ts";
 import { tempDir } from "./kpng-process.ts";
 import { FLAG, FRAME, frame, grpcMessage, grpcRequestHeaders, headerBlock, PREFACE, rawH2 } from "./raw-h2.ts";
 
@@ -264,6 +264,62 @@ describe("a consumer that stops reading", () => {
       throw GrpcError.from(err, 2);
     } finally {
       conn.close();
+    }
+  });
+});
+
+describe("whole models go out in turns", () => {
+  test("a stuck client holds its turn only until it is dropped; a connected stream's change sets never wait for one", async () => {
+    const gen = { services: 400, endpoints: 10, nodes: 3 };
+    const brain = brainWith(gen);
+    const server = await startApiServer({ brain, listen: ["tcp://127.0.0.1:0"], defaultNodeName: "node-1", log, stuckMs: 3000, wholeModelsAtOnce: 1 });
+    const port = portOf(server);
+    const isSync = (m: Uint8Array) => m.length === 2 && m[0] === 0x0a;
+    /** a global stream asking for one change set at a time; resolves the times its Syncs arrived */
+    const follow = (conn: ReturnType<typeof connectGrpc>, syncs: number[]) => {
+      const next = { ask: () => {} };
+      const reqs = (async function* () {
+        for (;;) {
+          yield new Uint8Array(0);
+          await new Promise<void>((r) => (next.ask = r));
+        }
+      })();
+      void (async () => {
+        for await (const batch of conn.call("/globalv1.Sets/Watch", reqs, AbortSignal.timeout(30_000))) {
+          for (const m of batch) if (isSync(m)) {
+            syncs.push(server.stats.stuckDropped);
+            next.ask();
+          }
+        }
+      })().catch(() => {});
+    };
+    const a = connectGrpc({ kind: "tcp", host: "127.0.0.1", port });
+    const b = connectGrpc({ kind: "tcp", host: "127.0.0.1", port });
+    const stuck = await rawH2(port);
+    try {
+      const aSyncs: number[] = [];
+      follow(a, aSyncs);
+      await waitFor("the first stream's model", () => aSyncs.length === 1, 20_000);
+      // Takes the only turn and reads no more than its first window of it.
+      stuck.write(frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, headerBlock(grpcRequestHeaders("/globalv1.Sets/Watch"))));
+      stuck.write(frame(FRAME.DATA, 0, 1, grpcMessage(Buffer.alloc(0))));
+      await waitFor("the stuck stream's first bytes", () => stuck.dataBytes(1) > 0, 10_000);
+      const bSyncs: number[] = [];
+      follow(b, bSyncs);
+      // A change meanwhile reaches the connected stream before the stuck one is dropped.
+      const [, slice] = serviceObjects(gen, 7);
+      slice.endpoints[0].conditions.ready = false;
+      upsert(brain, slice);
+      await waitFor("the change on the first stream", () => aSyncs.length === 2, 10_000);
+      expect(aSyncs[1]).toBe(0);
+      // The new stream's model waited for the turn: it came after the drop.
+      await waitFor("the new stream's model", () => bSyncs.length === 1, 20_000);
+      expect(bSyncs[0]).toBe(1);
+    } finally {
+      a.close();
+      b.close();
+      stuck.close();
+      await server.close();
     }
   });
 });

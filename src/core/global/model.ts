@@ -32,9 +32,18 @@ export type GlobalChange = { services: ReadonlySet<string>; nodes: ReadonlySet<s
 
 type Listener = (snap: GlobalSnapshot, change: GlobalChange) => void;
 
+/**
+ * How many recent snapshots' changes are kept: a stream that fell further
+ * behind compares everything, which costs O(cluster) identity checks, once,
+ * shared by every stream that was sent the same snapshot.
+ */
+const CHANGE_LOG = 64;
+
 export class GlobalModel {
   snapshot: GlobalSnapshot | null = null;
   private readonly listeners = new Set<Listener>();
+  /** the changes of the latest snapshots, oldest first: log[i] made rev `snapshot.rev - log.length + 1 + i` */
+  private readonly log: Array<{ services: ReadonlySet<string>; nodes: ReadonlySet<string> }> = [];
   private readonly stopFlush: () => void;
   /** counters: items encoded (work done) */
   readonly stats = { encoded: 0 };
@@ -49,6 +58,27 @@ export class GlobalModel {
     this.listeners.add(fn);
     if (this.snapshot) fn(this.snapshot, null);
     return () => this.listeners.delete(fn);
+  }
+
+  /**
+   * What changed between `from` and the current snapshot (null: compare
+   * everything). Streams keep no change sets of their own: what each
+   * stream skipped is read here when it asks.
+   */
+  changesSince(from: GlobalSnapshot): GlobalChange {
+    const cur = this.snapshot;
+    if (!cur) return null;
+    const behind = cur.rev - from.rev;
+    if (behind <= 0 || behind > this.log.length) return null;
+    const entries = this.log.slice(this.log.length - behind);
+    if (entries.length === 1) return entries[0];
+    const services = new Set<string>();
+    const nodes = new Set<string>();
+    for (const e of entries) {
+      for (const k of e.services) services.add(k);
+      for (const n of e.nodes) nodes.add(n);
+    }
+    return { services, nodes };
   }
 
   close(): void {
@@ -88,6 +118,10 @@ export class GlobalModel {
     };
     this.snapshot = snap;
     const change: GlobalChange = prev ? { services: new Set(services.keys()), nodes: new Set(nodes.keys()) } : null;
+    if (change) {
+      this.log.push(change);
+      if (this.log.length > CHANGE_LOG) this.log.shift();
+    } else this.log.length = 0;
     for (const fn of this.listeners) fn(snap, change);
   }
 

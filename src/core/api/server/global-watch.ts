@@ -67,48 +67,42 @@ function fullChangeSet(snap: GlobalSnapshot): WireOp[] {
  * one endpoint change to 1,000 agents is one diff, one framing, 1,000 writes.
  */
 const transitions = new WeakMap<GlobalSnapshot, { next: GlobalSnapshot; ops: WireOp[] }>();
-function transition(from: GlobalSnapshot, to: GlobalSnapshot, changed: GlobalChange): WireOp[] {
+function transition(from: GlobalSnapshot, to: GlobalSnapshot, changed: () => GlobalChange): WireOp[] {
   const t = transitions.get(from);
   if (t?.next === to) return t.ops;
-  const ops = globalOps(from, to, changed);
+  const ops = globalOps(from, to, changed());
   if (ops.length) ops.push({ op: "sync" });
   transitions.set(from, { next: to, ops });
   shared.add(ops);
   return ops;
 }
 
-/** What one global stream has been sent, and what changed since. */
+/** What one global stream has been sent; what changed since is the model's to say. */
 export class GlobalStream {
   private sent: GlobalSnapshot | null = null;
-  private latest: GlobalSnapshot | null = null;
-  private dirty: { services: Set<string>; nodes: Set<string> } | null = null;
-  private readonly wake = new Wake();
+  private readonly wake: Wake;
   private readonly unsubscribe: () => void;
 
-  constructor(model: GlobalModel) {
-    this.unsubscribe = model.subscribe((snap, change) => {
-      this.latest = snap;
-      if (change === null) this.dirty = null;
-      else if (this.dirty) {
-        for (const k of change.services) this.dirty.services.add(k);
-        for (const n of change.nodes) this.dirty.nodes.add(n);
-      }
-      this.wake.wake();
-    });
+  constructor(
+    private readonly model: GlobalModel,
+    signal: AbortSignal,
+  ) {
+    this.wake = new Wake(signal);
+    // Called for every stream at every flush: it only wakes (see wake.ts).
+    this.unsubscribe = model.subscribe(() => this.wake.wake());
   }
 
   /** The next non-empty change set, ending with Sync; waits for a change. */
-  async next(signal: AbortSignal): Promise<WireOp[]> {
+  async next(): Promise<WireOp[]> {
     for (;;) {
-      const next = this.latest;
+      const next = this.model.snapshot;
       if (next && next !== this.sent) {
         // A full change set is never empty (it ends with Sync); a transition may net to nothing.
-        const ops = this.sent === null ? fullChangeSet(next) : transition(this.sent, next, this.dirty!);
+        const ops = this.sent === null ? fullChangeSet(next) : transition(this.sent, next, () => this.model.changesSince(this.sent!));
         this.sent = next;
-        this.dirty = { services: new Set(), nodes: new Set() };
         if (ops.length) return ops;
       }
-      await this.wake.wait(signal);
+      await this.wake.wait();
     }
   }
 
@@ -123,10 +117,10 @@ export async function* globalWatchBatches(model: () => Promise<GlobalModel>, req
   try {
     for await (const _req of reqs) {
       if (!stream) {
-        stream = new GlobalStream(await model());
+        stream = new GlobalStream(await model(), signal);
         yield [{ op: "reset" }];
       }
-      yield await stream.next(signal);
+      yield await stream.next();
     }
   } finally {
     stream?.close();

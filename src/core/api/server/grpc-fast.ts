@@ -16,6 +16,8 @@ import { GlobalWatchReqSchema, type GlobalWatchReq } from "../../../gen/globalv1
 import { NextFilterSchema, WatchReqSchema, type NextFilter, type WatchReq } from "../../../gen/localv1/services_pb.ts";
 import { frameChangeSet } from "./global-watch.ts";
 import { frameMessages, frameOps, type WireOp } from "./wire.ts";
+import { requestMessages, type RequestBody } from "./request-messages.ts";
+import type { Slots } from "./slots.ts";
 
 export interface FastRoutes {
   watch(reqs: AsyncIterable<WatchReq>, signal: AbortSignal): AsyncIterable<WireOp[]>;
@@ -30,10 +32,12 @@ export interface FastRoutes {
   stuckMs: number;
   /** a stream was dropped for that */
   onStuck(rpc: string): void;
+  /** turns for writing a change set bigger than one piece (a whole model), shared by every stream */
+  bigWrites: Slots;
 }
 
 /** What is used of Node's http and http2 compatibility request/response objects. */
-interface Req extends AsyncIterable<Buffer> {
+interface Req extends RequestBody {
   readonly url?: string;
   readonly method?: string;
   readonly httpVersionMajor: number;
@@ -80,7 +84,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
   try {
     const enc = req.headers["grpc-encoding"];
     if (enc && enc !== "identity") throw new ConnectError(`grpc-encoding "${String(enc)}" is not supported (use identity)`, Code.Unimplemented);
-    const messages = readMessages(req);
+    const messages = requestMessages(req, MAX_REQUEST_MESSAGE);
     if (rpc === "Watch" || rpc === "GlobalWatch") {
       // Not `for await`: Bun (1.4.5) keeps a for-await loop's last value alive while it
       // waits for the next, so every idle watcher held its last change set and its
@@ -92,7 +96,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
         for (;;) {
           const r = await batches.next();
           if (r.done) break;
-          await write(res, frameChangeSet(r.value, frameOps), routes.stuckMs);
+          await write(res, frameChangeSet(r.value, frameOps), routes);
         }
       } finally {
         await batches.return?.(); // unsubscribes the stream from its view
@@ -104,7 +108,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
         filter = filterMsg;
       }
       if (!filter) throw new ConnectError("Next takes exactly one NextFilter, got none", Code.InvalidArgument);
-      await write(res, frameMessages(await routes.next(filter, ac.signal)), routes.stuckMs);
+      await write(res, frameMessages(await routes.next(filter, ac.signal)), routes);
     }
     finish(res, 0, ""); // OK
   } catch (err) {
@@ -136,10 +140,23 @@ function finish(res: Res, code: number, message: string) {
  * stream) cost 15 MB per stream starting at once; pieces bound it to about
  * one piece per stream. A client that stops reading (a stuck node agent)
  * therefore holds at most a piece here, and only for `stuckMs`.
+ *
+ * And a limited number of streams write theirs at once: each piece is
+ * encrypted and framed on the event loop, so thousands of agents coming
+ * back together (a brain failover) made its turns long enough for agents
+ * to miss its pings (they give up on a brain after 3 s) and fail over
+ * again, and every waiting piece was memory. In turns, the others wait
+ * their turn at no cost, and a stream's small change sets never wait.
  */
-const PIECE = 1 << 20;
-async function write(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
-  for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.length <= PIECE ? chunk : chunk.subarray(pos, pos + PIECE), stuckMs);
+const PIECE = 256 << 10;
+async function write(res: Res, chunk: Buffer, routes: Pick<FastRoutes, "stuckMs" | "bigWrites">): Promise<void> {
+  if (chunk.length <= PIECE) return writePiece(res, chunk, routes.stuckMs);
+  const done = await routes.bigWrites.take();
+  try {
+    for (let pos = 0; pos < chunk.length; pos += PIECE) await writePiece(res, chunk.subarray(pos, pos + PIECE), routes.stuckMs);
+  } finally {
+    done();
+  }
 }
 
 function writePiece(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
@@ -162,23 +179,6 @@ function writePiece(res: Res, chunk: Buffer, stuckMs: number): Promise<void> {
     res.once("drain", done);
     res.once("close", done);
   });
-}
-
-/** gRPC length-prefixed messages from the request body. */
-async function* readMessages(req: Req): AsyncGenerator<Uint8Array> {
-  let buf: Buffer = Buffer.alloc(0);
-  for await (const chunk of req) {
-    buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-    while (buf.length >= 5) {
-      const len = buf.readUInt32BE(1);
-      if (len > MAX_REQUEST_MESSAGE) throw new ConnectError(`request message of ${len} bytes exceeds ${MAX_REQUEST_MESSAGE}`, Code.ResourceExhausted);
-      if (buf.length < 5 + len) break;
-      if (buf[0] & 1) throw new ConnectError("compressed request messages are not supported", Code.Unimplemented);
-      yield buf.subarray(5, 5 + len);
-      buf = buf.subarray(5 + len);
-    }
-  }
-  if (buf.length) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
 }
 
 async function* decodeAll<D extends DescMessage>(schema: D, messages: AsyncIterable<Uint8Array>): AsyncGenerator<MessageShape<D>> {

@@ -16,6 +16,7 @@ import { checkListen, crossesNetwork, formatApiAddress, parseApiAddress, type Ap
 import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type RefusalReason } from "./auth.ts";
 import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
 import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
+import { Slots } from "./slots.ts";
 import { dropWhenStuck, type WatchedResponse } from "./stuck.ts";
 import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
@@ -34,6 +35,8 @@ export interface ApiOptions {
   instanceID?: bigint;
   /** a gRPC stream whose client reads nothing for this long is dropped (default 30 s) */
   stuckMs?: number;
+  /** streams sending a whole model at once, at most (default 64) */
+  wholeModelsAtOnce?: number;
 }
 
 export interface ApiServerOptions extends ApiOptions {
@@ -68,6 +71,13 @@ export interface ApiServer {
  * enough that stuck agents cannot pin old models and pieces for long.
  */
 const STUCK_MS = 30_000;
+
+/**
+ * Streams sending a whole model at once, at most (see grpc-fast.ts): enough
+ * to fill any link to the agents, few enough that the event loop keeps
+ * answering pings while thousands of agents come back together.
+ */
+const WHOLE_MODELS_AT_ONCE = 64;
 
 /** Resolves once every kind has synced; node names can only be checked then. */
 async function whenSynced(brain: Brain, signal: AbortSignal): Promise<void> {
@@ -112,6 +122,7 @@ export function createApi(opts: ApiOptions) {
     },
     onError,
     stuckMs: opts.stuckMs ?? STUCK_MS,
+    bigWrites: new Slots(opts.wholeModelsAtOnce ?? WHOLE_MODELS_AT_ONCE),
     onStuck: (rpc) => {
       stats.stuckDropped++;
       log.warn("dropped a stream whose client stopped reading (it resyncs when it reconnects)", { rpc, afterMs: opts.stuckMs ?? STUCK_MS });

@@ -42,13 +42,15 @@ export class WatchStream {
   private latest: Services | null = null;
   /** services changed since the last change set; null = compare everything */
   private dirty: Set<string> | null = null;
-  private readonly wake = new Wake();
+  private readonly wake: Wake;
   private readonly unsubscribe: () => void;
 
   constructor(
     readonly view: NodeView,
     private readonly cache: WireCache,
+    signal: AbortSignal,
   ) {
+    this.wake = new Wake(signal);
     this.unsubscribe = view.subscribe((rev) => {
       this.latest = rev.state.services;
       if (rev.change === null) this.dirty = null;
@@ -58,7 +60,7 @@ export class WatchStream {
   }
 
   /** The next non-empty change set, ending with Sync; waits for a change. */
-  async next(signal: AbortSignal): Promise<WireOp[]> {
+  async next(): Promise<WireOp[]> {
     for (;;) {
       if (this.latest && (this.dirty === null || this.dirty.size > 0)) {
         const next = this.latest;
@@ -70,7 +72,7 @@ export class WatchStream {
           return ops;
         }
       }
-      await this.wake.wait(signal);
+      await this.wake.wait();
     }
   }
 
@@ -93,12 +95,12 @@ export async function* watchBatches(deps: WatchDeps, reqs: AsyncIterable<WatchRe
       if (!req.NodeName) throw new ConnectError("WatchReq.NodeName: must not be empty", Code.InvalidArgument);
       if (!stream) {
         const view = await deps.view(req.NodeName, signal);
-        stream = new WatchStream(view, deps.cache);
+        stream = new WatchStream(view, deps.cache, signal);
         yield [{ op: "reset" }];
       } else if (req.NodeName !== stream.view.nodeName) {
         throw new ConnectError(`WatchReq.NodeName: "${req.NodeName}" differs from "${stream.view.nodeName}" earlier in this stream`, Code.InvalidArgument);
       }
-      yield await stream.next(signal);
+      yield await stream.next();
     }
   } finally {
     stream?.close();
