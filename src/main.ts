@@ -22,6 +22,7 @@ import type { GlobalSourceStats } from "./core/sources/global.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
+import { releaseExecutablePages } from "./core/release-pages.ts";
 // The API server and client (Connect, HTTP/2) load only when a command uses them: a
 // node proxy without --listen never pays their start-up time and memory.
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
@@ -256,6 +257,11 @@ function releaseFreedMemory(collect: boolean) {
       release = undefined;
       if (collect) Bun.gc(true);
       Bun.shrink();
+      if (collect && !releasedPages) {
+        releasedPages = true;
+        const kb = releaseExecutablePages();
+        log.v(2).info("released the executable's start-up pages", { residentKB: kb });
+      }
     },
     collect ? 0 : RELEASE_IDLE_MS,
   );
@@ -263,6 +269,7 @@ function releaseFreedMemory(collect: boolean) {
   release = { timer, collect };
 }
 const RELEASE_IDLE_MS = 100;
+let releasedPages = false;
 
 async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");

@@ -1,0 +1,79 @@
+// Once its first sync is in, kpng drops the executable's pages that start-up
+// touched from its resident set (src/core/release-pages.ts): read-only
+// mappings of the executable only, which come back from the page cache when
+// used again. The compiled binary must go on working afterwards.
+
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseSmaps, releasable } from "../../src/core/release-pages.ts";
+import { ROOT, startKpng, tempDir } from "../api/kpng-process.ts";
+import { compiledKpng } from "../fixtures/compiled.ts";
+
+const SMAPS = `00200000-01a39000 r--p 00000000 fe:00 5318883                            /opt/kpng
+Rss:                5860 kB
+Anonymous:             0 kB
+01a40000-0684a000 r-xp 01838000 fe:00 5318883                            /opt/kpng
+Rss:               34088 kB
+Anonymous:             0 kB
+0684a000-0685f000 rw-p 06641000 fe:00 5318883                            /opt/kpng
+Rss:                  84 kB
+Anonymous:            84 kB
+0685f000-06867000 r--p 06656000 fe:00 5318883                            /opt/kpng
+Rss:                  32 kB
+Anonymous:            32 kB
+06867000-0708b000 rw-p 0665e000 fe:00 5318883                            /opt/kpng
+Rss:                5856 kB
+Anonymous:           120 kB
+07100000-07200000 r--p 00000000 fe:00 5318884                            /opt/kpng
+Rss:                   0 kB
+Anonymous:             0 kB
+3fa12c00000-3fa52c00000 rw-p 00000000 00:00 0
+Rss:               11184 kB
+Anonymous:         11184 kB
+7f545086f000-7f54509c5000 r-xp 00026000 fe:00 339380                     /usr/lib/x86_64-linux-gnu/libc.so.6
+Rss:                1220 kB
+Anonymous:             0 kB
+`;
+
+test("only resident, read-only, never-written mappings of the executable are released", () => {
+  const maps = parseSmaps(SMAPS);
+  expect(maps).toHaveLength(8);
+  expect(maps[1]).toEqual({ start: 0x1a40000n, end: 0x684a000n, perms: "r-xp", path: "/opt/kpng", anonymousKB: 0, rssKB: 34088 });
+  // the RELRO page (read-only now, written by the loader) and writable data stay; so do other files and anonymous memory
+  expect(releasable(maps, "/opt/kpng").map((m) => m.start)).toEqual([0x200000n, 0x1a40000n]);
+});
+
+const dir = tempDir("kpng-pages-");
+const bin = join(dir.path, "kpng");
+const input = join(dir.path, "cluster.yaml");
+
+beforeAll(async () => {
+  dir.create();
+  copyFileSync(await compiledKpng(), bin);
+  copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+}, 120_000);
+afterAll(() => dir.remove());
+
+const rssFileKB = (pid: number) => Number(/RssFile:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
+
+test.skipIf(process.platform !== "linux")(
+  "the compiled binary releases its start-up pages after the first sync, and later syncs still run",
+  async () => {
+    const p = startKpng(["--input", input, "--backend", "nft", "--dry-run", "--node-name", "node-1", "-v=2", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], { bin });
+    try {
+      const line = await p.waitFor(/released the executable's start-up pages/, 30_000);
+      const released = Number(/residentKB=(\d+)/.exec(line)?.[1]);
+      // Bun's runtime code and data touched by a start: tens of MB
+      expect(released).toBeGreaterThan(10_000);
+      // what is resident again right after is a part of it (libraries' pages count here too)
+      expect(rssFileKB(p.proc.pid)).toBeLessThan(released);
+      // an edit is read, computed and rendered by code that had to come back from the page cache
+      writeFileSync(input, readFileSync(input, "utf8").replace("address: 203.0.113.11", "address: 203.0.113.111"));
+      await p.waitFor(/203\.0\.113\.111/, 30_000);
+    } finally {
+      await p.stop();
+    }
+  },
+  60_000,
+);
