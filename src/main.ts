@@ -205,6 +205,7 @@ const runCommand = defineCommand({
           if (startedUp && !cfg.dryRun) migrated = removeKubeProxyRules(backends.map((b) => b.name));
           first = false;
           releaseFreedMemory(startedUp);
+          if (startedUp) releaseStartupPages(migrated);
         },
         onError: (err) => servers?.failed(b.name, err),
         onRulesLost: (reason) => servers?.rulesLost(b.name, reason),
@@ -257,11 +258,6 @@ function releaseFreedMemory(collect: boolean) {
       release = undefined;
       if (collect) Bun.gc(true);
       Bun.shrink();
-      if (collect && !releasedPages) {
-        releasedPages = true;
-        const kb = releaseExecutablePages();
-        log.v(2).info("released the executable's start-up pages", { residentKB: kb });
-      }
     },
     collect ? 0 : RELEASE_IDLE_MS,
   );
@@ -269,7 +265,22 @@ function releaseFreedMemory(collect: boolean) {
   release = { timer, collect };
 }
 const RELEASE_IDLE_MS = 100;
-let releasedPages = false;
+
+/**
+ * The executable's pages that only start-up used leave the resident set
+ * (core/release-pages.ts) twice: at once when every backend holds its first
+ * sync (after the collection above: loading touched most of them), and once
+ * what follows that sync has run as well: kube-proxy's rules removed, the
+ * backends' watches proven, the API watches' first events. Never again: from
+ * then on, a page dropped would be one the next change faults back in.
+ */
+function releaseStartupPages(after: Promise<void> | undefined) {
+  const release = (when: string) => log.v(2).info("released the executable's start-up pages", { when, residentKB: releaseExecutablePages() });
+  setTimeout(() => release("first sync"), 0).unref();
+  const settled = new Promise<void>((resolve) => setTimeout(resolve, STARTUP_SETTLE_MS).unref());
+  void Promise.all([after, settled]).then(() => release("settled"));
+}
+const STARTUP_SETTLE_MS = 2000;
 
 async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");

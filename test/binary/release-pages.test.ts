@@ -58,16 +58,18 @@ afterAll(() => dir.remove());
 const rssFileKB = (pid: number) => Number(/RssFile:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
 
 test.skipIf(process.platform !== "linux")(
-  "the compiled binary releases its start-up pages after the first sync, and later syncs still run",
+  "the compiled binary releases its start-up pages after the first sync and once start-up settled, and later syncs still run",
   async () => {
     const p = startKpng(["--input", input, "--backend", "nft", "--dry-run", "--node-name", "node-1", "-v=2", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], { bin });
     try {
-      const line = await p.waitFor(/released the executable's start-up pages/, 30_000);
+      const line = await p.waitFor(/released the executable's start-up pages when="first sync"/, 30_000);
       const released = Number(/residentKB=(\d+)/.exec(line)?.[1]);
       // Bun's runtime code and data touched by a start: tens of MB
       expect(released).toBeGreaterThan(10_000);
       // what is resident again right after is a part of it (libraries' pages count here too)
       expect(rssFileKB(p.proc.pid)).toBeLessThan(released);
+      // once more when what follows the first sync has run, and never again
+      await p.waitFor(/released the executable's start-up pages when=settled/, 30_000);
       // an edit is read, computed and rendered by code that had to come back from the page cache
       writeFileSync(input, readFileSync(input, "utf8").replace("address: 203.0.113.11", "address: 203.0.113.111"));
       await p.waitFor(/203\.0\.113\.111/, 30_000);
