@@ -280,7 +280,7 @@ function releaseStartupPages(after: Promise<void> | undefined) {
   const settled = new Promise<void>((resolve) => setTimeout(resolve, STARTUP_SETTLE_MS).unref());
   void Promise.all([after, settled]).then(() => release("settled"));
 }
-const STARTUP_SETTLE_MS = 2000;
+const STARTUP_SETTLE_MS = 1000;
 
 async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");

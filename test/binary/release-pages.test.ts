@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseSmaps, releasable } from "../../src/core/release-pages.ts";
+import { elfSection, filePageRuns, parseSmaps, releasable } from "../../src/core/release-pages.ts";
 import { ROOT, startKpng, tempDir } from "../api/kpng-process.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 
@@ -44,6 +44,18 @@ test("only resident, read-only, never-written mappings of the executable are rel
   expect(releasable(maps, "/opt/kpng").map((m) => m.start)).toEqual([0x200000n, 0x1a40000n]);
 });
 
+test("the bundle's pages released are the resident ones still the file's own, in runs", () => {
+  const present = 1n << 63n;
+  const file = 1n << 61n;
+  // page 0 the file's, 1 a private copy, 2-3 the file's, 4 not resident, 5 the file's
+  const entries = new BigUint64Array([present | file | 7n, present | 9n, present | file, present | file, file, present | file]);
+  expect(filePageRuns(0x10000n, entries, 4096n)).toEqual([
+    { start: 0x10000n, end: 0x11000n },
+    { start: 0x12000n, end: 0x14000n },
+    { start: 0x15000n, end: 0x16000n },
+  ]);
+});
+
 const dir = tempDir("kpng-pages-");
 const bin = join(dir.path, "kpng");
 const input = join(dir.path, "cluster.yaml");
@@ -54,6 +66,15 @@ beforeAll(async () => {
   copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
 }, 120_000);
 afterAll(() => dir.remove());
+
+test("the compiled binary's bundle section is found in its ELF section headers", () => {
+  const bundle = elfSection(bin, ".bun");
+  expect(bundle).toBeDefined();
+  // the bundle holds kpng's code and its bytecode: megabytes
+  expect(Number(bundle!.end - bundle!.start)).toBeGreaterThan(1_000_000);
+  expect(elfSection(bin, ".no-such-section")).toBeUndefined();
+  expect(elfSection(input, ".bun")).toBeUndefined(); // not an ELF file
+});
 
 const rssFileKB = (pid: number) => Number(/RssFile:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
 
