@@ -22,6 +22,7 @@ import type { GlobalSourceStats } from "./core/sources/global.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { feedBackend } from "./plugins/feed.ts";
 import { loadBackend } from "./plugins/loader.ts";
+import { releaseExecutablePages } from "./core/release-pages.ts";
 // The API server and client (Connect, HTTP/2) load only when a command uses them: a
 // node proxy without --listen never pays their start-up time and memory.
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
@@ -204,6 +205,7 @@ const runCommand = defineCommand({
           if (startedUp && !cfg.dryRun) migrated = removeKubeProxyRules(backends.map((b) => b.name));
           first = false;
           releaseFreedMemory(startedUp);
+          if (startedUp) releaseStartupPages(migrated);
         },
         onError: (err) => servers?.failed(b.name, err),
         onRulesLost: (reason) => servers?.rulesLost(b.name, reason),
@@ -263,6 +265,22 @@ function releaseFreedMemory(collect: boolean) {
   release = { timer, collect };
 }
 const RELEASE_IDLE_MS = 100;
+
+/**
+ * The executable's pages that only start-up used leave the resident set
+ * (core/release-pages.ts) twice: at once when every backend holds its first
+ * sync (after the collection above: loading touched most of them), and once
+ * what follows that sync has run as well: kube-proxy's rules removed, the
+ * backends' watches proven, the API watches' first events. Never again: from
+ * then on, a page dropped would be one the next change faults back in.
+ */
+function releaseStartupPages(after: Promise<void> | undefined) {
+  const release = (when: string) => log.v(2).info("released the executable's start-up pages", { when, residentKB: releaseExecutablePages() });
+  setTimeout(() => release("first sync"), 0).unref();
+  const settled = new Promise<void>((resolve) => setTimeout(resolve, STARTUP_SETTLE_MS).unref());
+  void Promise.all([after, settled]).then(() => release("settled"));
+}
+const STARTUP_SETTLE_MS = 1000;
 
 async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");

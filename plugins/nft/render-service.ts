@@ -57,8 +57,12 @@ export interface ServiceObjects {
   maps: SetSpec[];
   /** shared dispatch chains (names.dispatchChain) this service's cluster IPs go to */
   shared: SharedDispatch[];
-  /** endpoints left out of a dispatch list longer than MAX_DISPATCH */
-  truncated: number;
+  /**
+   * endpoints left out of a dispatch list longer than MAX_DISPATCH; absent
+   * when none (the sync keeps a record per service, and a ninth field moves
+   * it from JSC's 80-byte cells to its 112-byte ones)
+   */
+  truncated?: number;
   /**
    * The map elements of each dispatch list by position (positions.ts), at 2
    * x port index (+1 for the external list); the other elements are in
@@ -130,7 +134,7 @@ export function renderService(
   prev?: ServiceObjects,
 ): ServiceObjects {
   const slotOf = new Map<string, number>();
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: [], truncated: 0, lists: [] };
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: [], lists: [] };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
@@ -175,7 +179,7 @@ export function renderService(
     const dispatch = (chain: string, targets: Target[], at: number): RuleSpec[] => {
       const all = inOrder(targets, at, affinity ? (t) => `goto ${epChain(t)}` : (t) => `${t.ip} . ${t.port}`);
       const list = all.slice(0, N.MAX_DISPATCH);
-      out.truncated += all.length - list.length;
+      if (all.length > list.length) out.truncated = (out.truncated ?? 0) + all.length - list.length;
       // Only a pod on this node can reach itself through this node's rules.
       for (const t of list) if (t.local) hairpin.add(t.ip);
       if (!affinity && list.length === 1) return [{ rule: `meta l4proto ${proto} dnat to ${id(t0(list))}` }];
@@ -329,9 +333,10 @@ function sharedDispatch(
   o: { owner: string; at: number; proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
 ): string {
   const list = o.list.slice(0, N.MAX_DISPATCH);
-  out.truncated += o.list.length - list.length;
-  const { use, verdict } = sharedUse(o.proto, o.index, list.length);
-  out.shared.push(use);
+  if (o.list.length > list.length) out.truncated = (out.truncated ?? 0) + o.list.length - list.length;
+  const { use, uses, verdict } = sharedUse(o.proto, o.index, list.length);
+  // nearly every service uses one shared chain: that one-element list is shared too
+  out.shared = out.shared.length ? [...out.shared, use] : uses;
   // the positions under each cluster IP (one per family: one here)
   out.lists[o.at] = { set: N.clusterEndpointsMap(o.proto), owner: o.owner, base: o.index * N.MAX_DISPATCH, ips: o.clusterIPs, values: list.map((t) => t.ip) };
   for (const cip of o.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port), owner: o.owner });
@@ -343,13 +348,14 @@ function sharedDispatch(
  * once per chain: most services hold one (10,000 copies of a few dozen
  * names otherwise). Never changed once made; a cache of pure values.
  */
-const sharedUses = new Map<number, { use: SharedDispatch; verdict: string }>();
+const sharedUses = new Map<number, { use: SharedDispatch; uses: SharedDispatch[]; verdict: string }>();
 function sharedUse(proto: N.DnatProtocol, index: number, n: number) {
   const k = (N.DNAT_PROTOCOLS.indexOf(proto) * 1_000_000 + index) * (N.MAX_DISPATCH + 1) + n;
   let u = sharedUses.get(k);
   if (!u) {
     const name = N.dispatchChain(proto, index, n);
-    sharedUses.set(k, (u = { use: Object.freeze({ name, proto, index, n }), verdict: `goto ${name}` }));
+    const use = Object.freeze({ name, proto, index, n });
+    sharedUses.set(k, (u = { use, uses: Object.freeze([use]) as SharedDispatch[], verdict: `goto ${name}` }));
   }
   return u;
 }

@@ -3,6 +3,7 @@
 
 import type { K8sEndpointSlice, K8sNode, K8sObject, K8sService, Kind } from "./k8s/objects.ts";
 import { SERVICE_NAME_LABEL } from "./model/endpoints.ts";
+import { sharedString } from "./shared-strings.ts";
 import { serviceKey, splitServiceKey } from "./state.ts";
 
 export type ClusterEvent = { type: "upsert"; object: K8sObject } | { type: "delete"; kind: Kind; namespace: string; name: string };
@@ -47,6 +48,7 @@ export class ClusterIndex {
         const svc = obj.metadata.labels?.[SERVICE_NAME_LABEL];
         if (!svc) return;
         const key = serviceKey(ns, svc);
+        shareNames(obj);
         const list = this.slices.get(key);
         if (list) list.push(obj);
         else this.slices.set(key, [obj]);
@@ -113,6 +115,17 @@ export class ClusterIndex {
     const keys = kind === "Service" ? this.services.keys() : kind === "EndpointSlice" ? this.sliceOwner.keys() : null;
     if (!keys) for (const name of this.nodes.keys()) yield ["", name];
     else for (const key of keys) yield splitServiceKey(key);
+  }
+}
+
+/** The slice's node names and zones become the pool's copies (equal strings: a change of nothing but memory). */
+function shareNames(slice: K8sEndpointSlice) {
+  const eps = slice.endpoints;
+  if (!eps) return;
+  for (let i = 0; i < eps.length; i++) {
+    const ep = eps[i];
+    if (ep.nodeName !== undefined) ep.nodeName = sharedString(ep.nodeName);
+    if (ep.zone !== undefined) ep.zone = sharedString(ep.zone);
   }
 }
 

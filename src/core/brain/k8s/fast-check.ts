@@ -44,13 +44,24 @@ export const nullable =
   (x) =>
     x === null ? null : inner(x);
 
-/** v.object({ [key]: v.optional(inner) }): objects of one optional field */
-export const objectWith =
-  (key: string, inner: Parse<unknown>): Parse<Obj> =>
-  (x) => {
+/**
+ * The output of an object with nothing kept in it (`status: {loadBalancer:
+ * {}}` on every ClusterIP Service): one shared, frozen object instead of one
+ * each (an empty object is a 64-byte cell; the brain keeps every Service).
+ */
+export const EMPTY: Readonly<Obj> = Object.freeze({});
+
+/** v.object({ [key]: v.optional(inner) }): objects of one optional field; empty, or holding only EMPTY, they are shared */
+export const objectWith = (key: string, inner: Parse<unknown>): Parse<Obj> => {
+  const holdingEmpty: Obj = Object.freeze({ [key]: EMPTY });
+  return (x) => {
+    if (!isObj(x)) return FAIL;
+    if (!(key in x)) return EMPTY;
     const out: Obj = {};
-    return isObj(x) && opt(x, key, out, inner) ? out : FAIL;
+    if (!opt(x, key, out, inner)) return FAIL;
+    return out[key] === EMPTY ? holdingEmpty : out;
   };
+};
 
 /** v.array(item), built by push (JSC keeps such arrays dense) */
 export const listOf =

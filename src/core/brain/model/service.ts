@@ -71,7 +71,8 @@ const NO_AFFINITY = Object.freeze({ case: undefined }) as Service["SessionAffini
 function setOf(ips: string[]): IPSet {
   if (!ips.length) return NO_IPS;
   const { V4, V6 } = byFamily(ips);
-  return { $typeName: "localv1.IPSet", V4, V6 };
+  // most services are single-stack: the other family's list is the shared empty one
+  return { $typeName: "localv1.IPSet", V4: V4.length ? V4 : NO_IPS.V4, V6: V6.length ? V6 : NO_IPS.V6 };
 }
 
 export function serviceModel(svc: K8sService): Service {

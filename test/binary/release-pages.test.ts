@@ -1,0 +1,102 @@
+// Once its first sync is in, kpng drops the executable's pages that start-up
+// touched from its resident set (src/core/release-pages.ts): read-only
+// mappings of the executable only, which come back from the page cache when
+// used again. The compiled binary must go on working afterwards.
+
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { elfSection, filePageRuns, parseSmaps, releasable } from "../../src/core/release-pages.ts";
+import { ROOT, startKpng, tempDir } from "../api/kpng-process.ts";
+import { compiledKpng } from "../fixtures/compiled.ts";
+
+const SMAPS = `00200000-01a39000 r--p 00000000 fe:00 5318883                            /opt/kpng
+Rss:                5860 kB
+Anonymous:             0 kB
+01a40000-0684a000 r-xp 01838000 fe:00 5318883                            /opt/kpng
+Rss:               34088 kB
+Anonymous:             0 kB
+0684a000-0685f000 rw-p 06641000 fe:00 5318883                            /opt/kpng
+Rss:                  84 kB
+Anonymous:            84 kB
+0685f000-06867000 r--p 06656000 fe:00 5318883                            /opt/kpng
+Rss:                  32 kB
+Anonymous:            32 kB
+06867000-0708b000 rw-p 0665e000 fe:00 5318883                            /opt/kpng
+Rss:                5856 kB
+Anonymous:           120 kB
+07100000-07200000 r--p 00000000 fe:00 5318884                            /opt/kpng
+Rss:                   0 kB
+Anonymous:             0 kB
+3fa12c00000-3fa52c00000 rw-p 00000000 00:00 0
+Rss:               11184 kB
+Anonymous:         11184 kB
+7f545086f000-7f54509c5000 r-xp 00026000 fe:00 339380                     /usr/lib/x86_64-linux-gnu/libc.so.6
+Rss:                1220 kB
+Anonymous:             0 kB
+`;
+
+test("only resident, read-only, never-written mappings of the executable are released", () => {
+  const maps = parseSmaps(SMAPS);
+  expect(maps).toHaveLength(8);
+  expect(maps[1]).toEqual({ start: 0x1a40000n, end: 0x684a000n, perms: "r-xp", path: "/opt/kpng", anonymousKB: 0, rssKB: 34088 });
+  // the RELRO page (read-only now, written by the loader) and writable data stay; so do other files and anonymous memory
+  expect(releasable(maps, "/opt/kpng").map((m) => m.start)).toEqual([0x200000n, 0x1a40000n]);
+});
+
+test("the bundle's pages released are the resident ones still the file's own, in runs", () => {
+  const present = 1n << 63n;
+  const file = 1n << 61n;
+  // page 0 the file's, 1 a private copy, 2-3 the file's, 4 not resident, 5 the file's
+  const entries = new BigUint64Array([present | file | 7n, present | 9n, present | file, present | file, file, present | file]);
+  expect(filePageRuns(0x10000n, entries, 4096n)).toEqual([
+    { start: 0x10000n, end: 0x11000n },
+    { start: 0x12000n, end: 0x14000n },
+    { start: 0x15000n, end: 0x16000n },
+  ]);
+});
+
+const dir = tempDir("kpng-pages-");
+const bin = join(dir.path, "kpng");
+const input = join(dir.path, "cluster.yaml");
+
+beforeAll(async () => {
+  dir.create();
+  copyFileSync(await compiledKpng(), bin);
+  copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
+}, 120_000);
+afterAll(() => dir.remove());
+
+test("the compiled binary's bundle section is found in its ELF section headers", () => {
+  const bundle = elfSection(bin, ".bun");
+  expect(bundle).toBeDefined();
+  // the bundle holds kpng's code and its bytecode: megabytes
+  expect(Number(bundle!.end - bundle!.start)).toBeGreaterThan(1_000_000);
+  expect(elfSection(bin, ".no-such-section")).toBeUndefined();
+  expect(elfSection(input, ".bun")).toBeUndefined(); // not an ELF file
+});
+
+const rssFileKB = (pid: number) => Number(/RssFile:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
+
+test.skipIf(process.platform !== "linux")(
+  "the compiled binary releases its start-up pages after the first sync and once start-up settled, and later syncs still run",
+  async () => {
+    const p = startKpng(["--input", input, "--backend", "nft", "--dry-run", "--node-name", "node-1", "-v=2", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], { bin });
+    try {
+      const line = await p.waitFor(/released the executable's start-up pages when="first sync"/, 30_000);
+      const released = Number(/residentKB=(\d+)/.exec(line)?.[1]);
+      // Bun's runtime code and data touched by a start: tens of MB
+      expect(released).toBeGreaterThan(10_000);
+      // what is resident again right after is a part of it (libraries' pages count here too)
+      expect(rssFileKB(p.proc.pid)).toBeLessThan(released);
+      // once more when what follows the first sync has run, and never again
+      await p.waitFor(/released the executable's start-up pages when=settled/, 30_000);
+      // an edit is read, computed and rendered by code that had to come back from the page cache
+      writeFileSync(input, readFileSync(input, "utf8").replace("address: 203.0.113.11", "address: 203.0.113.111"));
+      await p.waitFor(/203\.0\.113\.111/, 30_000);
+    } finally {
+      await p.stop();
+    }
+  },
+  60_000,
+);
