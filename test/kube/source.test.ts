@@ -66,6 +66,7 @@ describe("kube source: what is asked for", () => {
 
   test("a paginated list (more than one page of 500) is read whole", async () => {
     const api = await cluster();
+    api.watchCache = false;
     for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
     const r = await started(api);
     expect(r.keys()).toHaveLength(621);
@@ -74,6 +75,7 @@ describe("kube source: what is asked for", () => {
 
   test("requests share connections: a list of many pages does not pay a TLS handshake a page", async () => {
     const api = await cluster();
+    api.watchCache = false;
     for (let i = 0; i < 2600; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
     await started(api);
     const pages = listsOf(api).length;
@@ -177,6 +179,7 @@ describe("kube source: resuming and relisting", () => {
 
   test("a first list that fails midway is listed again whole: what went meanwhile is not kept", async () => {
     const api = await cluster();
+    api.watchCache = false;
     for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
     // The second page of services fails; as it does, a service of the first page goes.
     api.failNext(1, 500, { path: "/api/v1/services", continued: true, then: () => api.remove("Service", "bulk", "s-0") });

@@ -10,13 +10,15 @@
 import { pauseAfter } from "../pacing.ts";
 import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
-import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
+import { objectName, parseObject, type K8sObject, type Kind, type ParseResult } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
 import type { RestClientObserver } from "../node/client-metrics.ts";
 import { Listing, objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
+import { acceptHeader } from "./kube-content.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
 import { loadKubeConfig } from "./kubeconfig.ts";
+import { UNDECODABLE } from "./protobuf/envelope.ts";
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
 export const HEADLESS_LABEL = "service.kubernetes.io/headless";
@@ -54,16 +56,17 @@ export interface KubeSource {
   readonly synced: Promise<void>;
 }
 
-/** kube-proxy's informer selectors: not another proxy's services, not headless ones. */
+/** kube-proxy's informer selectors (not another proxy's services, not headless ones), asked in its content type. */
 export function resourceSpecs(cfg: Config, opts: { allNodes?: boolean } = {}): Record<Kind, ResourceSpec> {
   // "absent, or equal to --service-proxy-name" has no label-selector form: with a
   // name, watch every service and let the brain (model/service.ts isProxied) choose.
   const labelSelector = [`!${HEADLESS_LABEL}`, ...(cfg.serviceProxyName ? [] : [`!${SERVICE_PROXY_NAME_LABEL}`])].join(",");
+  const accept = acceptHeader(cfg.kubeProxy.clientConnection);
   return {
-    Service: { path: "/api/v1/services", labelSelector },
-    EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector },
+    Service: { path: "/api/v1/services", labelSelector, accept },
+    EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector, accept },
     // A node proxy needs only its own Node's labels (zone) and addresses; a central brain everyone's.
-    Node: opts.allNodes ? { path: "/api/v1/nodes" } : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}` },
+    Node: opts.allNodes ? { path: "/api/v1/nodes", accept } : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}`, accept },
   };
 }
 
@@ -93,6 +96,11 @@ class FlushTimer {
 }
 
 const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
+
+/** `service default/web: protobuf: a field runs past the end of its message` */
+function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
+  return { ok: false, error: `${objectName({ kind, metadata: raw.metadata as never })}: protobuf: ${String(raw[UNDECODABLE])}`, reason: "malformed" };
+}
 
 /**
  * Starts list/watch of the three kinds and resolves once this node's Node has
@@ -130,7 +138,8 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   const said = new ReadLog(log, brain);
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
     const t0 = performance.now();
-    const res = parseObject(raw, kind); // list items carry no kind
+    // protobuf bytes that did not decode: refused like an object that does not validate
+    const res: ParseResult = UNDECODABLE in raw ? undecodable(kind, raw) : parseObject(raw, kind); // list items carry no kind
     validateMs[kind] += performance.now() - t0;
     // the well-formed majority carries no notes: nothing to say (unless something was said before)
     if (!res.ok || res.notes || !said.quiet) said.report(kind, idOf(kind, raw), res);
@@ -165,7 +174,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (present) brain.apply(listing.missing(kind, present));
           present = null;
           if (!brain.isSynced) {
-            log.info("listed", { kind, objects: list.items, pages: list.pages, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
+            log.info("listed", { kind, objects: list.items, pages: list.pages, as: list.encoding, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
           }
           validateMs[kind] = 0;
           brain.markSynced(kind);
