@@ -118,6 +118,8 @@ export interface RequestRecord {
   watch: boolean;
   /** the Authorization header as sent */
   authorization?: string;
+  /** the Accept header as sent */
+  accept?: string;
   /** a client certificate signed by the server's client CA came with it */
   clientCert: boolean;
 }
@@ -404,7 +406,8 @@ export class FakeApiServer {
     // Bun's TLS socket has `authorized` but no getPeerCertificate: a signed certificate is all we learn.
     const clientCert = !!this.auth.clientCA && (req.socket as TLSSocket).authorized === true;
     const authorization = req.headers.authorization;
-    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), clientCert });
+    const accept = req.headers.accept;
+    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), ...(accept ? { accept } : {}), clientCert });
     const at = this.failures.findIndex((f) => (!f.path || f.path === url.pathname) && (!f.continued || !!query.continue));
     if (at >= 0) {
       const [failure] = this.failures.splice(at, 1);
