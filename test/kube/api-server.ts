@@ -276,7 +276,7 @@ export class FakeApiServer {
   // -- cluster changes
 
   /** `input` raw or validated (test/fixtures/k8s.ts): served as the API server sends it */
-  apply(input: Record<string, unknown>): void {
+  apply(input: Record<string, unknown>, opts: { brokenProtobuf?: boolean } = {}): void {
     const obj = structuredClone(asSent(input as never)) as Obj;
     const key = keyOf(obj);
     const prev = this.objects.get(key);
@@ -284,6 +284,8 @@ export class FakeApiServer {
     if (!prev) this.sorted = null;
     this.objects.set(key, obj);
     this.encoded.delete(key);
+    // bytes no decoder can read past its metadata: a last field claiming 127 bytes that are not there
+    if (opts.brokenProtobuf) this.encoded.set(key, Uint8Array.from([...encodeItem(obj.kind, obj), 0x1a, 0x7f]));
     this.emit({ rv: this.rv, type: prev ? "MODIFIED" : "ADDED", prev, obj });
   }
 
@@ -370,12 +372,14 @@ export class FakeApiServer {
     const before = ev.prev !== undefined && w.matches(ev.prev);
     const type = ev.type === "DELETED" ? (before ? "DELETED" : null) : now && before ? "MODIFIED" : now ? "ADDED" : before ? "DELETED" : null;
     w.rv = ev.rv;
-    if (type) this.send(w, type, wire(ev.obj));
+    if (type) this.send(w, type, wire(ev.obj), type === "DELETED" ? undefined : keyOf(ev.obj));
   }
 
-  private send(w: Watcher, type: string, object: Record<string, unknown> & { kind: string }) {
+  /** one event; `key`: the object is the current one of that key, its protobuf bytes kept */
+  private send(w: Watcher, type: string, object: Record<string, unknown> & { kind: string }, key?: string) {
     if (w.res.writableEnded) return;
-    w.res.write(w.protobuf ? encodeWatchEvent(type, object.kind, object as Obj) : JSON.stringify({ type, object }) + "\n");
+    const item = w.protobuf && key && this.objects.has(key) ? this.itemBytes(key, this.objects.get(key)!) : undefined;
+    w.res.write(w.protobuf ? encodeWatchEvent(type, object.kind, object as Obj, item) : JSON.stringify({ type, object }) + "\n");
   }
 
   /** an object's protobuf message bytes, kept until it changes */
@@ -560,7 +564,7 @@ export class FakeApiServer {
     res.flushHeaders();
     if (from === 0) {
       // resourceVersion unset: the current state as ADDED events first.
-      for (const o of this.objects.values()) if (o.kind === kind && matches(o)) this.send(w, "ADDED", wire(o));
+      for (const [key, o] of this.objects) if (o.kind === kind && matches(o)) this.send(w, "ADDED", wire(o), key);
       w.rv = this.rv;
     } else for (const ev of this.history) this.deliver(w, ev);
     this.watchers.add(w);

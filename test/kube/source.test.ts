@@ -330,3 +330,43 @@ describe(`asking for ${type}`, () => {
   });
 });
 }
+
+describe("kube source: content types", () => {
+  const withConnection = (conn: { contentType?: string; acceptContentTypes?: string }): Partial<Config> => {
+    const kubeProxy = defaultKubeProxyConfig();
+    Object.assign(kubeProxy.clientConnection, conn);
+    return { kubeProxy };
+  };
+
+  test("an API server that answers JSON only (as for a kind without protobuf) is read as JSON, protobuf asked or not", async () => {
+    const api = await cluster();
+    api.protobuf = false;
+    const r = await rig(api, tmp.dir, withConnection({ contentType: PROTOBUF }));
+    open.push(r);
+    await waitFor("revision 1", () => r.rev() >= 1);
+    expect(api.requests[0].accept).toBe(`${PROTOBUF}, */*`);
+    expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("as=json"))).toHaveLength(3);
+    api.apply(svc({ name: "later", clusterIPs: [v4.clusterIP(31)] }));
+    await waitFor("the watch (JSON lines)", () => r.keys().includes("default/later"));
+  });
+
+  test("acceptContentTypes is the Accept header as written; the answer is read by its Content-Type", async () => {
+    const api = await cluster();
+    const r = await rig(api, tmp.dir, withConnection({ contentType: PROTOBUF, acceptContentTypes: `${JSON_TYPE}, ${PROTOBUF}` }));
+    open.push(r);
+    await waitFor("revision 1", () => r.rev() >= 1);
+    for (const q of api.requests) expect(q.accept).toBe(`${JSON_TYPE}, ${PROTOBUF}`);
+    expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("as=json"))).toHaveLength(3);
+  });
+
+  test("an undecodable protobuf object is refused by name; its last valid version stays", async () => {
+    const api = await cluster();
+    const r = await rig(api, tmp.dir, withConnection({ contentType: PROTOBUF }));
+    open.push(r);
+    await waitFor("revision 1", () => r.rev() >= 1);
+    api.apply(svc({ name: "web", ports: [{ name: "http", port: 81 }] }), { brokenProtobuf: true });
+    await waitFor("the refusal", () => r.log.lines.find((l) => l.includes("service default/web: protobuf:")));
+    expect(r.keys()).toEqual(["default/web"]);
+    expect(r.brain.index.get("Service", "default", "web")).toMatchObject({ spec: { ports: [{ port: 80 }] } });
+  });
+});
