@@ -14,8 +14,6 @@ export const I32 = 5;
 /** the key of field `n` with wire type `wt`, as it comes off the wire (a varint) */
 export const key = (n: number, wt: number) => (n << 3) | wt;
 
-const decoder = new TextDecoder("utf-8");
-
 export class Reader {
   constructor(
     readonly buf: Uint8Array,
@@ -111,16 +109,13 @@ export class Reader {
 }
 
 /**
- * Names, addresses and enum values are short ASCII: built char by char they
- * cost less than a TextDecoder call each (10,000s of them at start-up).
+ * Node's (and Bun's) native UTF-8 slice: a flat string at once, where
+ * building one char by char makes a rope that every later hash or compare
+ * must flatten, and a TextDecoder call costs more per short string (10,000s
+ * of names and addresses at start-up).
  */
+const utf8Slice = (Buffer.prototype as unknown as { utf8Slice: (this: Uint8Array, start: number, end: number) => string }).utf8Slice;
+
 export function utf8(buf: Uint8Array, start: number, end: number): string {
-  if (end - start > 32) return decoder.decode(buf.subarray(start, end));
-  let s = "";
-  for (let i = start; i < end; i++) {
-    const c = buf[i];
-    if (c >= 0x80) return decoder.decode(buf.subarray(start, end));
-    s += String.fromCharCode(c);
-  }
-  return s;
+  return utf8Slice.call(buf, start, end);
 }
