@@ -25,9 +25,10 @@
 // running and serving every node's proxy, has: a cold in-repo server spent its
 // JIT warm-up inside kpng's list phase, on the same 2 cores.
 //
-// Each run waits (up to 2 min) until no process on the host listens to
-// nftables events (nftListeners): one listener anywhere, say another kpng of
-// a test suite, makes the load ~50% slower. A run that could not wait says so.
+// Each run waits (up to 2 min, KPNG_BENCH_NFT_WAIT_MS) until no process on
+// the host listens to nftables events (nftListeners): one listener anywhere,
+// say another kpng of a test suite, makes the load ~50% slower. A run that
+// could not wait says so.
 //
 // kpng asks in kube-proxy's default content type, protobuf (the API server
 // answers lists and watches in it); KPNG_BENCH_CONTENT_TYPE=json asks for
@@ -197,7 +198,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     await api.stdin.flush();
     const warmServerMs = field((await apiOut.wait(/^listMs /)).line, "listMs");
     await Bun.sleep(2000); // the deleted tables are freed by a kernel worker, after the commit
-    const listeners = await quietNft();
+    const listeners = await quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
     const t0 = Date.now();
     const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", "nft", "--hostname-override", NODE_NAME], {
       cwd: ROOT,
