@@ -5,7 +5,9 @@
 // server's resourceVersion semantics for lists ("0": from the watch cache,
 // limit ignored, one answer; "": the latest, paged; N with a limit or
 // resourceVersionMatch=Exact: the state at N, paged, 410 once compacted;
-// N otherwise: not older than N), answers in protobuf when the Accept header
+// N otherwise: not older than N), streamed lists (a watch with
+// sendInitialEvents: ADDED events, then a BOOKMARK annotated
+// k8s.io/initial-events-end), answers in protobuf when the Accept header
 // prefers it (test/kube/protobuf-encode.ts) and in JSON otherwise,
 // `watch=true` streams of newline-delimited JSON events or length-prefixed
 // protobuf frames over chunked HTTP, label and field
@@ -208,6 +210,10 @@ export class FakeApiServer {
   listMs = 0;
   /** answer Event creates with this status (403: RBAC refuses), or never answer them */
   eventReply: number | "hang" | undefined;
+  /** the next streamed list of `kind` is cut (its connection destroyed) after `after` events */
+  cutNextStream: { kind: string; after: number } | undefined;
+  /** streamed lists (sendInitialEvents, the WatchList gate, on since 1.32): false answers them 422, as a server with the gate off */
+  watchList = true;
   /** a watch cache (the API server's default) answers a list at resourceVersion "0" in one piece; without (--watch-cache=false) etcd pages it */
   watchCache = true;
   /** answers protobuf to a client that prefers it; false: a server (or an aggregated API) that speaks JSON only */
@@ -552,7 +558,16 @@ export class FakeApiServer {
     const from = q.resourceVersion ? Number(q.resourceVersion) : 0;
     const contentType = protobuf ? `${PROTOBUF};stream=watch` : "application/json";
     const w: Watcher = { kind, matches, bookmarks: q.allowWatchBookmarks === "true", res, rv: from, protobuf };
-    if (from !== 0 && from < this.compactedTo) {
+    // A streamed list (client-go's watch-list): the state as ADDED events, then a BOOKMARK saying they are all there.
+    const streamed = q.sendInitialEvents === "true";
+    if (streamed) {
+      const invalid = (why: string) => status(res, 422, "Invalid", `ListOptions.meta.k8s.io "" is invalid: ${why}`, protobuf);
+      if (!this.watchList) return invalid("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled");
+      if (q.resourceVersionMatch !== "NotOlderThan") return invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+      if (!w.bookmarks) return invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true");
+      if (from > this.rv) return status(res, 504, "Timeout", `Too large resource version: ${from}, current: ${this.rv}`, protobuf);
+    }
+    if (!streamed && from !== 0 && from < this.compactedTo) {
       const message = `too old resource version: ${from} (${this.compactedTo})`;
       if (this.goneAs === "http") return status(res, 410, "Expired", message, protobuf);
       res.writeHead(200, { "Content-Type": contentType, "Transfer-Encoding": "chunked" });
@@ -562,10 +577,27 @@ export class FakeApiServer {
     }
     res.writeHead(200, { "Content-Type": contentType, "Transfer-Encoding": "chunked" });
     res.flushHeaders();
-    if (from === 0) {
-      // resourceVersion unset: the current state as ADDED events first.
-      for (const [key, o] of this.objects) if (o.kind === kind && matches(o)) this.send(w, "ADDED", wire(o), key);
+    if (from === 0 || streamed) {
+      // resourceVersion unset (or a streamed list, not older than it): the current state as ADDED events first,
+      // written in one go as the real server does with events queued
+      res.cork();
+      const cut = streamed && this.cutNextStream?.kind === kind ? this.cutNextStream.after : undefined;
+      if (cut !== undefined) this.cutNextStream = undefined;
+      let sent = 0;
+      for (const [key, o] of this.objects) {
+        if (o.kind !== kind || !matches(o)) continue;
+        if (sent++ === cut) {
+          res.uncork();
+          return void res.socket?.destroy();
+        }
+        this.send(w, "ADDED", wire(o), key);
+      }
       w.rv = this.rv;
+      if (streamed) {
+        const apiVersion = Object.values(resources).find((r) => r.kind === kind)!.apiVersion;
+        this.send(w, "BOOKMARK", { kind, apiVersion, metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } } });
+      }
+      res.uncork();
     } else for (const ev of this.history) this.deliver(w, ev);
     this.watchers.add(w);
     const timeout = Number(q.timeoutSeconds) || 0;

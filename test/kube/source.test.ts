@@ -69,8 +69,9 @@ describe(`asking for ${type}`, () => {
       for (const l of listed) expect(l).toContain(`as=${contentType === PROTOBUF ? "protobuf" : "json"}`);
     });
 
-    test("the first list asks for resourceVersion 0 (the watch cache: one answer); a relist after 410 for the latest, paged", async () => {
+    test("by pages: the first list asks for resourceVersion 0 (the watch cache: one answer); a relist after 410 for the latest, paged", async () => {
       const api = await cluster();
+      api.watchList = false;
       for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
       const r = await started(api);
       const services = () => listsOf(api).filter((q) => q.path === "/api/v1/services");
@@ -86,14 +87,48 @@ describe(`asking for ${type}`, () => {
       expect(relist[1].query.continue).toBeTruthy();
     });
 
-    test("kube-proxy's selectors: no other proxy's services, no headless slices, only this Node", async () => {
+    for (const watchList of [true, false]) {
+      test(`kube-proxy's selectors: no other proxy's services, no headless slices, only this Node (${watchList ? "streamed list" : "list by pages"})`, async () => {
+        const api = await cluster();
+        api.watchList = watchList;
+        await started(api);
+        const q = Object.fromEntries((watchList ? api.requests : listsOf(api)).map((r) => [r.path, r.query]));
+        expect(q["/api/v1/services"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
+        expect(q["/apis/discovery.k8s.io/v1/endpointslices"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
+        expect(q["/api/v1/nodes"].fieldSelector).toBe(`metadata.name=${NODE}`);
+        if (!watchList) expect(q["/api/v1/services"].limit).toBe("500");
+      });
+    }
+
+    test("the list is streamed as client-go 1.36 streams it: a watch with sendInitialEvents, ended by the BOOKMARK, then watched on", async () => {
       const api = await cluster();
-      await started(api);
-      const q = Object.fromEntries(listsOf(api).map((r) => [r.path, r.query]));
-      expect(q["/api/v1/services"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
-      expect(q["/apis/discovery.k8s.io/v1/endpointslices"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
-      expect(q["/api/v1/nodes"].fieldSelector).toBe(`metadata.name=${NODE}`);
-      expect(q["/api/v1/services"].limit).toBe("500");
+      const r = await started(api);
+      for (const q of api.requests) expect(q).toMatchObject({ watch: true, query: { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", allowWatchBookmarks: "true" } });
+      for (const q of api.requests) expect(q.query.resourceVersion ?? "").toBe("");
+      expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=watch"))).toHaveLength(3);
+      api.apply(svc({ name: "later", clusterIPs: [v4.clusterIP(31)] }));
+      await waitFor("the same stream, on as a watch", () => r.keys().includes("default/later"));
+      expect(api.requests).toHaveLength(3);
+    });
+
+    test("a streamed list cut before its end BOOKMARK is listed again whole", async () => {
+      const api = await cluster();
+      for (let i = 0; i < 300; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+      api.cutNextStream = { kind: "Service", after: 150 };
+      const services = () => api.requests.filter((q) => q.path === "/api/v1/services");
+      const r = await started(api);
+      expect(r.keys()).toHaveLength(301);
+      expect(services()).toHaveLength(2);
+      expect(r.log.lines.filter((l) => l.includes("list failed"))).toHaveLength(1);
+    });
+
+    test("an API server that refuses streamed lists (WatchList gate off): listed by pages, as client-go falls back", async () => {
+      const api = await cluster();
+      api.watchList = false;
+      const r = await started(api);
+      expect(r.log.lines.filter((l) => l.includes("does not stream lists"))).toHaveLength(3);
+      expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=pages"))).toHaveLength(3);
+      expect(listsOf(api)).toHaveLength(3);
     });
 
     test("a service labelled for another proxy is not served; with --service-proxy-name it is", async () => {
@@ -106,8 +141,9 @@ describe(`asking for ${type}`, () => {
       expect(named.keys()).toEqual(["default/mesh", "default/web"]);
     });
 
-    test("a paginated list (more than one page of 500) is read whole", async () => {
+    test("by pages: a paginated list (more than one page of 500) is read whole", async () => {
       const api = await cluster();
+      api.watchList = false;
       api.watchCache = false;
       for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
       const r = await started(api);
@@ -117,6 +153,7 @@ describe(`asking for ${type}`, () => {
 
     test("requests share connections: a list of many pages does not pay a TLS handshake a page", async () => {
       const api = await cluster();
+      api.watchList = false;
       api.watchCache = false;
       for (let i = 0; i < 2600; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
       await started(api);
@@ -137,7 +174,8 @@ describe(`asking for ${type}`, () => {
       await waitFor("update", () => r.brain.view(NODE).state?.services.get("default/api")?.service.Ports[0]?.Port === 8080);
       api.remove("Service", "default", "api");
       await waitFor("delete", () => !r.keys().includes("default/api"));
-      expect(listsOf(api)).toHaveLength(3);
+      // one streamed list per kind, which goes on as its watch: no other request
+      expect(api.requests).toHaveLength(3);
     });
 
     test("an object that stops matching the selector is deleted (sent as DELETED)", async () => {
@@ -221,6 +259,7 @@ describe(`asking for ${type}`, () => {
 
     test("a first list that fails midway is listed again whole: what went meanwhile is not kept", async () => {
       const api = await cluster();
+      api.watchList = false;
       api.watchCache = false;
       for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
       // The second page of services fails; as it does, a service of the first page goes.

@@ -1,7 +1,10 @@
-// One list/watch loop against the API server, the way client-go's reflector
-// runs it: list (paginated: the first list at resourceVersion "0", which the
+// One list/watch loop against the API server, the way client-go 1.36's
+// reflector runs it: the list streamed as a watch (sendInitialEvents: every
+// object as an ADDED event, then a BOOKMARK marking the end; client-go's
+// WatchListClient, on by default since 1.35), or, from an API server that
+// refuses that, paginated GETs (the first at resourceVersion "0", which the
 // API server answers from its watch cache; a relist after 410 Gone at "",
-// the latest state), then watch from the list's resourceVersion;
+// the latest state); then watch from the list's resourceVersion;
 // resume from the last resourceVersion seen when a watch ends or drops; list
 // again only on 410 Gone; back off exponentially (with jitter, capped) while
 // the server cannot be reached. Nothing here ever clears what was listed: a
@@ -53,6 +56,8 @@ export interface ListStats {
   decodeMs: number;
   /** how the answers came */
   encoding: string;
+  /** "watch": streamed (sendInitialEvents); "pages": GETs */
+  via: "watch" | "pages";
 }
 
 export interface Backoff {
@@ -66,7 +71,10 @@ export const DEFAULT_BACKOFF: Backoff = { initialMs: 800, maxMs: 30_000 };
 const PAGE = 500;
 const LIST_TIMEOUT_MS = 60_000;
 
-type Outcome = { type: "gone" } | { type: "error"; err: unknown; timeout: boolean } | { type: "closed"; events: number; ms: number };
+type Outcome = { type: "gone" } | { type: "error"; err: unknown; timeout: boolean } | { type: "closed"; events: number; ms: number } | { type: "refused"; err: unknown };
+
+/** the annotation of the BOOKMARK that ends a streamed list's initial events */
+export const INITIAL_EVENTS_END = "k8s.io/initial-events-end";
 
 const statusOf = (err: unknown): number | undefined => {
   const e = err as { statusCode?: unknown; code?: unknown };
@@ -83,6 +91,8 @@ export class Reflector {
    * the server said 410 Gone, then "" (the latest, a consistent read).
    */
   private listFrom = "0";
+  /** list by a watch with sendInitialEvents, until the API server refuses it (then by pages, as client-go falls back) */
+  private streamList = true;
   private stopped = false;
   private request?: AbortController;
   private readonly stop = new AbortController();
@@ -125,7 +135,8 @@ export class Reflector {
 
   private async run() {
     while (!this.stopped) {
-      if (!this.resourceVersion) {
+      const listing = !this.resourceVersion;
+      if (listing && !this.streamList) {
         try {
           await this.list();
           this.failures = 0;
@@ -141,9 +152,13 @@ export class Reflector {
           continue;
         }
       }
-      const out = await this.watchOnce();
+      const out = await this.watchOnce(listing && this.streamList);
       if (this.stopped) return;
-      if (out.type === "gone") {
+      if (out.type === "refused") {
+        // Until kpng restarts: an API server that refused once (its WatchList gate off) refuses again.
+        this.log.info("the API server does not stream lists (sendInitialEvents), listing page by page", { kind: this.kind, error: errorMessage(out.err) });
+        this.streamList = false;
+      } else if (out.type === "gone") {
         this.log.info("resourceVersion too old, listing again", { kind: this.kind, resourceVersion: this.resourceVersion });
         this.resourceVersion = "";
         this.listFrom = "";
@@ -151,7 +166,7 @@ export class Reflector {
       } else if (out.type === "error") {
         // The client's inactivity timeout already waited: reconnect at once, from where we were.
         if (out.timeout) continue;
-        await this.retryLater("watch failed", out.err);
+        await this.retryLater(this.resourceVersion ? "watch failed" : "list failed", out.err);
       } else if (out.events === 0 && out.ms < 1000) {
         // A server that ends every watch at once must not make us spin.
         await this.retryLater("watch closed immediately", null);
@@ -179,7 +194,7 @@ export class Reflector {
    */
   private async list() {
     const t0 = performance.now();
-    const stats: ListStats = { items: 0, pages: 0, ms: 0, decodeMs: 0, encoding: "" };
+    const stats: ListStats = { items: 0, pages: 0, ms: 0, decodeMs: 0, encoding: "", via: "pages" };
     /** one chain of early requests; a chain whose token turned out wrong is cut */
     const chain = { dead: false };
     let first = true;
@@ -287,8 +302,15 @@ export class Reflector {
     return { labelSelector: this.spec.labelSelector, fieldSelector: this.spec.fieldSelector };
   }
 
-  /** One watch request, streamed line by line until the server ends it, it drops, or it errors. */
-  private async watchOnce(): Promise<Outcome> {
+  /**
+   * One watch request, read event by event until the server ends it, it
+   * drops, or it errors. `listing`: the list itself, streamed (client-go's
+   * watch-list): resourceVersion "" NotOlderThan with sendInitialEvents, the
+   * ADDED events before the end BOOKMARK handed over as list items, then on
+   * as a watch. A stream that ends before that BOOKMARK listed nothing whole:
+   * it is tried again, as a failed list.
+   */
+  private async watchOnce(listing = false): Promise<Outcome> {
     const started = performance.now();
     // Like client-go: a random 5-10 minute server-side timeout spreads reconnections.
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
@@ -297,6 +319,8 @@ export class Reflector {
     let events = 0;
     let gone = false;
     let open = false;
+    const list: ListStats | null = listing ? { items: 0, pages: 0, ms: 0, decodeMs: 0, encoding: "", via: "watch" } : null;
+    let initial = listing;
     // A silent half-open connection is cut a minute after the server should have ended it.
     let idle: ReturnType<typeof setTimeout> | undefined;
     const resetIdle = () => {
@@ -305,14 +329,25 @@ export class Reflector {
     };
     try {
       resetIdle();
-      const query = { ...this.selectors(), watch: "true", resourceVersion: this.resourceVersion, allowWatchBookmarks: "true", timeoutSeconds: String(timeoutSeconds) };
-      const res = await expectOK(await this.get(this.spec.path, query, AbortSignal.any([this.stop.signal, ctl.signal])));
+      const query = {
+        ...this.selectors(),
+        watch: "true",
+        allowWatchBookmarks: "true",
+        timeoutSeconds: String(timeoutSeconds),
+        ...(listing ? { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", resourceVersion: "" } : { resourceVersion: this.resourceVersion }),
+      };
+      const res = await this.get(this.spec.path, query, AbortSignal.any([this.stop.signal, ctl.signal]));
+      const code = res.statusCode ?? 0;
+      // 4xx but 410 (and authorization, throttling): a server that does not take sendInitialEvents
+      if (listing && code >= 400 && code < 500 && ![401, 403, 410, 429].includes(code)) return { type: "refused", err: await expectOK(res).catch((err: unknown) => err) };
+      await expectOK(res);
       res.socket?.setKeepAlive?.(true, 30_000);
       open = true;
       this.sink.watching(1);
       const encoding = encodingOf(res.headers["content-type"]);
       if (!encoding) throw new Error(`${this.spec.path}: watch answered in ${res.headers["content-type"]}, which kpng does not read`);
-      for await (const ev of watchEvents(res, encoding)) {
+      if (list) list.encoding = encoding;
+      for await (const ev of watchEvents(res, encoding, list)) {
         resetIdle();
         if (!ev?.type || !ev.object || typeof ev.object !== "object") continue;
         if (ev.type === "ERROR") {
@@ -322,11 +357,29 @@ export class Reflector {
           continue;
         }
         events++;
-        const rv = (ev.object.metadata as { resourceVersion?: unknown } | undefined)?.resourceVersion;
+        const meta = ev.object.metadata as { resourceVersion?: unknown; annotations?: Record<string, string> } | undefined;
+        const rv = meta?.resourceVersion;
+        if (initial) {
+          if (ev.type === "ADDED") {
+            this.sink.page([ev.object], list!.items++ === 0);
+            continue;
+          }
+          if (ev.type === "BOOKMARK" && meta?.annotations?.[INITIAL_EVENTS_END] === "true") {
+            initial = false;
+            if (list!.items === 0) this.sink.page([], true);
+            list!.ms = performance.now() - started;
+            this.sink.listed(list!);
+            if (typeof rv === "string") this.resourceVersion = rv;
+            this.failures = 0;
+            this.listedOnce.resolve();
+            continue;
+          }
+        }
         if (ev.type !== "BOOKMARK") this.sink.event(ev.type, ev.object);
-        if (typeof rv === "string" && rv) this.resourceVersion = rv;
+        if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
       }
       if (gone) return { type: "gone" };
+      if (initial) return { type: "error", err: new Error(`${this.spec.path}: the stream ended before its initial events did`), timeout: false };
       // A stream that ends without an error is a normal end (timeoutSeconds) or a dropped
       // connection; either way we resume from the last resourceVersion.
       return { type: "closed", events, ms: performance.now() - started };
@@ -334,7 +387,7 @@ export class Reflector {
       if (gone || statusOf(err) === 410) return { type: "gone" };
       const timeout = (err as { name?: string })?.name === "TimeoutError" || (ctl.signal.reason as { name?: string } | undefined)?.name === "TimeoutError";
       // A connection cut mid-stream ("aborted", ECONNRESET) after events is a drop, not a failure.
-      if (open && events > 0 && !timeout) return { type: "closed", events, ms: performance.now() - started };
+      if (open && events > 0 && !timeout && !initial) return { type: "closed", events, ms: performance.now() - started };
       return { type: "error", err, timeout };
     } finally {
       clearTimeout(idle);
@@ -372,11 +425,18 @@ interface FetchedPage {
   next?: { token: string; page: FetchedPage };
 }
 
-/** The events of a watch answer: JSON lines, or protobuf frames. */
-async function* watchEvents(res: IncomingMessage, encoding: "json" | "protobuf"): AsyncGenerator<Partial<WatchEvent> | undefined> {
+/** The events of a watch answer: JSON lines, or protobuf frames; decoding time added to `stats` while it is a list. */
+async function* watchEvents(res: IncomingMessage, encoding: "json" | "protobuf", stats: ListStats | null): AsyncGenerator<Partial<WatchEvent> | undefined> {
+  const timed = <T>(f: () => T): T => {
+    if (!stats) return f();
+    const t0 = performance.now();
+    const out = f();
+    stats.decodeMs += performance.now() - t0;
+    return out;
+  };
   if (encoding === "protobuf") {
     const decoder = new WatchDecoder();
-    for await (const chunk of res) yield* decoder.push(chunk as Buffer);
+    for await (const chunk of res) yield* timed(() => decoder.push(chunk as Buffer));
     return;
   }
   let rest = "";
@@ -384,7 +444,7 @@ async function* watchEvents(res: IncomingMessage, encoding: "json" | "protobuf")
   for await (const chunk of res) {
     const lines = (rest + text.write(chunk as Buffer)).split("\n");
     rest = lines.pop()!;
-    for (const line of lines) if (line.trim()) yield safeJSON(line) as Partial<WatchEvent> | undefined;
+    yield* timed(() => lines.filter((l) => l.trim()).map((l) => safeJSON(l) as Partial<WatchEvent> | undefined));
   }
   if (rest.trim()) yield safeJSON(rest) as Partial<WatchEvent> | undefined;
 }

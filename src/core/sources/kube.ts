@@ -174,7 +174,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (present) brain.apply(listing.missing(kind, present));
           present = null;
           if (!brain.isSynced) {
-            log.info("listed", { kind, objects: list.items, pages: list.pages, as: list.encoding, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
+            log.info("listed", { kind, objects: list.items, via: list.via, pages: list.pages, as: list.encoding, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
           }
           validateMs[kind] = 0;
           brain.markSynced(kind);
