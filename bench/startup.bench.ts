@@ -6,9 +6,10 @@
 //   - process start -> rules in the kernel (the first `synced backend=nft`),
 //     and whether a connect to the last service is then answered by its pod;
 //   - the split per phase, from kpng's own log lines: boot (runtime, imports,
-//     kubeconfig), list (paginated GETs; decode and validation overlap it,
-//     their CPU time is shown inside, with the API server's own time
-//     building the pages), compute (the brain's first state),
+//     kubeconfig), list (a streamed list per kind, as client-go 1.36 lists:
+//     decode and validation overlap it, their CPU time is shown inside, with
+//     the API server's own time writing the answers), compute (the brain's
+//     first state),
 //     render and apply (nft);
 //   - RSS of kpng's whole process tree (nft children included) after 20
 //     EndpointSlice changes, each applied before the next; kpng's own split
@@ -33,8 +34,7 @@
 // kpng asks in kube-proxy's default content type, protobuf (the API server
 // answers lists and watches in it); KPNG_BENCH_CONTENT_TYPE=json asks for
 // JSON (`--kube-api-content-type application/json`), as before kpng read
-// protobuf. The first list asks for resourceVersion 0, which the API server
-// answers from its watch cache in one piece (as a real one does).
+// protobuf.
 //
 // Goals (issue 25): 10k <= 1.5 s; 1k <= 0.2 s.
 // Figures only; nothing asserted. KPNG_BENCH_RUNS (default 3) runs per size;

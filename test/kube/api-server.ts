@@ -579,7 +579,8 @@ export class FakeApiServer {
     res.flushHeaders();
     if (from === 0 || streamed) {
       // resourceVersion unset (or a streamed list, not older than it): the current state as ADDED events first,
-      // written in one go as the real server does with events queued
+      // written in one go as the real server does with events queued; a list's work (listMs)
+      const t0 = performance.now();
       res.cork();
       const cut = streamed && this.cutNextStream?.kind === kind ? this.cutNextStream.after : undefined;
       if (cut !== undefined) this.cutNextStream = undefined;
@@ -598,6 +599,7 @@ export class FakeApiServer {
         this.send(w, "BOOKMARK", { kind, apiVersion, metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } } });
       }
       res.uncork();
+      this.listMs += performance.now() - t0;
     } else for (const ev of this.history) this.deliver(w, ev);
     this.watchers.add(w);
     const timeout = Number(q.timeoutSeconds) || 0;
