@@ -220,6 +220,8 @@ export class FakeApiServer {
   protobuf = true;
   /** each object's protobuf bytes, made at the first protobuf answer that holds it (the watch cache keeps objects decoded; serialising is the server's per-list cost) */
   private readonly encoded = new Map<string, Uint8Array>();
+  /** each object's ADDED event as written to a watch, per encoding: a streamed list of 20,000 objects is then one write (the real server keeps serialized watch events too) */
+  private readonly added = new Map<string, { protobuf?: Uint8Array; json?: string }>();
   /** bearer tokens accepted (a test rotates them) */
   readonly tokens = new Set(["test-token"]);
   /** TokenReview answers: token -> the user it belongs to and the audiences it was issued for */
@@ -290,6 +292,7 @@ export class FakeApiServer {
     if (!prev) this.sorted = null;
     this.objects.set(key, obj);
     this.encoded.delete(key);
+    this.added.delete(key);
     // bytes no decoder can read past its metadata: a last field claiming 127 bytes that are not there
     if (opts.brokenProtobuf) this.encoded.set(key, Uint8Array.from([...encodeItem(obj.kind, obj), 0x1a, 0x7f]));
     this.emit({ rv: this.rv, type: prev ? "MODIFIED" : "ADDED", prev, obj });
@@ -301,6 +304,7 @@ export class FakeApiServer {
     if (!prev) return;
     this.objects.delete(key);
     this.encoded.delete(key);
+    this.added.delete(key);
     this.sorted = null;
     const obj = structuredClone(prev);
     obj.metadata.resourceVersion = String(++this.rv);
@@ -386,6 +390,14 @@ export class FakeApiServer {
     if (w.res.writableEnded) return;
     const item = w.protobuf && key && this.objects.has(key) ? this.itemBytes(key, this.objects.get(key)!) : undefined;
     w.res.write(w.protobuf ? encodeWatchEvent(type, object.kind, object as Obj, item) : JSON.stringify({ type, object }) + "\n");
+  }
+
+  /** the ADDED event of the current object of `key`, as a watch in that encoding carries it */
+  private addedEvent(key: string, o: Obj, protobuf: boolean): Uint8Array | string {
+    let e = this.added.get(key);
+    if (!e) this.added.set(key, (e = {}));
+    if (protobuf) return (e.protobuf ??= encodeWatchEvent("ADDED", o.kind, wire(o), this.itemBytes(key, o)));
+    return (e.json ??= JSON.stringify({ type: "ADDED", object: wire(o) }) + "\n");
   }
 
   /** an object's protobuf message bytes, kept until it changes */
@@ -579,26 +591,25 @@ export class FakeApiServer {
     res.flushHeaders();
     if (from === 0 || streamed) {
       // resourceVersion unset (or a streamed list, not older than it): the current state as ADDED events first,
-      // written in one go as the real server does with events queued; a list's work (listMs)
+      // written in one go (the real server flushes only when no event is queued); a list's work (listMs)
       const t0 = performance.now();
-      res.cork();
       const cut = streamed && this.cutNextStream?.kind === kind ? this.cutNextStream.after : undefined;
       if (cut !== undefined) this.cutNextStream = undefined;
-      let sent = 0;
+      const events: Array<Uint8Array | string> = [];
       for (const [key, o] of this.objects) {
         if (o.kind !== kind || !matches(o)) continue;
-        if (sent++ === cut) {
-          res.uncork();
+        if (events.length === cut) {
+          res.write(w.protobuf ? Buffer.concat(events as Uint8Array[]) : events.join(""));
           return void res.socket?.destroy();
         }
-        this.send(w, "ADDED", wire(o), key);
+        events.push(this.addedEvent(key, o, w.protobuf));
       }
+      if (events.length) res.write(w.protobuf ? Buffer.concat(events as Uint8Array[]) : events.join(""));
       w.rv = this.rv;
       if (streamed) {
         const apiVersion = Object.values(resources).find((r) => r.kind === kind)!.apiVersion;
         this.send(w, "BOOKMARK", { kind, apiVersion, metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } } });
       }
-      res.uncork();
       this.listMs += performance.now() - t0;
     } else for (const ev of this.history) this.deliver(w, ev);
     this.watchers.add(w);
