@@ -8,7 +8,7 @@
 // { type 1, object 2: RawExtension { raw 1 } }, whose raw is again a body.
 
 import { decoders, nameOf, type Raw } from "./objects.ts";
-import { key, LEN, ProtoError, Reader } from "./wire.ts";
+import { asBuffer, key, LEN, ProtoError, Reader } from "./wire.ts";
 
 export const MAGIC = Uint8Array.of(0x6b, 0x38, 0x73, 0x00);
 
@@ -26,27 +26,27 @@ interface Unknown {
 }
 
 /** The runtime.Unknown of a body lying at [start, end): magic checked, raw located. */
-export function unwrap(buf: Uint8Array, start: number, end: number): Unknown {
+export function unwrap(buf: Buffer, start: number, end: number): Unknown {
   if (end - start < 4 || !hasMagic(buf, start)) throw new ProtoError("not a Kubernetes protobuf body (no k8s\\0 prefix)");
   const r = new Reader(buf, start + 4);
   const u: Unknown = { apiVersion: "", kind: "", start: 0, end: 0 };
   let encoding = "";
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === key(1, LEN)) {
+    if (t === 10) {
       const tend = r.sub(end);
       while (r.pos < tend) {
         const k = r.uint32();
-        if (k === key(1, LEN)) u.apiVersion = r.string(tend);
-        else if (k === key(2, LEN)) u.kind = r.string(tend);
+        if (k === 10) u.apiVersion = r.atom(tend);
+        else if (k === 18) u.kind = r.atom(tend);
         else r.skip(k, tend);
       }
       r.done(tend);
-    } else if (t === key(2, LEN)) {
+    } else if (t === 18) {
       u.end = r.sub(end);
       u.start = r.pos;
       r.pos = u.end;
-    } else if (t === key(3, LEN)) encoding = r.string(end);
+    } else if (t === 26) encoding = r.string(end);
     else r.skip(t, end);
   }
   r.done(end);
@@ -55,7 +55,7 @@ export function unwrap(buf: Uint8Array, start: number, end: number): Unknown {
 }
 
 /** One object of a known kind, decoded from [start, end); one that does not decode comes back as UNDECODABLE. */
-export function decodeObject(kind: string, buf: Uint8Array, start: number, end: number): Raw {
+export function decodeObject(kind: string, buf: Buffer, start: number, end: number): Raw {
   const decode = decoders[kind];
   if (!decode) throw new ProtoError(`no protobuf decoder for kind ${kind}`);
   try {
@@ -67,13 +67,14 @@ export function decodeObject(kind: string, buf: Uint8Array, start: number, end: 
 }
 
 /** A whole body (a Status, say): its kind and object. */
-export function decodeBody(buf: Uint8Array): { kind: string; apiVersion: string; object: Raw } {
+export function decodeBody(bytes: Uint8Array): { kind: string; apiVersion: string; object: Raw } {
+  const buf = asBuffer(bytes);
   const u = unwrap(buf, 0, buf.length);
   return { kind: u.kind, apiVersion: u.apiVersion, object: decodeObject(u.kind, buf, u.start, u.end) };
 }
 
 /** The varint at `pos` of `buf` and the position after it; null when the bytes end first. */
-function peekVarint(buf: Uint8Array, pos: number, end: number): { value: number; next: number } | null {
+function peekVarint(buf: Buffer, pos: number, end: number): { value: number; next: number } | null {
   let value = 0;
   let mul = 1;
   for (let i = 0; i < 10; i++) {
@@ -93,7 +94,7 @@ function peekVarint(buf: Uint8Array, pos: number, end: number): { value: number;
  * an item not yet complete are kept between chunks.
  */
 export class ListDecoder {
-  private pending: Uint8Array = new Uint8Array(0);
+  private pending: Buffer = Buffer.alloc(0);
   /** absolute offset of pending[0] in the body */
   private base = 0;
   private phase: "magic" | "unknown" | "list" = "magic";
@@ -112,7 +113,7 @@ export class ListDecoder {
 
   /** The items completed by `chunk`. */
   push(chunk: Uint8Array): Raw[] {
-    const buf = this.pending.length ? concat(this.pending, chunk) : chunk;
+    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
     const items: Raw[] = [];
     let pos = 0;
     const end = buf.length;
@@ -161,7 +162,7 @@ export class ListDecoder {
     }
     this.base += pos;
     // keep only the unfinished field; a copy, so the chunk it came from can go
-    this.pending = pos === end ? new Uint8Array(0) : buf.slice(pos);
+    this.pending = pos === end ? Buffer.alloc(0) : copy(buf, pos);
     return items;
   }
 
@@ -170,12 +171,12 @@ export class ListDecoder {
     if (this.pending.length || this.phase !== "unknown" || !this.rawSeen) throw new ProtoError("the List ends early (truncated answer)");
   }
 
-  private listMeta(buf: Uint8Array, start: number, end: number) {
+  private listMeta(buf: Buffer, start: number, end: number) {
     const r = new Reader(buf, start);
     while (r.pos < end) {
       const t = r.uint32();
-      if (t === key(2, LEN)) this.resourceVersion = r.string(end);
-      else if (t === key(3, LEN)) this.continue = r.string(end);
+      if (t === 18) this.resourceVersion = r.string(end);
+      else if (t === 26) this.continue = r.string(end);
       else r.skip(t, end);
     }
     r.done(end);
@@ -183,10 +184,17 @@ export class ListDecoder {
   }
 }
 
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
+function concat(a: Uint8Array, b: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(a.length + b.length);
   out.set(a, 0);
   out.set(b, a.length);
+  return out;
+}
+
+/** the bytes from `pos` on, copied: a view would keep the whole chunk alive */
+function copy(buf: Buffer, pos: number): Buffer {
+  const out = Buffer.allocUnsafe(buf.length - pos);
+  buf.copy(out, 0, pos);
   return out;
 }
 
@@ -198,12 +206,12 @@ export interface WatchEvent {
 
 /** Frames of a protobuf watch stream, each decoded to a WatchEvent as soon as it is whole. */
 export class WatchDecoder {
-  private pending: Uint8Array = new Uint8Array(0);
+  private pending: Buffer = Buffer.alloc(0);
   /** frames longer than this are refused (a corrupt length would otherwise wait forever) */
   static readonly MAX_FRAME = 64 << 20;
 
   push(chunk: Uint8Array): WatchEvent[] {
-    const buf = this.pending.length ? concat(this.pending, chunk) : chunk;
+    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
     const events: WatchEvent[] = [];
     let pos = 0;
     while (buf.length - pos >= 4) {
@@ -213,25 +221,25 @@ export class WatchDecoder {
       events.push(watchEvent(buf, pos + 4, pos + 4 + len));
       pos += 4 + len;
     }
-    this.pending = pos === buf.length ? new Uint8Array(0) : buf.slice(pos);
+    this.pending = pos === buf.length ? Buffer.alloc(0) : copy(buf, pos);
     return events;
   }
 }
 
 /** One frame: a WatchEvent body whose object is a body of its own. */
-export function watchEvent(buf: Uint8Array, start: number, end: number): WatchEvent {
+export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent {
   const u = unwrap(buf, start, end);
   const r = new Reader(buf, u.start);
   let type = "";
   let object: Raw | undefined;
   while (r.pos < u.end) {
     const t = r.uint32();
-    if (t === key(1, LEN)) type = r.string(u.end);
-    else if (t === key(2, LEN)) {
+    if (t === 10) type = r.atom(u.end);
+    else if (t === 18) {
       const xend = r.sub(u.end);
       while (r.pos < xend) {
         const k = r.uint32();
-        if (k === key(1, LEN)) {
+        if (k === 10) {
           const oend = r.sub(xend);
           const inner = unwrap(buf, r.pos, oend);
           object = decodeObject(inner.kind, buf, inner.start, inner.end);

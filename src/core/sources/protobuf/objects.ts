@@ -12,17 +12,26 @@
 // does not (a port's `port`, a slice's `addressType`), and a pointer field
 // (proto2 presence) is kept whenever it is on the wire, as JSON keeps it.
 
-import { key, LEN, ProtoError, Reader, VARINT } from "./wire.ts";
+import { asBuffer, key, LEN, ProtoError, Reader } from "./wire.ts";
 
 export type Raw = Record<string, unknown>;
 type Decode = (r: Reader, end: number) => Raw;
 
+// Keys are written as numbers (field n, wire type w: n * 8 + w; 2 for strings
+// and messages, 0 for numbers and booleans): a switch over constants is a
+// jump table, where `case key(1, 2):` would call a function per case tried,
+// at start-up, before the JIT has made anything of it.
 const F = (n: number) => key(n, LEN);
-const V = (n: number) => key(n, VARINT);
 
 /** a string field tagged omitempty: "" is left out */
 function optString(o: Raw, name: string, r: Reader, end: number) {
   const s = r.string(end);
+  if (s !== "") o[name] = s;
+}
+
+/** the same, for a value that recurs across objects (Reader.atom) */
+function optAtom(o: Raw, name: string, r: Reader, end: number) {
+  const s = r.atom(end);
   if (s !== "") o[name] = s;
 }
 
@@ -32,18 +41,18 @@ function push(o: Raw, name: string, value: unknown) {
   else o[name] = [value];
 }
 
-/** map<string,string> entry: key = 1, value = 2 */
-function mapEntry(o: Raw, name: string, r: Reader, end: number) {
+/** map<string,string> entry: key = 1, value = 2, added to `map` */
+function mapEntry(map: Record<string, string>, r: Reader, end: number) {
   let k = "";
   let value = "";
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === F(1)) k = r.string(end);
-    else if (t === F(2)) value = r.string(end);
+    if (t === 10) k = r.atom(end);
+    else if (t === 18) value = r.string(end);
     else r.skip(t, end);
   }
   r.done(end);
-  ((o[name] ??= {}) as Record<string, string>)[k] = value;
+  map[k] = value;
 }
 
 /** metav1.Time (seconds = 1, nanos = 2) as its JSON: RFC 3339, whole seconds, UTC */
@@ -51,7 +60,7 @@ function time(r: Reader, end: number): string {
   let seconds = 0;
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === V(1)) seconds = r.int64();
+    if (t === 8) seconds = r.int64();
     else r.skip(t, end);
   }
   r.done(end);
@@ -64,12 +73,12 @@ export function objectMeta(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): optString(o, "name", r, end); break;
-      case F(3): optString(o, "namespace", r, end); break;
-      case F(6): optString(o, "resourceVersion", r, end); break;
-      case F(9): o.deletionTimestamp = time(r, r.sub(end)); break;
-      case F(11): mapEntry(o, "labels", r, r.sub(end)); break;
-      case F(12): mapEntry(o, "annotations", r, r.sub(end)); break;
+      case 10: optString(o, "name", r, end); break;
+      case 26: optAtom(o, "namespace", r, end); break;
+      case 50: optString(o, "resourceVersion", r, end); break;
+      case 74: o.deletionTimestamp = time(r, r.sub(end)); break;
+      case 90: mapEntry((o.labels ??= {}) as Record<string, string>, r, r.sub(end)); break;
+      case 98: mapEntry((o.annotations ??= {}) as Record<string, string>, r, r.sub(end)); break;
       default: r.skip(t, end);
     }
   }
@@ -77,18 +86,31 @@ export function objectMeta(r: Reader, end: number): Raw {
   return o;
 }
 
-/** a message whose fields are all strings (or skipped): `fields[n]` names field n; `keep` those without omitempty */
-function strings(fields: Record<number, string>, keep: readonly string[] = []): Decode {
-  const byKey = new Map(Object.entries(fields).map(([n, name]) => [F(Number(n)), name]));
-  const kept = new Set(keep);
+/**
+ * A message whose fields are all strings (or skipped): `fields[n]` names
+ * field n; `keep` those without omitempty; `recur` those whose values recur
+ * across objects (Reader.atom).
+ */
+function strings(fields: Record<number, string>, keep: readonly string[] = [], recur: readonly string[] = []): Decode {
+  // indexed by key (small numbers): an array lookup per field
+  const names: Array<string | undefined> = [];
+  const kept: boolean[] = [];
+  const atoms: boolean[] = [];
+  for (const [n, name] of Object.entries(fields)) {
+    names[F(Number(n))] = name;
+    kept[F(Number(n))] = keep.includes(name);
+    atoms[F(Number(n))] = recur.includes(name);
+  }
   return (r, end) => {
     const o: Raw = {};
     while (r.pos < end) {
       const t = r.uint32();
-      const name = byKey.get(t);
+      const name = names[t];
       if (name === undefined) r.skip(t, end);
-      else if (kept.has(name)) o[name] = r.string(end);
-      else optString(o, name, r, end);
+      else {
+        const s = atoms[t] ? r.atom(end) : r.string(end);
+        if (kept[t] || s !== "") o[name] = s;
+      }
     }
     r.done(end);
     return o;
@@ -119,9 +141,9 @@ function intOrString(r: Reader, end: number): number | string {
   let str = "";
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === V(1)) type = r.int64();
-    else if (t === V(2)) int = r.int32();
-    else if (t === F(3)) str = r.string(end);
+    if (t === 8) type = r.int64();
+    else if (t === 16) int = r.int32();
+    else if (t === 26) str = r.string(end);
     else r.skip(t, end);
   }
   r.done(end);
@@ -134,12 +156,12 @@ function servicePort(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): optString(o, "name", r, end); break;
-      case F(2): optString(o, "protocol", r, end); break;
-      case V(3): o.port = r.int32(); break;
+      case 10: optAtom(o, "name", r, end); break;
+      case 18: optAtom(o, "protocol", r, end); break;
+      case 24: o.port = r.int32(); break;
       // IntOrString marshals itself, so JSON has it even when zero
-      case F(4): o.targetPort = intOrString(r, r.sub(end)); break;
-      case V(5): { const n = r.int32(); if (n !== 0) o.nodePort = n; break; }
+      case 34: o.targetPort = intOrString(r, r.sub(end)); break;
+      case 40: { const n = r.int32(); if (n !== 0) o.nodePort = n; break; }
       default: r.skip(t, end);
     }
   }
@@ -152,12 +174,12 @@ function sessionAffinityConfig(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === F(1)) {
+    if (t === 10) {
       const cend = r.sub(end);
       const c: Raw = {};
       while (r.pos < cend) {
         const u = r.uint32();
-        if (u === V(1)) c.timeoutSeconds = r.int32();
+        if (u === 8) c.timeoutSeconds = r.int32();
         else r.skip(u, cend);
       }
       r.done(cend);
@@ -178,18 +200,18 @@ function serviceSpec(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): push(o, "ports", servicePort(r, r.sub(end))); break;
-      case F(3): optString(o, "clusterIP", r, end); break;
-      case F(4): optString(o, "type", r, end); break;
-      case F(5): push(o, "externalIPs", r.string(end)); break;
-      case F(7): optString(o, "sessionAffinity", r, end); break;
-      case F(9): push(o, "loadBalancerSourceRanges", r.string(end)); break;
-      case F(11): optString(o, "externalTrafficPolicy", r, end); break;
-      case V(12): { const n = r.int32(); if (n !== 0) o.healthCheckNodePort = n; break; }
-      case F(14): o.sessionAffinityConfig = sessionAffinityConfig(r, r.sub(end)); break;
-      case F(18): push(o, "clusterIPs", r.string(end)); break;
-      case F(19): push(o, "ipFamilies", r.string(end)); break;
-      case F(22): o.internalTrafficPolicy = r.string(end); break;
+      case 10: push(o, "ports", servicePort(r, r.sub(end))); break;
+      case 26: optString(o, "clusterIP", r, end); break;
+      case 34: optAtom(o, "type", r, end); break;
+      case 42: push(o, "externalIPs", r.string(end)); break;
+      case 58: optAtom(o, "sessionAffinity", r, end); break;
+      case 74: push(o, "loadBalancerSourceRanges", r.string(end)); break;
+      case 90: optAtom(o, "externalTrafficPolicy", r, end); break;
+      case 96: { const n = r.int32(); if (n !== 0) o.healthCheckNodePort = n; break; }
+      case 114: o.sessionAffinityConfig = sessionAffinityConfig(r, r.sub(end)); break;
+      case 146: push(o, "clusterIPs", r.string(end)); break;
+      case 154: push(o, "ipFamilies", r.atom(end)); break;
+      case 178: o.internalTrafficPolicy = r.atom(end); break;
       default: r.skip(t, end);
     }
   }
@@ -198,7 +220,7 @@ function serviceSpec(r: Reader, end: number): Raw {
 }
 
 /** LoadBalancerIngress: ip 1, hostname 2, ipMode 3 (*string) */
-const ingress = strings({ 1: "ip", 2: "hostname", 3: "ipMode" }, ["ipMode"]);
+const ingress = strings({ 1: "ip", 2: "hostname", 3: "ipMode" }, ["ipMode"], ["ipMode"]);
 /** LoadBalancerStatus { ingress 1 } */
 const loadBalancerStatus = listOf(1, "ingress", ingress);
 
@@ -207,7 +229,7 @@ function serviceStatus(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === F(1)) o.loadBalancer = loadBalancerStatus(r, r.sub(end));
+    if (t === 10) o.loadBalancer = loadBalancerStatus(r, r.sub(end));
     else r.skip(t, end);
   }
   r.done(end);
@@ -220,9 +242,9 @@ export function service(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): o.metadata = objectMeta(r, r.sub(end)); break;
-      case F(2): o.spec = serviceSpec(r, r.sub(end)); break;
-      case F(3): o.status = serviceStatus(r, r.sub(end)); break;
+      case 10: o.metadata = objectMeta(r, r.sub(end)); break;
+      case 18: o.spec = serviceSpec(r, r.sub(end)); break;
+      case 26: o.status = serviceStatus(r, r.sub(end)); break;
       default: r.skip(t, end);
     }
   }
@@ -238,9 +260,9 @@ function conditions(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case V(1): o.ready = r.bool(); break;
-      case V(2): o.serving = r.bool(); break;
-      case V(3): o.terminating = r.bool(); break;
+      case 8: o.ready = r.bool(); break;
+      case 16: o.serving = r.bool(); break;
+      case 24: o.terminating = r.bool(); break;
       default: r.skip(t, end);
     }
   }
@@ -249,23 +271,45 @@ function conditions(r: Reader, end: number): Raw {
 }
 
 /** ForZone / ForNode: name 1 (no omitempty) */
-const named = strings({ 1: "name" }, ["name"]);
-
-/** EndpointHints: forZones 1, forNodes 2 */
-function hints(r: Reader, end: number): Raw {
+function named(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === F(1)) push(o, "forZones", named(r, r.sub(end)));
-    else if (t === F(2)) push(o, "forNodes", named(r, r.sub(end)));
+    if (t === 10) o.name = r.atom(end);
     else r.skip(t, end);
   }
   r.done(end);
   return o;
 }
 
-/** ObjectReference: kind 1, namespace 2, name 3 */
-const objectReference = strings({ 1: "kind", 2: "namespace", 3: "name" });
+/** EndpointHints: forZones 1, forNodes 2 */
+function hints(r: Reader, end: number): Raw {
+  const o: Raw = {};
+  while (r.pos < end) {
+    const t = r.uint32();
+    if (t === 10) push(o, "forZones", named(r, r.sub(end)));
+    else if (t === 18) push(o, "forNodes", named(r, r.sub(end)));
+    else r.skip(t, end);
+  }
+  r.done(end);
+  return o;
+}
+
+/** ObjectReference: kind 1, namespace 2, name 3 (one per endpoint: written out) */
+function objectReference(r: Reader, end: number): Raw {
+  const o: Raw = {};
+  while (r.pos < end) {
+    const t = r.uint32();
+    switch (t) {
+      case 10: optAtom(o, "kind", r, end); break;
+      case 18: optAtom(o, "namespace", r, end); break;
+      case 26: optString(o, "name", r, end); break;
+      default: r.skip(t, end);
+    }
+  }
+  r.done(end);
+  return o;
+}
 
 /** Endpoint: addresses 1, conditions 2, hostname 3 (*), targetRef 4, nodeName 6 (*), zone 7 (*), hints 8 */
 function endpoint(r: Reader, end: number): Raw {
@@ -273,13 +317,13 @@ function endpoint(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): push(o, "addresses", r.string(end)); break;
-      case F(2): o.conditions = conditions(r, r.sub(end)); break;
-      case F(3): o.hostname = r.string(end); break;
-      case F(4): o.targetRef = objectReference(r, r.sub(end)); break;
-      case F(6): o.nodeName = r.string(end); break;
-      case F(7): o.zone = r.string(end); break;
-      case F(8): o.hints = hints(r, r.sub(end)); break;
+      case 10: push(o, "addresses", r.string(end)); break;
+      case 18: o.conditions = conditions(r, r.sub(end)); break;
+      case 26: o.hostname = r.string(end); break;
+      case 34: o.targetRef = objectReference(r, r.sub(end)); break;
+      case 50: o.nodeName = r.atom(end); break;
+      case 58: o.zone = r.atom(end); break;
+      case 66: o.hints = hints(r, r.sub(end)); break;
       default: r.skip(t, end);
     }
   }
@@ -295,9 +339,9 @@ function endpointPort(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): o.name = r.string(end); break;
-      case F(2): o.protocol = r.string(end); break;
-      case V(3): o.port = r.int32(); break;
+      case 10: o.name = r.atom(end); break;
+      case 18: o.protocol = r.atom(end); break;
+      case 24: o.port = r.int32(); break;
       default: r.skip(t, end);
     }
   }
@@ -311,10 +355,10 @@ export function endpointSlice(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): o.metadata = objectMeta(r, r.sub(end)); break;
-      case F(2): push(o, "endpoints", endpoint(r, r.sub(end))); break;
-      case F(3): push(o, "ports", endpointPort(r, r.sub(end))); break;
-      case F(4): o.addressType = r.string(end); break;
+      case 10: o.metadata = objectMeta(r, r.sub(end)); break;
+      case 18: push(o, "endpoints", endpoint(r, r.sub(end))); break;
+      case 26: push(o, "ports", endpointPort(r, r.sub(end))); break;
+      case 34: o.addressType = r.atom(end); break;
       default: r.skip(t, end);
     }
   }
@@ -325,9 +369,9 @@ export function endpointSlice(r: Reader, end: number): Raw {
 // -- Node (core/v1)
 
 /** Taint: key 1 (no omitempty) */
-const taint = strings({ 1: "key" }, ["key"]);
+const taint = strings({ 1: "key" }, ["key"], ["key"]);
 /** NodeAddress: type 1, address 2 (no omitempty) */
-const nodeAddress = strings({ 1: "type", 2: "address" }, ["type", "address"]);
+const nodeAddress = strings({ 1: "type", 2: "address" }, ["type", "address"], ["type"]);
 /** NodeSpec { taints 5 } */
 const nodeSpec = listOf(5, "taints", taint);
 /** NodeStatus { addresses 5 } */
@@ -339,9 +383,9 @@ export function node(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(1): o.metadata = objectMeta(r, r.sub(end)); break;
-      case F(2): o.spec = nodeSpec(r, r.sub(end)); break;
-      case F(3): o.status = nodeStatus(r, r.sub(end)); break;
+      case 10: o.metadata = objectMeta(r, r.sub(end)); break;
+      case 18: o.spec = nodeSpec(r, r.sub(end)); break;
+      case 26: o.status = nodeStatus(r, r.sub(end)); break;
       default: r.skip(t, end);
     }
   }
@@ -357,10 +401,10 @@ export function status(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case F(2): optString(o, "status", r, end); break;
-      case F(3): optString(o, "message", r, end); break;
-      case F(4): optString(o, "reason", r, end); break;
-      case V(6): o.code = r.int32(); break;
+      case 18: optString(o, "status", r, end); break;
+      case 26: optString(o, "message", r, end); break;
+      case 34: optString(o, "reason", r, end); break;
+      case 48: o.code = r.int32(); break;
       default: r.skip(t, end);
     }
   }
@@ -379,7 +423,7 @@ export const decoders: Record<string, (r: Reader, end: number) => Raw> = {
 /** `name` and `namespace` of an object whose bytes did not decode, if its metadata (field 1, written first) did. */
 export function nameOf(buf: Uint8Array, start: number, end: number): Raw {
   try {
-    const r = new Reader(buf, start);
+    const r = new Reader(asBuffer(buf), start);
     if (r.uint32() !== F(1)) return {};
     const mend = r.sub(end);
     const meta = objectMeta(r, mend);

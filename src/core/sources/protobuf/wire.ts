@@ -14,9 +14,20 @@ export const I32 = 5;
 /** the key of field `n` with wire type `wt`, as it comes off the wire (a varint) */
 export const key = (n: number, wt: number) => (n << 3) | wt;
 
+/** Buffer's native UTF-8 slice (Node's and Bun's; not in @types/node) */
+type Utf8Slicing = Buffer & { utf8Slice(start: number, end: number): string };
+
+/** a Buffer view of `bytes`, without a copy: Buffers have the native utf8Slice */
+export const asBuffer = (bytes: Uint8Array): Buffer => (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+
+/** strings kept by Reader.atom, by a hash of their bytes (a collision is simply not shared) */
+const atoms = new Map<number, string>();
+const ATOMS = 4096;
+const ATOM_MAX = 64;
+
 export class Reader {
   constructor(
-    readonly buf: Uint8Array,
+    readonly buf: Buffer,
     public pos: number,
   ) {}
 
@@ -78,7 +89,41 @@ export class Reader {
     const end = this.sub(limit);
     const start = this.pos;
     this.pos = end;
-    return utf8(this.buf, start, end);
+    // Node's (and Bun's) native slice: a flat string at once, where building one
+    // char by char makes a rope that every later hash or compare must flatten,
+    // and a TextDecoder call costs more per short string
+    return (this.buf as Utf8Slicing).utf8Slice(start, end);
+  }
+
+  /**
+   * A string of the few that recur in every object (label keys, namespaces,
+   * protocols, node and zone names): the first one read is kept and handed
+   * out again, as JSON.parse shares its keys, so 20,000 objects do not each
+   * keep a copy (and no string is made for a repeat).
+   */
+  atom(limit: number): string {
+    const end = this.sub(limit);
+    const start = this.pos;
+    this.pos = end;
+    const n = end - start;
+    if (n > ATOM_MAX) return (this.buf as Utf8Slicing).utf8Slice(start, end);
+    const buf = this.buf;
+    let h = n;
+    for (let i = start; i < end; i++) h = (Math.imul(h, 31) + buf[i]) | 0;
+    const known = atoms.get(h);
+    if (known !== undefined && known.length === n) {
+      let same = true;
+      for (let i = 0; i < n; i++) {
+        if (known.charCodeAt(i) !== buf[start + i]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return known;
+    }
+    const fresh = (this.buf as Utf8Slicing).utf8Slice(start, end);
+    if (known === undefined && atoms.size < ATOMS) atoms.set(h, fresh);
+    return fresh;
   }
 
   /** skips the value of a field whose key was `k` */
@@ -106,16 +151,4 @@ export class Reader {
   done(end: number): void {
     if (this.pos !== end) throw new ProtoError("a field runs past the end of its message");
   }
-}
-
-/**
- * Node's (and Bun's) native UTF-8 slice: a flat string at once, where
- * building one char by char makes a rope that every later hash or compare
- * must flatten, and a TextDecoder call costs more per short string (10,000s
- * of names and addresses at start-up).
- */
-const utf8Slice = (Buffer.prototype as unknown as { utf8Slice: (this: Uint8Array, start: number, end: number) => string }).utf8Slice;
-
-export function utf8(buf: Uint8Array, start: number, end: number): string {
-  return utf8Slice.call(buf, start, end);
 }
