@@ -11,6 +11,8 @@
 //     the API server's own time writing the answers), compute (the brain's
 //     first state),
 //     render and apply (nft);
+//   - the CPU time the rest of the host used meanwhile (not kpng, its nft
+//     runs or the API server): on a shared 2-core machine, what competed;
 //   - RSS of kpng's whole process tree (nft children included) after 20
 //     EndpointSlice changes, each applied before the next; kpng's own split
 //     into anonymous memory and pages of its executable (RssFile).
@@ -165,6 +167,23 @@ const comm = (pid: number) => {
   }
 };
 
+const TICK_MS = 10; // USER_HZ is 100 on Linux
+/** CPU time the whole host spent busy (all cores), from /proc/stat */
+function hostBusyMs(): number {
+  const [user, nice, system, , , irq, softirq, steal] = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  return (user + nice + system + irq + softirq + steal) * TICK_MS;
+}
+/** CPU time of a process and its reaped children (nft runs), from /proc/PID/stat */
+function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * TICK_MS;
+  } catch {
+    return 0;
+  }
+}
+
 const field = (line: string, key: string) => Number(new RegExp(`\\b${key}[= ]([\\d.]+)`).exec(line)?.[1] ?? NaN);
 const stamp = (line: string) => Date.parse(line.slice(0, line.indexOf(" ")));
 
@@ -180,6 +199,8 @@ interface Run {
   rssParts: string;
   /** nftables event listeners elsewhere on the host at the start (nftListeners): the apply figure is inflated */
   listeners: number;
+  /** CPU ms the rest of the host (not kpng, its nft runs or the API server) used from start to rules: what competed */
+  othersMs: number;
 }
 
 async function once(topo: Topology, services: number, dir: string, kpngArgv: string[]): Promise<Run> {
@@ -200,6 +221,8 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     await Bun.sleep(2000); // the deleted tables are freed by a kernel worker, after the commit
     const listeners = await quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
     const t0 = Date.now();
+    const busy0 = hostBusyMs();
+    const api0 = processCpuMs(api.pid);
     const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", "nft", "--hostname-override", NODE_NAME], {
       cwd: ROOT,
       stdout: "ignore",
@@ -210,6 +233,8 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     try {
       const synced = await log.wait(/ synced backend=nft /);
       const totalMs = synced.at - t0;
+      // `ip netns exec` runs kpng as its child: the tree's CPU is the netns exec's own plus its reaped children
+      const othersMs = hostBusyMs() - busy0 - processTree(kpng.pid).reduce((n, p) => n + processCpuMs(p), 0) - (processCpuMs(api.pid) - api0);
       const probe = await topo.probe(topo.client.ns, { ip: lastServiceIP(services), port: 80 });
       const watching = stamp((await log.wait(/watching the API server/)).line);
       const listed = log.all.filter((l) => / listed kind=/.test(l.line)).map((l) => l.line);
@@ -246,6 +271,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         serverMs,
         rss: parts.reduce((n, p) => n + p.rss, 0),
         listeners,
+        othersMs,
         rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}${p.name === "kpng" ? ` = anon ${p.anon.toFixed(0)} + file ${p.file.toFixed(0)}` : ""}`).join(" + "),
       };
     } finally {
@@ -278,14 +304,14 @@ export default async function startupBench() {
     await topo.serve(topo.pods[0], { tcp: [8080] });
     for (const services of sizes) {
       console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend nft in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`);
-      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | connect | RSS MB after 20 changes");
+      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | others (CPU ms) | connect | RSS MB after 20 changes");
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
         const x = await once(topo, services, dir, kpngArgv);
         all.push(x);
         const p = x.phases;
         console.log(
-          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts})${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
+          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts})${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
         );
       }
       const tot = all.map((x) => x.totalMs);
