@@ -440,6 +440,8 @@ export class FakeApiServer {
     if (url.pathname === "/apis/authentication.k8s.io/v1/tokenreviews" && req.method === "POST") return void this.tokenReview(req, res);
     const ev = eventPath.exec(url.pathname);
     if (ev && req.method === "POST") return void this.createEvent(req, res, ev[1] === "api/v1" ? "v1" : "events.k8s.io/v1", ev[2]);
+    const one = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
+    if (one && req.method === "GET") return this.getNode(decodeURIComponent(one[1]), res, protobuf);
     const resource = resources[url.pathname];
     if (!resource || req.method !== "GET") return status(res, 404, "NotFound", "the server could not find the requested resource", protobuf);
     const labels = labelMatcher(query.labelSelector ?? "");
@@ -449,6 +451,14 @@ export class FakeApiServer {
     const t0 = performance.now();
     this.list(resource.kind, resource.apiVersion, matches, query, res, protobuf);
     this.listMs += performance.now() - t0;
+  }
+
+  /** GET of one Node (kube-proxy's getNodeIPs asks for its own) */
+  private getNode(name: string, res: ServerResponse, protobuf: boolean) {
+    const o = this.objects.get(`Node//${name}`);
+    if (!o) return status(res, 404, "NotFound", `nodes "${name}" not found`, protobuf);
+    res.writeHead(200, { "Content-Type": protobuf ? PROTOBUF : "application/json" });
+    res.end(protobuf ? encodeObject("Node", o, this.itemBytes(`Node//${name}`, o)) : JSON.stringify(wire(o)));
   }
 
   private authorized(header: string | undefined): boolean {

@@ -52,7 +52,9 @@ async function started(api: FakeApiServer, cfg: Partial<Config> = {}): Promise<R
 }
 
 const watchesOf = (api: FakeApiServer, path: string) => api.requests.filter((q) => q.watch && q.path === path);
-const listsOf = (api: FakeApiServer) => api.requests.filter((q) => !q.watch);
+/** list and watch requests (not the GET of this node by name) */
+const collections = (api: FakeApiServer) => api.requests.filter((q) => !q.path.startsWith("/api/v1/nodes/"));
+const listsOf = (api: FakeApiServer) => collections(api).filter((q) => !q.watch);
 
 for (const type of [PROTOBUF, JSON_TYPE]) {
 describe(`asking for ${type}`, () => {
@@ -92,7 +94,7 @@ describe(`asking for ${type}`, () => {
         const api = await cluster();
         api.watchList = watchList;
         await started(api);
-        const q = Object.fromEntries((watchList ? api.requests : listsOf(api)).map((r) => [r.path, r.query]));
+        const q = Object.fromEntries((watchList ? collections(api) : listsOf(api)).map((r) => [r.path, r.query]));
         expect(q["/api/v1/services"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
         expect(q["/apis/discovery.k8s.io/v1/endpointslices"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
         expect(q["/api/v1/nodes"].fieldSelector).toBe(`metadata.name=${NODE}`);
@@ -103,23 +105,27 @@ describe(`asking for ${type}`, () => {
     test("the list is streamed as client-go 1.36 streams it: a watch with sendInitialEvents, ended by the BOOKMARK, then watched on", async () => {
       const api = await cluster();
       const r = await started(api);
-      for (const q of api.requests) expect(q).toMatchObject({ watch: true, query: { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", allowWatchBookmarks: "true" } });
-      for (const q of api.requests) expect(q.query.resourceVersion ?? "").toBe("");
+      for (const q of collections(api)) expect(q).toMatchObject({ watch: true, query: { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", allowWatchBookmarks: "true" } });
+      for (const q of collections(api)) expect(q.query.resourceVersion ?? "").toBe("");
       expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=watch"))).toHaveLength(3);
       api.apply(svc({ name: "later", clusterIPs: [v4.clusterIP(31)] }));
       await waitFor("the same stream, on as a watch", () => r.keys().includes("default/later"));
-      expect(api.requests).toHaveLength(3);
+      expect(collections(api)).toHaveLength(3);
+      // and, as kube-proxy's getNodeIPs, its own Node by name
+      expect(api.requests.filter((q) => q.path === `/api/v1/nodes/${NODE}`)).toHaveLength(1);
     });
 
-    test("a streamed list cut before its end BOOKMARK is listed again whole", async () => {
+    test("a streamed list cut before its end BOOKMARK is listed again whole, by pages at once (client-go's fallback), then watched", async () => {
       const api = await cluster();
       for (let i = 0; i < 300; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
       api.cutNextStream = { kind: "Service", after: 150 };
       const services = () => api.requests.filter((q) => q.path === "/api/v1/services");
       const r = await started(api);
       expect(r.keys()).toHaveLength(301);
-      expect(services()).toHaveLength(2);
-      expect(r.log.lines.filter((l) => l.includes("list failed"))).toHaveLength(1);
+      expect(services().slice(0, 2).map((q) => (q.watch ? `watch sendInitialEvents=${q.query.sendInitialEvents}` : `list resourceVersion=${q.query.resourceVersion}`))).toEqual(["watch sendInitialEvents=true", "list resourceVersion=0"]);
+      expect(r.log.lines.filter((l) => l.includes("streamed list failed, listing page by page"))).toHaveLength(1);
+      await waitFor("the watch after the list", () => watchesOf(api, "/api/v1/services").length === 2);
+      expect(watchesOf(api, "/api/v1/services")[1].query.sendInitialEvents).toBeUndefined();
     });
 
     test("an API server that refuses streamed lists (WatchList gate off): listed by pages, as client-go falls back", async () => {
@@ -174,8 +180,8 @@ describe(`asking for ${type}`, () => {
       await waitFor("update", () => r.brain.view(NODE).state?.services.get("default/api")?.service.Ports[0]?.Port === 8080);
       api.remove("Service", "default", "api");
       await waitFor("delete", () => !r.keys().includes("default/api"));
-      // one streamed list per kind, which goes on as its watch: no other request
-      expect(api.requests).toHaveLength(3);
+      // one streamed list per kind, which goes on as its watch: no other request but the GET of this node
+      expect(collections(api)).toHaveLength(3);
     });
 
     test("an object that stops matching the selector is deleted (sent as DELETED)", async () => {

@@ -135,8 +135,24 @@ export class Reflector {
 
   private async run() {
     while (!this.stopped) {
-      const listing = !this.resourceVersion;
-      if (listing && !this.streamList) {
+      let out: Outcome | undefined;
+      if (!this.resourceVersion && this.streamList) {
+        out = await this.watchOnce(true);
+        if (this.stopped) return;
+        if (!this.resourceVersion) {
+          // As client-go: a streamed list that fails is followed at once by a list by pages,
+          // and the next list is streamed again; one the server refuses (its WatchList gate off)
+          // is not asked for again until kpng restarts.
+          if (out.type === "refused") {
+            this.log.info("the API server does not stream lists (sendInitialEvents), listing page by page", { kind: this.kind, error: errorMessage(out.err) });
+            this.streamList = false;
+          } else if (out.type === "error" && !out.timeout) {
+            this.log.warn("streamed list failed, listing page by page", { kind: this.kind, error: errorMessage(out.err) || String(statusOf(out.err) ?? "error") });
+          }
+          out = undefined;
+        }
+      }
+      if (!this.resourceVersion) {
         try {
           await this.list();
           this.failures = 0;
@@ -152,21 +168,17 @@ export class Reflector {
           continue;
         }
       }
-      const out = await this.watchOnce(listing && this.streamList);
+      out ??= await this.watchOnce();
       if (this.stopped) return;
-      if (out.type === "refused") {
-        // Until kpng restarts: an API server that refused once (its WatchList gate off) refuses again.
-        this.log.info("the API server does not stream lists (sendInitialEvents), listing page by page", { kind: this.kind, error: errorMessage(out.err) });
-        this.streamList = false;
-      } else if (out.type === "gone") {
+      if (out.type === "gone") {
         this.log.info("resourceVersion too old, listing again", { kind: this.kind, resourceVersion: this.resourceVersion });
         this.resourceVersion = "";
         this.listFrom = "";
         this.relists++;
-      } else if (out.type === "error") {
+      } else if (out.type === "error" || out.type === "refused") {
         // The client's inactivity timeout already waited: reconnect at once, from where we were.
-        if (out.timeout) continue;
-        await this.retryLater(this.resourceVersion ? "watch failed" : "list failed", out.err);
+        if (out.type === "error" && out.timeout) continue;
+        await this.retryLater("watch failed", out.err);
       } else if (out.events === 0 && out.ms < 1000) {
         // A server that ends every watch at once must not make us spin.
         await this.retryLater("watch closed immediately", null);

@@ -15,10 +15,11 @@ import type { Logger } from "../log.ts";
 import type { RestClientObserver } from "../node/client-metrics.ts";
 import { Listing, objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
-import { acceptHeader } from "./kube-content.ts";
+import { acceptHeader, encodingOf } from "./kube-content.ts";
+import { kubeRequest } from "./kube-http.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
-import { loadKubeConfig } from "./kubeconfig.ts";
-import { UNDECODABLE } from "./protobuf/envelope.ts";
+import { loadKubeConfig, type KubeAccess } from "./kubeconfig.ts";
+import { decodeBody, UNDECODABLE } from "./protobuf/envelope.ts";
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
 export const HEADLESS_LABEL = "service.kubernetes.io/headless";
@@ -96,6 +97,23 @@ class FlushTimer {
 }
 
 const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
+
+/** One Node by name (JSON or protobuf, by the answer's Content-Type); null when absent or unreachable. */
+async function getNode(access: KubeAccess, name: string, accept: string | undefined): Promise<Record<string, unknown> | null> {
+  try {
+    const res = await kubeRequest(access)({ path: `/api/v1/nodes/${encodeURIComponent(name)}`, accept, signal: AbortSignal.timeout(10_000) });
+    if (res.statusCode !== 200) {
+      res.resume();
+      return null;
+    }
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    const body = Buffer.concat(chunks);
+    return encodingOf(res.headers["content-type"]) === "protobuf" ? decodeBody(body).object : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
+  } catch {
+    return null;
+  }
+}
 
 /** `service default/web: protobuf: a field runs past the end of its message` */
 function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
@@ -203,6 +221,16 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     ).start();
   });
   log.info("watching the API server", { server: access.server, node: config.nodeName });
+  // kube-proxy GETs its own Node as it starts (getNodeIPs), besides its informers: so does kpng, and
+  // the Node's addresses may come before its list does. Taken only while the list has not brought it
+  // (an answer overtaken by the list could be older than what the list holds).
+  if (!opts.allNodes && config.nodeName) {
+    void getNode(access, config.nodeName, specs.Node.accept).then((raw) => {
+      if (!raw || brain.index.get("Node", "", config.nodeName)) return;
+      const obj = parse("Node", raw);
+      if (obj) brain.apply(listing.upsert(obj));
+    });
+  }
 
   const close = () => {
     for (const r of reflectors) r.close();
