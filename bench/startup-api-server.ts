@@ -29,7 +29,7 @@ const managed = (manager: string, fields: Record<string, unknown>) => [
   { manager, operation: "Update", apiVersion: "v1", time: created, fieldsType: "FieldsV1", fieldsV1: fields },
 ];
 
-function service(i: number) {
+export function service(i: number) {
   const ns = `ns-${i % 50}`;
   const name = `svc-${i}`;
   const ip = v6.clusterIP(i + 1);
@@ -59,7 +59,7 @@ function service(i: number) {
 }
 
 /** The slice of service i; the last service's single endpoint is the test pod. */
-function slice(i: number, services: number, podV6: string, gen = 0) {
+export function slice(i: number, services: number, podV6: string, gen = 0) {
   const ns = `ns-${i % 50}`;
   const name = `svc-${i}`;
   const last = i === services - 1;
@@ -96,7 +96,7 @@ function slice(i: number, services: number, podV6: string, gen = 0) {
   };
 }
 
-function node(k: number) {
+export function node(k: number) {
   return {
     kind: "Node",
     metadata: { name: `node-${k}`, uid: uid(k, 4), labels: { "kubernetes.io/hostname": `node-${k}`, "topology.kubernetes.io/zone": `zone-${k % 3}` } },

@@ -97,8 +97,8 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
       expect(r.code).toBe(0);
       const warn = r.err.split("\n").filter((l) => l.includes("WARN kpng: kube-proxy flags accepted with no effect"));
       expect(warn).toHaveLength(1);
-      for (const f of ["--feature-gates", "--kube-api-qps", "--kube-api-burst", "--kube-api-content-type", "--profiling", "--vmodule", "--ipvs-strict-arp", "--pod-bridge-interface", "--config-sync-period", "--log-flush-frequency"]) expect(warn[0]).toContain(f);
-      for (const f of ["--conntrack-max-per-core", "--hostname-override", "--v,", "--oom-score-adj", "--detect-local-mode"]) expect(warn[0]).not.toContain(f);
+      for (const f of ["--feature-gates", "--kube-api-qps", "--kube-api-burst", "--profiling", "--vmodule", "--ipvs-strict-arp", "--pod-bridge-interface", "--config-sync-period", "--log-flush-frequency"]) expect(warn[0]).toContain(f);
+      for (const f of ["--conntrack-max-per-core", "--hostname-override", "--v,", "--oom-score-adj", "--detect-local-mode", "--kube-api-content-type"]) expect(warn[0]).not.toContain(f);
     } finally {
       Bun.spawnSync(["rm", "-f", out]);
     }
@@ -115,6 +115,7 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
     { name: "a single-dash long flag (silently the wrong node before)", args: ["-hostname-override=node-1"], stderr: /^kpng: \[invalid_argument\] flag -hostname-override: long flags take two dashes: --hostname-override$/ },
     { name: "a stray positional argument", args: ["--hostname-override", "node-1", "iptables"], stderr: /^kpng: \[invalid_argument\] unexpected argument "iptables"/ },
     { name: "--logging-format unknown", args: ["--logging-format=xml"], stderr: /^kpng: \[invalid_argument\] flag --logging-format: "xml" must be one of text, json$/ },
+    { name: "--kube-api-content-type kpng cannot read", args: ["--kube-api-content-type=application/cbor"], stderr: /^kpng: \[invalid_argument\] flag --kube-api-content-type: "application\/cbor": kpng reads application\/json and application\/vnd\.kubernetes\.protobuf only$/ },
     { name: "an unknown flag", args: ["--frobnicate"], stderr: /^kpng: \[invalid_argument\] flag --frobnicate: unknown flag$/ },
   ];
   for (const c of bad) {

@@ -1,8 +1,16 @@
 // A Kubernetes API server small enough to read, speaking the real list/watch
 // protocol for Services, EndpointSlices and Nodes on 127.0.0.1: one global
 // resourceVersion counter (as etcd), paginated lists (limit/continue) whose
-// items carry no kind (as the real server sends them), `watch=true` streams
-// of newline-delimited JSON events over chunked HTTP, label and field
+// items carry no kind (as the real server sends them), with the real
+// server's resourceVersion semantics for lists ("0": from the watch cache,
+// limit ignored, one answer; "": the latest, paged; N with a limit or
+// resourceVersionMatch=Exact: the state at N, paged, 410 once compacted;
+// N otherwise: not older than N), streamed lists (a watch with
+// sendInitialEvents: ADDED events, then a BOOKMARK annotated
+// k8s.io/initial-events-end), answers in protobuf when the Accept header
+// prefers it (test/kube/protobuf-encode.ts) and in JSON otherwise,
+// `watch=true` streams of newline-delimited JSON events or length-prefixed
+// protobuf frames over chunked HTTP, label and field
 // selectors (an object that stops matching is sent as DELETED, as the watch
 // cache does), BOOKMARK events, compaction (a too old resourceVersion gets
 // 410 Gone: as an ERROR event, or as an HTTP status), dropped connections,
@@ -21,6 +29,18 @@ import type { Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { join } from "node:path";
 import { asSent } from "../fixtures/k8s.ts";
+import { encodeItem, encodeList, encodeObject, encodeWatchEvent } from "./protobuf-encode.ts";
+
+const PROTOBUF = "application/vnd.kubernetes.protobuf";
+
+/** Whether an Accept header gets protobuf: its first type this server has (protobuf, JSON, or any) decides, as the API server's negotiation. */
+export function prefersProtobuf(accept: string | undefined): boolean {
+  for (const t of (accept ?? "").split(",").map((x) => x.split(";")[0].trim().toLowerCase())) {
+    if (t === PROTOBUF) return true;
+    if (t === "application/json" || t === "*/*" || t === "application/*") return false;
+  }
+  return false;
+}
 
 export interface TestCert {
   cert: string;
@@ -90,6 +110,7 @@ interface Watcher {
   bookmarks: boolean;
   res: ServerResponse;
   rv: number;
+  protobuf: boolean;
 }
 
 export interface RequestRecord {
@@ -99,6 +120,8 @@ export interface RequestRecord {
   watch: boolean;
   /** the Authorization header as sent */
   authorization?: string;
+  /** the Accept header as sent */
+  accept?: string;
   /** a client certificate signed by the server's client CA came with it */
   clientCert: boolean;
 }
@@ -187,6 +210,18 @@ export class FakeApiServer {
   listMs = 0;
   /** answer Event creates with this status (403: RBAC refuses), or never answer them */
   eventReply: number | "hang" | undefined;
+  /** the next streamed list of `kind` is cut (its connection destroyed) after `after` events */
+  cutNextStream: { kind: string; after: number } | undefined;
+  /** streamed lists (sendInitialEvents, the WatchList gate, on since 1.32): false answers them 422, as a server with the gate off */
+  watchList = true;
+  /** a watch cache (the API server's default) answers a list at resourceVersion "0" in one piece; without (--watch-cache=false) etcd pages it */
+  watchCache = true;
+  /** answers protobuf to a client that prefers it; false: a server (or an aggregated API) that speaks JSON only */
+  protobuf = true;
+  /** each object's protobuf bytes, made at the first protobuf answer that holds it (the watch cache keeps objects decoded; serialising is the server's per-list cost) */
+  private readonly encoded = new Map<string, Uint8Array>();
+  /** each object's ADDED event as written to a watch, per encoding: a streamed list of 20,000 objects is then one write (the real server keeps serialized watch events too) */
+  private readonly added = new Map<string, { protobuf?: Uint8Array; json?: string }>();
   /** bearer tokens accepted (a test rotates them) */
   readonly tokens = new Set(["test-token"]);
   /** TokenReview answers: token -> the user it belongs to and the audiences it was issued for */
@@ -249,13 +284,17 @@ export class FakeApiServer {
   // -- cluster changes
 
   /** `input` raw or validated (test/fixtures/k8s.ts): served as the API server sends it */
-  apply(input: Record<string, unknown>): void {
+  apply(input: Record<string, unknown>, opts: { brokenProtobuf?: boolean } = {}): void {
     const obj = structuredClone(asSent(input as never)) as Obj;
     const key = keyOf(obj);
     const prev = this.objects.get(key);
     obj.metadata.resourceVersion = String(++this.rv);
     if (!prev) this.sorted = null;
     this.objects.set(key, obj);
+    this.encoded.delete(key);
+    this.added.delete(key);
+    // bytes no decoder can read past its metadata: a last field claiming 127 bytes that are not there
+    if (opts.brokenProtobuf) this.encoded.set(key, Uint8Array.from([...encodeItem(obj.kind, obj), 0x1a, 0x7f]));
     this.emit({ rv: this.rv, type: prev ? "MODIFIED" : "ADDED", prev, obj });
   }
 
@@ -264,6 +303,8 @@ export class FakeApiServer {
     const prev = this.objects.get(key);
     if (!prev) return;
     this.objects.delete(key);
+    this.encoded.delete(key);
+    this.added.delete(key);
     this.sorted = null;
     const obj = structuredClone(prev);
     obj.metadata.resourceVersion = String(++this.rv);
@@ -281,7 +322,7 @@ export class FakeApiServer {
     for (const w of this.watchers) {
       if (!w.bookmarks) continue;
       const apiVersion = Object.values(resources).find((r) => r.kind === w.kind)!.apiVersion;
-      this.send(w, { type: "BOOKMARK", object: { kind: w.kind, apiVersion, metadata: { resourceVersion: String(this.rv) } } });
+      this.send(w, "BOOKMARK", { kind: w.kind, apiVersion, metadata: { resourceVersion: String(this.rv) } });
     }
   }
 
@@ -341,40 +382,83 @@ export class FakeApiServer {
     const before = ev.prev !== undefined && w.matches(ev.prev);
     const type = ev.type === "DELETED" ? (before ? "DELETED" : null) : now && before ? "MODIFIED" : now ? "ADDED" : before ? "DELETED" : null;
     w.rv = ev.rv;
-    if (type) this.send(w, { type, object: wire(ev.obj) });
+    if (type) this.send(w, type, wire(ev.obj), type === "DELETED" ? undefined : keyOf(ev.obj));
   }
 
-  private send(w: Watcher, event: unknown) {
-    if (!w.res.writableEnded) w.res.write(JSON.stringify(event) + "\n");
+  /** one event; `key`: the object is the current one of that key, its protobuf bytes kept */
+  private send(w: Watcher, type: string, object: Record<string, unknown> & { kind: string }, key?: string) {
+    if (w.res.writableEnded) return;
+    const item = w.protobuf && key && this.objects.has(key) ? this.itemBytes(key, this.objects.get(key)!) : undefined;
+    w.res.write(w.protobuf ? encodeWatchEvent(type, object.kind, object as Obj, item) : JSON.stringify({ type, object }) + "\n");
+  }
+
+  /** the ADDED event of the current object of `key`, as a watch in that encoding carries it */
+  private addedEvent(key: string, o: Obj, protobuf: boolean): Uint8Array | string {
+    let e = this.added.get(key);
+    if (!e) this.added.set(key, (e = {}));
+    if (protobuf) return (e.protobuf ??= encodeWatchEvent("ADDED", o.kind, wire(o), this.itemBytes(key, o)));
+    return (e.json ??= JSON.stringify({ type: "ADDED", object: wire(o) }) + "\n");
+  }
+
+  /** an object's protobuf message bytes, kept until it changes */
+  private itemBytes(key: string, o: Obj): Uint8Array {
+    let b = this.encoded.get(key);
+    if (!b) this.encoded.set(key, (b = encodeItem(o.kind, o)));
+    return b;
+  }
+
+  /** the objects as they were at `rv` (history undone back to it), keys sorted */
+  private snapshotAt(rv: number): { objects: Map<string, Obj>; keys: string[] } {
+    if (rv >= this.rv) return { objects: this.objects, keys: (this.sorted ??= [...this.objects.keys()].sort()) };
+    const objects = new Map(this.objects);
+    for (let i = this.history.length - 1; i >= 0 && this.history[i].rv > rv; i--) {
+      const ev = this.history[i];
+      const key = keyOf(ev.obj);
+      if (ev.type === "ADDED") objects.delete(key);
+      else objects.set(key, ev.prev!);
+    }
+    return { objects, keys: [...objects.keys()].sort() };
   }
 
   private handle(req: IncomingMessage, res: ServerResponse) {
     const url = new URL(req.url ?? "/", "http://x");
     const query = Object.fromEntries(url.searchParams);
     const watch = query.watch === "true" || query.watch === "1";
+    const protobuf = this.protobuf && prefersProtobuf(req.headers.accept);
     // Bun's TLS socket has `authorized` but no getPeerCertificate: a signed certificate is all we learn.
     const clientCert = !!this.auth.clientCA && (req.socket as TLSSocket).authorized === true;
     const authorization = req.headers.authorization;
-    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), clientCert });
+    const accept = req.headers.accept;
+    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), ...(accept ? { accept } : {}), clientCert });
     const at = this.failures.findIndex((f) => (!f.path || f.path === url.pathname) && (!f.continued || !!query.continue));
     if (at >= 0) {
       const [failure] = this.failures.splice(at, 1);
       failure.then?.();
-      return status(res, failure.status, "InternalError", "injected failure");
+      return status(res, failure.status, "InternalError", "injected failure", protobuf);
     }
-    if (!clientCert && !this.authorized(authorization)) return status(res, 401, "Unauthorized", "Unauthorized");
+    if (!clientCert && !this.authorized(authorization)) return status(res, 401, "Unauthorized", "Unauthorized", protobuf);
     if (url.pathname === "/apis/authentication.k8s.io/v1/tokenreviews" && req.method === "POST") return void this.tokenReview(req, res);
     const ev = eventPath.exec(url.pathname);
     if (ev && req.method === "POST") return void this.createEvent(req, res, ev[1] === "api/v1" ? "v1" : "events.k8s.io/v1", ev[2]);
+    const one = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
+    if (one && req.method === "GET") return this.getNode(decodeURIComponent(one[1]), res, protobuf);
     const resource = resources[url.pathname];
-    if (!resource || req.method !== "GET") return status(res, 404, "NotFound", "the server could not find the requested resource");
+    if (!resource || req.method !== "GET") return status(res, 404, "NotFound", "the server could not find the requested resource", protobuf);
     const labels = labelMatcher(query.labelSelector ?? "");
     const fields = fieldMatcher(query.fieldSelector ?? "");
     const matches = (o: Obj) => labels(o.metadata.labels ?? {}) && fields(o);
-    if (watch) return this.watch(resource.kind, matches, query, res);
+    if (watch) return this.watch(resource.kind, matches, query, res, protobuf);
     const t0 = performance.now();
-    this.list(resource.kind, resource.apiVersion, matches, query, res);
+    this.list(resource.kind, resource.apiVersion, matches, query, res, protobuf);
     this.listMs += performance.now() - t0;
+  }
+
+  /** GET of one Node (kube-proxy's getNodeIPs asks for its own) */
+  private getNode(name: string, res: ServerResponse, protobuf: boolean) {
+    const o = this.objects.get(`Node//${name}`);
+    if (!o) return status(res, 404, "NotFound", `nodes "${name}" not found`, protobuf);
+    res.writeHead(200, { "Content-Type": protobuf ? PROTOBUF : "application/json" });
+    res.end(protobuf ? encodeObject("Node", o, this.itemBytes(`Node//${name}`, o)) : JSON.stringify(wire(o)));
   }
 
   private authorized(header: string | undefined): boolean {
@@ -434,23 +518,40 @@ export class FakeApiServer {
     res.end(JSON.stringify({ ...body, apiVersion: group, kind: "Event", metadata: { ...meta, namespace, uid: crypto.randomUUID(), resourceVersion: String(++this.rv) } }));
   }
 
-  private list(kind: string, apiVersion: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse) {
+  private list(kind: string, apiVersion: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse, protobuf: boolean) {
+    const fail = (code: number, reason: string, message: string) => status(res, code, reason, message, protobuf);
     let after = "";
     let rv = this.rv;
+    let limit = Number(q.limit) || Infinity;
     if (q.continue) {
+      if (q.resourceVersion) return fail(400, "BadRequest", "specifying resource version is not allowed when using continue");
       const token = JSON.parse(Buffer.from(q.continue, "base64").toString()) as { rv: number; after: string };
-      if (token.rv < this.compactedTo) return status(res, 410, "Expired", "The provided continue parameter is too old");
+      if (token.rv < this.compactedTo) return fail(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.");
       ({ after, rv } = token);
+    } else {
+      const asked = q.resourceVersion ?? "";
+      const n = Number(asked);
+      const exact = q.resourceVersionMatch === "Exact" || (!q.resourceVersionMatch && Number.isFinite(limit) && asked !== "" && asked !== "0");
+      if (asked === "0" && !exact) {
+        // Any state will do: the watch cache answers with what it holds, in one piece (it ignores limit).
+        if (this.watchCache) limit = Infinity;
+      } else if (asked !== "") {
+        if (!/^\d+$/.test(asked)) return fail(400, "BadRequest", `invalid resource version "${asked}"`);
+        if (n > this.rv) return fail(504, "Timeout", `Too large resource version: ${n}, current: ${this.rv}`);
+        if (exact) {
+          if (n < this.compactedTo) return fail(410, "Expired", `The resourceVersion for the provided list is too old.`);
+          rv = n;
+        }
+      }
     }
     // A page costs its own size, as from the real server's watch cache: keys are
     // sorted once, and a kind's keys are contiguous (`Kind/ns/name`).
-    const keys = (this.sorted ??= [...this.objects.keys()].sort());
+    const { objects, keys } = this.snapshotAt(rv);
     const prefix = `${kind}/`;
-    const limit = Number(q.limit) || Infinity;
     const page: Array<[string, Obj]> = [];
     let more = false;
     for (let i = lowerBound(keys, after ? after + "\0" : prefix); i < keys.length && keys[i].startsWith(prefix); i++) {
-      const o = this.objects.get(keys[i])!;
+      const o = objects.get(keys[i])!;
       if (!matches(o)) continue;
       if (page.length === limit) {
         more = true;
@@ -459,31 +560,67 @@ export class FakeApiServer {
       page.push([keys[i], o]);
     }
     const cont = more ? Buffer.from(JSON.stringify({ rv, after: page.at(-1)![0] })).toString("base64") : undefined;
+    const meta = { resourceVersion: String(rv), ...(cont ? { continue: cont } : {}) };
+    if (protobuf) {
+      // an object of an older snapshot is encoded afresh; the current ones once
+      const items = page.map(([key, o]) => (objects === this.objects ? this.itemBytes(key, o) : encodeItem(kind, o)));
+      res.writeHead(200, { "Content-Type": PROTOBUF });
+      return void res.end(encodeList(kind, items, meta));
+    }
     // List items carry no kind/apiVersion on the wire; serialized at once, so no copy is needed.
     const items = page.map(([, o]) => {
       const { kind: _k, apiVersion: _a, ...rest } = o as Obj & { apiVersion?: unknown };
       return rest;
     });
     res.writeHead(200, { "Content-Type": "application/json" });
-    res.end(JSON.stringify({ kind: `${kind}List`, apiVersion, metadata: { resourceVersion: String(rv), ...(cont ? { continue: cont } : {}) }, items }));
+    res.end(JSON.stringify({ kind: `${kind}List`, apiVersion, metadata: meta, items }));
   }
 
-  private watch(kind: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse) {
+  private watch(kind: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse, protobuf: boolean) {
     const from = q.resourceVersion ? Number(q.resourceVersion) : 0;
-    if (from !== 0 && from < this.compactedTo) {
+    const contentType = protobuf ? `${PROTOBUF};stream=watch` : "application/json";
+    const w: Watcher = { kind, matches, bookmarks: q.allowWatchBookmarks === "true", res, rv: from, protobuf };
+    // A streamed list (client-go's watch-list): the state as ADDED events, then a BOOKMARK saying they are all there.
+    const streamed = q.sendInitialEvents === "true";
+    if (streamed) {
+      const invalid = (why: string) => status(res, 422, "Invalid", `ListOptions.meta.k8s.io "" is invalid: ${why}`, protobuf);
+      if (!this.watchList) return invalid("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled");
+      if (q.resourceVersionMatch !== "NotOlderThan") return invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+      if (!w.bookmarks) return invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true");
+      if (from > this.rv) return status(res, 504, "Timeout", `Too large resource version: ${from}, current: ${this.rv}`, protobuf);
+    }
+    if (!streamed && from !== 0 && from < this.compactedTo) {
       const message = `too old resource version: ${from} (${this.compactedTo})`;
-      if (this.goneAs === "http") return status(res, 410, "Expired", message);
-      res.writeHead(200, { "Content-Type": "application/json", "Transfer-Encoding": "chunked" });
-      res.end(JSON.stringify({ type: "ERROR", object: { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason: "Expired", code: 410 } }) + "\n");
+      if (this.goneAs === "http") return status(res, 410, "Expired", message, protobuf);
+      res.writeHead(200, { "Content-Type": contentType, "Transfer-Encoding": "chunked" });
+      this.send(w, "ERROR", { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason: "Expired", code: 410 });
+      res.end();
       return;
     }
-    res.writeHead(200, { "Content-Type": "application/json", "Transfer-Encoding": "chunked" });
+    res.writeHead(200, { "Content-Type": contentType, "Transfer-Encoding": "chunked" });
     res.flushHeaders();
-    const w: Watcher = { kind, matches, bookmarks: q.allowWatchBookmarks === "true", res, rv: from };
-    if (from === 0) {
-      // resourceVersion unset: the current state as ADDED events first.
-      for (const o of this.objects.values()) if (o.kind === kind && matches(o)) this.send(w, { type: "ADDED", object: wire(o) });
+    if (from === 0 || streamed) {
+      // resourceVersion unset (or a streamed list, not older than it): the current state as ADDED events first,
+      // written in one go (the real server flushes only when no event is queued); a list's work (listMs)
+      const t0 = performance.now();
+      const cut = streamed && this.cutNextStream?.kind === kind ? this.cutNextStream.after : undefined;
+      if (cut !== undefined) this.cutNextStream = undefined;
+      const events: Array<Uint8Array | string> = [];
+      for (const [key, o] of this.objects) {
+        if (o.kind !== kind || !matches(o)) continue;
+        if (events.length === cut) {
+          res.write(w.protobuf ? Buffer.concat(events as Uint8Array[]) : events.join(""));
+          return void res.socket?.destroy();
+        }
+        events.push(this.addedEvent(key, o, w.protobuf));
+      }
+      if (events.length) res.write(w.protobuf ? Buffer.concat(events as Uint8Array[]) : events.join(""));
       w.rv = this.rv;
+      if (streamed) {
+        const apiVersion = Object.values(resources).find((r) => r.kind === kind)!.apiVersion;
+        this.send(w, "BOOKMARK", { kind, apiVersion, metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } } });
+      }
+      this.listMs += performance.now() - t0;
     } else for (const ev of this.history) this.deliver(w, ev);
     this.watchers.add(w);
     const timeout = Number(q.timeoutSeconds) || 0;
@@ -523,7 +660,9 @@ function wire(o: Obj): Obj {
   return { ...structuredClone(o), apiVersion: api.apiVersion };
 }
 
-function status(res: ServerResponse, code: number, reason: string, message: string) {
-  res.writeHead(code, { "Content-Type": "application/json" });
-  res.end(JSON.stringify({ kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, code }));
+/** a refusal, as a Status in the type the client prefers */
+function status(res: ServerResponse, code: number, reason: string, message: string, protobuf = false) {
+  const body = { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, code };
+  res.writeHead(code, { "Content-Type": protobuf ? PROTOBUF : "application/json" });
+  res.end(protobuf ? encodeObject("Status", body) : JSON.stringify(body));
 }

@@ -93,6 +93,13 @@ afterAll(async () => {
 });
 
 describe("kpng --kubeconfig K --backend nft --dry-run", () => {
+  test("asks in kube-proxy's default content type, protobuf, and reads the answers in it", () => {
+    const gets = api.requests.filter((q) => q.method === "GET" && q.path !== "/api/v1/namespaces");
+    expect(gets.length).toBeGreaterThanOrEqual(3); // a streamed list of each kind, watched on
+    for (const q of gets) expect(q.accept).toBe("application/vnd.kubernetes.protobuf, */*");
+    expect(kpng.err.match(/ listed kind=\S+ .*via=watch .*as=protobuf/g)).toHaveLength(3);
+  });
+
   test("prints the rules for what the API server holds", () => {
     expect(kpng.out).toContain("table ip kpng");
     expect(kpng.out).toContain(v4.clusterIP(10));

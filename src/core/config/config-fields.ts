@@ -20,8 +20,6 @@ const ipvsNote = "kpng's ipvs backend does not act on it";
 
 const rules: FieldRule[] = [
   { field: "featureGates", why: "kpng has no feature gates", when: (d) => Object.keys(d.featureGates).length > 0 },
-  { field: "clientConnection.acceptContentTypes", why: "kpng's client reads JSON" },
-  { field: "clientConnection.contentType", why: "kpng's client reads JSON" },
   { field: "clientConnection.qps", why: "kpng's client has no client-side rate limit" },
   { field: "clientConnection.burst", why: "kpng's client has no client-side rate limit" },
   { field: "logging.vmodule", why: "kpng has no per-file verbosity", when: (d) => Array.isArray(d.logging.vmodule) ? d.logging.vmodule.length > 0 : !!d.logging.vmodule },

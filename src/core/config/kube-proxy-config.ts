@@ -11,6 +11,7 @@
 import * as v from "valibot";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
+import { acceptProblem, contentTypeProblem } from "../sources/kube-content.ts";
 
 export const GROUP = "kubeproxy.config.k8s.io";
 export const V1ALPHA1 = `${GROUP}/v1alpha1`;
@@ -113,8 +114,9 @@ const schedulers = ["", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", 
 
 const clientConnection = obj({
   kubeconfig: str(),
-  acceptContentTypes: str(),
-  contentType: str("application/vnd.kubernetes.protobuf", true),
+  // a type kpng cannot read is refused at start-up rather than met at the first answer
+  acceptContentTypes: v.pipe(str(), v.check((s) => acceptProblem(s) === null, (i) => acceptProblem(String(i.input)) ?? "")),
+  contentType: v.pipe(str("application/vnd.kubernetes.protobuf", true), v.check((s) => contentTypeProblem(s) === null, (i) => contentTypeProblem(String(i.input)) ?? "")),
   qps: v.nullish(v.pipe(v.number("must be a number"), v.minValue(0, "must not be negative"), v.transform((n) => n || 5)), 5),
   burst: int(0, INT32_MAX, 10, true),
 });

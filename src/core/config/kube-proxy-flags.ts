@@ -10,6 +10,7 @@ import { isCIDR } from "../brain/k8s/ip.ts";
 import type { FlagDefs } from "./argv.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import type { KubeProxyConfig } from "./kube-proxy-config.ts";
+import { contentTypeProblem } from "../sources/kube-content.ts";
 
 const INT32_MAX = 2 ** 31 - 1;
 
@@ -43,7 +44,7 @@ export const kubeProxyArgs = {
   "conntrack-udp-timeout": { type: "string", valueHint: "duration", description: "nf_conntrack_udp_timeout (0: leave as is)" },
   "conntrack-udp-timeout-stream": { type: "string", valueHint: "duration", description: "nf_conntrack_udp_timeout_stream (0: leave as is)" },
   "feature-gates": { type: "string", valueHint: "mapStringBool", noEffect: "kpng has no feature gates" },
-  "kube-api-content-type": { type: "string", noEffect: "kpng's client reads JSON" },
+  "kube-api-content-type": { type: "string", description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json" },
   "kube-api-qps": { type: "string", valueHint: "float32", noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit" },
   "kube-api-burst": { type: "string", valueHint: "int32", noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit" },
   "config-sync-period": { type: "string", valueHint: "duration", noEffect: "kpng's watches need no periodic relist" },
@@ -78,6 +79,11 @@ const duration: Parse = (flag, s) => {
 };
 const bool: Parse = (_flag, s) => s === "true";
 const text: Parse = (_flag, s) => s;
+const contentType: Parse = (flag, s) => {
+  const problem = contentTypeProblem(s);
+  if (problem) throw invalid(`flag --${flag}: "${s}": ${problem}`);
+  return s;
+};
 const cidrs: Parse = (flag, s) => {
   const xs = s.split(",").map((x) => x.trim()).filter(Boolean);
   for (const c of xs) if (!isCIDR(c)) throw invalid(`flag --${flag}: "${c}" is not a valid CIDR`);
@@ -112,7 +118,7 @@ export const fieldOfFlag: Record<string, { field: string; parse: Parse }> = {
   "conntrack-udp-timeout": { field: "linux.conntrack.udpTimeout", parse: duration },
   "conntrack-udp-timeout-stream": { field: "linux.conntrack.udpStreamTimeout", parse: duration },
   "feature-gates": { field: "featureGates", parse: mapStringBool },
-  "kube-api-content-type": { field: "clientConnection.contentType", parse: text },
+  "kube-api-content-type": { field: "clientConnection.contentType", parse: contentType },
   "kube-api-qps": { field: "clientConnection.qps", parse: float },
   "kube-api-burst": { field: "clientConnection.burst", parse: int(0, INT32_MAX) },
   "config-sync-period": { field: "configSyncPeriod", parse: duration },

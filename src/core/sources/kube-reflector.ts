@@ -1,29 +1,41 @@
-// One list/watch loop against the API server, the way client-go's reflector
-// runs it: list (paginated), then watch from the list's resourceVersion;
+// One list/watch loop against the API server, the way client-go 1.36's
+// reflector runs it: the list streamed as a watch (sendInitialEvents: every
+// object as an ADDED event, then a BOOKMARK marking the end; client-go's
+// WatchListClient, on by default since 1.35), or, from an API server that
+// refuses that, paginated GETs (the first at resourceVersion "0", which the
+// API server answers from its watch cache; a relist after 410 Gone at "",
+// the latest state); then watch from the list's resourceVersion;
 // resume from the last resourceVersion seen when a watch ends or drops; list
 // again only on 410 Gone; back off exponentially (with jitter, capped) while
 // the server cannot be reached. Nothing here ever clears what was listed: a
 // server that is down leaves the last known cluster in place.
 
-import { createInterface } from "node:readline";
+import type { IncomingMessage } from "node:http";
+import { StringDecoder } from "node:string_decoder";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
+import { encodingOf } from "./kube-content.ts";
 import { expectOK, kubeGet, type KubeGet } from "./kube-http.ts";
 import type { KubeAccess } from "./kubeconfig.ts";
+import { ListDecoder, WatchDecoder, type WatchEvent } from "./protobuf/envelope.ts";
 
 export interface ResourceSpec {
   /** e.g. `/api/v1/services` */
   path: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /** the Accept header of lists and watches (kube-content.ts acceptHeader); default JSON */
+  accept?: string;
 }
 
 export interface ReflectorSink {
   /**
-   * One page of a list (the first list, or a relist after 410 Gone), handed
-   * over as it arrives while the next page is on its way: decoding and
-   * validation overlap the API server's work. A list that fails midway starts
-   * over; its pages may come again.
+   * Items of a list (the first list, or a relist after 410 Gone) in order,
+   * handed over as they arrive (a protobuf item as soon as its bytes are in,
+   * a JSON page when it is whole) while the next page is on its way:
+   * decoding and validation overlap the API server's work. `first` marks
+   * the first batch of a list. A list that fails midway starts over; its
+   * items may come again.
    */
   page(items: Record<string, unknown>[], first: boolean): void;
   /** the list is complete: whatever none of its pages held is gone */
@@ -40,8 +52,12 @@ export interface ListStats {
   pages: number;
   /** wall time from the first request to the last page handed over */
   ms: number;
-  /** of which JSON decoding */
+  /** of which decoding (JSON or protobuf) */
   decodeMs: number;
+  /** how the answers came */
+  encoding: string;
+  /** "watch": streamed (sendInitialEvents); "pages": GETs */
+  via: "watch" | "pages";
 }
 
 export interface Backoff {
@@ -55,7 +71,10 @@ export const DEFAULT_BACKOFF: Backoff = { initialMs: 800, maxMs: 30_000 };
 const PAGE = 500;
 const LIST_TIMEOUT_MS = 60_000;
 
-type Outcome = { type: "gone" } | { type: "error"; err: unknown; timeout: boolean } | { type: "closed"; events: number; ms: number };
+type Outcome = { type: "gone" } | { type: "error"; err: unknown; timeout: boolean } | { type: "closed"; events: number; ms: number } | { type: "refused"; err: unknown };
+
+/** the annotation of the BOOKMARK that ends a streamed list's initial events */
+export const INITIAL_EVENTS_END = "k8s.io/initial-events-end";
 
 const statusOf = (err: unknown): number | undefined => {
   const e = err as { statusCode?: unknown; code?: unknown };
@@ -66,6 +85,14 @@ export class Reflector {
   /** resourceVersion to resume from; "" = list first */
   resourceVersion = "";
   relists = 0;
+  /**
+   * The resourceVersion the next list asks for, as client-go's reflector:
+   * "0" (any, from the API server's watch cache: no read from etcd) until
+   * the server said 410 Gone, then "" (the latest, a consistent read).
+   */
+  private listFrom = "0";
+  /** list by a watch with sendInitialEvents, until the API server refuses it (then by pages, as client-go falls back) */
+  private streamList = true;
   private stopped = false;
   private request?: AbortController;
   private readonly stop = new AbortController();
@@ -82,7 +109,7 @@ export class Reflector {
     private readonly log: Logger,
     private readonly backoff: Backoff = DEFAULT_BACKOFF,
   ) {
-    this.get = kubeGet(access);
+    this.get = kubeGet(access, spec.accept);
   }
 
   /** resolves after the first successful list */
@@ -108,6 +135,23 @@ export class Reflector {
 
   private async run() {
     while (!this.stopped) {
+      let out: Outcome | undefined;
+      if (!this.resourceVersion && this.streamList) {
+        out = await this.watchOnce(true);
+        if (this.stopped) return;
+        if (!this.resourceVersion) {
+          // As client-go: a streamed list that fails is followed at once by a list by pages,
+          // and the next list is streamed again; one the server refuses (its WatchList gate off)
+          // is not asked for again until kpng restarts.
+          if (out.type === "refused") {
+            this.log.info("the API server does not stream lists (sendInitialEvents), listing page by page", { kind: this.kind, error: errorMessage(out.err) });
+            this.streamList = false;
+          } else if (out.type === "error" && !out.timeout) {
+            this.log.warn("streamed list failed, listing page by page", { kind: this.kind, error: errorMessage(out.err) || String(statusOf(out.err) ?? "error") });
+          }
+          out = undefined;
+        }
+      }
       if (!this.resourceVersion) {
         try {
           await this.list();
@@ -115,21 +159,25 @@ export class Reflector {
           this.listedOnce.resolve();
         } catch (err) {
           if (this.stopped) return;
-          // An expired continue token is a 410 too: start the list over, no need to wait.
-          if (statusOf(err) === 410) continue;
+          // An expired continue token is a 410 too: start the list over from the latest state, no need to wait.
+          if (statusOf(err) === 410) {
+            this.listFrom = "";
+            continue;
+          }
           await this.retryLater("list failed", err);
           continue;
         }
       }
-      const out = await this.watchOnce();
+      out ??= await this.watchOnce();
       if (this.stopped) return;
       if (out.type === "gone") {
         this.log.info("resourceVersion too old, listing again", { kind: this.kind, resourceVersion: this.resourceVersion });
         this.resourceVersion = "";
+        this.listFrom = "";
         this.relists++;
-      } else if (out.type === "error") {
+      } else if (out.type === "error" || out.type === "refused") {
         // The client's inactivity timeout already waited: reconnect at once, from where we were.
-        if (out.timeout) continue;
+        if (out.type === "error" && out.timeout) continue;
         await this.retryLater("watch failed", out.err);
       } else if (out.events === 0 && out.ms < 1000) {
         // A server that ends every watch at once must not make us spin.
@@ -158,44 +206,87 @@ export class Reflector {
    */
   private async list() {
     const t0 = performance.now();
-    const stats: ListStats = { items: 0, pages: 0, ms: 0, decodeMs: 0 };
+    const stats: ListStats = { items: 0, pages: 0, ms: 0, decodeMs: 0, encoding: "", via: "pages" };
     /** one chain of early requests; a chain whose token turned out wrong is cut */
     const chain = { dead: false };
-    const fetch = (cont: string | undefined): Promise<FetchedPage> => {
-      let next: FetchedPage["next"];
-      const page = this.listPage(cont, stats, (token) => {
-        if (chain.dead) return;
-        next = { token, page: fetch(token) };
-        // Awaited in its turn; a failure meanwhile must not go unhandled.
-        next.page.catch(() => {});
-      });
-      return page.then((p) => ({ ...p, next }));
+    let first = true;
+    const handOver = (items: Record<string, unknown>[]) => {
+      if (!items.length) return;
+      stats.items += items.length;
+      this.sink.page(items, first);
+      first = false;
+    };
+    const fetch = (cont: string | undefined): FetchedPage => {
+      const feed = new Feed();
+      const page: FetchedPage = {
+        feed,
+        done: this.listPage(cont, stats, feed, (token) => {
+          if (chain.dead) return;
+          page.next = { token, page: fetch(token) };
+          // Awaited in its turn; a failure meanwhile must not go unhandled.
+          page.next.page.done.catch(() => {});
+        }),
+      };
+      return page;
     };
     let current = fetch(undefined);
     for (;;) {
-      const { items, rv, cont, next } = await current;
+      current.feed.attach(handOver);
+      const { rv, cont } = await current.done;
+      stats.pages++;
       if (cont) {
+        const next = current.next;
         if (next && next.token === cont) current = next.page;
         else {
           if (next) chain.dead = true; // cannot happen with a well-formed List; never follow a wrong guess
           current = fetch(cont);
-          current.catch(() => {});
+          current.done.catch(() => {});
         }
+        continue;
       }
-      stats.items += items.length;
-      this.sink.page(items, stats.pages++ === 0);
-      if (cont) continue;
+      // a list with no item at all still marks its start
+      if (first) this.sink.page([], true);
       stats.ms = performance.now() - t0;
       this.sink.listed(stats);
       this.resourceVersion = rv;
+      this.listFrom = "0";
       return;
     }
   }
 
-  /** One page; `early` gets the next page's continue token as soon as the body's head shows it. */
-  private async listPage(cont: string | undefined, stats: ListStats, early: (token: string) => void): Promise<ListPage> {
+  /**
+   * One page, its items fed to `feed` as they decode; `early` gets the next
+   * page's continue token as soon as the body's head shows it. The first
+   * page asks for listFrom's resourceVersion; the next ones carry the
+   * continue token alone (it holds the resourceVersion), as client-go's pager.
+   */
+  private async listPage(cont: string | undefined, stats: ListStats, feed: Feed, early: (token: string) => void): Promise<{ rv: string; cont: string | undefined }> {
     const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
-    const res = await expectOK(await this.get(this.spec.path, { ...this.selectors(), limit: String(PAGE), continue: cont }, signal));
+    const query = { ...this.selectors(), limit: String(PAGE), ...(cont ? { continue: cont } : { resourceVersion: this.listFrom }) };
+    const res = await expectOK(await this.get(this.spec.path, query, signal));
+    const encoding = encodingOf(res.headers["content-type"]);
+    if (!encoding) throw new Error(`${this.spec.path}: answered in ${res.headers["content-type"]}, which kpng does not read`);
+    stats.encoding = encoding;
+    return encoding === "protobuf" ? this.protobufPage(res, stats, feed, early) : this.jsonPage(res, stats, feed, early);
+  }
+
+  private async protobufPage(res: IncomingMessage, stats: ListStats, feed: Feed, early: (token: string) => void) {
+    const decoder = new ListDecoder(this.kind, (meta) => meta.continue && early(meta.continue));
+    for await (const chunk of res) {
+      const t0 = performance.now();
+      const items = decoder.push(chunk as Buffer);
+      stats.decodeMs += performance.now() - t0;
+      feed.push(items);
+    }
+    try {
+      decoder.end();
+    } catch (err) {
+      throw new Error(`${this.spec.path}: ${errorMessage(err)}`);
+    }
+    return { rv: decoder.resourceVersion, cont: decoder.continue || undefined };
+  }
+
+  private async jsonPage(res: IncomingMessage, stats: ListStats, feed: Feed, early: (token: string) => void) {
     const chunks: Buffer[] = [];
     let head = "";
     let searching = true;
@@ -215,16 +306,23 @@ export class Reflector {
     const body = safeJSON(text) as { items?: unknown; metadata?: { resourceVersion?: string; continue?: string } } | undefined;
     stats.decodeMs += performance.now() - t0;
     if (!body || !Array.isArray(body.items)) throw new Error(`${this.spec.path}: the answer is not a Kubernetes List`);
-    const items = body.items.filter((it): it is Record<string, unknown> => typeof it === "object" && it !== null);
-    return { items, rv: body.metadata?.resourceVersion ?? "", cont: body.metadata?.continue || undefined };
+    feed.push(body.items.filter((it): it is Record<string, unknown> => typeof it === "object" && it !== null));
+    return { rv: body.metadata?.resourceVersion ?? "", cont: body.metadata?.continue || undefined };
   }
 
   private selectors() {
     return { labelSelector: this.spec.labelSelector, fieldSelector: this.spec.fieldSelector };
   }
 
-  /** One watch request, streamed line by line until the server ends it, it drops, or it errors. */
-  private async watchOnce(): Promise<Outcome> {
+  /**
+   * One watch request, read event by event until the server ends it, it
+   * drops, or it errors. `listing`: the list itself, streamed (client-go's
+   * watch-list): resourceVersion "" NotOlderThan with sendInitialEvents, the
+   * ADDED events before the end BOOKMARK handed over as list items, then on
+   * as a watch. A stream that ends before that BOOKMARK listed nothing whole:
+   * it is tried again, as a failed list.
+   */
+  private async watchOnce(listing = false): Promise<Outcome> {
     const started = performance.now();
     // Like client-go: a random 5-10 minute server-side timeout spreads reconnections.
     const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
@@ -233,6 +331,8 @@ export class Reflector {
     let events = 0;
     let gone = false;
     let open = false;
+    const list: ListStats | null = listing ? { items: 0, pages: 0, ms: 0, decodeMs: 0, encoding: "", via: "watch" } : null;
+    let initial = listing;
     // A silent half-open connection is cut a minute after the server should have ended it.
     let idle: ReturnType<typeof setTimeout> | undefined;
     const resetIdle = () => {
@@ -241,14 +341,26 @@ export class Reflector {
     };
     try {
       resetIdle();
-      const query = { ...this.selectors(), watch: "true", resourceVersion: this.resourceVersion, allowWatchBookmarks: "true", timeoutSeconds: String(timeoutSeconds) };
-      const res = await expectOK(await this.get(this.spec.path, query, AbortSignal.any([this.stop.signal, ctl.signal])));
+      const query = {
+        ...this.selectors(),
+        watch: "true",
+        allowWatchBookmarks: "true",
+        timeoutSeconds: String(timeoutSeconds),
+        ...(listing ? { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", resourceVersion: "" } : { resourceVersion: this.resourceVersion }),
+      };
+      const res = await this.get(this.spec.path, query, AbortSignal.any([this.stop.signal, ctl.signal]));
+      const code = res.statusCode ?? 0;
+      // 4xx but 410 (and authorization, throttling): a server that does not take sendInitialEvents
+      if (listing && code >= 400 && code < 500 && ![401, 403, 410, 429].includes(code)) return { type: "refused", err: await expectOK(res).catch((err: unknown) => err) };
+      await expectOK(res);
       res.socket?.setKeepAlive?.(true, 30_000);
       open = true;
       this.sink.watching(1);
-      for await (const line of createInterface({ input: res, crlfDelay: Infinity })) {
+      const encoding = encodingOf(res.headers["content-type"]);
+      if (!encoding) throw new Error(`${this.spec.path}: watch answered in ${res.headers["content-type"]}, which kpng does not read`);
+      if (list) list.encoding = encoding;
+      for await (const ev of watchEvents(res, encoding, list)) {
         resetIdle();
-        const ev = safeJSON(line) as { type?: string; object?: Record<string, unknown> } | undefined;
         if (!ev?.type || !ev.object || typeof ev.object !== "object") continue;
         if (ev.type === "ERROR") {
           const status = ev.object as { code?: unknown; message?: unknown };
@@ -257,11 +369,29 @@ export class Reflector {
           continue;
         }
         events++;
-        const rv = (ev.object.metadata as { resourceVersion?: unknown } | undefined)?.resourceVersion;
+        const meta = ev.object.metadata as { resourceVersion?: unknown; annotations?: Record<string, string> } | undefined;
+        const rv = meta?.resourceVersion;
+        if (initial) {
+          if (ev.type === "ADDED") {
+            this.sink.page([ev.object], list!.items++ === 0);
+            continue;
+          }
+          if (ev.type === "BOOKMARK" && meta?.annotations?.[INITIAL_EVENTS_END] === "true") {
+            initial = false;
+            if (list!.items === 0) this.sink.page([], true);
+            list!.ms = performance.now() - started;
+            this.sink.listed(list!);
+            if (typeof rv === "string") this.resourceVersion = rv;
+            this.failures = 0;
+            this.listedOnce.resolve();
+            continue;
+          }
+        }
         if (ev.type !== "BOOKMARK") this.sink.event(ev.type, ev.object);
-        if (typeof rv === "string" && rv) this.resourceVersion = rv;
+        if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
       }
       if (gone) return { type: "gone" };
+      if (initial) return { type: "error", err: new Error(`${this.spec.path}: the stream ended before its initial events did`), timeout: false };
       // A stream that ends without an error is a normal end (timeoutSeconds) or a dropped
       // connection; either way we resume from the last resourceVersion.
       return { type: "closed", events, ms: performance.now() - started };
@@ -269,7 +399,7 @@ export class Reflector {
       if (gone || statusOf(err) === 410) return { type: "gone" };
       const timeout = (err as { name?: string })?.name === "TimeoutError" || (ctl.signal.reason as { name?: string } | undefined)?.name === "TimeoutError";
       // A connection cut mid-stream ("aborted", ECONNRESET) after events is a drop, not a failure.
-      if (open && events > 0 && !timeout) return { type: "closed", events, ms: performance.now() - started };
+      if (open && events > 0 && !timeout && !initial) return { type: "closed", events, ms: performance.now() - started };
       return { type: "error", err, timeout };
     } finally {
       clearTimeout(idle);
@@ -282,15 +412,53 @@ export class Reflector {
 /** how much of a page's head is searched for its continue token */
 const HEAD_BYTES = 4096;
 
-interface ListPage {
-  items: Record<string, unknown>[];
-  rv: string;
-  cont: string | undefined;
+/**
+ * A page's items in order: kept while an earlier page is still being handed
+ * over, passed straight on once this page's turn has come.
+ */
+class Feed {
+  private held: Record<string, unknown>[][] = [];
+  private to?: (items: Record<string, unknown>[]) => void;
+  push(items: Record<string, unknown>[]) {
+    if (this.to) this.to(items);
+    else if (items.length) this.held.push(items);
+  }
+  attach(to: (items: Record<string, unknown>[]) => void) {
+    for (const items of this.held) to(items);
+    this.held = [];
+    this.to = to;
+  }
 }
 
-/** a page, and the next one if it was asked for early (with the token used) */
-interface FetchedPage extends ListPage {
-  next?: { token: string; page: Promise<FetchedPage> };
+/** a page under way, and the next one if it was asked for early (with the token used) */
+interface FetchedPage {
+  feed: Feed;
+  done: Promise<{ rv: string; cont: string | undefined }>;
+  next?: { token: string; page: FetchedPage };
+}
+
+/** The events of a watch answer: JSON lines, or protobuf frames; decoding time added to `stats` while it is a list. */
+async function* watchEvents(res: IncomingMessage, encoding: "json" | "protobuf", stats: ListStats | null): AsyncGenerator<Partial<WatchEvent> | undefined> {
+  const timed = <T>(f: () => T): T => {
+    if (!stats) return f();
+    const t0 = performance.now();
+    const out = f();
+    stats.decodeMs += performance.now() - t0;
+    return out;
+  };
+  if (encoding === "protobuf") {
+    const decoder = new WatchDecoder();
+    for await (const chunk of res) yield* timed(() => decoder.push(chunk as Buffer));
+    return;
+  }
+  let rest = "";
+  const text = new StringDecoder("utf8");
+  for await (const chunk of res) {
+    const lines = (rest + text.write(chunk as Buffer)).split("\n");
+    rest = lines.pop()!;
+    yield* timed(() => lines.filter((l) => l.trim()).map((l) => safeJSON(l) as Partial<WatchEvent> | undefined));
+  }
+  if (rest.trim()) yield safeJSON(rest) as Partial<WatchEvent> | undefined;
 }
 
 /**

@@ -10,13 +10,16 @@
 import { pauseAfter } from "../pacing.ts";
 import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
-import { parseObject, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
+import { objectName, parseObject, type K8sObject, type Kind, type ParseResult } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
 import type { RestClientObserver } from "../node/client-metrics.ts";
 import { Listing, objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
+import { acceptHeader, encodingOf } from "./kube-content.ts";
+import { kubeRequest } from "./kube-http.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
-import { loadKubeConfig } from "./kubeconfig.ts";
+import { loadKubeConfig, type KubeAccess } from "./kubeconfig.ts";
+import { decodeBody, UNDECODABLE } from "./protobuf/envelope.ts";
 
 export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
 export const HEADLESS_LABEL = "service.kubernetes.io/headless";
@@ -54,16 +57,17 @@ export interface KubeSource {
   readonly synced: Promise<void>;
 }
 
-/** kube-proxy's informer selectors: not another proxy's services, not headless ones. */
+/** kube-proxy's informer selectors (not another proxy's services, not headless ones), asked in its content type. */
 export function resourceSpecs(cfg: Config, opts: { allNodes?: boolean } = {}): Record<Kind, ResourceSpec> {
   // "absent, or equal to --service-proxy-name" has no label-selector form: with a
   // name, watch every service and let the brain (model/service.ts isProxied) choose.
   const labelSelector = [`!${HEADLESS_LABEL}`, ...(cfg.serviceProxyName ? [] : [`!${SERVICE_PROXY_NAME_LABEL}`])].join(",");
+  const accept = acceptHeader(cfg.kubeProxy.clientConnection);
   return {
-    Service: { path: "/api/v1/services", labelSelector },
-    EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector },
+    Service: { path: "/api/v1/services", labelSelector, accept },
+    EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector, accept },
     // A node proxy needs only its own Node's labels (zone) and addresses; a central brain everyone's.
-    Node: opts.allNodes ? { path: "/api/v1/nodes" } : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}` },
+    Node: opts.allNodes ? { path: "/api/v1/nodes", accept } : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}`, accept },
   };
 }
 
@@ -93,6 +97,28 @@ class FlushTimer {
 }
 
 const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
+
+/** One Node by name (JSON or protobuf, by the answer's Content-Type); null when absent or unreachable. */
+async function getNode(access: KubeAccess, name: string, accept: string | undefined): Promise<Record<string, unknown> | null> {
+  try {
+    const res = await kubeRequest(access)({ path: `/api/v1/nodes/${encodeURIComponent(name)}`, accept, signal: AbortSignal.timeout(10_000) });
+    if (res.statusCode !== 200) {
+      res.resume();
+      return null;
+    }
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    const body = Buffer.concat(chunks);
+    return encodingOf(res.headers["content-type"]) === "protobuf" ? decodeBody(body).object : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
+  } catch {
+    return null;
+  }
+}
+
+/** `service default/web: protobuf: a field runs past the end of its message` */
+function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
+  return { ok: false, error: `${objectName({ kind, metadata: raw.metadata as never })}: protobuf: ${String(raw[UNDECODABLE])}`, reason: "malformed" };
+}
 
 /**
  * Starts list/watch of the three kinds and resolves once this node's Node has
@@ -130,7 +156,8 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   const said = new ReadLog(log, brain);
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
     const t0 = performance.now();
-    const res = parseObject(raw, kind); // list items carry no kind
+    // protobuf bytes that did not decode: refused like an object that does not validate
+    const res: ParseResult = UNDECODABLE in raw ? undecodable(kind, raw) : parseObject(raw, kind); // list items carry no kind
     validateMs[kind] += performance.now() - t0;
     // the well-formed majority carries no notes: nothing to say (unless something was said before)
     if (!res.ok || res.notes || !said.quiet) said.report(kind, idOf(kind, raw), res);
@@ -165,7 +192,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (present) brain.apply(listing.missing(kind, present));
           present = null;
           if (!brain.isSynced) {
-            log.info("listed", { kind, objects: list.items, pages: list.pages, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
+            log.info("listed", { kind, objects: list.items, via: list.via, pages: list.pages, as: list.encoding, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
           }
           validateMs[kind] = 0;
           brain.markSynced(kind);
@@ -194,6 +221,16 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     ).start();
   });
   log.info("watching the API server", { server: access.server, node: config.nodeName });
+  // kube-proxy GETs its own Node as it starts (getNodeIPs), besides its informers: so does kpng, and
+  // the Node's addresses may come before its list does. Taken only while the list has not brought it
+  // (an answer overtaken by the list could be older than what the list holds).
+  if (!opts.allNodes && config.nodeName) {
+    void getNode(access, config.nodeName, specs.Node.accept).then((raw) => {
+      if (!raw || brain.index.get("Node", "", config.nodeName)) return;
+      const obj = parse("Node", raw);
+      if (obj) brain.apply(listing.upsert(obj));
+    });
+  }
 
   const close = () => {
     for (const r of reflectors) r.close();

@@ -1,0 +1,257 @@
+// How the API server wraps objects in protobuf (k8s.io/apimachinery
+// runtime/serializer/protobuf): a body is the 4 bytes "k8s\0" then a
+// runtime.Unknown { typeMeta 1 { apiVersion 1, kind 2 }, raw 2,
+// contentEncoding 3, contentType 4 } whose raw is the object (a List: its
+// ListMeta { resourceVersion 2, continue 3 } as field 1, each item as field
+// 2). A watch (`;stream=watch`) is a stream of frames, each a 4-byte
+// big-endian length and a body as above holding a metav1.WatchEvent
+// { type 1, object 2: RawExtension { raw 1 } }, whose raw is again a body.
+
+import { decoders, nameOf, type Raw } from "./objects.ts";
+import { asBuffer, key, LEN, ProtoError, Reader } from "./wire.ts";
+
+export const MAGIC = Uint8Array.of(0x6b, 0x38, 0x73, 0x00);
+
+/** An item that did not decode: parseObject refuses it, naming the object if its metadata could be read. */
+export const UNDECODABLE = "kpng.undecodable";
+
+export const hasMagic = (buf: Uint8Array, at = 0) => buf[at] === 0x6b && buf[at + 1] === 0x38 && buf[at + 2] === 0x73 && buf[at + 3] === 0x00;
+
+interface Unknown {
+  apiVersion: string;
+  kind: string;
+  /** where raw lies in the buffer */
+  start: number;
+  end: number;
+}
+
+/** The runtime.Unknown of a body lying at [start, end): magic checked, raw located. */
+export function unwrap(buf: Buffer, start: number, end: number): Unknown {
+  if (end - start < 4 || !hasMagic(buf, start)) throw new ProtoError("not a Kubernetes protobuf body (no k8s\\0 prefix)");
+  const r = new Reader(buf, start + 4);
+  const u: Unknown = { apiVersion: "", kind: "", start: 0, end: 0 };
+  let encoding = "";
+  while (r.pos < end) {
+    const t = r.uint32();
+    if (t === 10) {
+      const tend = r.sub(end);
+      while (r.pos < tend) {
+        const k = r.uint32();
+        if (k === 10) u.apiVersion = r.atom(tend);
+        else if (k === 18) u.kind = r.atom(tend);
+        else r.skip(k, tend);
+      }
+      r.done(tend);
+    } else if (t === 18) {
+      u.end = r.sub(end);
+      u.start = r.pos;
+      r.pos = u.end;
+    } else if (t === 26) encoding = r.string(end);
+    else r.skip(t, end);
+  }
+  r.done(end);
+  if (encoding) throw new ProtoError(`unsupported contentEncoding ${JSON.stringify(encoding)}`);
+  return u;
+}
+
+/** One object of a known kind, decoded from [start, end); one that does not decode comes back as UNDECODABLE. */
+export function decodeObject(kind: string, buf: Buffer, start: number, end: number): Raw {
+  const decode = decoders[kind];
+  if (!decode) throw new ProtoError(`no protobuf decoder for kind ${kind}`);
+  try {
+    return decode(new Reader(buf, start), end);
+  } catch (err) {
+    if (!(err instanceof ProtoError)) throw err;
+    return { metadata: nameOf(buf, start, end), [UNDECODABLE]: err.message };
+  }
+}
+
+/** A whole body (a Status, say): its kind and object. */
+export function decodeBody(bytes: Uint8Array): { kind: string; apiVersion: string; object: Raw } {
+  const buf = asBuffer(bytes);
+  const u = unwrap(buf, 0, buf.length);
+  return { kind: u.kind, apiVersion: u.apiVersion, object: decodeObject(u.kind, buf, u.start, u.end) };
+}
+
+/** The varint at `pos` of `buf` and the position after it; null when the bytes end first. */
+function peekVarint(buf: Buffer, pos: number, end: number): { value: number; next: number } | null {
+  let value = 0;
+  let mul = 1;
+  for (let i = 0; i < 10; i++) {
+    if (pos >= end) return null;
+    const b = buf[pos++];
+    value += (b & 0x7f) * mul;
+    if (b < 0x80) return { value, next: pos };
+    mul *= 128;
+  }
+  throw new ProtoError("malformed varint");
+}
+
+/**
+ * A List decoded as its bytes arrive: each item as soon as its last byte is
+ * in (items are length-delimited), so decoding overlaps the transfer; the
+ * ListMeta (written before the items) as soon as it is in. Only the bytes of
+ * an item not yet complete are kept between chunks.
+ */
+export class ListDecoder {
+  private pending: Buffer = Buffer.alloc(0);
+  /** absolute offset of pending[0] in the body */
+  private base = 0;
+  private phase: "magic" | "unknown" | "list" = "magic";
+  /** absolute end of the List (Unknown.raw) */
+  private listEnd = 0;
+  private rawSeen = false;
+  resourceVersion = "";
+  continue = "";
+
+  constructor(
+    /** the kind of the items (list items carry none) */
+    private readonly kind: string,
+    /** the ListMeta has arrived */
+    private readonly onMeta: (meta: { resourceVersion: string; continue: string }) => void = () => {},
+  ) {}
+
+  /** The items completed by `chunk`. */
+  push(chunk: Uint8Array): Raw[] {
+    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
+    const items: Raw[] = [];
+    let pos = 0;
+    const end = buf.length;
+    for (;;) {
+      if (this.phase === "magic") {
+        if (end - pos < 4) break;
+        if (!hasMagic(buf, pos)) throw new ProtoError("not a Kubernetes protobuf body (no k8s\\0 prefix)");
+        pos += 4;
+        this.phase = "unknown";
+        continue;
+      }
+      if (this.phase === "list" && this.base + pos === this.listEnd) {
+        this.phase = "unknown";
+        continue;
+      }
+      const tag = peekVarint(buf, pos, end);
+      if (!tag) break;
+      if ((tag.value & 7) !== LEN) {
+        // no varint field is read at either level: skip it whole or wait for it
+        const v = peekVarint(buf, tag.next, end);
+        if (!v) break;
+        pos = v.next;
+        continue;
+      }
+      const len = peekVarint(buf, tag.next, end);
+      if (!len) break;
+      const start = len.next;
+      const field = tag.value >>> 3;
+      if (this.phase === "unknown" && field === 2) {
+        // Unknown.raw: the List itself, entered rather than waited for
+        if (this.rawSeen) throw new ProtoError("two List bodies in one answer");
+        this.rawSeen = true;
+        this.listEnd = this.base + start + len.value;
+        pos = start;
+        this.phase = "list";
+        continue;
+      }
+      const stop = start + len.value;
+      if (this.phase === "list" && this.base + stop > this.listEnd) throw new ProtoError("an item runs past the end of the List");
+      if (stop > end) break;
+      if (this.phase === "list") {
+        if (field === 2) items.push(decodeObject(this.kind, buf, start, stop));
+        else if (field === 1) this.listMeta(buf, start, stop);
+      } else if (field === 3 && stop > start) throw new ProtoError("unsupported contentEncoding");
+      pos = stop;
+    }
+    this.base += pos;
+    // keep only the unfinished field; a copy, so the chunk it came from can go
+    this.pending = pos === end ? Buffer.alloc(0) : copy(buf, pos);
+    return items;
+  }
+
+  /** The body has ended: throws if it ended early. */
+  end(): void {
+    if (this.pending.length || this.phase !== "unknown" || !this.rawSeen) throw new ProtoError("the List ends early (truncated answer)");
+  }
+
+  private listMeta(buf: Buffer, start: number, end: number) {
+    const r = new Reader(buf, start);
+    while (r.pos < end) {
+      const t = r.uint32();
+      if (t === 18) this.resourceVersion = r.string(end);
+      else if (t === 26) this.continue = r.string(end);
+      else r.skip(t, end);
+    }
+    r.done(end);
+    this.onMeta({ resourceVersion: this.resourceVersion, continue: this.continue });
+  }
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(a.length + b.length);
+  out.set(a, 0);
+  out.set(b, a.length);
+  return out;
+}
+
+/** the bytes from `pos` on, copied: a view would keep the whole chunk alive */
+function copy(buf: Buffer, pos: number): Buffer {
+  const out = Buffer.allocUnsafe(buf.length - pos);
+  buf.copy(out, 0, pos);
+  return out;
+}
+
+/** A watch event as JSON has it: `{type, object}`, the object with its kind and apiVersion. */
+export interface WatchEvent {
+  type: string;
+  object: Raw;
+}
+
+/** Frames of a protobuf watch stream, each decoded to a WatchEvent as soon as it is whole. */
+export class WatchDecoder {
+  private pending: Buffer = Buffer.alloc(0);
+  /** frames longer than this are refused (a corrupt length would otherwise wait forever) */
+  static readonly MAX_FRAME = 64 << 20;
+
+  push(chunk: Uint8Array): WatchEvent[] {
+    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
+    const events: WatchEvent[] = [];
+    let pos = 0;
+    while (buf.length - pos >= 4) {
+      const len = ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+      if (len > WatchDecoder.MAX_FRAME) throw new ProtoError(`a watch frame of ${len} bytes`);
+      if (buf.length - pos - 4 < len) break;
+      events.push(watchEvent(buf, pos + 4, pos + 4 + len));
+      pos += 4 + len;
+    }
+    this.pending = pos === buf.length ? Buffer.alloc(0) : copy(buf, pos);
+    return events;
+  }
+}
+
+/** One frame: a WatchEvent body whose object is a body of its own. */
+export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent {
+  const u = unwrap(buf, start, end);
+  const r = new Reader(buf, u.start);
+  let type = "";
+  let object: Raw | undefined;
+  while (r.pos < u.end) {
+    const t = r.uint32();
+    if (t === 10) type = r.atom(u.end);
+    else if (t === 18) {
+      const xend = r.sub(u.end);
+      while (r.pos < xend) {
+        const k = r.uint32();
+        if (k === 10) {
+          const oend = r.sub(xend);
+          const inner = unwrap(buf, r.pos, oend);
+          object = decodeObject(inner.kind, buf, inner.start, inner.end);
+          object.kind = inner.kind;
+          if (inner.apiVersion) object.apiVersion = inner.apiVersion;
+          r.pos = oend;
+        } else r.skip(k, xend);
+      }
+      r.done(xend);
+    } else r.skip(t, u.end);
+  }
+  r.done(u.end);
+  if (!object) throw new ProtoError(`watch event ${type || "(no type)"} without an object`);
+  return { type, object };
+}
