@@ -16,11 +16,7 @@
 // (processes outside --ebpf-cgroup, traffic routed to a cluster IP).
 
 import { existsSync } from "node:fs";
-import { errorMessage } from "../../src/core/errors.ts";
-import { KpngError } from "../../src/core/errors.ts";
-import type { Logger } from "../../src/core/log.ts";
-import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import { nodeIPsOf, type BackendContext, type BackendFactory, type FullStateBackend } from "../../src/plugins/backend.ts";
+import { type BackendContext, type BackendFactory, errorMessage, type FullStateBackend, KpngError, type Logger, nodeIPsOf, type NodeState, type StateChange } from "../../src/plugins/toolkit/index.ts";
 import { attach, detach, ensureBpffs, resolveCgroup } from "./attach.ts";
 import { printOp } from "./maps.ts";
 import { ALL_MAPS, DEFAULT_BPFFS, HOOKS, linkPin, mapPin } from "./names.ts";

@@ -3,17 +3,15 @@
 // and never by partial ones. Pure.
 
 import { isIP } from "node:net";
-import type { Config } from "../../src/core/config/config.ts";
-import { chains, hairpinSets, type Family } from "./names.ts";
+import { type Config, type Family, ipFamily } from "../../src/plugins/toolkit/index.ts";
+import { chains, hairpinSets } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-
-export const inFamily = (ip: string, family: Family) => isIP(ip) === (family === "v4" ? 4 : 6);
 
 /** The CIDRs (or plain addresses) of one family from a list; anything unparsable is left out. */
 export const familyCIDRs = (list: readonly string[], family: Family) =>
   list.filter((c) => {
     const [addr, bits, extra] = c.split("/");
-    if (extra !== undefined || !inFamily(addr, family)) return false;
+    if (extra !== undefined || ipFamily(addr) !== family) return false;
     const max = family === "v4" ? 32 : 128;
     return bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= max);
   });
@@ -52,7 +50,7 @@ export const masqMark = (config: Config) => `0x${(1 << config.masqueradeBit).toS
  * `--dst-type LOCAL`), so a node IP change needs no new rule.
  */
 export function nodePortMatches(config: Config, family: Family): string[][] {
-  const nodeIPs = config.nodeIPs.filter((ip) => inFamily(ip, family));
+  const nodeIPs = config.nodeIPs.filter((ip) => ipFamily(ip) === family);
   const local = ["-m", "addrtype", "--dst-type", "LOCAL"];
   if (config.nodePortAddresses.length) {
     const out: string[][] = [];

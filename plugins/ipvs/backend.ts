@@ -4,18 +4,14 @@
 // re-reads the kernel, so it also converges after a restart or an operator's
 // edit; partial syncs trust the picture that the last successful sync left.
 
-import { nodeIPsOf, type BackendContext, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
-import { sameIPs } from "../../src/core/brain/node-ips.ts";
-import { errorMessage, invalid } from "../../src/core/errors.ts";
-import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import { type Family, baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
+import { type BackendContext, errorMessage, type Executor, FAMILIES, familiesOf, type Family, type FullStateBackend, invalid, ipVersion, needsInterfaceAddresses, parseIpAddrJson, nodeIPsOf, nodePortIPs, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import { baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";
 import { DesiredState, commit, drainingServices, noneTouched, planChanges, planDrain } from "./plan.ts";
 import { printAddresses, printIpset, printIpvsadm, printSetCreates, serviceFlag } from "./print.ts";
 import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./iptables.ts";
-import { parseIpAddrJson, parseIpvsConnections, parseKernel } from "./parse.ts";
-import { familiesOf, needsInterfaceAddresses, nodePortIPs } from "./node-addresses.ts";
+import { parseIpvsConnections, parseKernel } from "./parse.ts";
 
 /** Upstream kube-proxy's start-up warning for IPVS mode (cmd/kube-proxy/app/server_linux.go, KEP-5495). */
 export const IPVS_DEPRECATION_MESSAGE =
@@ -106,7 +102,7 @@ export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions)
       await run(["ipset", "restore"], printSetCreates(families) + printIpset(tx.sets));
       for (const f of families) {
         await run(restoreArgv(f), printIptablesRestore(iptablesRules(f, config))).catch((err) => {
-          ctx.metrics?.transactionFailed("ipvs", f, false);
+          ctx.metrics?.transactionFailed("ipvs", ipVersion(f), false);
           throw err;
         });
         await ensureJumps(f);
@@ -229,7 +225,7 @@ async function cleanupAll(exec: Executor, families: ReadonlySet<Family>, warn: (
   };
   // kube-proxy's IPVS cleanup flushes the whole table too: IPVS mode owns it.
   await attempt(["ipvsadm", "-C"]);
-  for (const f of [4, 6] as const) {
+  for (const f of FAMILIES) {
     if (!families.has(f)) continue;
     for (const j of baseJumps) await attempt(jumpArgv(f, "-D", j));
     let restore = "";

@@ -2,7 +2,7 @@
 // Deprecated upstream (KEP-5495); setup logs the warning and the CLI may
 // also record IPVS_DEPRECATION_MESSAGE as a Node Warning event.
 
-import type { BackendFactory } from "../../src/plugins/backend.ts";
+import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createIpvsBackend } from "./backend.ts";
 import { commandExecutor, printingExecutor } from "./executor.ts";
 

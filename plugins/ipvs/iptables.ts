@@ -4,7 +4,7 @@
 // again only on a full sync (declaring a chain in a --noflush restore flushes
 // it, which makes the rewrite idempotent).
 
-import type { Family } from "./names.ts";
+import type { Family } from "../../src/plugins/toolkit/index.ts";
 import { type BaseJump, chains, setName } from "./names.ts";
 
 export interface Rule {
@@ -23,7 +23,7 @@ export interface IptablesContext {
   masqueradeBit: number;
 }
 
-const familyCIDRs = (cidrs: readonly string[], family: Family) => cidrs.filter((c) => c.includes(":") === (family === 6));
+const familyCIDRs = (cidrs: readonly string[], family: Family) => cidrs.filter((c) => c.includes(":") === (family === "v6"));
 
 export function masqueradeMark(bit: number): string {
   const hex = `0x${(1 << bit).toString(16)}`;
@@ -101,7 +101,7 @@ export function printIptablesRestore(rules: readonly Rule[]): string {
 
 /** argv of `iptables -C|-I|-D` for one base-chain jump. */
 export function jumpArgv(family: Family, op: "-C" | "-I" | "-D", j: BaseJump): string[] {
-  return [family === 4 ? "iptables" : "ip6tables", "-w", "-t", j.table, op, j.chain, ...ruleArgs({ match: [], target: [j.target], comment: j.comment })];
+  return [family === "v4" ? "iptables" : "ip6tables", "-w", "-t", j.table, op, j.chain, ...ruleArgs({ match: [], target: [j.target], comment: j.comment })];
 }
 
-export const restoreArgv = (family: Family) => [family === 4 ? "iptables-restore" : "ip6tables-restore", "-w", "--noflush"];
+export const restoreArgv = (family: Family) => [family === "v4" ? "iptables-restore" : "ip6tables-restore", "-w", "--noflush"];

@@ -6,9 +6,7 @@
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { isUnavailable, KpngError } from "../../src/core/errors.ts";
-import type { Logger } from "../../src/core/log.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import { type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
 import type { NftSession, Spawner } from "./session.ts";
 import { splitFirstLoad, Transaction } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";

@@ -10,12 +10,7 @@
 // recorder or inside a network namespace; the default export is the
 // BackendFactory the registry loads for `--backend nft`.
 
-import { errorMessage } from "../../src/core/errors.ts";
-import type { Logger } from "../../src/core/log.ts";
-import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
-import { sameIPs } from "../../src/core/brain/node-ips.ts";
-import { conntrackArgv, frontendKey, reconcileConntrack, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
+import { type BackendContext, type BackendFactory, conntrackArgv, errorMessage, type Executor, frontendKey, type FullStateBackend, type Logger, nodeIPsOf, type NodeState, reconcileConntrack, sameIPs, type StaleFlow, staleUdpFlows, type StateChange, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";

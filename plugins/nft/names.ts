@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 /** kpng's own tables: `ip kpng` and `ip6 kpng`. Nothing else is ever touched. */
 export const TABLE = "kpng";
 export const FAMILIES = ["ip", "ip6"] as const;
-export type Family = (typeof FAMILIES)[number];
+export type TableFamily = (typeof FAMILIES)[number];
 
 // ---- maps: the O(1) dispatch points -------------------------------------
 /** daddr . l4proto . dport -> goto the service's cluster or external chain */

@@ -14,7 +14,7 @@
 // says it.
 
 import { FFIType, dlopen, read } from "bun:ffi";
-import { KpngError } from "../../src/core/errors.ts";
+import { KpngError } from "../../src/plugins/toolkit/index.ts";
 import { eventLines, parseNftEvents } from "./netlink.ts";
 import type { EventHandlers, EventSource, EventStream } from "./watch.ts";
 

@@ -17,10 +17,8 @@
 // same transaction: replaced at once, without a window where services are
 // missing, but affinity starts over.
 
-import type { Config } from "../../src/core/config/config.ts";
-import type { NodeState } from "../../src/core/brain/state.ts";
-import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
-import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
+import type { Config, NodeState, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { clearHeld, type Holdings } from "./held.ts";
@@ -78,7 +76,7 @@ class FamilySync {
   private shared = new Map<string, { chain: ChainObj; users: number; written: boolean }>();
   truncated = 0;
 
-  constructor(config: Config, family: Family) {
+  constructor(config: Config, family: TableFamily) {
     this.fc = familyConfig(config, family);
   }
 

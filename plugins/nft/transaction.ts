@@ -6,7 +6,7 @@
 // validation error is kept and reported when the transaction is applied, so
 // a renderer can build a whole sync without try/catch around every rule.
 
-import { TABLE, type Family } from "./names.ts";
+import { TABLE, type TableFamily } from "./names.ts";
 
 export interface SetSpec {
   name: string;
@@ -36,13 +36,13 @@ export interface ChainSpec {
 }
 
 export type Op =
-  | { kind: "table"; verb: "add" | "delete"; family: Family; comment?: string }
-  | { kind: "chain"; verb: "add"; family: Family; chain: ChainSpec }
-  | { kind: "chain"; verb: "flush" | "delete"; family: Family; name: string }
-  | { kind: "rule"; family: Family; chain: string; rule: string; comment?: string }
-  | { kind: "set" | "map"; verb: "add"; family: Family; set: SetSpec }
-  | { kind: "set" | "map"; verb: "delete" | "flush"; family: Family; name: string }
-  | { kind: "elements"; verb: "add" | "delete"; family: Family; set: string; items: readonly ElementItem[] }
+  | { kind: "table"; verb: "add" | "delete"; family: TableFamily; comment?: string }
+  | { kind: "chain"; verb: "add"; family: TableFamily; chain: ChainSpec }
+  | { kind: "chain"; verb: "flush" | "delete"; family: TableFamily; name: string }
+  | { kind: "rule"; family: TableFamily; chain: string; rule: string; comment?: string }
+  | { kind: "set" | "map"; verb: "add"; family: TableFamily; set: SetSpec }
+  | { kind: "set" | "map"; verb: "delete" | "flush"; family: TableFamily; name: string }
+  | { kind: "elements"; verb: "add" | "delete"; family: TableFamily; set: string; items: readonly ElementItem[] }
   | { kind: "note"; text: string };
 
 const quote = (s: string) => `"${s.replace(/["\\\n]/g, "_").slice(0, 128)}"`;

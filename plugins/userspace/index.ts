@@ -20,17 +20,10 @@
 // difference; relays that stay keep their connections, and a changed
 // endpoint set closes only the connections of endpoints that left.
 
-import { errorMessage } from "../../src/core/errors.ts";
-import type { Logger } from "../../src/core/log.ts";
-import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import { nodeIPsOf, type BackendContext, type BackendFactory, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
+import { type BackendContext, type BackendFactory, errorMessage, type Executor, type FullStateBackend, type Logger, needsInterfaceAddresses, nodeIPsOf, nodePortIPs, parseIpAddrJson, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
 import { hasEndpoints, planService, sameFrontend, type Frontend } from "./frontends.ts";
-import { sameIPs } from "../../src/core/brain/node-ips.ts";
-// kube-proxy's --nodeport-addresses reading, shared with the IPVS backend (which binds node addresses too)
-import { needsInterfaceAddresses, nodePortIPs } from "../ipvs/node-addresses.ts";
-import { parseIpAddrJson } from "../ipvs/parse.ts";
 import { ROUTE_PROTO } from "./names.ts";
 import { cleanupRedirect, renderRedirect } from "./redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
@@ -202,7 +195,7 @@ export class UserspaceBackend implements FullStateBackend {
   }
 
   private async start(f: Frontend, nodeIPs: readonly string[]): Promise<Running> {
-    const listen = this.mode === "redirect" ? { host: f.family === 4 ? "0.0.0.0" : "::", port: 0 } : undefined;
+    const listen = this.mode === "redirect" ? { host: f.family === "v4" ? "0.0.0.0" : "::", port: 0 } : undefined;
     const opts = { log: this.log, listen, idleMs: this.opts.udpIdleMs ?? udpIdleMs(this.ctx), nodeIPs };
     const relay = f.proto === "tcp" ? new TcpRelay(f, opts) : new UdpRelay(f, opts);
     const port = await relay.listen();

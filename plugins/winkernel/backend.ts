@@ -10,9 +10,7 @@
 // already match, updates the ones listening on a wanted frontend, and deletes
 // what is left on its network once every service has been synced.
 
-import type { Endpoint, Service } from "../../src/gen/localv1/services_pb.ts";
-import type { BackendContext, IncrementalBackend } from "../../src/plugins/backend.ts";
-import { errorMessage } from "../../src/core/errors.ts";
+import { type BackendContext, type Endpoint, errorMessage, type IncrementalBackend, type Service } from "../../src/plugins/toolkit/index.ts";
 import type { HnsClient } from "./hns.ts";
 import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render.ts";
 import { frontendOf, identityOf, loadBalancerSettings, remoteEndpointSettings, specOf } from "./settings.ts";
@@ -58,7 +56,7 @@ export function sourceVips(config: BackendContext["config"]): RenderContext["sou
   const src = config.winkernel.sourceVip;
   const pick = (v6: boolean) =>
     (src && src.includes(":") === v6 ? src : config.nodeIPs.find((ip) => ip.includes(":") === v6)) ?? "";
-  return { 4: pick(false), 6: pick(true) };
+  return { v4: pick(false), v6: pick(true) };
 }
 
 export function createWinkernelBackend(ctx: BackendContext, opts: WinkernelBackendOptions): WinkernelBackend {
@@ -221,7 +219,7 @@ export function createWinkernelBackend(ctx: BackendContext, opts: WinkernelBacke
     setNodeIPs(ips) {
       // Without winkernel.sourceVip, the node's IP is the source VIP of every policy.
       const vips = sourceVips({ ...config, nodeIPs: [...ips] });
-      if (vips[4] === renderCtx.sourceVip[4] && vips[6] === renderCtx.sourceVip[6]) return;
+      if (vips.v4 === renderCtx.sourceVip.v4 && vips.v6 === renderCtx.sourceVip.v6) return;
       renderCtx.sourceVip = vips;
       for (const k of services.keys()) dirty.add(k);
     },

@@ -3,7 +3,7 @@
 // opens computenetwork.dll); elsewhere, and with --dry-run, a recorder stands
 // in and --dry-run prints each HNS call as one JSON line.
 
-import type { BackendFactory } from "../../src/plugins/backend.ts";
+import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createWinkernelBackend } from "./backend.ts";
 import type { HnsClient } from "./hns.ts";
 import { hnsRecorder } from "./recorder.ts";

@@ -10,6 +10,7 @@
 import type { Config } from "../core/config/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Endpoint, NodeState, Service, StateChange } from "../core/brain/state.ts";
+import type { IPVersion } from "./toolkit/family.ts";
 
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
 export interface Executor {
@@ -27,15 +28,15 @@ export interface BackendContext {
 
 /**
  * kube-proxy's mode-specific metrics for what happens inside a sync (the
- * feed sees whole syncs only). Families as 4 | 6.
+ * feed sees whole syncs only). Families as IP versions (4, 6).
  */
 export interface BackendMetrics {
   /** `backend`'s transaction for `family` (`nft -f`, `iptables-restore`) was refused; `partial`: a partial sync's */
-  transactionFailed(backend: string, family: 4 | 6, partial: boolean): void;
+  transactionFailed(backend: string, family: IPVersion, partial: boolean): void;
   /** stale UDP conntrack entries of `family` cleaned up after a sync: how long it took, how many deletions succeeded */
-  conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void;
+  conntrackReconciled(family: IPVersion, seconds: number, deleted: number): void;
   /** after an iptables sync: the rules kpng owns in `table`, and how many this sync wrote */
-  iptablesRules(family: 4 | 6, table: string, total: number, written: number): void;
+  iptablesRules(family: IPVersion, table: string, total: number, written: number): void;
 }
 
 interface BackendBase {
@@ -78,12 +79,6 @@ export interface IncrementalBackend extends BackendBase {
 }
 
 export type Backend = FullStateBackend | IncrementalBackend;
-
-/**
- * The node's IPs to render with: the state's (the brain keeps them current),
- * else Config.nodeIPs (a sidecar's --node-ip: the localv1 wire has none).
- */
-export const nodeIPsOf = (state: NodeState, config: Config): readonly string[] => state.nodeIPs ?? config.nodeIPs;
 
 /** What a backend module default-exports: a factory, so one module can serve several runs. */
 export type BackendFactory = (ctx: BackendContext) => Backend | Promise<Backend>;

@@ -6,7 +6,7 @@ import { isInvalidArgument } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { FullStateBackend } from "../../src/plugins/backend.ts";
 import factory, { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON } from "../../plugins/ipvs/index.ts";
-import { nodePortIPs } from "../../plugins/ipvs/node-addresses.ts";
+import { nodePortIPs } from "../../src/plugins/toolkit/index.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { N1, N1v6, lines, rig, testConfig } from "./harness.ts";
 import { endpoint, entry, nodeState, service } from "./services.ts";
