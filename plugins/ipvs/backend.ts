@@ -172,6 +172,7 @@ export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions)
   return {
     name: "ipvs",
     kind: "full",
+    nodeWarning: { reason: IPVS_DEPRECATION_REASON, note: IPVS_DEPRECATION_MESSAGE },
     last,
     async setup() {
       log.warn(IPVS_DEPRECATION_MESSAGE, { reason: IPVS_DEPRECATION_REASON });

@@ -39,8 +39,20 @@ export interface BackendMetrics {
   iptablesRules(family: IPVersion, table: string, total: number, written: number): void;
 }
 
+/** A Warning event on this Node, recorded once at start-up (kube-proxy records one for IPVS mode). */
+export interface NodeWarning {
+  reason: string;
+  note: string;
+}
+
 interface BackendBase {
   readonly name: string;
+  /**
+   * Recorded by `kpng` as a Warning event on the Node at start-up, when its
+   * source is the API server (not from a file or a brain), as kube-proxy
+   * records its IPVS deprecation.
+   */
+  readonly nodeWarning?: NodeWarning;
   /** called once before the first sync; may fail with a clear error (e.g. kernel lacks a feature) */
   setup?(ctx: BackendContext): Promise<void>;
   /** `--cleanup`: remove everything this backend ever created */
