@@ -5,7 +5,7 @@ import type { Config } from "../../src/plugins/toolkit/index.ts";
 import { addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import type { TableFamily } from "./names.ts";
-import type { ChainObj } from "./render-service.ts";
+import type { RuleChainSpec } from "./render-service.ts";
 import type { Op, SetSpec } from "./transaction.ts";
 
 /** What a family's rules need from Config, resolved once. */
@@ -60,7 +60,7 @@ export function clusterEndpointsMapSpecs(f: TableFamily, proto: N.DnatProtocol):
 }
 
 /** the chain every plain cluster-IP service port at `index` of its service's ports with `n` endpoints goes to */
-export function dispatchChainSpec(f: TableFamily, proto: N.DnatProtocol, index: number, n: number): ChainObj {
+export function dispatchChainSpec(f: TableFamily, proto: N.DnatProtocol, index: number, n: number): RuleChainSpec {
   const ip = addrKw(f);
   const offset = index ? ` offset ${index * N.MAX_DISPATCH}` : "";
   return {

@@ -40,15 +40,18 @@ import { place } from "./positions.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
 import type { SetSpec } from "./transaction.ts";
 
+// Values rendered for the transaction end in Spec (as transaction.ts's
+// SetSpec, ChainSpec, ElementSpec): a rule, a chain with its rules, an
+// element with the set it goes to and the service that owns it.
 export interface RuleSpec {
   rule: string;
   comment?: string;
 }
-export interface ChainObj {
+export interface RuleChainSpec {
   name: string;
   rules: RuleSpec[];
 }
-export interface ElementObj {
+export interface ServiceElementSpec {
   set: string;
   key: string;
   value?: string;
@@ -58,8 +61,8 @@ export interface ElementObj {
 }
 export interface ServiceObjects {
   sets: SetSpec[];
-  chains: ChainObj[];
-  elements: ElementObj[];
+  chains: RuleChainSpec[];
+  elements: ServiceElementSpec[];
   udp: UdpFrontend[];
   /** dispatch chain -> slot (see names.ts) */
   slots: ReadonlyMap<string, number>;
@@ -105,7 +108,7 @@ export interface PositionList {
 export const listKey = (ip: string | undefined, base: number, i: number) => (ip === undefined ? String(base + i) : `${ip} . ${base + i}`);
 
 /** a list's elements, segment after segment (for tests and debugging; the sync never builds them all) */
-export function listElements(l: PositionList): ElementObj[] {
+export function listElements(l: PositionList): ServiceElementSpec[] {
   return (l.ips ?? [undefined]).flatMap((ip) => l.values.map((value, i) => ({ set: l.set, key: listKey(ip, l.base, i), value, owner: l.owner })));
 }
 

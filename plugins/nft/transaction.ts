@@ -23,7 +23,7 @@ export interface SetSpec {
 }
 
 /** one set or map element; value and comment are only printed when adding */
-export interface ElementItem {
+export interface ElementSpec {
   key: string;
   value?: string;
   comment?: string;
@@ -42,7 +42,7 @@ export type Op =
   | { kind: "rule"; family: TableFamily; chain: string; rule: string; comment?: string }
   | { kind: "set" | "map"; verb: "add"; family: TableFamily; set: SetSpec }
   | { kind: "set" | "map"; verb: "delete" | "flush"; family: TableFamily; name: string }
-  | { kind: "elements"; verb: "add" | "delete"; family: TableFamily; set: string; items: readonly ElementItem[] }
+  | { kind: "elements"; verb: "add" | "delete"; family: TableFamily; set: string; items: readonly ElementSpec[] }
   | { kind: "note"; text: string };
 
 const quote = (s: string) => `"${s.replace(/["\\\n]/g, "_").slice(0, 128)}"`;
@@ -80,7 +80,7 @@ export function printOp(op: Op): string {
   }
 }
 
-function printElement(e: ElementItem): string {
+function printElement(e: ElementSpec): string {
   if (e.comment) return `${e.key} comment ${quote(e.comment)}${e.value !== undefined ? ` : ${e.value}` : ""}`;
   return e.value !== undefined ? `${e.key} : ${e.value}` : e.key;
 }
