@@ -3,7 +3,7 @@
 // slots stick, and that a restarted planner adopts what the maps hold.
 
 import { describe, expect, test } from "bun:test";
-import { createEbpfBackend } from "../../plugins/ebpf/index.ts";
+import { createEbpfBackend } from "../../plugins/ebpf/backend.ts";
 import { assignSlots, MapPlanner } from "../../plugins/ebpf/plan.ts";
 import { addrBytes, addrText, backendBytes, backendOf, frontKeyBytes, frontKeyOf, printOp, type MapOp } from "../../plugins/ebpf/maps.ts";
 import { runsOf, type MapContents, type MapWriter } from "../../plugins/ebpf/writer.ts";

@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts";
 import { planFrontends, type Frontend } from "../../plugins/userspace/frontends.ts";
-import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
+import { createUserspaceBackend } from "../../plugins/userspace/backend.ts";
 import { Picker } from "../../plugins/userspace/picker.ts";
 import { renderRedirect } from "../../plugins/userspace/redirect.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";

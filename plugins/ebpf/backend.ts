@@ -174,7 +174,7 @@ export class EbpfBackend implements FullStateBackend {
 }
 
 export async function createEbpfBackend(ctx: BackendContext, opts: EbpfOptions = {}): Promise<EbpfBackend> {
-  const nft = opts.nft === undefined ? new (await import("../nft/index.ts")).NftBackend(ctx) : (opts.nft ?? undefined);
+  const nft = opts.nft === undefined ? new (await import("../nft/backend.ts")).NftBackend(ctx) : (opts.nft ?? undefined);
   return new EbpfBackend(ctx, opts, nft);
 }
 
