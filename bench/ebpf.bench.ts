@@ -18,11 +18,11 @@
 
 import { closeSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createEbpfBackend, type EbpfBackend } from "../plugins/ebpf/backend.ts";
+import { createEbpfBackend, type EbpfBackend } from "../plugins/ebpf/index.ts";
 import { cstr, libbpf } from "../plugins/ebpf/libbpf.ts";
 import { ALL_MAPS, mapPin } from "../plugins/ebpf/names.ts";
 import { processSpawner } from "../plugins/nft/executor.ts";
-import { createNftBackend } from "../plugins/nft/backend.ts";
+import { createNftBackend } from "../plugins/nft/index.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { createLogger } from "../src/core/log.ts";

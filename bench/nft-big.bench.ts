@@ -19,7 +19,7 @@
 
 import { readFileSync } from "node:fs";
 import { processSpawner } from "../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../plugins/nft/backend.ts";
+import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
 import type { Spawner } from "../plugins/nft/session.ts";
 import { Brain } from "../src/core/brain/brain.ts";
 import { kinds, parseObject, type K8sObject } from "../src/core/brain/k8s/objects.ts";

@@ -15,7 +15,7 @@
 
 import { NftSession } from "../plugins/nft/session.ts";
 import { processSpawner } from "../plugins/nft/executor.ts";
-import { createNftBackend } from "../plugins/nft/backend.ts";
+import { createNftBackend } from "../plugins/nft/index.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { ServiceEndpoints } from "../src/core/brain/state.ts";

@@ -19,7 +19,7 @@
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { processSpawner } from "../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../plugins/nft/backend.ts";
+import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
 import type { Spawner } from "../plugins/nft/session.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { defaultConfig } from "../src/core/config/config.ts";

@@ -14,7 +14,7 @@
 // node of a large cluster.
 
 import { processSpawner } from "../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../plugins/nft/backend.ts";
+import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";

@@ -3,7 +3,7 @@
 // backend for packets that arrive from elsewhere.
 //
 // Full state: each apply plans map writes for the changed services only
-// (plan.ts), written in batches (writer.ts); programs are loaded once and
+// (plan.ts), written in batches (executor.ts); programs are loaded once and
 // stay attached through pinned links (attach.ts), so a restarted kpng only
 // re-reads the pinned maps and rewrites what differs. Pins removed by
 // someone else (which detaches the hooks) are reported like nft's flushed
@@ -16,12 +16,12 @@
 // (processes outside --ebpf-cgroup, traffic routed to a cluster IP).
 
 import { existsSync } from "node:fs";
-import { type BackendContext, type BackendFactory, errorMessage, type FullStateBackend, KpngError, type Logger, nodeIPsOf, type NodeState, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import { type BackendContext, errorMessage, type FullStateBackend, KpngError, type Logger, nodeIPsOf, type NodeState, type StateChange } from "../../src/plugins/toolkit/index.ts";
 import { attach, detach, ensureBpffs, resolveCgroup } from "./attach.ts";
 import { printOp } from "./maps.ts";
 import { ALL_MAPS, DEFAULT_BPFFS, HOOKS, linkPin, mapPin } from "./names.ts";
 import { MapPlanner } from "./plan.ts";
-import { kernelWriter, type MapWriter } from "./writer.ts";
+import { kernelWriter, type MapWriter } from "./executor.ts";
 
 export interface EbpfOptions {
   /** where map ops go (default: the pinned maps, after attaching) */
@@ -174,9 +174,6 @@ export class EbpfBackend implements FullStateBackend {
 }
 
 export async function createEbpfBackend(ctx: BackendContext, opts: EbpfOptions = {}): Promise<EbpfBackend> {
-  const nft = opts.nft === undefined ? new (await import("../nft/backend.ts")).NftBackend(ctx) : (opts.nft ?? undefined);
+  const nft = opts.nft === undefined ? new (await import("../nft/index.ts")).NftBackend(ctx) : (opts.nft ?? undefined);
   return new EbpfBackend(ctx, opts, nft);
 }
-
-const factory = ((ctx: BackendContext) => createEbpfBackend(ctx)) satisfies BackendFactory;
-export default factory;

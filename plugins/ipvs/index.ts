@@ -1,6 +1,6 @@
-// `--backend ipvs`: IPVS virtual servers + ipsets + a few iptables rules.
-// Deprecated upstream (KEP-5495); setup logs the warning and the CLI may
-// also record IPVS_DEPRECATION_MESSAGE as a Node Warning event.
+// `kpng --backend ipvs`: IPVS virtual servers + ipsets + a few iptables
+// rules (backend.ts). Deprecated upstream (KEP-5495): setup logs the warning,
+// and the backend's nodeWarning has the CLI record it as a Node Warning event.
 
 import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createIpvsBackend } from "./backend.ts";

@@ -7,10 +7,10 @@
 // kpng's tables; the feed answers such a report with a full sync.
 //
 // `createNftBackend(ctx, { exec, interactive, monitor })` lets tests run it against a
-// recorder or inside a network namespace; the default export is the
-// BackendFactory the registry loads for `--backend nft`.
+// recorder or inside a network namespace; index.ts is the entry the registry
+// loads for `--backend nft`.
 
-import { type BackendContext, type BackendFactory, conntrackArgv, errorMessage, type Executor, frontendKey, type FullStateBackend, type Logger, nodeIPsOf, type NodeState, reconcileConntrack, sameIPs, type StaleFlow, staleUdpFlows, type StateChange, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import { type BackendContext, conntrackArgv, errorMessage, type Executor, frontendKey, type FullStateBackend, type Logger, nodeIPsOf, type NodeState, reconcileConntrack, sameIPs, type StaleFlow, staleUdpFlows, type StateChange, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
@@ -213,6 +213,3 @@ export class NftBackend implements FullStateBackend {
 }
 
 export const createNftBackend = (ctx: BackendContext, opts: NftOptions = {}) => new NftBackend(ctx, opts);
-
-const factory = ((ctx: BackendContext) => new NftBackend(ctx)) satisfies BackendFactory;
-export default factory;

@@ -11,7 +11,7 @@
 //             `ip`, `sysctl` and CAP_NET_ADMIN, no nftables;
 //   redirect  each relay listens on an ephemeral port on every address and
 //             an nftables table per family redirects the frontend to it
-//             (redirect.ts); needs nft.
+//             (render-redirect.ts); needs nft.
 // Node ports listen on the node IPs (or every node address inside the
 // --nodeport-addresses CIDRs) in both modes.
 //
@@ -20,12 +20,12 @@
 // difference; relays that stay keep their connections, and a changed
 // endpoint set closes only the connections of endpoints that left.
 
-import { type BackendContext, type BackendFactory, errorMessage, type Executor, type FullStateBackend, type Logger, needsInterfaceAddresses, nodeIPsOf, nodePortIPs, parseIpAddrJson, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import { type BackendContext, errorMessage, type Executor, type FullStateBackend, type Logger, needsInterfaceAddresses, nodeIPsOf, nodePortIPs, parseIpAddrJson, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
 import { hasEndpoints, planService, sameFrontend, type Frontend } from "./frontends.ts";
 import { ROUTE_PROTO } from "./names.ts";
-import { cleanupRedirect, renderRedirect } from "./redirect.ts";
+import { cleanupRedirect, renderRedirect } from "./render-redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
 import { UdpRelay } from "./udp-relay.ts";
 
@@ -251,6 +251,3 @@ export function describe(frontends: Iterable<Frontend>, mode: "bind" | "redirect
 }
 
 export const createUserspaceBackend = (ctx: BackendContext, opts: UserspaceOptions = {}) => new UserspaceBackend(ctx, opts);
-
-const factory = ((ctx: BackendContext) => new UserspaceBackend(ctx)) satisfies BackendFactory;
-export default factory;

@@ -12,7 +12,7 @@
 
 import { type BackendContext, type Endpoint, errorMessage, type IncrementalBackend, type Service } from "../../src/plugins/toolkit/index.ts";
 import type { HnsClient } from "./hns.ts";
-import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render.ts";
+import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render-service.ts";
 import { frontendOf, identityOf, loadBalancerSettings, remoteEndpointSettings, specOf } from "./settings.ts";
 
 export interface WinkernelBackendOptions {

@@ -1,4 +1,4 @@
-// `--backend winkernel`: HNS load-balancer policies. On Windows it calls the
+// `kpng --backend winkernel`: HNS load-balancer policies (backend.ts). On Windows it calls the
 // Host Compute Network API (hcn-ffi.ts, imported only there, so Linux never
 // opens computenetwork.dll); elsewhere, and with --dry-run, a recorder stands
 // in and --dry-run prints each HNS call as one JSON line.

@@ -6,12 +6,12 @@ import type { BackendFactory } from "./backend.ts";
 type Loader = () => Promise<{ default: BackendFactory }>;
 
 export const builtinBackends: Record<string, Loader> = {
-  nft: () => import("../../plugins/nft/backend.ts"),
+  nft: () => import("../../plugins/nft/index.ts"),
   iptables: () => import("../../plugins/iptables/index.ts"),
   ipvs: () => import("../../plugins/ipvs/index.ts"),
   winkernel: () => import("../../plugins/winkernel/index.ts"),
-  ebpf: () => import("../../plugins/ebpf/backend.ts"),
-  userspace: () => import("../../plugins/userspace/backend.ts"),
+  ebpf: () => import("../../plugins/ebpf/index.ts"),
+  userspace: () => import("../../plugins/userspace/index.ts"),
 };
 
 export const builtinBackendNames = Object.keys(builtinBackends);

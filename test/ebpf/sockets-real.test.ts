@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { closeSync, existsSync, readdirSync, readFileSync, renameSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
-import { createEbpfBackend, type EbpfBackend } from "../../plugins/ebpf/backend.ts";
+import { createEbpfBackend, type EbpfBackend } from "../../plugins/ebpf/index.ts";
 import { cstr, libbpf } from "../../plugins/ebpf/libbpf.ts";
 import { backendKeyBytes, backendOf, frontKeyBytes } from "../../plugins/ebpf/maps.ts";
 import { ptr } from "bun:ffi";

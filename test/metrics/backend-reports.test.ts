@@ -7,7 +7,7 @@ import { Brain } from "../../src/core/brain/brain.ts";
 import { ProxyMetrics } from "../../src/core/node/metrics.ts";
 import { recordingExecutor } from "../../plugins/iptables/executor.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import { ep as iptEp, svc as iptSvc, testConfig, testContext, v4, v6 } from "../iptables/fixtures.ts";
 import { context, entry, ep, isTransaction, nextState, nodeConfig, nodeState, recorder, svc } from "../nft/fixtures.ts";
 import { value } from "./prom-text.ts";

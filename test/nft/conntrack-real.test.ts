@@ -2,7 +2,7 @@
 // conntrack entry) across syncs, as DNS clients and UDP streams do.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { createNftBackend, type NftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

@@ -8,7 +8,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { FIRST_LOAD_SPLIT_ELEMENTS } from "../../plugins/nft/executor.ts";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import type { Endpoint, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";

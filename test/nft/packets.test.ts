@@ -4,7 +4,7 @@
 // source address the pod saw.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import { canonical6, createTopology, type Topology } from "../harness/netns.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { context, entry, nodeConfig, nodeState, svc, type SvcSpec } from "./fixtures.ts";

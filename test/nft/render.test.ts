@@ -4,7 +4,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import { dispatchChainSpec, familyConfig, renderBase } from "../../plugins/nft/render-base.ts";
 import { listElements, renderService, type ServiceObjects } from "../../plugins/nft/render-service.ts";
 import { hash8, type TableFamily } from "../../plugins/nft/names.ts";

@@ -8,7 +8,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { processSpawner } from "../../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import { SYNC_STAMP_SET } from "../../plugins/nft/names.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { ProxyHealth } from "../../src/core/node/health.ts";

@@ -11,7 +11,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { processSpawner } from "../../plugins/nft/executor.ts";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

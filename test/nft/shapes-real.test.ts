@@ -10,7 +10,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { processSpawner } from "../../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

@@ -3,7 +3,7 @@
 // deterministic dry-run output.
 
 import { describe, expect, test } from "bun:test";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import { NftRunner } from "../../plugins/nft/executor.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";

@@ -5,7 +5,7 @@
 // back to Config.nodeIPs (--node-ip).
 
 import { describe, expect, test } from "bun:test";
-import { createNftBackend } from "../../plugins/nft/backend.ts";
+import { createNftBackend } from "../../plugins/nft/index.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { recordingExecutor } from "../../plugins/iptables/executor.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";

@@ -9,7 +9,7 @@
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { createLogger } from "../../src/core/log.ts";
 import { EndpointSchema, ServiceSchema } from "../../src/gen/localv1/services_pb.ts";
-import { createUserspaceBackend } from "../../plugins/userspace/backend.ts";
+import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { node0Config } from "../fixtures/node-config.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 

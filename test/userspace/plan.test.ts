@@ -6,9 +6,9 @@
 import { describe, expect, test } from "bun:test";
 import { parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts";
 import { planFrontends, type Frontend } from "../../plugins/userspace/frontends.ts";
-import { createUserspaceBackend } from "../../plugins/userspace/backend.ts";
+import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { Picker } from "../../plugins/userspace/picker.ts";
-import { renderRedirect } from "../../plugins/userspace/redirect.ts";
+import { renderRedirect } from "../../plugins/userspace/render-redirect.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { context, ep, entry, nodeConfig, nodeState, recorder, svc, type SvcSpec } from "../nft/fixtures.ts";
 

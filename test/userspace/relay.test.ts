@@ -11,7 +11,7 @@ import { memoryLogger } from "../../src/core/log.ts";
 import type { Frontend } from "../../plugins/userspace/frontends.ts";
 import { TcpRelay } from "../../plugins/userspace/tcp-relay.ts";
 import { UdpRelay } from "../../plugins/userspace/udp-relay.ts";
-import { createUserspaceBackend } from "../../plugins/userspace/backend.ts";
+import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { context, ep, entry, nodeConfig, nodeState, recorder, svc } from "../nft/fixtures.ts";
 
 const cleanups: Array<() => unknown> = [];
