@@ -10,7 +10,7 @@ import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey 
 import { type RenderContext, renderService } from "./render-service.ts";
 import { DesiredState, commit, drainingServices, noneTouched, planChanges, planDrain } from "./plan.ts";
 import { printAddresses, printIpset, printIpvsadm, printSetCreates, serviceFlag } from "./print.ts";
-import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./iptables.ts";
+import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./render-iptables.ts";
 import { parseIpvsConnections, parseKernel } from "./parse.ts";
 
 /** Upstream kube-proxy's start-up warning for IPVS mode (cmd/kube-proxy/app/server_linux.go, KEP-5495). */

@@ -1,7 +1,8 @@
-// `kpng --backend winkernel`: HNS load-balancer policies (backend.ts). On Windows it calls the
-// Host Compute Network API (hcn-ffi.ts, imported only there, so Linux never
-// opens computenetwork.dll); elsewhere, and with --dry-run, a recorder stands
-// in and --dry-run prints each HNS call as one JSON line.
+// `kpng --backend winkernel`: HNS load-balancer policies (backend.ts). On
+// Windows it calls the Host Compute Network API (executor.ts, imported only
+// there, so Linux never opens computenetwork.dll); elsewhere, and with
+// --dry-run, a recorder stands in and --dry-run prints each HNS call as one
+// JSON line.
 
 import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createWinkernelBackend } from "./backend.ts";
@@ -15,7 +16,7 @@ const factory = (async (ctx) => {
   if (ctx.config.dryRun) {
     hns = hnsRecorder({ onCall: (c) => ctx.out(JSON.stringify(c) + "\n") });
   } else if (process.platform === "win32") {
-    const { createHcnClient } = await import("./hcn-ffi.ts");
+    const { createHcnClient } = await import("./executor.ts");
     hns = createHcnClient(ctx.config.winkernel.networkName);
   } else {
     ctx.log.warn("winkernel: no Host Network Service on this platform; HNS calls are recorded, not applied", {
