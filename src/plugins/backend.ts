@@ -11,6 +11,7 @@ import type { Config } from "../core/config/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Endpoint, NodeState, Service, StateChange } from "../core/brain/state.ts";
 import type { IPVersion } from "./toolkit/family.ts";
+import type * as Toolkit from "./toolkit/index.ts";
 
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
 export interface Executor {
@@ -24,6 +25,13 @@ export interface BackendContext {
   out: (text: string) => void;
   /** where a backend reports what happens inside its syncs (metrics); read at report time, absent = not reported */
   metrics?: BackendMetrics;
+  /**
+   * The toolkit's functions (src/plugins/toolkit/), set by the loader for
+   * every backend it makes: a `--plugin` file loaded by the compiled binary
+   * can import kpng's types only, and finds the functions here. Built-in
+   * backends import the toolkit instead.
+   */
+  toolkit?: typeof Toolkit;
 }
 
 /**

@@ -4,8 +4,14 @@
 // core imports neither the plugin host nor a backend.
 
 import { describe, expect, test } from "bun:test";
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
+import { defaultConfig } from "../../src/core/config/config.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import type { BackendContext } from "../../src/plugins/backend.ts";
+import { loadBackend } from "../../src/plugins/loader.ts";
+import * as toolkit from "../../src/plugins/toolkit/index.ts";
 import {
   externallyAccessible,
   hostPort,
@@ -57,6 +63,22 @@ describe("who imports what", () => {
     const allowed = new Set(["src/plugins/toolkit/index.ts", "src/plugins/run.ts", "src/core/api/client/index.ts"]);
     const bad = sources("examples").flatMap((file) => importsOf(file).filter((t) => !allowed.has(t)).map((t) => `${file} -> ${t}`));
     expect(bad).toEqual([]);
+  });
+});
+
+describe("a plugin sees the same toolkit", () => {
+  test("the loader hands every backend the toolkit's functions as ctx.toolkit (a --plugin in the binary can import types only)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "kpng-toolkit-"));
+    try {
+      const file = join(dir, "plugin.ts");
+      writeFileSync(file, `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: ctx.toolkit.hostPort("2001:db8::1", 80) });\n`);
+      const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
+      const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: string };
+      expect(b.seen).toBe("[2001:db8::1]:80");
+      expect(ctx.toolkit).toBe(toolkit);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
