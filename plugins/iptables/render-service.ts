@@ -19,6 +19,7 @@
 import {
   affinitySeconds,
   canonicalIP,
+  cidrsOf,
   type Config,
   type Endpoint,
   externallyAccessible,
@@ -33,7 +34,7 @@ import {
 } from "../../src/plugins/toolkit/index.ts";
 import { chains, endpointChain, serviceChains, servicePortId, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-import { familyCIDRs, prefixContains } from "./render-fixed.ts";
+import { prefixContains } from "./render-fixed.ts";
 
 export interface OwnedChain {
   table: Table;
@@ -255,7 +256,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     clusterIPs,
     externalIPs,
     lbIPs,
-    podCIDRs: familyCIDRs(config.clusterCIDRs, family),
+    podCIDRs: cidrsOf(config.clusterCIDRs, family),
     affinity,
     internal,
     external,
@@ -385,7 +386,7 @@ function sourceRanges(svc: Service, lbIPs: readonly string[], family: Family): M
   for (const f of svc.IPFilters) {
     const targets = new Set(ipsOf(f.TargetIPs, family));
     // Ranges of the other family only: no filter for this one (upstream filters ranges per family).
-    const cidrs = familyCIDRs(f.SourceRanges, family);
+    const cidrs = cidrsOf(f.SourceRanges, family);
     if (!cidrs.length) continue;
     for (const ip of lbIPs) if (targets.has(ip)) out.set(ip, [...(out.get(ip) ?? []), ...cidrs]);
   }

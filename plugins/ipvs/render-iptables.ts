@@ -4,7 +4,7 @@
 // again only on a full sync (declaring a chain in a --noflush restore flushes
 // it, which makes the rewrite idempotent).
 
-import type { Family } from "../../src/plugins/toolkit/index.ts";
+import { cidrsOf, type Family } from "../../src/plugins/toolkit/index.ts";
 import { type BaseJump, chains, setName } from "./names.ts";
 
 export interface Rule {
@@ -23,7 +23,6 @@ export interface IptablesContext {
   masqueradeBit: number;
 }
 
-const familyCIDRs = (cidrs: readonly string[], family: Family) => cidrs.filter((c) => c.includes(":") === (family === "v6"));
 
 export function masqueradeMark(bit: number): string {
   const hex = `0x${(1 << bit).toString(16)}`;
@@ -50,7 +49,7 @@ export function iptablesRules(family: Family, ctx: IptablesContext): Rule[] {
   nat(chains.postrouting, [], ["MARK", "--xor-mark", mark]);
   nat(chains.postrouting, [], ["MASQUERADE"], "service traffic requiring SNAT");
 
-  const cidrs = familyCIDRs(ctx.clusterCIDRs, family);
+  const cidrs = cidrsOf(ctx.clusterCIDRs, family);
   if (ctx.masqueradeAll) {
     nat(chains.services, set("clusterIP", "dst,dst"), toMasq, "cluster IP: masquerade all");
   } else if (cidrs.length) {

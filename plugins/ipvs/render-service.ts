@@ -10,7 +10,7 @@
 //   - ipset entries driving the few iptables rules: masquerade classes, source
 //     ranges, hairpin, and REJECT / DROP for destinations without endpoints.
 
-import { affinitySeconds, type Endpoint, type Family, familyOf, ipsOf, type PortMapping, protocolName, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
+import { affinitySeconds, cidrsOf, type Endpoint, type Family, familyOf, ipsOf, type PortMapping, protocolName, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
 import { type SetId, setName } from "./names.ts";
 import {
   type Proto,
@@ -61,7 +61,6 @@ function setCIDRs(cidr: string): string[] {
   return [cidr.endsWith(host) ? cidr.slice(0, -host.length) : cidr];
 }
 
-const cidrFamilyOf = (cidr: string): Family => familyOf(cidr.split("/")[0] ?? cidr);
 
 export function renderService(se: ServiceEndpoints, ctx: RenderContext): ServiceModel {
   const svc = se.service;
@@ -110,7 +109,7 @@ export function renderService(se: ServiceEndpoints, ctx: RenderContext): Service
 
       for (const filter of svc.IPFilters) {
         // Ranges of the other family do not restrict this one (upstream filters them per family).
-        const ranges = filter.SourceRanges.filter((c) => cidrFamilyOf(c) === family).flatMap(setCIDRs);
+        const ranges = cidrsOf(filter.SourceRanges, family).flatMap(setCIDRs);
         if (!ranges.length) continue;
         for (const ip of ipsOf(filter.TargetIPs, family)) {
           const dst = `${ip},${proto}:${pm.Port}`;

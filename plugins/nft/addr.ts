@@ -2,19 +2,10 @@
 // through here: the brain validates its input, but a backend must never
 // print a string into an nft script it has not recognised as an address.
 
-import { type Family, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
+import { cidrsOf, type Family, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
 import type { TableFamily } from "./names.ts";
 
 export const isFamilyIP = (family: TableFamily, s: string) => (family === "ip" ? isIPv4(s) : isIPv6(s));
-
-/** "198.19.0.0/16", "2001:db8::/32" or a bare address of the family */
-export function isFamilyCIDR(family: TableFamily, s: string): boolean {
-  const slash = s.indexOf("/");
-  if (slash < 0) return isFamilyIP(family, s);
-  const bits = s.slice(slash + 1);
-  if (!/^\d{1,3}$/.test(bits) || Number(bits) > (family === "ip" ? 32 : 128)) return false;
-  return isFamilyIP(family, s.slice(0, slash));
-}
 
 /**
  * Keeps the addresses of one family from the lists, in order, without duplicates. IPv6 text
@@ -34,9 +25,8 @@ export function firstOfFamily(family: TableFamily, list: readonly string[] | und
   return undefined;
 }
 
-export const cidrsOfFamily = (family: TableFamily, list: readonly string[] | undefined) => [
-  ...new Set((list ?? []).filter((s) => isFamilyCIDR(family, s))),
-];
+/** the family's CIDRs (or bare addresses) in the list, without duplicates */
+export const cidrsOfFamily = (family: TableFamily, list: readonly string[] | undefined) => [...new Set(cidrsOf(list, addressFamily(family)))];
 
 /** the address family of a table family */
 export const addressFamily = (family: TableFamily): Family => (family === "ip" ? "v4" : "v6");

@@ -10,6 +10,7 @@
 import {
   affinitySeconds,
   allIPs,
+  cidrsOf,
   type Endpoint,
   type Family,
   hostPort,
@@ -139,7 +140,7 @@ function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, pr
     const f: Frontend = { key, proto, family, ip, port, kind, service: label, endpoints, affinitySeconds: affinity, sourceRanges };
     if (kind !== "cluster" && svc.ExternalTrafficToLocal) {
       const internal = endpointsFor(eps, pm, family, "Internal");
-      if (internal.length) f.shortCircuit = { from: (opts.clusterCIDRs ?? []).filter((c) => ipFamily(c.split("/")[0]!) === family), endpoints: internal };
+      if (internal.length) f.shortCircuit = { from: cidrsOf(opts.clusterCIDRs, family), endpoints: internal };
     }
     out.push(f);
   };
@@ -163,7 +164,7 @@ function rangesFor(svc: Service, ip: string): string[] | undefined {
   for (const filter of svc.IPFilters) {
     const targets = allIPs(filter.TargetIPs);
     if (!targets.includes(ip)) continue;
-    return filter.SourceRanges.filter((r) => ipFamily(r.split("/")[0]!) === fam);
+    return fam ? cidrsOf(filter.SourceRanges, fam) : [];
   }
   return undefined;
 }

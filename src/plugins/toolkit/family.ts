@@ -28,6 +28,22 @@ export function ipsOf(set: IPSet | undefined, family: Family): readonly string[]
   return list;
 }
 
+/**
+ * The CIDRs of `family` in a list (cluster CIDRs, source ranges,
+ * --nodeport-addresses), in order: `addr/bits` with a prefix length the
+ * family allows, or a bare address. Anything else is left out.
+ */
+export function cidrsOf(list: readonly string[] | undefined, family: Family): string[] {
+  const ok = family === "v4" ? isIPv4 : isIPv6;
+  const max = family === "v4" ? 32 : 128;
+  return (list ?? []).filter((c) => {
+    const slash = c.indexOf("/");
+    if (slash < 0) return ok(c);
+    const bits = c.slice(slash + 1);
+    return /^\d{1,3}$/.test(bits) && Number(bits) <= max && ok(c.slice(0, slash));
+  });
+}
+
 /** the addresses of both families, IPv4 first */
 export const allIPs = (set: IPSet | undefined): string[] => [...ipsOf(set, "v4"), ...ipsOf(set, "v6")];
 
