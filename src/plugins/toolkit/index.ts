@@ -13,10 +13,10 @@
 // - kpng's error type.
 //
 // A plugin loaded by the compiled binary can resolve no kpng module at run
-// time: it imports types from here (`import type`) and gets the rest from
-// its BackendContext.
+// time: it imports types from here (`import type`) and finds the functions
+// in its BackendContext (`ctx.toolkit`, set by the loader).
 
-export type { Backend, BackendContext, BackendFactory, BackendMetrics, Executor, FullStateBackend, IncrementalBackend } from "../backend.ts";
+export type { Backend, BackendContext, BackendFactory, BackendMetrics, Executor, FullStateBackend, IncrementalBackend, NodeWarning } from "../backend.ts";
 export type { Config } from "../../core/config/config.ts";
 export type { Logger } from "../../core/log.ts";
 export type { NodeState, ServiceEndpoints, StateChange } from "../../core/brain/state.ts";
