@@ -285,7 +285,8 @@ export function renderService(
 
 // The sync keeps every service's objects, and most services have no sets,
 // chains, slots or UDP ports of their own: one shared empty value for each
-// instead of 5 empty containers per service (~2 MB at 10,000 services).
+// instead of 5 empty containers per service (memory that grows with the
+// services for nothing).
 // Frozen, so a push into one fails loudly instead of reaching every service.
 const NONE: never[] = Object.freeze([]) as never[];
 const NO_SLOTS: ReadonlyMap<string, number> = new Map();

@@ -160,10 +160,10 @@ function validate(op: Op): string | undefined {
  * A first load into empty tables, as `1 + parts` transactions: everything but
  * the added elements (tables, chains, rules, sets, maps: the skeleton), then
  * the elements in `parts` batches of about the same size, in their order.
- * nft parses its input on one core, and parsing is most of a big load (~0.45
- * of ~0.8 s for 130,000 elements, nft 1.0.6): the batches, run at the same
- * time after the skeleton, parse side by side and only their commits take
- * turns in the kernel (~0.8 -> ~0.5 s on 2 cores). Only for empty tables:
+ * nft parses its input on one core, and parsing is most of a big load (nft
+ * 1.0.6): the batches, run at the same time after the skeleton, parse side
+ * by side and only their commits take turns in the kernel (the README's
+ * footprint figures, from bench startup). Only for empty tables:
  * until the last batch commits, some services have rules and others none,
  * which over empty tables is no worse than before the load began; rules in
  * place are always rewritten in one transaction.
