@@ -36,7 +36,7 @@ export interface EbpfOptions {
   pinCheckMs?: number;
 }
 
-export interface EbpfStats {
+export interface SyncStats {
   full: boolean;
   ops: number;
   /** reading the maps back (a full sync) */
@@ -58,7 +58,7 @@ async function embeddedObject(): Promise<Uint8Array | null> {
 export class EbpfBackend implements FullStateBackend {
   readonly name = "ebpf";
   readonly kind = "full";
-  last: EbpfStats | undefined;
+  last: SyncStats | undefined;
   /** whether setup loaded the programs (false: they were pinned already) */
   loaded = false;
 

@@ -5,6 +5,6 @@
 import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createEbpfBackend } from "./backend.ts";
 
-export { EbpfBackend, createEbpfBackend, type EbpfOptions, type EbpfStats } from "./backend.ts";
+export { EbpfBackend, createEbpfBackend, type EbpfOptions, type SyncStats } from "./backend.ts";
 
 export default ((ctx) => createEbpfBackend(ctx)) satisfies BackendFactory;

@@ -22,7 +22,7 @@ export const IPVS_DEPRECATION_REASON = "IPVSDeprecation";
 /** Schedulers the kernel ships (ipvsadm(8)); anything else fails at every sync, so refuse it up front. */
 export const ipvsSchedulers = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"];
 
-export interface IpvsBackendOptions {
+export interface IpvsOptions {
   executor: Executor;
   /** how often draining real servers are checked; 0 = only through drain() (upstream: one minute) */
   drainIntervalMs?: number;
@@ -60,7 +60,7 @@ export class IpvsBackend implements FullStateBackend {
 
   constructor(
     private readonly ctx: BackendContext,
-    private readonly opts: IpvsBackendOptions,
+    private readonly opts: IpvsOptions,
   ) {
     this.config = ctx.config;
     this.log = ctx.log;
@@ -229,7 +229,7 @@ export class IpvsBackend implements FullStateBackend {
   }
 }
 
-export const createIpvsBackend = (ctx: BackendContext, opts: IpvsBackendOptions) => new IpvsBackend(ctx, opts);
+export const createIpvsBackend = (ctx: BackendContext, opts: IpvsOptions) => new IpvsBackend(ctx, opts);
 
 /** `--cleanup`: everything IPVS mode created, best effort (a piece already gone is fine). */
 async function cleanupAll(exec: Executor, families: ReadonlySet<Family>, warn: (msg: string, err: unknown) => void) {

@@ -6,11 +6,9 @@ import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createIpvsBackend } from "./backend.ts";
 import { commandExecutor, printingExecutor } from "./executor.ts";
 
-export { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON, createIpvsBackend } from "./backend.ts";
+export { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON, IpvsBackend, createIpvsBackend, type IpvsOptions, type SyncStats } from "./backend.ts";
 
-const factory = ((ctx) =>
+export default ((ctx) =>
   createIpvsBackend(ctx, {
     executor: ctx.config.dryRun ? printingExecutor(ctx.out) : commandExecutor(),
   })) satisfies BackendFactory;
-
-export default factory;

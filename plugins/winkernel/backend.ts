@@ -15,7 +15,7 @@ import type { HnsClient } from "./hns.ts";
 import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render-service.ts";
 import { frontendOf, identityOf, loadBalancerSettings, remoteEndpointSettings, specOf } from "./settings.ts";
 
-export interface WinkernelBackendOptions {
+export interface WinkernelOptions {
   hns: HnsClient;
 }
 
@@ -76,7 +76,7 @@ export class WinkernelBackend implements IncrementalBackend {
   private inherited: Inherited | undefined;
   private trusted = false;
 
-  constructor(ctx: BackendContext, opts: WinkernelBackendOptions) {
+  constructor(ctx: BackendContext, opts: WinkernelOptions) {
     this.config = ctx.config;
     this.log = ctx.log;
     this.renderCtx = { enableDSR: this.config.winkernel.enableDSR, sourceVip: sourceVips(this.config) };
@@ -268,7 +268,7 @@ export class WinkernelBackend implements IncrementalBackend {
   }
 }
 
-export const createWinkernelBackend = (ctx: BackendContext, opts: WinkernelBackendOptions) => new WinkernelBackend(ctx, opts);
+export const createWinkernelBackend = (ctx: BackendContext, opts: WinkernelOptions) => new WinkernelBackend(ctx, opts);
 
 /** Wraps a client to count calls per sync (cheap figures for logs, tests and the benchmark). */
 function countCalls(inner: HnsClient) {

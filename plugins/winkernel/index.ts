@@ -9,9 +9,9 @@ import { createWinkernelBackend } from "./backend.ts";
 import type { HnsClient } from "./hns.ts";
 import { hnsRecorder } from "./recorder.ts";
 
-export { createWinkernelBackend } from "./backend.ts";
+export { WinkernelBackend, createWinkernelBackend, type WinkernelOptions } from "./backend.ts";
 
-const factory = (async (ctx) => {
+export default (async (ctx) => {
   let hns: HnsClient;
   if (ctx.config.dryRun) {
     hns = hnsRecorder({ onCall: (c) => ctx.out(JSON.stringify(c) + "\n") });
@@ -26,5 +26,3 @@ const factory = (async (ctx) => {
   }
   return createWinkernelBackend(ctx, { hns });
 }) satisfies BackendFactory;
-
-export default factory;
