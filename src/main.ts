@@ -188,8 +188,9 @@ const runCommand = defineCommand({
     else if (view.state && !view.state.nodeIPs.length) log.warn("the input file has no addresses for this Node: node ports answer nowhere until it does (or set --node-ip)", { node: cfg.nodeName, file: args.input });
     await ready;
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
-    const warned = args.input === undefined && args.api === undefined && backendNames(rawArgs, cfg).includes("ipvs")
-      ? import("./core/node/events.ts").then((e) => e.recordIpvsDeprecation({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events"), restClient: servers?.metrics.restClient }))
+    const nodeWarnings = args.input === undefined && args.api === undefined ? backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])) : [];
+    const warned = nodeWarnings.length
+      ? import("./core/node/events.ts").then((e) => Promise.all(nodeWarnings.map((w) => e.recordStartWarning({ kubeconfig: args.kubeconfig as string | undefined, master: args.master as string | undefined, config: cfg, log: log.child("events"), restClient: servers?.metrics.restClient }, w))))
       : undefined;
     let pendingOnce = backends.length;
     const done = Promise.withResolvers<void>();

@@ -10,7 +10,7 @@
 // kpng's *types* only; Node's built-in modules are available.
 
 import { appendFileSync } from "node:fs";
-import type { BackendContext, BackendFactory, Endpoint, IncrementalBackend, Service } from "../../src/core/api/client/index.ts";
+import type { BackendContext, BackendFactory, Endpoint, IncrementalBackend, Service } from "../../src/plugins/toolkit/index.ts";
 
 // protobuf-es messages are plain objects; drop their type tag for readability.
 const json = (v: unknown) => JSON.stringify(v, (k, x: unknown) => (k === "$typeName" ? undefined : typeof x === "bigint" ? x.toString() : x));

@@ -4,13 +4,12 @@
 // flags in host order (little-endian on the amd64 and arm64 nodes kpng
 // ships for).
 
-import { isIPv4 } from "../../src/core/brain/k8s/ip.ts";
+import { hostPort, type IPVersion, isIPv4 } from "../../src/plugins/toolkit/index.ts";
 import { MAP, type MapName } from "./names.ts";
 
-export type Family = 4 | 6;
-
 export interface FrontKey {
-  family: Family;
+  /** the IP version, as the struct holds it */
+  family: IPVersion;
   addr: string;
   port: number;
   /** IANA number: 6 TCP, 17 UDP, 132 SCTP */
@@ -71,7 +70,7 @@ export function addrBytes(addr: string, out: Uint8Array, at: number) {
 }
 
 /** The text of 4 (IPv4) or 16 bytes, IPv6 in RFC 5952 form (the longest run of two or more zero groups as "::"). */
-export function addrText(bytes: Uint8Array, family: Family): string {
+export function addrText(bytes: Uint8Array, family: IPVersion): string {
   if (family === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
   // plain loops and string appends: 100,000s of endpoints are read back after a restart
   const g = new Array<number>(8);
@@ -176,13 +175,12 @@ export function encodeOp(op: MapOp, keys: Uint8Array, values: Uint8Array, i: num
 }
 
 const PROTO_NAME: Record<number, string> = { 6: "tcp", 17: "udp", 132: "sctp" };
-const hostPort = (family: Family, addr: string, port: number) => (family === 4 ? `${addr}:${port}` : `[${addr}]:${port}`);
 
 /** One line per op, for --dry-run and golden tests. */
 export function printOp(op: MapOp): string {
   switch (op.map) {
     case MAP.front: {
-      const k = `${hostPort(op.key.family, op.key.addr, op.key.port)}/${PROTO_NAME[op.key.proto] ?? op.key.proto}`;
+      const k = `${hostPort(op.key.addr, op.key.port)}/${PROTO_NAME[op.key.proto] ?? op.key.proto}`;
       return op.op === "update" ? `update ${op.map} ${k} group=${op.group}` : `delete ${op.map} ${k}`;
     }
     case MAP.group:

@@ -1,4 +1,4 @@
-// Plans the map writes for a sync: desired groups (render.ts) against what
+// Plans the map writes for a sync: desired groups (render-service.ts) against what
 // the maps hold (a mirror: what kpng wrote, or what a new process read back
 // from the pinned maps), for the changed services only; a full sync also
 // deletes what no service owns. Ids and slots are sticky: a group keeps its
@@ -10,11 +10,11 @@
 // group or slots are missing: endpoints, groups, frontends written, then
 // frontends, groups, endpoints deleted.
 
-import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
+import type { NodeState, StateChange } from "../../src/plugins/toolkit/index.ts";
 import { canonical, frontId, type BackendValue, type FrontKey, type GroupValue, type MapOp } from "./maps.ts";
 import { MAP } from "./names.ts";
-import { renderService, type GroupSpec } from "./render.ts";
-import type { MapContents } from "./writer.ts";
+import { renderService, type GroupSpec } from "./render-service.ts";
+import type { MapContents } from "./executor.ts";
 
 /** what one service owns: arrays, not maps (a service has a handful of each; 10,000s of services) */
 interface Owned {

@@ -11,15 +11,9 @@
 // - every other sync rewrites only the chains of services that changed, and
 //   within them only the chains whose rules differ.
 
-import { KpngError, errorMessage } from "../../src/core/errors.ts";
-import { sameIPs } from "../../src/core/brain/node-ips.ts";
-import type { Config } from "../../src/core/config/config.ts";
-import type { Logger } from "../../src/core/log.ts";
-import type { BackendContext, Executor, IncrementalBackend } from "../../src/plugins/backend.ts";
-import { reconcileConntrack, staleUdpFlows, type StaleFlow, type UdpFrontend } from "../../src/plugins/conntrack.ts";
-import type { Endpoint, Service } from "../../src/core/brain/state.ts";
+import { type BackendContext, type Config, type Endpoint, errorMessage, type Executor, FAMILIES, type Family, type IncrementalBackend, ipVersion, KpngError, type Logger, reconcileConntrack, sameIPs, type Service, type StaleFlow, staleUdpFlows, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
-import { chains, hairpinSets, ipsetCommand, restoreCommand, tables, type Family } from "./names.ts";
+import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
 import { renderFixed } from "./render-fixed.ts";
@@ -104,7 +98,7 @@ export class IptablesBackend implements IncrementalBackend {
   ) {
     this.exec = opts.executor ?? spawnExecutor();
     this.ipt = iptablesExecutor(this.exec);
-    this.families = opts.families ?? ["v4", "v6"];
+    this.families = opts.families ?? [...FAMILIES];
     this.log = ctx.log.child("iptables");
     this.config = ctx.config;
     this.hairpinSet = opts.hairpinSet ?? true;
@@ -234,7 +228,7 @@ export class IptablesBackend implements IncrementalBackend {
         const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
         else if (text) jobs.push(this.restore(family, tx, text).catch((err) => {
-          this.ctx.metrics?.transactionFailed(this.name, family === "v6" ? 6 : 4, !full);
+          this.ctx.metrics?.transactionFailed(this.name, ipVersion(family), !full);
           throw err;
         }));
         jobs.push(this.runIpset(set.alongside));
@@ -359,7 +353,7 @@ export class IptablesBackend implements IncrementalBackend {
     for (const table of tables) {
       if (full) totals.set(table, tx.rulesWritten(table));
       else for (const [key, w] of next) totals.set(table, totals.get(table)! + (w?.rules[table] ?? 0) - (this.written[family].get(key)?.rules[table] ?? 0));
-      this.ctx.metrics?.iptablesRules(family === "v6" ? 6 : 4, table, totals.get(table)!, tx.rulesWritten(table));
+      this.ctx.metrics?.iptablesRules(ipVersion(family), table, totals.get(table)!, tx.rulesWritten(table));
     }
   }
 

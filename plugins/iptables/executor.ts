@@ -2,9 +2,8 @@
 // programs. Everything goes through an `Executor` (run argv with stdin), so a
 // test swaps in `recordingExecutor` or a namespace-bound executor.
 
-import type { Executor } from "../../src/plugins/backend.ts";
-import { KpngError } from "../../src/core/errors.ts";
-import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Family, type Table } from "./names.ts";
+import { type Executor, type Family, KpngError } from "../../src/plugins/toolkit/index.ts";
+import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Table } from "./names.ts";
 
 export interface IptablesExecutor {
   /** `iptables-restore --noflush` (or ip6tables-restore) with this input */

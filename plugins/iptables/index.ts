@@ -1,8 +1,8 @@
-// `kpng --backend=iptables`: kube-proxy-style iptables rules, programmed with
-// `iptables-restore --noflush` (and ip6tables-restore), partial restores of
-// the changed services' chains after the first full one.
+// `kpng --backend iptables`: kube-proxy-style iptables rules (backend.ts),
+// programmed with `iptables-restore --noflush` (and ip6tables-restore),
+// partial restores of the changed services' chains after the first full one.
 
-import type { BackendFactory } from "../../src/plugins/backend.ts";
+import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { IptablesBackend } from "./backend.ts";
 
 export { IptablesBackend, type IptablesOptions, type SyncStats } from "./backend.ts";

@@ -5,7 +5,7 @@
 
 import { createHash } from "node:crypto";
 
-export type Family = "v4" | "v6";
+import type { Family } from "../../src/plugins/toolkit/index.ts";
 export type Table = "filter" | "nat" | "mangle";
 
 /** Every chain kpng creates starts with this; cleanup and stale-chain removal key on it. */

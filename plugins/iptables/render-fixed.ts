@@ -3,20 +3,9 @@
 // and never by partial ones. Pure.
 
 import { isIP } from "node:net";
-import type { Config } from "../../src/core/config/config.ts";
-import { chains, hairpinSets, type Family } from "./names.ts";
+import { cidrsOf, type Config, type Family, ipFamily } from "../../src/plugins/toolkit/index.ts";
+import { chains, hairpinSets } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-
-export const inFamily = (ip: string, family: Family) => isIP(ip) === (family === "v4" ? 4 : 6);
-
-/** The CIDRs (or plain addresses) of one family from a list; anything unparsable is left out. */
-export const familyCIDRs = (list: readonly string[], family: Family) =>
-  list.filter((c) => {
-    const [addr, bits, extra] = c.split("/");
-    if (extra !== undefined || !inFamily(addr, family)) return false;
-    const max = family === "v4" ? 32 : 128;
-    return bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= max);
-  });
 
 function toBigInt(ip: string): bigint {
   if (isIP(ip) === 4) return ip.split(".").reduce((a, o) => (a << 8n) | BigInt(Number(o)), 0n);
@@ -52,13 +41,13 @@ export const masqMark = (config: Config) => `0x${(1 << config.masqueradeBit).toS
  * `--dst-type LOCAL`), so a node IP change needs no new rule.
  */
 export function nodePortMatches(config: Config, family: Family): string[][] {
-  const nodeIPs = config.nodeIPs.filter((ip) => inFamily(ip, family));
+  const nodeIPs = config.nodeIPs.filter((ip) => ipFamily(ip) === family);
   const local = ["-m", "addrtype", "--dst-type", "LOCAL"];
   if (config.nodePortAddresses.length) {
     const out: string[][] = [];
     for (const a of config.nodePortAddresses) {
       if (a === "primary") out.push(...nodeIPs.map((ip) => ["-d", ip]));
-      else if (familyCIDRs([a], family).length) out.push(a.includes("/") ? ["-d", a, ...local] : ["-d", a]);
+      else if (cidrsOf([a], family).length) out.push(a.includes("/") ? ["-d", a, ...local] : ["-d", a]);
     }
     return out;
   }
@@ -85,7 +74,7 @@ export function renderFixed(config: Config, family: Family, opts: { hairpinSet: 
     nat(chains.postrouting, { comment: "hairpin: an endpoint reaching itself through a service", match: ["-m", "set", "--match-set", hairpinSets[family], "dst,dst,src"], target: ["-j", chains.markMasq] });
   }
   nat(chains.markMasq, { match: [], target: ["-j", "MARK", "--or-mark", mark] });
-  for (const cidr of familyCIDRs(config.clusterCIDRs, family)) nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
+  for (const cidr of cidrsOf(config.clusterCIDRs, family)) nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
   nat(chains.markNonPod, { match: [], target: ["-j", chains.markMasq] });
   nat(chains.postrouting, { match: ["-m", "mark", "!", "--mark", `${mark}/${mark}`], target: ["-j", "RETURN"] });
   // Clear the bit so a packet re-traversing the chains (e.g. IPsec) is not masqueraded twice.

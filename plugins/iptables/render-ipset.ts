@@ -3,7 +3,8 @@
 // member stays while any service holds it: `HairpinMembers` counts holders
 // and turns per-service changes into the adds and deletes the set needs.
 
-import { hairpinSets, type Family } from "./names.ts";
+import type { Family } from "../../src/plugins/toolkit/index.ts";
+import { hairpinSets } from "./names.ts";
 
 /** A set holds up to this many members (ipset's default, 65,536, is below 10,000 services x 10 endpoints). */
 export const hairpinMaxElem = 1 << 20;

@@ -16,13 +16,25 @@
 // 10 endpoints, one endpoint change went from ~170 to ~105 ms of CPU and the
 // first restore from ~6.9 to ~2.7 s of iptables-restore (bench/iptables.bench.ts).
 
-import type { Config } from "../../src/core/config/config.ts";
-import { Protocol, type Endpoint, type PortMapping, type Service } from "../../src/gen/localv1/services_pb.ts";
-import { chains, endpointChain, serviceChains, servicePortId, type Family, type Table } from "./names.ts";
+import {
+  affinitySeconds,
+  canonicalIP,
+  cidrsOf,
+  type Config,
+  type Endpoint,
+  externallyAccessible,
+  type Family,
+  hostPort,
+  ipsOf,
+  type PortMapping,
+  protocolName,
+  servedInFamily,
+  type Service,
+  targetPort,
+} from "../../src/plugins/toolkit/index.ts";
+import { chains, endpointChain, serviceChains, servicePortId, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-import { familyCIDRs, inFamily, prefixContains } from "./render-fixed.ts";
-import { canonicalIP } from "../../src/plugins/conntrack.ts";
-import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
+import { prefixContains } from "./render-fixed.ts";
 
 export interface OwnedChain {
   table: Table;
@@ -66,15 +78,8 @@ export interface RenderServiceInput {
   hairpinSet?: boolean;
 }
 
-export const protoName: Partial<Record<Protocol, "tcp" | "udp" | "sctp">> = {
-  [Protocol.TCP]: "tcp",
-  [Protocol.UDP]: "udp",
-  [Protocol.SCTP]: "sctp",
-};
 
 
-const ipsOf = (set: { V4: string[]; V6: string[] } | undefined, family: Family) =>
-  (family === "v4" ? set?.V4 : set?.V6)?.filter((ip) => inFamily(ip, family)) ?? [];
 
 
 /** An endpoint whose SEP chain name (a sha256) is computed only if asked for: most endpoints have no SEP chain. */
@@ -105,19 +110,6 @@ export function portEndpoints(portId: string, pm: PortMapping, endpoints: Readon
   return [...byAddress.values()].sort((a, b) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port));
 }
 
-export const hostPort = (ip: string, port: number, family: Family) => (family === "v6" ? `[${ip}]:${port}` : `${ip}:${port}`);
-
-/**
- * A service is programmed in the families of its cluster IPs (upstream runs
- * one proxier per family and a single-stack service lives in one of them);
- * one without any cluster IP, in the families of its external and LB IPs.
- */
-function servedIn(svc: Service, family: Family): boolean {
-  const ips = svc.IPs;
-  if (ips?.ClusterIPs?.V4.length || ips?.ClusterIPs?.V6.length) return ipsOf(ips.ClusterIPs, family).length > 0;
-  return ipsOf(ips?.ExternalIPs, family).length > 0 || ipsOf(ips?.LoadBalancerIPs, family).length > 0;
-}
-
 export function renderService(input: RenderServiceInput): ServiceRules {
   const { service: svc } = input;
   const out: ServiceRules = { chains: new Map(), shared: [], hairpin: new Set() };
@@ -127,7 +119,7 @@ export function renderService(input: RenderServiceInput): ServiceRules {
     if (!c) out.chains.set(key, (c = { table, name, rules: [] }));
     return c.rules;
   };
-  if (!servedIn(svc, input.family)) return out;
+  if (!servedInFamily(svc, input.family)) return out;
   for (const pm of svc.Ports) renderPort({ input, pm, out, own });
   if (svc.HealthCheckNodePort > 0) {
     out.shared.push({
@@ -172,7 +164,7 @@ export function hairpinMember(ep: { ip: string; port: number }, proto: string) {
 const natComment = (p: PortPlan, text: string) => (p.largeCluster ? undefined : text);
 
 /** The per-endpoint rules' comment; none in large-cluster mode (as upstream). */
-const endpointComment = (p: PortPlan, ep: PortEndpoint) => (p.largeCluster ? undefined : `${p.label} -> ${hostPort(ep.ip, ep.port, p.family)}`);
+const endpointComment = (p: PortPlan, ep: PortEndpoint) => (p.largeCluster ? undefined : `${p.label} -> ${hostPort(ep.ip, ep.port)}`);
 
 /** Load-balancing rules over `eps` into `chain`: affinity first, then kube-proxy's 1/(n-i) statistic cascade. */
 function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, eps: PortEndpoint[]) {
@@ -199,7 +191,7 @@ function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, e
   });
 }
 
-const dnat = (p: PortPlan, ep: PortEndpoint) => ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port, p.family)];
+const dnat = (p: PortPlan, ep: PortEndpoint) => ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port)];
 
 /** Everything the rules of one service port are derived from, for one family. */
 interface PortPlan {
@@ -214,9 +206,9 @@ interface PortPlan {
   sepChains: boolean;
   /** `-p proto -m proto --dport port` */
   dport: string[];
-  clusterIPs: string[];
-  externalIPs: string[];
-  lbIPs: string[];
+  clusterIPs: readonly string[];
+  externalIPs: readonly string[];
+  lbIPs: readonly string[];
   podCIDRs: string[];
   affinity: number | undefined;
   internal: PortEndpoint[];
@@ -241,7 +233,7 @@ interface PortPlan {
 
 function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefined {
   const { service: svc, family, config } = input;
-  const proto = protoName[pm.Protocol];
+  const proto = protocolName(pm.Protocol);
   if (!proto || pm.Port <= 0) return undefined;
   const portId = servicePortId(svc.Namespace, svc.Name, proto, pm.Port);
   const externalIPs = ipsOf(svc.IPs?.ExternalIPs, family);
@@ -259,7 +251,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
   const svcChain = chainOf(iLocal ? "local" : "cluster");
   const sameSets = internal.length === external.length && internal.every((e, i) => e.ip === external[i].ip && e.port === external[i].port);
   const svxChain = sameSets && internal.length ? svcChain : chainOf(eLocal === iLocal ? "external" : eLocal ? "local" : "cluster");
-  const accessible = pm.NodePort > 0 || externalIPs.length > 0 || lbIPs.length > 0;
+  const accessible = externallyAccessible(svc, pm, family);
   const usesExt = accessible && eps.length > 0;
   const svcNeeded = internal.length > 0 && (clusterIPs.length > 0 || (usesExt && (svc.ExternalTrafficToLocal || svxChain === svcChain)));
   const affinity = affinitySeconds(svc);
@@ -277,7 +269,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     clusterIPs,
     externalIPs,
     lbIPs,
-    podCIDRs: familyCIDRs(config.clusterCIDRs, family),
+    podCIDRs: cidrsOf(config.clusterCIDRs, family),
     affinity,
     internal,
     external,
@@ -402,12 +394,12 @@ function firewallRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
 }
 
 /** LB IP -> allowed source CIDRs of its family, for LB IPs that have an IPFilter with source ranges. */
-function sourceRanges(svc: Service, lbIPs: string[], family: Family): Map<string, string[]> {
+function sourceRanges(svc: Service, lbIPs: readonly string[], family: Family): Map<string, string[]> {
   const out = new Map<string, string[]>();
   for (const f of svc.IPFilters) {
     const targets = new Set(ipsOf(f.TargetIPs, family));
     // Ranges of the other family only: no filter for this one (upstream filters ranges per family).
-    const cidrs = familyCIDRs(f.SourceRanges, family);
+    const cidrs = cidrsOf(f.SourceRanges, family);
     if (!cidrs.length) continue;
     for (const ip of lbIPs) if (targets.has(ip)) out.set(ip, [...(out.get(ip) ?? []), ...cidrs]);
   }

@@ -4,8 +4,7 @@
 // nothing: unchanged services are never rewritten.
 
 import { equals } from "@bufbuild/protobuf";
-import { EndpointSchema, ServiceSchema, type Endpoint, type Service } from "../../src/gen/localv1/services_pb.ts";
-import { serviceKey } from "../../src/core/brain/state.ts";
+import { type Endpoint, EndpointSchema, type Service, serviceKey, ServiceSchema } from "../../src/plugins/toolkit/index.ts";
 
 export interface TrackedService {
   service: Service;

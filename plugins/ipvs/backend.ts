@@ -4,18 +4,14 @@
 // re-reads the kernel, so it also converges after a restart or an operator's
 // edit; partial syncs trust the picture that the last successful sync left.
 
-import { nodeIPsOf, type BackendContext, type Executor, type FullStateBackend } from "../../src/plugins/backend.ts";
-import { sameIPs } from "../../src/core/brain/node-ips.ts";
-import { errorMessage, invalid } from "../../src/core/errors.ts";
-import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import { type Family, baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
+import { type BackendContext, type Config, errorMessage, type Executor, FAMILIES, familiesOf, type Family, type FullStateBackend, invalid, ipVersion, type Logger, needsInterfaceAddresses, nodeIPsOf, nodePortIPs, parseIpAddrJson, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import { baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";
 import { DesiredState, commit, drainingServices, noneTouched, planChanges, planDrain } from "./plan.ts";
 import { printAddresses, printIpset, printIpvsadm, printSetCreates, serviceFlag } from "./print.ts";
-import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./iptables.ts";
-import { parseIpAddrJson, parseIpvsConnections, parseKernel } from "./parse.ts";
-import { familiesOf, needsInterfaceAddresses, nodePortIPs } from "./node-addresses.ts";
+import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./render-iptables.ts";
+import { parseIpvsConnections, parseKernel } from "./parse.ts";
 
 /** Upstream kube-proxy's start-up warning for IPVS mode (cmd/kube-proxy/app/server_linux.go, KEP-5495). */
 export const IPVS_DEPRECATION_MESSAGE =
@@ -26,7 +22,7 @@ export const IPVS_DEPRECATION_REASON = "IPVSDeprecation";
 /** Schedulers the kernel ships (ipvsadm(8)); anything else fails at every sync, so refuse it up front. */
 export const ipvsSchedulers = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf", "mh", "twos"];
 
-export interface IpvsBackendOptions {
+export interface IpvsOptions {
   executor: Executor;
   /** how often draining real servers are checked; 0 = only through drain() (upstream: one minute) */
   drainIntervalMs?: number;
@@ -38,185 +34,202 @@ export interface SyncStats {
   commands: number;
 }
 
-export interface IpvsBackend extends FullStateBackend {
-  /** Deletes draining real servers whose connections are over; returns how many. */
-  drain(): Promise<number>;
+export class IpvsBackend implements FullStateBackend {
+  readonly name = "ipvs";
+  readonly kind = "full";
+  readonly nodeWarning = { reason: IPVS_DEPRECATION_REASON, note: IPVS_DEPRECATION_MESSAGE };
   /** figures of the last apply, for logs, tests and benchmarks */
-  readonly last: SyncStats;
-}
+  readonly last: SyncStats = { full: false, operations: 0, commands: 0 };
 
-export function createIpvsBackend(ctx: BackendContext, opts: IpvsBackendOptions): IpvsBackend {
-  const { config, log } = ctx;
-  const exec = opts.executor;
-  const scheduler = config.ipvs.scheduler || "rr";
-  if (!ipvsSchedulers.includes(scheduler)) {
-    throw invalid(`config ipvs.scheduler: "${scheduler}" is not an IPVS scheduler (one of ${ipvsSchedulers.join(", ")})`);
-  }
-  const families = familiesOf(config);
-  const ourSets = new Set([...families].flatMap((f) => setIds.map((id) => setName(id, f))));
-  const renderCtx: RenderContext = { scheduler, families, nodePortIPs: nodePortIPs(config) };
+  private readonly config: Config;
+  private readonly log: Logger;
+  private readonly exec: Executor;
+  private readonly families: ReadonlySet<Family>;
+  private readonly ourSets: ReadonlySet<string>;
+  private readonly renderCtx: RenderContext;
   /** what renderCtx.nodePortIPs was computed from: the node's IPs, this host's addresses */
-  let nodeIPs: readonly string[] = config.nodeIPs;
-  let interfaceAddrs: string[] = [];
-
-  let desired = new DesiredState();
-  let kernel: KernelModel = emptyKernel();
+  private nodeIPs: readonly string[];
+  private interfaceAddrs: string[] = [];
+  private desired = new DesiredState();
+  private kernel: KernelModel = emptyKernel();
   // Until a sync succeeds the kernel picture cannot be trusted: the next sync re-reads it.
-  let needFull = true;
-  let timer: ReturnType<typeof setInterval> | undefined;
-  let queue: Promise<unknown> = Promise.resolve();
-  const last: SyncStats = { full: false, operations: 0, commands: 0 };
-  let commands = 0;
+  private needFull = true;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  private commands = 0;
 
-  const run = (argv: string[], stdin?: string) => {
-    commands++;
-    return exec.run(argv, stdin);
-  };
-  /** One sync or drain at a time: the drain timer must not interleave with an apply. */
-  const serialize = <T>(fn: () => Promise<T>): Promise<T> => {
-    const p = queue.then(fn);
-    queue = p.catch(() => undefined);
-    return p;
-  };
-
-  async function readKernel(): Promise<KernelModel> {
-    const ipvsSave = await run(["ipvsadm", "-Sn"]);
-    const ipsetSave = await run(["ipset", "save"]);
-    const dummyAddrs = await run(["ip", "-j", "addr", "show", "dev", dummyInterface]);
-    return parseKernel({ ipvsSave, ipsetSave, dummyAddrs, ourSets });
+  constructor(
+    private readonly ctx: BackendContext,
+    private readonly opts: IpvsOptions,
+  ) {
+    this.config = ctx.config;
+    this.log = ctx.log;
+    this.exec = opts.executor;
+    const scheduler = this.config.ipvs.scheduler || "rr";
+    if (!ipvsSchedulers.includes(scheduler)) {
+      throw invalid(`config ipvs.scheduler: "${scheduler}" is not an IPVS scheduler (one of ${ipvsSchedulers.join(", ")})`);
+    }
+    this.families = familiesOf(this.config);
+    this.ourSets = new Set([...this.families].flatMap((f) => setIds.map((id) => setName(id, f))));
+    this.renderCtx = { scheduler, families: this.families, nodePortIPs: nodePortIPs(this.config) };
+    this.nodeIPs = this.config.nodeIPs;
   }
 
-  async function ensureJumps(family: Family) {
+  async setup(): Promise<void> {
+    const { config } = this;
+    this.log.warn(IPVS_DEPRECATION_MESSAGE, { reason: IPVS_DEPRECATION_REASON });
+    // Probe first: on a kernel without IPVS this is the one clear error the operator sees.
+    if (!config.dryRun) await this.run(["ipvsadm", "-Ln", "--timeout"]);
+    await this.run(["sysctl", "-w", ...sysctls.map(([k, v]) => `${k}=${v}`)]);
+    if (config.dryRun) await this.run(["ip", "link", "add", dummyInterface, "type", "dummy"]);
+    else {
+      try {
+        await this.run(["ip", "link", "show", dummyInterface]);
+      } catch {
+        await this.run(["ip", "link", "add", dummyInterface, "type", "dummy"]);
+      }
+    }
+    if (needsInterfaceAddresses(config) && !config.dryRun) {
+      this.interfaceAddrs = parseIpAddrJson(await this.run(["ip", "-j", "addr", "show"]), { exclude: dummyInterface });
+      this.renderCtx.nodePortIPs = nodePortIPs({ ...config, nodeIPs: [...this.nodeIPs] }, this.interfaceAddrs);
+    }
+    const every = this.opts.drainIntervalMs ?? 60_000;
+    if (!config.dryRun && every > 0) {
+      this.timer = setInterval(() => {
+        this.serialize(() => this.drainNow()).catch((err: unknown) => this.log.warn("draining real servers failed", { error: errorMessage(err) }));
+      }, every);
+      this.timer.unref?.();
+    }
+  }
+
+  apply(state: NodeState, change: StateChange): Promise<void> {
+    return this.serialize(() => this.sync(state, change));
+  }
+
+  /** Deletes draining real servers whose connections are over; returns how many. */
+  drain(): Promise<number> {
+    return this.serialize(() => this.drainNow());
+  }
+
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.queue;
+  }
+
+  async cleanup(): Promise<void> {
+    await this.serialize(() => cleanupAll(this.exec, this.families, (msg, err) => this.log.warn(msg, { error: errorMessage(err) })));
+    this.needFull = true;
+  }
+
+  private run(argv: string[], stdin?: string) {
+    this.commands++;
+    return this.exec.run(argv, stdin);
+  }
+
+  /** One sync or drain at a time: the drain timer must not interleave with an apply. */
+  private serialize<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.queue.then(fn);
+    this.queue = p.catch(() => undefined);
+    return p;
+  }
+
+  private async readKernel(): Promise<KernelModel> {
+    const ipvsSave = await this.run(["ipvsadm", "-Sn"]);
+    const ipsetSave = await this.run(["ipset", "save"]);
+    const dummyAddrs = await this.run(["ip", "-j", "addr", "show", "dev", dummyInterface]);
+    return parseKernel({ ipvsSave, ipsetSave, dummyAddrs, ourSets: this.ourSets });
+  }
+
+  private async ensureJumps(family: Family) {
     for (const j of baseJumps) {
-      if (config.dryRun) {
-        await run(jumpArgv(family, "-I", j));
+      if (this.config.dryRun) {
+        await this.run(jumpArgv(family, "-I", j));
         continue;
       }
       try {
-        await run(jumpArgv(family, "-C", j));
+        await this.run(jumpArgv(family, "-C", j));
       } catch {
-        await run(jumpArgv(family, "-I", j));
+        await this.run(jumpArgv(family, "-I", j));
       }
     }
   }
 
-  async function execute(tx: Transaction, full: boolean) {
+  private async execute(tx: Transaction, full: boolean) {
     if (full) {
       // Sets first: the iptables rules reference them.
-      await run(["ipset", "restore"], printSetCreates(families) + printIpset(tx.sets));
-      for (const f of families) {
-        await run(restoreArgv(f), printIptablesRestore(iptablesRules(f, config))).catch((err) => {
-          ctx.metrics?.transactionFailed("ipvs", f, false);
+      await this.run(["ipset", "restore"], printSetCreates(this.families) + printIpset(tx.sets));
+      for (const f of this.families) {
+        await this.run(restoreArgv(f), printIptablesRestore(iptablesRules(f, this.config))).catch((err) => {
+          this.ctx.metrics?.transactionFailed("ipvs", ipVersion(f), false);
           throw err;
         });
-        await ensureJumps(f);
+        await this.ensureJumps(f);
       }
     } else if (tx.sets.length) {
-      await run(["ipset", "restore"], printIpset(tx.sets));
+      await this.run(["ipset", "restore"], printIpset(tx.sets));
     }
-    if (tx.ipvs.length) await run(["ipvsadm", "-R"], printIpvsadm(tx.ipvs));
-    if (tx.addresses.length) await run(["ip", "-batch", "-"], printAddresses(tx.addresses));
+    if (tx.ipvs.length) await this.run(["ipvsadm", "-R"], printIpvsadm(tx.ipvs));
+    if (tx.addresses.length) await this.run(["ip", "-batch", "-"], printAddresses(tx.addresses));
   }
 
-  async function sync(state: NodeState, change: StateChange) {
+  private async sync(state: NodeState, change: StateChange) {
+    const { config, renderCtx } = this;
     const ips = nodeIPsOf(state, config);
-    if (!sameIPs(ips, nodeIPs)) {
+    if (!sameIPs(ips, this.nodeIPs)) {
       // Node ports answer on the node's IPs: every node-port virtual server moves (a full sync).
-      nodeIPs = ips;
-      renderCtx.nodePortIPs = nodePortIPs({ ...config, nodeIPs: [...ips] }, interfaceAddrs);
-      needFull = true;
+      this.nodeIPs = ips;
+      renderCtx.nodePortIPs = nodePortIPs({ ...config, nodeIPs: [...ips] }, this.interfaceAddrs);
+      this.needFull = true;
     }
-    const full = change === null || needFull;
-    needFull = true;
-    commands = 0;
+    const full = change === null || this.needFull;
+    this.needFull = true;
+    this.commands = 0;
     const touched = noneTouched();
     if (full) {
-      desired = new DesiredState();
-      for (const [key, se] of state.services) desired.set(key, renderService(se, renderCtx), touched);
-      kernel = config.dryRun ? emptyKernel() : await readKernel();
-      for (const k of kernel.virtualServices.keys()) touched.vs.add(k);
-      for (const a of kernel.addresses) touched.addresses.add(a);
-      for (const e of kernel.entries) touched.entries.add(e);
+      this.desired = new DesiredState();
+      for (const [key, se] of state.services) this.desired.set(key, renderService(se, renderCtx), touched);
+      this.kernel = config.dryRun ? emptyKernel() : await this.readKernel();
+      for (const k of this.kernel.virtualServices.keys()) touched.vs.add(k);
+      for (const a of this.kernel.addresses) touched.addresses.add(a);
+      for (const e of this.kernel.entries) touched.entries.add(e);
     } else {
       for (const key of change) {
         const se = state.services.get(key);
-        desired.set(key, se && renderService(se, renderCtx), touched);
+        this.desired.set(key, se && renderService(se, renderCtx), touched);
       }
     }
-    const conflicts = desired.conflicts(touched.vs);
-    if (conflicts.length) log.warn("several services claim one virtual server; the first by name wins", { virtualServers: conflicts });
-    const tx = planChanges(desired, kernel, touched);
-    await execute(tx, full);
-    commit(kernel, tx);
-    needFull = false;
-    Object.assign(last, { full, operations: operationCount(tx), commands });
-    log.debug("synced", { rev: state.rev, ...last });
+    const conflicts = this.desired.conflicts(touched.vs);
+    if (conflicts.length) this.log.warn("several services claim one virtual server; the first by name wins", { virtualServers: conflicts });
+    const tx = planChanges(this.desired, this.kernel, touched);
+    await this.execute(tx, full);
+    commit(this.kernel, tx);
+    this.needFull = false;
+    Object.assign(this.last, { full, operations: operationCount(tx), commands: this.commands });
+    this.log.debug("synced", { rev: state.rev, ...this.last });
   }
 
-  async function drainNow(): Promise<number> {
-    if (config.dryRun) return 0;
-    const draining = drainingServices(kernel);
+  private async drainNow(): Promise<number> {
+    if (this.config.dryRun) return 0;
+    const draining = drainingServices(this.kernel);
     if (!draining.length) return 0;
     const connections = new Map<string, Map<string, number>>();
     for (const v of draining) {
       try {
-        const text = await exec.run(["ipvsadm", "-Ln", "--exact", ...serviceFlag(v.vs).split(" ")]);
+        const text = await this.exec.run(["ipvsadm", "-Ln", "--exact", ...serviceFlag(v.vs).split(" ")]);
         connections.set(vsKey(v.vs), parseIpvsConnections(text));
       } catch (err) {
-        log.debug("cannot read connections; will retry", { virtualServer: vsKey(v.vs), error: errorMessage(err) });
+        this.log.debug("cannot read connections; will retry", { virtualServer: vsKey(v.vs), error: errorMessage(err) });
       }
     }
     const tx = planDrain(draining, connections);
     if (!tx.ipvs.length) return 0;
-    await exec.run(["ipvsadm", "-R"], printIpvsadm(tx.ipvs));
-    commit(kernel, tx);
+    await this.exec.run(["ipvsadm", "-R"], printIpvsadm(tx.ipvs));
+    commit(this.kernel, tx);
     return tx.ipvs.length;
   }
-
-  return {
-    name: "ipvs",
-    kind: "full",
-    last,
-    async setup() {
-      log.warn(IPVS_DEPRECATION_MESSAGE, { reason: IPVS_DEPRECATION_REASON });
-      // Probe first: on a kernel without IPVS this is the one clear error the operator sees.
-      if (!config.dryRun) await run(["ipvsadm", "-Ln", "--timeout"]);
-      await run(["sysctl", "-w", ...sysctls.map(([k, v]) => `${k}=${v}`)]);
-      if (config.dryRun) await run(["ip", "link", "add", dummyInterface, "type", "dummy"]);
-      else {
-        try {
-          await run(["ip", "link", "show", dummyInterface]);
-        } catch {
-          await run(["ip", "link", "add", dummyInterface, "type", "dummy"]);
-        }
-      }
-      if (needsInterfaceAddresses(config) && !config.dryRun) {
-        interfaceAddrs = parseIpAddrJson(await run(["ip", "-j", "addr", "show"]), { exclude: dummyInterface });
-        renderCtx.nodePortIPs = nodePortIPs({ ...config, nodeIPs: [...nodeIPs] }, interfaceAddrs);
-      }
-      if (!config.dryRun && (opts.drainIntervalMs ?? 60_000) > 0) {
-        timer = setInterval(() => {
-          serialize(drainNow).catch((err: unknown) => log.warn("draining real servers failed", { error: errorMessage(err) }));
-        }, opts.drainIntervalMs ?? 60_000);
-        timer.unref?.();
-      }
-    },
-    apply(state, change) {
-      return serialize(() => sync(state, change));
-    },
-    drain() {
-      return serialize(drainNow);
-    },
-    async close() {
-      if (timer) clearInterval(timer);
-      await queue;
-    },
-    async cleanup() {
-      await serialize(() => cleanupAll(exec, families, (msg, err) => log.warn(msg, { error: errorMessage(err) })));
-      needFull = true;
-    },
-  };
 }
+
+export const createIpvsBackend = (ctx: BackendContext, opts: IpvsOptions) => new IpvsBackend(ctx, opts);
 
 /** `--cleanup`: everything IPVS mode created, best effort (a piece already gone is fine). */
 async function cleanupAll(exec: Executor, families: ReadonlySet<Family>, warn: (msg: string, err: unknown) => void) {
@@ -229,7 +242,7 @@ async function cleanupAll(exec: Executor, families: ReadonlySet<Family>, warn: (
   };
   // kube-proxy's IPVS cleanup flushes the whole table too: IPVS mode owns it.
   await attempt(["ipvsadm", "-C"]);
-  for (const f of [4, 6] as const) {
+  for (const f of FAMILIES) {
     if (!families.has(f)) continue;
     for (const j of baseJumps) await attempt(jumpArgv(f, "-D", j));
     let restore = "";

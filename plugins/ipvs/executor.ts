@@ -2,8 +2,7 @@
 // back as one-line KpngErrors; a kernel without IPVS is `unavailable` so the
 // CLI can say so at start-up instead of failing every sync.
 
-import { KpngError, errorMessage } from "../../src/core/errors.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import { errorMessage, type Executor, KpngError } from "../../src/plugins/toolkit/index.ts";
 
 export interface CommandExecutorOptions {
   /** argv prefix, e.g. ["ip", "netns", "exec", NS] to run inside a network namespace */

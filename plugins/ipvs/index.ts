@@ -1,16 +1,14 @@
-// `--backend ipvs`: IPVS virtual servers + ipsets + a few iptables rules.
-// Deprecated upstream (KEP-5495); setup logs the warning and the CLI may
-// also record IPVS_DEPRECATION_MESSAGE as a Node Warning event.
+// `kpng --backend ipvs`: IPVS virtual servers + ipsets + a few iptables
+// rules (backend.ts). Deprecated upstream (KEP-5495): setup logs the warning,
+// and the backend's nodeWarning has the CLI record it as a Node Warning event.
 
-import type { BackendFactory } from "../../src/plugins/backend.ts";
+import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createIpvsBackend } from "./backend.ts";
 import { commandExecutor, printingExecutor } from "./executor.ts";
 
-export { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON, createIpvsBackend } from "./backend.ts";
+export { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON, IpvsBackend, createIpvsBackend, type IpvsOptions, type SyncStats } from "./backend.ts";
 
-const factory = ((ctx) =>
+export default ((ctx) =>
   createIpvsBackend(ctx, {
     executor: ctx.config.dryRun ? printingExecutor(ctx.out) : commandExecutor(),
   })) satisfies BackendFactory;
-
-export default factory;

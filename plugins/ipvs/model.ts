@@ -2,9 +2,9 @@
 // operations that move the kernel from one picture to another. Keys are
 // strings so every collection is a plain Map/Set and diffs are cheap.
 
-import type { Family } from "./names.ts";
+import { hostPort, type ProtocolName } from "../../src/plugins/toolkit/index.ts";
 
-export type Proto = "tcp" | "udp" | "sctp";
+export type Proto = ProtocolName;
 
 export interface VirtualServer {
   proto: Proto;
@@ -45,12 +45,6 @@ export interface KernelModel {
 }
 
 export const emptyKernel = (): KernelModel => ({ virtualServices: new Map(), addresses: new Set(), entries: new Set() });
-
-// Addresses reach here validated by the brain: a colon is enough to tell the family (and much cheaper than net.isIPv6).
-export const familyOf = (ip: string): Family => (ip.includes(":") ? 6 : 4);
-
-/** `ip:port`, bracketing IPv6 as ipvsadm prints and parses it. */
-export const hostPort = (ip: string, port: number) => (ip.includes(":") ? `[${ip}]:${port}` : `${ip}:${port}`);
 
 export const vsKey = (vs: Pick<VirtualServer, "proto" | "ip" | "port">) => `${vs.proto} ${hostPort(vs.ip, vs.port)}`;
 export const rsKey = (rs: Pick<RealServer, "ip" | "port">) => hostPort(rs.ip, rs.port);

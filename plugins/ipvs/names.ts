@@ -4,7 +4,7 @@
 // touched; only the interface keeps upstream's name (tools and CNI plugins
 // look for `kube-ipvs0`).
 
-export type Family = 4 | 6;
+import type { Family } from "../../src/plugins/toolkit/index.ts";
 
 /** Dummy interface every service IP is bound to, so the kernel delivers it locally to IPVS. */
 export const dummyInterface = "kube-ipvs0";
@@ -38,7 +38,7 @@ export const sets = {
 export type SetId = keyof typeof sets;
 export const setIds = Object.keys(sets) as SetId[];
 
-export const setName = (id: SetId, family: Family) => (family === 4 ? "KPNG-" : "KPNG-6-") + sets[id].base;
+export const setName = (id: SetId, family: Family) => (family === "v4" ? "KPNG-" : "KPNG-6-") + sets[id].base;
 
 /** Upstream's default maxelem (65536) is too small for node ports x node addresses on big clusters. */
 export const setMaxElem = 262144;

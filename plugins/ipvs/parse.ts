@@ -2,13 +2,8 @@
 // what `ipvsadm -Sn`, `ipset save` and `ip -j addr` report, so a restart or a
 // failed sync converges without flushing anything that is already right.
 
+import { parseIpAddrJson, splitHostPort } from "../../src/plugins/toolkit/index.ts";
 import { type KernelModel, type Proto, type RealServer, type VirtualServer, emptyKernel, rsKey, vsKey } from "./model.ts";
-
-/** `198.18.0.1:80` or `[2001:db8:1::1]:80` */
-export function splitHostPort(s: string): { ip: string; port: number } | undefined {
-  const m = /^\[([^\]]+)\]:(\d+)$/.exec(s) ?? /^([^:]+):(\d+)$/.exec(s);
-  return m ? { ip: m[1]!, port: Number(m[2]) } : undefined;
-}
 
 const protoFlags: Record<string, Proto> = { "-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp", "--sctp-service": "sctp" };
 
@@ -57,22 +52,6 @@ export function parseIpsetSave(text: string, ours: ReadonlySet<string>): Set<str
     if (!line.startsWith("add ")) continue;
     const [, set, entry] = line.trim().split(/\s+/);
     if (set && entry && ours.has(set)) out.add(`${set} ${entry}`);
-  }
-  return out;
-}
-
-interface IpAddrLink {
-  ifname?: string;
-  addr_info?: { local?: string; scope?: string }[];
-}
-
-/** Addresses from `ip -j addr show`, optionally leaving out one interface. */
-export function parseIpAddrJson(text: string, opts: { exclude?: string } = {}): string[] {
-  const links = (text.trim() ? JSON.parse(text) : []) as IpAddrLink[];
-  const out: string[] = [];
-  for (const l of links) {
-    if (l.ifname === opts.exclude) continue;
-    for (const a of l.addr_info ?? []) if (a.local && a.scope !== "link") out.push(a.local);
   }
   return out;
 }

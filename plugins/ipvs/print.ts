@@ -2,8 +2,9 @@
 // `ipvsadm -R` and `ip -batch -`. Printing is the only place that knows the
 // tools' syntax.
 
-import { type Family, dummyInterface, setIds, setMaxElem, setName, sets } from "./names.ts";
-import { type AddressOp, type IpvsOp, type SetOp, type VirtualServer, familyOf, hostPort } from "./model.ts";
+import { familyOf, hostPort, type Family } from "../../src/plugins/toolkit/index.ts";
+import { dummyInterface, setIds, setMaxElem, setName, sets } from "./names.ts";
+import { type AddressOp, type IpvsOp, type SetOp, type VirtualServer } from "./model.ts";
 
 /** `-t 198.18.0.1:80`, `-u [2001:db8:1::1]:53`, `--sctp-service ...` */
 export function serviceFlag(vs: Pick<VirtualServer, "proto" | "ip" | "port">): string {
@@ -46,7 +47,7 @@ export function printSetCreates(families: Iterable<Family>): string {
   let out = "";
   for (const f of families) {
     for (const id of setIds) {
-      out += `create ${setName(id, f)} ${sets[id].type} family ${f === 4 ? "inet" : "inet6"} maxelem ${setMaxElem} -exist\n`;
+      out += `create ${setName(id, f)} ${sets[id].type} family ${f === "v4" ? "inet" : "inet6"} maxelem ${setMaxElem} -exist\n`;
     }
   }
   return out;
@@ -62,7 +63,7 @@ export function printIpset(ops: readonly SetOp[]): string {
 export function printAddresses(ops: readonly AddressOp[]): string {
   let out = "";
   for (const o of ops) {
-    const prefix = familyOf(o.ip) === 4 ? 32 : 128;
+    const prefix = familyOf(o.ip) === "v4" ? 32 : 128;
     out += `address ${o.op === "add" ? "replace" : "del"} ${o.ip}/${prefix} dev ${dummyInterface}\n`;
   }
   return out;

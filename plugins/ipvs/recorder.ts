@@ -2,8 +2,7 @@
 // the real one (knftables' fake style) so tests and benchmarks of any caller
 // can assert what IPVS mode would run. Canned answers stand in for reads.
 
-import { KpngError } from "../../src/core/errors.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import { type Executor, KpngError } from "../../src/plugins/toolkit/index.ts";
 
 export interface RecordedCommand {
   argv: string[];

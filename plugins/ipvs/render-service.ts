@@ -10,20 +10,17 @@
 //   - ipset entries driving the few iptables rules: masquerade classes, source
 //     ranges, hairpin, and REJECT / DROP for destinations without endpoints.
 
-import type { Endpoint, IPSet, PortMapping } from "../../src/gen/localv1/services_pb.ts";
-import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
-import { type Family, type SetId, setName } from "./names.ts";
+import { affinitySeconds, cidrsOf, type Endpoint, type Family, familyOf, ipsOf, type PortMapping, protocolName, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
+import { type SetId, setName } from "./names.ts";
 import {
   type Proto,
   type RealServer,
   type ServiceModel,
   type VirtualServer,
   entryKey,
-  familyOf,
   rsKey,
   vsKey,
 } from "./model.ts";
-import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
 export interface RenderContext {
   /** IPVS scheduler (Config.ipvs.scheduler, "rr" when empty) */
@@ -35,10 +32,7 @@ export interface RenderContext {
 }
 
 
-const protocols: Record<number, Proto> = { 1: "tcp", 2: "udp", 3: "sctp" };
 
-export const ipsOf = (set: IPSet | undefined, family: Family): readonly string[] =>
-  (family === 4 ? set?.V4 : set?.V6) ?? [];
 
 
 function realServers(eps: readonly Endpoint[], scope: "Internal" | "External", family: Family, pm: PortMapping) {
@@ -67,7 +61,6 @@ function setCIDRs(cidr: string): string[] {
   return [cidr.endsWith(host) ? cidr.slice(0, -host.length) : cidr];
 }
 
-const cidrFamily = (cidr: string): Family => familyOf(cidr.split("/")[0] ?? cidr);
 
 export function renderService(se: ServiceEndpoints, ctx: RenderContext): ServiceModel {
   const svc = se.service;
@@ -77,7 +70,7 @@ export function renderService(se: ServiceEndpoints, ctx: RenderContext): Service
   const scheduler = ctx.scheduler || "rr";
 
   for (const pm of svc.Ports) {
-    const proto = protocols[pm.Protocol];
+    const proto = protocolName(pm.Protocol);
     if (!proto) continue;
     for (const family of ctx.families) {
       const entry = (id: SetId, value: string) => model.entries.add(entryKey(setName(id, family), value));
@@ -116,7 +109,7 @@ export function renderService(se: ServiceEndpoints, ctx: RenderContext): Service
 
       for (const filter of svc.IPFilters) {
         // Ranges of the other family do not restrict this one (upstream filters them per family).
-        const ranges = filter.SourceRanges.filter((c) => cidrFamily(c) === family).flatMap(setCIDRs);
+        const ranges = cidrsOf(filter.SourceRanges, family).flatMap(setCIDRs);
         if (!ranges.length) continue;
         for (const ip of ipsOf(filter.TargetIPs, family)) {
           const dst = `${ip},${proto}:${pm.Port}`;

@@ -2,28 +2,17 @@
 // through here: the brain validates its input, but a backend must never
 // print a string into an nft script it has not recognised as an address.
 
-import { isIPv4, isIPv6 } from "../../src/core/brain/k8s/ip.ts";
-import type { Family } from "./names.ts";
+import { cidrsOf, type Family, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
+import type { TableFamily } from "./names.ts";
 
-export { isIPv4, isIPv6 };
-
-export const isFamilyIP = (family: Family, s: string) => (family === "ip" ? isIPv4(s) : isIPv6(s));
-
-/** "198.19.0.0/16", "2001:db8::/32" or a bare address of the family */
-export function isFamilyCIDR(family: Family, s: string): boolean {
-  const slash = s.indexOf("/");
-  if (slash < 0) return isFamilyIP(family, s);
-  const bits = s.slice(slash + 1);
-  if (!/^\d{1,3}$/.test(bits) || Number(bits) > (family === "ip" ? 32 : 128)) return false;
-  return isFamilyIP(family, s.slice(0, slash));
-}
+export const isFamilyIP = (family: TableFamily, s: string) => (family === "ip" ? isIPv4(s) : isIPv6(s));
 
 /**
  * Keeps the addresses of one family from the lists, in order, without duplicates. IPv6 text
  * is used as spelled (canonicalising 100,000 endpoint addresses costs as much
  * as the rest of a render); the API server holds one spelling per object.
  */
-export function ofFamily(family: Family, ...lists: (readonly string[] | undefined)[]): string[] {
+export function ofFamily(family: TableFamily, ...lists: (readonly string[] | undefined)[]): string[] {
   const out: string[] = [];
   // called per service and family: plain loops, no Set for the usual 0-2 items
   for (const list of lists) if (list) for (const s of list) if (isFamilyIP(family, s) && !out.includes(s)) out.push(s);
@@ -31,21 +20,20 @@ export function ofFamily(family: Family, ...lists: (readonly string[] | undefine
 }
 
 /** the first address of the family in the list */
-export function firstOfFamily(family: Family, list: readonly string[] | undefined): string | undefined {
+export function firstOfFamily(family: TableFamily, list: readonly string[] | undefined): string | undefined {
   if (list) for (const s of list) if (isFamilyIP(family, s)) return s;
   return undefined;
 }
 
-export const cidrsOfFamily = (family: Family, list: readonly string[] | undefined) => [
-  ...new Set((list ?? []).filter((s) => isFamilyCIDR(family, s))),
-];
+/** the family's CIDRs (or bare addresses) in the list, without duplicates */
+export const cidrsOfFamily = (family: TableFamily, list: readonly string[] | undefined) => [...new Set(cidrsOf(list, addressFamily(family)))];
 
-/** "198.19.0.1:80" / "[2001:db8:2::1]:80": the form dnat and conntrack use */
-export const hostPort = (family: Family, ip: string, port: number) => (family === "ip" ? `${ip}:${port}` : `[${ip}]:${port}`);
+/** the address family of a table family */
+export const addressFamily = (family: TableFamily): Family => (family === "ip" ? "v4" : "v6");
 
 /** `ip` / `ip6` address match keyword of the family */
-export const addrKw = (family: Family) => (family === "ip" ? "ip" : "ip6");
-export const addrType = (family: Family) => (family === "ip" ? "ipv4_addr" : "ipv6_addr");
-export const loopback = (family: Family) => (family === "ip" ? "127.0.0.0/8" : "::1");
+export const addrKw = (family: TableFamily) => (family === "ip" ? "ip" : "ip6");
+export const addrType = (family: TableFamily) => (family === "ip" ? "ipv4_addr" : "ipv6_addr");
+export const loopback = (family: TableFamily) => (family === "ip" ? "127.0.0.0/8" : "::1");
 /** anonymous set, or a single value when there is one */
 export const setOf = (items: readonly string[]) => (items.length === 1 ? items[0] : `{ ${items.join(", ")} }`);

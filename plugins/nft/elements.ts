@@ -13,16 +13,16 @@
 // same segment; the lowest service key wins it whole, as for an element.
 
 import { listKey, type PositionList } from "./render-service.ts";
-import type { ElementItem } from "./transaction.ts";
+import type { ElementSpec } from "./transaction.ts";
 
 /** what the kernel should hold under a key, and who wants it (the renderer's own object: no copy per element) */
-export type Written = ElementItem & { owner: string };
+export type Written = ElementSpec & { owner: string };
 
 /** the writes of one set: delete `removes` first (the kernel has them), then add `adds` */
 export interface SetChange {
   set: string;
-  removes: ElementItem[];
-  adds: ElementItem[];
+  removes: ElementSpec[];
+  adds: ElementSpec[];
 }
 
 /**

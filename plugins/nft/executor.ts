@@ -6,9 +6,7 @@
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { isUnavailable, KpngError } from "../../src/core/errors.ts";
-import type { Logger } from "../../src/core/log.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import { type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
 import type { NftSession, Spawner } from "./session.ts";
 import { splitFirstLoad, Transaction } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";
@@ -65,8 +63,7 @@ export function processSpawner(prefix: string[] = []): Spawner {
 /**
  * Partial transactions above this size go to `nft -f -`. The session takes
  * big ones as a file (session.ts), cheaper than a new process at every size
- * measured (bench/nft-input.bench.ts: 2,000 elements in ~10 ms against
- * ~25 ms), but it gives a transaction `timeoutMs` (10 s) and then calls its
+ * bench/nft-input.bench.ts measures, but it gives a transaction `timeoutMs` (10 s) and then calls its
  * outcome unknown; `nft -f -` waits as long as nft takes.
  */
 export const SESSION_MAX_BYTES = 1 << 20;
@@ -74,15 +71,15 @@ export const SESSION_MAX_BYTES = 1 << 20;
 /**
  * A first load into empty tables with this many elements or more goes in
  * batches side by side (splitFirstLoad), one per core, 2 to 4: below it, a
- * process more costs about what parsing in parallel gains (~5 ms).
+ * process more costs about what parsing in parallel gains.
  */
 export const FIRST_LOAD_SPLIT_ELEMENTS = 20_000;
 const FIRST_LOAD_PARTS = Math.min(4, Math.max(2, availableParallelism()));
 
 /**
  * After a full sync a new `nft monitor` first fetches the whole ruleset into
- * its cache, then listens (nft 1.0.6): ~5 ms at 10 services, ~0.9 s (and
- * ~0.85 s of CPU) at 10,000 x 10 endpoints, about as long as loading it took.
+ * its cache, then listens (nft 1.0.6): about as long, and as much CPU, as
+ * loading the ruleset took, which grows with its size.
  * A commit during the fetch makes it start over, so the proof (a stamp the
  * monitor must print) waits that long before committing, then twice as long
  * each time its echo does not come within PROOF_ECHO_MS.

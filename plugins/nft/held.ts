@@ -16,14 +16,14 @@
 // transaction, before the sync's own statements.
 //
 // Only chains, sets and maps are listed: `nft list table` would print every
-// rule too (~5 s at 10,000 services with 1,000 affinity services, nft 1.0.6)
-// where these three listings take ~0.2 s. Other objects someone adds to
+// rule too (nft 1.0.6: seconds at 10,000 services with affinity, an order of
+// magnitude over these three listings; bench nft prints the listing time). Other objects someone adds to
 // kpng's table (counters, quotas, flowtables) stay; no rule of kpng's uses
 // them, and the flush removed any rule that did.
 
 import * as v from "valibot";
-import type { Executor } from "../../src/plugins/backend.ts";
-import { FAMILIES, TABLE, type Family } from "./names.ts";
+import type { Executor } from "../../src/plugins/toolkit/index.ts";
+import { FAMILIES, TABLE, type TableFamily } from "./names.ts";
 import type { ChainSpec, Op, SetSpec } from "./transaction.ts";
 
 export interface HeldChain {
@@ -47,7 +47,7 @@ export interface TableHoldings {
   sets: Map<string, HeldSet>;
 }
 
-export type Holdings = Record<Family, TableHoldings>;
+export type Holdings = Record<TableFamily, TableHoldings>;
 
 /**
  * `-t`: no set elements (100,000s at scale). No family: one listing covers
@@ -88,7 +88,7 @@ const Set_ = v.object({
 export function parseHoldings(outputs: string[]): Holdings {
   const held = Object.fromEntries(FAMILIES.map((f) => [f, { chains: new Map(), sets: new Map() }])) as Holdings;
   const ours = (x: { family: string; table: string }) =>
-    x.table === TABLE && (FAMILIES as readonly string[]).includes(x.family) ? held[x.family as Family] : undefined;
+    x.table === TABLE && (FAMILIES as readonly string[]).includes(x.family) ? held[x.family as TableFamily] : undefined;
   for (const out of outputs) {
     const listing = v.safeParse(Listing, JSON.parse(out));
     if (!listing.success) throw new Error(`nft -j list: unexpected output: ${v.summarize(listing.issues)}`);
@@ -122,7 +122,7 @@ const withoutDynamic = (flags: readonly string[]) => flags.filter((f) => f !== "
  * creates again as they are (flushed); every chain `adds` does not create as
  * it is, deleted.
  */
-export function clearHeld(family: Family, held: TableHoldings, adds: readonly Op[]): Op[] {
+export function clearHeld(family: TableFamily, held: TableHoldings, adds: readonly Op[]): Op[] {
   const chains = new Map<string, ChainSpec>();
   const sets = new Map<string, { kind: "set" | "map"; set: SetSpec }>();
   for (const op of adds) {

@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 /** kpng's own tables: `ip kpng` and `ip6 kpng`. Nothing else is ever touched. */
 export const TABLE = "kpng";
 export const FAMILIES = ["ip", "ip6"] as const;
-export type Family = (typeof FAMILIES)[number];
+export type TableFamily = (typeof FAMILIES)[number];
 
 // ---- maps: the O(1) dispatch points -------------------------------------
 /** daddr . l4proto . dport -> goto the service's cluster or external chain */
@@ -36,12 +36,12 @@ export const FIREWALL_IPS_MAP = "firewall-ips";
  * indexes, the target port under the cluster IP and port.
  *
  * Why: nft 1.0.6 dumps every chain of the ruleset into its cache before any
- * rule or element command, and `nft -i` refetches after each commit: ~45 ms
- * per transaction at 10,000 chains. With chains per endpoint count, an
+ * rule or element command, and `nft -i` refetches after each commit: a cost
+ * per transaction that grows with the chain count. With chains per endpoint count, an
  * endpoint change costs the same at 10 and 10,000 services, and a full sync
  * skips 10,000 chains and rules. Why an index and no target port in the
- * map: nft's time per element grows with its parts (~15% for each one more,
- * and a full sync sends 100,000s), and port numbers would multiply the
+ * map: nft's time per element grows with its parts (and a full sync sends
+ * 100,000s), and port numbers would multiply the
  * shared chains. Few chains also mean few rules bound to the map (see the
  * shards below). A shared chain exists while a service uses it. A service
  * port keeps a chain of its own (svc-…, dispatching through a slot) where a
@@ -60,9 +60,9 @@ export const dispatchChain = (proto: DnatProtocol, index: number, n: number) => 
  * chain does `dnat to numgen random mod N offset (slot << SLOT_BITS) map
  * @endpoints-PROTO-SS`. Why not upstream's per-service anonymous vmap and chain
  * per endpoint: every anonymous set makes the kernel scan all sets of the
- * table for a free name and the transaction for its id (quadratic: 10,000
- * services took minutes), and 100,000 endpoint chains + rules alone cost
- * more than the 3 s full-sync budget. Why shards: adding an element to a map
+ * table for a free name and the transaction for its id (quadratic in the
+ * services), and a chain and a rule per endpoint alone would take a full
+ * sync at scale past its budget (bench nft). Why shards: adding an element to a map
  * makes the kernel visit every rule bound to that map (nft_add_set_elem), so
  * one map bound by 10,000 chains is quadratic again (and binding a map walks
  * its elements): the work is bindings x elements / SHARDS. 256 shards keep

@@ -2,8 +2,8 @@
 // socket joined to the NFNLGRP_NFTABLES multicast group, through bun:ffi on
 // libc, read without blocking on a timer. What `nft monitor` told before
 // (watch.ts), without its cost: the monitor fetches the whole ruleset into
-// its cache first and keeps it (145 MB at 10,000 services, whatever its
-// arguments), this holds one receive buffer and parses each event as it
+// its cache first and keeps it (memory that grows with the ruleset, whatever
+// its arguments), this holds one receive buffer and parses each event as it
 // comes (netlink.ts): memory O(1), CPU O(events).
 //
 // No worker thread and no blocking call: recv(MSG_DONTWAIT) every POLL_MS
@@ -14,7 +14,7 @@
 // says it.
 
 import { FFIType, dlopen, read } from "bun:ffi";
-import { KpngError } from "../../src/core/errors.ts";
+import { KpngError } from "../../src/plugins/toolkit/index.ts";
 import { eventLines, parseNftEvents } from "./netlink.ts";
 import type { EventHandlers, EventSource, EventStream } from "./watch.ts";
 
@@ -38,9 +38,9 @@ const ENOBUFS = 105;
 export const LOST_LINE = "# lost netlink events: kpng's socket buffer overflowed";
 /**
  * How soon someone else's change is read: half of it on average is added to a
- * repair (bench nft-repair: ~25 ms at 10 services, against ~20 ms with `nft
- * monitor`, which is woken by the kernel). Each wake-up of Bun's timer costs
- * ~0.1 ms of CPU, the recv ~1 µs: at 50 ms, ~0.2% of a core while idle.
+ * repair, against `nft monitor`, which the kernel wakes (bench nft-repair
+ * prints both). A wake-up of Bun's timer and an empty recv cost little
+ * enough that this period keeps the idle cost a small fraction of a core.
  */
 const POLL_MS = 50;
 const BUFFER_BYTES = 16 << 20;

@@ -1,16 +1,16 @@
 // The fixed part of each kpng table: maps, sets, base chains and helper
 // chains. It depends only on Config, so it is written on full syncs only.
 
-import type { Config } from "../../src/core/config/config.ts";
+import type { Config } from "../../src/plugins/toolkit/index.ts";
 import { addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
-import type { Family } from "./names.ts";
-import type { ChainObj } from "./render-service.ts";
+import type { TableFamily } from "./names.ts";
+import type { RuleChainSpec } from "./render-service.ts";
 import type { Op, SetSpec } from "./transaction.ts";
 
 /** What a family's rules need from Config, resolved once. */
 export interface FamilyConfig {
-  family: Family;
+  family: TableFamily;
   /** pod CIDRs of this family: sources outside them are masqueraded to cluster IPs */
   clusterCIDRs: string[];
   masqueradeAll: boolean;
@@ -20,7 +20,7 @@ export interface FamilyConfig {
   nodePortAddresses: string[];
 }
 
-export function familyConfig(config: Config, family: Family): FamilyConfig {
+export function familyConfig(config: Config, family: TableFamily): FamilyConfig {
   // "primary" (and the empty default) means the node's own IPs, as in
   // upstream's nftables mode; CIDRs select every local address inside them.
   const npa = config.nodePortAddresses.length ? config.nodePortAddresses : ["primary"];
@@ -35,13 +35,13 @@ export function familyConfig(config: Config, family: Family): FamilyConfig {
 }
 
 /** a shard map of dispatch slots (names.ts): endpoint address . port, or a verdict for affinity services */
-export function shardMapSpec(f: Family, kind: N.DnatProtocol | "chains", slot: number): SetSpec {
+export function shardMapSpec(f: TableFamily, kind: N.DnatProtocol | "chains", slot: number): SetSpec {
   if (kind === "chains") return { name: N.endpointChainsMap(slot), type: "numgen random mod 2 : verdict", typeOf: true };
   return { name: N.endpointsMap(kind, slot), type: `numgen random mod 2 : ${addrKw(f)} daddr . ${kind} dport`, typeOf: true };
 }
 
 /** the maps of the shared dispatch chains (names.ts): endpoint addresses and target ports */
-export function clusterEndpointsMapSpecs(f: Family, proto: N.DnatProtocol): SetSpec[] {
+export function clusterEndpointsMapSpecs(f: TableFamily, proto: N.DnatProtocol): SetSpec[] {
   const ip = addrKw(f);
   return [
     {
@@ -60,7 +60,7 @@ export function clusterEndpointsMapSpecs(f: Family, proto: N.DnatProtocol): SetS
 }
 
 /** the chain every plain cluster-IP service port at `index` of its service's ports with `n` endpoints goes to */
-export function dispatchChainSpec(f: Family, proto: N.DnatProtocol, index: number, n: number): ChainObj {
+export function dispatchChainSpec(f: TableFamily, proto: N.DnatProtocol, index: number, n: number): RuleChainSpec {
   const ip = addrKw(f);
   const offset = index ? ` offset ${index * N.MAX_DISPATCH}` : "";
   return {
@@ -75,7 +75,7 @@ export function dispatchChainSpec(f: Family, proto: N.DnatProtocol, index: numbe
   };
 }
 
-const serviceKeyType = (f: Family) => `${addrType(f)} . inet_proto . inet_service`;
+const serviceKeyType = (f: TableFamily) => `${addrType(f)} . inet_proto . inet_service`;
 
 export function renderBase(fc: FamilyConfig): Op[] {
   const f = fc.family;

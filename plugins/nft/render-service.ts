@@ -20,25 +20,38 @@
 // Hairpin masquerade is one rule for all (the `hairpin` set of local
 // endpoints). See names.ts for why not a chain per endpoint everywhere.
 
-import type { Endpoint, Service } from "../../src/core/brain/state.ts";
-import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts";
-import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
-import { addrKw, cidrsOfFamily, firstOfFamily, hostPort, ofFamily, setOf } from "./addr.ts";
+import {
+  affinitySeconds,
+  type Endpoint,
+  externallyAccessible,
+  hostPort,
+  ipVersion,
+  isPort,
+  type PortMapping,
+  protocolName,
+  servedInFamily,
+  type Service,
+  targetPort,
+  type UdpFrontend,
+} from "../../src/plugins/toolkit/index.ts";
+import { addressFamily, addrKw, cidrsOfFamily, firstOfFamily, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import { place } from "./positions.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
 import type { SetSpec } from "./transaction.ts";
-import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
 
+// Values rendered for the transaction end in Spec (as transaction.ts's
+// SetSpec, ChainSpec, ElementSpec): a rule, a chain with its rules, an
+// element with the set it goes to and the service that owns it.
 export interface RuleSpec {
   rule: string;
   comment?: string;
 }
-export interface ChainObj {
+export interface RuleChainSpec {
   name: string;
   rules: RuleSpec[];
 }
-export interface ElementObj {
+export interface ServiceElementSpec {
   set: string;
   key: string;
   value?: string;
@@ -48,8 +61,8 @@ export interface ElementObj {
 }
 export interface ServiceObjects {
   sets: SetSpec[];
-  chains: ChainObj[];
-  elements: ElementObj[];
+  chains: RuleChainSpec[];
+  elements: ServiceElementSpec[];
   udp: UdpFrontend[];
   /** dispatch chain -> slot (see names.ts) */
   slots: ReadonlyMap<string, number>;
@@ -99,7 +112,7 @@ export interface PositionList {
 export const listKey = (ip: string | undefined, base: number, i: number) => (ip === undefined ? String(base + i) : `${ip} . ${base + i}`);
 
 /** a list's elements, segment after segment (for tests and debugging; the sync never builds them all) */
-export function listElements(l: PositionList): ElementObj[] {
+export function listElements(l: PositionList): ServiceElementSpec[] {
   return (l.ips ?? [undefined]).flatMap((ip) => l.values.map((value, i) => ({ set: l.set, key: listKey(ip, l.base, i), value, owner: l.owner })));
 }
 
@@ -113,8 +126,6 @@ export interface SharedDispatch {
 
 /** gives the slot of a dispatch chain: the one it had, else a free one; undefined when none is left */
 export type SlotSource = (chain: string) => number | undefined;
-
-const PROTO: Partial<Record<Protocol, N.DnatProtocol>> = { [Protocol.TCP]: "tcp", [Protocol.UDP]: "udp", [Protocol.SCTP]: "sctp" };
 
 interface Target {
   ip: string;
@@ -140,10 +151,8 @@ export function renderService(
   const ips = svc.IPs;
   const clusterIPs = ofFamily(f, ips?.ClusterIPs?.[fam]);
   const extIPs = ofFamily(f, ips?.ExternalIPs?.[fam], ips?.LoadBalancerIPs?.[fam]);
-  const anyClusterIP = (ips?.ClusterIPs?.V4.length ?? 0) + (ips?.ClusterIPs?.V6.length ?? 0) > 0;
-  // A service lives in the families of its cluster IPs (single-stack
-  // services get no node ports in the other family, as upstream).
-  if (clusterIPs.length === 0 && (anyClusterIP || extIPs.length === 0)) return compact(out);
+  const af = addressFamily(f);
+  if (!servedInFamily(svc, af)) return compact(out);
 
   const ip = addrKw(f);
   const affinity = affinitySeconds(svc);
@@ -159,11 +168,11 @@ export function renderService(
   const inOrder = (targets: Target[], at: number, id: (t: Target) => string): Target[] => place(prev?.lists[at]?.values, targets, id, byAddressAndPort);
 
   for (const [portIndex, port] of svc.Ports.entries()) {
-    const proto = PROTO[port.Protocol];
-    if (!proto || !(port.Port > 0 && port.Port < 65536)) continue;
+    const proto = protocolName(port.Protocol);
+    if (!proto || !isPort(port.Port)) continue;
     const portId = N.servicePortId(key, proto, port.Name || String(port.Port));
     const targets = targetsOf(port, epList);
-    const id = (t: Target) => hostPort(f, t.ip, t.port);
+    const id = (t: Target) => hostPort(t.ip, t.port);
     const internal: Target[] = [];
     const external: Target[] = [];
     for (const t of targets) {
@@ -205,8 +214,9 @@ export function renderService(
     };
 
     const eLocal = svc.ExternalTrafficToLocal;
-    const nodePort = port.NodePort > 0 && port.NodePort < 65536 && fc.nodePortAddresses.length ? port.NodePort : 0;
-    const hasExternalFrontend = extIPs.length > 0 || nodePort > 0;
+    const nodePortsAnswer = fc.nodePortAddresses.length > 0;
+    const nodePort = nodePortsAnswer && isPort(port.NodePort) ? port.NodePort : 0;
+    const hasExternalFrontend = externallyAccessible(svc, port, af, nodePortsAnswer);
     const shortCircuit = eLocal && internal.length > 0;
 
     // cluster IPs: a chain of their own only when a rule needs this service
@@ -266,7 +276,7 @@ export function renderService(
       }
 
     if (proto === "udp") {
-      const family = f === "ip" ? 4 : 6;
+      const family = ipVersion(af);
       const extEps = [...new Set([...external, ...(shortCircuit ? internal : [])].map(id))].sort();
       for (const cip of clusterIPs) out.udp.push({ ip: cip, family, port: port.Port, endpoints: internal.map(id) });
       for (const e of extIPs) out.udp.push({ ip: e, family, port: port.Port, endpoints: extEps });
@@ -279,7 +289,8 @@ export function renderService(
 
 // The sync keeps every service's objects, and most services have no sets,
 // chains, slots or UDP ports of their own: one shared empty value for each
-// instead of 5 empty containers per service (~2 MB at 10,000 services).
+// instead of 5 empty containers per service (memory that grows with the
+// services for nothing).
 // Frozen, so a push into one fails loudly instead of reaching every service.
 const NONE: never[] = Object.freeze([]) as never[];
 const NO_SLOTS: ReadonlyMap<string, number> = new Map();
@@ -302,7 +313,7 @@ function targetsOf(port: PortMapping, epList: { ep: Endpoint; addr: string }[]):
   const byAddr = epList.length > 16 ? new Map<string, Target>() : undefined;
   for (const { ep, addr } of epList) {
     const tp = targetPort(ep, port);
-    if (!(tp > 0 && tp < 65536)) continue;
+    if (!isPort(tp)) continue;
     let t = byAddr?.get(addr);
     // rare: one address with several target ports
     if (!byAddr || (t && t.port !== tp)) {

@@ -1,8 +1,7 @@
 // A long-lived `nft -i` for partial syncs. Every `nft -f -` starts a
 // process and fetches nft's cache before its first statement; an interactive
-// nft is already running. Measured with nft 1.0.6 in a namespace holding
-// 10,000 services: ~1 ms per endpoint change against ~16-20 ms for a fresh
-// `nft -f -`. What this relies on (nft 1.0.6, each point checked against the
+// nft is already running, so a small change costs a fraction of a fresh
+// `nft -f -` (bench nft-input and bench nft print both). What this relies on (nft 1.0.6, each point checked against the
 // kernel in test/nft/session-real.test.ts):
 //
 // - One input line is one transaction: statements joined with "; " (or in
@@ -16,15 +15,15 @@
 // - The cache is never stale: before each command nft compares the
 //   ruleset's generation id with its cache's, and refetches after any
 //   commit, its own or another process's (full syncs run as `nft -f -`).
-// - Input is read one byte at a time (libedit, ~0.7 µs a byte), so a
+// - Input is read one byte at a time (libedit), so a
 //   transaction over INLINE_MAX_BYTES goes as a file: written to a private
 //   directory (/run/kpng-nft, 0700) and sent as the line
 //   `include "<file>"`, which nft reads buffered; the file is removed once
 //   answered. The included statements are still that line's one
 //   transaction (a refused one takes back the whole file), and errors in it
-//   come before the marker's, prefixed "In file included from". A
-//   100-element wave (~7 KB) costs ~1.3 ms against ~5 ms as a line and
-//   ~16-20 ms through a new `nft -f -` (bench/nft-input.bench.ts).
+//   come before the marker's, prefixed "In file included from". A wave of
+//   endpoint changes costs less as a file than as a line, and either far
+//   less than a new `nft -f -` (bench/nft-input.bench.ts prints the three).
 // - Every line stays in nft's in-memory history, written at exit to
 //   $HOME/.nft.history (read back at start): HOME is /dev/null for the
 //   process, and it is replaced after `maxInputBytes`, before it grows big.
@@ -36,7 +35,7 @@
 import { accessSync, constants, lstatSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KpngError } from "../../src/core/errors.ts";
+import { KpngError } from "../../src/plugins/toolkit/index.ts";
 
 /** a running program: what NftSession needs of it */
 export interface Channel {
@@ -221,8 +220,8 @@ export class NftSession {
   }
 
   /**
-   * Writes the transaction to a new file in the private directory (~30 µs
-   * with its removal): nft reads an included file through a buffer, not byte by byte.
+   * Writes the transaction to a new file in the private directory (cheap,
+   * removal included): nft reads an included file through a buffer, not byte by byte.
    * Undefined when the directory cannot be made or written (the transaction
    * goes as a line).
    */
@@ -254,18 +253,18 @@ export class NftSession {
 }
 
 /**
- * Above this many bytes a transaction goes to nft as a file. Measured
- * (bench/nft-input.bench.ts) a file costs ~0.1 ms more than nothing (write,
- * open, read, unlink) and a line ~0.7 µs a byte: the same at 160 bytes,
- * the file ahead by 0.1 ms at 420.
+ * Above this many bytes a transaction goes to nft as a file: a file costs a
+ * fixed amount (write, open, read, unlink) and a line a little per byte, so
+ * past a couple of hundred bytes the file is ahead (bench/nft-input.bench.ts
+ * measures both).
  */
 export const INLINE_MAX_BYTES = 256;
 
 /**
  * `<parent>/kpng-nft`, made 0700 when missing. One fixed directory, not one
  * per session: a session that is never closed (a killed kpng, a test) leaves
- * nothing behind but a file it was sending, and a new directory costs
- * ~80 µs. The name is predictable, so a directory that is not kpng's alone
+ * nothing behind but a file it was sending, and a directory per session
+ * would cost a mkdir each time. The name is predictable, so a directory that is not kpng's alone
  * (another owner, others' permissions, a symlink: made in a shared /tmp by
  * someone else) is refused.
  */

@@ -17,14 +17,12 @@
 // same transaction: replaced at once, without a window where services are
 // missing, but affinity starts over.
 
-import type { Config } from "../../src/core/config/config.ts";
-import type { NodeState } from "../../src/core/brain/state.ts";
-import type { UdpFrontend } from "../../src/plugins/conntrack.ts";
-import { FAMILIES, MAX_SLOTS, type Family } from "./names.ts";
+import type { Config, NodeState, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { clearHeld, type Holdings } from "./held.ts";
-import { renderService, type ChainObj, type ServiceObjects } from "./render-service.ts";
+import { renderService, type RuleChainSpec, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
 /** The phases of a transaction, in the order nft needs them: things exist before they are referenced, and stop being referenced before they go. */
@@ -75,10 +73,10 @@ class FamilySync {
    * use each: one exists exactly while it has users, so a series of partial
    * syncs leaves what a full sync of the same state writes.
    */
-  private shared = new Map<string, { chain: ChainObj; users: number; written: boolean }>();
+  private shared = new Map<string, { chain: RuleChainSpec; users: number; written: boolean }>();
   truncated = 0;
 
-  constructor(config: Config, family: Family) {
+  constructor(config: Config, family: TableFamily) {
     this.fc = familyConfig(config, family);
   }
 
@@ -205,13 +203,13 @@ class FamilySync {
  * endpoint chains). Rules of chains that stay were rewritten earlier in the
  * transaction, and map elements deleted, so only these references remain.
  */
-export function deletionOrder(chains: readonly ChainObj[]): string[] {
+export function deletionOrder(chains: readonly RuleChainSpec[]): string[] {
   if (chains.length < 2) return chains.map((c) => c.name);
   const byName = new Map(chains.map((c) => [c.name, c]));
   const out: string[] = [];
   const seen = new Set<string>();
   // post-order: what a chain refers to lands before it; reversed below
-  const visit = (c: ChainObj) => {
+  const visit = (c: RuleChainSpec) => {
     if (seen.has(c.name)) return;
     seen.add(c.name);
     for (const r of c.rules)
@@ -229,7 +227,7 @@ const CHAIN_REF = /\b(?:goto|jump) (\S+)/g;
 const sameSetSpec = (a: SetSpec, b: SetSpec) =>
   a.type === b.type && a.timeout === b.timeout && a.typeOf === b.typeOf && String(a.flags) === String(b.flags);
 
-const sameRules = (a: ChainObj, b: ChainObj) =>
+const sameRules = (a: RuleChainSpec, b: RuleChainSpec) =>
   a.rules.length === b.rules.length && a.rules.every((r, i) => r.rule === b.rules[i].rule && r.comment === b.rules[i].comment);
 
 export interface SyncPlan {

@@ -6,7 +6,7 @@
 // validation error is kept and reported when the transaction is applied, so
 // a renderer can build a whole sync without try/catch around every rule.
 
-import { TABLE, type Family } from "./names.ts";
+import { TABLE, type TableFamily } from "./names.ts";
 
 export interface SetSpec {
   name: string;
@@ -23,7 +23,7 @@ export interface SetSpec {
 }
 
 /** one set or map element; value and comment are only printed when adding */
-export interface ElementItem {
+export interface ElementSpec {
   key: string;
   value?: string;
   comment?: string;
@@ -36,13 +36,13 @@ export interface ChainSpec {
 }
 
 export type Op =
-  | { kind: "table"; verb: "add" | "delete"; family: Family; comment?: string }
-  | { kind: "chain"; verb: "add"; family: Family; chain: ChainSpec }
-  | { kind: "chain"; verb: "flush" | "delete"; family: Family; name: string }
-  | { kind: "rule"; family: Family; chain: string; rule: string; comment?: string }
-  | { kind: "set" | "map"; verb: "add"; family: Family; set: SetSpec }
-  | { kind: "set" | "map"; verb: "delete" | "flush"; family: Family; name: string }
-  | { kind: "elements"; verb: "add" | "delete"; family: Family; set: string; items: readonly ElementItem[] }
+  | { kind: "table"; verb: "add" | "delete"; family: TableFamily; comment?: string }
+  | { kind: "chain"; verb: "add"; family: TableFamily; chain: ChainSpec }
+  | { kind: "chain"; verb: "flush" | "delete"; family: TableFamily; name: string }
+  | { kind: "rule"; family: TableFamily; chain: string; rule: string; comment?: string }
+  | { kind: "set" | "map"; verb: "add"; family: TableFamily; set: SetSpec }
+  | { kind: "set" | "map"; verb: "delete" | "flush"; family: TableFamily; name: string }
+  | { kind: "elements"; verb: "add" | "delete"; family: TableFamily; set: string; items: readonly ElementSpec[] }
   | { kind: "note"; text: string };
 
 const quote = (s: string) => `"${s.replace(/["\\\n]/g, "_").slice(0, 128)}"`;
@@ -80,7 +80,7 @@ export function printOp(op: Op): string {
   }
 }
 
-function printElement(e: ElementItem): string {
+function printElement(e: ElementSpec): string {
   if (e.comment) return `${e.key} comment ${quote(e.comment)}${e.value !== undefined ? ` : ${e.value}` : ""}`;
   return e.value !== undefined ? `${e.key} : ${e.value}` : e.key;
 }
@@ -160,10 +160,10 @@ function validate(op: Op): string | undefined {
  * A first load into empty tables, as `1 + parts` transactions: everything but
  * the added elements (tables, chains, rules, sets, maps: the skeleton), then
  * the elements in `parts` batches of about the same size, in their order.
- * nft parses its input on one core, and parsing is most of a big load (~0.45
- * of ~0.8 s for 130,000 elements, nft 1.0.6): the batches, run at the same
- * time after the skeleton, parse side by side and only their commits take
- * turns in the kernel (~0.8 -> ~0.5 s on 2 cores). Only for empty tables:
+ * nft parses its input on one core, and parsing is most of a big load (nft
+ * 1.0.6): the batches, run at the same time after the skeleton, parse side
+ * by side and only their commits take turns in the kernel (the README's
+ * footprint figures, from bench startup). Only for empty tables:
  * until the last batch commits, some services have rules and others none,
  * which over empty tables is no worse than before the load began; rules in
  * place are always rewritten in one transaction.

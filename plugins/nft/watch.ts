@@ -24,26 +24,28 @@
 // window it leaves is the few ms between the full sync's commit and it.
 //
 // Cost, `nft monitor`: it first loads the whole ruleset into its cache and
-// keeps it (~145 MB at 10,000 services, whatever its arguments), and formats every event, kpng's own included, ~20 µs each
-// (nft 1.0.6): an endpoint change is a few events, but a full sync of 10,000
-// services is ~100,000, which cost the monitor ~2.5 s of CPU and overflowed
-// its socket ("We lost some netlink events"). The runner (executor.ts)
+// keeps it (memory that grows with the ruleset, whatever its arguments), and
+// formats every event, kpng's own included (nft 1.0.6): an endpoint change
+// is a few events, but a full sync of 10,000 services is ~100,000, which cost
+// the monitor seconds of CPU and overflowed its socket ("We lost some
+// netlink events"). The runner (executor.ts)
 // therefore stops the monitor for a full sync — it replaces both tables, so
 // whatever anyone did before its commit is gone anyway — and starts a new
-// one after. A new monitor first fetches the whole ruleset (~5 ms at 10
-// services, ~0.9 s and as much CPU at 10,000 x 10 endpoints), then listens;
+// one after. A new monitor first fetches the whole ruleset (about as long as
+// loading it took: bench nft-repair prints it), then listens;
 // the runner proves it does with a stamp it must print. That stamp replaces
 // the full sync's with `delete element`, which fails if the table, the set or
 // the element went meanwhile (delete table, flush ruleset): reported too.
 // What that window misses: a chain flushed or an element edited before the
-// new monitor listens, i.e. within ~1 s of a full sync at 10,000 services.
+// new monitor listens, i.e. shortly after a full sync, longer the bigger the
+// ruleset.
 //
 // Someone else's commit is reported at its first event when kpng has nothing
 // in flight (no stamp it waits for), else when the commit ends. Events the
 // monitor lost (a burst bigger than its 16 MB socket buffer) are reported as
 // a change; so is the monitor exiting (what happened meanwhile is unknown).
 
-import type { Logger } from "../../src/core/log.ts";
+import type { Logger } from "../../src/plugins/toolkit/index.ts";
 import { SYNC_STAMP_SET, TABLE } from "./names.ts";
 import type { Spawner } from "./session.ts";
 import type { Op } from "./transaction.ts";
@@ -300,7 +302,7 @@ export class RulesWatch {
     if (this.batch.first === undefined) {
       this.batch.first = line.length > 200 ? `${line.slice(0, 200)}…` : line;
       // kpng commits nothing now, so this is someone else's: said at once, not after the commit's last
-      // event (a flushed ruleset of 10,000 services is ~100,000 events, ~2 s of the monitor's printing).
+      // event (a flushed ruleset of 10,000 services is ~100,000 events, seconds of the monitor's printing).
       if (this.expected.size === 0) {
         this.batch.reported = true;
         this.opts.onForeign(this.batch.first);

@@ -1,7 +1,7 @@
 // The one door to the node's configuration: `ip` and `nft` run as processes.
 // Tests and --dry-run swap in a recorder (the Executor interface).
 
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/plugins/toolkit/index.ts";
 
 export const processExecutor = (): Executor => ({
   async run(argv, stdin) {

@@ -7,11 +7,26 @@
 // externalPolicyChain split). The relays and the address keeper act on this
 // value and nothing else.
 
-import type { Endpoint, NodeState, Service, ServiceEndpoints } from "../../src/core/brain/state.ts";
-import { isIPv4, isIPv6 } from "../../src/core/brain/k8s/ip.ts";
-import { Protocol, type PortMapping } from "../../src/gen/localv1/services_pb.ts";
-import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
+import {
+  affinitySeconds,
+  allIPs,
+  cidrsOf,
+  type Endpoint,
+  type Family,
+  hostPort,
+  ipFamily,
+  ipsOf,
+  isPort,
+  type NodeState,
+  type PortMapping,
+  Protocol,
+  protocolName,
+  type Service,
+  type ServiceEndpoints,
+  targetPort,
+} from "../../src/plugins/toolkit/index.ts";
 
+/** the protocols a relay serves: Bun has no SCTP sockets */
 export type Proto = "tcp" | "udp";
 export type FrontendKind = "cluster" | "external" | "nodeport";
 
@@ -19,7 +34,7 @@ export interface Frontend {
   /** `proto/ip/port`: the identity a relay is kept under */
   key: string;
   proto: Proto;
-  family: 4 | 6;
+  family: Family;
   /** the address clients reach: service IP, or a node IP for a node port */
   ip: string;
   port: number;
@@ -57,20 +72,20 @@ export interface FrontendPlan {
   skipped: string[];
 }
 
-const PROTO: Partial<Record<Protocol, Proto>> = { [Protocol.TCP]: "tcp", [Protocol.UDP]: "udp" };
-
-const familyOf = (ip: string): 4 | 6 | undefined => (isIPv4(ip) ? 4 : isIPv6(ip) ? 6 : undefined);
-export const hostPort = (ip: string, port: number) => (ip.includes(":") ? `[${ip}]:${port}` : `${ip}:${port}`);
+const relayed = (p: Protocol): Proto | undefined => {
+  const name = protocolName(p);
+  return name === "tcp" || name === "udp" ? name : undefined;
+};
 export const frontendKey = (proto: Proto, ip: string, port: number) => `${proto}/${ip}/${port}`;
 
 /** Endpoints of one family and scope for one service port, as host:port, deduplicated. */
-function endpointsFor(endpoints: Iterable<Endpoint>, pm: PortMapping, family: 4 | 6, scope: "Internal" | "External"): string[] {
+function endpointsFor(endpoints: Iterable<Endpoint>, pm: PortMapping, family: Family, scope: "Internal" | "External"): string[] {
   const out = new Set<string>();
   for (const ep of endpoints) {
     if (!ep.Scopes?.[scope]) continue;
-    const ip = (family === 4 ? ep.IPs?.V4 : ep.IPs?.V6)?.find((a) => familyOf(a) === family);
+    const ip = ipsOf(ep.IPs, family)[0];
     const port = targetPort(ep, pm);
-    if (ip !== undefined && port > 0 && port < 65536) out.add(hostPort(ip, port));
+    if (ip !== undefined && isPort(port)) out.add(hostPort(ip, port));
   }
   return [...out];
 }
@@ -98,12 +113,12 @@ export function planService(key: string, { service, endpoints }: ServiceEndpoint
   const skipped: string[] = [];
   for (const pm of service.Ports) {
     const label = `${key}:${pm.Name || pm.Port}`;
-    const proto = PROTO[pm.Protocol];
+    const proto = relayed(pm.Protocol);
     if (!proto) {
       skipped.push(`${label}: protocol ${Protocol[pm.Protocol] ?? pm.Protocol} is not relayed (SCTP sockets are missing from this kernel and from Bun)`);
       continue;
     }
-    if (!(pm.Port > 0 && pm.Port < 65536)) continue;
+    if (!isPort(pm.Port)) continue;
     frontends.push(...servicePortFrontends(service, [...endpoints.values()], pm, proto, opts, label));
   }
   return { frontends, skipped };
@@ -114,10 +129,10 @@ function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, pr
   const out: Frontend[] = [];
   const affinity = affinitySeconds(svc);
   const ips = svc.IPs;
-  const clusterIPs = [...(ips?.ClusterIPs?.V4 ?? []), ...(ips?.ClusterIPs?.V6 ?? [])].filter((ip) => familyOf(ip));
-  const families = new Set(clusterIPs.map((ip) => familyOf(ip)!));
+  const clusterIPs = allIPs(ips?.ClusterIPs);
+  const families = new Set(clusterIPs.map((ip) => ipFamily(ip)!));
   const add = (ip: string, port: number, kind: FrontendKind, sourceRanges?: string[]) => {
-    const family = familyOf(ip);
+    const family = ipFamily(ip);
     if (!family) return;
     const key = frontendKey(proto, ip, port);
     if (out.some((f) => f.key === key)) return;
@@ -125,17 +140,17 @@ function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, pr
     const f: Frontend = { key, proto, family, ip, port, kind, service: label, endpoints, affinitySeconds: affinity, sourceRanges };
     if (kind !== "cluster" && svc.ExternalTrafficToLocal) {
       const internal = endpointsFor(eps, pm, family, "Internal");
-      if (internal.length) f.shortCircuit = { from: (opts.clusterCIDRs ?? []).filter((c) => familyOf(c.split("/")[0]!) === family), endpoints: internal };
+      if (internal.length) f.shortCircuit = { from: cidrsOf(opts.clusterCIDRs, family), endpoints: internal };
     }
     out.push(f);
   };
   for (const ip of clusterIPs) add(ip, pm.Port, "cluster");
-  const lbIPs = new Set([...(ips?.LoadBalancerIPs?.V4 ?? []), ...(ips?.LoadBalancerIPs?.V6 ?? [])]);
-  for (const ip of [...(ips?.ExternalIPs?.V4 ?? []), ...(ips?.ExternalIPs?.V6 ?? [])]) add(ip, pm.Port, "external");
+  const lbIPs = new Set(allIPs(ips?.LoadBalancerIPs));
+  for (const ip of allIPs(ips?.ExternalIPs)) add(ip, pm.Port, "external");
   for (const ip of lbIPs) add(ip, pm.Port, "external", rangesFor(svc, ip));
-  if (pm.NodePort > 0 && pm.NodePort < 65536) {
+  if (isPort(pm.NodePort)) {
     for (const ip of nodeIPs) {
-      const fam = familyOf(ip);
+      const fam = ipFamily(ip);
       // a service with no cluster IP (none here) serves external IPs only
       if (fam && families.has(fam)) add(ip, pm.NodePort, "nodeport");
     }
@@ -145,11 +160,11 @@ function servicePortFrontends(svc: Service, eps: Endpoint[], pm: PortMapping, pr
 
 /** the source ranges of the IPFilter naming this LB IP; [] (nobody) when they are all of the other family */
 function rangesFor(svc: Service, ip: string): string[] | undefined {
-  const fam = familyOf(ip);
+  const fam = ipFamily(ip);
   for (const filter of svc.IPFilters) {
-    const targets = [...(filter.TargetIPs?.V4 ?? []), ...(filter.TargetIPs?.V6 ?? [])];
+    const targets = allIPs(filter.TargetIPs);
     if (!targets.includes(ip)) continue;
-    return filter.SourceRanges.filter((r) => familyOf(r.split("/")[0]!) === fam);
+    return fam ? cidrsOf(filter.SourceRanges, fam) : [];
   }
   return undefined;
 }

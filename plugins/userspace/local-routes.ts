@@ -15,7 +15,7 @@
 // kpng's routes carry their own protocol number (names.ts), so reading,
 // syncing and --cleanup touch nothing else of the local table.
 
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/plugins/toolkit/index.ts";
 import { ROUTE_PROTO } from "./names.ts";
 
 const prefix = (ip: string) => (ip.includes(":") ? `${ip}/128` : `${ip}/32`);

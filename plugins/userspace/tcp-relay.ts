@@ -14,10 +14,9 @@
 //   - a reset (`terminate()`: SO_LINGER 0) for a refused or removed endpoint,
 //     as conntrack cleanup and reject rules give with the kernel backends.
 
-import type { Logger } from "../../src/core/log.ts";
+import { type Logger, splitHostPort } from "../../src/plugins/toolkit/index.ts";
 import type { Frontend } from "./frontends.ts";
 import { FrontendChoice } from "./picker.ts";
-import { splitHostPort } from "../../src/plugins/conntrack.ts";
 
 export interface RelayOptions {
   log: Logger;
@@ -210,7 +209,7 @@ export class TcpRelay {
       client.terminate();
       return;
     }
-    const [host, port] = splitHostPort(endpoint);
+    const { ip: host, port } = splitHostPort(endpoint)!;
     let settled = false;
     const retry = (why: string) => {
       if (settled) return;

@@ -10,11 +10,10 @@
 // both families, with the peer of each datagram.
 
 import dgram from "node:dgram";
-import type { Logger } from "../../src/core/log.ts";
+import { type Logger, splitHostPort } from "../../src/plugins/toolkit/index.ts";
 import type { Frontend } from "./frontends.ts";
 import { FrontendChoice } from "./picker.ts";
 import { isNodeAddress, plainAddress, type RelayOptions } from "./tcp-relay.ts";
-import { splitHostPort } from "../../src/plugins/conntrack.ts";
 
 export interface UdpRelayOptions extends RelayOptions {
 
@@ -41,7 +40,7 @@ export class UdpRelay {
   ) {
     this.now = opts.now ?? Date.now;
     this.choice = new FrontendChoice(frontend);
-    this.socket = dgram.createSocket({ type: frontend.family === 6 ? "udp6" : "udp4", ipv6Only: frontend.family === 6 });
+    this.socket = dgram.createSocket({ type: frontend.family === "v6" ? "udp6" : "udp4", ipv6Only: frontend.family === "v6" });
     this.socket.on("message", (msg, from) => this.fromClient(msg, plainAddress(from.address), from.port));
     this.socket.on("error", (err) => {
       if (!this.closed) opts.log.warn("udp frontend error", { frontend: frontend.key, err: err.message });
@@ -92,7 +91,7 @@ export class UdpRelay {
       flow = this.open(client, endpoint, address, port);
     }
     this.touch(client, flow);
-    const [host, ep] = splitHostPort(flow.endpoint);
+    const { ip: host, port: ep } = splitHostPort(flow.endpoint)!;
     flow.socket.send(msg, ep, host);
   }
 
@@ -102,8 +101,8 @@ export class UdpRelay {
   }
 
   private open(client: string, endpoint: string, address: string, port: number): Flow {
-    const [host, ep] = splitHostPort(endpoint);
-    const socket = dgram.createSocket({ type: this.frontend.family === 6 ? "udp6" : "udp4" });
+    const { ip: host, port: ep } = splitHostPort(endpoint)!;
+    const socket = dgram.createSocket({ type: this.frontend.family === "v6" ? "udp6" : "udp4" });
     socket.on("message", (answer, from) => {
       // only the endpoint's answers; anything else reaching this port is not part of the flow
       if (from.port !== ep || plainAddress(from.address) !== host) return;

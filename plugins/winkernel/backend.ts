@@ -10,20 +10,13 @@
 // already match, updates the ones listening on a wanted frontend, and deletes
 // what is left on its network once every service has been synced.
 
-import type { Endpoint, Service } from "../../src/gen/localv1/services_pb.ts";
-import type { BackendContext, IncrementalBackend } from "../../src/plugins/backend.ts";
-import { errorMessage } from "../../src/core/errors.ts";
+import { type BackendContext, type Config, type Endpoint, errorMessage, type IncrementalBackend, type Logger, type Service, serviceKey } from "../../src/plugins/toolkit/index.ts";
 import type { HnsClient } from "./hns.ts";
-import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render.ts";
+import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render-service.ts";
 import { frontendOf, identityOf, loadBalancerSettings, remoteEndpointSettings, specOf } from "./settings.ts";
 
-export interface WinkernelBackendOptions {
+export interface WinkernelOptions {
   hns: HnsClient;
-}
-
-export interface WinkernelBackend extends IncrementalBackend {
-  /** HNS calls made by the last sync (lists included) */
-  readonly last: { calls: number };
 }
 
 interface Programmed {
@@ -58,34 +51,122 @@ export function sourceVips(config: BackendContext["config"]): RenderContext["sou
   const src = config.winkernel.sourceVip;
   const pick = (v6: boolean) =>
     (src && src.includes(":") === v6 ? src : config.nodeIPs.find((ip) => ip.includes(":") === v6)) ?? "";
-  return { 4: pick(false), 6: pick(true) };
+  return { v4: pick(false), v6: pick(true) };
 }
 
-export function createWinkernelBackend(ctx: BackendContext, opts: WinkernelBackendOptions): WinkernelBackend {
-  const { config, log } = ctx;
-  const renderCtx: RenderContext = { enableDSR: config.winkernel.enableDSR, sourceVip: sourceVips(config) };
-  const counted = countCalls(opts.hns);
-  const hns = counted.client;
+export class WinkernelBackend implements IncrementalBackend {
+  readonly name = "winkernel";
+  readonly kind = "incremental";
+  /** HNS calls made by the last sync (lists included) */
+  readonly last = { calls: 0 };
 
-  const services = new Map<string, Service>();
-  const endpoints = new Map<string, Map<string, Endpoint>>();
-  const dirty = new Set<string>();
-  const programmed = new Map<string, Map<string, Programmed>>();
+  private readonly config: Config;
+  private readonly log: Logger;
+  private readonly renderCtx: RenderContext;
+  private readonly counted: ReturnType<typeof countCalls>;
+  private readonly hns: HnsClient;
+  private readonly services = new Map<string, Service>();
+  private readonly endpoints = new Map<string, Map<string, Endpoint>>();
+  private readonly dirty = new Set<string>();
+  private readonly programmed = new Map<string, Map<string, Programmed>>();
   /** remote endpoint IP -> its HNS id and the services using it */
-  const remote = new Map<string, { id: string; users: Set<string> }>();
-  const remoteOf = new Map<string, Set<string>>();
-  let localIds = new Map<string, string>();
-  let inherited: Inherited | undefined;
-  let trusted = false;
-  const last = { calls: 0 };
+  private readonly remote = new Map<string, { id: string; users: Set<string> }>();
+  private readonly remoteOf = new Map<string, Set<string>>();
+  private localIds = new Map<string, string>();
+  private inherited: Inherited | undefined;
+  private trusted = false;
+
+  constructor(ctx: BackendContext, opts: WinkernelOptions) {
+    this.config = ctx.config;
+    this.log = ctx.log;
+    this.renderCtx = { enableDSR: this.config.winkernel.enableDSR, sourceVip: sourceVips(this.config) };
+    this.counted = countCalls(opts.hns);
+    this.hns = this.counted.client;
+  }
+
+  setNodeIPs(ips: readonly string[]): void {
+    // Without winkernel.sourceVip, the node's IP is the source VIP of every policy.
+    const vips = sourceVips({ ...this.config, nodeIPs: [...ips] });
+    if (vips.v4 === this.renderCtx.sourceVip.v4 && vips.v6 === this.renderCtx.sourceVip.v6) return;
+    this.renderCtx.sourceVip = vips;
+    for (const k of this.services.keys()) this.dirty.add(k);
+  }
+
+  setService(s: Service): void {
+    const k = serviceKey(s.Namespace, s.Name);
+    this.services.set(k, s);
+    this.dirty.add(k);
+  }
+
+  deleteService(ns: string, name: string): void {
+    const k = serviceKey(ns, name);
+    this.services.delete(k);
+    this.endpoints.delete(k);
+    this.dirty.add(k);
+  }
+
+  setEndpoint(ns: string, name: string, key: string, ep: Endpoint): void {
+    const k = serviceKey(ns, name);
+    let m = this.endpoints.get(k);
+    if (!m) this.endpoints.set(k, (m = new Map()));
+    m.set(key, ep);
+    this.dirty.add(k);
+  }
+
+  deleteEndpoint(ns: string, name: string, key: string): void {
+    const k = serviceKey(ns, name);
+    this.endpoints.get(k)?.delete(key);
+    this.dirty.add(k);
+  }
+
+  async sync(): Promise<void> {
+    this.counted.reset();
+    try {
+      if (!this.trusted) await this.relearn();
+      const keys = [...this.dirty];
+      this.dirty.clear();
+      const released = new Set<string>();
+      for (const key of keys) await this.syncService(key, released);
+      // Remote endpoints go last: no load balancer may still reference them.
+      for (const ip of released) {
+        const r = this.remote.get(ip);
+        if (r && !r.users.size) {
+          this.remote.delete(ip);
+          await this.hns.deleteEndpoint(r.id);
+        }
+      }
+      if (this.inherited) await this.dropLeftovers(this.inherited);
+      this.inherited = undefined;
+      this.trusted = true;
+    } catch (err) {
+      // HNS state is unknown now: the next sync re-reads it and re-syncs every service.
+      this.trusted = false;
+      throw err;
+    } finally {
+      this.last.calls = this.counted.calls;
+    }
+  }
+
+  async cleanup(): Promise<void> {
+    const { hns, log } = this;
+    // Everything kpng programs: every load balancer and remote endpoint on the network.
+    for (const lb of await hns.listLoadBalancers()) {
+      await hns.deleteLoadBalancer(lb.id).catch((err: unknown) => log.warn("cleanup: load balancer", { id: lb.id, error: errorMessage(err) }));
+    }
+    for (const e of await hns.listEndpoints()) {
+      if (e.remote) await hns.deleteEndpoint(e.id).catch((err: unknown) => log.warn("cleanup: endpoint", { id: e.id, error: errorMessage(err) }));
+    }
+    this.trusted = false;
+  }
 
   /** Forget what we think HNS holds and read it back; everything becomes dirty. */
-  async function relearn() {
-    const eps = await hns.listEndpoints();
-    const lbs = await hns.listLoadBalancers();
+  private async relearn() {
+    const eps = await this.hns.listEndpoints();
+    const lbs = await this.hns.listLoadBalancers();
     const ipOfId = new Map(eps.map((e) => [e.id.toLowerCase(), e.ip]));
-    localIds = new Map(eps.filter((e) => !e.remote).map((e) => [e.ip, e.id]));
-    inherited = { byIdentity: new Map(), byFrontend: new Map(), all: [], taken: new Set(), remote: new Map(eps.filter((e) => e.remote).map((e) => [e.ip, e.id])) };
+    this.localIds = new Map(eps.filter((e) => !e.remote).map((e) => [e.ip, e.id]));
+    const inherited: Inherited = { byIdentity: new Map(), byFrontend: new Map(), all: [], taken: new Set(), remote: new Map(eps.filter((e) => e.remote).map((e) => [e.ip, e.id])) };
+    this.inherited = inherited;
     for (const lb of lbs) {
       const spec = specOf(lb.settings, ipOfId);
       if (!spec) continue; // endpoints outside our network: not ours
@@ -94,55 +175,56 @@ export function createWinkernelBackend(ctx: BackendContext, opts: WinkernelBacke
         m.set(k, [...(m.get(k) ?? []), lb.id]);
       }
     }
-    for (const k of programmed.keys()) dirty.add(k);
-    for (const k of services.keys()) dirty.add(k);
-    programmed.clear();
-    remote.clear();
-    remoteOf.clear();
+    for (const k of this.programmed.keys()) this.dirty.add(k);
+    for (const k of this.services.keys()) this.dirty.add(k);
+    this.programmed.clear();
+    this.remote.clear();
+    this.remoteOf.clear();
   }
 
-  async function resolveLocal(ips: Iterable<string>) {
-    const missing = [...ips].filter((ip) => !localIds.has(ip));
+  private async resolveLocal(ips: Iterable<string>) {
+    const missing = [...ips].filter((ip) => !this.localIds.has(ip));
     if (!missing.length) return;
-    if (config.dryRun) {
+    if (this.config.dryRun) {
       // No HNS to look pods up in: name them so the printed calls stay readable.
-      for (const ip of missing) localIds.set(ip, `local-endpoint-${ip}`);
+      for (const ip of missing) this.localIds.set(ip, `local-endpoint-${ip}`);
       return;
     }
-    for (const e of await hns.listEndpoints()) if (!e.remote) localIds.set(e.ip, e.id);
-    for (const ip of missing) if (!localIds.has(ip)) log.debug("local endpoint not in HNS yet; left out", { ip });
+    for (const e of await this.hns.listEndpoints()) if (!e.remote) this.localIds.set(e.ip, e.id);
+    for (const ip of missing) if (!this.localIds.has(ip)) this.log.debug("local endpoint not in HNS yet; left out", { ip });
   }
 
-  async function ensureRemote(ip: string, user: string): Promise<string> {
-    let r = remote.get(ip);
+  private async ensureRemote(ip: string, user: string): Promise<string> {
+    let r = this.remote.get(ip);
     if (!r) {
-      const adopted = inherited?.remote.get(ip);
-      if (adopted) inherited!.remote.delete(ip);
-      r = { id: adopted ?? (await hns.createEndpoint(remoteEndpointSettings(ip))), users: new Set() };
-      remote.set(ip, r);
+      const adopted = this.inherited?.remote.get(ip);
+      if (adopted) this.inherited!.remote.delete(ip);
+      r = { id: adopted ?? (await this.hns.createEndpoint(remoteEndpointSettings(ip))), users: new Set() };
+      this.remote.set(ip, r);
     }
     r.users.add(user);
     return r.id;
   }
 
-  async function syncService(key: string, released: Set<string>) {
-    const svc = services.get(key);
-    const want = svc ? renderPolicies(svc, endpoints.get(key)?.values() ?? [], renderCtx) : undefined;
-    if (want?.skipped.length) log.warn("endpoints with another target port left out (HNS balances to one port)", { service: key, endpoints: want.skipped });
+  private async syncService(key: string, released: Set<string>) {
+    const { hns } = this;
+    const svc = this.services.get(key);
+    const want = svc ? renderPolicies(svc, this.endpoints.get(key)?.values() ?? [], this.renderCtx) : undefined;
+    if (want?.skipped.length) this.log.warn("endpoints with another target port left out (HNS balances to one port)", { service: key, endpoints: want.skipped });
     const localWanted = want ? [...want.locality].filter(([, l]) => l).map(([ip]) => ip) : [];
-    await resolveLocal(localWanted);
+    await this.resolveLocal(localWanted);
 
     const usedRemote = new Set<string>();
     const next = new Map<string, Programmed>();
-    const prev = programmed.get(key) ?? new Map<string, Programmed>();
+    const prev = this.programmed.get(key) ?? new Map<string, Programmed>();
     const resolved = new Map<string, { spec: PolicySpec; ids: string[] }>();
     for (const [k, spec] of want?.policies ?? []) {
-      const ips = spec.endpoints.filter((ip) => !want!.locality.get(ip) || localIds.has(ip));
+      const ips = spec.endpoints.filter((ip) => !want!.locality.get(ip) || this.localIds.has(ip));
       if (!ips.length) continue;
       const ids: string[] = [];
       for (const ip of ips) {
-        if (want!.locality.get(ip)) ids.push(localIds.get(ip)!);
-        else ids.push(await ensureRemote(ip, key)), usedRemote.add(ip);
+        if (want!.locality.get(ip)) ids.push(this.localIds.get(ip)!);
+        else ids.push(await this.ensureRemote(ip, key)), usedRemote.add(ip);
       }
       resolved.set(k, { spec: ips.length === spec.endpoints.length ? spec : { ...spec, endpoints: ips }, ids });
     }
@@ -156,111 +238,37 @@ export function createWinkernelBackend(ctx: BackendContext, opts: WinkernelBacke
         continue;
       }
       const settings = loadBalancerSettings(spec, ids);
-      let id = p?.id ?? take(inherited, "byIdentity", identityOf(spec));
+      let id = p?.id ?? take(this.inherited, "byIdentity", identityOf(spec));
       if (id && !p) {
         next.set(k, { id, spec }); // adopted as is
         continue;
       }
-      id ??= take(inherited, "byFrontend", frontendOf(spec));
+      id ??= take(this.inherited, "byFrontend", frontendOf(spec));
       if (id) await hns.updateLoadBalancer(id, settings);
       else id = await hns.createLoadBalancer(settings);
       next.set(k, { id, spec });
     }
-    if (next.size) programmed.set(key, next);
-    else programmed.delete(key);
+    if (next.size) this.programmed.set(key, next);
+    else this.programmed.delete(key);
 
-    for (const ip of remoteOf.get(key) ?? []) {
+    for (const ip of this.remoteOf.get(key) ?? []) {
       if (usedRemote.has(ip)) continue;
-      remote.get(ip)?.users.delete(key);
+      this.remote.get(ip)?.users.delete(key);
       released.add(ip);
     }
-    if (usedRemote.size) remoteOf.set(key, usedRemote);
-    else remoteOf.delete(key);
+    if (usedRemote.size) this.remoteOf.set(key, usedRemote);
+    else this.remoteOf.delete(key);
   }
 
-  async function sync() {
-    counted.reset();
-    try {
-      if (!trusted) await relearn();
-      const keys = [...dirty];
-      dirty.clear();
-      const released = new Set<string>();
-      for (const key of keys) await syncService(key, released);
-      // Remote endpoints go last: no load balancer may still reference them.
-      for (const ip of released) {
-        const r = remote.get(ip);
-        if (r && !r.users.size) {
-          remote.delete(ip);
-          await hns.deleteEndpoint(r.id);
-        }
-      }
-      if (inherited) await dropLeftovers(inherited);
-      inherited = undefined;
-      trusted = true;
-    } catch (err) {
-      // HNS state is unknown now: the next sync re-reads it and re-syncs every service.
-      trusted = false;
-      throw err;
-    } finally {
-      last.calls = counted.calls;
-    }
-  }
-
-  async function dropLeftovers(inh: Inherited) {
+  private async dropLeftovers(inh: Inherited) {
     const ids = inh.all.filter((id) => !inh.taken.has(id));
-    for (const id of ids) await hns.deleteLoadBalancer(id);
-    for (const id of inh.remote.values()) await hns.deleteEndpoint(id);
-    if (ids.length || inh.remote.size) log.info("removed HNS objects left by an earlier run", { loadBalancers: ids.length, endpoints: inh.remote.size });
+    for (const id of ids) await this.hns.deleteLoadBalancer(id);
+    for (const id of inh.remote.values()) await this.hns.deleteEndpoint(id);
+    if (ids.length || inh.remote.size) this.log.info("removed HNS objects left by an earlier run", { loadBalancers: ids.length, endpoints: inh.remote.size });
   }
-
-  const svcKey = (ns: string, name: string) => `${ns}/${name}`;
-  return {
-    name: "winkernel",
-    kind: "incremental",
-    last,
-    setNodeIPs(ips) {
-      // Without winkernel.sourceVip, the node's IP is the source VIP of every policy.
-      const vips = sourceVips({ ...config, nodeIPs: [...ips] });
-      if (vips[4] === renderCtx.sourceVip[4] && vips[6] === renderCtx.sourceVip[6]) return;
-      renderCtx.sourceVip = vips;
-      for (const k of services.keys()) dirty.add(k);
-    },
-    setService(s) {
-      const k = svcKey(s.Namespace, s.Name);
-      services.set(k, s);
-      dirty.add(k);
-    },
-    deleteService(ns, name) {
-      const k = svcKey(ns, name);
-      services.delete(k);
-      endpoints.delete(k);
-      dirty.add(k);
-    },
-    setEndpoint(ns, name, key, ep) {
-      const k = svcKey(ns, name);
-      let m = endpoints.get(k);
-      if (!m) endpoints.set(k, (m = new Map()));
-      m.set(key, ep);
-      dirty.add(k);
-    },
-    deleteEndpoint(ns, name, key) {
-      const k = svcKey(ns, name);
-      endpoints.get(k)?.delete(key);
-      dirty.add(k);
-    },
-    sync,
-    async cleanup() {
-      // Everything kpng programs: every load balancer and remote endpoint on the network.
-      for (const lb of await hns.listLoadBalancers()) {
-        await hns.deleteLoadBalancer(lb.id).catch((err: unknown) => log.warn("cleanup: load balancer", { id: lb.id, error: errorMessage(err) }));
-      }
-      for (const e of await hns.listEndpoints()) {
-        if (e.remote) await hns.deleteEndpoint(e.id).catch((err: unknown) => log.warn("cleanup: endpoint", { id: e.id, error: errorMessage(err) }));
-      }
-      trusted = false;
-    },
-  };
 }
+
+export const createWinkernelBackend = (ctx: BackendContext, opts: WinkernelOptions) => new WinkernelBackend(ctx, opts);
 
 /** Wraps a client to count calls per sync (cheap figures for logs, tests and the benchmark). */
 function countCalls(inner: HnsClient) {

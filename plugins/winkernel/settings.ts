@@ -4,7 +4,7 @@
 // of deleting and re-creating it.
 
 import { type HcnLoadBalancer, type HcnPortMapping, type HcnRemoteEndpoint, conjureMac, schemaVersion } from "./hns.ts";
-import type { PolicySpec } from "./render.ts";
+import type { PolicySpec } from "./render-service.ts";
 
 export function loadBalancerSettings(spec: PolicySpec, endpointIds: string[]): HcnLoadBalancer {
   const pm: HcnPortMapping = { Protocol: spec.protocol, InternalPort: spec.internalPort, ExternalPort: spec.externalPort };

@@ -10,6 +10,8 @@
 import type { Config } from "../core/config/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Endpoint, NodeState, Service, StateChange } from "../core/brain/state.ts";
+import type { IPVersion } from "./toolkit/family.ts";
+import type * as Toolkit from "./toolkit/index.ts";
 
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
 export interface Executor {
@@ -23,23 +25,42 @@ export interface BackendContext {
   out: (text: string) => void;
   /** where a backend reports what happens inside its syncs (metrics); read at report time, absent = not reported */
   metrics?: BackendMetrics;
+  /**
+   * The toolkit's functions (src/plugins/toolkit/), set by the loader for
+   * every backend it makes: a `--plugin` file loaded by the compiled binary
+   * can import kpng's types only, and finds the functions here. Built-in
+   * backends import the toolkit instead.
+   */
+  toolkit?: typeof Toolkit;
 }
 
 /**
  * kube-proxy's mode-specific metrics for what happens inside a sync (the
- * feed sees whole syncs only). Families as 4 | 6.
+ * feed sees whole syncs only). Families as IP versions (4, 6).
  */
 export interface BackendMetrics {
   /** `backend`'s transaction for `family` (`nft -f`, `iptables-restore`) was refused; `partial`: a partial sync's */
-  transactionFailed(backend: string, family: 4 | 6, partial: boolean): void;
+  transactionFailed(backend: string, family: IPVersion, partial: boolean): void;
   /** stale UDP conntrack entries of `family` cleaned up after a sync: how long it took, how many deletions succeeded */
-  conntrackReconciled(family: 4 | 6, seconds: number, deleted: number): void;
+  conntrackReconciled(family: IPVersion, seconds: number, deleted: number): void;
   /** after an iptables sync: the rules kpng owns in `table`, and how many this sync wrote */
-  iptablesRules(family: 4 | 6, table: string, total: number, written: number): void;
+  iptablesRules(family: IPVersion, table: string, total: number, written: number): void;
+}
+
+/** A Warning event on this Node, recorded once at start-up (kube-proxy records one for IPVS mode). */
+export interface NodeWarning {
+  reason: string;
+  note: string;
 }
 
 interface BackendBase {
   readonly name: string;
+  /**
+   * Recorded by `kpng` as a Warning event on the Node at start-up, when its
+   * source is the API server (not from a file or a brain), as kube-proxy
+   * records its IPVS deprecation.
+   */
+  readonly nodeWarning?: NodeWarning;
   /** called once before the first sync; may fail with a clear error (e.g. kernel lacks a feature) */
   setup?(ctx: BackendContext): Promise<void>;
   /** `--cleanup`: remove everything this backend ever created */
@@ -78,12 +99,6 @@ export interface IncrementalBackend extends BackendBase {
 }
 
 export type Backend = FullStateBackend | IncrementalBackend;
-
-/**
- * The node's IPs to render with: the state's (the brain keeps them current),
- * else Config.nodeIPs (a sidecar's --node-ip: the localv1 wire has none).
- */
-export const nodeIPsOf = (state: NodeState, config: Config): readonly string[] => state.nodeIPs ?? config.nodeIPs;
 
 /** What a backend module default-exports: a factory, so one module can serve several runs. */
 export type BackendFactory = (ctx: BackendContext) => Backend | Promise<Backend>;

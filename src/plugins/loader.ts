@@ -9,6 +9,7 @@ import * as v from "valibot";
 import { errorMessage, invalid, KpngError } from "../core/errors.ts";
 import type { Backend, BackendContext, BackendFactory } from "./backend.ts";
 import { builtinBackendNames, builtinBackends } from "./registry.ts";
+import * as toolkit from "./toolkit/index.ts";
 
 const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
 const optionalFn = v.optional(fn);
@@ -49,7 +50,7 @@ async function importPlugin(path: string): Promise<unknown> {
  * A plugin default-exports a BackendFactory (or a Backend object, accepted
  * for convenience). Plugins are loaded by the compiled binary too, so they
  * import kpng's types only (`import type`): everything else arrives as
- * arguments.
+ * arguments, the toolkit's functions as `ctx.toolkit`.
  */
 export async function loadBackend(spec: { builtin?: string; plugin?: string }, ctx: BackendContext): Promise<Backend> {
   let what: string;
@@ -66,6 +67,8 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
     if (exported === undefined) throw invalid(`${what}: has no default export (export default a BackendFactory)`);
   }
   let made: unknown = exported;
+  // set on the caller's context, not a copy: fields set later (metrics) must reach the backend
+  ctx.toolkit ??= toolkit;
   if (typeof exported === "function") {
     try {
       made = await (exported as BackendFactory)(ctx);

@@ -1,7 +1,7 @@
 // Backends fed over the API instead of in process: the same Backend code,
 // the same feed (coalescing, retry as a full sync), with revisions rebuilt by
-// the client library. `kpng backend --api ADDR` and the client library's
-// `run()` both end up here.
+// the client library. `kpng backend --api ADDR` and `run()` (run.ts) both
+// end up here.
 
 import { watchStates, type ClientOptions } from "../core/api/client/client.ts";
 import type { Backend } from "./backend.ts";

@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { createEbpfBackend } from "../../plugins/ebpf/index.ts";
 import { assignSlots, MapPlanner } from "../../plugins/ebpf/plan.ts";
 import { addrBytes, addrText, backendBytes, backendOf, frontKeyBytes, frontKeyOf, printOp, type MapOp } from "../../plugins/ebpf/maps.ts";
-import { runsOf, type MapContents, type MapWriter } from "../../plugins/ebpf/writer.ts";
+import { runsOf, type MapContents, type MapWriter } from "../../plugins/ebpf/executor.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { endpoint as ep, entry, nextState, nodeState, service as svc, serviceKey } from "../fixtures/state.ts";

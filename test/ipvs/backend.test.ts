@@ -6,7 +6,7 @@ import { isInvalidArgument } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { FullStateBackend } from "../../src/plugins/backend.ts";
 import factory, { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON } from "../../plugins/ipvs/index.ts";
-import { nodePortIPs } from "../../plugins/ipvs/node-addresses.ts";
+import { nodePortIPs } from "../../src/plugins/toolkit/index.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { N1, N1v6, lines, rig, testConfig } from "./harness.ts";
 import { endpoint, entry, nodeState, service } from "./services.ts";
@@ -57,7 +57,7 @@ describe("ipvs backend", () => {
 
   test("setup probes IPVS, sets the sysctls and creates kube-ipvs0 only when missing", async () => {
     const r = rig(testConfig(), { fail: (argv) => argv.join(" ") === "ip link show kube-ipvs0" });
-    await r.backend.setup!({ config: testConfig(), log: r.log, out: () => {} });
+    await r.backend.setup();
     expect(r.rec.commands.map((c) => c.argv.join(" "))).toEqual([
       "ipvsadm -Ln --timeout",
       "sysctl -w net.ipv4.vs.conntrack=1 net.ipv4.vs.expire_nodest_conn=1 net.ipv4.vs.expire_quiescent_template=1 net.ipv4.ip_forward=1",
@@ -75,7 +75,7 @@ describe("ipvs backend", () => {
       { ifname: "kube-ipvs0", addr_info: [{ local: v4.node(9), scope: "global" }] },
     ]);
     const r = rig(config, { answer: (argv) => (argv.join(" ") === "ip -j addr show" ? ipAddr : undefined) });
-    await r.backend.setup!({ config, log: r.log, out: () => {} });
+    await r.backend.setup();
     r.rec.clear();
     await r.backend.apply(nodeState(1, [web]), null);
     const vs = lines(r.rec.input("ipvsadm", "-R")).filter((l) => l.startsWith("-A"));

@@ -2,8 +2,9 @@
 
 import { describe, expect, test } from "bun:test";
 import { plan } from "../fixtures/addresses.ts";
-import { type IptablesContext, iptablesRules, jumpArgv, masqueradeMark, printIptablesRestore } from "../../plugins/ipvs/iptables.ts";
+import { type IptablesContext, iptablesRules, jumpArgv, masqueradeMark, printIptablesRestore } from "../../plugins/ipvs/render-iptables.ts";
 import { baseJumps, setIds, setName } from "../../plugins/ipvs/names.ts";
+import { FAMILIES, type Family } from "../../src/plugins/toolkit/index.ts";
 
 const ctx = (o: Partial<IptablesContext> = {}): IptablesContext => ({
   clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
@@ -38,28 +39,28 @@ COMMIT
 COMMIT
 `;
 
-const clusterIPRules = (family: 4 | 6, c: IptablesContext) =>
+const clusterIPRules = (family: Family, c: IptablesContext) =>
   printIptablesRestore(iptablesRules(family, c))
     .split("\n")
     .filter((l) => l.includes("CLUSTER-IP"));
 
 describe("ipvs iptables rules", () => {
   test("IPv4 rules: masquerade classes by ipset, filter for source ranges, DROP and REJECT", () => {
-    expect(printIptablesRestore(iptablesRules(4, ctx()))).toBe(v4Golden);
+    expect(printIptablesRestore(iptablesRules("v4", ctx()))).toBe(v4Golden);
   });
 
   test("cluster IP from pods keeps its source; masqueradeAll masquerades everything", () => {
-    expect(clusterIPRules(4, ctx({ masqueradeAll: true }))).toEqual([
+    expect(clusterIPRules("v4", ctx({ masqueradeAll: true }))).toEqual([
       `-A KPNG-SERVICES -m comment --comment "cluster IP: masquerade all" -m set --match-set KPNG-CLUSTER-IP dst,dst -j KPNG-MARK-MASQ`,
     ]);
   });
 
   test("no cluster CIDR and no masqueradeAll: cluster IP traffic is not masqueraded (upstream)", () => {
-    expect(clusterIPRules(4, ctx({ clusterCIDRs: [] }))).toEqual([]);
+    expect(clusterIPRules("v4", ctx({ clusterCIDRs: [] }))).toEqual([]);
   });
 
   test("IPv6 rules use the KPNG-6- sets and the IPv6 cluster CIDR only", () => {
-    const text = printIptablesRestore(iptablesRules(6, ctx()));
+    const text = printIptablesRestore(iptablesRules("v6", ctx()));
     expect(text).toContain(`-s ${plan.v6.clusterCIDR} -m set --match-set KPNG-6-CLUSTER-IP dst,dst -j RETURN`);
     expect(text).not.toContain(plan.v4.clusterCIDR);
     expect(text).not.toMatch(/--match-set KPNG-(?!6-)/);
@@ -67,16 +68,16 @@ describe("ipvs iptables rules", () => {
 
   test("masquerade mark comes from Config.masqueradeBit", () => {
     expect(masqueradeMark(14)).toBe("0x4000");
-    expect(printIptablesRestore(iptablesRules(4, ctx({ masqueradeBit: 5 })))).toContain("--or-mark 0x20");
+    expect(printIptablesRestore(iptablesRules("v4", ctx({ masqueradeBit: 5 })))).toContain("--or-mark 0x20");
   });
 
   test("jumps from the built-in chains carry a comment and use iptables or ip6tables", () => {
-    expect(jumpArgv(6, "-C", baseJumps[0]!)).toEqual([
+    expect(jumpArgv("v6", "-C", baseJumps[0]!)).toEqual([
       "ip6tables", "-w", "-t", "nat", "-C", "PREROUTING", "-m", "comment", "--comment", "kpng service portals", "-j", "KPNG-SERVICES",
     ]);
   });
 
   test("every ipset name fits the kernel's 31-character limit", () => {
-    for (const f of [4, 6] as const) for (const id of setIds) expect(setName(id, f).length).toBeLessThanOrEqual(31);
+    for (const f of FAMILIES) for (const id of setIds) expect(setName(id, f).length).toBeLessThanOrEqual(31);
   });
 });

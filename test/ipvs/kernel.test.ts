@@ -50,7 +50,7 @@ describe("ipvs on a real kernel", () => {
   test("kernel without IPVS: setup fails with one clear `unavailable` error, after the deprecation warning", async () => {
     const log = memoryLogger();
     const backend = createIpvsBackend({ config, log, out: () => {} }, { executor: inNs, drainIntervalMs: 0 });
-    const err = await backend.setup!({ config, log, out: () => {} }).then(
+    const err = await backend.setup().then(
       () => undefined,
       (e: unknown) => e,
     );
@@ -101,7 +101,7 @@ describe("ipvs on a real kernel", () => {
     await backend.apply(nextState(s2, { "default/web": undefined }), new Set(["default/web"]));
     expect(await kpngEntries()).toEqual([]);
 
-    await backend.cleanup!({ config, log: memoryLogger(), out: () => {} });
+    await backend.cleanup();
     expect(await sh(["ipset", "list", "-n"])).not.toContain("KPNG-");
     for (const tool of ["iptables-save", "ip6tables-save"]) expect(await sh([tool])).not.toContain("KPNG-");
   });

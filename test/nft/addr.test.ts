@@ -1,11 +1,11 @@
-// The renderer's own address checks (plugins/nft/addr.ts) give node:net's
+// The backends' address checks (the toolkit's isIPv4/isIPv6) give node:net's
 // answers, but for IPv6 zone ids, which nft cannot take: named edge cases,
 // then generated addresses (valid ones, compressed, with a dotted tail,
 // and mutated ones).
 
 import { describe, expect, test } from "bun:test";
 import { isIPv4 as nodeIPv4, isIPv6 as nodeIPv6 } from "node:net";
-import { isIPv4, isIPv6 } from "../../plugins/nft/addr.ts";
+import { isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
 
 const cases: { name: string; s: string }[] = [
   { name: "empty", s: "" },

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { dispatchChainSpec, familyConfig, renderBase } from "../../plugins/nft/render-base.ts";
 import { listElements, renderService, type ServiceObjects } from "../../plugins/nft/render-service.ts";
-import { hash8, type Family } from "../../plugins/nft/names.ts";
+import { hash8, type TableFamily } from "../../plugins/nft/names.ts";
 import { printOp } from "../../plugins/nft/transaction.ts";
 import type { Config } from "../../src/core/config/config.ts";
 import type { Endpoint } from "../../src/core/brain/state.ts";
@@ -24,7 +24,7 @@ function lines(o: ServiceObjects): string[] {
   ].map((l) => l.replace(/-[A-Z2-7]{8}-/g, "-"));
 }
 
-function render(spec: SvcSpec, eps: Record<string, Endpoint>, family: Family = "ip", config: Partial<Config> = {}) {
+function render(spec: SvcSpec, eps: Record<string, Endpoint>, family: TableFamily = "ip", config: Partial<Config> = {}) {
   const s = svc(spec);
   let slot = 0;
   return renderService(key(s), s, new Map(Object.entries(eps)), familyConfig(nodeConfig(config), family), () => slot++);
@@ -44,7 +44,7 @@ interface Case {
   name: string;
   spec: SvcSpec;
   eps: Record<string, Endpoint>;
-  family?: Family;
+  family?: TableFamily;
   config?: Partial<Config>;
   has?: string[];
   hasNot?: RegExp[];
@@ -247,8 +247,8 @@ describe("nft renderService", () => {
 });
 
 describe("nft renderBase", () => {
-  const base = (config: Partial<Config>, family: Family = "ip") => renderBase(familyConfig(nodeConfig(config), family)).map(printOp);
-  const cases: { name: string; config: Partial<Config>; family?: Family; has: string[]; hasNot?: RegExp[] }[] = [
+  const base = (config: Partial<Config>, family: TableFamily = "ip") => renderBase(familyConfig(nodeConfig(config), family)).map(printOp);
+  const cases: { name: string; config: Partial<Config>; family?: TableFamily; has: string[]; hasNot?: RegExp[] }[] = [
     { name: "node ports answer on the node IPs by default", config: {}, has: ["add element ip kpng nodeport-ips { 203.0.113.10 }"] },
     { name: "'primary' means the node IPs too", config: { nodePortAddresses: ["primary"] }, family: "ip6", has: ["add element ip6 kpng nodeport-ips { 2001:db8:3::a }"] },
     {

@@ -8,7 +8,7 @@ import { parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts
 import { planFrontends, type Frontend } from "../../plugins/userspace/frontends.ts";
 import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { Picker } from "../../plugins/userspace/picker.ts";
-import { renderRedirect } from "../../plugins/userspace/redirect.ts";
+import { renderRedirect } from "../../plugins/userspace/render-redirect.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { context, ep, entry, nodeConfig, nodeState, recorder, svc, type SvcSpec } from "../nft/fixtures.ts";
 
@@ -155,12 +155,12 @@ describe("bind mode local routes", () => {
 });
 
 describe("redirect mode tables", () => {
-  const f = (over: Partial<Frontend>): Frontend => ({ key: "", proto: "tcp", family: 4, ip: cip.v4, port: 80, kind: "cluster", service: "default/web:http", endpoints: ["x"], ...over });
+  const f = (over: Partial<Frontend>): Frontend => ({ key: "", proto: "tcp", family: "v4", ip: cip.v4, port: 80, kind: "cluster", service: "default/web:http", endpoints: ["x"], ...over });
   test("golden: arriving packets DNATed to the node IP, local ones redirected; no-endpoint cluster IPs rejected", () => {
     const text = renderRedirect(
       [
         { frontend: f({}), port: 41000 },
-        { frontend: f({ family: 6, ip: cip.v6, proto: "udp", port: 53, service: "default/web:dns" }), port: 41001 },
+        { frontend: f({ family: "v6", ip: cip.v6, proto: "udp", port: 53, service: "default/web:dns" }), port: 41001 },
       ],
       [f({ ip: v4.clusterIP(11), endpoints: [] }), f({ kind: "nodeport", ip: v4.node(0), port: 30080, endpoints: [] })],
       nodeIPs,

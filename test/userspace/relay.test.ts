@@ -22,7 +22,7 @@ afterEach(async () => {
 const frontend = (proto: "tcp" | "udp", endpoints: string[]): Frontend => ({
   key: `${proto}/127.0.0.1/0`,
   proto,
-  family: 4,
+  family: "v4",
   ip: "127.0.0.1",
   port: 0,
   kind: "cluster",

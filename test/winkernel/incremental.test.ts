@@ -202,7 +202,7 @@ describe("winkernel restarts", () => {
     const r = rig(testConfig(), hns);
     send(r.backend, [web(1, [1, 2])]);
     await r.backend.sync();
-    await r.backend.cleanup!({ config: testConfig(), log: r.log, out: () => {} });
+    await r.backend.cleanup();
     expect(hns.loadBalancers.size).toBe(0);
     expect([...hns.endpoints.values()].map((e) => e.ip)).toEqual([v4.pod(1, 5)]);
   });

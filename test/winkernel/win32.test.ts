@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { KpngError } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import factory from "../../plugins/winkernel/index.ts";
-import { createHcnClient } from "../../plugins/winkernel/hcn-ffi.ts";
+import { createHcnClient } from "../../plugins/winkernel/executor.ts";
 import { conjureMac } from "../../plugins/winkernel/hns.ts";
 import { fromWide, guidBytes, guidString, hresultHex, wideString } from "../../plugins/winkernel/win32.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";

@@ -130,11 +130,10 @@ export async function recordNodeEvent(opts: NodeEventOptions, f: Omit<EventField
 }
 
 /**
- * kube-proxy's IPVS deprecation warning (KEP-5495) as a Warning event on
- * this Node. The reason and message live in the IPVS plugin, imported here
- * so that IPVS code loads only when the ipvs backend was chosen.
+ * A backend's start-up warning as a Warning event on this Node, as kube-proxy
+ * records its IPVS deprecation (KEP-5495). The reason and note come from the
+ * backend (Backend.nodeWarning): the core knows no backend.
  */
-export async function recordIpvsDeprecation(opts: NodeEventOptions): Promise<void> {
-  const { IPVS_DEPRECATION_REASON: reason, IPVS_DEPRECATION_MESSAGE: note } = await import("../../../plugins/ipvs/index.ts");
-  await recordNodeEvent(opts, { type: "Warning", reason, action: ACTION_START, note });
+export async function recordStartWarning(opts: NodeEventOptions, warning: { reason: string; note: string }): Promise<void> {
+  await recordNodeEvent(opts, { type: "Warning", reason: warning.reason, action: ACTION_START, note: warning.note });
 }

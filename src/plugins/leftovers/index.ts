@@ -14,15 +14,15 @@
 import { errorMessage } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Executor } from "../backend.ts";
+import { FAMILIES, type Family } from "../toolkit/index.ts";
 import { IPVS_DEVICE, NFT_TABLES, type Owner } from "./footprint.ts";
-import { emptyPlan, planLeftovers, type Flavour, type IpFamily, type IptablesDump, type Listing, type Plan } from "./plan.ts";
+import { emptyPlan, planLeftovers, type Flavour, type IptablesDump, type Listing, type Plan } from "./plan.ts";
 
 export type { Owner } from "./footprint.ts";
 export type { Plan } from "./plan.ts";
 
 const FLAVOURS: readonly Flavour[] = ["legacy", "nft"];
-const FAMILIES: readonly IpFamily[] = ["v4", "v6"];
-const iptablesTool = (family: IpFamily, flavour: Flavour, what: "save" | "restore") => `${family === "v4" ? "iptables" : "ip6tables"}-${flavour}-${what}`;
+const iptablesTool = (family: Family, flavour: Flavour, what: "save" | "restore") => `${family === "v4" ? "iptables" : "ip6tables"}-${flavour}-${what}`;
 
 /** Reads what the sweep needs; a tool that fails (missing, no IPVS in the kernel, no such device) reads as nothing. */
 export async function listNode(exec: Executor): Promise<Listing> {

@@ -7,18 +7,18 @@
 // chains it reaches (deleting it would fail the table's restore, and flushing
 // it would change what that other rule does).
 
-import { parseIpAddrJson, parseIpvsSave } from "../../../plugins/ipvs/parse.ts";
+import { parseIpvsSave } from "../../../plugins/ipvs/parse.ts";
 import { serviceFlag } from "../../../plugins/ipvs/print.ts";
 import { setName } from "../../../plugins/ipvs/names.ts";
 import { printRestore, Transaction } from "../../../plugins/iptables/render-restore.ts";
+import { FAMILIES, parseIpAddrJson, type Family } from "../toolkit/index.ts";
 import { BUILTIN_CHAINS, IPVS_DEVICE, NFT_TABLES, NODE_PORT_SETS, ownsChain, ownsIpset, type IptTable, type Owner } from "./footprint.ts";
 
 export type Flavour = "legacy" | "nft";
-export type IpFamily = "v4" | "v6";
 
 export interface IptablesDump {
   flavour: Flavour;
-  family: IpFamily;
+  family: Family;
   /** `iptables-<flavour>-save` output */
   save: string;
 }
@@ -47,7 +47,7 @@ export interface PlanOptions {
 
 export interface RestoreStep {
   flavour: Flavour;
-  family: IpFamily;
+  family: Family;
   /** `iptables-restore --noflush` input: one atomic transaction per table */
   input: string;
 }
@@ -173,7 +173,7 @@ function planIpvs(listing: Listing, sets: Map<string, string[]>, owners: readonl
   if (owners.includes("kube-proxy"))
     for (const proto of ["tcp", "udp"] as const) for (const set of NODE_PORT_SETS[proto]) for (const port of sets.get(set) ?? []) nodePorts.add(`${proto} ${port}`);
   const kpngNodePorts = new Set<string>();
-  if (owners.includes("kpng")) for (const f of [4, 6] as const) for (const e of sets.get(setName("nodePort", f)) ?? []) kpngNodePorts.add(e);
+  if (owners.includes("kpng")) for (const f of FAMILIES) for (const e of sets.get(setName("nodePort", f)) ?? []) kpngNodePorts.add(e);
   let input = "";
   let count = 0;
   for (const { vs } of parseIpvsSave(listing.ipvs).values()) {

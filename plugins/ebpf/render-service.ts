@@ -13,11 +13,8 @@
 // (ECONNREFUSED, kube-proxy's reject), or, where a Local policy leaves none,
 // fail with EPERM (kube-proxy drops).
 
-import { Protocol } from "../../src/gen/localv1/services_pb.ts";
-import type { Endpoint, ServiceEndpoints } from "../../src/core/brain/state.ts";
-import { affinitySeconds, targetPort } from "../../src/plugins/ports.ts";
-import { firstOfFamily, ofFamily } from "../nft/addr.ts";
-import type { BackendValue, Family, FrontKey } from "./maps.ts";
+import { affinitySeconds, type Endpoint, FAMILIES, type Family, ipFamily, ipsOf, ipVersion, isPort, Protocol, servedInFamily, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
+import type { BackendValue, FrontKey } from "./maps.ts";
 import { GROUP_DROP } from "./names.ts";
 
 export interface GroupSpec {
@@ -36,45 +33,40 @@ const PROTO: Partial<Record<Protocol, { name: string; num: number }>> = {
   [Protocol.SCTP]: { name: "sctp", num: 132 },
 };
 
-const validPort = (p: number) => p > 0 && p < 65536;
-
 const byAddrPort = (a: BackendValue, b: BackendValue) => (a.addr < b.addr ? -1 : a.addr > b.addr ? 1 : a.port - b.port);
 
 export function renderService(key: string, se: ServiceEndpoints, nodeIPs: readonly string[]): GroupSpec[] {
   const out: GroupSpec[] = [];
-  for (const family of [4, 6] as const) renderFamily(out, key, se, family, nodeIPs);
+  for (const family of FAMILIES) renderFamily(out, key, se, family, nodeIPs);
   return out;
 }
 
 function renderFamily(out: GroupSpec[], key: string, { service: svc, endpoints }: ServiceEndpoints, family: Family, nodeIPs: readonly string[]) {
-  const f = family === 4 ? "ip" : "ip6";
-  const fam = family === 4 ? "V4" : "V6";
-  const clusterIPs = ofFamily(f, svc.IPs?.ClusterIPs?.[fam]);
-  const extIPs = ofFamily(f, svc.IPs?.ExternalIPs?.[fam], svc.IPs?.LoadBalancerIPs?.[fam]);
-  const anyClusterIP = (svc.IPs?.ClusterIPs?.V4.length ?? 0) + (svc.IPs?.ClusterIPs?.V6.length ?? 0) > 0;
-  // A service lives in the families of its cluster IPs, as in the nft backend.
-  if (clusterIPs.length === 0 && (anyClusterIP || extIPs.length === 0)) return;
-  const nodeAddrs = ofFamily(f, nodeIPs);
+  if (!servedInFamily(svc, family)) return;
+  const version = ipVersion(family);
+  const clusterIPs = [...new Set(ipsOf(svc.IPs?.ClusterIPs, family))];
+  const extIPs = [...new Set([...ipsOf(svc.IPs?.ExternalIPs, family), ...ipsOf(svc.IPs?.LoadBalancerIPs, family)])];
+  const nodeAddrs = [...new Set(nodeIPs.filter((ip) => ipFamily(ip) === family))];
   const affinity = affinitySeconds(svc) ?? 0;
   const eps: { ep: Endpoint; addr: string }[] = [];
   for (const ep of endpoints.values()) {
-    const addr = firstOfFamily(f, ep.IPs?.[fam]);
+    const addr = ipsOf(ep.IPs, family)[0];
     if (addr !== undefined) eps.push({ ep, addr });
   }
   for (const port of svc.Ports) {
     const proto = PROTO[port.Protocol];
-    if (!proto || !validPort(port.Port)) continue;
+    if (!proto || !isPort(port.Port)) continue;
     const internal = new Map<string, BackendValue>();
     const external = new Map<string, BackendValue>();
     for (const { ep, addr } of eps) {
       const tp = targetPort(ep, port);
-      if (!validPort(tp)) continue;
+      if (!isPort(tp)) continue;
       const b = { addr, port: tp };
       if (ep.Scopes?.Internal) internal.set(`${addr}|${tp}`, b);
       if (ep.Scopes?.External) external.set(`${addr}|${tp}`, b);
     }
-    const name = (scope: string) => `${key}|${family}|${proto.name}|${port.Name || port.Port}|${scope}`;
-    const fronts = (ips: string[], p: number) => ips.map((addr) => ({ family, addr, port: p, proto: proto.num }));
+    const name = (scope: string) => `${key}|${version}|${proto.name}|${port.Name || port.Port}|${scope}`;
+    const fronts = (ips: string[], p: number) => ips.map((addr) => ({ family: version, addr, port: p, proto: proto.num }));
     if (clusterIPs.length)
       out.push({
         name: name("internal"),
@@ -83,7 +75,7 @@ function renderFamily(out: GroupSpec[], key: string, { service: svc, endpoints }
         flags: svc.InternalTrafficToLocal ? GROUP_DROP : 0,
         frontends: fronts(clusterIPs, port.Port),
       });
-    const extFronts = [...fronts(extIPs, port.Port), ...(validPort(port.NodePort) ? fronts(nodeAddrs, port.NodePort) : [])];
+    const extFronts = [...fronts(extIPs, port.Port), ...(isPort(port.NodePort) ? fronts(nodeAddrs, port.NodePort) : [])];
     if (!extFronts.length) continue;
     const shortCircuit = svc.ExternalTrafficToLocal && internal.size > 0;
     out.push({

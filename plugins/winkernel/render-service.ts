@@ -10,11 +10,9 @@
 // A class without endpoints gets no policy: HNS cannot reject, and upstream
 // leaves the VIP unprogrammed the same way.
 
-import type { Endpoint, IPSet, PortMapping, Service } from "../../src/gen/localv1/services_pb.ts";
+import { type Endpoint, FAMILIES, type Family, ipsOf, type PortMapping, type Service, targetPort } from "../../src/plugins/toolkit/index.ts";
 import { distribution, hnsProtocols, lbFlags, portMappingFlags } from "./hns.ts";
-import { targetPort } from "../../src/plugins/ports.ts";
 
-export type Family = 4 | 6;
 export type PolicyKind = "cluster" | "nodeport" | "external" | "ingress";
 
 /** What one HNS load balancer must be, by endpoint address. */
@@ -55,8 +53,6 @@ export const preserveDestinationAnnotation = "service.kubernetes.io/preserve-des
 export const policyKey = (p: Pick<PolicySpec, "kind" | "family" | "vip" | "protocol" | "externalPort">) =>
   `${p.kind} ${p.vip || "*"}/${p.family} ${p.protocol}:${p.externalPort}`;
 
-const ipsOf = (set: IPSet | undefined, family: Family): readonly string[] => (family === 4 ? set?.V4 : set?.V6) ?? [];
-
 
 interface Backends {
   ips: string[];
@@ -93,10 +89,10 @@ export function renderPolicies(svc: Service, endpoints: Iterable<Endpoint>, ctx:
   for (const pm of svc.Ports) {
     const protocol = hnsProtocols[pm.Protocol];
     if (!protocol) continue; // SCTP: HNS has no SCTP load balancing (upstream skips it too)
-    for (const family of [4, 6] as const) {
+    for (const family of FAMILIES) {
       const internal = backends(eps, "Internal", family, pm, out);
       const external = backends(eps, "External", family, pm, out);
-      const ipv6 = family === 6 ? lbFlags.ipv6 : 0;
+      const ipv6 = family === "v6" ? lbFlags.ipv6 : 0;
       const add = (kind: PolicyKind, vip: string, externalPort: number, b: Backends, o: { dsr: boolean; portFlags: number }) => {
         if (!b.ips.length) return;
         const spec: PolicySpec = {

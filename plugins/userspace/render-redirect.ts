@@ -15,7 +15,7 @@ export interface Redirect {
 }
 
 const kw = (f: TableFamily) => (f === "ip" ? "ip" : "ip6");
-const familyOf = (f: Frontend): TableFamily => (f.family === 4 ? "ip" : "ip6");
+const familyOf = (f: Frontend): TableFamily => (f.family === "v4" ? "ip" : "ip6");
 const comment = (f: Frontend) => `comment "${f.service.replace(/[^\w./:-]/g, "_")}"`;
 const match = (f: Frontend) => `${kw(familyOf(f))} daddr ${f.ip} ${f.proto} dport ${f.port}`;
 

@@ -4,7 +4,7 @@
 // again only on a full sync (declaring a chain in a --noflush restore flushes
 // it, which makes the rewrite idempotent).
 
-import type { Family } from "./names.ts";
+import { cidrsOf, type Family } from "../../src/plugins/toolkit/index.ts";
 import { type BaseJump, chains, setName } from "./names.ts";
 
 export interface Rule {
@@ -23,7 +23,6 @@ export interface IptablesContext {
   masqueradeBit: number;
 }
 
-const familyCIDRs = (cidrs: readonly string[], family: Family) => cidrs.filter((c) => c.includes(":") === (family === 6));
 
 export function masqueradeMark(bit: number): string {
   const hex = `0x${(1 << bit).toString(16)}`;
@@ -50,7 +49,7 @@ export function iptablesRules(family: Family, ctx: IptablesContext): Rule[] {
   nat(chains.postrouting, [], ["MARK", "--xor-mark", mark]);
   nat(chains.postrouting, [], ["MASQUERADE"], "service traffic requiring SNAT");
 
-  const cidrs = familyCIDRs(ctx.clusterCIDRs, family);
+  const cidrs = cidrsOf(ctx.clusterCIDRs, family);
   if (ctx.masqueradeAll) {
     nat(chains.services, set("clusterIP", "dst,dst"), toMasq, "cluster IP: masquerade all");
   } else if (cidrs.length) {
@@ -101,7 +100,7 @@ export function printIptablesRestore(rules: readonly Rule[]): string {
 
 /** argv of `iptables -C|-I|-D` for one base-chain jump. */
 export function jumpArgv(family: Family, op: "-C" | "-I" | "-D", j: BaseJump): string[] {
-  return [family === 4 ? "iptables" : "ip6tables", "-w", "-t", j.table, op, j.chain, ...ruleArgs({ match: [], target: [j.target], comment: j.comment })];
+  return [family === "v4" ? "iptables" : "ip6tables", "-w", "-t", j.table, op, j.chain, ...ruleArgs({ match: [], target: [j.target], comment: j.comment })];
 }
 
-export const restoreArgv = (family: Family) => [family === 4 ? "iptables-restore" : "ip6tables-restore", "-w", "--noflush"];
+export const restoreArgv = (family: Family) => [family === "v4" ? "iptables-restore" : "ip6tables-restore", "-w", "--noflush"];

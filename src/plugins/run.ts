@@ -1,5 +1,5 @@
-// `run(handler)`: the one-call entry point for a backend process written
-// against the client library. Reads `--api`, `--node-name`, `--protocol`,
+// `run(handler)`: the one-call entry point for a backend process of one's
+// own, fed over the API by the client library (src/core/api/client/). Reads `--api`, `--node-name`, `--protocol`,
 // `--once` and the TLS flags (`--tls-ca`, `--tls-crt`, `--tls-key`,
 // `--token-file`, `--api-plaintext`) from the command line, feeds the handler until SIGINT or
 // SIGTERM (or the first sync with --once), then returns: library code never
@@ -7,13 +7,13 @@
 
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
-import type { Backend, FullStateBackend } from "../../../plugins/backend.ts";
-import { runSidecar } from "../../../plugins/sidecar.ts";
-import { invalid } from "../../errors.ts";
-import { createLogger } from "../../log.ts";
-import type { NodeState, StateChange } from "../../brain/state.ts";
-import { DEFAULT_API, type ClientOptions } from "./client.ts";
-import { checkClientSecurity, type ClientSecurity } from "../tls/client.ts";
+import type { Backend, FullStateBackend } from "./backend.ts";
+import { runSidecar } from "./sidecar.ts";
+import { invalid } from "../core/errors.ts";
+import { createLogger } from "../core/log.ts";
+import type { NodeState, StateChange } from "../core/brain/state.ts";
+import { DEFAULT_API, type ClientOptions } from "../core/api/client/client.ts";
+import { checkClientSecurity, type ClientSecurity } from "../core/api/tls/client.ts";
 
 /** A Backend (full or incremental), or just a function called with each full state. */
 export type Handler = Backend | ((state: NodeState, change: StateChange) => void | Promise<void>);

@@ -21,14 +21,18 @@
 //   reconcileConntrack(exec, flows, log, report)  the same per family, timed
 //                      and counted for kube-proxy's conntrack reconciler metrics.
 //   parseUdpEntries / matches        the one-dump path used for many flows.
+//
+// Families are IP versions here (4, 6), as `conntrack -f` and
+// BackendMetrics take them.
 
-import type { Logger } from "../core/log.ts";
-import type { Executor } from "./backend.ts";
+import type { Logger } from "../../core/log.ts";
+import type { Executor } from "../backend.ts";
+import { splitHostPort, type IPVersion } from "./family.ts";
 
 export interface UdpFrontend {
   /** service IP (cluster, external or LB); undefined = node port on any node address */
   ip?: string;
-  family: 4 | 6;
+  family: IPVersion;
   /** service port, or the node port when `ip` is undefined */
   port: number;
   /** endpoints packets to this frontend are DNATed to, as "ip:port" / "[ip6]:port" */
@@ -37,7 +41,7 @@ export interface UdpFrontend {
 
 /** A set of conntrack entries to delete (all UDP). */
 export interface StaleFlow {
-  family: 4 | 6;
+  family: IPVersion;
   /** original destination IP; undefined = any (node ports) */
   dst?: string;
   dport: number;
@@ -71,19 +75,12 @@ export function staleUdpFlows(
   return out;
 }
 
-/** "198.19.0.1:53" / "[2001:db8:2::1]:53" -> ["198.19.0.1", 53] */
-export function splitHostPort(hp: string): [string, number] {
-  const i = hp.lastIndexOf(":");
-  const host = hp.slice(0, i);
-  return [host.startsWith("[") ? host.slice(1, -1) : host, Number(hp.slice(i + 1))];
-}
-
 export function conntrackArgv(f: StaleFlow): string[] {
   const argv = ["conntrack", "-D", "-f", f.family === 6 ? "ipv6" : "ipv4", "-p", "udp"];
   if (f.dst !== undefined) argv.push("--orig-dst", f.dst);
   argv.push("--orig-port-dst", String(f.dport));
   if (f.endpoint !== undefined) {
-    const [ip, port] = splitHostPort(f.endpoint);
+    const { ip, port } = splitHostPort(f.endpoint)!;
     argv.push("--reply-src", ip, "--reply-port-src", String(port));
   }
   return argv;
@@ -93,7 +90,7 @@ const nothingDeleted = /0 flow entries have been deleted/;
 
 /** One UDP conntrack entry, as `conntrack -L` prints it. */
 export interface UdpEntry {
-  family: 4 | 6;
+  family: IPVersion;
   src: string;
   dst: string;
   sport: number;
@@ -103,7 +100,7 @@ export interface UdpEntry {
 }
 
 /** Parses `conntrack -L -p udp` lines: `udp 17 29 src=… dst=… sport=… dport=… [UNREPLIED] src=… dst=… sport=… dport=… …`. */
-export function parseUdpEntries(text: string, family: 4 | 6): UdpEntry[] {
+export function parseUdpEntries(text: string, family: IPVersion): UdpEntry[] {
   const out: UdpEntry[] = [];
   for (const line of text.split("\n")) {
     const src = [...line.matchAll(/\bsrc=(\S+)/g)].map((m) => m[1]);
@@ -125,7 +122,7 @@ export const canonicalIP = (ip: string) => (ip.includes(":") ? new URL(`http://[
 export function matches(f: StaleFlow, e: UdpEntry): boolean {
   if (f.family !== e.family || f.dport !== e.dport || (f.dst !== undefined && canonicalIP(f.dst) !== canonicalIP(e.dst))) return false;
   if (f.endpoint === undefined) return true;
-  const [ip, port] = splitHostPort(f.endpoint);
+  const { ip, port } = splitHostPort(f.endpoint)!;
   return canonicalIP(ip) === canonicalIP(e.replySrc) && port === e.replySport;
 }
 
@@ -160,7 +157,7 @@ export async function removeStaleUdpFlows(exec: Executor, flows: readonly StaleF
 }
 
 /** The flows of `family` among `flows`: one filtered delete when `flows` is one flow, else one dump of the family. */
-async function removeFamily(exec: Executor, flows: readonly StaleFlow[], family: 4 | 6, log: Logger): Promise<{ deleted: number; failed: number }> {
+async function removeFamily(exec: Executor, flows: readonly StaleFlow[], family: IPVersion, log: Logger): Promise<{ deleted: number; failed: number }> {
   const mine = flows.filter((f) => f.family === family);
   if (!mine.length) return { deleted: 0, failed: 0 };
   if (flows.length === 1) return deleteEach(exec, mine.map(conntrackArgv), log);
@@ -176,7 +173,7 @@ async function removeFamily(exec: Executor, flows: readonly StaleFlow[], family:
 }
 
 /** Where a backend reports its conntrack cleanups (kube-proxy's conntrack reconciler metrics). */
-export type ConntrackReport = (family: 4 | 6, seconds: number, deleted: number) => void;
+export type ConntrackReport = (family: IPVersion, seconds: number, deleted: number) => void;
 
 /**
  * The cleanup after a sync, reported per family as kube-proxy reports its

@@ -1,0 +1,215 @@
+// The nftables backend: a full-state backend that renders only what changed
+// (sync.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
+// or a running `nft -i` for small partial syncs, session.ts) and then clears
+// stale UDP conntrack entries (src/plugins/toolkit/conntrack.ts). Between syncs the
+// watch (watch.ts) reads the kernel's ruleset events (netlink-socket.ts; `nft
+// monitor` where that socket cannot be opened) for other processes changing
+// kpng's tables; the feed answers such a report with a full sync.
+//
+// `createNftBackend(ctx, { exec, interactive, monitor })` lets tests run it against a
+// recorder or inside a network namespace; index.ts is the entry the registry
+// loads for `--backend nft`.
+
+import { type BackendContext, conntrackArgv, errorMessage, type Executor, frontendKey, type FullStateBackend, type Logger, nodeIPsOf, type NodeState, reconcileConntrack, sameIPs, type StaleFlow, staleUdpFlows, type StateChange, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
+import { NftSession, type Spawner } from "./session.ts";
+import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
+import { listHoldings, type Holdings } from "./held.ts";
+import { netlinkEvents } from "./netlink-socket.ts";
+import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
+
+export interface NftOptions {
+  /** where `nft` and `conntrack` run (default: real processes) */
+  exec?: Executor;
+  /** where the `nft -i` for small partial syncs runs (default: a real process when `exec` is not given, else none) */
+  interactive?: Spawner;
+  /** where the `nft monitor` that sees other processes' changes runs when kpng cannot read the kernel's events itself (watch.ts; default: a real process when `exec` is not given, else none: no watch) */
+  monitor?: Spawner;
+  /** how the watch hears of changes: the kernel's netlink events, read by kpng (default; `nft monitor` where the socket cannot be opened), or `nft monitor` only */
+  events?: "netlink" | "monitor";
+  /** the network namespace (a name under /run/netns) kpng's tables are in, when not this process's: tests and benchmarks run the backend in-process with `nft` in a namespace */
+  netns?: string;
+}
+
+export interface SyncStats {
+  full: boolean;
+  statements: number;
+  /** reading what the tables hold before a full sync (held.ts) */
+  listMs: number;
+  renderMs: number;
+  applyMs: number;
+  conntrackDeletes: number;
+}
+
+export class NftBackend implements FullStateBackend {
+  readonly name = "nft";
+  readonly kind = "full";
+  /** figures of the last apply, for logs and benchmarks */
+  last: SyncStats | undefined;
+
+  private sync: NftSync;
+  /** the node IPs `sync` renders with ("primary" node-port addresses) */
+  private nodeIPs: readonly string[];
+  private readonly runner: NftRunner;
+  private readonly exec: Executor;
+  private readonly log: Logger;
+  private needFull = true;
+  /** where to say that someone else changed the tables (the feed answers with a full sync) */
+  private report: ((reason: string) => void) | undefined;
+  private readonly watch: RulesWatch | undefined;
+  /** UDP frontends as last applied, per service: what conntrack cleanup diffs against */
+  private udpApplied = new Map<string, UdpFrontend[]>();
+
+  constructor(
+    private readonly ctx: BackendContext,
+    opts: NftOptions = {},
+  ) {
+    this.exec = opts.exec ?? processExecutor();
+    this.log = ctx.log.child("nft");
+    const spawner = opts.interactive ?? (opts.exec ? undefined : processSpawner());
+    const monitor = ctx.config.dryRun ? undefined : (opts.monitor ?? (opts.exec ? undefined : spawner));
+    if (monitor) {
+      const fallback = monitorEvents(monitor);
+      const source = opts.events === "monitor" ? fallback : firstWorking(netlinkEvents({ netns: opts.netns }), fallback, this.log);
+      this.watch = new RulesWatch({ source, log: this.log, onForeign: (what) => this.rulesChanged(what) });
+    }
+    this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch);
+    this.nodeIPs = ctx.config.nodeIPs;
+    this.sync = new NftSync(ctx.config);
+  }
+
+  async setup(): Promise<void> {
+    if (this.ctx.config.dryRun) return;
+    // Validates the whole skeleton in the kernel (fib, numgen, maps) without committing it.
+    await this.runner.check(new NftSync(this.ctx.config).plan({ nodeName: "", rev: 0, services: new Map() }, null).tx);
+  }
+
+  async apply(state: NodeState, change: StateChange): Promise<void> {
+    const ips = nodeIPsOf(state, this.ctx.config);
+    if (!sameIPs(ips, this.nodeIPs)) {
+      // The nodeport-ips set and the rules guarding node ports are base objects: a full sync rewrites them.
+      this.nodeIPs = ips;
+      this.sync = new NftSync({ ...this.ctx.config, nodeIPs: [...ips] });
+      this.needFull = true;
+    }
+    const tl = performance.now();
+    const held = this.needFull || change === null ? await this.held() : undefined;
+    const t0 = performance.now();
+    let plan = this.sync.plan(state, this.needFull ? null : change, held);
+    plan.tx.print(); // part of rendering; kept by the transaction
+    const renderMs = performance.now() - t0;
+    if (plan.truncated) this.log.warn("endpoints beyond the per-service limit left out", { count: plan.truncated });
+    if (this.ctx.config.dryRun) {
+      const flows = this.staleFlows(plan);
+      const notes = flows.map((f) => `# ${conntrackArgv(f).join(" ")}\n`).join("");
+      if (!plan.tx.empty) this.ctx.out(plan.tx.print() + notes);
+      this.needFull = false;
+      this.commit(plan, { renderMs, applyMs: 0, listMs: 0, conntrackDeletes: 0 });
+      return;
+    }
+    const t1 = performance.now();
+    try {
+      await this.transaction(plan);
+    } catch (err) {
+      // The kernel refused the batch (nothing of it was applied), or the
+      // `nft -i` running it died (applied or not), and our records may not
+      // match the kernel (someone flushed a chain, a previous sync
+      // half-known): only a full resync is safe.
+      this.sync.reset();
+      this.needFull = true;
+      if (plan.full) throw err;
+      this.log.warn("partial sync failed, resyncing everything", { err: errorMessage(err) });
+      plan = this.sync.plan(state, null, await this.held());
+      await this.transaction(plan);
+    }
+    this.needFull = false;
+    const applyMs = performance.now() - t1;
+    const deletes = await this.clearConntrack(plan);
+    this.commit(plan, { renderMs, applyMs, listMs: t0 - tl, conntrackDeletes: deletes });
+  }
+
+  /**
+   * What kpng's tables hold, for a full sync that keeps the affinity sets
+   * (held.ts); undefined in dry-run (nothing is read from the kernel) or when
+   * the listing fails: that full sync replaces the tables whole.
+   */
+  private async held(): Promise<Holdings | undefined> {
+    if (this.ctx.config.dryRun) return undefined;
+    try {
+      return await listHoldings(this.exec);
+    } catch (err) {
+      this.log.warn("cannot list kpng's tables: the full sync re-creates them (ClientIP affinity starts over)", { err: errorMessage(err) });
+      return undefined;
+    }
+  }
+
+  /** resolves once the monitor restarted after a full sync listens (or gave up): tests and benchmarks */
+  async watching(): Promise<void> {
+    await this.runner.settled();
+  }
+
+  /** The feed's ear: someone else changed kpng's tables. */
+  watchRules(report: (reason: string) => void): void {
+    this.report = report;
+  }
+
+  async cleanup(): Promise<void> {
+    const tx = cleanupTransaction();
+    this.watch?.stop(); // removing the tables is no change to repair
+    if (this.ctx.config.dryRun) this.ctx.out(tx.print());
+    else await this.runner.apply(tx, { full: true, unstamped: true });
+    this.sync.reset();
+    this.needFull = true;
+    this.udpApplied.clear();
+  }
+
+  /** ends the `nft -i` session; the rules stay */
+  async close(): Promise<void> {
+    this.runner.close();
+  }
+
+  private rulesChanged(what: string) {
+    // Whatever was changed, the records of what the kernel holds are wrong now.
+    this.needFull = true;
+    this.log.debug("kpng's tables were changed by another process: the next sync is full", { change: what });
+    this.report?.(what);
+  }
+
+  private staleFlows(plan: SyncPlan): StaleFlow[] {
+    const prev = new Map<string, UdpFrontend>();
+    const next = new Map<string, UdpFrontend>();
+    const before = plan.full ? [...this.udpApplied.keys()] : plan.keys;
+    for (const k of before) for (const u of this.udpApplied.get(k) ?? []) prev.set(frontendKey(u), u);
+    for (const list of plan.udp.values()) for (const u of list) next.set(frontendKey(u), u);
+    return staleUdpFlows(prev, next);
+  }
+
+  /** One transaction, both families' tables: a refusal counts for both (kube-proxy's nftables_sync_failures_total). */
+  private async transaction(plan: SyncPlan): Promise<void> {
+    try {
+      await this.runner.apply(plan.tx, { full: plan.full, fresh: plan.fresh });
+    } catch (err) {
+      for (const family of [4, 6] as const) this.ctx.metrics?.transactionFailed(this.name, family, !plan.full);
+      throw err;
+    }
+  }
+
+  private async clearConntrack(plan: SyncPlan): Promise<number> {
+    const flows = this.staleFlows(plan);
+    await reconcileConntrack(this.exec, flows, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
+    return flows.length;
+  }
+
+  private commit(plan: SyncPlan, times: Omit<SyncStats, "full" | "statements">) {
+    if (plan.full) this.udpApplied.clear();
+    for (const k of plan.keys) {
+      const u = plan.udp.get(k);
+      if (u) this.udpApplied.set(k, u);
+      else this.udpApplied.delete(k);
+    }
+    this.last = { full: plan.full, statements: plan.tx.statements, ...times };
+    this.log.debug("synced", { ...this.last });
+  }
+}
+
+export const createNftBackend = (ctx: BackendContext, opts: NftOptions = {}) => new NftBackend(ctx, opts);

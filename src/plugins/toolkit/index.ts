@@ -1,0 +1,29 @@
+// The backend toolkit: everything a backend imports from kpng, built-in or a
+// `--plugin ./x.ts` of a third party. A backend imports this module and
+// nothing else of kpng (test/plugins/toolkit.test.ts checks the built-ins),
+// so the core's rooms can change without touching a backend.
+//
+// - the contract: the Backend interface, its context, config and logger types,
+//   the executor seam, the metrics hooks;
+// - the node-local types: NodeState, Service, Endpoint, ... (the generated
+//   localv1 messages);
+// - families and addresses (family.ts), the node's addresses (node-addresses.ts);
+// - the questions every backend asks of a service port (service-port.ts);
+// - stale UDP conntrack cleanup (conntrack.ts);
+// - kpng's error type.
+//
+// A plugin loaded by the compiled binary can resolve no kpng module at run
+// time: it imports types from here (`import type`) and finds the functions
+// in its BackendContext (`ctx.toolkit`, set by the loader).
+
+export type { Backend, BackendContext, BackendFactory, BackendMetrics, Executor, FullStateBackend, IncrementalBackend, NodeWarning } from "../backend.ts";
+export type { Config } from "../../core/config/config.ts";
+export type { Logger } from "../../core/log.ts";
+export type { NodeState, ServiceEndpoints, StateChange } from "../../core/brain/state.ts";
+export { serviceKey, splitServiceKey } from "../../core/brain/state.ts";
+export { EndpointSchema, Protocol, ServiceSchema, type ClientIPAffinity, type Endpoint, type EndpointScopes, type IPFilter, type IPSet, type PortMapping, type Service } from "../../gen/localv1/services_pb.ts";
+export { errorMessage, invalid, isInvalidArgument, isUnavailable, KpngError, type ErrorCode } from "../../core/errors.ts";
+export * from "./family.ts";
+export * from "./node-addresses.ts";
+export * from "./service-port.ts";
+export * from "./conntrack.ts";
