@@ -18,7 +18,7 @@ import { errorMessage, invalid } from "../errors.ts";
 import { kinds, objectName, parseObject, type DropReason, type K8sObject, type Kind } from "../brain/k8s/objects.ts";
 import { SERVICE_NAME_LABEL } from "../brain/model/endpoints.ts";
 import type { Logger } from "../log.ts";
-import { Listing } from "./listing.ts";
+import { Ingest } from "./ingest.ts";
 import { noteLine } from "./read-log.ts";
 import { readTextFile } from "../read-text.ts";
 
@@ -138,7 +138,7 @@ export interface FileSource {
 export async function startFileSource(opts: { path: string; brain: Brain; log: Logger; watch?: boolean }): Promise<FileSource> {
   const { brain, log } = opts;
   const path = resolve(opts.path);
-  const listing = new Listing(brain.index);
+  const ingest = new Ingest(brain, { type: "at-once" });
 
   /** lines said at the last load: a line is said once, not at every re-read of the file */
   let said = new Set<string>();
@@ -157,16 +157,16 @@ export async function startFileSource(opts: { path: string; brain: Brain; log: L
     // A refused object keeps its last valid version, as from the API server: bad input tears nothing down.
     const kept: K8sObject[] = [];
     for (const d of parsed.dropped) {
-      brain.dropped.add(d.kind, d.reason);
-      const last = d.name ? brain.index.get(d.kind, d.namespace!, d.name) : undefined;
+      ingest.dropped(d.kind, d.reason);
+      const last = d.name ? ingest.last(d.kind, d.namespace!, d.name) : undefined;
       if (last) kept.push(last);
     }
     const objects = kept.length ? [...parsed.objects, ...kept] : parsed.objects;
     for (const kind of kinds) {
-      brain.apply(listing.replace(kind, objects.filter((o) => o.kind === kind)));
-      brain.markSynced(kind);
+      ingest.replace(kind, objects.filter((o) => o.kind === kind));
+      ingest.synced(kind);
     }
-    brain.flush();
+    ingest.changed();
   };
   // At start-up the file must hold nothing an API server would refuse: exit 2 naming the file, object and field.
   const first = await readClusterFile(opts.path);

@@ -13,7 +13,6 @@
 // set nothing is computed, so a restarted agent leaves the rules in place.
 
 import type { Brain } from "../brain/brain.ts";
-import { kinds } from "../brain/k8s/objects.ts";
 import { sleep } from "../api/client/client.ts";
 import { connectGrpc, isRefusal, type GrpcConnection } from "../api/client/grpc.ts";
 import { clientCredentials, type ClientSecurity } from "../api/tls/client.ts";
@@ -22,6 +21,7 @@ import { formatApiAddress, parseClientAddress } from "../api/server/address.ts";
 import { errorMessage, invalid } from "../errors.ts";
 import { GlobalMirror } from "../global/mirror.ts";
 import type { Logger } from "../log.ts";
+import { Ingest } from "./ingest.ts";
 
 /** change sets of at least this many ops are followed by a full garbage collection */
 const BIG_CHANGE_SET = 10_000;
@@ -77,13 +77,14 @@ export interface GlobalSource {
 }
 
 /** The mirror's change set, ended, into the brain and counted in `stats`; returns its events and unchanged items. */
-function commit(mirror: GlobalMirror, brain: Brain, stats: GlobalSourceStats): { events: number; unchanged: number } {
+function commit(mirror: GlobalMirror, ingest: Ingest, stats: GlobalSourceStats): { events: number; unchanged: number } {
   const ops = mirror.opsInSet;
   const unchanged = mirror.unchangedInSet;
   const events = mirror.end();
-  brain.apply(events);
-  if (!brain.isSynced) for (const k of kinds) brain.markSynced(k);
-  brain.flush();
+  ingest.events(events);
+  // a change set is the whole model or a diff of it: after the first, every kind is known
+  ingest.syncedAll();
+  ingest.changed();
   // A whole model (a first sync, a resync) leaves its wire bytes and op
   // objects behind, about as much as the model itself: collect them now,
   // once, rather than carry them as resident memory until some later
@@ -105,6 +106,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const retryMs = opts.retryMs ?? 200;
   const maxRetryMs = opts.maxRetryMs ?? 5000;
   const mirror = new GlobalMirror();
+  const ingest = new Ingest(brain, { type: "at-once" });
   const apis = addrs.map(formatApiAddress);
   const stats: GlobalSourceStats = { apis, connectedTo: null, connects: 0, failovers: 0, failures: {}, refused: 0, changeSets: 0, ops: 0, events: 0, unchanged: 0, lastChangeSetMs: 0 };
   opts.onStats?.(stats);
@@ -123,7 +125,7 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     let open = false;
     const onBad = (error: string) => log.warn("skipping invalid global item", { api: where, error });
     const onSync = () => {
-      const { events, unchanged } = commit(mirror, brain, stats);
+      const { events, unchanged } = commit(mirror, ingest, stats);
       reset = first = false;
       if (delivered) return;
       delivered = true;

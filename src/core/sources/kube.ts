@@ -1,28 +1,27 @@
 // The Kubernetes source: Services, EndpointSlices (discovery.k8s.io/v1) and
 // this node's Node, listed and watched with kube-proxy's selectors, fed to
-// the brain. Recomputation is batched: the brain flushes at most once per
-// min-sync-period (a trailing timer), however fast events arrive.
+// the brain through the ingest (ingest.ts), which batches recomputation: at
+// most once per minSyncPeriod when the operator set one, else paced by cost.
 //
 // Objects are cut down to what kpng reads (the schemas' output) before they
 // are compared, so a Node heartbeat or a relist that brings back the same
 // objects with new resourceVersions costs nothing downstream.
 
-import { pauseAfter } from "../pacing.ts";
 import type { Brain } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { objectName, parseObject, type K8sObject, type Kind, type ParseResult } from "../brain/k8s/objects.ts";
+import { HEADLESS_LABEL } from "../brain/model/endpoints.ts";
+import { SERVICE_PROXY_NAME_LABEL } from "../brain/model/service.ts";
 import type { Logger } from "../log.ts";
 import type { RestClientObserver } from "../node/client-metrics.ts";
-import { Listing, objectId } from "./listing.ts";
+import { Ingest } from "./ingest.ts";
+import { objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
 import { acceptHeader, encodingOf } from "./kube-content.ts";
 import { kubeRequest } from "./kube-http.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
 import { loadKubeConfig, type KubeAccess } from "./kubeconfig.ts";
 import { decodeBody, UNDECODABLE } from "./protobuf/envelope.ts";
-
-export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name";
-export const HEADLESS_LABEL = "service.kubernetes.io/headless";
 
 export interface KubeSourceOptions {
   kubeconfig?: string;
@@ -71,31 +70,6 @@ export function resourceSpecs(cfg: Config, opts: { allNodes?: boolean } = {}): R
   };
 }
 
-/** Runs `fn` at most once per `minMs`: at once after a quiet period, else when the period ends. */
-class FlushTimer {
-  private timer?: ReturnType<typeof setTimeout>;
-  private nextAt = -Infinity;
-  /** `minMs`: the operator's minSyncPeriod; 0 = none, each flush paced by its own cost (pacing.ts) */
-  constructor(
-    private readonly minMs: number,
-    private readonly fn: () => boolean,
-  ) {}
-  request() {
-    if (this.timer) return;
-    const delay = Math.max(0, this.nextAt - performance.now());
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      const t0 = performance.now();
-      if (!this.fn()) return;
-      const t1 = performance.now();
-      this.nextAt = this.minMs > 0 ? t1 + this.minMs : t1 + pauseAfter(t1 - t0);
-    }, delay);
-  }
-  close() {
-    clearTimeout(this.timer);
-  }
-}
-
 const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
 
 /** One Node by name (JSON or protobuf, by the answer's Content-Type); null when absent or unreachable. */
@@ -128,7 +102,8 @@ function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
 export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSource> {
   const { brain, log, config } = opts;
   const access = { ...loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master }), observe: opts.restClient };
-  const listing = new Listing(brain.index);
+  // The operator's minSyncPeriod, or none: each flush then paced by its own cost (pacing.ts).
+  const ingest = new Ingest(brain, { type: "paced", minSyncPeriodMs: config.minSyncPeriodSeconds * 1000 });
   let reflectors: Reflector[] = [];
   const stats: SourceStats = {
     events: { Service: 0, EndpointSlice: 0, Node: 0 },
@@ -136,14 +111,10 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     get relists() {
       return reflectors.reduce((n, r) => n + r.relists, 0);
     },
-    flushes: 0,
+    get flushes() {
+      return ingest.flushes;
+    },
   };
-  const flusher = new FlushTimer(config.minSyncPeriodSeconds * 1000, () => {
-    if (!brain.isSynced) return false;
-    brain.flush();
-    stats.flushes++;
-    return true;
-  });
 
   const idOf = (kind: Kind, raw: Record<string, unknown>) => {
     const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
@@ -153,7 +124,7 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   const validateMs: Record<Kind, number> = { Service: 0, EndpointSlice: 0, Node: 0 };
   // An invalid object is skipped: the brain's index and the listing still hold its
   // last valid version (if any), which stays in place. Bad input tears nothing down.
-  const said = new ReadLog(log, brain);
+  const said = new ReadLog(log, ingest);
   const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
     const t0 = performance.now();
     // protobuf bytes that did not decode: refused like an object that does not validate
@@ -180,23 +151,23 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
       {
         page(items, first) {
           // a list that failed midway left its objects in the index and its ids here
-          if (first) present = brain.index.count(kind) ? new Set() : null;
+          if (first) present = ingest.count(kind) ? new Set() : null;
           stats.events[kind] += items.length;
           for (const raw of items) {
             present?.add(idOf(kind, raw));
             const obj = parse(kind, raw);
-            if (obj) brain.apply(listing.upsert(obj));
+            if (obj) ingest.upsert(obj);
           }
         },
         listed(list) {
-          if (present) brain.apply(listing.missing(kind, present));
+          if (present) ingest.missing(kind, present);
           present = null;
-          if (!brain.isSynced) {
+          if (!ingest.isSynced) {
             log.info("listed", { kind, objects: list.items, via: list.via, pages: list.pages, as: list.encoding, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
           }
           validateMs[kind] = 0;
-          brain.markSynced(kind);
-          flusher.request();
+          ingest.synced(kind);
+          ingest.changed();
         },
         event(type, raw) {
           stats.events[kind]++;
@@ -204,13 +175,13 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
             const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
             if (!meta.name) return;
             said.forget(idOf(kind, raw));
-            brain.apply(listing.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name));
+            ingest.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name);
           } else {
             const obj = parse(kind, raw);
             if (!obj) return;
-            brain.apply(listing.upsert(obj));
+            ingest.upsert(obj);
           }
-          flusher.request();
+          ingest.changed();
         },
         watching(delta) {
           stats.watchers += delta;
@@ -226,15 +197,17 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
   // (an answer overtaken by the list could be older than what the list holds).
   if (!opts.allNodes && config.nodeName) {
     void getNode(access, config.nodeName, specs.Node.accept).then((raw) => {
-      if (!raw || brain.index.get("Node", "", config.nodeName)) return;
+      if (!raw || ingest.last("Node", "", config.nodeName)) return;
       const obj = parse("Node", raw);
-      if (obj) brain.apply(listing.upsert(obj));
+      if (!obj) return;
+      ingest.upsert(obj);
+      ingest.changed();
     });
   }
 
   const close = () => {
     for (const r of reflectors) r.close();
-    flusher.close();
+    ingest.close();
   };
   await reflectors[0].synced;
   return { close, stats, synced: Promise.all(reflectors.map((r) => r.synced)).then(() => undefined) };

@@ -5,9 +5,9 @@
 // object back unchanged. A refused object is counted every time
 // (kpng_objects_dropped_total).
 
-import type { Brain } from "../brain/brain.ts";
 import { objectName, type K8sObject, type Kind, type Note, type ParseResult } from "../brain/k8s/objects.ts";
 import type { Logger } from "../log.ts";
+import type { Ingest } from "./ingest.ts";
 
 /** `service default/web spec.loadBalancerSourceRanges[1]: "x" is not a CIDR: skipped` */
 export const noteLine = (obj: K8sObject, n: Note) => `${objectName(obj)} ${n.field}: ${n.message}`;
@@ -18,7 +18,7 @@ export class ReadLog {
 
   constructor(
     private readonly log: Logger,
-    private readonly brain: Brain,
+    private readonly ingest: Pick<Ingest, "dropped">,
   ) {}
 
   /** nothing said about any object held: a clean read needs no report */
@@ -28,7 +28,7 @@ export class ReadLog {
 
   /** The outcome of reading object `id` of `kind`. */
   report(kind: Kind, id: string, res: ParseResult): void {
-    if (!res.ok && "error" in res) this.brain.dropped.add(kind, res.reason);
+    if (!res.ok && "error" in res) this.ingest.dropped(kind, res.reason);
     const lines = res.ok ? (res.notes?.map((n) => noteLine(res.object, n)) ?? []) : "error" in res ? [res.error] : [];
     const text = lines.join("\n");
     if ((this.said.get(id) ?? "") === text) return;
