@@ -17,7 +17,7 @@
 // same transaction: replaced at once, without a window where services are
 // missing, but affinity starts over.
 
-import type { Config, NodeState, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import type { Config, NodeState, StateChange, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
 import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
@@ -271,7 +271,7 @@ export class NftSync {
    * `held`: what kpng's tables hold (held.ts), for a full sync in place;
    * without it a full sync deletes and re-creates them.
    */
-  plan(state: NodeState, change: ReadonlySet<string> | null, held?: Holdings): SyncPlan {
+  plan(state: NodeState, change: StateChange, held?: Holdings): SyncPlan {
     const full = change === null;
     // a plan after a full sync, without a reset between: that sync was applied
     if (this.fullOutstanding) this.inPlaceFailed = false;

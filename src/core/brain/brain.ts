@@ -15,14 +15,14 @@ import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } fro
 import type { NodeInfo } from "./model/topology.ts";
 import { nodeIPs, sameIPs } from "./node-ips.ts";
 import { ShardedMap } from "./sharded-map.ts";
-import { serviceKey, type NodeState, type ServiceEndpoints } from "./state.ts";
+import { serviceKey, type NodeState, type ServiceEndpoints, type StateChange } from "./state.ts";
 
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
 
 export interface Revision {
   state: NodeState;
   /** services changed since the previous revision; null on the first and when the node's IPs changed */
-  change: ReadonlySet<string> | null;
+  change: StateChange;
 }
 
 export interface BrainOptions {
@@ -209,7 +209,7 @@ export class NodeView {
   }
 
   /** keys null = every service (first state, or this node's zone changed) */
-  recompute(keys: ReadonlySet<string> | null): void {
+  recompute(keys: StateChange): void {
     const prev = this.state;
     const todo = keys ?? new Set([...this.brain.index.services.keys(), ...(prev?.services.keys() ?? [])]);
     const node = this.brain.nodeInfo(this.nodeName);
