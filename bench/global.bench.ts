@@ -33,7 +33,6 @@ const GEN = { services: 10_000, endpoints: 10, nodes: 1_000 };
 const STREAMS = Number(process.env.GLOBAL_BENCH_STREAMS ?? 1000);
 const TLS = process.env.GLOBAL_BENCH_TLS !== "0";
 const mb = (n: number) => `${(n / 1e6).toFixed(0)} MB`;
-const now = () => performance.timeOrigin + performance.now();
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
 
 export interface Proc {

@@ -121,7 +121,7 @@ function elementsIn(text: string): number {
   return n;
 }
 
-function backend(topo: Topology, rec: ReturnType<typeof recording>): NftBackend {
+function backend(rec: ReturnType<typeof recording>): NftBackend {
   const config = defaultConfig({ nodeName: NODE, nodeIPs: [v4.node(0), v6.node(0)], clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR] });
   return createNftBackend({ config, log: createLogger("bench", { level: "warn" }), out: () => {} }, { exec: rec.exec, interactive: rec.spawner });
 }
@@ -133,7 +133,7 @@ const load = async () => (await Bun.$`uptime`.text()).trim().replace(/.*load/, "
 
 async function roll(topo: Topology, base: K8sObject[], size: number) {
   const rec = recording(topo.executor(topo.node.ns), processSpawner(["ip", "netns", "exec", topo.node.ns]));
-  const b = backend(topo, rec);
+  const b = backend(rec);
   const brain = new Brain();
   const view = brain.view(NODE);
   let rev: { state: Parameters<NftBackend["apply"]>[0]; change: Parameters<NftBackend["apply"]>[1] } | undefined;

@@ -20,7 +20,7 @@ import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { ServiceEndpoints } from "../src/core/brain/state.ts";
 import { plan, v4, v6 } from "../test/fixtures/addresses.ts";
-import { createTopology, type Topology } from "../test/harness/netns.ts";
+import { createTopology, } from "../test/harness/netns.ts";
 import { entry, ep, nodeState, svc } from "../test/nft/fixtures.ts";
 
 const REPS = Number(process.env.REPS ?? 15);

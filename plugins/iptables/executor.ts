@@ -2,7 +2,7 @@
 // programs. Everything goes through an `Executor` (run argv with stdin), so a
 // test swaps in `recordingExecutor` or a namespace-bound executor.
 
-import { type Executor, type Family, KpngError } from "../../src/plugins/toolkit/index.ts";
+import { type Executor, type Family, KpngError, runCommand } from "../../src/plugins/toolkit/index.ts";
 import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Table } from "./names.ts";
 
 export interface IptablesExecutor {
@@ -44,15 +44,9 @@ export function spawnExecutor(prefix: readonly string[] = []): Executor {
   return {
     async run(command, stdin) {
       const argv = [...prefix, ...command];
-      let p;
-      try {
-        p = Bun.spawn(argv, { stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin), stdout: "pipe", stderr: "pipe" });
-      } catch (err) {
-        throw new KpngError("unavailable", `${argv[0]}: cannot run (${err instanceof Error ? err.message : String(err)})`);
-      }
-      const [out, errText, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-      if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${errText.trim()}`);
-      return out;
+      const { code, stdout, stderr } = await runCommand(argv, stdin);
+      if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
+      return stdout;
     },
   };
 }

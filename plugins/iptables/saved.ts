@@ -42,7 +42,7 @@ export function parseSave(text: string): SavedState {
     if (!line.startsWith("-A ")) continue;
     const from = line.split(" ")[1];
     const jump = / -[jg] (\S+)/.exec(line);
-    if (builtins.has(from) && jump && jump[1].startsWith(prefix)) state.jumps.push({ table, from, to: jump[1], line });
+    if (builtins.has(from) && jump?.[1].startsWith(prefix)) state.jumps.push({ table, from, to: jump[1], line });
   }
   return state;
 }

@@ -2,7 +2,7 @@
 // back as one-line KpngErrors; a kernel without IPVS is `unavailable` so the
 // CLI can say so at start-up instead of failing every sync.
 
-import { errorMessage, type Executor, KpngError } from "../../src/plugins/toolkit/index.ts";
+import { type Executor, KpngError, runCommand } from "../../src/plugins/toolkit/index.ts";
 
 export interface CommandExecutorOptions {
   /** argv prefix, e.g. ["ip", "netns", "exec", NS] to run inside a network namespace */
@@ -33,19 +33,9 @@ export function commandExecutor(opts: CommandExecutorOptions = {}): Executor {
   const prefix = opts.prefix ?? [];
   return {
     async run(argv, stdin) {
-      let proc;
-      try {
-        proc = Bun.spawn([...prefix, ...argv], {
-          stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
-          stdout: "pipe",
-          stderr: "pipe",
-        });
-      } catch (err) {
-        throw new KpngError("unavailable", `ipvs: cannot run ${argv[0]}: ${oneLine(errorMessage(err))}`);
-      }
-      const [out, err, code] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
-      if (code !== 0) throw commandError(argv, code, err);
-      return out;
+      const { code, stdout, stderr } = await runCommand([...prefix, ...argv], stdin);
+      if (code !== 0) throw commandError(argv, code, stderr);
+      return stdout;
     },
   };
 }

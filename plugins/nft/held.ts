@@ -150,7 +150,7 @@ const keeps = (held: HeldSet, want: WantedSet) => sameSet(held, want, "dynamic")
 
 /** a plain set (not a map, not `typeof`) with flag `flag`, wanted again with held's type, flags and timeout */
 function sameSet(held: HeldSet, want: WantedSet, flag: string): boolean {
-  if (!want || want.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes(flag)) return false;
+  if (want?.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes(flag)) return false;
   const flags = withoutDynamic(want.set.flags);
   return held.type === want.set.type && held.timeout === want.set.timeout && held.flags.length === flags.length && held.flags.every((f, i) => f === flags[i]);
 }

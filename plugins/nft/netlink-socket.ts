@@ -98,6 +98,7 @@ function inNetns<T>(c: Libc, netns: string, f: () => T): T {
     try {
       return f();
     } finally {
+      // biome-ignore lint/correctness/noUnsafeFinally: a thread left in another namespace must not go on; this error wins over f's
       if (c.setns(self, CLONE_NEWNET) !== 0) throw new Error(`netlink: cannot return to kpng's network namespace (errno ${errno(c)})`);
     }
   } finally {

@@ -71,7 +71,7 @@ export function elfSection(path: string, name: string): { start: bigint; end: bi
     };
     const h = read(0, 64);
     const ET_EXEC = 2;
-    if (!h || h.readUInt32BE(0) !== 0x7f454c46 || h[4] !== 2 || h[5] !== 1 || h.readUInt16LE(16) !== ET_EXEC) return undefined;
+    if (h?.readUInt32BE(0) !== 0x7f454c46 || h[4] !== 2 || h[5] !== 1 || h.readUInt16LE(16) !== ET_EXEC) return undefined;
     const shoff = Number(h.readBigUInt64LE(0x28));
     const shentsize = h.readUInt16LE(0x3a);
     const shnum = h.readUInt16LE(0x3c);

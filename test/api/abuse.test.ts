@@ -6,7 +6,6 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import * as http2 from "node:http2";
 import * as net from "node:net";
-import * as tls from "node:tls";
 import { join } from "node:path";
 import { connectGrpc, GrpcError, type ConnectOptions } from "../../src/core/api/client/grpc.ts";
 import { nextSnapshot } from "../../src/core/api/client/streams.ts";

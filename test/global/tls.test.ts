@@ -10,21 +10,20 @@ import { join } from "node:path";
 import YAML from "yaml";
 import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
 import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
-import { FakeApiServer, makeClientCert, makeTestCert, type TestCert } from "../kube/api-server.ts";
+import { FakeApiServer, makeClientCert, makeTestCert } from "../kube/api-server.ts";
 
 setDefaultTimeout(60_000);
 const dir = tempDir("kpng-global-tls-");
 const input = join(dir.path, "cluster.yaml");
 const f = (name: string) => join(dir.path, name);
 const AGENT_USER = "system:serviceaccount:kube-system:kpng-agent";
-let brainCert: TestCert;
 let mtls: KpngProcess & { addresses: Array<{ kind: string; port?: number }> };
 let port = 0;
 
 beforeAll(async () => {
   dir.create();
   copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
-  brainCert = makeTestCert(dir.path, { name: "brain" }); // for IP:127.0.0.1, its own CA
+  makeTestCert(dir.path, { name: "brain" }); // for IP:127.0.0.1, its own CA
   const clientCA = makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" });
   makeClientCert(dir.path, clientCA, "node-1", "agent");
   writeFileSync(f("token"), "agent-token\n");

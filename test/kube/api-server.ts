@@ -433,7 +433,7 @@ export class FakeApiServer {
     const at = this.failures.findIndex((f) => (!f.path || f.path === url.pathname) && (!f.continued || !!query.continue));
     if (at >= 0) {
       const [failure] = this.failures.splice(at, 1);
-      failure.then?.();
+      failure.meanwhile?.();
       return status(res, failure.status, "InternalError", "injected failure", protobuf);
     }
     if (!clientCert && !this.authorized(authorization)) return status(res, 401, "Unauthorized", "Unauthorized", protobuf);
@@ -650,7 +650,8 @@ export interface FailOptions {
   path?: string;
   /** only a list's next pages (requests with a continue token) */
   continued?: boolean;
-  then?: () => void;
+  /** runs as the failure is answered: the state changes between two requests */
+  meanwhile?: () => void;
 }
 
 const keyOf = (o: Obj) => `${o.kind}/${o.metadata.namespace ?? ""}/${o.metadata.name}`;

@@ -269,7 +269,7 @@ describe(`asking for ${type}`, () => {
       api.watchCache = false;
       for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
       // The second page of services fails; as it does, a service of the first page goes.
-      api.failNext(1, 500, { path: "/api/v1/services", continued: true, then: () => api.remove("Service", "bulk", "s-0") });
+      api.failNext(1, 500, { path: "/api/v1/services", continued: true, meanwhile: () => api.remove("Service", "bulk", "s-0") });
       const r = await started(api);
       expect(listsOf(api).filter((q) => q.path === "/api/v1/services" && !q.query.continue)).toHaveLength(2);
       expect(r.keys()).toHaveLength(620);

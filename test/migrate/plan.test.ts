@@ -7,7 +7,7 @@ import type { Executor } from "../../src/plugins/backend.ts";
 import { planCommands, removeLeftovers } from "../../src/plugins/leftovers/index.ts";
 import { emptyPlan, parseIptablesSave, planLeftovers, type IptablesDump, type Listing, type PlanOptions } from "../../src/plugins/leftovers/plan.ts";
 import { v4 } from "../fixtures/addresses.ts";
-import { foreignIptables, foreignNft, iptablesMode, ipvsModeIpsets, ipvsModeIptables, ipvsModeVirtualServers, nftablesMode } from "./kube-proxy-rules.ts";
+import { foreignIptables, foreignNft, iptablesMode, ipvsModeIpsets, ipvsModeIptables, ipvsModeVirtualServers, } from "./kube-proxy-rules.ts";
 
 const web = { clusterIP: v4.clusterIP(10), endpoints: [v4.pod(0, 1), v4.pod(0, 2)], podCIDR: "198.19.0.0/16", nodePort: 30080 };
 const nodeIP = v4.node(0);

@@ -14,10 +14,10 @@ import { v4, v6 } from "../fixtures/addresses.ts";
 import { entry, svc, type SvcSpec } from "../nft/fixtures.ts";
 import { check, podEndpoints, type Expectation } from "../nft/packet-cases.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
-import { holdServer, holder, startProxy, type Proxy } from "./rig.ts";
+import { holdServer, holder, startProxy, type RelayProxy } from "./rig.ts";
 
 let topo: Topology;
-let proxy: Proxy;
+let proxy: RelayProxy;
 const secondNodeIP = v4.node(10);
 const ports = { http: 8080, alt: 8081, bad: 8082, dns: 5353, long: 7000 };
 const stops: Array<() => Promise<void>> = [];
@@ -25,7 +25,7 @@ const stops: Array<() => Promise<void>> = [];
 beforeAll(async () => {
   topo = await createTopology({ pods: 3, prefix: "kptu" });
   for (const p of topo.pods) await topo.serve(p, { tcp: [8080, 8081], udp: [5353] });
-  for (const p of topo.pods) stops.push(await holdServer(topo, p, ports.long));
+  for (const p of topo.pods) stops.push(await holdServer(p, ports.long));
   await topo.exec(topo.node.ns, ["ip", "addr", "add", `${secondNodeIP}/24`, "dev", "ext0"]);
   proxy = await startProxy(topo);
 }, 60_000);
@@ -353,7 +353,7 @@ describe("userspace relays, bind mode: changes", () => {
 });
 
 describe("userspace relays, redirect mode (nftables redirect)", () => {
-  let redirect: Proxy;
+  let redirect: RelayProxy;
   beforeAll(async () => {
     await proxy.apply([]);
     await proxy.stop();
@@ -406,7 +406,7 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
 });
 
 describe("userspace relays, bind mode with --nodeport-addresses", () => {
-  let cidr: Proxy;
+  let cidr: RelayProxy;
   beforeAll(async () => {
     cidr = await startProxy(topo, { nodePortAddresses: ["203.0.113.0/24"] });
   }, 30_000);

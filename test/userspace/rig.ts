@@ -35,7 +35,7 @@ function lineReader(stream: ReadableStream<Uint8Array>) {
   };
 }
 
-export interface Proxy {
+export interface RelayProxy {
   /** applies a full state; resolves with the open connections per frontend */
   apply(entries: ServiceEndpoints[]): Promise<Record<string, number>>;
   /** how long the last apply took in the backend, ms */
@@ -48,7 +48,7 @@ export interface Proxy {
 }
 
 /** Starts the userspace backend in the node namespace. */
-export async function startProxy(topo: Topology, config: Partial<Config> = {}): Promise<Proxy> {
+export async function startProxy(topo: Topology, config: Partial<Config> = {}): Promise<RelayProxy> {
   const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(here, "driver.ts"), JSON.stringify(config)], {
     stdin: "pipe",
     stdout: "pipe",
@@ -123,7 +123,7 @@ export async function holder(ns: string): Promise<Holder> {
 }
 
 /** Starts hold.py's server in a pod; returns its stop. */
-export async function holdServer(topo: Topology, pod: Pod, port: number): Promise<() => Promise<void>> {
+export async function holdServer(pod: Pod, port: number): Promise<() => Promise<void>> {
   const p = Bun.spawn(["ip", "netns", "exec", pod.ns, await pythonPath(), "-u", "-S", join(here, "hold.py"), "serve", pod.name, String(port)], {
     stdout: "pipe",
     stderr: "inherit",

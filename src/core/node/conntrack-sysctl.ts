@@ -51,7 +51,7 @@ export function conntrackMax(c: Pick<ConntrackConfig, "maxPerCore" | "min">, num
   if (!(c.maxPerCore > 0)) return 0;
   const scaled = c.maxPerCore * numCPU;
   if (scaled > CONNTRACK_MAX_LIMIT) return CONNTRACK_MAX_LIMIT;
-  return scaled > c.min ? scaled : c.min;
+  return Math.max(scaled , c.min);
 }
 
 const seconds = (d: string) => Math.floor(parseGoDuration(d) ?? 0);

@@ -4,7 +4,6 @@
 
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import type { RestClientObserver } from "../node/client-metrics.ts";
 import { encodingOf } from "./kube-content.ts";
 import type { KubeAccess } from "./kubeconfig.ts";
 import { decodeBody } from "./protobuf/envelope.ts";

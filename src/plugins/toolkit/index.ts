@@ -10,6 +10,7 @@
 // - families and addresses (family.ts), the node's addresses (node-addresses.ts);
 // - the questions every backend asks of a service port (service-port.ts);
 // - stale UDP conntrack cleanup (conntrack.ts);
+// - running a program (command.ts);
 // - kpng's error type.
 //
 // A plugin loaded by the compiled binary can resolve no kpng module at run
@@ -27,3 +28,4 @@ export * from "./family.ts";
 export * from "./node-addresses.ts";
 export * from "./service-port.ts";
 export * from "./conntrack.ts";
+export * from "./command.ts";

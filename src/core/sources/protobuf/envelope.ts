@@ -8,7 +8,7 @@
 // { type 1, object 2: RawExtension { raw 1 } }, whose raw is again a body.
 
 import { decoders, nameOf, type Raw } from "./objects.ts";
-import { asBuffer, key, LEN, ProtoError, Reader } from "./wire.ts";
+import { asBuffer, LEN, ProtoError, Reader } from "./wire.ts";
 
 export const MAGIC = Uint8Array.of(0x6b, 0x38, 0x73, 0x00);
 
