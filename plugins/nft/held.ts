@@ -16,8 +16,8 @@
 // transaction, before the sync's own statements.
 //
 // Only chains, sets and maps are listed: `nft list table` would print every
-// rule too (nft 1.0.6: seconds at 10,000 services with affinity, an order of
-// magnitude over these three listings; bench nft prints the listing time). Other objects someone adds to
+// rule too (nft 1.0.6: far slower than these three listings at scale with
+// affinity; bench nft prints the listing time). Other objects someone adds to
 // kpng's table (counters, quotas, flowtables) stay; no rule of kpng's uses
 // them, and the flush removed any rule that did.
 
