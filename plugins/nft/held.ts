@@ -160,8 +160,9 @@ function sameSet(held: HeldSet, want: WantedSet, flag: string): boolean {
  * not deleted and added. Deleted and added in one transaction, it was empty
  * to packets for a moment at the commit on Linux 6.18 (the new generation's
  * rules saw the new set before its elements were published): a connect to a
- * node port was refused in about 1 of 5 restarts (test/deployed). Flushed,
- * it serves its old elements until the commit publishes the new ones.
+ * node port was refused in some restarts, often enough for test/deployed to
+ * catch it. Flushed, it serves its old elements until the commit publishes
+ * the new ones.
  */
 const refills = (held: HeldSet, want: WantedSet) => sameSet(held, want, "interval");
 
