@@ -5,7 +5,7 @@
 // replaces the last service's endpoint; its latency is the time from the API
 // server applying it to the end of the first nft sync that started after it
 // (kpng logs `synced` once nft has committed; `nft monitor` cannot serve: it
-// reads the whole ruleset before it listens, minutes at 10,000 services).
+// reads the whole ruleset before it listens, far too long at 10,000 services).
 //
 // Two runs per size: kpng's default (no minSyncPeriod: syncs paced by their
 // cost, src/core/pacing.ts) and `--min-sync-period 1s` (kube-proxy's default,

@@ -8,16 +8,7 @@
 // KPNG_BENCH_SECONDS (default 60) sets the compressed hour's length;
 // KPNG_BENCH_HOURS (default 1) soaks longer at the same rate.
 //
-// Measured on the shared 2-core build machine (`bun run bench kube`, and
-// `KPNG_BENCH_HOURS=3 bun bench/kube.bench.ts`), 1000 services x 10
-// endpoints, 10 changes/s:
-//   1 h:  36,530 API events in -> 1,646 node-local revisions out (22 per
-//         revision at a 1s-equivalent min-sync-period), 0 relists, 0 failures;
-//         RSS 142 MB after the first sync, 190-290 MB under churn; JS heap
-//         floor 51 MB (first half) -> 42 MB (second half).
-//   3 h: 109,616 in -> 6,892 out (16 per revision); RSS 200-282 MB the whole
-//         run with no trend; heap floor 35 MB (first half), 39 MB (second):
-//         the heap saws between ~40 and ~130 MB and comes back down: no growth.
+// The figures of a 1-hour and a 3-hour run: README, Performance.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -42,7 +42,7 @@ interface Shape {
   name: string;
   statements: number;
   elements: number;
-  /** not as a line: ~1 µs a byte, seconds a repetition */
+  /** not as a line: libedit reads it a byte per read(), far too slow a repetition */
   noLine?: boolean;
 }
 const shapes: Shape[] = [

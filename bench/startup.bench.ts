@@ -19,10 +19,10 @@
 //
 // kpng is the compiled binary, built fresh as `bun run build` does (build.ts):
 // what a user downloads and runs. KPNG_BENCH_SOURCE=1
-// runs `bun src/main.ts` instead (module loading then costs ~0.3-0.5 s more).
+// runs `bun src/main.ts` instead (module loading then costs more).
 //
 // Each run is a first start on a node: kpng's tables from the run before are
-// deleted (a restart rewrites them in place, ~60-90 ms more apply at 10k), and
+// deleted (a restart rewrites them in place, a longer apply), and
 // the kernel gets a few seconds to free them. The API server has answered the
 // same lists once before (`kpng --dry-run --once`), as a real one, long
 // running and serving every node's proxy, has: a cold in-repo server spent its
@@ -30,7 +30,8 @@
 //
 // Each run waits (up to 2 min, KPNG_BENCH_NFT_WAIT_MS) until no process on
 // the host listens to nftables events (nftListeners): one listener anywhere,
-// say another kpng of a test suite, makes the load ~50% slower. A run that
+// say another kpng of a test suite, makes the load slower (README,
+// Performance). A run that
 // could not wait says so.
 //
 // kpng asks in kube-proxy's default content type, protobuf (the API server
@@ -126,9 +127,8 @@ const rssMB = (pid: number) => {
  * (NETLINK_NETFILTER joined to NFNLGRP_NFTABLES: another kpng's watch, an
  * `nft monitor`), in any network namespace: the kernel keeps one listener
  * mask per netlink protocol for all namespaces, so while one exists every nft
- * commit anywhere builds a notification per element. The 10,000-service load
- * then takes ~1.2 s instead of ~0.8 s (twice the kernel time), whichever
- * namespace the listener is in.
+ * commit anywhere builds a notification per element. A big load then takes
+ * longer (README, Performance), whichever namespace the listener is in.
  */
 function nftListeners(): number {
   const seen = new Set<string>();

@@ -17,8 +17,8 @@ export const ipsetCreate = (family: Family) => create(hairpinSets[family], famil
 /**
  * Replaces the family's set with exactly `members`, atomically: filled under
  * a temporary name, then swapped in (rules keep matching the old content
- * until then). 100,000 members take ~0.9 s of CPU, so a full sync runs it
- * beside the iptables restore.
+ * until then). A set of 100,000 members takes a while to fill, so a full
+ * sync runs it beside the iptables restore.
  */
 export function ipsetFull(family: Family, members: Iterable<string>): string {
   const name = hairpinSets[family];

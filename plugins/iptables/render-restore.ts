@@ -29,16 +29,17 @@ const safeToken = /^[^\s"']+$/;
 // jump to it, and add a chain's rules right after declaring it: iptables-nft
 // 1.8.9 finds chains in 512 hash buckets, newest first, so rules that follow
 // their chain's declaration find it at once, while rules added after all
-// declarations walked half a bucket each (60,000 chains: 4 s of a 10 s restore).
+// declarations walked half a bucket each (most of a big restore; see README, Performance).
 const Group = { SavedDeletes: 0, Deletes: 1, Body: 2, ChainDeletes: 3 } as const;
 type Group = (typeof Group)[keyof typeof Group];
 
 /**
  * The operations of one restore. Each is printed once, when added, by
  * `ruleLine` or its chain-level siblings below, and kept as text only: a full
- * restore at 10,000 services holds ~430,000 of them, and keeping their rule
- * objects alive doubled the peak memory. Adding never throws: the first
- * validation error is kept and reported when the transaction is applied.
+ * restore at 10,000 services holds hundreds of thousands of them, and
+ * keeping their rule objects alive raised the peak memory a great deal.
+ * Adding never throws: the first validation error is kept and reported when
+ * the transaction is applied.
  */
 export class Transaction {
   private readonly lines = new Map<Table, string[][]>(tables.map((t) => [t, [[], [], [], []]]));
@@ -127,15 +128,15 @@ export const ruleLine = (rule: Rule, verb = "-A") => `${verb} ${rule.chain}${ver
  * Above this many operations in one table, the table's block starts with the
  * bulk preamble. iptables-nft 1.8.x (nft-cache.c, cache_chain_list_insert)
  * keeps every chain name a --noflush restore mentions, jump targets included,
- * in a sorted linked list: O(chains) per line, O(n^2) per restore, measured at
- * 10.7 s for 1,000 services x 10 endpoints and hours for 10,000. A command
+ * in a sorted linked list: O(chains) per line, O(n^2) per restore: seconds
+ * at 1,000 services and hours at 10,000 (see README, Performance). A command
  * without a chain switches that list off ("all chains").
  *
  * The preamble's command is `-S`: it only lists the table (on stdout, which
  * kpng ignores). Not `-Z`, which switches the list off too but zeroes the
  * packet counters of every rule in the table, other software's included,
- * and makes iptables-nft replace each of those rules (a restore over 10,000
- * services: 22.8 s with `-Z`, 8.3 s with `-S`). `-S` has one quirk in 1.8.9: with it,
+ * and makes iptables-nft replace each of those rules (a big restore is far
+ * slower with `-Z`; see README, Performance). `-S` has one quirk in 1.8.9: with it,
  * rules cannot be inserted into a built-in chain the kernel does not hold yet
  * (nf_tables creates them lazily). The preamble therefore first declares the
  * built-in chains kpng jumps from, with policy `-`: that creates a missing one

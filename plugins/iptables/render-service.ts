@@ -12,9 +12,9 @@
 // in KPNG-POSTROUTING (names.ts, hairpinSets): no SEP chain per endpoint,
 // except under ClientIP affinity (`-m recent --set` needs one). iptables-nft's
 // restore cost and the kernel's validation of the whole nat table at every
-// commit (nft_table_validate) grow with the chain count: at 10,000 services x
-// 10 endpoints, one endpoint change went from ~170 to ~105 ms of CPU and the
-// first restore from ~6.9 to ~2.7 s of iptables-restore (bench/iptables.bench.ts).
+// commit (nft_table_validate) grow with the chain count, and this removes
+// most chains: both an endpoint change and the first restore cost less (see
+// README, Performance; bench/iptables.bench.ts).
 
 import {
   affinitySeconds,
@@ -70,7 +70,7 @@ export interface RenderServiceInput {
   config: Config;
   /**
    * Upstream's large-cluster mode (more than 1,000 endpoints on the node's
-   * view): per-endpoint rules carry no comment, a third less restore input.
+   * view): per-endpoint rules carry no comment, a smaller restore input.
    * kpng goes further there: no nat rule carries one (natComment).
    */
   largeCluster?: boolean;

@@ -121,7 +121,7 @@ export class NftRunner {
     await this.proving;
     const watch = opts.unstamped ? undefined : this.watch;
     if (!watch) return this.send(tx, opts);
-    // A full sync's ~100,000 events would swamp the monitor (watch.ts); it replaces everything anyway.
+    // A full sync's events (one per element) would swamp the monitor (watch.ts); it replaces everything anyway.
     if (opts.full) watch.stop();
     const t0 = performance.now();
     await this.stamped(watch, tx, opts);

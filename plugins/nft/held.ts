@@ -16,8 +16,8 @@
 // transaction, before the sync's own statements.
 //
 // Only chains, sets and maps are listed: `nft list table` would print every
-// rule too (nft 1.0.6: seconds at 10,000 services with affinity, an order of
-// magnitude over these three listings; bench nft prints the listing time). Other objects someone adds to
+// rule too (nft 1.0.6: far slower than these three listings at scale with
+// affinity; bench nft prints the listing time). Other objects someone adds to
 // kpng's table (counters, quotas, flowtables) stay; no rule of kpng's uses
 // them, and the flush removed any rule that did.
 
@@ -160,8 +160,9 @@ function sameSet(held: HeldSet, want: WantedSet, flag: string): boolean {
  * not deleted and added. Deleted and added in one transaction, it was empty
  * to packets for a moment at the commit on Linux 6.18 (the new generation's
  * rules saw the new set before its elements were published): a connect to a
- * node port was refused in about 1 of 5 restarts (test/deployed). Flushed,
- * it serves its old elements until the commit publishes the new ones.
+ * node port was refused in some restarts, often enough for test/deployed to
+ * catch it. Flushed, it serves its old elements until the commit publishes
+ * the new ones.
  */
 const refills = (held: HeldSet, want: WantedSet) => sameSet(held, want, "interval");
 

@@ -1,7 +1,7 @@
 // Notices when another process changes kpng's tables — `nft delete table ip
 // kpng`, `nft flush ruleset` (a firewall reload), a chain flushed, a rule,
 // chain, set or element added or deleted — as it is committed, so the
-// backend restores its rules in about a second instead of never, and
+// backend restores its rules promptly instead of never, and
 // without polling the ruleset.
 //
 // How: the kernel's ruleset change events, each commit closed by a new
@@ -16,18 +16,18 @@
 // adds a stamp kpng sent (and has not seen yet) is kpng's; any other commit
 // that touches `ip kpng` or `ip6 kpng` is someone else's.
 //
-// Below, "the monitor" is either source. Cost, netlink: ~no memory (one
+// Below, "the monitor" is either source. Cost, netlink: next to no memory (one
 // receive buffer) and CPU per event read. The socket is closed for a full
-// sync all the same: the sync's ~100,000 events would overflow it, and cost
+// sync all the same: the sync's events (one per element) would overflow it, and cost
 // the kernel and kpng their formatting and parsing for nothing. A new socket
 // listens as soon as it is open, so the proof below runs at once, and the
-// window it leaves is the few ms between the full sync's commit and it.
+// window it leaves is the moment between the full sync's commit and it.
 //
 // Cost, `nft monitor`: it first loads the whole ruleset into its cache and
 // keeps it (memory that grows with the ruleset, whatever its arguments), and
 // formats every event, kpng's own included (nft 1.0.6): an endpoint change
-// is a few events, but a full sync of 10,000 services is ~100,000, which cost
-// the monitor seconds of CPU and overflowed its socket ("We lost some
+// is a few events, but a full sync is one per element, which at scale cost
+// the monitor much CPU and overflowed its socket ("We lost some
 // netlink events"). The runner (executor.ts)
 // therefore stops the monitor for a full sync — it replaces both tables, so
 // whatever anyone did before its commit is gone anyway — and starts a new
@@ -302,7 +302,7 @@ export class RulesWatch {
     if (this.batch.first === undefined) {
       this.batch.first = line.length > 200 ? `${line.slice(0, 200)}…` : line;
       // kpng commits nothing now, so this is someone else's: said at once, not after the commit's last
-      // event (a flushed ruleset of 10,000 services is ~100,000 events, seconds of the monitor's printing).
+      // event (a flushed big ruleset is an event per element, long for the monitor to print).
       if (this.expected.size === 0) {
         this.batch.reported = true;
         this.opts.onForeign(this.batch.first);

@@ -89,7 +89,7 @@ for (const c of combos) {
           const n = notLoaded().length;
           writeFileSync(d.input!, e.content(good));
           try {
-            // A bound a loaded 2-core machine meets: re-reading a 2,100-service file took 4-6 s there.
+            // A bound a loaded 2-core machine meets re-reading a 2,100-service file (README, Performance).
             const end = Date.now() + 20_000;
             while (notLoaded().length === n && Date.now() < end) await Bun.sleep(20);
             expect(notLoaded().slice(n)[0]).toContain(d.input!);
@@ -141,7 +141,7 @@ for (const c of combos) {
         const t0 = Date.now();
         await d.topo.exec(d.topo.node.ns, removal.argv);
         let back = 0;
-        // The target is printed; the assertion's bound is one a loaded 2-core machine meets (a repair took 8-12 s there).
+        // The target is printed; the assertion's bound is one a loaded 2-core machine meets (README, Performance).
         while (!back && Date.now() - t0 < LOADED_BOUND_MS) {
           if (comparable(await d.rules()) === comparable(before)) back = Date.now();
           else await Bun.sleep(20);

@@ -105,7 +105,7 @@ export async function saidReady(stdout: ReadableStream<Uint8Array>): Promise<boo
   return new TextDecoder().decode(first.value ?? new Uint8Array()).startsWith("ready");
 }
 
-// Resolved once: a pyenv-style `python3` shim costs ~100 ms per start.
+// Resolved once: a pyenv-style `python3` shim adds a slow start to every run.
 let python: string | undefined;
 export async function pythonPath(): Promise<string> {
   python ??= (await run(["python3", "-c", "import sys; print(sys.executable)"])).trim() || "python3";

@@ -132,7 +132,7 @@ describe("iptables backend life cycle, real kernel", () => {
     expect(text).toContain("-A FOREIGN-NAT -j RETURN");
     // A `-Z` preamble would have zeroed these.
     expect(await topo.exec(topo.node.ns, ["iptables-save", "-c", "-t", "nat"])).toContain("[5:500] -A FOREIGN-NAT -s 192.0.2.99/32 -j RETURN");
-    // 20 connections all landing on one of 2 endpoints: probability 2 * 2^-20 (6 failed ~3% of runs).
+    // 20 connections all landing on one of 2 endpoints: probability 2 * 2^-20 (with 6 connections it did happen).
     expect(new Set(await who(20, v4.clusterIP(449)))).toEqual(new Set(["pod0", "pod1"]));
   });
 

@@ -2,8 +2,8 @@
 // the globalv1 messages' Hash field, and what a client keeps per object to
 // recognise one a resync sends again unchanged. Keeping a number, not the
 // bytes, matters: the bytes are views into the received HTTP/2 chunks, and a
-// view keeps its whole chunk alive (a localv1 client at 10,000 services held
-// 9 MB of chunks and 16 MB of heap that way). Its own module: a sidecar's
+// view keeps its whole chunk alive (memory that grows with the cluster; see
+// README, Performance). Its own module: a sidecar's
 // client loads it without the global model's encoder (and the brain behind it).
 
 /** Two FNV-1a 32 lanes over the bytes (the second with another seed and a shift). */
@@ -26,7 +26,7 @@ export function hash64(b: Uint8Array): bigint {
   return (BigInt(h1) << 32n) | BigInt(h2);
 }
 
-/** The same as a 53-bit number: what a client keeps per item (a bigint each would cost ~10 MB at 100,000 endpoints). */
+/** The same as a 53-bit number: what a client keeps per item (a bigint each would be one more heap cell per item). */
 export function hash53(b: Uint8Array): number {
   const [h1, h2] = lanes(b);
   return h1 * 0x200000 + (h2 & 0x1fffff);

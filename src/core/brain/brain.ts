@@ -145,7 +145,7 @@ function serviceKeyOf(ev: ClusterEvent): string | null {
   return ev.kind === "Service" ? serviceKey(ev.namespace, ev.name) : null;
 }
 
-// One shared Set per combination of families (a Set per service was ~250 B at 10k services).
+// One shared Set per combination of families (a Set per service would be memory per service for a few values).
 const FAMILIES: ReadonlyArray<ReadonlySet<Family>> = [new Set(), new Set(["v4"]), new Set(["v6"]), new Set(["v4", "v6"])];
 
 const KNOWN_TYPES = new Set(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);

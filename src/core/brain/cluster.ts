@@ -20,7 +20,7 @@ export class ClusterIndex {
   readonly services = new Map<string, K8sService>();
   /**
    * service key -> its slices. A list, not a map by name: nearly every service
-   * has one slice, and a Map each was ~250 B at 10k services; a change looks
+   * has one slice, and a Map each is memory per service; a change looks
    * through that one service's slices.
    */
   readonly slices = new Map<string, K8sEndpointSlice[]>();

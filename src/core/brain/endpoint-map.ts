@@ -1,7 +1,7 @@
 // The endpoints of one service in a node-local state, as a read-only map kept
-// in two arrays. The brain holds one per service and node view: at 10k
-// services a Map of 10 endpoints took ~920 bytes, the arrays ~300 (6 MB in
-// all). A state is never mutated once published, so nothing needs Map's
+// in two arrays. The brain holds one per service and node view, and two
+// arrays take a fraction of a Map's memory (see README, Performance). A
+// state is never mutated once published, so nothing needs Map's
 // insertion and deletion.
 
 import type { Endpoint } from "../../gen/localv1/services_pb.ts";

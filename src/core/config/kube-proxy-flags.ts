@@ -105,7 +105,7 @@ const mapStringBool: Parse = (flag, s) => {
   return out;
 };
 
-/** Flag -> the field it sets (v1alpha2 layout), and how its text is read. Sync periods depend on the mode: see syncPeriodFlags. */
+/** Flag -> the field it sets (v1alpha2 layout), and how its text is read. Sync periods depend on the mode: see applyKubeProxyFlags. */
 export const fieldOfFlag: Record<string, { field: string; parse: Parse }> = {
   "bind-address-hard-fail": { field: "bindAddressHardFail", parse: bool },
   "oom-score-adj": { field: "linux.oomScoreAdj", parse: int(-1000, 1000) },

@@ -21,8 +21,8 @@ type SetOp = Extract<WireOp, { op: "set" }>;
 
 /**
  * One slice's endpoints as parallel arrays in arrival order: an object and a
- * Map entry per endpoint cost ~13 MB of heap at 100,000 endpoints, more than
- * the whole difference between an agent and a full binary. `endpoints` is the
+ * Map entry per endpoint cost more heap than the whole difference between an
+ * agent and a full binary (see README, Performance). `endpoints` is the
  * very array the brain's slice holds (one copy, not two): the first change to
  * a slice in a change set copies it (see own()), so the brain's slice never
  * changes under it.

@@ -33,8 +33,8 @@ export interface GlobalSourceOptions {
   log: Logger;
   /**
    * a connection not up, or a ping not answered, within this many ms is dead
-   * (default 3000: a brain's event loop can be busy for a second or more,
-   * encoding a 10,000-service model for its first agent)
+   * (default 3000: a brain's event loop can be busy for long turns,
+   * encoding a whole model for its first agent)
    */
   keepaliveMs?: number;
   /** TLS and credentials for TCP brains (files read again at each connection) */

@@ -82,8 +82,8 @@ interface SavedTable {
 
 /**
  * iptables-save text -> its filter, nat and mangle tables (others are never
- * ours). Keeps only jumps between chains: at kube-proxy's 10,000 services the
- * text holds ~330,000 rules, most of which only DNAT or mark.
+ * ours). Keeps only jumps between chains: at scale kube-proxy's text holds
+ * hundreds of thousands of rules, most of which only DNAT or mark.
  */
 export function parseIptablesSave(text: string): Map<IptTable, SavedTable> {
   const out = new Map<IptTable, SavedTable>();

@@ -1,13 +1,14 @@
 // A minimal gRPC client (binary protobuf over HTTP/2) for kpng's two RPCs.
 //
 // Why not Connect's gRPC transport: it decodes and hands over each message
-// through several async steps; for a 110,000-op change set that alone cost
-// about a second on top of decoding the services and endpoints themselves.
+// through several async steps, a cost per op that a full state's change set
+// pays on top of decoding the services and endpoints themselves (see README,
+// Performance).
 // Here response bytes are split into messages in one loop and the caller
 // decodes only what it needs. Errors are GrpcErrors: the gRPC status code
 // (the numbers Connect's Code uses) and a message printed as Connect prints
 // its errors. Not Connect's own error class: importing @connectrpc/connect
-// loads ~50 modules, ~7 MB of a node agent's RSS, for one class.
+// loads its whole module graph into a node agent's RSS for one class.
 
 import * as http2 from "node:http2";
 import * as net from "node:net";

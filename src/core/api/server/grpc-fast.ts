@@ -4,8 +4,9 @@
 //
 // Why not Connect for this too: Connect writes and awaits each streamed
 // message on its own, and Bun's (1.4.5) http2 server turns each write into a
-// DATA frame and a round of the event loop: streaming a 10,000-service x 10
-// endpoint state (110,000 OpItems) took 4-13 s. Here a whole change set is
+// DATA frame and a round of the event loop, for each of a full state's
+// OpItems (one per service and endpoint; see README, Performance). Here a
+// whole change set is
 // framed into one buffer from cached bytes and written at once. This is the
 // path kpng's Go clients, `buf curl --protocol grpc` and kpng's own client
 // library use.
@@ -88,7 +89,7 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
     if (rpc === "Watch" || rpc === "GlobalWatch") {
       // Not `for await`: Bun (1.4.5) keeps a for-await loop's last value alive while it
       // waits for the next, so every idle watcher held its last change set and its
-      // framed bytes (about 13 MB each for a 10,000-service full state).
+      // framed bytes (a whole state's worth each after a full state).
       const batches = (
         rpc === "Watch" ? routes.watch(decodeAll(WatchReqSchema, messages), ac.signal) : routes.globalWatch(decodeAll(GlobalWatchReqSchema, messages), ac.signal)
       )[Symbol.asyncIterator]();
@@ -136,10 +137,11 @@ function finish(res: Res, code: number, message: string) {
 /**
  * Big buffers go out in pieces, each after the previous drained: Bun's
  * (1.4.5) http2 response keeps its own copy of whatever is queued, so one
- * 15 MB write per stream (a whole cluster-wide model, shared by every global
- * stream) cost 15 MB per stream starting at once; pieces bound it to about
- * one piece per stream. A client that stops reading (a stuck node agent)
- * therefore holds at most a piece here, and only for `stuckMs`.
+ * write of a whole cluster-wide model per stream (a buffer shared by every
+ * global stream) cost a model's size per stream starting at once; pieces
+ * bound it to about one piece per stream. A client that stops reading (a
+ * stuck node agent) therefore holds at most a piece here, and only for
+ * `stuckMs`.
  *
  * And a limited number of streams write theirs at once: each piece is
  * encrypted and framed on the event loop, so thousands of agents coming

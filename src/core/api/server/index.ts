@@ -67,7 +67,7 @@ export interface ApiServer {
 }
 
 /**
- * Long enough for a loaded agent to take a 1 MB piece of a whole model; short
+ * Long enough for a loaded agent to take a piece of a whole model (grpc-fast.ts PIECE); short
  * enough that stuck agents cannot pin old models and pieces for long.
  */
 const STUCK_MS = 30_000;
@@ -174,7 +174,7 @@ export function createApi(opts: ApiOptions) {
 /**
  * A sidecar on this node asks for the brain's own node: marshal its services
  * as each revision arrives, so the first stream costs what later ones do
- * (at 10,000 services the first marshalling is about half a second).
+ * (the first marshalling of a big state is the costly one).
  */
 function warmOwnNode(brain: Brain, nodeName: string, cache: WireCache): () => void {
   const stop = new AbortController();

@@ -1,6 +1,7 @@
 // ServiceSchema (objects.ts), checked by hand as fast-slice.ts checks slices:
-// valibot took ~4 µs a Service at start-up (40 ms of a 10,000-service list,
-// on the thread that reads the list). The schema stays the definition: this
+// valibot's generic walk costs several times this straight code at start-up,
+// on the thread that reads the list (see README, Performance). The schema
+// stays the definition: this
 // accepts exactly what it accepts and returns the same output
 // (test/brain/fast-service.test.ts runs both over a table of valid and
 // invalid services); on anything it does not accept (not well-formed: an

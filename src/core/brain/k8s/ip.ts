@@ -3,8 +3,8 @@
 export type Family = "v4" | "v6";
 
 // Hand-written checks rather than node:net's isIPv4/isIPv6: those are one
-// large regular expression each, ~50 ms of validating 10,000 services'
-// slices and a quarter of rendering them (one call per endpoint address).
+// large regular expression each, a large share of validating slices and of
+// rendering them (one call per endpoint address; see README, Performance).
 // Same answers, except that IPv6 zone ids ("fe80::1%eth0") are refused:
 // Kubernetes refuses them in Services and EndpointSlices, and nft cannot
 // take them.

@@ -131,7 +131,7 @@ const endpointFields = {
   targetRef: v.optional(v.object({ kind: v.optional(v.string()), name: v.optional(v.string()), namespace: v.optional(v.string()) })),
 };
 // Of targetRef only a Pod's name is read (the endpoint's key): an object per
-// endpoint kept for it was ~6 MB at 10k services.
+// endpoint kept for it would be memory that grows with the cluster.
 const podOf = <T extends { targetRef?: { kind?: string; name?: string } }>({ targetRef, ...ep }: T) =>
   (targetRef?.kind === "Pod" && targetRef.name ? { ...ep, pod: targetRef.name } : ep) as Omit<T, "targetRef"> & { pod?: string };
 

@@ -60,7 +60,7 @@ function loadBalancerIPs(svc: K8sService): string[] {
 // The messages are written as object literals, field for field what
 // protobuf-es's `create()` makes (proto3: every field set, $typeName first,
 // fields in declaration order; test/brain/service.test.ts compares them):
-// create() walks the schema for each, ~1.4 µs a Service at start-up.
+// create() walks the schema for each, for every Service at start-up.
 //
 // Most services have no external or LB IPs, filters or affinity: those parts are
 // one shared, frozen object each (a published model is never mutated).
