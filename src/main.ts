@@ -11,7 +11,7 @@ import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
 import { kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
 import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { apiClientArgs, backendNames, listenArgs, modeSource, proxyArgs, repeated, sourceArgs } from "./core/config/flags.ts";
+import { apiClientArgs, backendNames, listenArgs, modeSource, proxyArgs, repeated, sourceArgs, type Args } from "./core/config/flags.ts";
 import { createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { formatLocalState } from "./core/brain/output.ts";
 import { applyOOMScoreAdj, setConntrack } from "./core/node/node-setup.ts";
@@ -31,8 +31,6 @@ import type { ApiServer } from "./core/api/server/index.ts";
 import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
 const log = createLogger("kpng");
-
-type Args = Record<string, string | number | boolean | string[] | undefined>;
 
 const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
 

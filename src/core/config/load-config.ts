@@ -7,13 +7,11 @@ import type { FlagDefs } from "./argv.ts";
 import { defaultConfig, type Config } from "./config.ts";
 import { fieldWarnings } from "./config-fields.ts";
 import { configFromKubeProxy, readKubeProxyConfig, writeKubeProxyConfig } from "./config-file.ts";
-import { configFromCLIDefaults, configFromFlags, givenFlags } from "./flags.ts";
+import { configFromCLIDefaults, configFromFlags, givenFlags, type Args } from "./flags.ts";
 import { v1alpha1Losses, V1ALPHA1, V1ALPHA2, type KubeProxyConfig } from "./kube-proxy-config.ts";
 import { fieldOfFlag, noEffectFlags } from "./kube-proxy-flags.ts";
 import { invalid } from "../errors.ts";
 import { configureLogging, type Logger } from "../log.ts";
-
-type Args = Record<string, string | number | boolean | string[] | undefined>;
 
 export interface LoadConfigOptions {
   args: Args;
@@ -47,7 +45,11 @@ export function flagFieldWarnings(opts: { given: readonly string[]; defs: FlagDe
     .map((w) => `${w} (set by a flag)`);
 }
 
-/** Flags kpng accepts without effect are named in one WARN line. */
+/**
+ * A command's Config. Logged once logging is configured: the file's
+ * warnings, the flags kpng accepts without effect (one WARN line), and the
+ * values flags set that kpng cannot honour.
+ */
 export async function loadConfig(opts: LoadConfigOptions): Promise<CommandConfig> {
   const { args, rawArgs, defs, log } = opts;
   let base = configFromCLIDefaults();
