@@ -2,7 +2,7 @@
 // compiled binary (built as `bun run build` does) runs `--input` a file that
 // holds only its Node, `--backend nft`, in a network namespace of its own;
 // once start-up has settled (the second "released the executable's start-up
-// pages" line, src/main.ts) and a second more has passed, /proc/PID/smaps
+// pages" line, src/core/release-memory.ts) and a second more has passed, /proc/PID/smaps
 // of kpng and of its children (`nft -i`) is read and split:
 //
 //   - code: the executable's text pages (Bun's runtime: JSC, its JIT

@@ -79,3 +79,11 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
   }
   return checkBackend(made, what);
 }
+
+/** Every backend asked for, built-ins first, in order: one that cannot load stops start-up. */
+export async function loadBackends(asked: { builtins: readonly string[]; plugins: readonly string[] }, ctx: BackendContext): Promise<Backend[]> {
+  const specs = [...asked.builtins.map((builtin) => ({ builtin })), ...asked.plugins.map((plugin) => ({ plugin }))];
+  const backends: Backend[] = [];
+  for (const spec of specs) backends.push(await loadBackend(spec, ctx));
+  return backends;
+}

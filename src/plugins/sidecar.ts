@@ -5,7 +5,7 @@
 
 import { watchStates, type ClientOptions } from "../core/api/client/client.ts";
 import type { Backend } from "./backend.ts";
-import { feedBackend, type Feed } from "./feed.ts";
+import { feedAll } from "./feed-all.ts";
 import { createLogger } from "../core/log.ts";
 
 export interface SidecarOptions extends ClientOptions {
@@ -21,22 +21,12 @@ export async function runSidecar(opts: SidecarOptions): Promise<void> {
   const onAbort = () => stop.abort(opts.signal?.reason);
   if (opts.signal?.aborted) return;
   opts.signal?.addEventListener("abort", onAbort, { once: true });
-  let firstPending = opts.backends.length;
-  const feeds: Feed[] = opts.backends.map((b) => {
-    let first = true;
-    return feedBackend(b, {
-      log,
-      onSynced: () => {
-        if (first && --firstPending === 0 && opts.once) stop.abort();
-        first = false;
-      },
-    });
-  });
+  const feeds = feedAll(opts.backends, { log, onStartedUp: () => { if (opts.once) stop.abort(); } });
   try {
-    for await (const rev of watchStates({ ...opts, log, signal: stop.signal })) for (const f of feeds) f.push(rev);
+    for await (const rev of watchStates({ ...opts, log, signal: stop.signal })) feeds.push(rev);
   } finally {
     opts.signal?.removeEventListener("abort", onAbort);
-    await Promise.all(feeds.map((f) => f.idle()));
-    for (const f of feeds) f.stop();
+    await feeds.idle();
+    feeds.stop();
   }
 }

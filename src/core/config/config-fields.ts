@@ -2,7 +2,7 @@
 // field set to anything but kube-proxy's default (or, where kpng differs from
 // kube-proxy even at the default, to the value that matters) is named in a
 // warning at start-up. Every other field is applied (see configFromKubeProxy,
-// conntrack-sysctl.ts, proxy-servers.ts); none is dropped without a word.
+// conntrack-sysctl.ts, node-setup.ts, proxy-servers.ts); none is dropped without a word.
 
 import { kubeProxyDefaults, type KubeProxyConfig } from "./kube-proxy-config.ts";
 

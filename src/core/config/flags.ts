@@ -87,7 +87,8 @@ const durationFlag = (flag: string, s: string): number => {
 
 const onePerFamily = (xs: string[], family: (s: string) => string | null) => xs.length <= 2 && new Set(xs.map(family)).size === xs.length;
 
-type Args = Record<string, string | number | boolean | string[] | undefined>;
+/** Parsed flag values by canonical name (argv.ts), as every command receives them. */
+export type Args = Record<string, string | number | boolean | string[] | undefined>;
 
 /** kube-proxy 1.36's mode when none is configured (platformApplyDefaults): iptables on Linux, kernelspace on Windows. */
 export const defaultBackend = (platform: string = process.platform): string => (platform === "win32" ? "winkernel" : "iptables");

@@ -7,7 +7,6 @@
 // explicitly (a non-default address, or nodePortAddresses), and a port it
 // cannot bind is a warning, never fatal.
 
-import { writeFileSync } from "node:fs";
 import { networkInterfaces } from "node:os";
 import type { Brain, Revision } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
@@ -52,19 +51,6 @@ const hostAddresses = () =>
     .flat()
     .map((a) => a?.address)
     .filter((a): a is string => !!a);
-
-/**
- * kube-proxy's linux.oomScoreAdj (-999 by default): the node's proxy is among
- * the last processes the OOM killer picks. Needs CAP_SYS_RESOURCE to lower it.
- */
-export function applyOOMScoreAdj(cfg: Config, log: Logger): void {
-  if (cfg.dryRun || process.platform !== "linux") return;
-  try {
-    writeFileSync("/proc/self/oom_score_adj", String(cfg.kubeProxy.linux.oomScoreAdj));
-  } catch (err) {
-    log.warn("could not set oom_score_adj", { value: cfg.kubeProxy.linux.oomScoreAdj, error: (err as NodeJS.ErrnoException).code ?? errorMessage(err) });
-  }
-}
 
 export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   const { cfg, brain, log } = opts;

@@ -84,3 +84,15 @@ export async function waitForNodeIPs(view: NodeView, opts: { timeoutMs?: number;
     unsubscribe();
   }
 }
+
+/**
+ * Before the first sync: node ports and health checks need the node's IPs. A
+ * cluster source may register the Node after kpng starts, so wait for it
+ * (bounded, or until `stopped`); a file is the whole cluster, so a Node
+ * missing from it is only worth a warning. IPs given by flag need neither.
+ * Either way the IPs follow the Node later.
+ */
+export async function nodeIPsBeforeFirstSync(view: NodeView, opts: { input?: string; nodeIPs: readonly string[]; stopped?: Promise<void>; log: Logger }): Promise<void> {
+  if (opts.input === undefined && !opts.nodeIPs.length) await Promise.race([waitForNodeIPs(view, { log: opts.log }), ...(opts.stopped ? [opts.stopped] : [])]);
+  else if (view.state && !view.state.nodeIPs.length) opts.log.warn("the input file has no addresses for this Node: node ports answer nowhere until it does (or set --node-ip)", { node: view.nodeName, file: opts.input });
+}

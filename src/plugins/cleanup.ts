@@ -1,0 +1,27 @@
+// Rules that must go, beside kpng's own: with `--cleanup`, everything any
+// mode ever created; at start-up, once kpng's rules are in, kube-proxy's
+// (README "Migrating from kube-proxy"). The sweeping itself (leftovers/)
+// loads only when one of them runs.
+
+import { errorMessage, KpngError } from "../core/errors.ts";
+import type { Logger } from "../core/log.ts";
+import type { Backend, BackendContext } from "./backend.ts";
+
+/** `--cleanup`: every backend removes what it ever created; then every mode's rules go, kpng's and kube-proxy's. */
+export async function cleanupBackends(backends: readonly Backend[], ctx: BackendContext): Promise<void> {
+  for (const b of backends) await b.cleanup?.(ctx);
+  const { cleanupEveryMode } = await import("./leftovers/index.ts");
+  const { failures } = await cleanupEveryMode({ log: ctx.log.child("cleanup"), dryRun: ctx.config.dryRun, out: ctx.out });
+  if (failures.length) throw new KpngError("internal", `cleanup: ${failures.length} removal(s) failed, first: ${failures[0]}`);
+  ctx.log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
+}
+
+/** Whether kube-proxy may have left rules the backends named replace (its modes: nftables, iptables, ipvs). */
+export const replacesKubeProxy = (backends: readonly string[]): boolean => backends.some((n) => n === "nft" || n === "iptables" || n === "ipvs");
+
+/** Once kpng's own rules are in (every backend synced once), kube-proxy's go; a failure is a warning. */
+export async function removeKubeProxyRules(backends: readonly string[], log: Logger): Promise<void> {
+  if (!replacesKubeProxy(backends)) return;
+  const { migrateFromKubeProxy } = await import("./leftovers/index.ts");
+  await migrateFromKubeProxy({ log: log.child("migrate"), backends }).catch((err: unknown) => log.warn("cannot remove kube-proxy's rules", { err: errorMessage(err) }));
+}
