@@ -328,7 +328,7 @@ function versionText(v: string): string {
 // citty would also run the parent's `run` after a subcommand, and its parser
 // is not pflag's, so parse (argv.ts) and dispatch here.
 const argv = process.argv.slice(2);
-const subName = subCommands[argv[0] ?? ""] ? argv[0] : "";
+const subName = Object.hasOwn(subCommands, argv[0] ?? "") ? argv[0] : "";
 const cmd = subName ? subCommands[subName] : runCommand;
 process.on("unhandledRejection", fail);
 try {

@@ -117,6 +117,7 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
     { name: "--logging-format unknown", args: ["--logging-format=xml"], stderr: /^kpng: \[invalid_argument\] flag --logging-format: "xml" must be one of text, json$/ },
     { name: "--kube-api-content-type kpng cannot read", args: ["--kube-api-content-type=application/cbor"], stderr: /^kpng: \[invalid_argument\] flag --kube-api-content-type: "application\/cbor": kpng reads application\/json and application\/vnd\.kubernetes\.protobuf only$/ },
     { name: "an unknown flag", args: ["--frobnicate"], stderr: /^kpng: \[invalid_argument\] flag --frobnicate: unknown flag$/ },
+    { name: "a word an object inherits is no subcommand", args: ["toString"], stderr: /^kpng: \[invalid_argument\] unexpected argument "toString"/ },
   ];
   for (const c of bad) {
     test(`${c.name}: one line, exit 2`, () => {
