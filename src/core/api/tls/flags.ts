@@ -3,6 +3,7 @@
 // `--listen-tls-*` and `--listen-token-review`, the clients' `--tls-*`,
 // `--token-file` and `--api-plaintext`.
 
+import type { Args } from "../../config/flags.ts";
 import { invalid } from "../../errors.ts";
 import type { Logger } from "../../log.ts";
 import { checkListen, crossesNetwork, parseApiAddress, parseClientAddress } from "../server/address.ts";
@@ -10,7 +11,6 @@ import type { ApiServerOptions } from "../server/index.ts";
 import { checkClientSecurity, usesTls, type ClientSecurity } from "./client.ts";
 import { checkTlsFiles, hasTls, readTlsFiles, SERVER_FLAGS, type TlsFiles } from "./files.ts";
 
-type Args = Record<string, string | number | boolean | string[] | undefined>;
 const str = (args: Args, k: string) => (typeof args[k] === "string" && args[k] !== "" ? (args[k] as string) : undefined);
 const list = (s: string | undefined) => (s ?? "").split(",").map((x) => x.trim()).filter(Boolean);
 
