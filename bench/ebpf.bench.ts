@@ -26,7 +26,7 @@ import { createNftBackend } from "../plugins/nft/index.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { createLogger } from "../src/core/log.ts";
-import { startKpng, tempDir } from "../test/api/kpng-process.ts";
+import { startKpng, tempDir } from "../test/harness/kpng-process.ts";
 import { asList, clusterObjects, NODE, type K8sObject } from "../test/deployed/cluster.ts";
 import { slice, svc } from "../test/fixtures/k8s.ts";
 import { plan, v4, v6 } from "../test/fixtures/addresses.ts";

@@ -25,7 +25,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { genCluster } from "../test/api/gen-cluster.ts";
-import { makeClientCert, makeTestCert } from "../test/kube/api-server.ts";
+import { makeClientCert, makeTestCert } from "../test/harness/api-server.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const BUN = join(ROOT, "node_modules/.bin/bun");

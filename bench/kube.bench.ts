@@ -1,6 +1,6 @@
 // The Kubernetes source under churn, measured on the real process: `kpng
 // --kubeconfig K --backend nft --dry-run` follows the test API server
-// (test/kube/api-server.ts) while this bench changes EndpointSlices and
+// (test/harness/api-server.ts) while this bench changes EndpointSlices and
 // Services at a steady rate for one "hour" compressed into a minute. Printed:
 // API events in vs node-local revisions out (the batching), and the process's
 // memory over the run (flat = no growth). Figures only; nothing asserted.
@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { node as nodeObject } from "../test/fixtures/k8s.ts";
 import { syntheticService, syntheticSlice, type SyntheticOptions } from "../test/fixtures/synthetic.ts";
-import { FakeApiServer } from "../test/kube/api-server.ts";
+import { FakeApiServer } from "../test/harness/api-server.ts";
 import { freePort } from "../test/fixtures/free-port.ts";
 
 const CLUSTER: SyntheticOptions = { services: 1000, endpoints: 10, nodes: 100, localEvery: 10 };

@@ -16,7 +16,7 @@
 
 import { createInterface } from "node:readline";
 import { v4, v6 } from "../test/fixtures/addresses.ts";
-import { FakeApiServer, makeTestCert } from "../test/kube/api-server.ts";
+import { FakeApiServer, makeTestCert } from "../test/harness/api-server.ts";
 
 export const ENDPOINTS = 10;
 export const NODES = 100;

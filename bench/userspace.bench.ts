@@ -24,7 +24,7 @@ import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join } from "node:path";
 import { createNftBackend } from "../plugins/nft/index.ts";
-import { BUN } from "../test/api/kpng-process.ts";
+import { BUN } from "../test/harness/kpng-process.ts";
 import { v4, v6 } from "../test/fixtures/addresses.ts";
 import { createTopology, saidReady, type Topology } from "../test/harness/netns.ts";
 import { context, entry, ep, nodeConfig, nodeState, svc } from "../test/nft/fixtures.ts";

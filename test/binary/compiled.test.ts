@@ -5,8 +5,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, startKpng, startServe, tempDir } from "../api/kpng-process.ts";
-import { makeClientCert, makeTestCert } from "../kube/api-server.ts";
+import { ROOT, startKpng, startServe, tempDir } from "../harness/kpng-process.ts";
+import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import { pluginSuite } from "./suite.ts";
 

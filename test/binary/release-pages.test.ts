@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { elfSection, filePageRuns, parseSmaps, releasable } from "../../src/core/release-pages.ts";
-import { ROOT, startKpng, tempDir } from "../api/kpng-process.ts";
+import { ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 
 const SMAPS = `00200000-01a39000 r--p 00000000 fe:00 5318883                            /opt/kpng

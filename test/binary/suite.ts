@@ -10,7 +10,7 @@ import { Brain } from "../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { startFileSource } from "../../src/core/sources/file.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
-import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 type Line = { op: string; key?: string; n?: number };
 const parse = (lines: string[]): Line[] => lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Line);

@@ -4,18 +4,18 @@
 // kernel's real nftables/iptables, fed by one of the two sources:
 //
 // - "file": `--input cluster.json`, edited in place as an operator would;
-// - "api":  `--kubeconfig`, the in-repo API server (test/kube/api-server.ts)
+// - "api":  `--kubeconfig`, the in-repo API server (test/harness/api-server.ts)
 //   over HTTPS with a certificate made for the test. The server runs in the
 //   test process; ns_forward.py makes it reachable as https://127.0.0.1:6443
 //   from inside the node namespace, where kpng runs.
 
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { createTopology, pythonPath, saidReady, startProbeLoop, type Probe, type ProbeRun, type Topology } from "../harness/netns.ts";
 
 export type { ProbeRun };
-import { FakeApiServer, makeTestCert } from "../kube/api-server.ts";
+import { FakeApiServer, makeTestCert } from "../harness/api-server.ts";
 import { asList, clusterObjects, deniedClient, fillerObjects, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
 export type SourceKind = "file" | "api";

@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import { asList, checks, clusterObjects, deniedClient, ips, NODE, nodePorts, podPorts, runChecks, wanted } from "../deployed/cluster.ts";
 import { createTopology, type Probe, type Topology } from "../harness/netns.ts";

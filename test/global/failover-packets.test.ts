@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { asList, checks, clusterObjects, NODE, nodePorts, podPorts, deniedClient, runChecks, wanted, ips } from "../deployed/cluster.ts";
 import { continuousProbe, rulesOf } from "../deployed/rig.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 const dir = tempDir("kpng-faults-");
 const input = join(dir.path, "cluster.yaml");

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { EndpointInfoSchema, NodeInfoSchema, ServiceInfoSchema } from "../../src/gen/globalv1/global_pb.ts";
-import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 const dir = tempDir("kpng-global-");
 const input = join(dir.path, "cluster.yaml");

@@ -9,8 +9,8 @@ import { copyFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
 import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
-import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../api/kpng-process.ts";
-import { FakeApiServer, makeClientCert, makeTestCert } from "../kube/api-server.ts";
+import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { FakeApiServer, makeClientCert, makeTestCert } from "../harness/api-server.ts";
 
 setDefaultTimeout(60_000);
 const dir = tempDir("kpng-global-tls-");

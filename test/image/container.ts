@@ -8,7 +8,7 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startKpng, type KpngProcess } from "../api/kpng-process.ts";
+import { startKpng, type KpngProcess } from "../harness/kpng-process.ts";
 import { run } from "../harness/netns.ts";
 
 /** The part of an OCI runtime config.json this file reads or writes. */

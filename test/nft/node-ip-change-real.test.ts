@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
-import { BUN, ROOT } from "../api/kpng-process.ts";
+import { BUN, ROOT } from "../harness/kpng-process.ts";
 
 const NODE_PORT = 30080;
 let topo: Topology;

@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { localStateJSON } from "../../src/core/brain/output.ts";
 import { ProxyMetrics } from "../../src/core/node/metrics.ts";
 import { corpus, corpusNode, NODE } from "../fixtures/corpus/cases.ts";
-import { FakeApiServer } from "../kube/api-server.ts";
-import { rig, tempDir, testCert, waitFor, type Rig } from "../kube/helpers.ts";
+import { FakeApiServer } from "../harness/api-server.ts";
+import { rig, tempDir, testCert, waitFor, type Rig } from "./kube/helpers.ts";
 
 const root = join(import.meta.dir, "../..");
 const tmp = tempDir("kpng-corpus-");

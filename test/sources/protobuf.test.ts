@@ -1,5 +1,5 @@
 // The protobuf decoder (src/core/sources/protobuf/) against an encoder
-// written apart from it (test/kube/protobuf-encode.ts): every object of the
+// written apart from it (test/harness/protobuf-encode.ts): every object of the
 // corpus and of the fixtures, and one with every field kpng reads set, reads
 // the same through protobuf as through JSON; a body cut short or with bytes
 // changed gives a clear error for that object or that answer, never a
@@ -12,7 +12,7 @@ import { ProtoError } from "../../src/core/sources/protobuf/wire.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { corpus, corpusNode } from "../fixtures/corpus/cases.ts";
 import { asSent, node, slice, svc } from "../fixtures/k8s.ts";
-import { encodeItem, encodeList, encodeWatchEvent } from "../kube/protobuf-encode.ts";
+import { encodeItem, encodeList, encodeWatchEvent } from "../harness/protobuf-encode.ts";
 
 type Obj = Record<string, any>;
 

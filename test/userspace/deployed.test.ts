@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startKpng, tempDir, type KpngProcess } from "../api/kpng-process.ts";
+import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { slice } from "../fixtures/k8s.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { asList, checks, clusterObjects, deniedClient, ips, NODE, podPorts, runChecks, wanted, type K8sObject } from "../deployed/cluster.ts";

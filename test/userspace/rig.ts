@@ -7,7 +7,7 @@ import { join } from "node:path";
 import type { Config } from "../../src/core/config/config.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { EndpointSchema, ServiceSchema } from "../../src/gen/localv1/services_pb.ts";
-import { BUN } from "../api/kpng-process.ts";
+import { BUN } from "../harness/kpng-process.ts";
 import { pythonPath, saidReady, type Pod, type Topology } from "../harness/netns.ts";
 import type { WireState } from "./driver.ts";
 

@@ -1,0 +1,246 @@
+// The kubernetes-mixin "Proxy" dashboard against kpng as deployed: kpng runs
+// with an operator's flags inside the node namespace, the nft backend
+// programming real rules; a real Prometheus (Debian's) scrapes its /metrics
+// there on loopback every 500 ms, as a cluster's Prometheus scrapes
+// kube-proxy, and every query of the dashboard is evaluated by Prometheus
+// itself after a few changes moved the counters. Then the same for iptables
+// mode's own families. kpng reads the in-repo API server (--kubeconfig), not
+// a file: the dashboard's API-client panels need one.
+//
+// Why a real Prometheus rather than a small evaluator: the dashboard's
+// queries lean on PromQL's semantics (rate over counters, histogram_quantile
+// over `le` buckets, label regexes, `up`, which only a scraper produces);
+// an evaluator written here would test our reading of PromQL, not what a
+// user's dashboard shows.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { tempDir } from "../harness/kpng-process.ts";
+import { slice } from "../fixtures/k8s.ts";
+import { deploy, type BackendName, type Deployed } from "../deployed/rig.ts";
+
+/**
+ * The queries of kubernetes-monitoring/kubernetes-mixin
+ * dashboards/proxy.libsonnet (commit acdade96d1fe4ebc886664b410e75035e1ea7615),
+ * panel by panel, with the mixin's defaults substituted:
+ * %(clusterLabel)s = cluster, %(kubeProxySelector)s = job="kube-proxy".
+ * $cluster and $instance are the dashboard's variables (filled below the way
+ * Grafana fills them). `want`: "data" = a non-empty result whose values are
+ * numbers (`positive`: and > 0, for what the test moved); "empty" with the
+ * reason kpng has nothing there.
+ */
+const DASHBOARD: Array<{ panel: string; expr: string; want: "data" | "empty"; positive?: boolean; why?: string }> = [
+  { panel: "Up", expr: 'sum(up{cluster="$cluster", job="kube-proxy"})', want: "data", positive: true },
+  { panel: "Rules Sync Rate", expr: 'sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
+  { panel: "Rule Sync Latency 99th Quantile", expr: 'histogram_quantile(0.99,rate(kubeproxy_sync_proxy_rules_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
+  { panel: "Network Programming Rate", expr: 'sum(rate(kubeproxy_network_programming_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
+  { panel: "Network Programming Latency 99th Quantile", expr: 'histogram_quantile(0.99, sum(rate(kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m])) by (instance, le))', want: "data", positive: true },
+  { panel: "Kube API Request Rate (2xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"2.."}[5m]))', want: "data", positive: true },
+  { panel: "Kube API Request Rate (3xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"3.."}[5m]))', want: "empty", why: "the API server never redirects (nor does it redirect kube-proxy)" },
+  { panel: "Kube API Request Rate (4xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"4.."}[5m]))', want: "data", positive: true },
+  { panel: "Kube API Request Rate (5xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"5.."}[5m]))', want: "data", positive: true },
+  {
+    panel: "Post Request Latency 99th Quantile",
+    expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy",instance=~"$instance",verb="POST"}[5m])) by (verb, url, le))',
+    want: "empty",
+    why: "kpng POSTs only the IPVS deprecation event (ipvs mode); in nft mode it posts nothing (test/node/events.test.ts)",
+  },
+  { panel: "Get Request Latency 99th Quantile", expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance", verb="GET"}[5m])) by (verb, url, le))', want: "data", positive: true },
+  { panel: "Memory", expr: 'process_resident_memory_bytes{cluster="$cluster", job="kube-proxy",instance=~"$instance"}', want: "data", positive: true },
+  { panel: "CPU usage", expr: 'rate(process_cpu_seconds_total{cluster="$cluster", job="kube-proxy",instance=~"$instance"}[5m])', want: "data" },
+  { panel: "Goroutines", expr: 'go_goroutines{cluster="$cluster", job="kube-proxy",instance=~"$instance"}', want: "empty", why: "kpng is not a Go program: it has no goroutines, and does not invent the series" },
+];
+/** the dashboard's $instance variable: label_values(<this>, instance) */
+const INSTANCE_VARIABLE = 'kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy"}';
+
+const CLUSTER = "kpng-test";
+const PROM = "127.0.0.1:9090";
+/** kube-proxy's (and kpng's) default metrics address; in the node namespace, its own loopback */
+const METRICS = "127.0.0.1:10249";
+const TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time";
+const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
+
+type Sample = { metric: Record<string, string>; value: [number, string] };
+
+async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let last: T | undefined;
+  let error: unknown;
+  while (Date.now() < end) {
+    try {
+      last = await get();
+      if (ok(last)) return last;
+    } catch (err) {
+      error = err;
+    }
+    await Bun.sleep(250);
+  }
+  throw new Error(`${what}: not within ${timeoutMs} ms (last: ${JSON.stringify(last)}${error ? `, error: ${error}` : ""})`);
+}
+
+/** kpng as deployed with `backend`, and a Prometheus in its node namespace scraping it. */
+class Scraped {
+  d!: Deployed;
+  private prom?: ReturnType<typeof Bun.spawn>;
+  private readonly dir = tempDir("kpng-prometheus-");
+
+  async start(backend: BackendName): Promise<void> {
+    if (!Bun.which("prometheus")) throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
+    this.dir.create();
+    this.d = await deploy({ source: "api", backend, prefix: "kpm" });
+    const config = join(this.dir.path, "prometheus.yml");
+    writeFileSync(
+      config,
+      [
+        "global: { scrape_interval: 500ms, evaluation_interval: 500ms }",
+        "scrape_configs:",
+        "  - job_name: kube-proxy",
+        `    static_configs: [{ targets: ["${METRICS}"], labels: { cluster: ${CLUSTER} } }]`,
+        "",
+      ].join("\n"),
+    );
+    this.prom = Bun.spawn(
+      ["ip", "netns", "exec", this.d.topo.node.ns, "prometheus", `--config.file=${config}`, `--storage.tsdb.path=${join(this.dir.path, "data")}`, `--web.listen-address=${PROM}`, "--log.level=warn"],
+      { stdout: "ignore", stderr: "pipe" },
+    );
+    await waitFor("Prometheus scrapes kpng", () => this.query(`up{job="kube-proxy"}`), (r) => r.result.some((s) => s.value[1] === "1"));
+    // The counters move after Prometheus has their first values: rates need two samples.
+    await Bun.sleep(1000);
+  }
+
+  async stop(): Promise<void> {
+    this.prom?.kill();
+    await this.prom?.exited;
+    await this.d?.destroy();
+    this.dir.remove();
+  }
+
+  /** GET a Prometheus API path from inside the node namespace, as JSON. */
+  async get(path: string, params: Record<string, string> = {}): Promise<{ status: string; data: unknown }> {
+    const args = Object.entries(params).flatMap(([k, v]) => ["--data-urlencode", `${k}=${v}`]);
+    return JSON.parse(await this.d.topo.exec(this.d.topo.node.ns, ["curl", "-sS", "--max-time", "10", "--get", ...args, `http://${PROM}${path}`]));
+  }
+
+  query = async (expr: string) => (await this.get("/api/v1/query", { query: expr })).data as { resultType: string; result: Sample[] };
+
+  /** The cluster-ip service's slice: pod0, and pod1 for odd `i` (as deployed); stamped as the EndpointSlice controller stamps it; resolves once synced. */
+  async changeEndpoints(i: number): Promise<void> {
+    const pods = this.d.topo.pods;
+    const endpoints = [{ ip: pods[0].v4, node: "node-a", pod: "pod0" }, ...(i % 2 ? [{ ip: pods[1].v4, node: "node-a", pod: "pod1" }] : [])];
+    const s = slice({ service: "cluster-ip", ports: httpSlice, endpoints });
+    (s.metadata as { annotations?: Record<string, string> }).annotations = { [TRIGGER]: new Date().toISOString() };
+    const before = this.d.syncs();
+    this.d.apply(s);
+    await this.d.syncedAfter(before, 20_000);
+  }
+}
+
+const nft = new Scraped();
+const query = (expr: string) => nft.query(expr);
+
+
+describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", () => {
+  beforeAll(async () => {
+    await nft.start("nft");
+    for (let i = 0; i < 2; i++) {
+      await nft.changeEndpoints(i);
+      await Bun.sleep(700);
+    }
+    // Watches cut, twice (a series' first value is no increase to rate()): a
+    // reconnect answered 500, then 410 Gone for the kinds that did not change
+    // since they were listed (the history is compacted: kpng lists again),
+    // then 200.
+    const api = nft.d.api!;
+    api.goneAs = "http";
+    // Relists by pages (an API server without streamed lists, WatchList off): a streamed list is a
+    // watch, which client-go counts but does not time, and the GET latency panel shows timed GETs.
+    api.watchList = false;
+    for (let round = 0; round < 2; round++) {
+      await nft.changeEndpoints(round);
+      api.failNext(1, 500);
+      api.compact();
+      api.dropConnections();
+      await waitFor("the watches are back", async () => api.openWatches, (n) => n >= 3);
+      await Bun.sleep(1000);
+    }
+    // a few more scrapes after the last change
+    await Bun.sleep(1500);
+  }, 120_000);
+
+  afterAll(() => nft.stop(), 30_000);
+
+  let instances: string[] = [];
+  const fill = (expr: string) => expr.replaceAll("$cluster", CLUSTER).replaceAll("$instance", instances.join("|"));
+
+  test("the $instance variable lists kpng (label_values over network programming buckets)", async () => {
+    const r = await nft.get("/api/v1/label/instance/values", { "match[]": fill(INSTANCE_VARIABLE) });
+    instances = r.data as string[];
+    expect(instances).toEqual([METRICS]);
+  }, 20_000);
+
+  test.each(DASHBOARD)("$panel: $want", async (q) => {
+    if (!instances.length) instances = [METRICS];
+    const r = await query(fill(q.expr));
+    const values = r.result.map((s) => Number(s.value[1]));
+    if (q.want === "empty") {
+      expect({ panel: q.panel, result: r.result }).toEqual({ panel: q.panel, result: [] });
+      return;
+    }
+    expect({ panel: q.panel, series: values.length }).not.toEqual({ panel: q.panel, series: 0 });
+    for (const v of values) {
+      expect(Number.isFinite(v)).toBe(true);
+      if (q.positive) expect(v).toBeGreaterThan(0);
+    }
+  }, 20_000);
+
+  test("every ip_family kube-proxy labels is there: both families' syncs and conntrack cleanups, the IPv4 slice's programming latency", async () => {
+    const byFamily = async (expr: string) => (await query(`sum by (ip_family) (${expr})`)).result.map((s) => s.metric.ip_family).sort();
+    expect(await byFamily('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+    expect(await byFamily('kubeproxy_sync_proxy_rules_last_timestamp_seconds{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+    expect(await byFamily('kubeproxy_network_programming_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4"]);
+    expect(await byFamily('kubeproxy_sync_proxy_rules_nftables_sync_failures_total{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+    expect(await byFamily('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
+  }, 20_000);
+
+  test("kubernetes_build_info and the API client's codes as Prometheus stored them", async () => {
+    const info = (await query('kubernetes_build_info{job="kube-proxy"}')).result;
+    expect(info.length).toBe(1);
+    expect(info[0].metric.git_version).toMatch(/^v\d+\.\d+\.\d+/);
+    const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result.map((s) => `${s.metric.method} ${s.metric.code}`).sort();
+    // 422: the streamed lists the API server refused once its WatchList was off (above)
+    expect(codes).toEqual(["GET 200", "GET 410", "GET 422", "GET 500"]);
+  }, 20_000);
+});
+
+// kube-proxy's default mode on Linux: its own families, through the same pipeline.
+describe("iptables mode's families, scraped by Prometheus", () => {
+  const ipt = new Scraped();
+  beforeAll(async () => {
+    await ipt.start("iptables");
+    await ipt.changeEndpoints(0);
+    await Bun.sleep(1500);
+  }, 120_000);
+  afterAll(() => ipt.stop(), 30_000);
+
+  const by = async (expr: string, ...labels: string[]) =>
+    Object.fromEntries((await ipt.query(expr)).result.map((s) => [labels.map((l) => s.metric[l]).join(" "), Number(s.value[1])]));
+
+  test("rules kpng owns, per family and table; rules the last restore wrote", async () => {
+    const total = await by('kubeproxy_sync_proxy_rules_iptables_total{job="kube-proxy"}', "ip_family", "table");
+    const last = await by('kubeproxy_sync_proxy_rules_iptables_last{job="kube-proxy"}', "ip_family", "table");
+    for (const k of ["IPv4 nat", "IPv4 filter", "IPv6 nat", "IPv6 filter"]) expect({ k, owned: total[k] > 0 }).toEqual({ k, owned: true });
+    // the last sync was partial (one slice changed): it wrote less than kpng owns
+    expect(last["IPv4 nat"]).toBeGreaterThan(0);
+    expect(last["IPv4 nat"]).toBeLessThan(total["IPv4 nat"]);
+  }, 20_000);
+
+  test("restore failures (none), both families; syncs and conntrack cleanups under both", async () => {
+    expect(await by('kubeproxy_sync_proxy_rules_iptables_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({ IPv4: 0, IPv6: 0 });
+    expect(await by('kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({ IPv4: 0, IPv6: 0 });
+    expect(Object.keys(await by('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual(["IPv4", "IPv6"]);
+    expect(Object.keys(await by('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual(["IPv4", "IPv6"]);
+    const rate = (await ipt.query('sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}[5m]))')).result;
+    expect(Number(rate[0]?.value[1])).toBeGreaterThan(0);
+  }, 20_000);
+});

@@ -1,0 +1,68 @@
+// Shared bits of the Kubernetes-source suites: a temp dir with a test
+// certificate, polling, and a brain wired to the kube source.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Brain } from "../../../src/core/brain/brain.ts";
+import { defaultConfig, type Config } from "../../../src/core/config/config.ts";
+import { memoryLogger } from "../../../src/core/log.ts";
+import { startKubeSource, type KubeSource } from "../../../src/core/sources/kube.ts";
+import { FakeApiServer, makeTestCert, type TestCert } from "../../harness/api-server.ts";
+
+export const NODE = "node-1";
+
+export function tempDir(prefix = "kpng-kube-"): { dir: string; remove: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  return { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+let cert: TestCert | undefined;
+/** One certificate per test process (openssl takes a few ms). */
+export function testCert(dir: string): TestCert {
+  return (cert ??= makeTestCert(dir));
+}
+
+export async function waitFor<T>(what: string, f: () => T | undefined | false | null | Promise<T | undefined | false | null>, timeoutMs = 5000): Promise<T> {
+  const end = performance.now() + timeoutMs;
+  for (;;) {
+    const v = await f();
+    if (v) return v;
+    if (performance.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(10);
+  }
+}
+
+export interface Rig {
+  api: FakeApiServer;
+  brain: Brain;
+  source: KubeSource;
+  log: ReturnType<typeof memoryLogger>;
+  /** service keys of this node's latest state */
+  keys(): string[];
+  rev(): number;
+  close(): Promise<void>;
+}
+
+/** A brain fed by the kube source from `api` (started, with short backoffs). */
+export async function rig(api: FakeApiServer, dir: string, cfg: Partial<Config> = {}): Promise<Rig> {
+  const brain = new Brain({ serviceProxyName: cfg.serviceProxyName });
+  const log = memoryLogger();
+  const source = await startKubeSource({
+    kubeconfig: api.writeKubeconfig(dir),
+    brain,
+    log,
+    config: defaultConfig({ nodeName: NODE, minSyncPeriodSeconds: 0.02, ...cfg }),
+    backoff: { initialMs: 40, maxMs: 200 },
+  });
+  const view = brain.view(NODE);
+  return {
+    api,
+    brain,
+    source,
+    log,
+    keys: () => [...(view.state?.services.keys() ?? [])].sort(),
+    rev: () => view.state?.rev ?? 0,
+    close: async () => source.close(),
+  };
+}

@@ -1,0 +1,51 @@
+// The API server cannot be reached when kpng starts (the node boots before
+// the control plane, or the pod is deleted during an outage): kpng keeps
+// retrying the first list, and a SIGTERM still stops it at once, as the
+// kubelet expects of any pod, instead of after the grace period's SIGKILL.
+// The whole process, with the flags an operator passes.
+
+import { afterAll, describe, expect, test } from "bun:test";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { startKpng } from "../../harness/kpng-process.ts";
+import { tempDir } from "./helpers.ts";
+
+const tmp = tempDir("kpng-unreachable-");
+afterAll(() => tmp.remove());
+
+// Port 1 on loopback: nothing listens, every connect is refused.
+const NO_SERVER = ["--master", "http://127.0.0.1:1"];
+const QUIET = ["--healthz-bind-address", "", "--metrics-bind-address", ""];
+
+const cases = [
+  { name: "kpng (brain and backend)", args: [...NO_SERVER, ...QUIET, "--hostname-override", "node-1", "--backend", "nft", "--dry-run"] },
+  { name: "kpng serve (brain only)", args: ["serve", ...NO_SERVER, "--listen", `unix://${join(tmp.dir, "kpng.sock")}`] },
+];
+
+describe("SIGTERM while the first list cannot reach the API server", () => {
+  for (const c of cases)
+    test(`${c.name}: exits 0 within 2 s`, async () => {
+      const p = startKpng(c.args);
+      await p.waitFor(/list failed, keeping the last known state/, 10_000);
+      const t0 = performance.now();
+      const code = await Promise.race([p.stop("SIGTERM"), Bun.sleep(5_000).then(() => "still running")]);
+      if (code === "still running") p.proc.kill("SIGKILL");
+      expect(code).toBe(0);
+      expect(performance.now() - t0).toBeLessThan(2_000);
+      expect(p.stderr.some((l) => / INFO kpng: shutting down signal=SIGTERM/.test(l))).toBe(true);
+    });
+});
+
+describe("a backend that cannot work, while the first list cannot reach the API server", () => {
+  test("kpng --backend nft without nft: exits at once with the reason, not after the API server comes", async () => {
+    const empty = join(tmp.dir, "bin");
+    mkdirSync(empty, { recursive: true });
+    // no dry run: setup asks the kernel, through nft, to check kpng's skeleton; there is no nft to run
+    const p = startKpng([...NO_SERVER, ...QUIET, "--hostname-override", "node-1", "--backend", "nft"], { env: { PATH: empty } });
+    const code = await Promise.race([p.proc.exited, Bun.sleep(5_000).then(() => "still running")]);
+    if (code === "still running") p.proc.kill("SIGKILL");
+    expect(code).toBe(1);
+    await Bun.sleep(50); // the pumps drain
+    expect(p.stderr.join("\n")).toMatch(/nftables cannot load kpng's rules: .*nft/);
+  });
+});
