@@ -13,7 +13,7 @@
 // (ECONNREFUSED, kube-proxy's reject), or, where a Local policy leaves none,
 // fail with EPERM (kube-proxy drops).
 
-import { affinitySeconds, type Endpoint, FAMILIES, type Family, ipFamily, ipsOf, ipVersion, isPort, Protocol, servedInFamily, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
+import { affinitySeconds, type Endpoint, FAMILIES, type Family, ipFamily, type IPVersion, ipsOf, ipVersion, isPort, Protocol, servedInFamily, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
 import type { BackendValue, FrontKey } from "./maps.ts";
 import { GROUP_DROP } from "./names.ts";
 
@@ -34,6 +34,8 @@ const PROTO: Partial<Record<Protocol, { name: string; num: number }>> = {
 };
 
 const byAddrPort = (a: BackendValue, b: BackendValue) => (a.addr < b.addr ? -1 : a.addr > b.addr ? 1 : a.port - b.port);
+
+const frontKeys = (family: IPVersion, proto: number, ips: string[], port: number): FrontKey[] => ips.map((addr) => ({ family, addr, port, proto }));
 
 export function renderService(key: string, se: ServiceEndpoints, nodeIPs: readonly string[]): GroupSpec[] {
   const out: GroupSpec[] = [];
@@ -65,21 +67,23 @@ function renderFamily(out: GroupSpec[], key: string, { service: svc, endpoints }
       if (ep.Scopes?.Internal) internal.set(`${addr}|${tp}`, b);
       if (ep.Scopes?.External) external.set(`${addr}|${tp}`, b);
     }
-    const name = (scope: string) => `${key}|${version}|${proto.name}|${port.Name || port.Port}|${scope}`;
-    const fronts = (ips: string[], p: number) => ips.map((addr) => ({ family: version, addr, port: p, proto: proto.num }));
+    const group = `${key}|${version}|${proto.name}|${port.Name || port.Port}|`;
     if (clusterIPs.length)
       out.push({
-        name: name("internal"),
+        name: `${group}internal`,
         endpoints: [...internal.values()].sort(byAddrPort),
         affinity,
         flags: svc.InternalTrafficToLocal ? GROUP_DROP : 0,
-        frontends: fronts(clusterIPs, port.Port),
+        frontends: frontKeys(version, proto.num, clusterIPs, port.Port),
       });
-    const extFronts = [...fronts(extIPs, port.Port), ...(isPort(port.NodePort) ? fronts(nodeAddrs, port.NodePort) : [])];
+    const extFronts = [
+      ...frontKeys(version, proto.num, extIPs, port.Port),
+      ...(isPort(port.NodePort) ? frontKeys(version, proto.num, nodeAddrs, port.NodePort) : []),
+    ];
     if (!extFronts.length) continue;
     const shortCircuit = svc.ExternalTrafficToLocal && internal.size > 0;
     out.push({
-      name: name("external"),
+      name: `${group}external`,
       endpoints: [...(shortCircuit ? internal : external).values()].sort(byAddrPort),
       affinity,
       flags: svc.ExternalTrafficToLocal ? GROUP_DROP : 0,

@@ -14,10 +14,11 @@ export function udpFrontends(service: Service, endpoints: ReadonlyMap<string, En
     const internal = eps.filter((e) => e.internal).map((e) => hostPort(canonicalIP(e.ip), e.port));
     // eTP=Local short-circuits pods to the internal endpoints: both sets are reachable.
     const external = eps.filter((e) => e.external || (service.ExternalTrafficToLocal && e.internal)).map((e) => hostPort(canonicalIP(e.ip), e.port));
-    const add = (f: UdpFrontend) => out.set(frontendKey(f), f);
-    for (const ip of ipsOf(service.IPs?.ClusterIPs, family)) add({ ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: internal });
-    for (const ip of [...ipsOf(service.IPs?.ExternalIPs, family), ...ipsOf(service.IPs?.LoadBalancerIPs, family)]) add({ ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: external });
-    if (pm.NodePort > 0) add({ family: fam, port: pm.NodePort, endpoints: external });
+    for (const ip of ipsOf(service.IPs?.ClusterIPs, family)) add(out, { ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: internal });
+    for (const ip of [...ipsOf(service.IPs?.ExternalIPs, family), ...ipsOf(service.IPs?.LoadBalancerIPs, family)]) add(out, { ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: external });
+    if (pm.NodePort > 0) add(out, { family: fam, port: pm.NodePort, endpoints: external });
   }
   return out;
 }
+
+const add = (out: Map<string, UdpFrontend>, f: UdpFrontend) => out.set(frontendKey(f), f);

@@ -10,7 +10,7 @@
 //   - ipset entries driving the few iptables rules: masquerade classes, source
 //     ranges, hairpin, and REJECT / DROP for destinations without endpoints.
 
-import { affinitySeconds, cidrsOf, type Endpoint, type Family, familyOf, ipsOf, type PortMapping, protocolName, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
+import { affinitySeconds, cidrsOf, type Endpoint, type Family, familyOf, ipsOf, type PortMapping, protocolName, type Service, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
 import { type SetId, setName } from "./names.ts";
 import {
   type Proto,
@@ -35,7 +35,13 @@ export interface RenderContext {
 
 
 
-function realServers(eps: readonly Endpoint[], scope: "Internal" | "External", family: Family, pm: PortMapping) {
+/** endpoints of a scope as real servers, and the addresses of those on this node */
+interface RealServers {
+  reals: Map<string, RealServer>;
+  local: Set<string>;
+}
+
+function realServers(eps: readonly Endpoint[], scope: "Internal" | "External", family: Family, pm: PortMapping): RealServers {
   const reals = new Map<string, RealServer>();
   const local = new Set<string>();
   for (const ep of eps) {
@@ -62,6 +68,19 @@ function setCIDRs(cidr: string): string[] {
 }
 
 
+/** one service port in one family: what its objects are made of, and the model they go to */
+interface PortRender {
+  model: ServiceModel;
+  svc: Service;
+  pm: PortMapping;
+  family: Family;
+  proto: Proto;
+  scheduler: string;
+  persistence: number | undefined;
+  internal: RealServers;
+  external: RealServers;
+}
+
 export function renderService(se: ServiceEndpoints, ctx: RenderContext): ServiceModel {
   const svc = se.service;
   const model: ServiceModel = { virtualServices: new Map(), addresses: new Set(), entries: new Set() };
@@ -73,57 +92,74 @@ export function renderService(se: ServiceEndpoints, ctx: RenderContext): Service
     const proto = protocolName(pm.Protocol);
     if (!proto) continue;
     for (const family of ctx.families) {
-      const entry = (id: SetId, value: string) => model.entries.add(entryKey(setName(id, family), value));
       const internal = realServers(eps, "Internal", family, pm);
       const external = realServers(eps, "External", family, pm);
-
-      const frontend = (ip: string, port: number, reals: Map<string, RealServer>, o: { masq?: SetId; local: boolean }) => {
-        const vs: VirtualServer = { proto, ip, port, scheduler, ...(persistence ? { persistence } : {}) };
-        model.virtualServices.set(vsKey(vs), { vs, reals: new Map(reals) });
-        const dst = `${ip},${proto}:${port}`;
-        if (o.masq) entry(o.masq, dst);
-        // No endpoint: kube-proxy REJECTs under a Cluster policy and DROPs under a
-        // Local one (a Local policy must not tell clients the service is absent).
-        if (reals.size === 0) entry(o.local ? "drop" : "reject", dst);
-      };
-
-      const eLocal = svc.ExternalTrafficToLocal;
-      for (const ip of ipsOf(svc.IPs?.ClusterIPs, family)) {
-        model.addresses.add(ip);
-        frontend(ip, pm.Port, internal.reals, { masq: "clusterIP", local: svc.InternalTrafficToLocal });
-      }
-      for (const ip of ipsOf(svc.IPs?.ExternalIPs, family)) {
-        model.addresses.add(ip);
-        // eTP=Local keeps the client source: no masquerade.
-        frontend(ip, pm.Port, external.reals, { masq: eLocal ? undefined : "externalIP", local: eLocal });
-      }
-      for (const ip of ipsOf(svc.IPs?.LoadBalancerIPs, family)) {
-        model.addresses.add(ip);
-        frontend(ip, pm.Port, external.reals, { masq: eLocal ? undefined : "loadBalancer", local: eLocal });
-      }
-      if (pm.NodePort) {
-        for (const ip of ctx.nodePortIPs) {
-          if (familyOf(ip) === family) frontend(ip, pm.NodePort, external.reals, { masq: eLocal ? undefined : "nodePort", local: eLocal });
-        }
-      }
-
-      for (const filter of svc.IPFilters) {
-        // Ranges of the other family do not restrict this one (upstream filters them per family).
-        const ranges = cidrsOf(filter.SourceRanges, family).flatMap(setCIDRs);
-        if (!ranges.length) continue;
-        for (const ip of ipsOf(filter.TargetIPs, family)) {
-          const dst = `${ip},${proto}:${pm.Port}`;
-          entry("loadBalancerFW", dst);
-          for (const cidr of ranges) entry("loadBalancerSourceCIDR", `${dst},${cidr}`);
-        }
-      }
-
-      // A local pod balanced to itself needs masquerade or its reply bypasses IPVS.
-      for (const { reals, local } of [internal, external]) {
-        if (!local.size) continue;
-        for (const rs of reals.values()) if (local.has(rs.ip)) entry("loopBack", `${rs.ip},${proto}:${rs.port},${rs.ip}`);
-      }
+      const r: PortRender = { model, svc, pm, family, proto, scheduler, persistence, internal, external };
+      renderFrontends(r, ctx.nodePortIPs);
+      renderSourceRanges(r);
+      renderLoopBack(r);
     }
   }
   return model;
+}
+
+function entry(r: PortRender, id: SetId, value: string) {
+  r.model.entries.add(entryKey(setName(id, r.family), value));
+}
+
+/** a virtual server for each address the port answers on, with the ipset entries of its destination */
+function renderFrontends(r: PortRender, nodePortIPs: readonly string[]) {
+  const { svc, pm, family, model, internal, external } = r;
+  const eLocal = svc.ExternalTrafficToLocal;
+  for (const ip of ipsOf(svc.IPs?.ClusterIPs, family)) {
+    model.addresses.add(ip);
+    frontend(r, ip, pm.Port, internal.reals, { masq: "clusterIP", local: svc.InternalTrafficToLocal });
+  }
+  for (const ip of ipsOf(svc.IPs?.ExternalIPs, family)) {
+    model.addresses.add(ip);
+    // eTP=Local keeps the client source: no masquerade.
+    frontend(r, ip, pm.Port, external.reals, { masq: eLocal ? undefined : "externalIP", local: eLocal });
+  }
+  for (const ip of ipsOf(svc.IPs?.LoadBalancerIPs, family)) {
+    model.addresses.add(ip);
+    frontend(r, ip, pm.Port, external.reals, { masq: eLocal ? undefined : "loadBalancer", local: eLocal });
+  }
+  if (pm.NodePort) {
+    for (const ip of nodePortIPs) {
+      if (familyOf(ip) === family) frontend(r, ip, pm.NodePort, external.reals, { masq: eLocal ? undefined : "nodePort", local: eLocal });
+    }
+  }
+}
+
+function frontend(r: PortRender, ip: string, port: number, reals: Map<string, RealServer>, o: { masq?: SetId; local: boolean }) {
+  const { proto, scheduler, persistence } = r;
+  const vs: VirtualServer = { proto, ip, port, scheduler, ...(persistence ? { persistence } : {}) };
+  r.model.virtualServices.set(vsKey(vs), { vs, reals: new Map(reals) });
+  const dst = `${ip},${proto}:${port}`;
+  if (o.masq) entry(r, o.masq, dst);
+  // No endpoint: kube-proxy REJECTs under a Cluster policy and DROPs under a
+  // Local one (a Local policy must not tell clients the service is absent).
+  if (reals.size === 0) entry(r, o.local ? "drop" : "reject", dst);
+}
+
+/** loadBalancerSourceRanges: the guarded destinations and the sources let in */
+function renderSourceRanges(r: PortRender) {
+  for (const filter of r.svc.IPFilters) {
+    // Ranges of the other family do not restrict this one (upstream filters them per family).
+    const ranges = cidrsOf(filter.SourceRanges, r.family).flatMap(setCIDRs);
+    if (!ranges.length) continue;
+    for (const ip of ipsOf(filter.TargetIPs, r.family)) {
+      const dst = `${ip},${r.proto}:${r.pm.Port}`;
+      entry(r, "loadBalancerFW", dst);
+      for (const cidr of ranges) entry(r, "loadBalancerSourceCIDR", `${dst},${cidr}`);
+    }
+  }
+}
+
+// A local pod balanced to itself needs masquerade or its reply bypasses IPVS.
+function renderLoopBack(r: PortRender) {
+  for (const { reals, local } of [r.internal, r.external]) {
+    if (!local.size) continue;
+    for (const rs of reals.values()) if (local.has(rs.ip)) entry(r, "loopBack", `${rs.ip},${r.proto}:${rs.port},${rs.ip}`);
+  }
 }

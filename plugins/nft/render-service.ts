@@ -24,6 +24,7 @@ import {
   affinitySeconds,
   type Endpoint,
   externallyAccessible,
+  type Family,
   hostPort,
   ipVersion,
   isPort,
@@ -34,7 +35,7 @@ import {
   targetPort,
   type UdpFrontend,
 } from "../../src/plugins/toolkit/index.ts";
-import { addressFamily, addrKw, cidrsOfFamily, firstOfFamily, ofFamily, setOf } from "./addr.ts";
+import { addressFamily, addrKw, addrType, cidrsOfFamily, firstOfFamily, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import { place } from "./positions.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
@@ -135,6 +136,51 @@ interface Target {
   local: boolean;
 }
 
+/** an endpoint and its first address of the family being rendered */
+interface FamilyEndpoint {
+  ep: Endpoint;
+  addr: string;
+}
+
+/** one service's render in progress: the facts its parts read, and the objects they add to */
+interface ServiceRender {
+  key: string;
+  svc: Service;
+  fc: FamilyConfig;
+  af: Family;
+  /** the address keyword of rules: ip or ip6 */
+  ip: string;
+  affinity: number | undefined;
+  clusterIPs: string[];
+  /** external and load-balancer IPs */
+  extIPs: string[];
+  firewalls: Firewall[];
+  slots: SlotSource;
+  prev: ServiceObjects | undefined;
+  out: ServiceObjects;
+  /** out.slots, writable */
+  slotOf: Map<string, number>;
+  /** local endpoints a dispatch list holds */
+  hairpin: Set<string>;
+}
+
+/** what the rules of one service port are made of, worked out once for all of them */
+interface PortFacts {
+  index: number;
+  proto: N.DnatProtocol;
+  port: number;
+  /** 0: no node port in this family */
+  nodePort: number;
+  /** names.servicePortId: this port's chains and sets are named from it */
+  id: string;
+  targets: Target[];
+  internal: Target[];
+  external: Target[];
+  hasExternalFrontend: boolean;
+  /** eTP=Local with internal endpoints: pods and the node go to the cluster endpoints */
+  shortCircuit: boolean;
+}
+
 export function renderService(
   key: string,
   svc: Service,
@@ -149,142 +195,203 @@ export function renderService(
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
-  const clusterIPs = ofFamily(f, ips?.ClusterIPs?.[fam]);
-  const extIPs = ofFamily(f, ips?.ExternalIPs?.[fam], ips?.LoadBalancerIPs?.[fam]);
   const af = addressFamily(f);
   if (!servedInFamily(svc, af)) return compact(out);
 
-  const ip = addrKw(f);
-  const affinity = affinitySeconds(svc);
-  // an endpoint's first address of the family (plain loops: 100,000s of endpoints at scale)
-  const epList: { ep: Endpoint; addr: string }[] = [];
+  const firewalls = renderFirewalls(key, svc, fc, out);
+  const s: ServiceRender = {
+    key,
+    svc,
+    fc,
+    af,
+    ip: addrKw(f),
+    affinity: affinitySeconds(svc),
+    clusterIPs: ofFamily(f, ips?.ClusterIPs?.[fam]),
+    extIPs: ofFamily(f, ips?.ExternalIPs?.[fam], ips?.LoadBalancerIPs?.[fam]),
+    firewalls,
+    slots,
+    prev,
+    out,
+    slotOf,
+    hairpin: new Set<string>(),
+  };
+  const epList = endpointsOfFamily(f, endpoints);
+  for (const [index, port] of svc.Ports.entries()) {
+    const p = portFacts(s, index, port, epList);
+    if (p) renderPort(s, p);
+  }
+  for (const h of [...s.hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}`, owner: key });
+  return compact(out);
+}
+
+/** an endpoint's first address of the family, for each endpoint that has one (plain loops: 100,000s of endpoints at scale) */
+function endpointsOfFamily(f: N.TableFamily, endpoints: ReadonlyMap<string, Endpoint>): FamilyEndpoint[] {
+  const fam = f === "ip" ? "V4" : "V6";
+  const epList: FamilyEndpoint[] = [];
   for (const ep of endpoints.values()) {
     const addr = firstOfFamily(f, ep.IPs?.[fam]);
     if (addr !== undefined) epList.push({ ep, addr });
   }
-  const firewalls = renderFirewalls(key, svc, fc, out);
-  const hairpin = new Set<string>();
-  /** targets in the positions the previous render of list `at` gave them; `id` gives the element value of a target */
-  const inOrder = (targets: Target[], at: number, id: (t: Target) => string): Target[] => place(prev?.lists[at]?.values, targets, id, byAddressAndPort);
+  return epList;
+}
 
-  for (const [portIndex, port] of svc.Ports.entries()) {
-    const proto = protocolName(port.Protocol);
-    if (!proto || !isPort(port.Port)) continue;
-    const portId = N.servicePortId(key, proto, port.Name || String(port.Port));
-    const targets = targetsOf(port, epList);
-    const id = (t: Target) => hostPort(t.ip, t.port);
-    const internal: Target[] = [];
-    const external: Target[] = [];
-    for (const t of targets) {
-      if (t.internal) internal.push(t);
-      if (t.external) external.push(t);
-    }
-    const elem = (set: string, k: string, value?: string, comment?: string) => out.elements.push({ set, key: k, value, comment, owner: key });
-    const reject = `goto ${N.REJECT_CHAIN}`;
-    const epChain = (t: Target) => N.endpointChain(portId, t.ip, t.port);
-    const affSet = (t: Target) => N.affinitySet(portId, t.ip, t.port);
-
-    /** rules that pick one of `targets` for the dispatch chain `chain`; `at`: its place in `lists` */
-    const dispatch = (chain: string, targets: Target[], at: number): RuleSpec[] => {
-      const all = inOrder(targets, at, affinity ? (t) => `goto ${epChain(t)}` : (t) => `${t.ip} . ${t.port}`);
-      const list = all.slice(0, N.MAX_DISPATCH);
-      if (all.length > list.length) out.truncated = (out.truncated ?? 0) + all.length - list.length;
-      // Only a pod on this node can reach itself through this node's rules.
-      for (const t of list) if (t.local) hairpin.add(t.ip);
-      if (!affinity && list.length === 1) return [{ rule: `meta l4proto ${proto} dnat to ${id(t0(list))}` }];
-      if (affinity && list.length === 1) return [{ rule: `goto ${epChain(t0(list))}` }];
-      const slot = slots(chain);
-      if (slot === undefined) return []; // out of slots: no DNAT, the filter hooks reject
-      slotOf.set(chain, slot);
-      const base = slot * N.MAX_DISPATCH;
-      const pick = `numgen random mod ${list.length} offset ${base}`;
-      out.maps.push(shardMapSpec(f, affinity ? "chains" : proto, slot));
-      if (!affinity) {
-        const map = N.endpointsMap(proto, slot);
-        out.lists[at] = { set: map, owner: key, base, values: list.map((t) => `${t.ip} . ${t.port}`) };
-        return [{ rule: `meta l4proto ${proto} dnat ${ip} to ${pick} map @${map}` }];
-      }
-      const chains = N.endpointChainsMap(slot);
-      out.lists[at] = { set: chains, owner: key, base, values: list.map((t) => `goto ${epChain(t)}`) };
-      return [
-        // sorted, not in position order: the chain reads the same whatever the history
-        ...[...list].sort(byAddressAndPort).map((t) => ({ rule: `${ip} saddr @${affSet(t)} goto ${epChain(t)}` })),
-        { rule: `${pick} vmap @${N.endpointChainsMap(slot)}` },
-      ];
-    };
-
-    const eLocal = svc.ExternalTrafficToLocal;
-    const nodePortsAnswer = fc.nodePortAddresses.length > 0;
-    const nodePort = nodePortsAnswer && isPort(port.NodePort) ? port.NodePort : 0;
-    const hasExternalFrontend = externallyAccessible(svc, port, af, nodePortsAnswer);
-    const shortCircuit = eLocal && internal.length > 0;
-
-    // cluster IPs: a chain of their own only when a rule needs this service
-    const ownChain = affinity !== undefined || (shortCircuit && hasExternalFrontend) || internal.some((t) => t.port !== internal[0].port);
-    // names are hashed (sha256): only made for the chains that exist
-    const svcChain = internal.length && ownChain ? N.clusterChain(portId) : undefined;
-    let clusterVerdict = svc.InternalTrafficToLocal ? "drop" : reject;
-    if (svcChain) {
-      out.chains.push({ name: svcChain, rules: dispatch(svcChain, internal, 2 * portIndex) });
-      clusterVerdict = `goto ${svcChain}`;
-    } else if (internal.length && clusterIPs.length) {
-      const list = inOrder(internal, 2 * portIndex, (t) => t.ip); // one target port: the address is the id
-      clusterVerdict = sharedDispatch(out, { owner: key, at: 2 * portIndex, proto, index: portIndex, port: port.Port, clusterIPs, list });
-      // Only a pod on this node can reach itself through this node's rules.
-      for (const t of list.slice(0, N.MAX_DISPATCH)) if (t.local) hairpin.add(t.ip);
-    }
-    for (const cip of clusterIPs) {
-      elem(N.CLUSTER_IPS_SET, cip);
-      elem(internal.length ? N.SERVICE_IPS_MAP : N.NO_ENDPOINT_SERVICES_MAP, `${cip} . ${proto} . ${port.Port}`, clusterVerdict, portId);
-    }
-
-    // external IPs, LB IPs, node ports
-    if (hasExternalFrontend && (external.length || shortCircuit)) {
-      const extChain = N.externalChain(portId);
-      const rules: RuleSpec[] = [];
-      if (!eLocal) rules.push({ rule: `jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade traffic that may leave the node" });
-      else if (svcChain) {
-        // Pods and the node itself reach an eTP=Local service through the
-        // cluster endpoints, as if they had gone out to the load balancer
-        // and come back; the node is masqueraded, its source being an
-        // address the endpoint could not answer.
-        if (fc.clusterCIDRs.length)
-          rules.push({ rule: `${ip} saddr ${setOf(fc.clusterCIDRs)} goto ${svcChain}`, comment: "short-circuit pod traffic" });
-        rules.push({ rule: `fib saddr type local jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade local traffic" });
-        rules.push({ rule: `fib saddr type local goto ${svcChain}`, comment: "short-circuit local traffic" });
-      }
-      out.chains.push({ name: extChain, rules: [...rules, ...(external.length ? dispatch(extChain, external, 2 * portIndex + 1) : [])] });
-      for (const e of extIPs) elem(N.SERVICE_IPS_MAP, `${e} . ${proto} . ${port.Port}`, `goto ${extChain}`, portId);
-      if (nodePort) elem(N.SERVICE_NODEPORTS_MAP, `${proto} . ${nodePort}`, `goto ${extChain}`, portId);
-    }
-    if (!external.length) {
-      const verdict = eLocal ? "drop" : reject;
-      for (const e of extIPs) elem(N.NO_ENDPOINT_SERVICES_MAP, `${e} . ${proto} . ${port.Port}`, verdict, portId);
-      if (nodePort) elem(N.NO_ENDPOINT_NODEPORTS_MAP, `${proto} . ${nodePort}`, verdict, portId);
-    }
-    for (const fw of firewalls)
-      for (const t of fw.targets) elem(N.FIREWALL_IPS_MAP, `${t} . ${proto} . ${port.Port}`, `goto ${fw.chain}`, portId);
-
-    if (affinity)
-      for (const t of [...targets].sort(byAddressAndPort)) {
-        if (!t.internal && !t.external) continue;
-        out.sets.push({ name: affSet(t), type: f === "ip" ? "ipv4_addr" : "ipv6_addr", flags: ["dynamic", "timeout"], timeout: affinity });
-        out.chains.push({
-          name: epChain(t),
-          rules: [{ rule: `update @${affSet(t)} { ${ip} saddr }` }, { rule: `meta l4proto ${proto} dnat to ${id(t)}` }],
-        });
-      }
-
-    if (proto === "udp") {
-      const family = ipVersion(af);
-      const extEps = [...new Set([...external, ...(shortCircuit ? internal : [])].map(id))].sort();
-      for (const cip of clusterIPs) out.udp.push({ ip: cip, family, port: port.Port, endpoints: internal.map(id) });
-      for (const e of extIPs) out.udp.push({ ip: e, family, port: port.Port, endpoints: extEps });
-      if (nodePort) out.udp.push({ family, port: nodePort, endpoints: extEps });
-    }
+/** undefined for a port no rule can serve (unknown protocol, no port number) */
+function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: FamilyEndpoint[]): PortFacts | undefined {
+  const proto = protocolName(port.Protocol);
+  if (!proto || !isPort(port.Port)) return undefined;
+  const targets = targetsOf(port, epList);
+  const internal: Target[] = [];
+  const external: Target[] = [];
+  for (const t of targets) {
+    if (t.internal) internal.push(t);
+    if (t.external) external.push(t);
   }
-  for (const h of [...hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}`, owner: key });
-  return compact(out);
+  const nodePortsAnswer = s.fc.nodePortAddresses.length > 0;
+  return {
+    index,
+    proto,
+    port: port.Port,
+    nodePort: nodePortsAnswer && isPort(port.NodePort) ? port.NodePort : 0,
+    id: N.servicePortId(s.key, proto, port.Name || String(port.Port)),
+    targets,
+    internal,
+    external,
+    hasExternalFrontend: externallyAccessible(s.svc, port, s.af, nodePortsAnswer),
+    shortCircuit: s.svc.ExternalTrafficToLocal && internal.length > 0,
+  };
+}
+
+/** one service port's chains, sets, elements and UDP frontends */
+function renderPort(s: ServiceRender, p: PortFacts) {
+  const svcChain = renderClusterIPs(s, p);
+  renderExternal(s, p, svcChain);
+  for (const fw of s.firewalls)
+    for (const t of fw.targets) element(s, N.FIREWALL_IPS_MAP, `${t} . ${p.proto} . ${p.port}`, `goto ${fw.chain}`, p.id);
+  if (s.affinity) renderAffinity(s, p, s.affinity);
+  if (p.proto === "udp") renderUdpFrontends(s, p);
+}
+
+const REJECT = `goto ${N.REJECT_CHAIN}`;
+
+function element(s: ServiceRender, set: string, key: string, value?: string, comment?: string) {
+  s.out.elements.push({ set, key, value, comment, owner: s.key });
+}
+
+/** the cluster IPs' elements, and the chain they go to; gives the service's own chain (svc-…) if it has one */
+function renderClusterIPs(s: ServiceRender, p: PortFacts): string | undefined {
+  const { internal } = p;
+  // cluster IPs: a chain of their own only when a rule needs this service
+  const ownChain = s.affinity !== undefined || (p.shortCircuit && p.hasExternalFrontend) || internal.some((t) => t.port !== internal[0].port);
+  // names are hashed (sha256): only made for the chains that exist
+  const svcChain = internal.length && ownChain ? N.clusterChain(p.id) : undefined;
+  let clusterVerdict = s.svc.InternalTrafficToLocal ? "drop" : REJECT;
+  if (svcChain) {
+    s.out.chains.push({ name: svcChain, rules: renderDispatch(s, p, svcChain, internal, 2 * p.index) });
+    clusterVerdict = `goto ${svcChain}`;
+  } else if (internal.length && s.clusterIPs.length) {
+    const list = dispatchable(s, inOrder(s, internal, 2 * p.index, addressOf)); // one target port: the address is the id
+    clusterVerdict = sharedDispatch(s, p, list);
+  }
+  for (const cip of s.clusterIPs) {
+    element(s, N.CLUSTER_IPS_SET, cip);
+    element(s, internal.length ? N.SERVICE_IPS_MAP : N.NO_ENDPOINT_SERVICES_MAP, `${cip} . ${p.proto} . ${p.port}`, clusterVerdict, p.id);
+  }
+  return svcChain;
+}
+
+/** external IPs, LB IPs, node ports: their chain (ext-…) and elements, or their verdict when no endpoint serves them */
+function renderExternal(s: ServiceRender, p: PortFacts, svcChain: string | undefined) {
+  const { external } = p;
+  if (p.hasExternalFrontend && (external.length || p.shortCircuit)) {
+    const extChain = N.externalChain(p.id);
+    const rules = externalPrelude(s, svcChain);
+    s.out.chains.push({ name: extChain, rules: [...rules, ...(external.length ? renderDispatch(s, p, extChain, external, 2 * p.index + 1) : [])] });
+    for (const e of s.extIPs) element(s, N.SERVICE_IPS_MAP, `${e} . ${p.proto} . ${p.port}`, `goto ${extChain}`, p.id);
+    if (p.nodePort) element(s, N.SERVICE_NODEPORTS_MAP, `${p.proto} . ${p.nodePort}`, `goto ${extChain}`, p.id);
+  }
+  if (!external.length) {
+    const verdict = s.svc.ExternalTrafficToLocal ? "drop" : REJECT;
+    for (const e of s.extIPs) element(s, N.NO_ENDPOINT_SERVICES_MAP, `${e} . ${p.proto} . ${p.port}`, verdict, p.id);
+    if (p.nodePort) element(s, N.NO_ENDPOINT_NODEPORTS_MAP, `${p.proto} . ${p.nodePort}`, verdict, p.id);
+  }
+}
+
+/** the rules an external chain starts with, before its dispatch */
+function externalPrelude(s: ServiceRender, svcChain: string | undefined): RuleSpec[] {
+  const rules: RuleSpec[] = [];
+  if (!s.svc.ExternalTrafficToLocal) rules.push({ rule: `jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade traffic that may leave the node" });
+  else if (svcChain) {
+    // Pods and the node itself reach an eTP=Local service through the
+    // cluster endpoints, as if they had gone out to the load balancer
+    // and come back; the node is masqueraded, its source being an
+    // address the endpoint could not answer.
+    if (s.fc.clusterCIDRs.length)
+      rules.push({ rule: `${s.ip} saddr ${setOf(s.fc.clusterCIDRs)} goto ${svcChain}`, comment: "short-circuit pod traffic" });
+    rules.push({ rule: `fib saddr type local jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade local traffic" });
+    rules.push({ rule: `fib saddr type local goto ${svcChain}`, comment: "short-circuit local traffic" });
+  }
+  return rules;
+}
+
+/** rules that pick one of `targets` for the dispatch chain `chain`; `at`: its place in `lists` */
+function renderDispatch(s: ServiceRender, p: PortFacts, chain: string, targets: Target[], at: number): RuleSpec[] {
+  const { affinity, out, ip } = s;
+  const list = dispatchable(s, inOrder(s, targets, at, affinity ? (t) => `goto ${endpointChainOf(p, t)}` : endpointKey));
+  if (!affinity && list.length === 1) return [{ rule: `meta l4proto ${p.proto} dnat to ${endpointAddress(t0(list))}` }];
+  if (affinity && list.length === 1) return [{ rule: `goto ${endpointChainOf(p, t0(list))}` }];
+  const slot = s.slots(chain);
+  if (slot === undefined) return []; // out of slots: no DNAT, the filter hooks reject
+  s.slotOf.set(chain, slot);
+  const base = slot * N.MAX_DISPATCH;
+  const pick = `numgen random mod ${list.length} offset ${base}`;
+  out.maps.push(shardMapSpec(s.fc.family, affinity ? "chains" : p.proto, slot));
+  if (!affinity) {
+    const map = N.endpointsMap(p.proto, slot);
+    out.lists[at] = { set: map, owner: s.key, base, values: list.map(endpointKey) };
+    return [{ rule: `meta l4proto ${p.proto} dnat ${ip} to ${pick} map @${map}` }];
+  }
+  const chains = N.endpointChainsMap(slot);
+  out.lists[at] = { set: chains, owner: s.key, base, values: list.map((t) => `goto ${endpointChainOf(p, t)}`) };
+  return [
+    // sorted, not in position order: the chain reads the same whatever the history
+    ...[...list].sort(byAddressAndPort).map((t) => ({ rule: `${ip} saddr @${affinitySetOf(p, t)} goto ${endpointChainOf(p, t)}` })),
+    { rule: `${pick} vmap @${N.endpointChainsMap(slot)}` },
+  ];
+}
+
+/** targets in the positions the previous render of list `at` gave them; `id` gives the element value of a target */
+const inOrder = (s: ServiceRender, targets: Target[], at: number, id: (t: Target) => string): Target[] =>
+  place(s.prev?.lists[at]?.values, targets, id, byAddressAndPort);
+
+/** the first MAX_DISPATCH of a dispatch list (the rest counted in `truncated`), its local endpoints noted for hairpin */
+function dispatchable(s: ServiceRender, all: Target[]): Target[] {
+  const list = all.slice(0, N.MAX_DISPATCH);
+  if (all.length > list.length) s.out.truncated = (s.out.truncated ?? 0) + all.length - list.length;
+  // Only a pod on this node can reach itself through this node's rules.
+  for (const t of list) if (t.local) s.hairpin.add(t.ip);
+  return list;
+}
+
+/** with ClientIP affinity: per endpoint, the set of its recent clients and the chain that updates it, then DNATs */
+function renderAffinity(s: ServiceRender, p: PortFacts, affinity: number) {
+  for (const t of [...p.targets].sort(byAddressAndPort)) {
+    if (!t.internal && !t.external) continue;
+    const set = affinitySetOf(p, t);
+    s.out.sets.push({ name: set, type: addrType(s.fc.family), flags: ["dynamic", "timeout"], timeout: affinity });
+    s.out.chains.push({
+      name: endpointChainOf(p, t),
+      rules: [{ rule: `update @${set} { ${s.ip} saddr }` }, { rule: `meta l4proto ${p.proto} dnat to ${endpointAddress(t)}` }],
+    });
+  }
+}
+
+/** the UDP frontends of the port with the endpoints each balances to (their stale conntrack entries are cleared) */
+function renderUdpFrontends(s: ServiceRender, p: PortFacts) {
+  const family = ipVersion(s.af);
+  const extEps = [...new Set([...p.external, ...(p.shortCircuit ? p.internal : [])].map(endpointAddress))].sort();
+  for (const cip of s.clusterIPs) s.out.udp.push({ ip: cip, family, port: p.port, endpoints: p.internal.map(endpointAddress) });
+  for (const e of s.extIPs) s.out.udp.push({ ip: e, family, port: p.port, endpoints: extEps });
+  if (p.nodePort) s.out.udp.push({ family, port: p.nodePort, endpoints: extEps });
 }
 
 // The sync keeps every service's objects, and most services have no sets,
@@ -308,7 +415,7 @@ const t0 = <T>(list: T[]): T => list[0];
  * a scan while the list is short (the usual handful of endpoints: cheaper
  * than a Map), by a Map keyed by the address string beyond.
  */
-function targetsOf(port: PortMapping, epList: { ep: Endpoint; addr: string }[]): Target[] {
+function targetsOf(port: PortMapping, epList: FamilyEndpoint[]): Target[] {
   const out: Target[] = [];
   const byAddr = epList.length > 16 ? new Map<string, Target>() : undefined;
   for (const { ep, addr } of epList) {
@@ -333,24 +440,26 @@ function targetsOf(port: PortMapping, epList: { ep: Endpoint; addr: string }[]):
 }
 
 const byAddressAndPort = (a: Target, b: Target) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port);
+const addressOf = (t: Target) => t.ip;
+/** the value of a target's element in an endpoints map */
+const endpointKey = (t: Target) => `${t.ip} . ${t.port}`;
+const endpointAddress = (t: Target) => hostPort(t.ip, t.port);
+const endpointChainOf = (p: PortFacts, t: Target) => N.endpointChain(p.id, t.ip, t.port);
+const affinitySetOf = (p: PortFacts, t: Target) => N.affinitySet(p.id, t.ip, t.port);
 
 /**
  * The elements that send a service port's cluster IPs through the shared
  * dispatch chain of its index and endpoint count (names.ts), all endpoints
  * having the same target port. Gives the verdict that goes to the chain.
  */
-function sharedDispatch(
-  out: ServiceObjects,
-  o: { owner: string; at: number; proto: N.DnatProtocol; index: number; port: number; clusterIPs: string[]; list: Target[] },
-): string {
-  const list = o.list.slice(0, N.MAX_DISPATCH);
-  if (o.list.length > list.length) out.truncated = (out.truncated ?? 0) + o.list.length - list.length;
-  const { use, uses, verdict } = sharedUse(o.proto, o.index, list.length);
+function sharedDispatch(s: ServiceRender, p: PortFacts, list: Target[]): string {
+  const { out } = s;
+  const { use, uses, verdict } = sharedUse(p.proto, p.index, list.length);
   // nearly every service uses one shared chain: that one-element list is shared too
   out.shared = out.shared.length ? [...out.shared, use] : uses;
   // the positions under each cluster IP (one per family: one here)
-  out.lists[o.at] = { set: N.clusterEndpointsMap(o.proto), owner: o.owner, base: o.index * N.MAX_DISPATCH, ips: o.clusterIPs, values: list.map((t) => t.ip) };
-  for (const cip of o.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(o.proto), key: `${cip} . ${o.port}`, value: String(list[0].port), owner: o.owner });
+  out.lists[2 * p.index] = { set: N.clusterEndpointsMap(p.proto), owner: s.key, base: p.index * N.MAX_DISPATCH, ips: s.clusterIPs, values: list.map(addressOf) };
+  for (const cip of s.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(p.proto), key: `${cip} . ${p.port}`, value: String(list[0].port), owner: s.key });
   return verdict;
 }
 
@@ -371,11 +480,16 @@ function sharedUse(proto: N.DnatProtocol, index: number, n: number) {
   return u;
 }
 
+interface Firewall {
+  chain: string;
+  targets: string[];
+}
+
 /** one firewall chain per IPFilter with targets in this family: drop sources outside its ranges */
-function renderFirewalls(key: string, svc: Service, fc: FamilyConfig, out: ServiceObjects) {
+function renderFirewalls(key: string, svc: Service, fc: FamilyConfig, out: ServiceObjects): Firewall[] {
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
-  const result: { chain: string; targets: string[] }[] = [];
+  const result: Firewall[] = [];
   svc.IPFilters.forEach((filter, i) => {
     const targets = ofFamily(f, filter.TargetIPs?.[fam]);
     if (!targets.length) return;

@@ -17,6 +17,10 @@ export interface Redirect {
 const kw = (f: TableFamily) => (f === "ip" ? "ip" : "ip6");
 const familyOf = (f: Frontend): TableFamily => (f.family === "v4" ? "ip" : "ip6");
 const comment = (f: Frontend) => `comment "${f.service.replace(/[^\w./:-]/g, "_")}"`;
+/** where a packet arriving from another host goes: the node IP of its family, else the interface's first address */
+const arrivingTo = (fam: TableFamily, nodeIP: string | undefined, port: number) =>
+  nodeIP === undefined ? `redirect to :${port}` : `dnat to ${fam === "ip6" ? `[${nodeIP}]` : nodeIP}:${port}`;
+const chain = (name: string, hook: string, rules: string[]) => [`  chain ${name} {`, `    ${hook}`, ...rules.map((r) => `    ${r}`), "  }"];
 const match = (f: Frontend) => `${kw(familyOf(f))} daddr ${f.ip} ${f.proto} dport ${f.port}`;
 
 /**
@@ -31,21 +35,19 @@ export function renderRedirect(redirects: readonly Redirect[], refused: readonly
   const lines: string[] = [];
   for (const fam of tableFamilies) {
     const nodeIP = nodeIPs.find((ip) => ip.includes(":") === (fam === "ip6"));
-    const to = (port: number) => (nodeIP === undefined ? `redirect to :${port}` : `dnat to ${fam === "ip6" ? `[${nodeIP}]` : nodeIP}:${port}`);
-    const pre = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} ${to(r.port)} ${comment(r.frontend)}`);
+    const pre = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} ${arrivingTo(fam, nodeIP, r.port)} ${comment(r.frontend)}`);
     const nat = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} redirect to :${r.port} ${comment(r.frontend)}`);
     // node ports without endpoints need no rule: nothing listens there, the node refuses by itself
     const reject = refused
       .filter((f) => familyOf(f) === fam && f.kind !== "nodeport")
       .map((f) => `${match(f)} reject${f.proto === "tcp" ? " with tcp reset" : ""} ${comment(f)}`);
     lines.push(`table ${fam} ${TABLE}`, `delete table ${fam} ${TABLE}`, `table ${fam} ${TABLE} {`);
-    const chain = (name: string, hook: string, rules: string[]) => {
-      lines.push(`  chain ${name} {`, `    ${hook}`, ...rules.map((r) => `    ${r}`), "  }");
-    };
-    chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;", pre);
-    chain("output", "type nat hook output priority -100; policy accept;", nat); // nft 1.0.6 knows no `dstnat` name in the output hook
-    chain("refuse-forward", "type filter hook forward priority filter; policy accept;", reject);
-    chain("refuse-output", "type filter hook output priority filter; policy accept;", reject);
+    lines.push(
+      ...chain("prerouting", "type nat hook prerouting priority dstnat; policy accept;", pre),
+      ...chain("output", "type nat hook output priority -100; policy accept;", nat), // nft 1.0.6 knows no `dstnat` name in the output hook
+      ...chain("refuse-forward", "type filter hook forward priority filter; policy accept;", reject),
+      ...chain("refuse-output", "type filter hook output priority filter; policy accept;", reject),
+    );
     lines.push("}");
   }
   return lines.join("\n") + "\n";

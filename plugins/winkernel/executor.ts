@@ -50,13 +50,98 @@ const query = (filter?: Record<string, string>) =>
 const zeroGuid = () => new Uint8Array(16);
 const outPtr = () => new BigUint64Array(1);
 
+const handleOf = (out: BigUint64Array) => Number(out[0]) as Pointer;
+
+interface EndpointProps {
+  ID: string;
+  IpConfigurations?: { IpAddress: string }[];
+  Flags?: number;
+}
+
 export function createHcnClient(networkName: string): HnsClient {
-  let libs: Libraries | undefined;
-  let networkId: string | undefined;
-  const lib = () => (libs ??= openLibraries());
+  return new HcnClient(networkName);
+}
+
+/** The DLLs are opened on the first call, the network's ID looked up on the first that needs it. */
+class HcnClient implements HnsClient {
+  private libs: Libraries | undefined;
+  private networkId: string | undefined;
+
+  constructor(private readonly networkName: string) {}
+
+  async listEndpoints(): Promise<HnsEndpoint[]> {
+    const out: HnsEndpoint[] = [];
+    for (const id of this.enumerate("HcnEnumerateEndpoints", { VirtualNetwork: this.network() })) {
+      const p = this.properties<EndpointProps>("Endpoint", id);
+      const ip = p.IpConfigurations?.[0]?.IpAddress;
+      if (ip) out.push({ id: p.ID, ip, remote: ((p.Flags ?? 0) & 1) === 1 });
+    }
+    return out;
+  }
+
+  async createEndpoint(settings: HcnRemoteEndpoint): Promise<string> {
+    const net = outPtr();
+    const err = outPtr();
+    this.call("HcnOpenNetwork", [guidBytes(this.network()), net, err], err);
+    try {
+      const h = outPtr();
+      this.call("HcnCreateEndpoint", [handleOf(net), zeroGuid(), wideString(JSON.stringify(settings)), h, err], err);
+      const props = outPtr();
+      this.call("HcnQueryEndpointProperties", [handleOf(h), wideString(query()), props, err], err);
+      this.lib().hcn.HcnCloseEndpoint(handleOf(h));
+      return (JSON.parse(this.takeString(props)) as EndpointProps).ID;
+    } finally {
+      this.lib().hcn.HcnCloseNetwork(handleOf(net));
+    }
+  }
+
+  async deleteEndpoint(id: string): Promise<void> {
+    const err = outPtr();
+    this.call("HcnDeleteEndpoint", [guidBytes(id), err], err);
+  }
+
+  async listLoadBalancers(): Promise<HnsLoadBalancerInfo[]> {
+    return this.enumerate("HcnEnumerateLoadBalancers").map((id) => {
+      const settings = this.properties<HcnLoadBalancer & { ID: string }>("LoadBalancer", id);
+      return { id: settings.ID ?? id, settings };
+    });
+  }
+
+  async createLoadBalancer(settings: HcnLoadBalancer): Promise<string> {
+    const h = outPtr();
+    const err = outPtr();
+    this.call("HcnCreateLoadBalancer", [zeroGuid(), wideString(JSON.stringify(settings)), h, err], err);
+    try {
+      const props = outPtr();
+      this.call("HcnQueryLoadBalancerProperties", [handleOf(h), wideString(query()), props, err], err);
+      return (JSON.parse(this.takeString(props)) as { ID: string }).ID;
+    } finally {
+      this.lib().hcn.HcnCloseLoadBalancer(handleOf(h));
+    }
+  }
+
+  async updateLoadBalancer(id: string, settings: HcnLoadBalancer): Promise<void> {
+    const h = outPtr();
+    const err = outPtr();
+    this.call("HcnOpenLoadBalancer", [guidBytes(id), h, err], err);
+    try {
+      this.call("HcnModifyLoadBalancer", [handleOf(h), wideString(JSON.stringify(settings)), err], err);
+    } finally {
+      this.lib().hcn.HcnCloseLoadBalancer(handleOf(h));
+    }
+  }
+
+  async deleteLoadBalancer(id: string): Promise<void> {
+    const err = outPtr();
+    this.call("HcnDeleteLoadBalancer", [guidBytes(id), err], err);
+  }
+
+  private lib(): Libraries {
+    return (this.libs ??= openLibraries());
+  }
 
   /** Reads and frees a CoTaskMem PWSTR. */
-  const takeString = (out: BigUint64Array): string => {
+  private takeString(out: BigUint64Array): string {
     const p = Number(out[0]) as Pointer;
     if (!p) return "";
     let s = "";
@@ -65,114 +150,44 @@ export function createHcnClient(networkName: string): HnsClient {
       if (c === 0) break;
       s += String.fromCharCode(c);
     }
-    lib().ole.CoTaskMemFree(p);
+    this.lib().ole.CoTaskMemFree(p);
     return s;
-  };
+  }
 
   /** Runs one HCN function; a failed HRESULT becomes a one-line KpngError with HNS's error record. */
-  const call = (fn: keyof typeof hcnSymbols, args: unknown[], errOut: BigUint64Array) => {
-    const f = lib().hcn[fn] as (...a: unknown[]) => number;
+  private call(fn: keyof typeof hcnSymbols, args: unknown[], errOut: BigUint64Array) {
+    const f = this.lib().hcn[fn] as (...a: unknown[]) => number;
     const hr = f(...args);
-    const record = takeString(errOut);
+    const record = this.takeString(errOut);
     if (hr < 0) throw new KpngError("internal", `winkernel: ${fn} failed with ${hresultHex(hr)}${record ? `: ${record.replace(/\s+/g, " ")}` : ""}`);
-  };
-  const handleOf = (out: BigUint64Array) => Number(out[0]) as Pointer;
+  }
 
-  function enumerate(fn: "HcnEnumerateNetworks" | "HcnEnumerateEndpoints" | "HcnEnumerateLoadBalancers", filter?: Record<string, string>): string[] {
+  private enumerate(fn: "HcnEnumerateNetworks" | "HcnEnumerateEndpoints" | "HcnEnumerateLoadBalancers", filter?: Record<string, string>): string[] {
     const out = outPtr();
     const err = outPtr();
-    call(fn, [wideString(query(filter)), out, err], err);
-    const text = takeString(out);
+    this.call(fn, [wideString(query(filter)), out, err], err);
+    const text = this.takeString(out);
     return text ? (JSON.parse(text) as string[]) : [];
   }
 
-  function properties<T>(kind: "Endpoint" | "LoadBalancer", id: string): T {
+  private properties<T>(kind: "Endpoint" | "LoadBalancer", id: string): T {
     const h = outPtr();
     const err = outPtr();
-    call(`HcnOpen${kind}`, [guidBytes(id), h, err], err);
+    this.call(`HcnOpen${kind}`, [guidBytes(id), h, err], err);
     try {
       const props = outPtr();
-      call(`HcnQuery${kind}Properties`, [handleOf(h), wideString(query()), props, err], err);
-      return JSON.parse(takeString(props)) as T;
+      this.call(`HcnQuery${kind}Properties`, [handleOf(h), wideString(query()), props, err], err);
+      return JSON.parse(this.takeString(props)) as T;
     } finally {
-      lib().hcn[`HcnClose${kind}`](handleOf(h));
+      this.lib().hcn[`HcnClose${kind}`](handleOf(h));
     }
   }
 
-  function network(): string {
-    if (networkId) return networkId;
-    if (!networkName) throw new KpngError("invalid_argument", "config winkernel.networkName: must name the HNS network of the pods");
-    const [id] = enumerate("HcnEnumerateNetworks", { Name: networkName });
-    if (!id) throw new KpngError("unavailable", `winkernel: HNS network "${networkName}" not found`);
-    return (networkId = id);
+  private network(): string {
+    if (this.networkId) return this.networkId;
+    if (!this.networkName) throw new KpngError("invalid_argument", "config winkernel.networkName: must name the HNS network of the pods");
+    const [id] = this.enumerate("HcnEnumerateNetworks", { Name: this.networkName });
+    if (!id) throw new KpngError("unavailable", `winkernel: HNS network "${this.networkName}" not found`);
+    return (this.networkId = id);
   }
-
-  interface EndpointProps {
-    ID: string;
-    IpConfigurations?: { IpAddress: string }[];
-    Flags?: number;
-  }
-
-  return {
-    async listEndpoints(): Promise<HnsEndpoint[]> {
-      const out: HnsEndpoint[] = [];
-      for (const id of enumerate("HcnEnumerateEndpoints", { VirtualNetwork: network() })) {
-        const p = properties<EndpointProps>("Endpoint", id);
-        const ip = p.IpConfigurations?.[0]?.IpAddress;
-        if (ip) out.push({ id: p.ID, ip, remote: ((p.Flags ?? 0) & 1) === 1 });
-      }
-      return out;
-    },
-    async createEndpoint(settings: HcnRemoteEndpoint) {
-      const net = outPtr();
-      const err = outPtr();
-      call("HcnOpenNetwork", [guidBytes(network()), net, err], err);
-      try {
-        const h = outPtr();
-        call("HcnCreateEndpoint", [handleOf(net), zeroGuid(), wideString(JSON.stringify(settings)), h, err], err);
-        const props = outPtr();
-        call("HcnQueryEndpointProperties", [handleOf(h), wideString(query()), props, err], err);
-        lib().hcn.HcnCloseEndpoint(handleOf(h));
-        return (JSON.parse(takeString(props)) as EndpointProps).ID;
-      } finally {
-        lib().hcn.HcnCloseNetwork(handleOf(net));
-      }
-    },
-    async deleteEndpoint(id) {
-      const err = outPtr();
-      call("HcnDeleteEndpoint", [guidBytes(id), err], err);
-    },
-    async listLoadBalancers(): Promise<HnsLoadBalancerInfo[]> {
-      return enumerate("HcnEnumerateLoadBalancers").map((id) => {
-        const settings = properties<HcnLoadBalancer & { ID: string }>("LoadBalancer", id);
-        return { id: settings.ID ?? id, settings };
-      });
-    },
-    async createLoadBalancer(settings) {
-      const h = outPtr();
-      const err = outPtr();
-      call("HcnCreateLoadBalancer", [zeroGuid(), wideString(JSON.stringify(settings)), h, err], err);
-      try {
-        const props = outPtr();
-        call("HcnQueryLoadBalancerProperties", [handleOf(h), wideString(query()), props, err], err);
-        return (JSON.parse(takeString(props)) as { ID: string }).ID;
-      } finally {
-        lib().hcn.HcnCloseLoadBalancer(handleOf(h));
-      }
-    },
-    async updateLoadBalancer(id, settings) {
-      const h = outPtr();
-      const err = outPtr();
-      call("HcnOpenLoadBalancer", [guidBytes(id), h, err], err);
-      try {
-        call("HcnModifyLoadBalancer", [handleOf(h), wideString(JSON.stringify(settings)), err], err);
-      } finally {
-        lib().hcn.HcnCloseLoadBalancer(handleOf(h));
-      }
-    },
-    async deleteLoadBalancer(id) {
-      const err = outPtr();
-      call("HcnDeleteLoadBalancer", [guidBytes(id), err], err);
-    },
-  };
 }

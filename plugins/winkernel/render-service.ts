@@ -79,6 +79,17 @@ function backends(eps: readonly Endpoint[], scope: "Internal" | "External", fami
   return { ips: [...new Set(ips)], port };
 }
 
+/** one service port in one family: what its policies share, and the result they go to */
+interface PortPolicies {
+  out: ServicePolicies;
+  family: Family;
+  protocol: number;
+  /** lbFlags.ipv6 in that family, else 0 */
+  ipv6: number;
+  distribution: number;
+  sourceVip: string;
+}
+
 export function renderPolicies(svc: Service, endpoints: Iterable<Endpoint>, ctx: RenderContext): ServicePolicies {
   const out: ServicePolicies = { policies: new Map(), locality: new Map(), skipped: [] };
   const eps = [...endpoints];
@@ -92,40 +103,41 @@ export function renderPolicies(svc: Service, endpoints: Iterable<Endpoint>, ctx:
     for (const family of FAMILIES) {
       const internal = backends(eps, "Internal", family, pm, out);
       const external = backends(eps, "External", family, pm, out);
-      const ipv6 = family === "v6" ? lbFlags.ipv6 : 0;
-      const add = (kind: PolicyKind, vip: string, externalPort: number, b: Backends, o: { dsr: boolean; portFlags: number }) => {
-        if (!b.ips.length) return;
-        const spec: PolicySpec = {
-          kind,
-          family,
-          vip,
-          protocol,
-          internalPort: b.port,
-          externalPort,
-          flags: (o.dsr ? lbFlags.dsr : 0) | ipv6,
-          portFlags: o.portFlags,
-          distribution: affinity,
-          sourceVip: ctx.sourceVip[family],
-          endpoints: b.ips,
-        };
-        out.policies.set(policyKey(spec), spec);
-      };
+      const p: PortPolicies = { out, family, protocol, ipv6: family === "v6" ? lbFlags.ipv6 : 0, distribution: affinity, sourceVip: ctx.sourceVip[family] };
 
-      for (const ip of ipsOf(svc.IPs?.ClusterIPs, family)) add("cluster", ip, pm.Port, internal, { dsr: ctx.enableDSR, portFlags: 0 });
+      for (const ip of ipsOf(svc.IPs?.ClusterIPs, family)) addPolicy(p, "cluster", ip, pm.Port, internal, { dsr: ctx.enableDSR, portFlags: 0 });
       const hasFamily = ipsOf(svc.IPs?.ClusterIPs, family).length > 0;
       if (pm.NodePort && hasFamily) {
-        add("nodeport", "", pm.NodePort, external, { dsr: localDSR, portFlags: portMappingFlags.localRoutedVip });
+        addPolicy(p, "nodeport", "", pm.NodePort, external, { dsr: localDSR, portFlags: portMappingFlags.localRoutedVip });
       }
       for (const ip of ipsOf(svc.IPs?.ExternalIPs, family)) {
-        add("external", ip, pm.Port, external, { dsr: localDSR, portFlags: portMappingFlags.vipExternalIp });
+        addPolicy(p, "external", ip, pm.Port, external, { dsr: localDSR, portFlags: portMappingFlags.vipExternalIp });
       }
       for (const ip of ipsOf(svc.IPs?.LoadBalancerIPs, family)) {
         const portFlags = preserveDIP ? portMappingFlags.useMux | portMappingFlags.preserveDip : 0;
-        add("ingress", ip, pm.Port, external, { dsr: preserveDIP || localDSR, portFlags });
+        addPolicy(p, "ingress", ip, pm.Port, external, { dsr: preserveDIP || localDSR, portFlags });
       }
     }
   }
   return out;
+}
+
+function addPolicy(p: PortPolicies, kind: PolicyKind, vip: string, externalPort: number, b: Backends, o: { dsr: boolean; portFlags: number }) {
+  if (!b.ips.length) return;
+  const spec: PolicySpec = {
+    kind,
+    family: p.family,
+    vip,
+    protocol: p.protocol,
+    internalPort: b.port,
+    externalPort,
+    flags: (o.dsr ? lbFlags.dsr : 0) | p.ipv6,
+    portFlags: o.portFlags,
+    distribution: p.distribution,
+    sourceVip: p.sourceVip,
+    endpoints: b.ips,
+  };
+  p.out.policies.set(policyKey(spec), spec);
 }
 
 /** Same load balancer (nothing to send) when every field matches. */
