@@ -87,8 +87,12 @@ class HcnClient implements HnsClient {
       const h = outPtr();
       this.call("HcnCreateEndpoint", [handleOf(net), zeroGuid(), wideString(JSON.stringify(settings)), h, err], err);
       const props = outPtr();
-      this.call("HcnQueryEndpointProperties", [handleOf(h), wideString(query()), props, err], err);
-      this.lib().hcn.HcnCloseEndpoint(handleOf(h));
+      try {
+        this.call("HcnQueryEndpointProperties", [handleOf(h), wideString(query()), props, err], err);
+      } finally {
+        // closed on failure too: a sync that fails here is retried, and each try would hold one more handle
+        this.lib().hcn.HcnCloseEndpoint(handleOf(h));
+      }
       return (JSON.parse(this.takeString(props)) as EndpointProps).ID;
     } finally {
       this.lib().hcn.HcnCloseNetwork(handleOf(net));
