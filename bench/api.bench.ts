@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync, writeFileSync, existsSync, readFileSync, copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { Brain } from "../src/core/brain/brain.ts";
+import type { Brain } from "../src/core/brain/brain.ts";
 import { connectGrpc } from "../src/core/api/client/grpc.ts";
 import { nextSnapshot } from "../src/core/api/client/streams.ts";
 import { createLogger } from "../src/core/log.ts";

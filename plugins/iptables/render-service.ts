@@ -185,13 +185,13 @@ function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, e
     if (p.sepChains) {
       rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: pick, target: ["-j", ep.chain] });
     } else {
-      rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: [...pick, "-p", p.proto], target: dnat(p, ep) });
+      rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: [...pick, "-p", p.proto], target: dnat(ep) });
       out.hairpin.add(hairpinMember(ep, p.proto));
     }
   });
 }
 
-const dnat = (p: PortPlan, ep: PortEndpoint) => ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port)];
+const dnat = (ep: PortEndpoint) => ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port)];
 
 /** Everything the rules of one service port are derived from, for one family. */
 interface PortPlan {
@@ -315,7 +315,7 @@ function endpointRules(p: PortPlan, own: PortContext["own"]) {
       chain: ep.chain,
       comment,
       match: ["-p", p.proto, ...(p.affinity !== undefined ? ["-m", "recent", "--name", ep.chain, "--set"] : []), "-m", p.proto],
-      target: dnat(p, ep),
+      target: dnat(ep),
     });
   }
 }

@@ -4,7 +4,7 @@
 
 import { familyOf, hostPort, type Family } from "../../src/plugins/toolkit/index.ts";
 import { dummyInterface, setIds, setMaxElem, setName, sets } from "./names.ts";
-import { type AddressOp, type IpvsOp, type SetOp, type VirtualServer } from "./model.ts";
+import type { AddressOp, IpvsOp, SetOp, VirtualServer } from "./model.ts";
 
 /** `-t 198.18.0.1:80`, `-u [2001:db8:1::1]:53`, `--sctp-service ...` */
 export function serviceFlag(vs: Pick<VirtualServer, "proto" | "ip" | "port">): string {

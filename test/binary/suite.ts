@@ -114,7 +114,7 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       // While the brain is down: shop/web-2 turns unready, and the dns service disappears.
       const edited = text
         .replace(/(- addresses:\n\s+- 198\.19\.2\.10\n\s+conditions:\n\s+ready:) true/, "$1 false")
-        .replace(/\n  - apiVersion: v1\n    kind: Service\n    metadata:\n      name: dns\n[\s\S]*?(?=\n  - apiVersion)/, "");
+        .replace(/\n {2}- apiVersion: v1\n {4}kind: Service\n {4}metadata:\n {6}name: dns\n[\s\S]*?(?=\n {2}- apiVersion)/, "");
       expect(edited).not.toBe(text);
       writeFileSync(input, edited);
       try {

@@ -122,7 +122,7 @@ describe("node agents and sidecars over TLS", () => {
       // it keeps trying (backoff), and never programs anything
       const tries = () => agent.stderr.filter((l) => l.includes("[unauthenticated]")).length;
       const first = tries();
-      await agent.waitFor(new RegExp(`.`), 1000);
+      await agent.waitFor(/./, 1000);
       await Bun.sleep(1500);
       expect(tries()).toBeGreaterThan(first);
       expect(agent.stdout.join("")).toBe("");

@@ -24,7 +24,7 @@ let topo: Topology;
 let backend: NftBackend;
 let feed: Feed;
 let state: NodeState;
-let rev = 1;
+const rev = 1;
 const health = new ProxyHealth({ timeoutMs: 60_000 });
 const lost: string[] = [];
 const syncs: Array<{ full: boolean; at: number }> = [];

@@ -41,7 +41,7 @@ export async function canonicalRuleset(topo: Topology, ns: string): Promise<stri
     if (kind === "rule") continue;
     const { handle: _h, elem, ...rest } = body;
     let name = String(body.name ?? "");
-    let elems = (elem as unknown[] | undefined) ?? [];
+    const elems = (elem as unknown[] | undefined) ?? [];
     const slots = slotMap.test(`@${name}`);
     if (slots || name.startsWith("cluster-endpoints-")) {
       if (slots) name = name.replace(/-\d+$/, "");

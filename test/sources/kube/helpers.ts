@@ -8,7 +8,7 @@ import { Brain } from "../../../src/core/brain/brain.ts";
 import { defaultConfig, type Config } from "../../../src/core/config/config.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import { startKubeSource, type KubeSource } from "../../../src/core/sources/kube.ts";
-import { FakeApiServer, makeTestCert, type TestCert } from "../../harness/api-server.ts";
+import { type FakeApiServer, makeTestCert, type TestCert } from "../../harness/api-server.ts";
 
 export const NODE = "node-1";
 

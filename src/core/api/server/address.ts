@@ -21,7 +21,7 @@ export function parseApiAddress(spec: string, what = "--listen"): ApiAddress {
     return { kind: "unix", path };
   }
   if (spec.startsWith("tcp://")) {
-    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:/\[\]]+)):(\d{1,5})$/.exec(spec.slice("tcp://".length));
+    const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:/[\]]+)):(\d{1,5})$/.exec(spec.slice("tcp://".length));
     if (!m) throw bad("must be tcp://HOST:PORT (IPv6 in brackets)");
     const port = Number(m[3]);
     if (port > 65535) throw bad("port is out of range");
