@@ -25,7 +25,9 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.le
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 
 export default async function main() {
-  console.log(`\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; node-1, nft backend; RSS ${SETTLE_MS / 1000} s after the first sync (load average ${load()})`);
+  console.log(
+    `\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; node-1, nft backend; RSS ${SETTLE_MS / 1000} s after the first sync (load average ${load()})`,
+  );
   const dir = mkdtempSync(join(tmpdir(), "kpng-bench-agent-memory-"));
   const sock = join(dir, "brain.sock");
   const file = join(dir, "cluster.json");
@@ -33,7 +35,16 @@ export default async function main() {
   const suffix = randomBytes(3).toString("hex");
   const ns = { agent: `kpngm-${suffix}-a`, full: `kpngm-${suffix}-f` };
   const procs: Proc[] = [];
-  const common = ["--node-name", "node-1", "--backend", "nft", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"];
+  const common = [
+    "--node-name",
+    "node-1",
+    "--backend",
+    "nft",
+    "--healthz-bind-address",
+    "127.0.0.1:0",
+    "--metrics-bind-address",
+    "127.0.0.1:0",
+  ];
   const args = { agent: ["--api", `unix://${sock}`], full: ["--input", file] };
   const rss: Record<"agent" | "full", number[]> = { agent: [], full: [] };
   try {
@@ -52,7 +63,9 @@ export default async function main() {
       }
       await Bun.sleep(SETTLE_MS);
       for (const who of order) rss[who].push(rssOf(got[who]!.p.pid));
-      console.log(`  round ${round + 1} (${order.join(" first, ")} second): agent ${mb(rss.agent.at(-1)!)} MB, full binary ${mb(rss.full.at(-1)!)} MB (load ${load()})`);
+      console.log(
+        `  round ${round + 1} (${order.join(" first, ")} second): agent ${mb(rss.agent.at(-1)!)} MB, full binary ${mb(rss.full.at(-1)!)} MB (load ${load()})`,
+      );
       for (const who of order) {
         got[who]!.p.kill("SIGTERM");
         await got[who]!.p.exited;

@@ -75,7 +75,12 @@ async function fullState(dir: string, sock: string, gen: GenOptions) {
   const brain = brainWith(gen);
   brain.view("node-1");
   console.log(`  brain computed the state in ${ms(performance.now() - t0)} (not part of the figure)`);
-  const server = await startApiServer({ brain, listen: [`unix://${sock}`], defaultNodeName: "node-1", log: createLogger("bench", { level: "error" }) });
+  const server = await startApiServer({
+    brain,
+    listen: [`unix://${sock}`],
+    defaultNodeName: "node-1",
+    log: createLogger("bench", { level: "error" }),
+  });
   for (const protocol of ["watch", "next"]) {
     // The server marshals the brain's own node (node-1) as it starts, so round 1 costs
     // what rounds 2-3 do; a first stream for another node would marshal then.
@@ -83,7 +88,9 @@ async function fullState(dir: string, sock: string, gen: GenOptions) {
     const full = await s.waitLines(3, /^full /);
     const [first, ...rest] = full.map((l) => Number(l.split(" ")[1]));
     const [, , services, eps] = full[0].split(" ");
-    console.log(`  ${protocol.padEnd(5)} ${services} services / ${eps} endpoints: first stream ${ms(first)}, later streams ${rest.map(ms).join(", ")}`);
+    console.log(
+      `  ${protocol.padEnd(5)} ${services} services / ${eps} endpoints: first stream ${ms(first)}, later streams ${rest.map(ms).join(", ")}`,
+    );
     s.p.kill();
     await s.p.exited;
   }
@@ -91,7 +98,9 @@ async function fullState(dir: string, sock: string, gen: GenOptions) {
 }
 
 async function oneChange(dir: string, sock: string, brain: Brain, gen: GenOptions) {
-  console.log(`\none endpoint change, brain revision -> sidecar callback, ${gen.services} x ${gen.endpoints} (target <= 20 ms from a file edit)`);
+  console.log(
+    `\none endpoint change, brain revision -> sidecar callback, ${gen.services} x ${gen.endpoints} (target <= 20 ms from a file edit)`,
+  );
   const s = spawnSidecar(dir, [`unix://${sock}`, "node-1", "watch", "1"]);
   await s.waitLines(1, /^rev /);
   const times: number[] = [];
@@ -104,7 +113,9 @@ async function oneChange(dir: string, sock: string, brain: Brain, gen: GenOption
     const revs = await s.waitLines(i + 2, /^rev /);
     times.push(Number(revs[i + 1].split(" ")[1]) - t0);
   }
-  console.log(`  event applied -> callback: median ${times.length ? median(times).toFixed(1) : "?"} ms, max ${Math.max(...times).toFixed(1)} ms (10 changes)`);
+  console.log(
+    `  event applied -> callback: median ${times.length ? median(times).toFixed(1) : "?"} ms, max ${Math.max(...times).toFixed(1)} ms (10 changes)`,
+  );
   s.p.kill();
   await s.p.exited;
 }
@@ -114,7 +125,10 @@ async function fileEdit(dir: string) {
   const input = join(dir, "cluster.yaml");
   copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
   const sock = join(dir, "edit.sock");
-  const serve = Bun.spawn([BUN, join(ROOT, "src/main.ts"), "serve", "--input", input, "--listen", `unix://${sock}`], { stdout: "ignore", stderr: "ignore" });
+  const serve = Bun.spawn([BUN, join(ROOT, "src/main.ts"), "serve", "--input", input, "--listen", `unix://${sock}`], {
+    stdout: "ignore",
+    stderr: "ignore",
+  });
   while (!existsSync(sock)) await Bun.sleep(20);
   const s = spawnSidecar(dir, [`unix://${sock}`, "node-1", "watch", "1"]);
   await s.waitLines(1, /^rev /);
@@ -127,7 +141,9 @@ async function fileEdit(dir: string) {
     times.push(Number(revs[i + 1].split(" ")[1]) - t0);
     await Bun.sleep(50);
   }
-  console.log(`  file written -> callback: median ${median(times).toFixed(1)} ms, max ${Math.max(...times).toFixed(1)} ms (10 edits; file read, parse, brain, API, client)`);
+  console.log(
+    `  file written -> callback: median ${median(times).toFixed(1)} ms, max ${Math.max(...times).toFixed(1)} ms (10 edits; file read, parse, brain, API, client)`,
+  );
   s.p.kill();
   serve.kill();
   await Promise.all([s.p.exited, serve.exited]);
@@ -164,11 +180,17 @@ async function startup(dir: string) {
   for (let i = 0; i < 5; i++) {
     const sock = join(dir, `start-${i}.sock`);
     const t0 = performance.now();
-    const p = Bun.spawn([bin, "serve", "--input", join(ROOT, "examples/cluster.yaml"), "--node-name", "node-1", "--listen", `unix://${sock}`], { stdout: "ignore", stderr: "ignore" });
+    const p = Bun.spawn(
+      [bin, "serve", "--input", join(ROOT, "examples/cluster.yaml"), "--node-name", "node-1", "--listen", `unix://${sock}`],
+      { stdout: "ignore", stderr: "ignore" },
+    );
     for (;;) {
       if (existsSync(sock)) {
         const conn = connectGrpc({ kind: "unix", path: sock });
-        const ok = await nextSnapshot(conn, { instanceID: 0n, rev: 0n, nodeName: "node-1" }, AbortSignal.timeout(1000)).then(() => true, () => false);
+        const ok = await nextSnapshot(conn, { instanceID: 0n, rev: 0n, nodeName: "node-1" }, AbortSignal.timeout(1000)).then(
+          () => true,
+          () => false,
+        );
         conn.close();
         if (ok) break;
       }

@@ -25,7 +25,9 @@ export default async function () {
   brain.flush();
   console.log(`cold compute 10k svc x 10 ep, 100 nodes:     ${ms(t0)}  (target <= 1500 ms)`);
   Bun.gc(true);
-  console.log(`RSS after cold compute:                      ${mb(process.memoryUsage().rss)} (+${mb(process.memoryUsage().rss - rss0)} for the brain; target <= 400 MB)`);
+  console.log(
+    `RSS after cold compute:                      ${mb(process.memoryUsage().rss)} (+${mb(process.memoryUsage().rss - rss0)} for the brain; target <= 400 MB)`,
+  );
 
   // One changed slice, on a Cluster-policy service (so it is a real change for this node).
   const samples: number[] = [];
@@ -38,12 +40,14 @@ export default async function () {
     samples.push(performance.now() - t);
   }
   samples.sort((a, b) => a - b);
-  console.log(`one changed EndpointSlice -> new revision:   p50 ${samples[100].toFixed(3)} ms, p99 ${samples[198].toFixed(3)} ms (target <= 1 ms)`);
+  console.log(
+    `one changed EndpointSlice -> new revision:   p50 ${samples[100].toFixed(3)} ms, p99 ${samples[198].toFixed(3)} ms (target <= 1 ms)`,
+  );
 
   // Churn: 10,000 random endpoint changes, 90% on other nodes' pods of Local-policy services.
   const rev0 = view.state!.rev;
   let seed = 42;
-  const rnd = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rnd = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
   const syntheticChanges = 10_000;
   const ev0 = brain.stats.events;
   t0 = performance.now();
@@ -60,5 +64,7 @@ export default async function () {
     brain.flush();
   }
   const revs = view.state!.rev - rev0;
-  console.log(`churn: ${brain.stats.events - ev0} endpoint changes (${touchingThisNode} touch node-0's result) -> ${revs} node-local revisions in ${ms(t0)}`);
+  console.log(
+    `churn: ${brain.stats.events - ev0} endpoint changes (${touchingThisNode} touch node-0's result) -> ${revs} node-local revisions in ${ms(t0)}`,
+  );
 }

@@ -35,13 +35,33 @@ const cpuSeconds = (pid: number) => {
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
 
 async function churn(topo: Topology, bin: string, dir: string, services: number, changes: number, extra: string[]) {
-  const api = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  const api = Bun.spawn(
+    ["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir],
+    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+  );
   const apiOut = lines(api.stdout);
   try {
     const kubeconfig = (await apiOut.wait(/^ready /, 1, 120_000)).line.split(" ")[1];
-    for (const family of ["ip", "ip6"]) Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+    for (const family of ["ip", "ip6"])
+      Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
     await quietNft(30_000);
-    const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, bin, "--kubeconfig", kubeconfig, "--backend", "nft", "--hostname-override", NODE_NAME, ...extra], { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
+    const kpng = Bun.spawn(
+      [
+        "ip",
+        "netns",
+        "exec",
+        topo.node.ns,
+        bin,
+        "--kubeconfig",
+        kubeconfig,
+        "--backend",
+        "nft",
+        "--hostname-override",
+        NODE_NAME,
+        ...extra,
+      ],
+      { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
+    );
     const log = lines(kpng.stderr);
     try {
       await log.wait(/ synced backend=nft /, 1, 120_000);
@@ -59,7 +79,10 @@ async function churn(topo: Topology, bin: string, dir: string, services: number,
       await apiOut.wait(/^changed /, changes);
       const changedAt = apiOut.all.filter((l) => l.line.startsWith("changed ")).map((l) => l.at);
       const lastAt = changedAt.at(-1)!;
-      const synced = () => log.all.filter((l) => / synced backend=nft /.test(l.line)).map((l) => ({ end: l.at, start: l.at - Number(/ ms=(\d+)/.exec(l.line)?.[1] ?? 0) }));
+      const synced = () =>
+        log.all
+          .filter((l) => / synced backend=nft /.test(l.line))
+          .map((l) => ({ end: l.at, start: l.at - Number(/ ms=(\d+)/.exec(l.line)?.[1] ?? 0) }));
       const end = Date.now() + 30_000;
       while (!synced().some((s) => s.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
       const wall = (Date.now() - t0) / 1000;
@@ -91,14 +114,25 @@ export default async function churnBench() {
   await buildBinary(bin);
   const topo = await createTopology({ pods: 1, prefix: "kpc" });
   try {
-    console.log(`one endpoint change every ${PERIOD_MS} ms (${changes} changes), kpng --kubeconfig --backend nft (compiled); latency = API server applied -> nft committed a sync started after it`);
+    console.log(
+      `one endpoint change every ${PERIOD_MS} ms (${changes} changes), kpng --kubeconfig --backend nft (compiled); latency = API server applied -> nft committed a sync started after it`,
+    );
     console.log("  services | minSyncPeriod     | median ms | p99 ms | max ms | nft syncs | kpng CPU");
     for (const services of sizes)
-      for (const [label, extra] of [["none (paced)", []], ["1s (explicit)", ["--min-sync-period", "1s"]]] as const) {
+      for (const [label, extra] of [
+        ["none (paced)", []],
+        ["1s (explicit)", ["--min-sync-period", "1s"]],
+      ] as const) {
         const r = await churn(topo, bin, dir, services, changes, [...extra]);
         const l = r.latencies;
         console.log(
-          `  ${String(services).padStart(8)} | ${label.padEnd(17)} | ${pct(l, 50).toFixed(0).padStart(9)} | ${pct(l, 99).toFixed(0).padStart(6)} | ${Math.max(...l).toFixed(0).padStart(6)} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""}`,
+          `  ${String(services).padStart(8)} | ${label.padEnd(17)} | ${pct(l, 50).toFixed(0).padStart(9)} | ${pct(l, 99).toFixed(0).padStart(6)} | ${Math.max(
+            ...l,
+          )
+            .toFixed(0)
+            .padStart(
+              6,
+            )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""}`,
         );
       }
   } finally {

@@ -13,9 +13,21 @@ import { listenArgs, proxyArgs, sourceArgs } from "../src/core/config/flags.ts";
 
 const root = join(import.meta.dir, "..");
 const ARGS = [
-  "--v=2", "--proxy-mode=iptables", "--hostname-override=node-1", "--cluster-cidr=198.19.0.0/16", "--conntrack-max-per-core=0",
-  "--oom-score-adj=-998", "--feature-gates=A=true,B=false", "--kube-api-qps=20", "--kube-api-burst=40", "--detect-local-mode=ClusterCIDR",
-  "--metrics-bind-address=0.0.0.0:10249", "--healthz-bind-address", "0.0.0.0:10256", "--iptables-sync-period=30s", "--logging-format=json",
+  "--v=2",
+  "--proxy-mode=iptables",
+  "--hostname-override=node-1",
+  "--cluster-cidr=198.19.0.0/16",
+  "--conntrack-max-per-core=0",
+  "--oom-score-adj=-998",
+  "--feature-gates=A=true,B=false",
+  "--kube-api-qps=20",
+  "--kube-api-burst=40",
+  "--detect-local-mode=ClusterCIDR",
+  "--metrics-bind-address=0.0.0.0:10249",
+  "--healthz-bind-address",
+  "0.0.0.0:10256",
+  "--iptables-sync-period=30s",
+  "--logging-format=json",
 ];
 
 const perOp = (n: number, f: () => void) => {
@@ -41,8 +53,12 @@ export default async function () {
   const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs };
   console.log(`parse ${ARGS.length} kube-proxy arguments: ${perOp(20_000, () => parseArgv(ARGS, defs)).toFixed(2)} µs`);
   const kubeadm = readFileSync(join(root, "test/config/golden/kubeadm.v1alpha1.yaml"), "utf8");
-  console.log(`decode kubeadm's ConfigMap (strict, defaults, conversion, field warnings): ${perOp(500, () => parseKubeProxyConfig("kubeadm.yaml", kubeadm)).toFixed(0)} µs`);
+  console.log(
+    `decode kubeadm's ConfigMap (strict, defaults, conversion, field warnings): ${perOp(500, () => parseKubeProxyConfig("kubeadm.yaml", kubeadm)).toFixed(0)} µs`,
+  );
   const cfg = join(root, "test/config/golden/kubeadm.v1alpha1.yaml");
   console.log(`process, --version: ${(await processMs(["--version"], 5)).toFixed(0)} ms (median of 5)`);
-  console.log(`process, kubeadm ConfigMap, --input example --dry-run --once: ${(await processMs([`--config=${cfg}`, "--hostname-override=node-1", "--input", "examples/cluster.yaml", "--dry-run", "--once"], 5)).toFixed(0)} ms (median of 5)`);
+  console.log(
+    `process, kubeadm ConfigMap, --input example --dry-run --once: ${(await processMs([`--config=${cfg}`, "--hostname-override=node-1", "--input", "examples/cluster.yaml", "--dry-run", "--once"], 5)).toFixed(0)} ms (median of 5)`,
+  );
 }

@@ -42,7 +42,12 @@ const p90 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length
 const log = createLogger("bench", { level: "warn" });
 
 function svcAt(i: number, topo: Topology, salt = 0): ServiceEndpoints {
-  const s = service({ namespace: `ns${i % 50}`, name: `svc${i}`, clusterIPs: [v6.clusterIP(i + 1)], ports: [{ name: "http", port: 80, targetPort: 8080 }] });
+  const s = service({
+    namespace: `ns${i % 50}`,
+    name: `svc${i}`,
+    clusterIPs: [v6.clusterIP(i + 1)],
+    ports: [{ name: "http", port: 80, targetPort: 8080 }],
+  });
   if (i === 0) return entry(s, { p: endpoint({ ips: [topo.pods[salt ? 1 : 0].v6], local: true }) }); // the one we connect to
   const eps = Array.from({ length: ENDPOINTS }, (_, j) => {
     const x = i * ENDPOINTS + j + salt;
@@ -52,7 +57,12 @@ function svcAt(i: number, topo: Topology, salt = 0): ServiceEndpoints {
 }
 
 const ctxFor = (sb: Sandbox) => ({
-  config: defaultConfig({ nodeName: "node0", nodeIPs: [v4.node(0), v6.node(0)], clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }),
+  config: defaultConfig({
+    nodeName: "node0",
+    nodeIPs: [v4.node(0), v6.node(0)],
+    clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
+    ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir },
+  }),
   log,
   out: () => {},
 });
@@ -94,9 +104,18 @@ async function latency(run: (probes: Probe[]) => Promise<ProbeResult[]>, ip: str
 function filler6(n: number): K8sObject[] {
   return Array.from({ length: n }, (_, i) => {
     const name = `filler-${i}`;
-    const endpoints = Array.from({ length: ENDPOINTS }, (_, k) => ({ ip: v6.pod(1 + (i % 250), 1 + k + ENDPOINTS * Math.floor(i / 250)), node: "node-b", pod: `${name}-${k}` }));
+    const endpoints = Array.from({ length: ENDPOINTS }, (_, k) => ({
+      ip: v6.pod(1 + (i % 250), 1 + k + ENDPOINTS * Math.floor(i / 250)),
+      node: "node-b",
+      pod: `${name}-${k}`,
+    }));
     return [
-      svc({ ns: "filler", name, clusterIPs: [v6.clusterIP(100 + i)], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }] }),
+      svc({
+        ns: "filler",
+        name,
+        clusterIPs: [v6.clusterIP(100 + i)],
+        ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
+      }),
       slice({ ns: "filler", service: name, family: "IPv6", ports: [{ name: "http", protocol: "TCP", port: 8080 }], endpoints }),
     ];
   }).flat();
@@ -139,19 +158,30 @@ export default async function ebpfBench() {
     const b = await ebpfBackend(sb);
     await b.apply(state, null);
     const first = b.last!;
-    console.log(`full sync, ${N} services x ${ENDPOINTS} endpoints: plan ${ms(first.planMs)}, write ${ms(first.writeMs)} (${first.ops} map ops, batched)`);
+    console.log(
+      `full sync, ${N} services x ${ENDPOINTS} endpoints: plan ${ms(first.planMs)}, write ${ms(first.writeMs)} (${first.ops} map ops, batched)`,
+    );
     const again = await ebpfBackend(sb);
     await again.apply(state, null);
     const re = again.last!;
-    console.log(`a restart's full sync over the pinned maps: read back ${ms(re.readMs)}, plan ${ms(re.planMs)}, write ${ms(re.writeMs)} (${re.ops} ops); programs loaded again: ${again.loaded}`);
+    console.log(
+      `a restart's full sync over the pinned maps: read back ${ms(re.readMs)}, plan ${ms(re.planMs)}, write ${ms(re.writeMs)} (${re.ops} ops); programs loaded again: ${again.loaded}`,
+    );
     const mem = mapsMemlock(sb.pinDir);
     const mib = (b: number) => `${(b / 1048576).toFixed(1)} MiB`;
     console.log(
-      `maps at ${N} services: ${JSON.stringify(again.mapEntries)} entries; locked memory ${mib(Object.values(mem).reduce((a, b) => a + b, 0))} (${Object.entries(mem).map(([k, v]) => `${k} ${mib(v)}`).join(", ")}; the hash maps allocate per entry, the LRU maps are preallocated)`,
+      `maps at ${N} services: ${JSON.stringify(again.mapEntries)} entries; locked memory ${mib(Object.values(mem).reduce((a, b) => a + b, 0))} (${Object.entries(
+        mem,
+      )
+        .map(([k, v]) => `${k} ${mib(v)}`)
+        .join(", ")}; the hash maps allocate per entry, the LRU maps are preallocated)`,
     );
 
     // connect() latency: the nft backend programs the same services in the node namespace for the comparison
-    const nft = createNftBackend(ctxFor(sb), { exec: topo.executor(topo.node.ns), interactive: processSpawner(["ip", "netns", "exec", topo.node.ns]) });
+    const nft = createNftBackend(ctxFor(sb), {
+      exec: topo.executor(topo.node.ns),
+      interactive: processSpawner(["ip", "netns", "exec", topo.node.ns]),
+    });
     await nft.apply(state, null);
     const inCgroup = (probes: Probe[]) => sb.probeMany(topo.node.ns, probes);
     const outside = (probes: Probe[]) => topo.probeMany(topo.node.ns, probes);
@@ -182,7 +212,9 @@ export default async function ebpfBench() {
 
     const rssEbpf = await deployedRss(topo, sb, "ebpf");
     const rssNft = await deployedRss(topo, sb, "nft");
-    console.log(`kpng RSS at ${N} services (the process, --input, 3 s after the first sync): ebpf (with nft composed) ${rssEbpf.toFixed(0)} MB, nft alone ${rssNft.toFixed(0)} MB`);
+    console.log(
+      `kpng RSS at ${N} services (the process, --input, 3 s after the first sync): ebpf (with nft composed) ${rssEbpf.toFixed(0)} MB, nft alone ${rssNft.toFixed(0)} MB`,
+    );
   } finally {
     await sb.destroy();
     await topo.destroy();

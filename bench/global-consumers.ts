@@ -27,7 +27,10 @@ const syncs = new Array<number>(N).fill(0);
 const last = new Array<number>(N).fill(0);
 const sessions = new Array<http2.ClientHttp2Session | undefined>(N);
 const tls = sock.startsWith("tls:")
-  ? (([, port, dir]) => ({ port, creds: { ca: readFileSync(`${dir}/brain.crt`), cert: readFileSync(`${dir}/agent.crt`), key: readFileSync(`${dir}/agent.key`) } }))(sock.split(":"))
+  ? (([, port, dir]) => ({
+      port,
+      creds: { ca: readFileSync(`${dir}/brain.crt`), cert: readFileSync(`${dir}/agent.crt`), key: readFileSync(`${dir}/agent.key`) },
+    }))(sock.split(":"))
   : undefined;
 
 let stalled = false;
@@ -45,7 +48,9 @@ function open(i: number): Promise<void> {
       if (gen !== generation) return;
       let dead = false;
       const settings = { initialWindowSize: WINDOW };
-      const session = tls ? http2.connect(`https://127.0.0.1:${tls.port}`, { settings, ...tls.creds }) : http2.connect("http://localhost", { settings, createConnection: () => net.connect(sock) });
+      const session = tls
+        ? http2.connect(`https://127.0.0.1:${tls.port}`, { settings, ...tls.creds })
+        : http2.connect("http://localhost", { settings, createConnection: () => net.connect(sock) });
       const fail = () => {
         if (dead) return;
         dead = true;
@@ -58,7 +63,12 @@ function open(i: number): Promise<void> {
       session.on("error", fail);
       session.on("close", fail);
       sessions[i] = session;
-      const stream = session.request({ ":method": "POST", ":path": "/globalv1.Sets/Watch", "content-type": "application/grpc+proto", te: "trailers" });
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/globalv1.Sets/Watch",
+        "content-type": "application/grpc+proto",
+        te: "trailers",
+      });
       stream.on("error", fail);
       stream.on("close", fail);
       stream.write(ASK);
@@ -118,7 +128,8 @@ for (let i = 0; i < N; i += W) {
 }
 console.log("connected");
 for await (const line of console) {
-  if (line.trim() === "report") console.log(`report ${JSON.stringify({ streams: syncs.map((s, i) => [s, last[i]]), failures: failures.reduce((a, b) => a + b, 0) })}`);
+  if (line.trim() === "report")
+    console.log(`report ${JSON.stringify({ streams: syncs.map((s, i) => [s, last[i]]), failures: failures.reduce((a, b) => a + b, 0) })}`);
   else if (line.trim() === "reconnect") {
     generation++;
     for (const s of sessions) s?.destroy();

@@ -124,7 +124,8 @@ function consumerGroup(n: number, wave: number, mode: string, target: string, pr
     connected: () => Promise.all(group.map((c) => c.wait(/^connected/))),
     report: () => Promise.all(group.map(async (c) => JSON.parse(await ask(c, "report", /^report /)) as Report)),
     /** ms until every stream of the group had its first change set again */
-    reconnect: async () => Math.max(...(await Promise.all(group.map(async (c) => Number(await ask(c, "reconnect", /^reconnected /, 1_200_000)))))),
+    reconnect: async () =>
+      Math.max(...(await Promise.all(group.map(async (c) => Number(await ask(c, "reconnect", /^reconnected /, 1_200_000)))))),
     signal: (sig: NodeJS.Signals) => group.forEach((c) => c.p.kill(sig)),
   };
 }
@@ -148,7 +149,9 @@ export async function netns(name: string) {
 }
 
 export default async function main() {
-  console.log(`\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams${TLS ? " (mutual TLS over loopback TCP)" : ""} + 2 nft agents (load average ${load()})`);
+  console.log(
+    `\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams${TLS ? " (mutual TLS over loopback TCP)" : ""} + 2 nft agents (load average ${load()})`,
+  );
   const dir = mkdtempSync(join(tmpdir(), "kpng-bench-global-"));
   if (TLS) {
     makeTestCert(dir, { name: "brain" });
@@ -162,7 +165,16 @@ export default async function main() {
   try {
     const t0 = performance.now();
     const profile = process.env.GLOBAL_BENCH_PROFILE ? ["--cpu-prof-md", `--cpu-prof-dir=${process.env.GLOBAL_BENCH_PROFILE}`] : [];
-    brain = spawn([BUN, ...profile, join(ROOT, "bench/global-brain.ts"), sock, String(GEN.services), String(GEN.endpoints), String(GEN.nodes), ...(TLS ? [dir] : [])]);
+    brain = spawn([
+      BUN,
+      ...profile,
+      join(ROOT, "bench/global-brain.ts"),
+      sock,
+      String(GEN.services),
+      String(GEN.endpoints),
+      String(GEN.nodes),
+      ...(TLS ? [dir] : []),
+    ]);
     procs.push(brain);
     const port = (await brain.wait(/^ready/)).split(" ")[1];
     const target = TLS ? `tls:${port}:${dir}` : sock;
@@ -173,11 +185,30 @@ export default async function main() {
     const first = light(10, 10);
     await first.connected();
     const [rss10, , , heap10] = await brainRss(brain);
-    console.log(`  10 streams: full model to each in ${(performance.now() - t).toFixed(0)} ms; brain RSS ${mb(rss10)} (JS heap and its buffers ${mb(heap10)})`);
+    console.log(
+      `  10 streams: full model to each in ${(performance.now() - t).toFixed(0)} ms; brain RSS ${mb(rss10)} (JS heap and its buffers ${mb(heap10)})`,
+    );
 
     for (const ns of namespaces) await netns(ns);
     const agents = [1, 2].map((k, i) => {
-      const a = spawn(["ip", "netns", "exec", namespaces[i], BUN, join(ROOT, "src/main.ts"), "--api", `unix://${sock}`, "--node-name", `node-${k}`, "--backend", "nft", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+      const a = spawn([
+        "ip",
+        "netns",
+        "exec",
+        namespaces[i],
+        BUN,
+        join(ROOT, "src/main.ts"),
+        "--api",
+        `unix://${sock}`,
+        "--node-name",
+        `node-${k}`,
+        "--backend",
+        "nft",
+        "--healthz-bind-address",
+        "127.0.0.1:0",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+      ]);
       procs.push(a);
       return a;
     });
@@ -205,7 +236,9 @@ export default async function main() {
       brain.send(`change ${1234 + round}`);
       const [, at, flushMs, cpu0] = (await brain.wait(/^changed /, from)).split(" ");
       const t0c = Number(at);
-      const agentLines = await Promise.all(agents.map((a, i) => a.wait(/synced backend=nft rev=\d+ .*changed=1 /, agentFrom[i], "err", 10_000)));
+      const agentLines = await Promise.all(
+        agents.map((a, i) => a.wait(/synced backend=nft rev=\d+ .*changed=1 /, agentFrom[i], "err", 10_000)),
+      );
       await Bun.sleep(1500 + STREAMS / 5);
       const cpu = cpuMs(brain.p.pid) - Number(cpu0);
       const after = (await reports()).flatMap((r) => r.streams);
@@ -245,13 +278,17 @@ export default async function main() {
       await Bun.sleep(1500);
     }
     const [stuckIdle] = await brainRss(brain);
-    console.log(`  10 of ${STREAMS} streams stuck between change sets, 3 changes later: brain RSS ${mb(stuckIdle)} (${mb(stuckIdle - healthy)} over ${mb(healthy)} with all reading)`);
+    console.log(
+      `  10 of ${STREAMS} streams stuck between change sets, 3 changes later: brain RSS ${mb(stuckIdle)} (${mb(stuckIdle - healthy)} over ${mb(healthy)} with all reading)`,
+    );
     // 10 more that stop mid-model: the brain's writes to them wait, then it drops them.
     const stalled = light(10, 10, "stall");
     let t1 = performance.now();
     await Bun.sleep(5000);
     const [stuckMid, , dropped0] = await brainRss(brain);
-    console.log(`  + 10 stuck mid-model, 5 s later: brain RSS ${mb(stuckMid)} (${mb(stuckMid - healthy)} over all reading); streams dropped so far ${dropped0}`);
+    console.log(
+      `  + 10 stuck mid-model, 5 s later: brain RSS ${mb(stuckMid)} (${mb(stuckMid - healthy)} over all reading); streams dropped so far ${dropped0}`,
+    );
     await Bun.sleep(Math.max(0, 36_000 - (performance.now() - t1)));
     const [afterDrop, , dropped] = await brainRss(brain);
     console.log(`  36 s later: brain RSS ${mb(afterDrop)}; streams dropped for not reading: ${dropped}`);
@@ -279,12 +316,31 @@ export default async function main() {
     const cluster = genCluster(GEN);
     writeFileSync(file, JSON.stringify(cluster));
     t = performance.now();
-    const full = spawn(["ip", "netns", "exec", namespaces[2], BUN, join(ROOT, "src/main.ts"), "--input", file, "--node-name", "node-1", "--backend", "nft", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    const full = spawn([
+      "ip",
+      "netns",
+      "exec",
+      namespaces[2],
+      BUN,
+      join(ROOT, "src/main.ts"),
+      "--input",
+      file,
+      "--node-name",
+      "node-1",
+      "--backend",
+      "nft",
+      "--healthz-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "127.0.0.1:0",
+    ]);
     procs.push(full);
     await full.wait(/synced backend=nft rev=1 /, 0, "err");
     console.log(`  full binary (--input): first sync ${(performance.now() - t).toFixed(0)} ms after start`);
     await Bun.sleep(3000);
-    console.log(`  RSS 3 s after first sync: agent ${mb(rssOf(agents[0].p.pid))}, ${mb(rssOf(agents[1].p.pid))}; full binary ${mb(rssOf(full.p.pid))}`);
+    console.log(
+      `  RSS 3 s after first sync: agent ${mb(rssOf(agents[0].p.pid))}, ${mb(rssOf(agents[1].p.pid))}; full binary ${mb(rssOf(full.p.pid))}`,
+    );
   } finally {
     // A brain that quits writes its profile (GLOBAL_BENCH_PROFILE).
     brain?.send("quit");

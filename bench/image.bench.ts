@@ -31,7 +31,8 @@ const MB = 1024 * 1024;
 const mb = (bytes: number) => (bytes / MB).toFixed(0);
 const cgroupFile = (cg: string, f: string) => readFileSync(join("/sys/fs/cgroup/memory", cg, f), "utf8");
 const cgroupStat = (cg: string, key: string) => Number(new RegExp(`^${key} (\\d+)$`, "m").exec(cgroupFile(cg, "memory.stat"))?.[1] ?? NaN);
-const status = (pid: number, key: string) => Number(new RegExp(`${key}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN) * 1024;
+const status = (pid: number, key: string) =>
+  Number(new RegExp(`${key}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? NaN) * 1024;
 
 /** Lines of a stream, with a wait for the n-th matching one. */
 function lines(stream: ReadableStream<Uint8Array>) {
@@ -63,7 +64,10 @@ export default async function imageBench() {
   try {
     const bin = join(dir, "kpng");
     await buildBinary(bin);
-    const build = Bun.spawnSync(["bash", "deploy/image/build.sh", "--kpng", bin, "--out", join(dir, "image")], { cwd: ROOT, stderr: "pipe" });
+    const build = Bun.spawnSync(["bash", "deploy/image/build.sh", "--kpng", bin, "--out", join(dir, "image")], {
+      cwd: ROOT,
+      stderr: "pipe",
+    });
     if (build.exitCode !== 0) throw new Error(`deploy/image/build.sh: ${build.stderr.toString()}`);
     console.log(build.stdout.toString().trim());
     const version = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
@@ -73,14 +77,19 @@ export default async function imageBench() {
       .map((d) => d.toJS() as { kind: string; data: Record<string, string> })
       .find((d) => d.kind === "ConfigMap")!;
     await topo.serve(topo.pods[0], { tcp: [8080] });
-    console.log(`\nthe DaemonSet's pod under runc, nftables, N services x 10 endpoints on 100 nodes, after the first sync and ${CHANGES} changes`);
+    console.log(
+      `\nthe DaemonSet's pod under runc, nftables, N services x 10 endpoints on 100 nodes, after the first sync and ${CHANGES} changes`,
+    );
     console.log("  services | cgroup peak MB | cgroup now MB (rss + cache) | kpng VmHWM MB | kpng RssFile MB");
     for (const services of sizes) {
-      const api = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir], {
-        stdin: "pipe",
-        stdout: "pipe",
-        stderr: "inherit",
-      });
+      const api = Bun.spawn(
+        ["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir],
+        {
+          stdin: "pipe",
+          stdout: "pipe",
+          stderr: "inherit",
+        },
+      );
       const apiOut = lines(api.stdout);
       const cgroup = `kpng-bench-${process.pid}-${services}`;
       let pod: Awaited<ReturnType<typeof runPod>> | undefined;
@@ -90,7 +99,8 @@ export default async function imageBench() {
         mkdirSync(volume, { recursive: true });
         writeFileSync(join(volume, "config.conf"), configMap.data["config.conf"]);
         writeFileSync(join(volume, "kubeconfig.conf"), readFileSync(kubeconfig, "utf8"));
-        for (const family of ["ip", "ip6"]) Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+        for (const family of ["ip", "ip6"])
+          Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
         pod = await runPod(bundle, base, {
           netns: topo.node.ns,
           args: ["--config=/var/lib/kube-proxy/config.conf", `--hostname-override=${NODE_NAME}`],
@@ -110,8 +120,9 @@ export default async function imageBench() {
         const peak = Number(cgroupFile(cgroup, "memory.max_usage_in_bytes"));
         const now = Number(cgroupFile(cgroup, "memory.usage_in_bytes"));
         console.log(
-          `  ${String(services).padStart(8)} | ${mb(peak).padStart(14)} | ${mb(now).padStart(6)} (${mb(cgroupStat(cgroup, "total_rss"))} + ${mb(cgroupStat(cgroup, "total_cache"))})`.padEnd(60) +
-            ` | ${mb(status(pid, "VmHWM")).padStart(13)} | ${mb(status(pid, "RssFile")).padStart(15)}`,
+          `  ${String(services).padStart(8)} | ${mb(peak).padStart(14)} | ${mb(now).padStart(6)} (${mb(cgroupStat(cgroup, "total_rss"))} + ${mb(cgroupStat(cgroup, "total_cache"))})`.padEnd(
+            60,
+          ) + ` | ${mb(status(pid, "VmHWM")).padStart(13)} | ${mb(status(pid, "RssFile")).padStart(15)}`,
         );
       } finally {
         await pod?.remove();

@@ -68,7 +68,11 @@ const spread = (xs: number[]) => `best ${ms(sorted(xs)[0])} / median ${ms(sorted
 /** One run of `command --noflush` in `ns`: wall time and the CPU time (user + system) it used. */
 async function feed(ns: string, command: string, input: string) {
   const t = performance.now();
-  const p = Bun.spawn(["ip", "netns", "exec", ns, command, "--noflush", "-w", "5"], { stdin: new TextEncoder().encode(input), stdout: "ignore", stderr: "pipe" });
+  const p = Bun.spawn(["ip", "netns", "exec", ns, command, "--noflush", "-w", "5"], {
+    stdin: new TextEncoder().encode(input),
+    stdout: "ignore",
+    stderr: "pipe",
+  });
   const code = await p.exited;
   const wall = performance.now() - t;
   if (code !== 0) throw new Error(`${command}: exit ${code}: ${await new Response(p.stderr).text()}`);
@@ -115,7 +119,10 @@ async function runSize(n: number) {
     };
     const config = defaultConfig({ nodeName: "node0", nodeIPs: [v4.node(0)], clusterCIDRs: [plan.v4.clusterCIDR] });
     let clock = 0;
-    const b = new IptablesBackend({ config, log: createLogger("bench", { level: "warn" }), out: () => {} }, { executor: exec, families: ["v4"], monitorPeriodMs: 0, now: () => clock });
+    const b = new IptablesBackend(
+      { config, log: createLogger("bench", { level: "warn" }), out: () => {} },
+      { executor: exec, families: ["v4"], monitorPeriodMs: 0, now: () => clock },
+    );
     let k = 0;
     for (let i = 0; i < n; i++) {
       b.setService(service(i));
@@ -147,14 +154,18 @@ async function runSize(n: number) {
     b.deleteEndpoint("bench", `svc-${target}`, "ep-0");
     t0 = performance.now();
     await b.sync();
-    console.log(`${n} svc, one endpoint removed: ${ms(performance.now() - t0)} wall (iptables-restore ${ms(restoreMs)}), input ${b.lastSync!.bytes.v4 ?? 0} bytes`);
+    console.log(
+      `${n} svc, one endpoint removed: ${ms(performance.now() - t0)} wall (iptables-restore ${ms(restoreMs)}), input ${b.lastSync!.bytes.v4 ?? 0} bytes`,
+    );
 
     // The periodic (hourly) full restore over the programmed state: iptables-save first, then everything.
     clock += 3_600_000;
     restoreMs = 0;
     t0 = performance.now();
     await b.sync();
-    console.log(`${n} svc, periodic full restore over existing rules: ${ms(performance.now() - t0)} wall (iptables-restore ${ms(restoreMs)})`);
+    console.log(
+      `${n} svc, periodic full restore over existing rules: ${ms(performance.now() - t0)} wall (iptables-restore ${ms(restoreMs)})`,
+    );
 
     t0 = performance.now();
     await b.checkCanaries();

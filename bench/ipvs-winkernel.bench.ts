@@ -80,7 +80,10 @@ async function winkernel(state: NodeState) {
 }
 
 export default async function () {
-  const state = nodeState(1, Array.from({ length: services }, (_, i) => svc(i)));
+  const state = nodeState(
+    1,
+    Array.from({ length: services }, (_, i) => svc(i)),
+  );
   console.log(`${services} services x ${endpointsPer} endpoints (ClusterIP); recorders, no kernel`);
   await ipvs(state);
   await winkernel(state);

@@ -27,7 +27,8 @@ const REAL_MIN_SYNC_S = 1;
 
 function scrape(text: string, name: string): number {
   let sum = 0;
-  for (const line of text.split("\n")) if (line.startsWith(name + " ") || line.startsWith(name + "{")) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+  for (const line of text.split("\n"))
+    if (line.startsWith(name + " ") || line.startsWith(name + "{")) sum += Number(line.slice(line.lastIndexOf(" ") + 1));
   return sum;
 }
 
@@ -52,8 +53,23 @@ export default async function kubeBench() {
   const minSync = `${Math.max(1, Math.round((REAL_MIN_SYNC_S / scale) * 1000))}ms`;
   const root = join(import.meta.dir, "..");
   const child = Bun.spawn(
-    [process.execPath, join(root, "src/main.ts"), "--kubeconfig", api.writeKubeconfig(dir), "--backend", "nft", "--dry-run", "--hostname-override", "node-0",
-      "--metrics-bind-address", `127.0.0.1:${port}`, "--healthz-bind-address", "", "--min-sync-period", minSync],
+    [
+      process.execPath,
+      join(root, "src/main.ts"),
+      "--kubeconfig",
+      api.writeKubeconfig(dir),
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--hostname-override",
+      "node-0",
+      "--metrics-bind-address",
+      `127.0.0.1:${port}`,
+      "--healthz-bind-address",
+      "",
+      "--min-sync-period",
+      minSync,
+    ],
     { cwd: root, stdout: "ignore", stderr: "ignore", env: { ...process.env, KPNG_LOG_LEVEL: "warn" } },
   );
   const metrics = async () => {
@@ -79,8 +95,12 @@ export default async function kubeBench() {
     syncs: scrape(base, "kubeproxy_sync_proxy_rules_duration_seconds_count"),
   };
 
-  console.log(`cluster: ${CLUSTER.services} services x ${CLUSTER.endpoints} endpoints over ${CLUSTER.nodes} nodes; first full sync after ${firstSync.toFixed(2)}s`);
-  console.log(`churn: ${REAL_RATE_PER_S} changes/s for ${REAL_SECONDS / 60} min, compressed x${scale} into ${seconds}s (${Math.round(ratePerS)}/s); --min-sync-period ${minSync} (1s x 1/${scale})`);
+  console.log(
+    `cluster: ${CLUSTER.services} services x ${CLUSTER.endpoints} endpoints over ${CLUSTER.nodes} nodes; first full sync after ${firstSync.toFixed(2)}s`,
+  );
+  console.log(
+    `churn: ${REAL_RATE_PER_S} changes/s for ${REAL_SECONDS / 60} min, compressed x${scale} into ${seconds}s (${Math.round(ratePerS)}/s); --min-sync-period ${minSync} (1s x 1/${scale})`,
+  );
   console.log(`\n  equiv. min |  API events in | revisions out | ratio | RSS MB | heap MB`);
 
   const gens = new Map<number, number>();
@@ -119,7 +139,9 @@ export default async function kubeBench() {
       const rss = rssOf(child.pid);
       const heap = scrape(m, "nodejs_heap_size_used_bytes") / 2 ** 20;
       samples.push({ rss, heap });
-      console.log(`  ${String(Math.round((elapsed * scale) / 60)).padStart(10)} | ${String(events).padStart(14)} | ${String(revisions).padStart(13)} | ${(revisions ? events / revisions : 0).toFixed(1).padStart(5)} | ${mb(rss)} | ${mb(heap)}`);
+      console.log(
+        `  ${String(Math.round((elapsed * scale) / 60)).padStart(10)} | ${String(events).padStart(14)} | ${String(revisions).padStart(13)} | ${(revisions ? events / revisions : 0).toFixed(1).padStart(5)} | ${mb(rss)} | ${mb(heap)}`,
+      );
       nextSample += seconds / (12 * hours);
     }
     await Bun.sleep(5);
@@ -131,7 +153,9 @@ export default async function kubeBench() {
   const syncs = scrape(end, "kubeproxy_sync_proxy_rules_duration_seconds_count") - start.syncs;
   const floor = (xs: typeof samples, k: "rss" | "heap") => Math.min(...xs.map((x) => x[k]));
   const [first, second] = [samples.slice(1, Math.ceil(samples.length / 2)), samples.slice(Math.ceil(samples.length / 2))];
-  console.log(`\nchurn steps: ${sent} (a deploy is 4 API changes); API events in: ${events}; brain events: ${scrape(end, "kpng_brain_events_total") - start.brain}; node-local revisions out: ${revisions} (${(events / Math.max(1, revisions)).toFixed(1)} events per revision); nft syncs: ${syncs}; relists: ${scrape(end, "kpng_api_relists_total")}; failures: ${scrape(end, "kpng_backend_sync_failures_total")}`);
+  console.log(
+    `\nchurn steps: ${sent} (a deploy is 4 API changes); API events in: ${events}; brain events: ${scrape(end, "kpng_brain_events_total") - start.brain}; node-local revisions out: ${revisions} (${(events / Math.max(1, revisions)).toFixed(1)} events per revision); nft syncs: ${syncs}; relists: ${scrape(end, "kpng_api_relists_total")}; failures: ${scrape(end, "kpng_backend_sync_failures_total")}`,
+  );
   // The heap's floor (its lowest sample, just after a collection) is what would grow with a leak.
   console.log(`memory after the first sync: RSS ${mb(samples[0].rss)} MB, heap ${mb(samples[0].heap)} MB`);
   console.log(`memory floor, first half of the run:  RSS ${mb(floor(first, "rss"))} MB, heap ${mb(floor(first, "heap"))} MB`);

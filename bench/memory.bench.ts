@@ -32,7 +32,14 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.le
 const NODE_ONLY = {
   apiVersion: "v1",
   kind: "List",
-  items: [{ apiVersion: "v1", kind: "Node", metadata: { name: "node-1" }, status: { addresses: [{ type: "InternalIP", address: "203.0.113.11" }] } }],
+  items: [
+    {
+      apiVersion: "v1",
+      kind: "Node",
+      metadata: { name: "node-1" },
+      status: { addresses: [{ type: "InternalIP", address: "203.0.113.11" }] },
+    },
+  ],
 };
 
 type Parts = { code: number; rodata: number; data: number; anon: number; libs: number };
@@ -51,14 +58,14 @@ function split(pid: number, exe: string): Parts {
   return parts;
 }
 
-const children = (pid: number) =>
-  readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8")
-    .trim()
-    .split(/\s+/)
-    .filter(Boolean)
-    .map(Number);
+const children = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number);
 const rssKB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0);
-const comm = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").slice(0, 2).join(" ").replace(/^\S*\//, "");
+const comm = (pid: number) =>
+  readFileSync(`/proc/${pid}/cmdline`, "utf8")
+    .split("\0")
+    .slice(0, 2)
+    .join(" ")
+    .replace(/^\S*\//, "");
 const mb = (kb: number) => (kb / 1024).toFixed(1);
 
 export default async function memoryBench() {
@@ -71,13 +78,32 @@ export default async function memoryBench() {
     await buildBinary(bin);
     writeFileSync(input, JSON.stringify(NODE_ONLY));
     await netns(ns);
-    console.log(`\nidle kpng, nothing to serve: compiled binary, --input (one Node) --backend nft, in a namespace (load average ${load()})`);
+    console.log(
+      `\nidle kpng, nothing to serve: compiled binary, --input (one Node) --backend nft, in a namespace (load average ${load()})`,
+    );
     console.log("  run | first sync ms | tree MB = kpng (code + rodata + data+bundle + anon + libs) + children");
     const totals: number[] = [];
     const all: Parts[] = [];
     for (let r = 1; r <= RUNS; r++) {
       const t0 = Date.now();
-      const p = spawn(["ip", "netns", "exec", ns, bin, "--input", input, "--backend", "nft", "--node-name", "node-1", "-v=2", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+      const p = spawn([
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        bin,
+        "--input",
+        input,
+        "--backend",
+        "nft",
+        "--node-name",
+        "node-1",
+        "-v=2",
+        "--healthz-bind-address",
+        "127.0.0.1:0",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+      ]);
       procs.push(p);
       await p.wait(/ synced backend=nft /, 0, "err", 60_000);
       const firstSync = Date.now() - t0;
@@ -98,7 +124,9 @@ export default async function memoryBench() {
       await p.p.exited;
     }
     const m = (k: keyof Parts) => mb(median(all.map((p) => p[k])));
-    console.log(`  median: tree ${mb(median(totals))} MB; kpng code ${m("code")}, rodata ${m("rodata")}, data+bundle ${m("data")}, anon ${m("anon")}, libs ${m("libs")} MB`);
+    console.log(
+      `  median: tree ${mb(median(totals))} MB; kpng code ${m("code")}, rodata ${m("rodata")}, data+bundle ${m("data")}, anon ${m("anon")}, libs ${m("libs")} MB`,
+    );
   } finally {
     for (const p of procs) if (p.p.exitCode === null) p.p.kill("SIGKILL");
     await Promise.all(procs.map((p) => p.p.exited));

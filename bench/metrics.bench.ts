@@ -48,5 +48,7 @@ export default async function () {
     scrapes.push(performance.now() - t0);
   }
   scrapes.sort((a, b) => a - b);
-  console.log(`scrape /metrics (${(bytes / 1024).toFixed(0)} KiB of text):       p50 ${scrapes[10].toFixed(2)} ms, max ${scrapes[19].toFixed(2)} ms`);
+  console.log(
+    `scrape /metrics (${(bytes / 1024).toFixed(0)} KiB of text):       p50 ${scrapes[10].toFixed(2)} ms, max ${scrapes[19].toFixed(2)} ms`,
+  );
 }

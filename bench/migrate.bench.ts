@@ -46,10 +46,18 @@ function iptablesRules(n: number): string {
 
 /** kube-proxy's nftables mode for n services: a chain per service and per endpoint, one map entry per service */
 function nftRules(n: number): string {
-  const out = ["table ip kube-proxy {", "  set cluster-ips { type ipv4_addr; }", "  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }", "  chain nat-prerouting { type nat hook prerouting priority -100; policy accept; ip daddr . meta l4proto . th dport vmap @service-ips; }"];
+  const out = [
+    "table ip kube-proxy {",
+    "  set cluster-ips { type ipv4_addr; }",
+    "  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }",
+    "  chain nat-prerouting { type nat hook prerouting priority -100; policy accept; ip daddr . meta l4proto . th dport vmap @service-ips; }",
+  ];
   const elements: string[] = [];
   for (let i = 0; i < n; i++) {
-    const eps = Array.from({ length: endpointsPer }, (_, e) => `endpoint-${hash(`ep${i}/${e}`).slice(0, 8)}-bench/svc-${i}/tcp/http__${pod(i * endpointsPer + e)}/8080`);
+    const eps = Array.from(
+      { length: endpointsPer },
+      (_, e) => `endpoint-${hash(`ep${i}/${e}`).slice(0, 8)}-bench/svc-${i}/tcp/http__${pod(i * endpointsPer + e)}/8080`,
+    );
     eps.forEach((c, e) => out.push(`  chain ${c} { meta l4proto tcp dnat to ${pod(i * endpointsPer + e)}:8080; }`));
     const svc = `service-${hash(`svc${i}`).slice(0, 8)}-bench/svc-${i}/tcp/http`;
     out.push(`  chain ${svc} { numgen random mod ${endpointsPer} vmap { ${eps.map((c, e) => `${e} : goto ${c}`).join(", ")} }; }`);
@@ -91,6 +99,9 @@ async function sweep(mode: string, n: number, load: (exec: Executor) => Promise<
 }
 
 export default async function run() {
-  for (const n of sizes) await sweep("iptables mode (iptables-nft)", n, (exec) => exec.run(["iptables-nft-restore", "--noflush"], iptablesRules(n)).then(() => {}));
+  for (const n of sizes)
+    await sweep("iptables mode (iptables-nft)", n, (exec) =>
+      exec.run(["iptables-nft-restore", "--noflush"], iptablesRules(n)).then(() => {}),
+    );
   for (const n of sizes) await sweep("nftables mode", n, (exec) => exec.run(["nft", "-f", "-"], nftRules(n)).then(() => {}));
 }

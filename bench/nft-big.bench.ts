@@ -46,7 +46,13 @@ const service = (ns: string, name: string, clusterIP: string) =>
   must({
     kind: "Service",
     metadata: { namespace: ns, name, resourceVersion: "1" },
-    spec: { type: "ClusterIP", clusterIP, clusterIPs: [clusterIP], ipFamilies: ["IPv6"], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }] },
+    spec: {
+      type: "ClusterIP",
+      clusterIP,
+      clusterIPs: [clusterIP],
+      ipFamilies: ["IPv6"],
+      ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
+    },
   });
 
 /** endpoints as (pod name, address, node index) */
@@ -122,13 +128,22 @@ function elementsIn(text: string): number {
 }
 
 function backend(rec: ReturnType<typeof recording>): NftBackend {
-  const config = defaultConfig({ nodeName: NODE, nodeIPs: [v4.node(0), v6.node(0)], clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR] });
-  return createNftBackend({ config, log: createLogger("bench", { level: "warn" }), out: () => {} }, { exec: rec.exec, interactive: rec.spawner });
+  const config = defaultConfig({
+    nodeName: NODE,
+    nodeIPs: [v4.node(0), v6.node(0)],
+    clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
+  });
+  return createNftBackend(
+    { config, log: createLogger("bench", { level: "warn" }), out: () => {} },
+    { exec: rec.exec, interactive: rec.spawner },
+  );
 }
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
-const dist = (xs: number[]) => `p50 ${pct(xs, 0.5).toFixed(1)}, p90 ${pct(xs, 0.9).toFixed(1)}, p99 ${pct(xs, 0.99).toFixed(1)}, max ${Math.max(...xs).toFixed(1)} ms`;
-const range = (xs: number[]) => (Math.min(...xs) === Math.max(...xs) ? `${xs[0]}` : `${Math.min(...xs)}-${Math.max(...xs)} (median ${pct(xs, 0.5)})`);
+const dist = (xs: number[]) =>
+  `p50 ${pct(xs, 0.5).toFixed(1)}, p90 ${pct(xs, 0.9).toFixed(1)}, p99 ${pct(xs, 0.99).toFixed(1)}, max ${Math.max(...xs).toFixed(1)} ms`;
+const range = (xs: number[]) =>
+  Math.min(...xs) === Math.max(...xs) ? `${xs[0]}` : `${Math.min(...xs)}-${Math.max(...xs)} (median ${pct(xs, 0.5)})`;
 const load = async () => (await Bun.$`uptime`.text()).trim().replace(/.*load/, "load");
 
 async function roll(topo: Topology, base: K8sObject[], size: number) {
@@ -139,17 +154,32 @@ async function roll(topo: Topology, base: K8sObject[], size: number) {
   let rev: { state: Parameters<NftBackend["apply"]>[0]; change: Parameters<NftBackend["apply"]>[1] } | undefined;
   view.subscribe((r) => (rev = r));
   const slices = size / SLICE;
-  brain.apply([...base, service("big", "roll", v6.clusterIP(SERVICES + 1)), ...Array.from({ length: slices }, (_, s) => bigSlice(size, s, 0))].map((object) => ({ type: "upsert" as const, object })));
+  brain.apply(
+    [...base, service("big", "roll", v6.clusterIP(SERVICES + 1)), ...Array.from({ length: slices }, (_, s) => bigSlice(size, s, 0))].map(
+      (object) => ({ type: "upsert" as const, object }),
+    ),
+  );
   for (const k of kinds) brain.markSynced(k);
   brain.flush();
   await b.apply(rev!.state, null);
   const full = b.last!;
-  console.log(`full sync, ${SERVICES} services x ${ENDPOINTS} + 1 x ${size} endpoints: render ${full.renderMs.toFixed(0)} ms, apply ${full.applyMs.toFixed(0)} ms`);
+  console.log(
+    `full sync, ${SERVICES} services x ${ENDPOINTS} + 1 x ${size} endpoints: render ${full.renderMs.toFixed(0)} ms, apply ${full.applyMs.toFixed(0)} ms`,
+  );
   // a first change starts the `nft -i` session: not a wave
   brain.apply([{ type: "upsert", object: bigSlice(size, 0, 0) }]);
   await b.apply(rev!.state, new Set(["big/roll"]));
 
-  const w = { brain: [] as number[], render: [] as number[], apply: [] as number[], applied: [] as number[], total: [] as number[], statements: [] as number[], elements: [] as number[], bytes: [] as number[] };
+  const w = {
+    brain: [] as number[],
+    render: [] as number[],
+    apply: [] as number[],
+    applied: [] as number[],
+    total: [] as number[],
+    statements: [] as number[],
+    elements: [] as number[],
+    bytes: [] as number[],
+  };
   for (let wave = 0; wave < WAVES; wave++) {
     const s = wave % slices;
     const gen = 1 + Math.floor(wave / slices);
@@ -177,7 +207,11 @@ async function roll(topo: Topology, base: K8sObject[], size: number) {
     .flatMap((x) => x.map?.elem ?? [])
     .filter(([k]) => k.concat[0] === bigIP);
   const lastGen = Math.floor((WAVES - 1) / slices) + 1;
-  const want = new Set(Array.from({ length: size }, (_, j) => j).map((j) => (j < ((WAVES - 1) % slices + 1) * SLICE ? lastGen : lastGen - 1)).map((g, j) => canonical6(v6.pod(j % NODES, 0x1000 + g * size + j))));
+  const want = new Set(
+    Array.from({ length: size }, (_, j) => j)
+      .map((j) => (j < (((WAVES - 1) % slices) + 1) * SLICE ? lastGen : lastGen - 1))
+      .map((g, j) => canonical6(v6.pod(j % NODES, 0x1000 + g * size + j))),
+  );
   const positions = held.map(([k]) => k.concat[1]).sort((a, b) => a - b);
   const ok = held.length === size && held.every(([, ip]) => want.has(ip)) && positions.every((p, i) => p === i);
   await b.cleanup();
@@ -190,7 +224,9 @@ export default async function nftBigBench() {
   try {
     const base = cluster();
     for (const size of [5000, 500]) {
-      console.log(`-- one service of ${size} endpoints (${size / SLICE} slices of ${SLICE}), ${WAVES} waves of ${SLICE} replaced endpoints; ${await load()}`);
+      console.log(
+        `-- one service of ${size} endpoints (${size / SLICE} slices of ${SLICE}), ${WAVES} waves of ${SLICE} replaced endpoints; ${await load()}`,
+      );
       const { w, ok } = await roll(topo, base, size);
       console.log(`revision applied (render + apply): ${dist(w.applied)}`);
       console.log(`wave, slice in to rules in (brain + render + apply): ${dist(w.total)}`);

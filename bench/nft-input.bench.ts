@@ -20,7 +20,7 @@ import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { ServiceEndpoints } from "../src/core/brain/state.ts";
 import { plan, v4, v6 } from "../test/fixtures/addresses.ts";
-import { createTopology, } from "../test/harness/netns.ts";
+import { createTopology } from "../test/harness/netns.ts";
 import { entry, ep, nodeState, svc } from "../test/nft/fixtures.ts";
 
 const REPS = Number(process.env.REPS ?? 15);
@@ -78,7 +78,11 @@ export default async function nftInputBench() {
   const oneShot = topo.executor(topo.node.ns);
   try {
     for (const n of [10, 10_000]) {
-      const config = defaultConfig({ nodeName: "node0", nodeIPs: [v4.node(0), v6.node(0)], clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR] });
+      const config = defaultConfig({
+        nodeName: "node0",
+        nodeIPs: [v4.node(0), v6.node(0)],
+        clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
+      });
       const b = createNftBackend({ config, log: createLogger("bench", { level: "warn" }), out: () => {} }, { exec: oneShot });
       await b.apply(nodeState(Array.from({ length: n }, (_, i) => service(i))), null);
       console.log(`-- ${n} services x 10 endpoints loaded; ${await load()}`);

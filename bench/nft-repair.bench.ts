@@ -84,7 +84,11 @@ const stats = (xs: number[]) => {
 
 async function size(n: number, topo: Topology) {
   const prefix = ["ip", "netns", "exec", topo.node.ns];
-  const config = defaultConfig({ nodeName: "node0", nodeIPs: [v4.node(0), v6.node(0)], clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR] });
+  const config = defaultConfig({
+    nodeName: "node0",
+    nodeIPs: [v4.node(0), v6.node(0)],
+    clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
+  });
   const ctx = { config, log: createLogger("bench", { level: "error" }), out: () => {} };
   const pids: number[] = [];
   let state: NodeState = nodeState(Array.from({ length: n }, (_, i) => service(i, topo)));

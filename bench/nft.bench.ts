@@ -97,7 +97,9 @@ export default async function nftBench() {
       const state = cluster(n, topo);
       await b.apply(state, null);
       const full = b.last!;
-      console.log(`full sync, ${n} services x ${ENDPOINTS} endpoints: render ${ms(full.renderMs)}, apply ${ms(full.applyMs)}, total ${ms(full.renderMs + full.applyMs)} (${full.statements} statements)`);
+      console.log(
+        `full sync, ${n} services x ${ENDPOINTS} endpoints: render ${ms(full.renderMs)}, apply ${ms(full.applyMs)}, total ${ms(full.renderMs + full.applyMs)} (${full.statements} statements)`,
+      );
       // a restart: a new process's first full sync over the tables the last one left (rewritten in place, plugins/nft/held.ts)
       const again = backend(topo);
       await again.apply(state, null);
@@ -112,7 +114,9 @@ export default async function nftBench() {
       console.log(
         `one endpoint change at ${n} services: ${change.statements} statements, render ${ms(change.renderMs)}, apply ${ms(change.applyMs)} (median of 5; the first, starting nft -i: ${ms(change.firstApplyMs)})`,
       );
-      console.log(`connect latency with ${n} services: median ${lat.median.toFixed(3)} ms, p90 ${lat.p90.toFixed(3)} ms (best of 3 x 300 connects)`);
+      console.log(
+        `connect latency with ${n} services: median ${lat.median.toFixed(3)} ms, p90 ${lat.p90.toFixed(3)} ms (best of 3 x 300 connects)`,
+      );
       results[n] = { change, lat };
       await b.cleanup();
       await b.close();

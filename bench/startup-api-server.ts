@@ -41,7 +41,18 @@ export function service(i: number) {
       uid: uid(i, 1),
       creationTimestamp: created,
       labels: { app: name, "app.kubernetes.io/part-of": "bench" },
-      managedFields: managed("kubectl-client-side-apply", { "f:metadata": { "f:labels": { ".": {}, "f:app": {} } }, "f:spec": { "f:ports": { ".": {}, 'k:{"port":80,"protocol":"TCP"}': { ".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {} } }, "f:selector": {}, "f:sessionAffinity": {}, "f:type": {} } }),
+      managedFields: managed("kubectl-client-side-apply", {
+        "f:metadata": { "f:labels": { ".": {}, "f:app": {} } },
+        "f:spec": {
+          "f:ports": {
+            ".": {},
+            'k:{"port":80,"protocol":"TCP"}': { ".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {} },
+          },
+          "f:selector": {},
+          "f:sessionAffinity": {},
+          "f:type": {},
+        },
+      }),
     },
     spec: {
       ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
@@ -85,10 +96,19 @@ export function slice(i: number, services: number, podV6: string, gen = 0) {
       creationTimestamp: created,
       generateName: `${name}-`,
       generation: 1 + gen,
-      labels: { app: name, "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io", "kubernetes.io/service-name": name },
+      labels: {
+        app: name,
+        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+        "kubernetes.io/service-name": name,
+      },
       annotations: { "endpoints.kubernetes.io/last-change-trigger-time": created },
       ownerReferences: [{ apiVersion: "v1", kind: "Service", name, uid: uid(i, 1), controller: true, blockOwnerDeletion: true }],
-      managedFields: managed("endpointslice-controller", { "f:addressType": {}, "f:endpoints": {}, "f:metadata": { "f:labels": {}, "f:ownerReferences": {} }, "f:ports": {} }),
+      managedFields: managed("endpointslice-controller", {
+        "f:addressType": {},
+        "f:endpoints": {},
+        "f:metadata": { "f:labels": {}, "f:ownerReferences": {} },
+        "f:ports": {},
+      }),
     },
     addressType: "IPv6",
     endpoints,
@@ -99,9 +119,19 @@ export function slice(i: number, services: number, podV6: string, gen = 0) {
 export function node(k: number) {
   return {
     kind: "Node",
-    metadata: { name: `node-${k}`, uid: uid(k, 4), labels: { "kubernetes.io/hostname": `node-${k}`, "topology.kubernetes.io/zone": `zone-${k % 3}` } },
+    metadata: {
+      name: `node-${k}`,
+      uid: uid(k, 4),
+      labels: { "kubernetes.io/hostname": `node-${k}`, "topology.kubernetes.io/zone": `zone-${k % 3}` },
+    },
     spec: { podCIDRs: [`2001:db8:2:${k.toString(16)}::/64`] },
-    status: { addresses: [{ type: "InternalIP", address: v4.node(k) }, { type: "InternalIP", address: v6.node(k) }, { type: "Hostname", address: `node-${k}` }] },
+    status: {
+      addresses: [
+        { type: "InternalIP", address: v4.node(k) },
+        { type: "InternalIP", address: v6.node(k) },
+        { type: "Hostname", address: `node-${k}` },
+      ],
+    },
   };
 }
 

@@ -80,7 +80,13 @@ export function lines(stream: ReadableStream<Uint8Array>) {
     for (;;) {
       const hits = all.filter((l) => re.test(l.line));
       if (hits.length >= n) return hits[n - 1];
-      if (Date.now() > end) throw new Error(`timed out waiting for ${re}:\n${all.slice(-5).map((l) => l.line).join("\n")}`);
+      if (Date.now() > end)
+        throw new Error(
+          `timed out waiting for ${re}:\n${all
+            .slice(-5)
+            .map((l) => l.line)
+            .join("\n")}`,
+        );
       await new Promise<void>((r) => {
         wake = r;
         setTimeout(r, 200);
@@ -175,7 +181,12 @@ const comm = (pid: number) => {
 const TICK_MS = 10; // USER_HZ is 100 on Linux
 /** CPU time the whole host spent busy (all cores), from /proc/stat */
 function hostBusyMs(): number {
-  const [user, nice, system, , , irq, softirq, steal] = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, , , irq, softirq, steal] = readFileSync("/proc/stat", "utf8")
+    .split("\n")[0]
+    .trim()
+    .split(/\s+/)
+    .slice(1)
+    .map(Number);
   return (user + nice + system + irq + softirq + steal) * TICK_MS;
 }
 /** CPU time of a process and its reaped children (nft runs), from /proc/PID/stat */
@@ -212,22 +223,48 @@ interface Run {
 
 /** A first start in iptables mode: nothing of a previous run's rules or hairpin sets left in the node. */
 function emptyIptables(ns: string) {
-  for (const restore of ["iptables-restore", "ip6tables-restore"]) Bun.spawnSync(["ip", "netns", "exec", ns, restore], { stdin: new TextEncoder().encode("*mangle\nCOMMIT\n*filter\nCOMMIT\n*nat\nCOMMIT\n"), stderr: "ignore" });
+  for (const restore of ["iptables-restore", "ip6tables-restore"])
+    Bun.spawnSync(["ip", "netns", "exec", ns, restore], {
+      stdin: new TextEncoder().encode("*mangle\nCOMMIT\n*filter\nCOMMIT\n*nat\nCOMMIT\n"),
+      stderr: "ignore",
+    });
   Bun.spawnSync(["ip", "netns", "exec", ns, "ipset", "destroy"], { stderr: "ignore" });
 }
 
 async function once(topo: Topology, services: number, dir: string, kpngArgv: string[]): Promise<Run> {
-  const api = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir], {
-    stdin: "pipe",
-    stdout: "pipe",
-    stderr: "inherit",
-  });
+  const api = Bun.spawn(
+    ["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir],
+    {
+      stdin: "pipe",
+      stdout: "pipe",
+      stderr: "inherit",
+    },
+  );
   const apiOut = lines(api.stdout);
   try {
     const kubeconfig = (await apiOut.wait(/^ready /, 1, 120_000)).line.split(" ")[1];
     if (MODE === "iptables") emptyIptables(topo.node.ns);
-    else for (const family of ["ip", "ip6"]) Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
-    const warm = Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME, "--dry-run", "--once"], { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
+    else
+      for (const family of ["ip", "ip6"])
+        Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+    const warm = Bun.spawnSync(
+      [
+        "ip",
+        "netns",
+        "exec",
+        topo.node.ns,
+        ...kpngArgv,
+        "--kubeconfig",
+        kubeconfig,
+        "--backend",
+        MODE,
+        "--hostname-override",
+        NODE_NAME,
+        "--dry-run",
+        "--once",
+      ],
+      { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
+    );
     if (warm.exitCode !== 0) throw new Error(`warm-up list failed: ${warm.stderr.toString()}`);
     api.stdin.write("stats\n");
     await api.stdin.flush();
@@ -237,19 +274,23 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     const t0 = Date.now();
     const busy0 = hostBusyMs();
     const api0 = processCpuMs(api.pid);
-    const kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME], {
-      cwd: ROOT,
-      stdout: "ignore",
-      stderr: "pipe",
-      env: { ...process.env, KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
-    });
+    const kpng = Bun.spawn(
+      ["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME],
+      {
+        cwd: ROOT,
+        stdout: "ignore",
+        stderr: "pipe",
+        env: { ...process.env, KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
+      },
+    );
     const log = lines(kpng.stderr);
     try {
       const syncedRe = new RegExp(` synced backend=${MODE} `);
       const synced = await log.wait(syncedRe);
       const totalMs = synced.at - t0;
       // `ip netns exec` runs kpng as its child: the tree's CPU is the netns exec's own plus its reaped children
-      const othersMs = hostBusyMs() - busy0 - processTree(kpng.pid).reduce((n, p) => n + processCpuMs(p), 0) - (processCpuMs(api.pid) - api0);
+      const othersMs =
+        hostBusyMs() - busy0 - processTree(kpng.pid).reduce((n, p) => n + processCpuMs(p), 0) - (processCpuMs(api.pid) - api0);
       const probe = await topo.probe(topo.client.ns, { ip: lastServiceIP(services), port: 80 });
       const watching = stamp((await log.wait(/watching the API server/)).line);
       const listed = log.all.filter((l) => / listed kind=/.test(l.line)).map((l) => l.line);
@@ -291,7 +332,9 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         listeners,
         changeMs: median(changeMs),
         othersMs,
-        rssParts: parts.map((p) => `${p.name} ${p.rss.toFixed(0)}${p.name === "kpng" ? ` = anon ${p.anon.toFixed(0)} + file ${p.file.toFixed(0)}` : ""}`).join(" + "),
+        rssParts: parts
+          .map((p) => `${p.name} ${p.rss.toFixed(0)}${p.name === "kpng" ? ` = anon ${p.anon.toFixed(0)} + file ${p.file.toFixed(0)}` : ""}`)
+          .join(" + "),
       };
     } finally {
       kpng.kill("SIGTERM");
@@ -317,13 +360,19 @@ export default async function startupBench() {
   }
   const contentType = process.env.KPNG_BENCH_CONTENT_TYPE === "json" ? "application/json" : "application/vnd.kubernetes.protobuf";
   kpngArgv.push("--kube-api-content-type", contentType);
-  console.log(`kpng: ${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary (bun run build)"}, asking the API server for ${contentType}`);
+  console.log(
+    `kpng: ${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary (bun run build)"}, asking the API server for ${contentType}`,
+  );
   const topo = await createTopology({ pods: 1, prefix: "kps" });
   try {
     await topo.serve(topo.pods[0], { tcp: [8080] });
     for (const services of sizes) {
-      console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`);
-      console.log("  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | others (CPU ms) | connect | RSS MB after 20 changes | change latency");
+      console.log(
+        `\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`,
+      );
+      console.log(
+        "  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | others (CPU ms) | connect | RSS MB after 20 changes | change latency",
+      );
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
         const x = await once(topo, services, dir, kpngArgv);
@@ -335,7 +384,9 @@ export default async function startupBench() {
       }
       const tot = all.map((x) => x.totalMs);
       const rss = all.map((x) => x.rss);
-      console.log(`  start->rules: best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`);
+      console.log(
+        `  start->rules: best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
+      );
     }
   } finally {
     await topo.destroy();

@@ -117,7 +117,9 @@ export async function scale(topo: Topology) {
       const change = proxy.lastMs;
       const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${proxy.pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
       const fds = Number((await topo.exec(topo.node.ns, ["sh", "-c", `ls /proc/${proxy.pid}/fd | wc -l`])).trim());
-      console.log(`${String(n).padStart(8)}  ${(first / 1000).toFixed(2).padStart(8)} s  ${change.toFixed(0).padStart(15)} ms  ${rss.toFixed(0).padStart(5)} MB  ${String(fds).padStart(8)}`);
+      console.log(
+        `${String(n).padStart(8)}  ${(first / 1000).toFixed(2).padStart(8)} s  ${change.toFixed(0).padStart(15)} ms  ${rss.toFixed(0).padStart(5)} MB  ${String(fds).padStart(8)}`,
+      );
       await proxy.apply([]);
     } finally {
       await proxy.stop();
@@ -127,10 +129,15 @@ export async function scale(topo: Topology) {
 
 export default async function bench() {
   const topo = await createTopology({ pods: 1, prefix: "kpbu" });
-  const server = Bun.spawn(["ip", "netns", "exec", topo.pods[0].ns, BUN, peer, "serve", String(PORT)], { stdout: "pipe", stderr: "inherit" });
+  const server = Bun.spawn(["ip", "netns", "exec", topo.pods[0].ns, BUN, peer, "serve", String(PORT)], {
+    stdout: "pipe",
+    stderr: "inherit",
+  });
   try {
     if (!(await saidReady(server.stdout))) throw new Error("bench server did not start");
-    const state = nodeState([entry(svc({ name: "bench", clusterIPs: [CIP], ports: [{ name: "p", port: PORT }] }), { a: ep({ ips: [topo.pods[0].v4] }) })]);
+    const state = nodeState([
+      entry(svc({ name: "bench", clusterIPs: [CIP], ports: [{ name: "p", port: PORT }] }), { a: ep({ ips: [topo.pods[0].v4] }) }),
+    ]);
     const rows: Row[] = [];
 
     const nft = createNftBackend(context(nodeConfig()), { exec: topo.executor(topo.node.ns) });
@@ -144,7 +151,9 @@ export default async function bench() {
     rows.push(...(await measure(topo, "userspace", server.pid, proxy.pid)));
     await proxy.stop();
 
-    console.log(`one Service, one endpoint; ${SECONDS} s per throughput run, 64 KiB writes; latency over 400 connections; load average ${loadavg()[0]!.toFixed(1)} at the end`);
+    console.log(
+      `one Service, one endpoint; ${SECONDS} s per throughput run, 64 KiB writes; latency over 400 connections; load average ${loadavg()[0]!.toFixed(1)} at the end`,
+    );
     console.log("backend    conc  connect p50   p99      throughput   relay CPU/GB  client+server CPU/GB");
     for (const r of rows) {
       console.log(

@@ -32,7 +32,8 @@ import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api
 
 const log = createLogger("kpng");
 
-const newBrain = (cfg: Config) => new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
+const newBrain = (cfg: Config) =>
+  new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
 
 /** Where cluster objects come from: --input, --api (node agent) or the API server. */
 const sourceOptions = (args: Args, rawArgs: string[]) => {
@@ -56,7 +57,8 @@ async function startBrain(args: Args, rawArgs: string[], cfg: Config, opts: { al
 const backendContext = (cfg: Config): BackendContext => ({ config: cfg, log, out: (t) => process.stdout.write(t) });
 
 /** --backend/--proxy-mode (kube-proxy's mode names too), else the config file's mode, else the default; then every --plugin. */
-const loadAskedBackends = (rawArgs: string[], ctx: BackendContext) => loadBackends({ builtins: backendNames(rawArgs, ctx.config), plugins: repeated(rawArgs, "plugin") }, ctx);
+const loadAskedBackends = (rawArgs: string[], ctx: BackendContext) =>
+  loadBackends({ builtins: backendNames(rawArgs, ctx.config), plugins: repeated(rawArgs, "plugin") }, ctx);
 
 /** The revisions' own log lines: each full computation, and the node's IPs whenever they change. */
 function logRevisions(nodeName: string): (rev: Revision) => void {
@@ -74,7 +76,11 @@ function logRevisions(nodeName: string): (rev: Revision) => void {
  * health and metrics servers. Resolves once every backend holds its first
  * sync and, after it, kube-proxy's rules are gone.
  */
-function feedFromView(view: NodeView, backends: readonly Backend[], opts: { cfg: Config; servers: ProxyServers | undefined }): Promise<void> {
+function feedFromView(
+  view: NodeView,
+  backends: readonly Backend[],
+  opts: { cfg: Config; servers: ProxyServers | undefined },
+): Promise<void> {
   const { cfg, servers } = opts;
   const startedUp = Promise.withResolvers<void>();
   let migrated: Promise<void> | undefined;
@@ -87,7 +93,11 @@ function feedFromView(view: NodeView, backends: readonly Backend[], opts: { cfg:
     },
     onStartedUp: () => {
       startedUp.resolve();
-      if (!cfg.dryRun) migrated = removeKubeProxyRules(backends.map((b) => b.name), log);
+      if (!cfg.dryRun)
+        migrated = removeKubeProxyRules(
+          backends.map((b) => b.name),
+          log,
+        );
       memory.startedUp(migrated);
     },
     onError: (b, err) => servers?.failed(b.name, err),
@@ -110,19 +120,29 @@ interface Command {
 }
 
 /** citty's definition, typed by its own flags; argv.ts parses them (no positional arguments: `_` is empty). */
-function command<const T extends ArgsDef & FlagDefs>(def: CommandDef<T> & { meta: { name: string; description: string }; args: T; run(ctx: CommandContext<T>): Promise<void> }): Command {
+function command<const T extends ArgsDef & FlagDefs>(
+  def: CommandDef<T> & { meta: { name: string; description: string }; args: T; run(ctx: CommandContext<T>): Promise<void> },
+): Command {
   const cmd = defineCommand(def);
-  return { description: def.meta.description, args: def.args, run: (parsed) => def.run({ args: { _: [], ...parsed.args } as ParsedArgs<T>, rawArgs: parsed.rawArgs, cmd, data: undefined }) };
+  return {
+    description: def.meta.description,
+    args: def.args,
+    run: (parsed) => def.run({ args: { _: [], ...parsed.args } as ParsedArgs<T>, rawArgs: parsed.rawArgs, cmd, data: undefined }),
+  };
 }
 
 const runArgs = { ...sourceArgs, ...apiClientArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs } as const satisfies FlagDefs;
 
 const runCommand = command({
-  meta: { name: "kpng", description: "Kubernetes service proxy: the brain plus in-process backends (kube-proxy's flags and configuration are accepted)" },
+  meta: {
+    name: "kpng",
+    description: "Kubernetes service proxy: the brain plus in-process backends (kube-proxy's flags and configuration are accepted)",
+  },
   args: runArgs,
   async run({ args, rawArgs }) {
     const cfg = await loadConfig({ args, rawArgs, defs: runArgs, log });
-    if (typeof args["write-config-to"] === "string") return writeConfigFile({ file: args["write-config-to"], cfg, version: args["write-config-version"], log });
+    if (typeof args["write-config-to"] === "string")
+      return writeConfigFile({ file: args["write-config-to"], cfg, version: args["write-config-version"], log });
     const names = backendNames(rawArgs, cfg);
     if (args["init-only"]) return setConntrack(cfg, names, log);
     const ctx = backendContext(cfg);
@@ -135,7 +155,9 @@ const runCommand = command({
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
     // Health and metrics answer from the start, also while the API server is still unreachable.
-    const servers = args.once ? undefined : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
+    const servers = args.once
+      ? undefined
+      : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
     ctx.metrics = servers?.metrics;
     if (!args.once) applyOOMScoreAdj(cfg, log);
     // Backends get ready while the lists run (nft loads its skeleton with --check, which
@@ -145,7 +167,10 @@ const runCommand = command({
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
     const onGlobalStats = (stats: GlobalSourceStats) => servers?.metrics.followGlobal(stats);
-    const source = await untilStopped(Promise.race([startSource({ ...sources, onGlobalStats, restClient: servers?.metrics.restClient }, cfg, brain, log), unready]), stopped);
+    const source = await untilStopped(
+      Promise.race([startSource({ ...sources, onGlobalStats, restClient: servers?.metrics.restClient }, cfg, brain, log), unready]),
+      stopped,
+    );
     if (!source) return servers?.close();
     // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
     log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
@@ -158,7 +183,16 @@ const runCommand = command({
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const fromCluster = args.input === undefined && args.api === undefined;
     const warned = fromCluster
-      ? recordStartWarnings(backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])), { kubeconfig: sources.kubeconfig, master: sources.master, config: cfg, log: log.child("events"), restClient: servers?.metrics.restClient })
+      ? recordStartWarnings(
+          backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])),
+          {
+            kubeconfig: sources.kubeconfig,
+            master: sources.master,
+            config: cfg,
+            log: log.child("events"),
+            restClient: servers?.metrics.restClient,
+          },
+        )
       : undefined;
     const startedUp = feedFromView(view, backends, { cfg, servers });
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
@@ -175,7 +209,15 @@ const runCommand = command({
 async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");
   const tokens = security.tokenUsers.length ? await tokenReviewer(args, cfg, security.tokenUsers) : undefined;
-  return startApiServer({ brain, listen, listenAny: security.listenAny, tls: security.tls, auth: { tokens }, defaultNodeName: cfg.nodeName, log: log.child("api") });
+  return startApiServer({
+    brain,
+    listen,
+    listenAny: security.listenAny,
+    tls: security.tls,
+    auth: { tokens },
+    defaultNodeName: cfg.nodeName,
+    log: log.child("api"),
+  });
 }
 
 /** `kpng serve --metrics-bind-address`: the brain's own counters (API-server source, refused clients, dropped streams). */
@@ -194,19 +236,28 @@ async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
     import("./core/sources/kubeconfig.ts"),
     import("node:https"),
   ]);
-  const access = loadKubeConfig({ kubeconfig: (args.kubeconfig as string | undefined) || cfg.kubeconfig || undefined, master: args.master as string | undefined });
+  const access = loadKubeConfig({
+    kubeconfig: (args.kubeconfig as string | undefined) || cfg.kubeconfig || undefined,
+    master: args.master as string | undefined,
+  });
   return tokenReviewer({ request: kubeRequest(access, new Agent({ keepAlive: true })), users });
 }
 
 const serveArgs = {
   ...sourceArgs,
   ...listenArgs,
-  "metrics-bind-address": { type: "string", description: "address:port for /metrics (default: none; a brain beside a node's kpng would take its port)" },
+  "metrics-bind-address": {
+    type: "string",
+    description: "address:port for /metrics (default: none; a brain beside a node's kpng would take its port)",
+  },
   ...logArgs,
 } as const satisfies FlagDefs;
 
 const serveCommand = command({
-  meta: { name: "serve", description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)" },
+  meta: {
+    name: "serve",
+    description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)",
+  },
   args: serveArgs,
   async run({ args, rawArgs }) {
     const cfg = await loadConfig({ args, rawArgs, defs: serveArgs, log });
@@ -243,7 +294,8 @@ const backendCommand = command({
   args: backendArgs,
   async run({ args, rawArgs }) {
     const cfg = await loadConfig({ args, rawArgs, defs: backendArgs, log });
-    if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next") throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
+    if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next")
+      throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
     const security = apiClientSecurity(args, [args.api ?? DEFAULT_API], log);
     const ctx = backendContext(cfg);
     const backends = await loadAskedBackends(rawArgs, ctx);
@@ -255,12 +307,26 @@ const backendCommand = command({
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
     const { runSidecar } = await import("./plugins/sidecar.ts");
-    await runSidecar({ backends, api: args.api, security, nodeName: cfg.nodeName, protocol: args.protocol, once: args.once === true, signal: stop.signal, log: log.child("client") });
+    await runSidecar({
+      backends,
+      api: args.api,
+      security,
+      nodeName: cfg.nodeName,
+      protocol: args.protocol,
+      once: args.once === true,
+      signal: stop.signal,
+      log: log.child("client"),
+    });
     for (const b of backends) await b.close?.();
   },
 });
 
-const localArgs = { ...sourceArgs, ...apiClientArgs, output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" }, ...logArgs } as const satisfies FlagDefs;
+const localArgs = {
+  ...sourceArgs,
+  ...apiClientArgs,
+  output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" },
+  ...logArgs,
+} as const satisfies FlagDefs;
 
 const localCommand = command({
   meta: { name: "local", description: "print the node-local state and exit" },
@@ -297,7 +363,10 @@ const subCommands: Record<string, Command> = { local: localCommand, serve: serve
 /** Bad input -> one line and exit 2; anything else -> exit 1. */
 function fail(err: unknown): never {
   // With --logging-format=json every stderr line stays JSON (component-base's cli.Run logs "command failed").
-  if (logFormat() === "json") process.stderr.write(jsonLine(performance.timeOrigin + performance.now(), "error", 0, "kpng", "command failed", { error: errorMessage(err) }) + "\n");
+  if (logFormat() === "json")
+    process.stderr.write(
+      jsonLine(performance.timeOrigin + performance.now(), "error", 0, "kpng", "command failed", { error: errorMessage(err) }) + "\n",
+    );
   else process.stderr.write(`kpng: ${errorMessage(err)}\n`);
   process.exit(isInvalidArgument(err) ? 2 : 1);
 }
@@ -315,13 +384,19 @@ kpng local   [source flags] --node-name NAME [-o json|yaml]`;
 
 function usage(cmd: Command, name: string): string {
   const commands = Object.entries(subCommands).map(([n, c]) => ({ name: n, description: c.description }));
-  return formatUsage({ usage: name ? `kpng ${name} [flags]` : USAGE, description: cmd.description, commands: name ? [] : commands, defs: { ...cmd.args, ...globalArgs } });
+  return formatUsage({
+    usage: name ? `kpng ${name} [flags]` : USAGE,
+    description: cmd.description,
+    commands: name ? [] : commands,
+    defs: { ...cmd.args, ...globalArgs },
+  });
 }
 
 /** `--version`: kpng's version (package.json), as kube-proxy prints its own; `--version=raw` as a JSON object. */
 function versionText(v: string): string {
   const version = `v${pkg.version}`;
-  if (v === "raw") return JSON.stringify({ gitVersion: version, platform: `${process.platform}/${process.arch}`, runtime: `bun ${Bun.version}` }, null, 2);
+  if (v === "raw")
+    return JSON.stringify({ gitVersion: version, platform: `${process.platform}/${process.arch}`, runtime: `bun ${Bun.version}` }, null, 2);
   return `kpng ${version}`;
 }
 

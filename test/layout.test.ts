@@ -78,7 +78,11 @@ describe("README Layout", () => {
   test("every source folder and room is named", () => {
     // a path names its ancestors too (`src/core/` puts src/ on the map)
     const named = new Set(entries.flatMap((e) => e.path.split("/").map((_, i, parts) => parts.slice(0, i + 1).join("/"))));
-    expect(trackedFolders().filter(mustBeNamed).filter((d) => !named.has(d))).toEqual([]);
+    expect(
+      trackedFolders()
+        .filter(mustBeNamed)
+        .filter((d) => !named.has(d)),
+    ).toEqual([]);
   });
 });
 
@@ -141,7 +145,9 @@ const testRooms = Object.fromEntries(Object.values(MIRRORS).map((t) => [t, t]));
  * (a room's tests may hold only its types and drive it through another room).
  */
 const importedBy = (file: string) =>
-  [...readFileSync(join(ROOT, file), "utf8").matchAll(/\b(?:from|import)\s*\(?\s*"(\.[^"]+)"/g)].map((m) => relative(ROOT, resolve(ROOT, dirname(file), m[1])));
+  [...readFileSync(join(ROOT, file), "utf8").matchAll(/\b(?:from|import)\s*\(?\s*"(\.[^"]+)"/g)].map((m) =>
+    relative(ROOT, resolve(ROOT, dirname(file), m[1])),
+  );
 
 describe("test/ mirrors the rooms", () => {
   const folders = trackedFolders();
@@ -166,7 +172,9 @@ describe("test/ mirrors the rooms", () => {
   test("every room's mirror holds tests that import the room", () => {
     const tests = trackedFiles().filter((f) => f.startsWith("test/") && f.endsWith(".test.ts"));
     const untested = Object.entries(MIRRORS)
-      .filter(([room, mirror]) => !tests.some((f) => ownerIn(testRooms, f) === mirror && importedBy(f).some((t) => ownerIn(MIRRORS, t) === room)))
+      .filter(
+        ([room, mirror]) => !tests.some((f) => ownerIn(testRooms, f) === mirror && importedBy(f).some((t) => ownerIn(MIRRORS, t) === room)),
+      )
       .map(([room, mirror]) => `${room} (${mirror})`);
     expect(untested).toEqual([]);
   });

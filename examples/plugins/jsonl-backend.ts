@@ -13,7 +13,8 @@ import { appendFileSync } from "node:fs";
 import type { BackendContext, BackendFactory, Endpoint, IncrementalBackend, Service } from "../../src/plugins/toolkit/index.ts";
 
 // protobuf-es messages are plain objects; drop their type tag for readability.
-const json = (v: unknown) => JSON.stringify(v, (k, x: unknown) => (k === "$typeName" ? undefined : typeof x === "bigint" ? x.toString() : x));
+const json = (v: unknown) =>
+  JSON.stringify(v, (k, x: unknown) => (k === "$typeName" ? undefined : typeof x === "bigint" ? x.toString() : x));
 
 const factory: BackendFactory = (ctx: BackendContext) => {
   const file = process.env.KPNG_JSONL_FILE;

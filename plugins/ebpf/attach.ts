@@ -74,7 +74,8 @@ export interface AttachOptions {
 }
 
 /** whether every hook's link is pinned, running the programs of the object with `hash` */
-export const attached = (pinDir: string, hash: string) => existsSync(objectMarker(pinDir, hash)) && HOOKS.every((h) => existsSync(linkPin(pinDir, h)));
+export const attached = (pinDir: string, hash: string) =>
+  existsSync(objectMarker(pinDir, hash)) && HOOKS.every((h) => existsSync(linkPin(pinDir, h)));
 
 export const objectHash = (object: Uint8Array) => new Bun.CryptoHasher("sha256").update(object).digest("hex").slice(0, 16);
 
@@ -93,7 +94,8 @@ export function attach(opts: AttachOptions): { fds: MapFds; loaded: boolean } {
     mkdirSync(objectMarker(opts.pinDir, hash));
   }
   const fds = {} as MapFds;
-  for (const m of Object.values(MAP)) fds[m] = check(`bpf_obj_get ${mapPin(opts.pinDir, m)}`, lib.bpf_obj_get(cstr(mapPin(opts.pinDir, m))));
+  for (const m of Object.values(MAP))
+    fds[m] = check(`bpf_obj_get ${mapPin(opts.pinDir, m)}`, lib.bpf_obj_get(cstr(mapPin(opts.pinDir, m))));
   return { fds, loaded };
 }
 
@@ -138,9 +140,13 @@ function load({ object, pinDir, cgroup }: AttachOptions) {
 function loadError(rc: number): Error {
   const e = new BpfError("bpf_object__load", rc);
   if (rc === -38) return unavailable("the kernel has no bpf() system call (CONFIG_BPF_SYSCALL)");
-  if (rc === -1 || rc === -13) return unavailable(`loading the BPF programs was refused (${e.message}): kpng needs root (CAP_BPF, CAP_NET_ADMIN)`);
+  if (rc === -1 || rc === -13)
+    return unavailable(`loading the BPF programs was refused (${e.message}): kpng needs root (CAP_BPF, CAP_NET_ADMIN)`);
   // libbpf refuses a pinned map whose definition differs from the object's
-  if (rc === -22) return unavailable(`loading the BPF programs failed (${e.message}): pinned maps of an older layout? run kpng --cleanup --backend ebpf first`);
+  if (rc === -22)
+    return unavailable(
+      `loading the BPF programs failed (${e.message}): pinned maps of an older layout? run kpng --cleanup --backend ebpf first`,
+    );
   return unavailable(`loading the BPF programs failed: ${e.message}`);
 }
 

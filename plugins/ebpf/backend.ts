@@ -16,7 +16,16 @@
 // (processes outside --ebpf-cgroup, traffic routed to a cluster IP).
 
 import { existsSync } from "node:fs";
-import { type BackendContext, errorMessage, type FullStateBackend, KpngError, type Logger, nodeIPsOf, type NodeState, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import {
+  type BackendContext,
+  errorMessage,
+  type FullStateBackend,
+  KpngError,
+  type Logger,
+  nodeIPsOf,
+  type NodeState,
+  type StateChange,
+} from "../../src/plugins/toolkit/index.ts";
 import { attach, detach, ensureBpffs, resolveCgroup } from "./attach.ts";
 import { printOp } from "./maps.ts";
 import { ALL_MAPS, DEFAULT_BPFFS, HOOKS, linkPin, mapPin } from "./names.ts";
@@ -47,7 +56,8 @@ export interface SyncStats {
 
 function mountFs(type: string, dir: string) {
   const p = Bun.spawnSync(["mount", "-t", type, type, dir], { stderr: "pipe" });
-  if (p.exitCode !== 0) throw new KpngError("unavailable", `ebpf backend: mounting ${type} on ${dir} failed: ${p.stderr.toString().trim()}`);
+  if (p.exitCode !== 0)
+    throw new KpngError("unavailable", `ebpf backend: mounting ${type} on ${dir} failed: ${p.stderr.toString().trim()}`);
 }
 
 async function embeddedObject(): Promise<Uint8Array | null> {
@@ -88,7 +98,11 @@ export class EbpfBackend implements FullStateBackend {
     await this.nft?.setup?.(this.ctx);
     if (this.ctx.config.dryRun || this.writer) return;
     const object = this.opts.object === undefined ? await embeddedObject() : this.opts.object;
-    if (!object) throw new KpngError("unavailable", "ebpf backend: this kpng was built without its BPF object (clang was missing at build time: install clang, llvm and libbpf-dev, then npm ci or bun run build)");
+    if (!object)
+      throw new KpngError(
+        "unavailable",
+        "ebpf backend: this kpng was built without its BPF object (clang was missing at build time: install clang, llvm and libbpf-dev, then npm ci or bun run build)",
+      );
     const { pinDir, cgroup: flag } = this.ctx.config.ebpf;
     const mount = this.opts.mount ?? mountFs;
     ensureBpffs(pinDir, DEFAULT_BPFFS, mount);

@@ -67,5 +67,8 @@ export function ensureGenerated(): string | undefined {
 
 if (import.meta.main) {
   const why = writeGenerated();
-  if (why) console.warn(`kpng: BPF object not built (the ebpf backend will be unavailable): install clang, llvm and libbpf-dev: ${why.split("\n")[0]}`);
+  if (why)
+    console.warn(
+      `kpng: BPF object not built (the ebpf backend will be unavailable): install clang, llvm and libbpf-dev: ${why.split("\n")[0]}`,
+    );
 }

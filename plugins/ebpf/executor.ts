@@ -63,11 +63,17 @@ export function kernelWriter(fds: MapFds): MapWriter {
       const front: MapContents["front"] = [];
       readAll(fds[MAP.front], MAP.front, (k, v, i) => front.push({ key: frontKeyOf(k, i * 20), group: v.getUint32(i * 4, true) }));
       const group = new Map<number, GroupValue>();
-      readAll(fds[MAP.group], MAP.group, (k, v, i) => group.set(new DataView(k.buffer).getUint32(i * 4, true), groupOf(new Uint8Array(v.buffer), i * 12)));
+      readAll(fds[MAP.group], MAP.group, (k, v, i) =>
+        group.set(new DataView(k.buffer).getUint32(i * 4, true), groupOf(new Uint8Array(v.buffer), i * 12)),
+      );
       const backend: MapContents["backend"] = [];
       readAll(fds[MAP.backend], MAP.backend, (k, v, i) => {
         const d = new DataView(k.buffer);
-        backend.push({ id: d.getUint32(i * 8, true), slot: d.getUint32(i * 8 + 4, true), value: backendOf(new Uint8Array(v.buffer), i * 20) });
+        backend.push({
+          id: d.getUint32(i * 8, true),
+          slot: d.getUint32(i * 8 + 4, true),
+          value: backendOf(new Uint8Array(v.buffer), i * 20),
+        });
       });
       return { front, group, backend };
     },

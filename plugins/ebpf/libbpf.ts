@@ -42,7 +42,10 @@ export function libbpf(): Lib {
   try {
     lib = dlopen("libbpf.so.1", SYMBOLS).symbols;
   } catch (err) {
-    throw new KpngError("unavailable", `ebpf backend: cannot load libbpf.so.1 (Debian/Ubuntu package libbpf1): ${err instanceof Error ? err.message : err}`);
+    throw new KpngError(
+      "unavailable",
+      `ebpf backend: cannot load libbpf.so.1 (Debian/Ubuntu package libbpf1): ${err instanceof Error ? err.message : err}`,
+    );
   }
   return lib;
 }

@@ -55,7 +55,10 @@ export function addrBytes(addr: string, out: Uint8Array, at: number) {
   // a dotted IPv4 tail (::ffff:1.2.3.4) becomes two hex groups
   if (dot > 0) {
     const colon = s.lastIndexOf(":");
-    const q = s.slice(colon + 1).split(".").map(Number);
+    const q = s
+      .slice(colon + 1)
+      .split(".")
+      .map(Number);
     s = `${s.slice(0, colon + 1)}${((q[0] << 8) | q[1]).toString(16)}:${((q[2] << 8) | q[3]).toString(16)}`;
   }
   const [head, tail] = s.includes("::") ? s.split("::") : [s, undefined];
@@ -188,6 +191,8 @@ export function printOp(op: MapOp): string {
         ? `update ${op.map} ${op.id} count=${op.value.count} affinity=${op.value.affinity} flags=${op.value.flags}`
         : `delete ${op.map} ${op.id}`;
     case MAP.backend:
-      return op.op === "update" ? `update ${op.map} ${op.id}/${op.slot} ${op.value.addr} port=${op.value.port}` : `delete ${op.map} ${op.id}/${op.slot}`;
+      return op.op === "update"
+        ? `update ${op.map} ${op.id}/${op.slot} ${op.value.addr} port=${op.value.port}`
+        : `delete ${op.map} ${op.id}/${op.slot}`;
   }
 }

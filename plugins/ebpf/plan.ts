@@ -24,9 +24,11 @@ interface Owned {
 
 const NOTHING: Owned = { groups: [], fronts: [] };
 
-const sameGroup = (a: GroupValue | undefined, b: GroupValue) => !!a && a.count === b.count && a.affinity === b.affinity && a.flags === b.flags;
+const sameGroup = (a: GroupValue | undefined, b: GroupValue) =>
+  !!a && a.count === b.count && a.affinity === b.affinity && a.flags === b.flags;
 // Addresses read back from the maps are in RFC 5952 form, the state's as the API server spelled them.
-const sameBackend = (a: BackendValue | undefined, b: BackendValue) => !!a && a.port === b.port && (a.addr === b.addr || canonical(a.addr) === canonical(b.addr));
+const sameBackend = (a: BackendValue | undefined, b: BackendValue) =>
+  !!a && a.port === b.port && (a.addr === b.addr || canonical(a.addr) === canonical(b.addr));
 const epId = (b: BackendValue) => `${b.addr.includes(":") ? canonical(b.addr) : b.addr}|${b.port}`;
 
 /**
@@ -90,7 +92,14 @@ export class MapPlanner {
   /** The ops for `change` (null: everything); the mirror assumes they will be applied (else call `load`). */
   plan(state: NodeState, change: StateChange, nodeIPs: readonly string[]): MapOp[] {
     const keys = change ?? new Set([...state.services.keys(), ...this.owned.keys()]);
-    const w = { backend: [] as MapOp[], group: [] as MapOp[], front: [] as MapOp[], delFront: [] as MapOp[], delGroup: [] as MapOp[], delBackend: [] as MapOp[] };
+    const w = {
+      backend: [] as MapOp[],
+      group: [] as MapOp[],
+      front: [] as MapOp[],
+      delFront: [] as MapOp[],
+      delGroup: [] as MapOp[],
+      delBackend: [] as MapOp[],
+    };
     const released: number[] = [];
     for (const key of keys) {
       const se = state.services.get(key);
@@ -113,7 +122,8 @@ export class MapPlanner {
       const next = assignSlots(prev, g.endpoints);
       for (let slot = 0; slot < next.length; slot++)
         if (!sameBackend(prev[slot], next[slot])) w.backend.push({ map: MAP.backend, op: "update", id, slot, value: next[slot] });
-      for (let slot = next.length; slot < prev.length; slot++) if (prev[slot]) w.delBackend.push({ map: MAP.backend, op: "delete", id, slot });
+      for (let slot = next.length; slot < prev.length; slot++)
+        if (prev[slot]) w.delBackend.push({ map: MAP.backend, op: "delete", id, slot });
       this.slots.set(id, next);
       const value: GroupValue = { count: g.endpoints.length, affinity: g.affinity, flags: g.flags };
       if (!sameGroup(this.group.get(id), value)) {

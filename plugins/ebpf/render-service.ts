@@ -13,7 +13,21 @@
 // (ECONNREFUSED, kube-proxy's reject), or, where a Local policy leaves none,
 // fail with EPERM (kube-proxy drops).
 
-import { affinitySeconds, type Endpoint, FAMILIES, type Family, ipFamily, type IPVersion, ipsOf, ipVersion, isPort, Protocol, servedInFamily, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
+import {
+  affinitySeconds,
+  type Endpoint,
+  FAMILIES,
+  type Family,
+  ipFamily,
+  type IPVersion,
+  ipsOf,
+  ipVersion,
+  isPort,
+  Protocol,
+  servedInFamily,
+  type ServiceEndpoints,
+  targetPort,
+} from "../../src/plugins/toolkit/index.ts";
 import type { BackendValue, FrontKey } from "./maps.ts";
 import { GROUP_DROP } from "./names.ts";
 
@@ -35,7 +49,8 @@ const PROTO: Partial<Record<Protocol, { name: string; num: number }>> = {
 
 const byAddrPort = (a: BackendValue, b: BackendValue) => (a.addr < b.addr ? -1 : a.addr > b.addr ? 1 : a.port - b.port);
 
-const frontKeys = (family: IPVersion, proto: number, ips: string[], port: number): FrontKey[] => ips.map((addr) => ({ family, addr, port, proto }));
+const frontKeys = (family: IPVersion, proto: number, ips: string[], port: number): FrontKey[] =>
+  ips.map((addr) => ({ family, addr, port, proto }));
 
 export function renderService(key: string, se: ServiceEndpoints, nodeIPs: readonly string[]): GroupSpec[] {
   const out: GroupSpec[] = [];
@@ -43,7 +58,13 @@ export function renderService(key: string, se: ServiceEndpoints, nodeIPs: readon
   return out;
 }
 
-function renderFamily(out: GroupSpec[], key: string, { service: svc, endpoints }: ServiceEndpoints, family: Family, nodeIPs: readonly string[]) {
+function renderFamily(
+  out: GroupSpec[],
+  key: string,
+  { service: svc, endpoints }: ServiceEndpoints,
+  family: Family,
+  nodeIPs: readonly string[],
+) {
   if (!servedInFamily(svc, family)) return;
   const version = ipVersion(family);
   const clusterIPs = [...new Set(ipsOf(svc.IPs?.ClusterIPs, family))];

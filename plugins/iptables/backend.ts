@@ -11,7 +11,25 @@
 // - every other sync rewrites only the chains of services that changed, and
 //   within them only the chains whose rules differ.
 
-import { type BackendContext, type Config, type Endpoint, errorMessage, type Executor, FAMILIES, type Family, type IncrementalBackend, ipVersion, KpngError, type Logger, reconcileConntrack, sameIPs, type Service, type StaleFlow, staleUdpFlows, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import {
+  type BackendContext,
+  type Config,
+  type Endpoint,
+  errorMessage,
+  type Executor,
+  FAMILIES,
+  type Family,
+  type IncrementalBackend,
+  ipVersion,
+  KpngError,
+  type Logger,
+  reconcileConntrack,
+  sameIPs,
+  type Service,
+  type StaleFlow,
+  staleUdpFlows,
+  type UdpFrontend,
+} from "../../src/plugins/toolkit/index.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
 import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
@@ -131,7 +149,8 @@ export class IptablesBackend implements IncrementalBackend {
     for (const [i, family] of [...this.families].entries()) {
       const check = checks[i];
       if (check.status === "fulfilled") continue;
-      if (family === "v4") throw new KpngError("unavailable", `iptables backend: ${restoreCommand(family)} does not run: ${errorMessage(check.reason)}`);
+      if (family === "v4")
+        throw new KpngError("unavailable", `iptables backend: ${restoreCommand(family)} does not run: ${errorMessage(check.reason)}`);
       this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(check.reason) });
       this.families = this.families.filter((f) => f !== family);
     }
@@ -141,7 +160,9 @@ export class IptablesBackend implements IncrementalBackend {
         await this.ipt.ipset(this.families.map(ipsetCreate).join(""));
       } catch (err) {
         this.hairpinSet = false;
-        this.log.warn("ipset does not work here: every endpoint gets its own SEP chain (upstream's layout; slower restores at scale)", { error: errorMessage(err) });
+        this.log.warn("ipset does not work here: every endpoint gets its own SEP chain (upstream's layout; slower restores at scale)", {
+          error: errorMessage(err),
+        });
       }
     }
     const period = this.opts.monitorPeriodMs ?? Math.min(CANARY_PERIOD_MS, this.ctx.config.syncPeriodSeconds * 1000);
@@ -226,10 +247,13 @@ export class IptablesBackend implements IncrementalBackend {
         await this.runIpset(set.before);
         const jobs: Promise<void>[] = [];
         if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-        else if (text) jobs.push(this.restore(family, tx, text).catch((err) => {
-          this.ctx.metrics?.transactionFailed(this.name, ipVersion(family), !full);
-          throw err;
-        }));
+        else if (text)
+          jobs.push(
+            this.restore(family, tx, text).catch((err) => {
+              this.ctx.metrics?.transactionFailed(this.name, ipVersion(family), !full);
+              throw err;
+            }),
+          );
         jobs.push(this.runIpset(set.alongside));
         // Both finish before the next sync may start, even when one fails.
         for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
@@ -244,7 +268,14 @@ export class IptablesBackend implements IncrementalBackend {
         this.lastFull = this.now();
       }
       const round = (ms: number) => Math.round(ms);
-      this.log.debug("synced", { full, bytes: stats.bytes, services: stats.rendered, renderMs: round(stats.renderMs), applyMs: round(stats.applyMs), ms: round(performance.now() - t0) });
+      this.log.debug("synced", {
+        full,
+        bytes: stats.bytes,
+        services: stats.rendered,
+        renderMs: round(stats.renderMs),
+        applyMs: round(stats.applyMs),
+        ms: round(performance.now() - t0),
+      });
     } catch (err) {
       // After a failed restore the kernel may hold anything: only a full restore is safe.
       this.needFull = true;
@@ -253,7 +284,8 @@ export class IptablesBackend implements IncrementalBackend {
       stats.ms = performance.now() - t0;
       this.lastSync = stats;
     }
-    if (!this.ctx.config.dryRun) await reconcileConntrack(this.exec, stale, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
+    if (!this.ctx.config.dryRun)
+      await reconcileConntrack(this.exec, stale, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
   }
 
   private async restore(family: Family, tx: Transaction, text: string) {
@@ -282,11 +314,21 @@ export class IptablesBackend implements IncrementalBackend {
     if (full) {
       const members = new HairpinMembers();
       members.reset([...next.values()].flatMap((w) => (w ? [w.hairpin] : [])));
-      return { ...none, before: ipsetCreate(family), alongside: ipsetFull(family, members.members()), commit: () => (this.hairpin[family] = members) };
+      return {
+        ...none,
+        before: ipsetCreate(family),
+        alongside: ipsetFull(family, members.members()),
+        commit: () => (this.hairpin[family] = members),
+      };
     }
     const changes = [...next].map(([key, w]) => ({ before: this.written[family].get(key)?.hairpin, after: w?.hairpin }));
     const { adds, deletes, next: counts } = this.hairpin[family].edits(changes);
-    return { ...none, before: ipsetEdits(family, adds, []), after: ipsetEdits(family, [], deletes), commit: () => this.hairpin[family].apply(counts) };
+    return {
+      ...none,
+      before: ipsetEdits(family, adds, []),
+      after: ipsetEdits(family, [], deletes),
+      commit: () => this.hairpin[family].apply(counts),
+    };
   }
 
   /**
@@ -315,11 +357,19 @@ export class IptablesBackend implements IncrementalBackend {
   private render(key: string, family: Family): ServiceRules | undefined {
     const t = this.tracker.get(key);
     const largeCluster = this.tracker.endpointTotal > largeClusterEndpoints;
-    return t && renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config, largeCluster, hairpinSet: this.hairpinSet });
+    return (
+      t &&
+      renderService({ service: t.service, endpoints: t.endpoints, family, config: this.config, largeCluster, hairpinSet: this.hairpinSet })
+    );
   }
 
   /** Renders every service once, straight into the transaction: only the compact record of each stays in memory. */
-  private fullTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>, saved: SavedState | undefined): Transaction {
+  private fullTx(
+    family: Family,
+    keys: Set<string>,
+    next: Map<string, WrittenService | undefined>,
+    saved: SavedState | undefined,
+  ): Transaction {
     const render = (key: string) => this.render(key, family);
     function* services() {
       for (const key of keys) {
@@ -351,7 +401,9 @@ export class IptablesBackend implements IncrementalBackend {
     const totals = this.ruleTotals[family];
     for (const table of tables) {
       if (full) totals.set(table, tx.rulesWritten(table));
-      else for (const [key, w] of next) totals.set(table, totals.get(table)! + (w?.rules[table] ?? 0) - (this.written[family].get(key)?.rules[table] ?? 0));
+      else
+        for (const [key, w] of next)
+          totals.set(table, totals.get(table)! + (w?.rules[table] ?? 0) - (this.written[family].get(key)?.rules[table] ?? 0));
       this.ctx.metrics?.iptablesRules(ipVersion(family), table, totals.get(table)!, tx.rulesWritten(table));
     }
   }

@@ -70,7 +70,9 @@ export function recordingExecutor(reply: (call: RecordedCall) => string = () => 
       return reply(call);
     },
     restores: (family) =>
-      calls.filter((c) => c.argv[0] === (family ? restoreCommand(family) : c.argv[0]) && c.argv[0].endsWith("-restore")).map((c) => c.stdin ?? ""),
+      calls
+        .filter((c) => c.argv[0] === (family ? restoreCommand(family) : c.argv[0]) && c.argv[0].endsWith("-restore"))
+        .map((c) => c.stdin ?? ""),
   };
   return executor;
 }

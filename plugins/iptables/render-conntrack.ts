@@ -1,7 +1,18 @@
 // The UDP destinations one service programs, in the shape the shared
 // conntrack helper diffs (src/plugins/toolkit/conntrack.ts). Pure.
 
-import { canonicalIP, type Endpoint, type Family, frontendKey, hostPort, ipsOf, ipVersion, Protocol, type Service, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import {
+  canonicalIP,
+  type Endpoint,
+  type Family,
+  frontendKey,
+  hostPort,
+  ipsOf,
+  ipVersion,
+  Protocol,
+  type Service,
+  type UdpFrontend,
+} from "../../src/plugins/toolkit/index.ts";
 import { servicePortId } from "./names.ts";
 import { portEndpoints } from "./render-service.ts";
 
@@ -13,9 +24,13 @@ export function udpFrontends(service: Service, endpoints: ReadonlyMap<string, En
     const eps = portEndpoints(servicePortId(service.Namespace, service.Name, "udp", pm.Port), pm, endpoints, family);
     const internal = eps.filter((e) => e.internal).map((e) => hostPort(canonicalIP(e.ip), e.port));
     // eTP=Local short-circuits pods to the internal endpoints: both sets are reachable.
-    const external = eps.filter((e) => e.external || (service.ExternalTrafficToLocal && e.internal)).map((e) => hostPort(canonicalIP(e.ip), e.port));
-    for (const ip of ipsOf(service.IPs?.ClusterIPs, family)) add(out, { ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: internal });
-    for (const ip of [...ipsOf(service.IPs?.ExternalIPs, family), ...ipsOf(service.IPs?.LoadBalancerIPs, family)]) add(out, { ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: external });
+    const external = eps
+      .filter((e) => e.external || (service.ExternalTrafficToLocal && e.internal))
+      .map((e) => hostPort(canonicalIP(e.ip), e.port));
+    for (const ip of ipsOf(service.IPs?.ClusterIPs, family))
+      add(out, { ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: internal });
+    for (const ip of [...ipsOf(service.IPs?.ExternalIPs, family), ...ipsOf(service.IPs?.LoadBalancerIPs, family)])
+      add(out, { ip: canonicalIP(ip), family: fam, port: pm.Port, endpoints: external });
     if (pm.NodePort > 0) add(out, { family: fam, port: pm.NodePort, endpoints: external });
   }
   return out;

@@ -13,7 +13,8 @@ function toBigInt(ip: string): bigint {
   const h = head ? head.split(":") : [];
   const t = tail ? tail.split(":") : [];
   // An embedded IPv4 tail (::ffff:1.2.3.4) counts as two groups.
-  const groups = (g: string[]) => g.flatMap((x) => (x.includes(".") ? [(toBigInt(x) >> 16n).toString(16), (toBigInt(x) & 0xffffn).toString(16)] : [x]));
+  const groups = (g: string[]) =>
+    g.flatMap((x) => (x.includes(".") ? [(toBigInt(x) >> 16n).toString(16), (toBigInt(x) & 0xffffn).toString(16)] : [x]));
   const hh = groups(h);
   const tt = groups(t);
   const all = tail === undefined ? hh : [...hh, ...Array(8 - hh.length - tt.length).fill("0"), ...tt];
@@ -71,22 +72,51 @@ export function renderFixed(config: Config, family: Family, opts: { hairpinSet: 
   const nat = (chain: string, r: Omit<Rule, "table" | "chain">) => rules.push({ table: "nat", chain, ...r });
 
   if (opts.hairpinSet) {
-    nat(chains.postrouting, { comment: "hairpin: an endpoint reaching itself through a service", match: ["-m", "set", "--match-set", hairpinSets[family], "dst,dst,src"], target: ["-j", chains.markMasq] });
+    nat(chains.postrouting, {
+      comment: "hairpin: an endpoint reaching itself through a service",
+      match: ["-m", "set", "--match-set", hairpinSets[family], "dst,dst,src"],
+      target: ["-j", chains.markMasq],
+    });
   }
   nat(chains.markMasq, { match: [], target: ["-j", "MARK", "--or-mark", mark] });
-  for (const cidr of cidrsOf(config.clusterCIDRs, family)) nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
+  for (const cidr of cidrsOf(config.clusterCIDRs, family))
+    nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
   nat(chains.markNonPod, { match: [], target: ["-j", chains.markMasq] });
   nat(chains.postrouting, { match: ["-m", "mark", "!", "--mark", `${mark}/${mark}`], target: ["-j", "RETURN"] });
   // Clear the bit so a packet re-traversing the chains (e.g. IPsec) is not masqueraded twice.
   nat(chains.postrouting, { match: [], target: ["-j", "MARK", "--xor-mark", mark] });
   nat(chains.postrouting, { comment: "kpng service traffic requiring SNAT", match: [], target: ["-j", "MASQUERADE", "--random-fully"] });
 
-  rules.push({ table: "filter", chain: chains.forward, comment: "kpng forwarding rules", match: ["-m", "mark", "--mark", `${mark}/${mark}`], target: ["-j", "ACCEPT"] });
-  rules.push({ table: "filter", chain: chains.forward, comment: "kpng forwarding conntrack rule", match: ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"], target: ["-j", "ACCEPT"] });
+  rules.push({
+    table: "filter",
+    chain: chains.forward,
+    comment: "kpng forwarding rules",
+    match: ["-m", "mark", "--mark", `${mark}/${mark}`],
+    target: ["-j", "ACCEPT"],
+  });
+  rules.push({
+    table: "filter",
+    chain: chains.forward,
+    comment: "kpng forwarding conntrack rule",
+    match: ["-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"],
+    target: ["-j", "ACCEPT"],
+  });
 
   for (const m of nodePortMatches(config, family)) {
-    tails.push({ table: "nat", chain: chains.services, comment: "kpng service nodeports; must be the last rule in this chain", match: m, target: ["-j", chains.nodePorts] });
-    tails.push({ table: "filter", chain: chains.externalServices, comment: "kpng service nodeports; must be the last rule in this chain", match: m, target: ["-j", chains.filterNodePorts] });
+    tails.push({
+      table: "nat",
+      chain: chains.services,
+      comment: "kpng service nodeports; must be the last rule in this chain",
+      match: m,
+      target: ["-j", chains.nodePorts],
+    });
+    tails.push({
+      table: "filter",
+      chain: chains.externalServices,
+      comment: "kpng service nodeports; must be the last rule in this chain",
+      match: m,
+      target: ["-j", chains.filterNodePorts],
+    });
   }
   return { rules, tails };
 }

@@ -9,7 +9,8 @@ import { hairpinSets } from "./names.ts";
 /** A set holds up to this many members (ipset's default, 65,536, is below 10,000 services x 10 endpoints). */
 export const hairpinMaxElem = 1 << 20;
 
-const create = (name: string, family: Family) => `create ${name} hash:ip,port,ip family ${family === "v4" ? "inet" : "inet6"} maxelem ${hairpinMaxElem} -exist`;
+const create = (name: string, family: Family) =>
+  `create ${name} hash:ip,port,ip family ${family === "v4" ? "inet" : "inet6"} maxelem ${hairpinMaxElem} -exist`;
 
 /** Makes sure the family's set exists (a restore whose rule names it fails otherwise). */
 export const ipsetCreate = (family: Family) => create(hairpinSets[family], family) + "\n";
@@ -43,7 +44,11 @@ export class HairpinMembers {
   private counts = new Map<string, number>();
 
   /** The members that appear (count 0 -> 1) and disappear (1 -> 0) if services change from `before` to `after`; nothing is recorded. */
-  edits(changes: Iterable<{ before?: ReadonlySet<string>; after?: ReadonlySet<string> }>): { adds: string[]; deletes: string[]; next: Map<string, number> } {
+  edits(changes: Iterable<{ before?: ReadonlySet<string>; after?: ReadonlySet<string> }>): {
+    adds: string[];
+    deletes: string[];
+    next: Map<string, number>;
+  } {
     const delta = new Map<string, number>();
     for (const { before, after } of changes) {
       for (const m of before ?? []) if (!after?.has(m)) delta.set(m, (delta.get(m) ?? 0) - 1);

@@ -52,7 +52,8 @@ export class Transaction {
   }
 
   private checkChain(chain: string) {
-    if (!(chain.length > 0 && chain.length <= maxChainName && safeToken.test(chain))) this.fail(`chain name ${JSON.stringify(chain)} is invalid (max ${maxChainName} characters, no spaces)`);
+    if (!(chain.length > 0 && chain.length <= maxChainName && safeToken.test(chain)))
+      this.fail(`chain name ${JSON.stringify(chain)} is invalid (max ${maxChainName} characters, no spaces)`);
   }
 
   // Runs for every rule of a 10,000-service restore: no allocation unless something is wrong.

@@ -78,10 +78,6 @@ export interface RenderServiceInput {
   hairpinSet?: boolean;
 }
 
-
-
-
-
 /** An endpoint whose SEP chain name (a sha256) is computed only if asked for: most endpoints have no SEP chain. */
 function portEndpoint(portId: string, ip: string, port: number, internal: boolean, external: boolean): PortEndpoint {
   let chain: string | undefined;
@@ -105,7 +101,10 @@ export function portEndpoints(portId: string, pm: PortMapping, endpoints: Readon
     const port = targetPort(ep, pm);
     const key = `${ip} ${port}`;
     const prev = byAddress.get(key);
-    byAddress.set(key, portEndpoint(portId, ip, port, !!ep.Scopes?.Internal || !!prev?.internal, !!ep.Scopes?.External || !!prev?.external));
+    byAddress.set(
+      key,
+      portEndpoint(portId, ip, port, !!ep.Scopes?.Internal || !!prev?.internal, !!ep.Scopes?.External || !!prev?.external),
+    );
   }
   return [...byAddress.values()].sort((a, b) => (a.ip < b.ip ? -1 : a.ip > b.ip ? 1 : a.port - b.port));
 }
@@ -328,15 +327,24 @@ function clusterIPRules(p: PortPlan, out: ServiceRules, own: PortContext["own"])
       const to = ["-d", ip, ...p.dport];
       // Traffic from outside the pod network gets masqueraded, or the reply would bypass the node's un-DNAT.
       if (p.config.masqueradeAll) rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markMasq] });
-      else if (p.podCIDRs.length === 1) rules.push({ table: "nat", chain: p.svcChain, comment, match: ["!", "-s", p.podCIDRs[0], ...to], target: ["-j", chains.markMasq] });
-      else if (p.podCIDRs.length > 1) rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markNonPod] });
+      else if (p.podCIDRs.length === 1)
+        rules.push({ table: "nat", chain: p.svcChain, comment, match: ["!", "-s", p.podCIDRs[0], ...to], target: ["-j", chains.markMasq] });
+      else if (p.podCIDRs.length > 1)
+        rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markNonPod] });
       out.shared.push({ table: "nat", chain: chains.services, comment, match: to, target: ["-j", p.svcChain] });
     }
     balance(p, out, rules, p.svcChain, p.internal);
   }
   if (!p.internal.length) {
     const { verdict, why } = noEndpointVerdict(p, p.svc.InternalTrafficToLocal);
-    for (const ip of p.clusterIPs) out.shared.push({ table: "filter", chain: chains.filterServices, comment: `${p.label} ${why}`, match: ["-d", ip, ...p.dport], target: ["-j", verdict] });
+    for (const ip of p.clusterIPs)
+      out.shared.push({
+        table: "filter",
+        chain: chains.filterServices,
+        comment: `${p.label} ${why}`,
+        match: ["-d", ip, ...p.dport],
+        target: ["-j", verdict],
+      });
   }
 }
 
@@ -346,16 +354,20 @@ function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
   if (p.usesExt) {
     if (p.external.length && p.svxChain !== p.svcChain) balance(p, out, own("nat", p.svxChain), p.svxChain, p.external);
     const rules = own("nat", p.extChain);
-    const ext = (r: Omit<Rule, "table" | "chain"> & { comment: string }) => rules.push({ table: "nat", chain: p.extChain, ...r, comment: natComment(p, r.comment) });
+    const ext = (r: Omit<Rule, "table" | "chain"> & { comment: string }) =>
+      rules.push({ table: "nat", chain: p.extChain, ...r, comment: natComment(p, r.comment) });
     const local = ["-m", "addrtype", "--src-type", "LOCAL"];
     if (p.svc.ExternalTrafficToLocal) {
       // Upstream's short-circuit: pods reaching an external destination are
       // treated as if they went out and came back through a load balancer:
       // no traffic policy, no masquerade. Traffic from the node itself is
       // masqueraded and balanced cluster-wide, else replies could not return.
-      if (p.internal.length) for (const cidr of p.podCIDRs) ext({ comment: `pod traffic for ${p.label} external destinations`, match: ["-s", cidr], target: ["-j", p.svcChain] });
+      if (p.internal.length)
+        for (const cidr of p.podCIDRs)
+          ext({ comment: `pod traffic for ${p.label} external destinations`, match: ["-s", cidr], target: ["-j", p.svcChain] });
       ext({ comment: `masquerade LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", chains.markMasq] });
-      if (p.internal.length) ext({ comment: `route LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", p.svcChain] });
+      if (p.internal.length)
+        ext({ comment: `route LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", p.svcChain] });
     } else {
       ext({ comment: `masquerade traffic for ${p.label} external destinations`, match: [], target: ["-j", chains.markMasq] });
     }
@@ -363,15 +375,42 @@ function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
     if (p.external.length) ext({ comment: `${p.label} external endpoints`, match: [], target: ["-j", p.svxChain] });
 
     const dispatch = (ip: string, kind: string, target: string) =>
-      out.shared.push({ table: "nat", chain: chains.services, comment: natComment(p, `${p.label} ${kind}`), match: ["-d", ip, ...p.dport], target: ["-j", target] });
+      out.shared.push({
+        table: "nat",
+        chain: chains.services,
+        comment: natComment(p, `${p.label} ${kind}`),
+        match: ["-d", ip, ...p.dport],
+        target: ["-j", target],
+      });
     for (const ip of p.externalIPs) dispatch(ip, "external IP", p.extChain);
     for (const ip of p.lbIPs) dispatch(ip, "loadbalancer IP", p.ranges.has(ip) ? p.fwChain : p.extChain);
-    if (p.nodePort > 0) out.shared.push({ table: "nat", chain: chains.nodePorts, comment: natComment(p, `${p.label} node port`), match: nodePortMatch, target: ["-j", p.extChain] });
+    if (p.nodePort > 0)
+      out.shared.push({
+        table: "nat",
+        chain: chains.nodePorts,
+        comment: natComment(p, `${p.label} node port`),
+        match: nodePortMatch,
+        target: ["-j", p.extChain],
+      });
   }
   if (!p.external.length && p.accessible) {
     const { verdict, why } = noEndpointVerdict(p, p.svc.ExternalTrafficToLocal);
-    for (const ip of [...p.externalIPs, ...p.lbIPs]) out.shared.push({ table: "filter", chain: chains.externalServices, comment: `${p.label} ${why}`, match: ["-d", ip, ...p.dport], target: ["-j", verdict] });
-    if (p.nodePort > 0) out.shared.push({ table: "filter", chain: chains.filterNodePorts, comment: `${p.label} ${why}`, match: nodePortMatch, target: ["-j", verdict] });
+    for (const ip of [...p.externalIPs, ...p.lbIPs])
+      out.shared.push({
+        table: "filter",
+        chain: chains.externalServices,
+        comment: `${p.label} ${why}`,
+        match: ["-d", ip, ...p.dport],
+        target: ["-j", verdict],
+      });
+    if (p.nodePort > 0)
+      out.shared.push({
+        table: "filter",
+        chain: chains.filterNodePorts,
+        comment: `${p.label} ${why}`,
+        match: nodePortMatch,
+        target: ["-j", verdict],
+      });
   }
 }
 
@@ -381,15 +420,23 @@ function firewallRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
     const fw = own("nat", p.fwChain);
     const comment = natComment(p, `${p.label} loadbalancer IP`);
     for (const [ip, cidrs] of p.ranges) {
-      for (const cidr of cidrs) fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", cidr], target: ["-j", p.extChain] });
+      for (const cidr of cidrs)
+        fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", cidr], target: ["-j", p.extChain] });
       // A VIP-like LB IP is often local too: the node's own requests then
       // come from the LB IP itself and must pass (upstream does the same).
-      if (cidrs.some((c) => p.config.nodeIPs.some((n) => prefixContains(c, n)))) fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", ip], target: ["-j", p.extChain] });
+      if (cidrs.some((c) => p.config.nodeIPs.some((n) => prefixContains(c, n))))
+        fw.push({ table: "nat", chain: p.fwChain, comment, match: ["-d", ip, "-s", ip], target: ["-j", p.extChain] });
     }
   }
   // After DNAT the destination is no longer the LB IP: only what the FW chain refused still matches here.
   for (const ip of p.ranges.keys()) {
-    out.shared.push({ table: "filter", chain: chains.firewall, comment: `${p.label} traffic not accepted by ${p.fwChain}`, match: ["-d", ip, ...p.dport], target: ["-j", "DROP"] });
+    out.shared.push({
+      table: "filter",
+      chain: chains.firewall,
+      comment: `${p.label} traffic not accepted by ${p.fwChain}`,
+      match: ["-d", ip, ...p.dport],
+      target: ["-j", "DROP"],
+    });
   }
 }
 

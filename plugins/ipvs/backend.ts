@@ -4,7 +4,26 @@
 // re-reads the kernel, so it also converges after a restart or an operator's
 // edit; partial syncs trust the picture that the last successful sync left.
 
-import { type BackendContext, type Config, errorMessage, type Executor, FAMILIES, familiesOf, type Family, type FullStateBackend, invalid, ipVersion, type Logger, needsInterfaceAddresses, nodeIPsOf, nodePortIPs, parseIpAddrJson, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import {
+  type BackendContext,
+  type Config,
+  errorMessage,
+  type Executor,
+  FAMILIES,
+  familiesOf,
+  type Family,
+  type FullStateBackend,
+  invalid,
+  ipVersion,
+  type Logger,
+  needsInterfaceAddresses,
+  nodeIPsOf,
+  nodePortIPs,
+  parseIpAddrJson,
+  type NodeState,
+  sameIPs,
+  type StateChange,
+} from "../../src/plugins/toolkit/index.ts";
 import { baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";
@@ -96,7 +115,9 @@ export class IpvsBackend implements FullStateBackend {
     const every = this.opts.drainIntervalMs ?? 60_000;
     if (!config.dryRun && every > 0) {
       this.timer = setInterval(() => {
-        this.serialize(() => this.drainNow()).catch((err: unknown) => this.log.warn("draining real servers failed", { error: errorMessage(err) }));
+        this.serialize(() => this.drainNow()).catch((err: unknown) =>
+          this.log.warn("draining real servers failed", { error: errorMessage(err) }),
+        );
       }, every);
       this.timer.unref?.();
     }

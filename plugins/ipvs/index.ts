@@ -6,7 +6,14 @@ import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
 import { createIpvsBackend } from "./backend.ts";
 import { commandExecutor, printingExecutor } from "./executor.ts";
 
-export { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON, IpvsBackend, createIpvsBackend, type IpvsOptions, type SyncStats } from "./backend.ts";
+export {
+  IPVS_DEPRECATION_MESSAGE,
+  IPVS_DEPRECATION_REASON,
+  IpvsBackend,
+  createIpvsBackend,
+  type IpvsOptions,
+  type SyncStats,
+} from "./backend.ts";
 
 export default ((ctx) =>
   createIpvsBackend(ctx, {

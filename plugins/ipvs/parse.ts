@@ -5,7 +5,13 @@
 import { parseIpAddrJson, splitHostPort } from "../../src/plugins/toolkit/index.ts";
 import { type KernelModel, type Proto, type RealServer, type VirtualServer, emptyKernel, rsKey, vsKey } from "./model.ts";
 
-const protoFlags: Record<string, Proto> = { "-t": "tcp", "--tcp-service": "tcp", "-u": "udp", "--udp-service": "udp", "--sctp-service": "sctp" };
+const protoFlags: Record<string, Proto> = {
+  "-t": "tcp",
+  "--tcp-service": "tcp",
+  "-u": "udp",
+  "--udp-service": "udp",
+  "--sctp-service": "sctp",
+};
 
 function serviceOf(tokens: string[]): Pick<VirtualServer, "proto" | "ip" | "port"> | undefined {
   for (let i = 0; i < tokens.length - 1; i++) {

@@ -190,10 +190,7 @@ export function drainingServices(kernel: KernelModel): VirtualService[] {
  * virtual server key to the active+inactive count of each of its reals, as
  * the kernel reports it; a real the kernel no longer lists counts as done.
  */
-export function planDrain(
-  draining: readonly VirtualService[],
-  connections: ReadonlyMap<string, ReadonlyMap<string, number>>,
-): Transaction {
+export function planDrain(draining: readonly VirtualService[], connections: ReadonlyMap<string, ReadonlyMap<string, number>>): Transaction {
   const tx = emptyTransaction();
   for (const v of draining) {
     const counts = connections.get(vsKey(v.vs));

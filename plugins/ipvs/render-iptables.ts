@@ -23,7 +23,6 @@ export interface IptablesContext {
   masqueradeBit: number;
 }
 
-
 export function masqueradeMark(bit: number): string {
   const hex = `0x${(1 << bit).toString(16)}`;
   return hex;
@@ -32,7 +31,12 @@ export function masqueradeMark(bit: number): string {
 /** The rules for one family, in chain order. */
 export function iptablesRules(family: Family, ctx: IptablesContext): Rule[] {
   const set = (id: Parameters<typeof setName>[0], dirs: string, negate = false) => [
-    "-m", "set", ...(negate ? ["!"] : []), "--match-set", setName(id, family), dirs,
+    "-m",
+    "set",
+    ...(negate ? ["!"] : []),
+    "--match-set",
+    setName(id, family),
+    dirs,
   ];
   const mark = masqueradeMark(ctx.masqueradeBit);
   const rules: Rule[] = [];
@@ -100,7 +104,15 @@ export function printIptablesRestore(rules: readonly Rule[]): string {
 
 /** argv of `iptables -C|-I|-D` for one base-chain jump. */
 export function jumpArgv(family: Family, op: "-C" | "-I" | "-D", j: BaseJump): string[] {
-  return [family === "v4" ? "iptables" : "ip6tables", "-w", "-t", j.table, op, j.chain, ...ruleArgs({ match: [], target: [j.target], comment: j.comment })];
+  return [
+    family === "v4" ? "iptables" : "ip6tables",
+    "-w",
+    "-t",
+    j.table,
+    op,
+    j.chain,
+    ...ruleArgs({ match: [], target: [j.target], comment: j.comment }),
+  ];
 }
 
 export const restoreArgv = (family: Family) => [family === "v4" ? "iptables-restore" : "ip6tables-restore", "-w", "--noflush"];

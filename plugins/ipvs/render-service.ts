@@ -10,17 +10,21 @@
 //   - ipset entries driving the few iptables rules: masquerade classes, source
 //     ranges, hairpin, and REJECT / DROP for destinations without endpoints.
 
-import { affinitySeconds, cidrsOf, type Endpoint, type Family, familyOf, ipsOf, type PortMapping, protocolName, type Service, type ServiceEndpoints, targetPort } from "../../src/plugins/toolkit/index.ts";
-import { type SetId, setName } from "./names.ts";
 import {
-  type Proto,
-  type RealServer,
-  type ServiceModel,
-  type VirtualServer,
-  entryKey,
-  rsKey,
-  vsKey,
-} from "./model.ts";
+  affinitySeconds,
+  cidrsOf,
+  type Endpoint,
+  type Family,
+  familyOf,
+  ipsOf,
+  type PortMapping,
+  protocolName,
+  type Service,
+  type ServiceEndpoints,
+  targetPort,
+} from "../../src/plugins/toolkit/index.ts";
+import { type SetId, setName } from "./names.ts";
+import { type Proto, type RealServer, type ServiceModel, type VirtualServer, entryKey, rsKey, vsKey } from "./model.ts";
 
 export interface RenderContext {
   /** IPVS scheduler (Config.ipvs.scheduler, "rr" when empty) */
@@ -30,10 +34,6 @@ export interface RenderContext {
   /** addresses node ports answer on (from Config.nodePortAddresses / Config.nodeIPs) */
   nodePortIPs: readonly string[];
 }
-
-
-
-
 
 /** endpoints of a scope as real servers, and the addresses of those on this node */
 interface RealServers {
@@ -66,7 +66,6 @@ function setCIDRs(cidr: string): string[] {
   const host = cidr.includes(":") ? "/128" : "/32";
   return [cidr.endsWith(host) ? cidr.slice(0, -host.length) : cidr];
 }
-
 
 /** one service port in one family: what its objects are made of, and the model they go to */
 interface PortRender {

@@ -26,7 +26,9 @@ export function firstOfFamily(family: TableFamily, list: readonly string[] | und
 }
 
 /** the family's CIDRs (or bare addresses) in the list, without duplicates */
-export const cidrsOfFamily = (family: TableFamily, list: readonly string[] | undefined) => [...new Set(cidrsOf(list, addressFamily(family)))];
+export const cidrsOfFamily = (family: TableFamily, list: readonly string[] | undefined) => [
+  ...new Set(cidrsOf(list, addressFamily(family))),
+];
 
 /** the address family of a table family */
 export const addressFamily = (family: TableFamily): Family => (family === "ip" ? "v4" : "v6");

@@ -10,7 +10,23 @@
 // recorder or inside a network namespace; index.ts is the entry the registry
 // loads for `--backend nft`.
 
-import { type BackendContext, conntrackArgv, errorMessage, type Executor, frontendKey, type FullStateBackend, type Logger, nodeIPsOf, type NodeState, reconcileConntrack, sameIPs, type StaleFlow, staleUdpFlows, type StateChange, type UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import {
+  type BackendContext,
+  conntrackArgv,
+  errorMessage,
+  type Executor,
+  frontendKey,
+  type FullStateBackend,
+  type Logger,
+  nodeIPsOf,
+  type NodeState,
+  reconcileConntrack,
+  sameIPs,
+  type StaleFlow,
+  staleUdpFlows,
+  type StateChange,
+  type UdpFrontend,
+} from "../../src/plugins/toolkit/index.ts";
 import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";

@@ -97,7 +97,8 @@ export function parseHoldings(outputs: string[]): Holdings {
         const c = v.parse(Chain, item.chain);
         const t = ours(c);
         if (!t) continue;
-        const base = c.hook !== undefined ? { type: c.type ?? "", hook: c.hook, prio: c.prio ?? NaN, policy: c.policy ?? "accept" } : undefined;
+        const base =
+          c.hook !== undefined ? { type: c.type ?? "", hook: c.hook, prio: c.prio ?? NaN, policy: c.policy ?? "accept" } : undefined;
         t.chains.set(c.name, { base });
       }
       for (const kind of ["set", "map"] as const) {
@@ -127,7 +128,8 @@ export function clearHeld(family: TableFamily, held: TableHoldings, adds: readon
   const sets = new Map<string, { kind: "set" | "map"; set: SetSpec }>();
   for (const op of adds) {
     if (op.kind === "chain" && op.verb === "add" && op.family === family) chains.set(op.chain.name, op.chain);
-    if ((op.kind === "set" || op.kind === "map") && op.verb === "add" && op.family === family) sets.set(op.set.name, { kind: op.kind, set: op.set });
+    if ((op.kind === "set" || op.kind === "map") && op.verb === "add" && op.family === family)
+      sets.set(op.set.name, { kind: op.kind, set: op.set });
   }
   const out: Op[] = [];
   for (const name of held.chains.keys()) out.push({ kind: "chain", verb: "flush", family, name });
@@ -152,7 +154,12 @@ const keeps = (held: HeldSet, want: WantedSet) => sameSet(held, want, "dynamic")
 function sameSet(held: HeldSet, want: WantedSet, flag: string): boolean {
   if (want?.kind !== "set" || held.kind !== "set" || want.set.typeOf || !want.set.flags?.includes(flag)) return false;
   const flags = withoutDynamic(want.set.flags);
-  return held.type === want.set.type && held.timeout === want.set.timeout && held.flags.length === flags.length && held.flags.every((f, i) => f === flags[i]);
+  return (
+    held.type === want.set.type &&
+    held.timeout === want.set.timeout &&
+    held.flags.length === flags.length &&
+    held.flags.every((f, i) => f === flags[i])
+  );
 }
 
 /**

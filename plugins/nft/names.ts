@@ -93,7 +93,8 @@ const shardNames = (prefix: string) => ALL_SHARDS.map((i) => `${prefix}-${String
 const ENDPOINTS_MAPS = Object.fromEntries(DNAT_PROTOCOLS.map((p) => [p, shardNames(`endpoints-${p}`)])) as Record<DnatProtocol, string[]>;
 const ENDPOINT_CHAINS_MAPS = shardNames("endpoint-chains");
 // names made once: the sync keeps every service's elements, each naming its set
-const byProto = (name: (p: DnatProtocol) => string) => Object.fromEntries(DNAT_PROTOCOLS.map((p) => [p, name(p)])) as Record<DnatProtocol, string>;
+const byProto = (name: (p: DnatProtocol) => string) =>
+  Object.fromEntries(DNAT_PROTOCOLS.map((p) => [p, name(p)])) as Record<DnatProtocol, string>;
 const CLUSTER_ENDPOINTS_MAPS = byProto((p) => `cluster-endpoints-${p}`);
 const CLUSTER_TARGET_PORTS_MAPS = byProto((p) => `cluster-target-ports-${p}`);
 /** slot index -> endpoint address . port */
@@ -162,7 +163,13 @@ const newConn = "ct state new";
  * DNAT whatever their priority.
  */
 export const BASE_CHAINS: readonly BaseChain[] = [
-  { name: "filter-prerouting", type: "filter", hook: "prerouting", priority: "-110", jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }] },
+  {
+    name: "filter-prerouting",
+    type: "filter",
+    hook: "prerouting",
+    priority: "-110",
+    jumps: [{ chain: FIREWALL_CHECK_CHAIN, match: newConn }],
+  },
   {
     name: "filter-input",
     type: "filter",

@@ -106,7 +106,13 @@ export function parseNftEvents(datagram: Uint8Array): NftEvent[] {
 }
 
 function nftEvent(msg: number, family: number, a: Attrs): NftEvent | undefined {
-  if (msg === NFT_MSG_NEWGEN) return { kind: "generation", id: u32be(a.get(NFTA_GEN_ID)), pid: u32be(a.get(NFTA_GEN_PROC_PID)), comm: text(a.get(NFTA_GEN_PROC_NAME)) ?? "" };
+  if (msg === NFT_MSG_NEWGEN)
+    return {
+      kind: "generation",
+      id: u32be(a.get(NFTA_GEN_ID)),
+      pid: u32be(a.get(NFTA_GEN_PROC_PID)),
+      comm: text(a.get(NFTA_GEN_PROC_NAME)) ?? "",
+    };
   const table = text(a.get(ATTR_TABLE));
   if (table === undefined) return undefined;
   // a message this list does not know (a newer kernel's) is still a change to its table
@@ -115,7 +121,8 @@ function nftEvent(msg: number, family: number, a: Attrs): NftEvent | undefined {
   if (msg === NFT_MSG_NEWSETELEM || msg === NFT_MSG_DELSETELEM) {
     event.set = text(a.get(NFTA_SET_ELEM_LIST_SET));
     // only the stamp's added keys are read: other sets' elements can be many, and are not needed
-    if (msg === NFT_MSG_NEWSETELEM && table === TABLE && event.set === SYNC_STAMP_SET) event.keys = elementKeys(a.get(NFTA_SET_ELEM_LIST_ELEMENTS));
+    if (msg === NFT_MSG_NEWSETELEM && table === TABLE && event.set === SYNC_STAMP_SET)
+      event.keys = elementKeys(a.get(NFTA_SET_ELEM_LIST_ELEMENTS));
   }
   return event;
 }

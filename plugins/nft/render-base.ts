@@ -29,7 +29,7 @@ export function familyConfig(config: Config, family: TableFamily): FamilyConfig 
     family,
     clusterCIDRs: cidrsOfFamily(family, config.clusterCIDRs),
     masqueradeAll: config.masqueradeAll,
-    markBit: `0x${(1 << config.masqueradeBit >>> 0).toString(16)}`,
+    markBit: `0x${((1 << config.masqueradeBit) >>> 0).toString(16)}`,
     nodePortAddresses: [...new Set(nodePort)],
   };
 }
@@ -92,7 +92,8 @@ export function renderBase(fc: FamilyConfig): Op[] {
   map(N.NO_ENDPOINT_SERVICES_MAP, serviceKeyType(f), "vmap to drop or reject packets to services with no endpoints");
   map(N.NO_ENDPOINT_NODEPORTS_MAP, "inet_proto . inet_service", "vmap to drop or reject packets to service nodeports with no endpoints");
   map(N.FIREWALL_IPS_MAP, serviceKeyType(f), "destinations that are subject to LoadBalancerSourceRanges");
-  for (const p of N.DNAT_PROTOCOLS) for (const set of clusterEndpointsMapSpecs(f, p)) ops.push({ kind: "map", verb: "add", family: f, set });
+  for (const p of N.DNAT_PROTOCOLS)
+    for (const set of clusterEndpointsMapSpecs(f, p)) ops.push({ kind: "map", verb: "add", family: f, set });
   ops.push({ kind: "set", verb: "add", family: f, set: { name: N.CLUSTER_IPS_SET, type: addrType(f), comment: "Active ClusterIPs" } });
   ops.push({
     kind: "set",
@@ -124,7 +125,8 @@ export function renderBase(fc: FamilyConfig): Op[] {
 
   // One rule for all services instead of upstream's one per service: the
   // cluster-ips set says the same thing.
-  if (fc.masqueradeAll) rule(N.SERVICES_CHAIN, `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.MARK_MASQ_CHAIN}`, "masquerade all traffic to cluster IPs");
+  if (fc.masqueradeAll)
+    rule(N.SERVICES_CHAIN, `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.MARK_MASQ_CHAIN}`, "masquerade all traffic to cluster IPs");
   else if (fc.clusterCIDRs.length)
     rule(
       N.SERVICES_CHAIN,
@@ -147,7 +149,11 @@ export function renderBase(fc: FamilyConfig): Op[] {
   // connect() still holds its socket when the ICMP error comes back (a
   // local or very close client) only records it as a soft error and waits
   // for its SYN to time out; a reset fails the connect at once.
-  rule(N.CLUSTER_IPS_CHECK_CHAIN, `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.REJECT_CHAIN}`, "Reject traffic to invalid ports of ClusterIPs");
+  rule(
+    N.CLUSTER_IPS_CHECK_CHAIN,
+    `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.REJECT_CHAIN}`,
+    "Reject traffic to invalid ports of ClusterIPs",
+  );
   rule(N.REJECT_CHAIN, "meta l4proto tcp reject with tcp reset", "Reject traffic to services with no endpoints");
   rule(N.REJECT_CHAIN, "reject");
   return ops;

@@ -114,7 +114,9 @@ export const listKey = (ip: string | undefined, base: number, i: number) => (ip 
 
 /** a list's elements, segment after segment (for tests and debugging; the sync never builds them all) */
 export function listElements(l: PositionList): ServiceElementSpec[] {
-  return (l.ips ?? [undefined]).flatMap((ip) => l.values.map((value, i) => ({ set: l.set, key: listKey(ip, l.base, i), value, owner: l.owner })));
+  return (l.ips ?? [undefined]).flatMap((ip) =>
+    l.values.map((value, i) => ({ set: l.set, key: listKey(ip, l.base, i), value, owner: l.owner })),
+  );
 }
 
 /** a use of the shared chain `name` = dispatchChainSpec(family, proto, index, n) */
@@ -281,7 +283,8 @@ function element(s: ServiceRender, set: string, key: string, value?: string, com
 function renderClusterIPs(s: ServiceRender, p: PortFacts): string | undefined {
   const { internal } = p;
   // cluster IPs: a chain of their own only when a rule needs this service
-  const ownChain = s.affinity !== undefined || (p.shortCircuit && p.hasExternalFrontend) || internal.some((t) => t.port !== internal[0].port);
+  const ownChain =
+    s.affinity !== undefined || (p.shortCircuit && p.hasExternalFrontend) || internal.some((t) => t.port !== internal[0].port);
   // names are hashed (sha256): only made for the chains that exist
   const svcChain = internal.length && ownChain ? N.clusterChain(p.id) : undefined;
   let clusterVerdict = s.svc.InternalTrafficToLocal ? "drop" : REJECT;
@@ -305,7 +308,10 @@ function renderExternal(s: ServiceRender, p: PortFacts, svcChain: string | undef
   if (p.hasExternalFrontend && (external.length || p.shortCircuit)) {
     const extChain = N.externalChain(p.id);
     const rules = externalPrelude(s, svcChain);
-    s.out.chains.push({ name: extChain, rules: [...rules, ...(external.length ? renderDispatch(s, p, extChain, external, 2 * p.index + 1) : [])] });
+    s.out.chains.push({
+      name: extChain,
+      rules: [...rules, ...(external.length ? renderDispatch(s, p, extChain, external, 2 * p.index + 1) : [])],
+    });
     for (const e of s.extIPs) element(s, N.SERVICE_IPS_MAP, `${e} . ${p.proto} . ${p.port}`, `goto ${extChain}`, p.id);
     if (p.nodePort) element(s, N.SERVICE_NODEPORTS_MAP, `${p.proto} . ${p.nodePort}`, `goto ${extChain}`, p.id);
   }
@@ -319,7 +325,8 @@ function renderExternal(s: ServiceRender, p: PortFacts, svcChain: string | undef
 /** the rules an external chain starts with, before its dispatch */
 function externalPrelude(s: ServiceRender, svcChain: string | undefined): RuleSpec[] {
   const rules: RuleSpec[] = [];
-  if (!s.svc.ExternalTrafficToLocal) rules.push({ rule: `jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade traffic that may leave the node" });
+  if (!s.svc.ExternalTrafficToLocal)
+    rules.push({ rule: `jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade traffic that may leave the node" });
   else if (svcChain) {
     // Pods and the node itself reach an eTP=Local service through the
     // cluster endpoints, as if they had gone out to the load balancer
@@ -458,8 +465,15 @@ function sharedDispatch(s: ServiceRender, p: PortFacts, list: Target[]): string 
   // nearly every service uses one shared chain: that one-element list is shared too
   out.shared = out.shared.length ? [...out.shared, use] : uses;
   // the positions under each cluster IP (one per family: one here)
-  out.lists[2 * p.index] = { set: N.clusterEndpointsMap(p.proto), owner: s.key, base: p.index * N.MAX_DISPATCH, ips: s.clusterIPs, values: list.map(addressOf) };
-  for (const cip of s.clusterIPs) out.elements.push({ set: N.clusterTargetPortsMap(p.proto), key: `${cip} . ${p.port}`, value: String(list[0].port), owner: s.key });
+  out.lists[2 * p.index] = {
+    set: N.clusterEndpointsMap(p.proto),
+    owner: s.key,
+    base: p.index * N.MAX_DISPATCH,
+    ips: s.clusterIPs,
+    values: list.map(addressOf),
+  };
+  for (const cip of s.clusterIPs)
+    out.elements.push({ set: N.clusterTargetPortsMap(p.proto), key: `${cip} . ${p.port}`, value: String(list[0].port), owner: s.key });
   return verdict;
 }
 

@@ -276,7 +276,8 @@ function privateDir(parent: string): string {
     if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
   }
   const st = lstatSync(dir);
-  if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o077) !== 0) throw new Error(`${dir} is not kpng's private directory`);
+  if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o077) !== 0)
+    throw new Error(`${dir} is not kpng's private directory`);
   return dir;
 }
 

@@ -39,7 +39,17 @@ class Phases {
   delChains: Op[] = [];
   delSets: Op[] = [];
   all(): Op[] {
-    return [...this.unref, ...this.redefine, ...this.addSets, ...this.addChains, ...this.rules, ...this.delElements, ...this.addElements, ...this.delChains, ...this.delSets];
+    return [
+      ...this.unref,
+      ...this.redefine,
+      ...this.addSets,
+      ...this.addChains,
+      ...this.rules,
+      ...this.delElements,
+      ...this.addElements,
+      ...this.delChains,
+      ...this.delSets,
+    ];
   }
 }
 
@@ -99,7 +109,9 @@ class FamilySync {
       const old = this.records.get(key);
       const se = state.services.get(key);
       const oldSlots = old?.slots;
-      const next = se ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take(), old) : undefined;
+      const next = se
+        ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take(), old)
+        : undefined;
       if (next && (next.chains.length || next.elements.length || next.lists.length)) this.records.set(key, next);
       else this.records.delete(key);
       if (oldSlots) for (const [c, slot] of oldSlots) if (next?.slots.get(c) !== slot) this.slots.release(slot);
@@ -111,7 +123,8 @@ class FamilySync {
       }
       for (const c of next?.shared ?? []) {
         let s = this.shared.get(c.name);
-        if (!s) this.shared.set(c.name, (s = { chain: dispatchChainSpec(this.fc.family, c.proto, c.index, c.n), users: 0, written: false }));
+        if (!s)
+          this.shared.set(c.name, (s = { chain: dispatchChainSpec(this.fc.family, c.proto, c.index, c.n), users: 0, written: false }));
         s.users++;
         sharedTouched.add(c.name);
       }

@@ -69,7 +69,9 @@ export function printOp(op: Op): string {
         const b = op.chain.base;
         return `add chain ${t} ${op.chain.name} { type ${b.type} hook ${b.hook} priority ${b.priority}; }`;
       }
-      return op.chain.comment ? `add chain ${t} ${op.chain.name} { comment ${quote(op.chain.comment)}; }` : `add chain ${t} ${op.chain.name}`;
+      return op.chain.comment
+        ? `add chain ${t} ${op.chain.name} { comment ${quote(op.chain.comment)}; }`
+        : `add chain ${t} ${op.chain.name}`;
     case "rule":
       return `add rule ${t} ${op.chain} ${op.rule}${op.comment ? ` comment ${quote(op.comment)}` : ""}`;
     case "set":

@@ -121,7 +121,9 @@ export function firstWorking(preferred: EventSource, fallback: EventSource, log:
         return stream;
       } catch (err) {
         use = fallback;
-        log.warn(`watching kpng's tables through ${fallback.name}: cannot use ${preferred.name}`, { err: err instanceof Error ? err.message : String(err) });
+        log.warn(`watching kpng's tables through ${fallback.name}: cannot use ${preferred.name}`, {
+          err: err instanceof Error ? err.message : String(err),
+        });
         return fallback.open(on);
       }
     },
@@ -145,7 +147,9 @@ export interface WatchOptions {
  * kpng killed with -9 until the next change (forever, in a namespace that is
  * gone): where util-linux's setpriv is, it runs with a parent-death signal.
  */
-export const MONITOR_ARGV: readonly string[] = Bun.which("setpriv") ? ["setpriv", "--pdeathsig", "TERM", "--", "nft", "monitor"] : ["nft", "monitor"];
+export const MONITOR_ARGV: readonly string[] = Bun.which("setpriv")
+  ? ["setpriv", "--pdeathsig", "TERM", "--", "nft", "monitor"]
+  : ["nft", "monitor"];
 
 /** a line of `nft monitor` about kpng's own tables: "<verb> <object> ip|ip6 kpng ..." */
 const touchesKpng = new RegExp(`^\\S+ \\S+ ip6? ${TABLE}(?: |$)`);
@@ -205,8 +209,21 @@ export class RulesWatch {
     this.sending = { value, replaces: kind !== "proof" };
     this.expected.add(value);
     if (this.expected.size > MAX_EXPECTED) this.expected.delete(this.expected.values().next().value!);
-    const el = (verb: "add" | "delete", v: string): Op => ({ kind: "elements", verb, family: "ip", set: SYNC_STAMP_SET, items: [{ key: `"${v}"` }] });
-    const ops: Op[] = [{ kind: "set", verb: "add", family: "ip", set: { name: SYNC_STAMP_SET, type: "ifname", comment: "the last transaction kpng committed" } }];
+    const el = (verb: "add" | "delete", v: string): Op => ({
+      kind: "elements",
+      verb,
+      family: "ip",
+      set: SYNC_STAMP_SET,
+      items: [{ key: `"${v}"` }],
+    });
+    const ops: Op[] = [
+      {
+        kind: "set",
+        verb: "add",
+        family: "ip",
+        set: { name: SYNC_STAMP_SET, type: "ifname", comment: "the last transaction kpng committed" },
+      },
+    ];
     const current = kind === "full" ? undefined : this.current;
     if (current) ops.push(el("delete", current));
     if (current && kind === "proof") ops.push(el("add", current));

@@ -20,7 +20,20 @@
 // difference; relays that stay keep their connections, and a changed
 // endpoint set closes only the connections of endpoints that left.
 
-import { type BackendContext, errorMessage, type Executor, type FullStateBackend, type Logger, needsInterfaceAddresses, nodeIPsOf, nodePortIPs, parseIpAddrJson, type NodeState, sameIPs, type StateChange } from "../../src/plugins/toolkit/index.ts";
+import {
+  type BackendContext,
+  errorMessage,
+  type Executor,
+  type FullStateBackend,
+  type Logger,
+  needsInterfaceAddresses,
+  nodeIPsOf,
+  nodePortIPs,
+  parseIpAddrJson,
+  type NodeState,
+  sameIPs,
+  type StateChange,
+} from "../../src/plugins/toolkit/index.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
 import { hasEndpoints, planService, sameFrontend, type Frontend } from "./frontends.ts";
@@ -124,9 +137,21 @@ export class UserspaceBackend implements FullStateBackend {
     }
     if (this.mode === "redirect") {
       const refused = [...this.frontends.values()].filter((f) => !this.running.has(f.key));
-      await this.exec.run(["nft", "-f", "-"], renderRedirect([...this.running.values()].map((r) => ({ frontend: r.frontend, port: r.port })), refused, nodeIPs));
+      await this.exec.run(
+        ["nft", "-f", "-"],
+        renderRedirect(
+          [...this.running.values()].map((r) => ({ frontend: r.frontend, port: r.port })),
+          refused,
+          nodeIPs,
+        ),
+      );
     }
-    this.log.debug("relays", { running: this.running.size, frontends: this.frontends.size, touched: touched.size, unserved: this.unserved.size });
+    this.log.debug("relays", {
+      running: this.running.size,
+      frontends: this.frontends.size,
+      touched: touched.size,
+      unserved: this.unserved.size,
+    });
   }
 
   /**
@@ -134,7 +159,11 @@ export class UserspaceBackend implements FullStateBackend {
    * and returns their frontends by key (`touched`: the new value, or
    * undefined for a frontend that is gone) and the frontends gone.
    */
-  private plan(state: NodeState, change: StateChange, nodeIPs: readonly string[]): { touched: Map<string, Frontend | undefined>; gone: Frontend[] } {
+  private plan(
+    state: NodeState,
+    change: StateChange,
+    nodeIPs: readonly string[],
+  ): { touched: Map<string, Frontend | undefined>; gone: Frontend[] } {
     const opts = { nodeIPs, clusterCIDRs: this.ctx.config.clusterCIDRs };
     const keys = change ?? new Set([...this.planned.keys(), ...state.services.keys()]);
     const touched = new Map<string, Frontend | undefined>();
@@ -180,7 +209,9 @@ export class UserspaceBackend implements FullStateBackend {
     try {
       return nodePortIPs(config, parseIpAddrJson(await this.exec.run(["ip", "-j", "address", "show"])));
     } catch (err) {
-      this.log.warn("cannot read the node's addresses for --nodeport-addresses: node ports keep their addresses", { err: errorMessage(err) });
+      this.log.warn("cannot read the node's addresses for --nodeport-addresses: node ports keep their addresses", {
+        err: errorMessage(err),
+      });
       return this.plannedNodeIPs ?? nodePortIPs(config);
     }
   }
@@ -210,7 +241,9 @@ export class UserspaceBackend implements FullStateBackend {
   async cleanup(): Promise<void> {
     await this.close();
     if (this.ctx.config.dryRun) {
-      this.ctx.out(`ip route flush table local proto ${ROUTE_PROTO}\nip -6 route flush table local proto ${ROUTE_PROTO}\n${cleanupRedirect()}`);
+      this.ctx.out(
+        `ip route flush table local proto ${ROUTE_PROTO}\nip -6 route flush table local proto ${ROUTE_PROTO}\n${cleanupRedirect()}`,
+      );
       return;
     }
     await this.routes.cleanup();

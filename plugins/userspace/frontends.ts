@@ -108,14 +108,20 @@ export function planFrontends(state: NodeState, opts: PlanOptions): FrontendPlan
 }
 
 /** The frontends of one service (a sync re-plans only the services that changed). */
-export function planService(key: string, { service, endpoints }: ServiceEndpoints, opts: PlanOptions): { frontends: Frontend[]; skipped: string[] } {
+export function planService(
+  key: string,
+  { service, endpoints }: ServiceEndpoints,
+  opts: PlanOptions,
+): { frontends: Frontend[]; skipped: string[] } {
   const frontends: Frontend[] = [];
   const skipped: string[] = [];
   for (const pm of service.Ports) {
     const label = `${key}:${pm.Name || pm.Port}`;
     const proto = relayed(pm.Protocol);
     if (!proto) {
-      skipped.push(`${label}: protocol ${Protocol[pm.Protocol] ?? pm.Protocol} is not relayed (SCTP sockets are missing from this kernel and from Bun)`);
+      skipped.push(
+        `${label}: protocol ${Protocol[pm.Protocol] ?? pm.Protocol} is not relayed (SCTP sockets are missing from this kernel and from Bun)`,
+      );
       continue;
     }
     if (!isPort(pm.Port)) continue;

@@ -64,13 +64,16 @@ export class LocalRoutes {
 
   /** `--cleanup`: every route of kpng's (the sysctl stays, as kube-proxy leaves its own) */
   async cleanup(): Promise<void> {
-    for (const fam of ["-4", "-6"]) await this.exec.run(["ip", fam, "route", "flush", "table", "local", "proto", String(ROUTE_PROTO)]).catch(() => {});
+    for (const fam of ["-4", "-6"])
+      await this.exec.run(["ip", fam, "route", "flush", "table", "local", "proto", String(ROUTE_PROTO)]).catch(() => {});
     this.have = undefined;
   }
 
   private async read(): Promise<Set<string>> {
     const out = new Set<string>();
-    for (const fam of ["-4", "-6"]) for (const ip of parseRoutes(await this.exec.run(["ip", "-j", fam, "route", "show", "table", "local", "proto", String(ROUTE_PROTO)]))) out.add(ip);
+    for (const fam of ["-4", "-6"])
+      for (const ip of parseRoutes(await this.exec.run(["ip", "-j", fam, "route", "show", "table", "local", "proto", String(ROUTE_PROTO)])))
+        out.add(ip);
     return out;
   }
 }

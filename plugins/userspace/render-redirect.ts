@@ -35,8 +35,12 @@ export function renderRedirect(redirects: readonly Redirect[], refused: readonly
   const lines: string[] = [];
   for (const fam of tableFamilies) {
     const nodeIP = nodeIPs.find((ip) => ip.includes(":") === (fam === "ip6"));
-    const pre = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} ${arrivingTo(fam, nodeIP, r.port)} ${comment(r.frontend)}`);
-    const nat = redirects.filter((r) => familyOf(r.frontend) === fam).map((r) => `${match(r.frontend)} redirect to :${r.port} ${comment(r.frontend)}`);
+    const pre = redirects
+      .filter((r) => familyOf(r.frontend) === fam)
+      .map((r) => `${match(r.frontend)} ${arrivingTo(fam, nodeIP, r.port)} ${comment(r.frontend)}`);
+    const nat = redirects
+      .filter((r) => familyOf(r.frontend) === fam)
+      .map((r) => `${match(r.frontend)} redirect to :${r.port} ${comment(r.frontend)}`);
     // node ports without endpoints need no rule: nothing listens there, the node refuses by itself
     const reject = refused
       .filter((f) => familyOf(f) === fam && f.kind !== "nodeport")

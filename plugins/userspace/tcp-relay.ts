@@ -110,7 +110,8 @@ const handlers = {
     const other = s === pair.client ? pair.upstream : pair.client;
     // one side is gone: an error is passed on as a reset, a clean close as a close
     if (err) other?.terminate();
-    else if (other?.data.pending) other.data.finish = true; // its last bytes first, then the FIN (drain)
+    else if (other?.data.pending)
+      other.data.finish = true; // its last bytes first, then the FIN (drain)
     else other?.end();
     pair.closed = true;
     pair.forget();

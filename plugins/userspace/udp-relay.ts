@@ -16,7 +16,6 @@ import { FrontendChoice } from "./picker.ts";
 import { isNodeAddress, plainAddress, type RelayOptions } from "./tcp-relay.ts";
 
 export interface UdpRelayOptions extends RelayOptions {
-
   /** a flow without packets this long is forgotten */
   idleMs?: number;
 }

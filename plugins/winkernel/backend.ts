@@ -10,7 +10,16 @@
 // already match, updates the ones listening on a wanted frontend, and deletes
 // what is left on its network once every service has been synced.
 
-import { type BackendContext, type Config, type Endpoint, errorMessage, type IncrementalBackend, type Logger, type Service, serviceKey } from "../../src/plugins/toolkit/index.ts";
+import {
+  type BackendContext,
+  type Config,
+  type Endpoint,
+  errorMessage,
+  type IncrementalBackend,
+  type Logger,
+  type Service,
+  serviceKey,
+} from "../../src/plugins/toolkit/index.ts";
 import type { HnsClient } from "./hns.ts";
 import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render-service.ts";
 import { frontendOf, identityOf, loadBalancerSettings, remoteEndpointSettings, specOf } from "./settings.ts";
@@ -49,8 +58,7 @@ function take(inh: Inherited | undefined, by: "byIdentity" | "byFrontend", key: 
 
 export function sourceVips(config: BackendContext["config"]): RenderContext["sourceVip"] {
   const src = config.winkernel.sourceVip;
-  const pick = (v6: boolean) =>
-    (src && src.includes(":") === v6 ? src : config.nodeIPs.find((ip) => ip.includes(":") === v6)) ?? "";
+  const pick = (v6: boolean) => (src && src.includes(":") === v6 ? src : config.nodeIPs.find((ip) => ip.includes(":") === v6)) ?? "";
   return { v4: pick(false), v6: pick(true) };
 }
 
@@ -151,10 +159,13 @@ export class WinkernelBackend implements IncrementalBackend {
     const { hns, log } = this;
     // Everything kpng programs: every load balancer and remote endpoint on the network.
     for (const lb of await hns.listLoadBalancers()) {
-      await hns.deleteLoadBalancer(lb.id).catch((err: unknown) => log.warn("cleanup: load balancer", { id: lb.id, error: errorMessage(err) }));
+      await hns
+        .deleteLoadBalancer(lb.id)
+        .catch((err: unknown) => log.warn("cleanup: load balancer", { id: lb.id, error: errorMessage(err) }));
     }
     for (const e of await hns.listEndpoints()) {
-      if (e.remote) await hns.deleteEndpoint(e.id).catch((err: unknown) => log.warn("cleanup: endpoint", { id: e.id, error: errorMessage(err) }));
+      if (e.remote)
+        await hns.deleteEndpoint(e.id).catch((err: unknown) => log.warn("cleanup: endpoint", { id: e.id, error: errorMessage(err) }));
     }
     this.trusted = false;
   }
@@ -165,13 +176,22 @@ export class WinkernelBackend implements IncrementalBackend {
     const lbs = await this.hns.listLoadBalancers();
     const ipOfId = new Map(eps.map((e) => [e.id.toLowerCase(), e.ip]));
     this.localIds = new Map(eps.filter((e) => !e.remote).map((e) => [e.ip, e.id]));
-    const inherited: Inherited = { byIdentity: new Map(), byFrontend: new Map(), all: [], taken: new Set(), remote: new Map(eps.filter((e) => e.remote).map((e) => [e.ip, e.id])) };
+    const inherited: Inherited = {
+      byIdentity: new Map(),
+      byFrontend: new Map(),
+      all: [],
+      taken: new Set(),
+      remote: new Map(eps.filter((e) => e.remote).map((e) => [e.ip, e.id])),
+    };
     this.inherited = inherited;
     for (const lb of lbs) {
       const spec = specOf(lb.settings, ipOfId);
       if (!spec) continue; // endpoints outside our network: not ours
       inherited.all.push(lb.id);
-      for (const [m, k] of [[inherited.byIdentity, identityOf(spec)], [inherited.byFrontend, frontendOf(spec)]] as const) {
+      for (const [m, k] of [
+        [inherited.byIdentity, identityOf(spec)],
+        [inherited.byFrontend, frontendOf(spec)],
+      ] as const) {
         m.set(k, [...(m.get(k) ?? []), lb.id]);
       }
     }
@@ -210,7 +230,8 @@ export class WinkernelBackend implements IncrementalBackend {
     const { hns } = this;
     const svc = this.services.get(key);
     const want = svc ? renderPolicies(svc, this.endpoints.get(key)?.values() ?? [], this.renderCtx) : undefined;
-    if (want?.skipped.length) this.log.warn("endpoints with another target port left out (HNS balances to one port)", { service: key, endpoints: want.skipped });
+    if (want?.skipped.length)
+      this.log.warn("endpoints with another target port left out (HNS balances to one port)", { service: key, endpoints: want.skipped });
     const localWanted = want ? [...want.locality].filter(([, l]) => l).map(([ip]) => ip) : [];
     await this.resolveLocal(localWanted);
 
@@ -264,7 +285,8 @@ export class WinkernelBackend implements IncrementalBackend {
     const ids = inh.all.filter((id) => !inh.taken.has(id));
     for (const id of ids) await this.hns.deleteLoadBalancer(id);
     for (const id of inh.remote.values()) await this.hns.deleteEndpoint(id);
-    if (ids.length || inh.remote.size) this.log.info("removed HNS objects left by an earlier run", { loadBalancers: ids.length, endpoints: inh.remote.size });
+    if (ids.length || inh.remote.size)
+      this.log.info("removed HNS objects left by an earlier run", { loadBalancers: ids.length, endpoints: inh.remote.size });
   }
 }
 

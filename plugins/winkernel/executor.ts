@@ -39,7 +39,10 @@ function openLibraries() {
     const ole = dlopen("ole32.dll", { CoTaskMemFree: { args: [P], returns: FFIType.void } }).symbols;
     return { hcn, ole };
   } catch (err) {
-    throw new KpngError("unavailable", `winkernel: cannot load computenetwork.dll (is the Host Network Service installed?): ${String(err)}`);
+    throw new KpngError(
+      "unavailable",
+      `winkernel: cannot load computenetwork.dll (is the Host Network Service installed?): ${String(err)}`,
+    );
   }
 }
 
@@ -163,10 +166,14 @@ class HcnClient implements HnsClient {
     const f = this.lib().hcn[fn] as (...a: unknown[]) => number;
     const hr = f(...args);
     const record = this.takeString(errOut);
-    if (hr < 0) throw new KpngError("internal", `winkernel: ${fn} failed with ${hresultHex(hr)}${record ? `: ${record.replace(/\s+/g, " ")}` : ""}`);
+    if (hr < 0)
+      throw new KpngError("internal", `winkernel: ${fn} failed with ${hresultHex(hr)}${record ? `: ${record.replace(/\s+/g, " ")}` : ""}`);
   }
 
-  private enumerate(fn: "HcnEnumerateNetworks" | "HcnEnumerateEndpoints" | "HcnEnumerateLoadBalancers", filter?: Record<string, string>): string[] {
+  private enumerate(
+    fn: "HcnEnumerateNetworks" | "HcnEnumerateEndpoints" | "HcnEnumerateLoadBalancers",
+    filter?: Record<string, string>,
+  ): string[] {
     const out = outPtr();
     const err = outPtr();
     this.call(fn, [wideString(query(filter)), out, err], err);

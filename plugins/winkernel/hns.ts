@@ -91,7 +91,11 @@ export type HnsCall =
 /** Upstream's made-up MAC for remote endpoints (pkg/proxy/winkernel conjureMac): a prefix and the address's bytes. */
 export function conjureMac(prefix: string, ip: string): string {
   const hex = (n: number) => n.toString(16).padStart(2, "0");
-  if (!ip.includes(":")) return `${prefix}-${ip.split(".").map((o) => hex(Number(o))).join("-")}`;
+  if (!ip.includes(":"))
+    return `${prefix}-${ip
+      .split(".")
+      .map((o) => hex(Number(o)))
+      .join("-")}`;
   // IPv6: the last four bytes, lowest first, as upstream does
   const groups = expandV6(ip);
   const bytes = groups.flatMap((g) => [g >> 8, g & 255]);

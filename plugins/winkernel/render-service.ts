@@ -10,7 +10,15 @@
 // A class without endpoints gets no policy: HNS cannot reject, and upstream
 // leaves the VIP unprogrammed the same way.
 
-import { type Endpoint, FAMILIES, type Family, ipsOf, type PortMapping, type Service, targetPort } from "../../src/plugins/toolkit/index.ts";
+import {
+  type Endpoint,
+  FAMILIES,
+  type Family,
+  ipsOf,
+  type PortMapping,
+  type Service,
+  targetPort,
+} from "../../src/plugins/toolkit/index.ts";
 import { distribution, hnsProtocols, lbFlags, portMappingFlags } from "./hns.ts";
 
 export type PolicyKind = "cluster" | "nodeport" | "external" | "ingress";
@@ -53,14 +61,19 @@ export const preserveDestinationAnnotation = "service.kubernetes.io/preserve-des
 export const policyKey = (p: Pick<PolicySpec, "kind" | "family" | "vip" | "protocol" | "externalPort">) =>
   `${p.kind} ${p.vip || "*"}/${p.family} ${p.protocol}:${p.externalPort}`;
 
-
 interface Backends {
   ips: string[];
   port: number;
 }
 
 /** Endpoints of one scope and family; HNS balances to one internal port, so the first address's port wins. */
-function backends(eps: readonly Endpoint[], scope: "Internal" | "External", family: Family, pm: PortMapping, out: ServicePolicies): Backends {
+function backends(
+  eps: readonly Endpoint[],
+  scope: "Internal" | "External",
+  family: Family,
+  pm: PortMapping,
+  out: ServicePolicies,
+): Backends {
   const all: { ip: string; port: number }[] = [];
   for (const ep of eps) {
     if (!ep.Scopes?.[scope]) continue;
@@ -103,9 +116,17 @@ export function renderPolicies(svc: Service, endpoints: Iterable<Endpoint>, ctx:
     for (const family of FAMILIES) {
       const internal = backends(eps, "Internal", family, pm, out);
       const external = backends(eps, "External", family, pm, out);
-      const p: PortPolicies = { out, family, protocol, ipv6: family === "v6" ? lbFlags.ipv6 : 0, distribution: affinity, sourceVip: ctx.sourceVip[family] };
+      const p: PortPolicies = {
+        out,
+        family,
+        protocol,
+        ipv6: family === "v6" ? lbFlags.ipv6 : 0,
+        distribution: affinity,
+        sourceVip: ctx.sourceVip[family],
+      };
 
-      for (const ip of ipsOf(svc.IPs?.ClusterIPs, family)) addPolicy(p, "cluster", ip, pm.Port, internal, { dsr: ctx.enableDSR, portFlags: 0 });
+      for (const ip of ipsOf(svc.IPs?.ClusterIPs, family))
+        addPolicy(p, "cluster", ip, pm.Port, internal, { dsr: ctx.enableDSR, portFlags: 0 });
       const hasFamily = ipsOf(svc.IPs?.ClusterIPs, family).length > 0;
       if (pm.NodePort && hasFamily) {
         addPolicy(p, "nodeport", "", pm.NodePort, external, { dsr: localDSR, portFlags: portMappingFlags.localRoutedVip });
@@ -122,7 +143,14 @@ export function renderPolicies(svc: Service, endpoints: Iterable<Endpoint>, ctx:
   return out;
 }
 
-function addPolicy(p: PortPolicies, kind: PolicyKind, vip: string, externalPort: number, b: Backends, o: { dsr: boolean; portFlags: number }) {
+function addPolicy(
+  p: PortPolicies,
+  kind: PolicyKind,
+  vip: string,
+  externalPort: number,
+  b: Backends,
+  o: { dsr: boolean; portFlags: number },
+) {
   if (!b.ips.length) return;
   const spec: PolicySpec = {
     kind,

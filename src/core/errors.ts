@@ -20,10 +20,8 @@ export class KpngError extends Error {
 
 export const invalid = (message: string) => new KpngError("invalid_argument", message);
 
-export const isInvalidArgument = (err: unknown): err is KpngError =>
-  err instanceof KpngError && err.code === "invalid_argument";
+export const isInvalidArgument = (err: unknown): err is KpngError => err instanceof KpngError && err.code === "invalid_argument";
 
-export const isUnavailable = (err: unknown): err is KpngError =>
-  err instanceof KpngError && err.code === "unavailable";
+export const isUnavailable = (err: unknown): err is KpngError => err instanceof KpngError && err.code === "unavailable";
 
 export const errorMessage = (err: unknown): string => (err instanceof Error ? err.message : String(err));

@@ -78,7 +78,11 @@ export function createLogger(component = "kpng", opts: LogOptions = {}, lineV = 
       cur.write(jsonLine(performance.timeOrigin + performance.now(), level, v, component, msg, fields));
       return;
     }
-    const kv = fields ? Object.entries(fields).map(([k, val]) => ` ${k}=${fmt(val)}`).join("") : "";
+    const kv = fields
+      ? Object.entries(fields)
+          .map(([k, val]) => ` ${k}=${fmt(val)}`)
+          .join("")
+      : "";
     cur.write(`${new Date().toISOString()} ${level.toUpperCase()} ${component}: ${msg}${kv}`);
   };
   return {

@@ -50,7 +50,8 @@ export function memoryRelease(log: Logger): MemoryRelease {
    * a page dropped would be one the next change faults back in.
    */
   const releaseStartupPages = (after: Promise<void> | undefined) => {
-    const release = (when: string) => log.v(2).info("released the executable's start-up pages", { when, residentKB: releaseExecutablePages() });
+    const release = (when: string) =>
+      log.v(2).info("released the executable's start-up pages", { when, residentKB: releaseExecutablePages() });
     setTimeout(() => release("first sync"), 0).unref();
     const settled = new Promise<void>((resolve) => setTimeout(resolve, STARTUP_SETTLE_MS).unref());
     void Promise.all([after, settled]).then(() => release("settled"));

@@ -17,11 +17,14 @@ export async function cleanupBackends(backends: readonly Backend[], ctx: Backend
 }
 
 /** Whether kube-proxy may have left rules the backends named replace (its modes: nftables, iptables, ipvs). */
-export const replacesKubeProxy = (backends: readonly string[]): boolean => backends.some((n) => n === "nft" || n === "iptables" || n === "ipvs");
+export const replacesKubeProxy = (backends: readonly string[]): boolean =>
+  backends.some((n) => n === "nft" || n === "iptables" || n === "ipvs");
 
 /** Once kpng's own rules are in (every backend synced once), kube-proxy's go; a failure is a warning. */
 export async function removeKubeProxyRules(backends: readonly string[], log: Logger): Promise<void> {
   if (!replacesKubeProxy(backends)) return;
   const { migrateFromKubeProxy } = await import("./leftovers/index.ts");
-  await migrateFromKubeProxy({ log: log.child("migrate"), backends }).catch((err: unknown) => log.warn("cannot remove kube-proxy's rules", { err: errorMessage(err) }));
+  await migrateFromKubeProxy({ log: log.child("migrate"), backends }).catch((err: unknown) =>
+    log.warn("cannot remove kube-proxy's rules", { err: errorMessage(err) }),
+  );
 }

@@ -120,7 +120,13 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
         else await applyIncremental(backend, applied, state, change);
         applied = state;
         const secs = (performance.now() - t0) / 1000;
-        log.info("synced", { backend: backend.name, rev: state.rev, services: state.services.size, changed: change?.size ?? "all", ms: Math.round(secs * 1000) });
+        log.info("synced", {
+          backend: backend.name,
+          rev: state.rev,
+          services: state.services.size,
+          changed: change?.size ?? "all",
+          ms: Math.round(secs * 1000),
+        });
         opts.onSynced?.(state, secs, change);
         nextAt = performance.now() + pause(secs * 1000);
       } catch (err) {

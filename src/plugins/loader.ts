@@ -13,16 +13,35 @@ import * as toolkit from "./toolkit/index.ts";
 
 const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
 const optionalFn = v.optional(fn);
-const base = { name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")), setup: optionalFn, cleanup: optionalFn, close: optionalFn };
-const BackendShape = v.variant("kind", [
-  v.looseObject({ kind: v.literal("full"), apply: fn, ...base }),
-  v.looseObject({ kind: v.literal("incremental"), setService: fn, deleteService: fn, setEndpoint: fn, deleteEndpoint: fn, sync: fn, ...base }),
-], 'must be "full" or "incremental"');
+const base = {
+  name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")),
+  setup: optionalFn,
+  cleanup: optionalFn,
+  close: optionalFn,
+};
+const BackendShape = v.variant(
+  "kind",
+  [
+    v.looseObject({ kind: v.literal("full"), apply: fn, ...base }),
+    v.looseObject({
+      kind: v.literal("incremental"),
+      setService: fn,
+      deleteService: fn,
+      setEndpoint: fn,
+      deleteEndpoint: fn,
+      sync: fn,
+      ...base,
+    }),
+  ],
+  'must be "full" or "incremental"',
+);
 
 /** Checks a value claimed to be a Backend; `what` names it in the error. */
 export function checkBackend(value: unknown, what: string): Backend {
   if (typeof value !== "object" || value === null) {
-    throw invalid(`${what}: not a kpng Backend: got ${value === null ? "null" : typeof value}, want a BackendFactory function or a Backend object`);
+    throw invalid(
+      `${what}: not a kpng Backend: got ${value === null ? "null" : typeof value}, want a BackendFactory function or a Backend object`,
+    );
   }
   const res = v.safeParse(BackendShape, value);
   if (res.success) return value as Backend;
@@ -81,7 +100,10 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
 }
 
 /** Every backend asked for, built-ins first, in order: one that cannot load stops start-up. */
-export async function loadBackends(asked: { builtins: readonly string[]; plugins: readonly string[] }, ctx: BackendContext): Promise<Backend[]> {
+export async function loadBackends(
+  asked: { builtins: readonly string[]; plugins: readonly string[] },
+  ctx: BackendContext,
+): Promise<Backend[]> {
   const specs = [...asked.builtins.map((builtin) => ({ builtin })), ...asked.plugins.map((plugin) => ({ plugin }))];
   const backends: Backend[] = [];
   for (const spec of specs) backends.push(await loadBackend(spec, ctx));

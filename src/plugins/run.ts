@@ -42,7 +42,8 @@ export function runFlags(argv: string[]): Partial<RunOptions> {
     },
   });
   const protocol = values.protocol;
-  if (protocol !== undefined && protocol !== "watch" && protocol !== "next") throw invalid(`flag --protocol: "${String(protocol)}" must be watch or next`);
+  if (protocol !== undefined && protocol !== "watch" && protocol !== "next")
+    throw invalid(`flag --protocol: "${String(protocol)}" must be watch or next`);
   const str = (v: unknown) => (typeof v === "string" ? v : undefined);
   const security: ClientSecurity = {
     files: { ca: str(values["tls-ca"]), crt: str(values["tls-crt"]), key: str(values["tls-key"]) },
@@ -58,7 +59,9 @@ export async function run(handler: Handler, opts: RunOptions = {}): Promise<void
   const security = pick("security");
   checkClientSecurity([pick("api") ?? DEFAULT_API], security);
   const backend: Backend =
-    typeof handler === "function" ? ({ kind: "full", name: handler.name || "handler", apply: async (s, c) => handler(s, c) } satisfies FullStateBackend) : handler;
+    typeof handler === "function"
+      ? ({ kind: "full", name: handler.name || "handler", apply: async (s, c) => handler(s, c) } satisfies FullStateBackend)
+      : handler;
   const ac = new AbortController();
   const stop = () => ac.abort();
   process.once("SIGINT", stop);

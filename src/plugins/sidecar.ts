@@ -21,7 +21,12 @@ export async function runSidecar(opts: SidecarOptions): Promise<void> {
   const onAbort = () => stop.abort(opts.signal?.reason);
   if (opts.signal?.aborted) return;
   opts.signal?.addEventListener("abort", onAbort, { once: true });
-  const feeds = feedAll(opts.backends, { log, onStartedUp: () => { if (opts.once) stop.abort(); } });
+  const feeds = feedAll(opts.backends, {
+    log,
+    onStartedUp: () => {
+      if (opts.once) stop.abort();
+    },
+  });
   try {
     for await (const rev of watchStates({ ...opts, log, signal: stop.signal })) feeds.push(rev);
   } finally {

@@ -35,7 +35,13 @@ export function genCluster(opts: GenOptions): { apiVersion: "v1"; kind: "List"; 
       apiVersion: "v1",
       kind: "Service",
       metadata: { name, namespace: ns },
-      spec: { type: "ClusterIP", clusterIP: ip, clusterIPs: [ip], ipFamilies: ["IPv4"], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: "http" }] },
+      spec: {
+        type: "ClusterIP",
+        clusterIP: ip,
+        clusterIPs: [ip],
+        ipFamilies: ["IPv4"],
+        ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: "http" }],
+      },
     });
     const ready = opts.readyOf?.(i) ?? opts.endpoints;
     const endpoints = [];

@@ -36,10 +36,41 @@ test("dist/kpng serves and follows over mutual TLS (node:tls in the single binar
   makeTestCert(dir.path, { name: "brain" });
   makeClientCert(dir.path, makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" }), "node-1", "agent");
   const f = (name: string) => join(dir.path, name);
-  const brain = await startServe(["--input", join(ROOT, "examples/cluster.yaml"), "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", f("agents-ca.crt")], { bin });
+  const brain = await startServe(
+    [
+      "--input",
+      join(ROOT, "examples/cluster.yaml"),
+      "--node-name",
+      "node-1",
+      "--listen",
+      "tcp://127.0.0.1:0",
+      "--listen-tls-crt",
+      f("brain.crt"),
+      "--listen-tls-key",
+      f("brain.key"),
+      "--listen-tls-ca",
+      f("agents-ca.crt"),
+    ],
+    { bin },
+  );
   try {
     const api = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
-    const agent = startKpng(["local", "--api", api, "--tls-ca", f("brain.crt"), "--tls-crt", f("agent.crt"), "--tls-key", f("agent.key"), "--node-name", "node-2"], { bin });
+    const agent = startKpng(
+      [
+        "local",
+        "--api",
+        api,
+        "--tls-ca",
+        f("brain.crt"),
+        "--tls-crt",
+        f("agent.crt"),
+        "--tls-key",
+        f("agent.key"),
+        "--node-name",
+        "node-2",
+      ],
+      { bin },
+    );
     const full = startKpng(["local", "--input", join(ROOT, "examples/cluster.yaml"), "--node-name", "node-2"], { bin });
     expect(await agent.proc.exited).toBe(0);
     expect(await full.proc.exited).toBe(0);

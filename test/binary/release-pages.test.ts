@@ -81,7 +81,23 @@ const rssFileKB = (pid: number) => Number(/RssFile:\s+(\d+)/.exec(readFileSync(`
 test.skipIf(process.platform !== "linux")(
   "the compiled binary releases its start-up pages after the first sync and once start-up settled, and later syncs still run",
   async () => {
-    const p = startKpng(["--input", input, "--backend", "nft", "--dry-run", "--node-name", "node-1", "-v=2", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"], { bin });
+    const p = startKpng(
+      [
+        "--input",
+        input,
+        "--backend",
+        "nft",
+        "--dry-run",
+        "--node-name",
+        "node-1",
+        "-v=2",
+        "--healthz-bind-address",
+        "127.0.0.1:0",
+        "--metrics-bind-address",
+        "127.0.0.1:0",
+      ],
+      { bin },
+    );
     try {
       const line = await p.waitFor(/released the executable's start-up pages when="first sync"/, 30_000);
       const released = Number(/residentKB=(\d+)/.exec(line)?.[1]);

@@ -81,7 +81,19 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
     test("a built-in and a plugin at once in a sidecar: both fed", async () => {
       const s = sock();
       await serve(s);
-      const p = kpng(["backend", "--api", `unix://${s}`, "--node-name", "node-1", "--backend", "nft", "--dry-run", "--plugin", plugin, "--once"]);
+      const p = kpng([
+        "backend",
+        "--api",
+        `unix://${s}`,
+        "--node-name",
+        "node-1",
+        "--backend",
+        "nft",
+        "--dry-run",
+        "--plugin",
+        plugin,
+        "--once",
+      ]);
       expect(await p.proc.exited).toBe(0);
       expect(parse(p.stdout).filter((l) => l.op === "sync")).toHaveLength(1);
       expect(p.stdout.join("\n")).toMatch(/table ip6? kpng/);
@@ -131,12 +143,15 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       const dns = [...before.services.keys()].find((k) => k.endsWith("/dns"))!;
       expect(after.services.has(dns)).toBe(false);
       const want = [
-        ...(before.services.get("shop/web")!.endpoints.has("web-2") && !after.services.get("shop/web")!.endpoints.has("web-2") ? ["deleteEndpoint shop/web/web-2"] : []),
+        ...(before.services.get("shop/web")!.endpoints.has("web-2") && !after.services.get("shop/web")!.endpoints.has("web-2")
+          ? ["deleteEndpoint shop/web/web-2"]
+          : []),
         ...[...before.services.get(dns)!.endpoints.keys()].map((e) => `deleteEndpoint ${dns}/${e}`),
         `deleteService ${dns}`,
       ];
       const got = changeSet(parse(p.stdout), 2).sort();
-      if (JSON.stringify(got) !== JSON.stringify(want.sort())) console.error(`sidecar stderr:\n${p.stderr.join("\n")}\nstdout ops:\n${opKeys(parse(p.stdout)).join("\n")}`);
+      if (JSON.stringify(got) !== JSON.stringify(want.sort()))
+        console.error(`sidecar stderr:\n${p.stderr.join("\n")}\nstdout ops:\n${opKeys(parse(p.stdout)).join("\n")}`);
       expect(got).toEqual(want.sort());
     });
   });
@@ -148,9 +163,24 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
     const cases: Array<{ name: string; file: string; source?: string; want: RegExp }> = [
       { name: "no default export", file: "a.ts", source: "export const backend = 1;\n", want: /has no default export/ },
       { name: "a default export that is a number", file: "b.ts", source: "export default 42;\n", want: /not a kpng Backend: got number/ },
-      { name: "an object of an unknown kind", file: "c.ts", source: 'export default { name: "x", kind: "weird" };\n', want: /not a kpng Backend: kind must be "full" or "incremental"/ },
-      { name: "a full backend without apply", file: "d.ts", source: 'export default () => ({ name: "x", kind: "full" });\n', want: /not a kpng Backend: apply is missing/ },
-      { name: "a factory that throws", file: "e.ts", source: 'export default () => { throw new Error("no kernel here"); };\n', want: /its BackendFactory failed: no kernel here/ },
+      {
+        name: "an object of an unknown kind",
+        file: "c.ts",
+        source: 'export default { name: "x", kind: "weird" };\n',
+        want: /not a kpng Backend: kind must be "full" or "incremental"/,
+      },
+      {
+        name: "a full backend without apply",
+        file: "d.ts",
+        source: 'export default () => ({ name: "x", kind: "full" });\n',
+        want: /not a kpng Backend: apply is missing/,
+      },
+      {
+        name: "a factory that throws",
+        file: "e.ts",
+        source: 'export default () => { throw new Error("no kernel here"); };\n',
+        want: /its BackendFactory failed: no kernel here/,
+      },
       { name: "a syntax error", file: "f.ts", source: "export default {{;\n", want: /cannot load/ },
       { name: "a missing file", file: "missing.ts", want: /no such file/ },
       { name: "not a script", file: "g.txt", source: "hello\n", want: /must be a \.ts\/\.mts\/\.js\/\.mjs file/ },

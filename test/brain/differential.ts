@@ -46,7 +46,12 @@ export function expectSameVerdict(schema: v.GenericSchema, fast: (raw: Record<st
 }
 
 /** expectSameVerdict over every variant of `full()`; returns how many `fast` rejected (the table must reach invalid inputs) */
-export function expectSameVerdicts(schema: v.GenericSchema, fast: (raw: Record<string, unknown>) => unknown, full: () => object, replacements: readonly unknown[]): number {
+export function expectSameVerdicts(
+  schema: v.GenericSchema,
+  fast: (raw: Record<string, unknown>) => unknown,
+  full: () => object,
+  replacements: readonly unknown[],
+): number {
   let rejected = 0;
   for (const raw of variants(full, replacements)) {
     expectSameVerdict(schema, fast, raw);

@@ -17,7 +17,11 @@ const B = v4.pod(2, 1); // on node-2
 const C = v4.pod(3, 1); // on node-3
 const ep = (ip: string, o: Partial<EpOpts> = {}): EpOpts => ({ ip, node: `node-${ip.split(".")[2]}`, ...o });
 const nodes = [node("node-1", { zone: "zone-a" }), node("node-2", { zone: "zone-a" }), node("node-3", { zone: "zone-b" })];
-const lb = { type: "LoadBalancer" as const, lbIngress: [{ ip: v4.external(1) }], ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] };
+const lb = {
+  type: "LoadBalancer" as const,
+  lbIngress: [{ ip: v4.external(1) }],
+  ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }],
+};
 
 const cases: Array<{ name: string; objects: K8sObject[]; want: Record<string, string> }> = [
   {
@@ -42,12 +46,20 @@ const cases: Array<{ name: string; objects: K8sObject[]; want: Record<string, st
   },
   {
     name: "terminating fallback: no ready endpoint, serving+terminating ones are used",
-    objects: [svc(), slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true }), ep(B, { ready: false, serving: false, terminating: true })] })],
+    objects: [
+      svc(),
+      slice({
+        endpoints: [ep(A, { ready: false, serving: true, terminating: true }), ep(B, { ready: false, serving: false, terminating: true })],
+      }),
+    ],
     want: { [A]: "ILT" },
   },
   {
     name: "NodePort with eTP=Cluster: every ready endpoint serves both classes",
-    objects: [svc({ type: "NodePort", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] }), slice({ endpoints: [ep(A), ep(B)] })],
+    objects: [
+      svc({ type: "NodePort", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] }),
+      slice({ endpoints: [ep(A), ep(B)] }),
+    ],
     want: { [A]: "IEL", [B]: "IE" },
   },
   {
@@ -87,7 +99,11 @@ const cases: Array<{ name: string; objects: K8sObject[]; want: Record<string, st
   },
   {
     name: "zone hints: only endpoints hinted for this node's zone",
-    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(B, { forZones: ["zone-a"] }), ep(C, { forZones: ["zone-b"] })] })],
+    objects: [
+      ...nodes,
+      svc(),
+      slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(B, { forZones: ["zone-a"] }), ep(C, { forZones: ["zone-b"] })] }),
+    ],
     want: { [A]: "IL", [B]: "I" },
   },
   {
@@ -102,32 +118,61 @@ const cases: Array<{ name: string; objects: K8sObject[]; want: Record<string, st
   },
   {
     name: "zone hints: a not-ready endpoint without hints does not disable them",
-    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(C, { forZones: ["zone-b"] }), ep(B, { ready: false })] })],
+    objects: [
+      ...nodes,
+      svc(),
+      slice({ endpoints: [ep(A, { forZones: ["zone-a"] }), ep(C, { forZones: ["zone-b"] }), ep(B, { ready: false })] }),
+    ],
     want: { [A]: "IL" },
   },
   {
     name: "node hints win over zone hints",
-    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forNodes: ["node-2"], forZones: ["zone-a"] }), ep(B, { forNodes: ["node-1"], forZones: ["zone-a"] })] })],
+    objects: [
+      ...nodes,
+      svc(),
+      slice({ endpoints: [ep(A, { forNodes: ["node-2"], forZones: ["zone-a"] }), ep(B, { forNodes: ["node-1"], forZones: ["zone-a"] })] }),
+    ],
     want: { [B]: "I" },
   },
   {
     name: "node hints not naming this node fall back to zone hints",
-    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { forNodes: ["node-2"], forZones: ["zone-a"] }), ep(C, { forNodes: ["node-3"], forZones: ["zone-b"] })] })],
+    objects: [
+      ...nodes,
+      svc(),
+      slice({ endpoints: [ep(A, { forNodes: ["node-2"], forZones: ["zone-a"] }), ep(C, { forNodes: ["node-3"], forZones: ["zone-b"] })] }),
+    ],
     want: { [A]: "IL" },
   },
   {
     name: "topology never narrows Local-policy traffic",
-    objects: [...nodes, svc({ ...lb, eTP: "Local" }), slice({ endpoints: [ep(A, { forZones: ["zone-b"] }), ep(B, { forZones: ["zone-a"] })] })],
+    objects: [
+      ...nodes,
+      svc({ ...lb, eTP: "Local" }),
+      slice({ endpoints: [ep(A, { forZones: ["zone-b"] }), ep(B, { forZones: ["zone-a"] })] }),
+    ],
     want: { [A]: "EL", [B]: "I" },
   },
   {
     name: "topology narrows ready endpoints only; the terminating fallback is not narrowed",
-    objects: [...nodes, svc(), slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true, forZones: ["zone-b"] }), ep(C, { ready: false, serving: true, terminating: true, forZones: ["zone-b"] })] })],
+    objects: [
+      ...nodes,
+      svc(),
+      slice({
+        endpoints: [
+          ep(A, { ready: false, serving: true, terminating: true, forZones: ["zone-b"] }),
+          ep(C, { ready: false, serving: true, terminating: true, forZones: ["zone-b"] }),
+        ],
+      }),
+    ],
     want: { [A]: "ILT", [C]: "IT" },
   },
   {
     name: "de-duplication across slices: a non-terminating copy wins",
-    objects: [svc(), slice({ name: "web-1", endpoints: [ep(A, { ready: false, serving: true, terminating: true })] }), slice({ name: "web-2", endpoints: [ep(A)] })],
+    objects: [
+      svc(),
+      slice({ name: "web-1", endpoints: [ep(A, { ready: false, serving: true, terminating: true })] }),
+      slice({ name: "web-2", endpoints: [ep(A)] }),
+    ],
     want: { [A]: "IL" },
   },
   {
@@ -150,7 +195,13 @@ const cases: Array<{ name: string; objects: K8sObject[]; want: Record<string, st
     objects: [
       svc({ clusterIPs: [v4.clusterIP(10), v6.clusterIP(10)] }),
       slice({ endpoints: [ep(A, { ready: false, serving: true, terminating: true })] }),
-      slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1", ready: false, serving: true, terminating: true }, { ip: v6.pod(2, 1), node: "node-2" }] }),
+      slice({
+        family: "IPv6",
+        endpoints: [
+          { ip: v6.pod(1, 1), node: "node-1", ready: false, serving: true, terminating: true },
+          { ip: v6.pod(2, 1), node: "node-2" },
+        ],
+      }),
     ],
     want: { [A]: "ILT", [v6.pod(2, 1)]: "I" },
   },
@@ -184,17 +235,34 @@ describe("endpoint identity", () => {
   });
 
   test("in a v6-only service a pod's endpoint is keyed by the pod name alone", () => {
-    const st = localState([svc({ clusterIPs: [v6.clusterIP(10)] }), slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1", pod: "p" }] })]);
+    const st = localState([
+      svc({ clusterIPs: [v6.clusterIP(10)] }),
+      slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1", pod: "p" }] }),
+    ]);
     expect([...st.services.get("default/web")!.endpoints.keys()]).toEqual(["p"]);
   });
 
   test("every named service port gets a PortOverride from the slice port of the same name", () => {
     const st = localState([
-      svc({ ports: [{ name: "http", port: 80, targetPort: "web" }, { name: "metrics", port: 9090, targetPort: 9090 }] }),
-      slice({ ports: [{ name: "http", port: 8080 }, { name: "metrics", port: 9091 }], endpoints: [ep(A)] }),
+      svc({
+        ports: [
+          { name: "http", port: 80, targetPort: "web" },
+          { name: "metrics", port: 9090, targetPort: 9090 },
+        ],
+      }),
+      slice({
+        ports: [
+          { name: "http", port: 8080 },
+          { name: "metrics", port: 9091 },
+        ],
+        endpoints: [ep(A)],
+      }),
     ]);
     const e = [...st.services.get("default/web")!.endpoints.values()][0];
-    expect(e.PortOverrides.map((p) => [p.Name, p.Port])).toEqual([["http", 8080], ["metrics", 9091]]);
+    expect(e.PortOverrides.map((p) => [p.Name, p.Port])).toEqual([
+      ["http", 8080],
+      ["metrics", 9091],
+    ]);
   });
 });
 
@@ -258,11 +326,23 @@ describe("endpoint reuse across revisions (a slice change creates only the endpo
     { name: "its address (same pod)", change: { ep: { ip: C } }, reused: false },
     { name: "its node (no longer local)", change: { ep: { node: "node-2" } }, reused: false },
     { name: "its zone", change: { ep: { zone: "zone-b" } }, reused: false },
-    { name: "terminating, used as the fallback", change: { ep: { ready: false, terminating: true }, other: { ready: false, terminating: true } }, reused: false },
-    { name: "its scopes (the service becomes a NodePort: external traffic too)", change: { svc: { type: "NodePort", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] } }, reused: false },
+    {
+      name: "terminating, used as the fallback",
+      change: { ep: { ready: false, terminating: true }, other: { ready: false, terminating: true } },
+      reused: false,
+    },
+    {
+      name: "its scopes (the service becomes a NodePort: external traffic too)",
+      change: { svc: { type: "NodePort", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] } },
+      reused: false,
+    },
     { name: "an equal copy of the service", change: { svc: { ports: [{ name: "http", port: 80, targetPort: 8080 }] } }, reused: true },
     { name: "the slice port's number", change: { ports: [{ name: "http", port: 8081 }] }, reused: false },
-    { name: "the service port's name", change: { svc: { ports: [{ name: "web", port: 80, targetPort: 8080 }] }, ports: [{ name: "web", port: 8080 }] }, reused: false },
+    {
+      name: "the service port's name",
+      change: { svc: { ports: [{ name: "web", port: 80, targetPort: 8080 }] }, ports: [{ name: "web", port: 8080 }] },
+      reused: false,
+    },
   ];
   for (const c of cases)
     test(`${c.name}: ${c.reused ? "the same object" : "a new endpoint"}, equal to a fresh computation`, () => {

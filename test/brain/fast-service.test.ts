@@ -12,7 +12,14 @@ import { expectReadAgrees, expectSameVerdict, expectSameVerdicts, paths } from "
 const full = () => ({
   kind: "Service",
   apiVersion: "v1",
-  metadata: { name: "web", namespace: "default", uid: "u-1", labels: { app: "web" }, annotations: { a: "b" }, managedFields: [{ manager: "x" }] },
+  metadata: {
+    name: "web",
+    namespace: "default",
+    uid: "u-1",
+    labels: { app: "web" },
+    annotations: { a: "b" },
+    managedFields: [{ manager: "x" }],
+  },
   spec: {
     type: "LoadBalancer",
     clusterIP: "198.18.0.10",
@@ -39,9 +46,31 @@ const replacements: unknown[] = [
   ...[undefined, null, true, false, [], {}, ["a"], [{ name: "n" }], [{ port: 80 }]],
   ...[0, -1, 1.5, 1, 65535, 65536, 86400, 86401, NaN, Infinity],
   ...["", "x", "None", "TCP", "SCTP", "tcp", "IPv4", "IPv6", "ClientIP", "Local", "Cluster", "NodePort", "ExternalName", "Proxy", "VIP"],
-  ...["198.18.0.1", "2001:db8::1", "01.2.3.4", "fe80::1%eth0", "198.18.0.0/15", "2001:db8::/129", ["198.18.0.1"], ["None"], ["IPv6"], ["198.18.0.0/16"]],
+  ...[
+    "198.18.0.1",
+    "2001:db8::1",
+    "01.2.3.4",
+    "fe80::1%eth0",
+    "198.18.0.0/15",
+    "2001:db8::/129",
+    ["198.18.0.1"],
+    ["None"],
+    ["IPv6"],
+    ["198.18.0.0/16"],
+  ],
   // what the fast path leaves to read.ts: addresses not as kube-proxy prints them, values it does not know
-  ...["2001:DB8::1", "2001:db8:0:0:0:0:0:1", "::ffff:198.18.0.1", "198.18.0.1/8", " 198.18.0.0/16", "198.18.0.0/016", "Global", "QUIC", "Tunnel", 0],
+  ...[
+    "2001:DB8::1",
+    "2001:db8:0:0:0:0:0:1",
+    "::ffff:198.18.0.1",
+    "198.18.0.1/8",
+    " 198.18.0.0/16",
+    "198.18.0.0/016",
+    "Global",
+    "QUIC",
+    "Tunnel",
+    0,
+  ],
 ];
 
 const sameVerdict = (raw: Record<string, unknown>) => expectSameVerdict(ServiceSchema, fastService, raw);
@@ -58,8 +87,17 @@ describe("fastService agrees with ServiceSchema", () => {
     for (const raw of [
       { kind: "Service", metadata: { name: "a" }, spec: {} },
       { kind: "Service", metadata: { name: "a", labels: null }, spec: { clusterIPs: null, ports: null, externalIPs: null }, status: {} },
-      { kind: "Service", metadata: { name: "a" }, spec: { clusterIP: "", ports: [{ port: 1 }] }, status: { loadBalancer: { ingress: null } } },
-      { kind: "Service", metadata: { name: "a" }, spec: { type: undefined, sessionAffinityConfig: {}, ports: [{ port: 1, protocol: undefined }] } },
+      {
+        kind: "Service",
+        metadata: { name: "a" },
+        spec: { clusterIP: "", ports: [{ port: 1 }] },
+        status: { loadBalancer: { ingress: null } },
+      },
+      {
+        kind: "Service",
+        metadata: { name: "a" },
+        spec: { type: undefined, sessionAffinityConfig: {}, ports: [{ port: 1, protocol: undefined }] },
+      },
     ])
       sameVerdict(raw);
   });
@@ -83,7 +121,11 @@ describe("fastService agrees with ServiceSchema", () => {
   test("an invalid service still gets valibot's message, also as a list item", () => {
     const raw = full();
     raw.spec.ports[0].port = 70000;
-    const want = { ok: false as const, error: "service default/web spec.ports[0].port: 70000 is out of range", reason: "malformed" as const };
+    const want = {
+      ok: false as const,
+      error: "service default/web spec.ports[0].port: 70000 is out of range",
+      reason: "malformed" as const,
+    };
     expect(parseObject(raw)).toEqual(want);
     const { kind: _, ...item } = raw;
     expect(parseObject(item, "Service")).toEqual(want);

@@ -5,14 +5,27 @@
 
 import { describe, expect, test } from "bun:test";
 import { fastSlice } from "../../src/core/brain/k8s/fast-slice.ts";
-import { EndpointSliceSchema, EndpointSliceShape, canonicalFirstAddresses, parseObject, type K8sEndpointSlice } from "../../src/core/brain/k8s/objects.ts";
+import {
+  EndpointSliceSchema,
+  EndpointSliceShape,
+  canonicalFirstAddresses,
+  parseObject,
+  type K8sEndpointSlice,
+} from "../../src/core/brain/k8s/objects.ts";
 import { readSlice } from "../../src/core/brain/k8s/read.ts";
 import { expectReadAgrees, expectSameVerdict, expectSameVerdicts, paths } from "./differential.ts";
 
 const full = () => ({
   kind: "EndpointSlice",
   apiVersion: "discovery.k8s.io/v1",
-  metadata: { name: "web-abc", namespace: "default", uid: "u-1", labels: { "kubernetes.io/service-name": "web" }, annotations: { a: "b" }, managedFields: [{ manager: "x" }] },
+  metadata: {
+    name: "web-abc",
+    namespace: "default",
+    uid: "u-1",
+    labels: { "kubernetes.io/service-name": "web" },
+    annotations: { a: "b" },
+    managedFields: [{ manager: "x" }],
+  },
   addressType: "IPv4",
   endpoints: [
     {
@@ -29,7 +42,29 @@ const full = () => ({
   ports: [{ name: "http", protocol: "TCP", port: 8080, appProtocol: "http" }],
 });
 
-const replacements: unknown[] = [undefined, null, 0, -1, 1.5, 70000, "", "x", "UDP", "IPv6", true, false, [], {}, ["a"], [{ name: "n" }], "QUIC", "Hostname", "198.019.1.5", ["198.19.1.5"], ["2001:DB8::5"]];
+const replacements: unknown[] = [
+  undefined,
+  null,
+  0,
+  -1,
+  1.5,
+  70000,
+  "",
+  "x",
+  "UDP",
+  "IPv6",
+  true,
+  false,
+  [],
+  {},
+  ["a"],
+  [{ name: "n" }],
+  "QUIC",
+  "Hostname",
+  "198.019.1.5",
+  ["198.19.1.5"],
+  ["2001:DB8::5"],
+];
 
 const sameVerdict = (raw: Record<string, unknown>) => expectSameVerdict(EndpointSliceSchema, fastSlice, raw);
 
@@ -45,8 +80,15 @@ describe("fastSlice agrees with EndpointSliceSchema", () => {
     for (const raw of [
       { kind: "EndpointSlice", metadata: { name: "a" }, addressType: "FQDN" },
       { kind: "EndpointSlice", metadata: { name: "a", labels: null }, addressType: "IPv6", endpoints: null, ports: null },
-      { kind: "EndpointSlice", metadata: { name: "a" }, addressType: "IPv4", endpoints: [{ addresses: ["x"], conditions: {} }], ports: [{}] },
-    ]) sameVerdict(raw);
+      {
+        kind: "EndpointSlice",
+        metadata: { name: "a" },
+        addressType: "IPv4",
+        endpoints: [{ addresses: ["x"], conditions: {} }],
+        ports: [{}],
+      },
+    ])
+      sameVerdict(raw);
   });
 
   const all = paths(full());

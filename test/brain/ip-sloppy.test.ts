@@ -73,7 +73,8 @@ test("isCanonicalIP agrees with parseIPSloppy over every spelling of every zero-
     const groups = Array.from({ length: 8 }, (_, i) => values[Math.floor(n / 3 ** i) % 3]);
     const written = [groups.join(":")];
     for (let a = 0; a < 8; a++)
-      for (let b = a + 1; b <= 8 && groups[b - 1] === "0"; b++) written.push(`${groups.slice(0, a).join(":")}::${groups.slice(b).join(":")}`);
+      for (let b = a + 1; b <= 8 && groups[b - 1] === "0"; b++)
+        written.push(`${groups.slice(0, a).join(":")}::${groups.slice(b).join(":")}`);
     for (const w of written) {
       spellings++;
       expect(isCanonicalIP(w)).toBe(parseIPSloppy(w) === w);

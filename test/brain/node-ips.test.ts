@@ -28,10 +28,23 @@ describe("node IPs: upstream's rules", () => {
     { name: "InternalIP wins over an ExternalIP listed before it", addrs: [external(E4), internal(N4)], want: [N4] },
     { name: "no InternalIP: the ExternalIP", addrs: [hostname("node-1"), external(E4)], want: [E4] },
     { name: "InternalIP of one family, ExternalIP of the other", addrs: [internal(N4), external(E6)], want: [N4, E6] },
-    { name: "several InternalIPs of one family: the first only", addrs: [internal(N4), internal("203.0.113.99"), internal(N6)], want: [N4, N6] },
+    {
+      name: "several InternalIPs of one family: the first only",
+      addrs: [internal(N4), internal("203.0.113.99"), internal(N6)],
+      want: [N4, N6],
+    },
     { name: "an address that is not an IP is skipped", addrs: [internal("node-1.example"), internal(N4)], want: [N4] },
-    { name: "read as upstream's ParseIPSloppy: leading zeros decimal, IPv6 as Go prints it", addrs: [internal("203.000.113.011"), internal("2001:DB8:3:0:0:0:0:B")], want: [N4, N6] },
-    { name: "override of one family replaces that family and becomes primary", addrs: [internal(N4), internal(N6)], override: ["2001:db8:3::99"], want: ["2001:db8:3::99", N4] },
+    {
+      name: "read as upstream's ParseIPSloppy: leading zeros decimal, IPv6 as Go prints it",
+      addrs: [internal("203.000.113.011"), internal("2001:DB8:3:0:0:0:0:B")],
+      want: [N4, N6],
+    },
+    {
+      name: "override of one family replaces that family and becomes primary",
+      addrs: [internal(N4), internal(N6)],
+      override: ["2001:db8:3::99"],
+      want: ["2001:db8:3::99", N4],
+    },
     { name: "override without a Node", addrs: null, override: [E4], want: [E4] },
     { name: "override of both families: the Node is not used", addrs: [internal(N4), internal(N6)], override: [E4, E6], want: [E4, E6] },
   ];

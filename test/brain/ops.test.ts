@@ -10,8 +10,7 @@ import { v4 } from "../fixtures/addresses.ts";
 import { slice, svc } from "../fixtures/k8s.ts";
 import { brainWith } from "./helpers.ts";
 
-const show = (ops: ReturnType<typeof stateOps>) =>
-  ops.map((o) => `${o.op} ${o.key}${"endpointKey" in o ? "/" + o.endpointKey : ""}`);
+const show = (ops: ReturnType<typeof stateOps>) => ops.map((o) => `${o.op} ${o.key}${"endpointKey" in o ? "/" + o.endpointKey : ""}`);
 
 describe("stateOps", () => {
   test("from nothing: every service, then every endpoint", () => {
@@ -20,7 +19,11 @@ describe("stateOps", () => {
   });
 
   test("deleting a service deletes its endpoints first, in the same change set", () => {
-    const brain = brainWith([svc(), svc({ name: "api", clusterIPs: [v4.clusterIP(11)] }), slice({ endpoints: [{ ip: v4.pod(1, 1), pod: "a" }] })]);
+    const brain = brainWith([
+      svc(),
+      svc({ name: "api", clusterIPs: [v4.clusterIP(11)] }),
+      slice({ endpoints: [{ ip: v4.pod(1, 1), pod: "a" }] }),
+    ]);
     const before = brain.view("n").state!;
     brain.apply([
       { type: "delete", kind: "Service", namespace: "default", name: "web" },
@@ -28,15 +31,40 @@ describe("stateOps", () => {
     ]);
     brain.flush();
     const after = brain.view("n").state!;
-    expect(show(stateOps(before.services, after.services))).toEqual(["setService default/api", "deleteEndpoint default/web/a", "deleteService default/web"]);
+    expect(show(stateOps(before.services, after.services))).toEqual([
+      "setService default/api",
+      "deleteEndpoint default/web/a",
+      "deleteService default/web",
+    ]);
   });
 
   test("an endpoint change sends only that endpoint, not the service", () => {
-    const brain = brainWith([svc(), slice({ endpoints: [{ ip: v4.pod(1, 1), pod: "a" }, { ip: v4.pod(1, 2), pod: "b" }] })]);
+    const brain = brainWith([
+      svc(),
+      slice({
+        endpoints: [
+          { ip: v4.pod(1, 1), pod: "a" },
+          { ip: v4.pod(1, 2), pod: "b" },
+        ],
+      }),
+    ]);
     const before = brain.view("n").state!;
-    brain.apply([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), pod: "a" }, { ip: v4.pod(1, 3), pod: "c" }] }) }]);
+    brain.apply([
+      {
+        type: "upsert",
+        object: slice({
+          endpoints: [
+            { ip: v4.pod(1, 1), pod: "a" },
+            { ip: v4.pod(1, 3), pod: "c" },
+          ],
+        }),
+      },
+    ]);
     brain.flush();
-    expect(show(stateOps(before.services, brain.view("n").state!.services, ["default/web"]))).toEqual(["deleteEndpoint default/web/b", "setEndpoint default/web/c"]);
+    expect(show(stateOps(before.services, brain.view("n").state!.services, ["default/web"]))).toEqual([
+      "deleteEndpoint default/web/b",
+      "setEndpoint default/web/c",
+    ]);
   });
 
   test("applyIncremental drives an incremental backend with the same calls, then one sync", async () => {

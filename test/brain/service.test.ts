@@ -15,14 +15,28 @@ const served = (s: K8sService, serviceProxyName = "") => localState([s], "node-1
 const model = (s: K8sService) => localState([s]).services.get("default/web")!.service;
 
 describe("which services are served", () => {
-  const raw = (spec: object, labels?: object) => parseObject({ kind: "Service", metadata: { name: "web", namespace: "default", labels }, spec }) as { ok: true; object: K8sService };
+  const raw = (spec: object, labels?: object) =>
+    parseObject({ kind: "Service", metadata: { name: "web", namespace: "default", labels }, spec }) as { ok: true; object: K8sService };
   const cases: Array<{ name: string; svc: K8sService; proxyName?: string; want: boolean }> = [
     { name: "a ClusterIP service is served", svc: svc(), want: true },
     { name: "ExternalName services are skipped", svc: raw({ type: "ExternalName", externalName: "example.com" }).object, want: false },
-    { name: "headless services (clusterIP None) are skipped", svc: raw({ clusterIP: "None", clusterIPs: ["None"], ports: [{ port: 80 }] }).object, want: false },
+    {
+      name: "headless services (clusterIP None) are skipped",
+      svc: raw({ clusterIP: "None", clusterIPs: ["None"], ports: [{ port: 80 }] }).object,
+      want: false,
+    },
     { name: "a service without an allocated cluster IP is skipped", svc: raw({ ports: [{ port: 80 }] }).object, want: false },
-    { name: "service-proxy-name label for another proxy: skipped", svc: svc({ labels: { "service.kubernetes.io/service-proxy-name": "mesh" } }), want: false },
-    { name: "service-proxy-name label matching --service-proxy-name: served", svc: svc({ labels: { "service.kubernetes.io/service-proxy-name": "mesh" } }), proxyName: "mesh", want: true },
+    {
+      name: "service-proxy-name label for another proxy: skipped",
+      svc: svc({ labels: { "service.kubernetes.io/service-proxy-name": "mesh" } }),
+      want: false,
+    },
+    {
+      name: "service-proxy-name label matching --service-proxy-name: served",
+      svc: svc({ labels: { "service.kubernetes.io/service-proxy-name": "mesh" } }),
+      proxyName: "mesh",
+      want: true,
+    },
     { name: "unlabelled services are served whatever --service-proxy-name says", svc: svc(), proxyName: "mesh", want: true },
   ];
   for (const c of cases) test(c.name, () => expect(served(c.svc, c.proxyName)).toBe(c.want));
@@ -46,7 +60,12 @@ describe("service fields", () => {
   });
 
   test("LB ingress IPs are service IPs, except those with ipMode Proxy", () => {
-    const m = model(svc({ type: "LoadBalancer", lbIngress: [{ ip: v4.external(1) }, { ip: v4.external(2), ipMode: "Proxy" }, { ip: v4.external(3), ipMode: "VIP" }] }));
+    const m = model(
+      svc({
+        type: "LoadBalancer",
+        lbIngress: [{ ip: v4.external(1) }, { ip: v4.external(2), ipMode: "Proxy" }, { ip: v4.external(3), ipMode: "VIP" }],
+      }),
+    );
     expect(m.IPs!.LoadBalancerIPs!.V4).toEqual([v4.external(1), v4.external(3)]);
   });
 
@@ -100,7 +119,8 @@ function expectCreateOrder(desc: DescMessage, msg: Record<string, unknown>) {
       const inner = f.oneof ? ((val as { case?: string }).case === f.localName ? (val as { value: unknown }).value : undefined) : val;
       if (inner) expectCreateOrder(f.message, inner as Record<string, unknown>);
     }
-    if (f.fieldKind === "list" && f.listKind === "message") for (const x of val as Array<Record<string, unknown>>) expectCreateOrder(f.message, x);
+    if (f.fieldKind === "list" && f.listKind === "message")
+      for (const x of val as Array<Record<string, unknown>>) expectCreateOrder(f.message, x);
   }
 }
 
@@ -109,12 +129,37 @@ describe("the model as protobuf-es makes messages", () => {
   // protobuf-es's reflection makes of it, every field set, keys in create()'s order.
   const cases: Array<{ name: string; svc: K8sService }> = [
     { name: "ClusterIP", svc: svc() },
-    { name: "dual-stack NodePort, eTP=Local, named target port", svc: svc({ type: "NodePort", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], eTP: "Local", ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: "web", nodePort: 30080 }] }) },
+    {
+      name: "dual-stack NodePort, eTP=Local, named target port",
+      svc: svc({
+        type: "NodePort",
+        clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)],
+        eTP: "Local",
+        ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: "web", nodePort: 30080 }],
+      }),
+    },
     {
       name: "LoadBalancer with everything",
-      svc: svc({ type: "LoadBalancer", labels: { app: "web" }, externalIPs: [v4.external(1), v6.external(1)], lbIngress: [{ ip: v4.external(2) }], sourceRanges: ["198.18.128.0/24"], affinity: 600, eTP: "Local", iTP: "Local", healthCheckNodePort: 32000 }),
+      svc: svc({
+        type: "LoadBalancer",
+        labels: { app: "web" },
+        externalIPs: [v4.external(1), v6.external(1)],
+        lbIngress: [{ ip: v4.external(2) }],
+        sourceRanges: ["198.18.128.0/24"],
+        affinity: 600,
+        eTP: "Local",
+        iTP: "Local",
+        healthCheckNodePort: 32000,
+      }),
     },
-    { name: "a namespace-less, label-less service", svc: { kind: "Service", metadata: { name: "web", labels: null }, spec: { type: "ClusterIP", clusterIP: v4.clusterIP(1) } } as K8sService },
+    {
+      name: "a namespace-less, label-less service",
+      svc: {
+        kind: "Service",
+        metadata: { name: "web", labels: null },
+        spec: { type: "ClusterIP", clusterIP: v4.clusterIP(1) },
+      } as K8sService,
+    },
   ];
   for (const c of cases) {
     test(c.name, () => {

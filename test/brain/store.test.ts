@@ -7,7 +7,10 @@ import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { brainWith } from "./helpers.ts";
 
-const up = (object: Parameters<Brain["apply"]>[0] extends Iterable<infer E> ? (E extends { object: infer O } ? O : never) : never) => ({ type: "upsert" as const, object });
+const up = (object: Parameters<Brain["apply"]>[0] extends Iterable<infer E> ? (E extends { object: infer O } ? O : never) : never) => ({
+  type: "upsert" as const,
+  object,
+});
 
 describe("revisions", () => {
   test("no state before every kind has synced; revision 1 right after", () => {
@@ -29,7 +32,10 @@ describe("revisions", () => {
     const brain = new Brain();
     const view = brain.view("node-1");
     brain.apply([up(svc({ ports: [{ name: "http", port: 80 }] })), up(svc({ name: "gone" }))]);
-    brain.apply([up(svc({ ports: [{ name: "http", port: 8080 }] })), { type: "delete", kind: "Service", namespace: "default", name: "gone" }]);
+    brain.apply([
+      up(svc({ ports: [{ name: "http", port: 8080 }] })),
+      { type: "delete", kind: "Service", namespace: "default", name: "gone" },
+    ]);
     for (const k of ["Service", "EndpointSlice", "Node"] as const) brain.markSynced(k);
     brain.flush();
     expect(view.state?.services.get("default/web")?.service.Ports.map((p) => p.Port)).toEqual([8080]);
@@ -49,15 +55,37 @@ describe("revisions", () => {
 
   test("churn on other nodes' endpoints of an eTP=Local+iTP=Local service: no revision", () => {
     const s = svc({ type: "NodePort", eTP: "Local", iTP: "Local", ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] });
-    const brain = brainWith([s, slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1" }, { ip: v4.pod(2, 1), node: "node-2" }] })]);
+    const brain = brainWith([
+      s,
+      slice({
+        endpoints: [
+          { ip: v4.pod(1, 1), node: "node-1" },
+          { ip: v4.pod(2, 1), node: "node-2" },
+        ],
+      }),
+    ]);
     const view = brain.view("node-1");
-    brain.apply([up(slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1" }, { ip: v4.pod(2, 2), node: "node-2" }] }))]);
+    brain.apply([
+      up(
+        slice({
+          endpoints: [
+            { ip: v4.pod(1, 1), node: "node-1" },
+            { ip: v4.pod(2, 2), node: "node-2" },
+          ],
+        }),
+      ),
+    ]);
     brain.flush();
     expect(view.state!.rev).toBe(1);
   });
 
   test("one changed slice: a revision whose change set names only its service; others keep their objects", () => {
-    const objs = [svc({ name: "a" }), svc({ name: "b", clusterIPs: [v4.clusterIP(11)] }), slice({ service: "a", endpoints: [{ ip: v4.pod(1, 1) }] }), slice({ service: "b", endpoints: [{ ip: v4.pod(1, 2) }] })];
+    const objs = [
+      svc({ name: "a" }),
+      svc({ name: "b", clusterIPs: [v4.clusterIP(11)] }),
+      slice({ service: "a", endpoints: [{ ip: v4.pod(1, 1) }] }),
+      slice({ service: "b", endpoints: [{ ip: v4.pod(1, 2) }] }),
+    ];
     const brain = brainWith(objs);
     const view = brain.view("node-1");
     const before = view.state!;
@@ -79,7 +107,10 @@ describe("revisions", () => {
 
   test("work grows with the change: one changed slice recomputes one service, at 10 or 1,000 services", () => {
     for (const n of [10, 1000]) {
-      const objs = Array.from({ length: n }, (_, i) => [svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(i + 1)] }), slice({ service: `s${i}`, endpoints: [{ ip: v4.pod(1, 1) }] })]).flat();
+      const objs = Array.from({ length: n }, (_, i) => [
+        svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(i + 1)] }),
+        slice({ service: `s${i}`, endpoints: [{ ip: v4.pod(1, 1) }] }),
+      ]).flat();
       const brain = brainWith(objs);
       brain.view("node-1");
       const before = brain.stats.computed;
@@ -102,7 +133,12 @@ describe("revisions", () => {
   });
 
   test("a change of this node's zone recomputes topology", () => {
-    const hinted = slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", forZones: ["zone-a"] }, { ip: v4.pod(2, 1), node: "node-2", forZones: ["zone-b"] }] });
+    const hinted = slice({
+      endpoints: [
+        { ip: v4.pod(1, 1), node: "node-1", forZones: ["zone-a"] },
+        { ip: v4.pod(2, 1), node: "node-2", forZones: ["zone-b"] },
+      ],
+    });
     const brain = brainWith([node("node-1", { zone: "zone-a" }), svc(), hinted]);
     const view = brain.view("node-1");
     expect(view.state!.services.get("default/web")!.endpoints.size).toBe(1);
@@ -112,7 +148,15 @@ describe("revisions", () => {
   });
 
   test("several node names are served from one brain, each with its own local endpoints", () => {
-    const brain = brainWith([svc({ iTP: "Local" }), slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1" }, { ip: v4.pod(2, 1), node: "node-2" }] })]);
+    const brain = brainWith([
+      svc({ iTP: "Local" }),
+      slice({
+        endpoints: [
+          { ip: v4.pod(1, 1), node: "node-1" },
+          { ip: v4.pod(2, 1), node: "node-2" },
+        ],
+      }),
+    ]);
     const ips = (n: string) => [...brain.view(n).state!.services.get("default/web")!.endpoints.values()].map((e) => e.IPs!.V4[0]);
     expect(ips("node-1")).toEqual([v4.pod(1, 1)]);
     expect(ips("node-2")).toEqual([v4.pod(2, 1)]);

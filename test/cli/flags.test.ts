@@ -12,7 +12,10 @@ import pkg from "../../package.json" with { type: "json" };
 
 const root = join(import.meta.dir, "../..");
 const kpng = (...args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), ...args], { cwd: root, env: { ...process.env, NODE_NAME: "cli-test-node" } });
+  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), ...args], {
+    cwd: root,
+    env: { ...process.env, NODE_NAME: "cli-test-node" },
+  });
   return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString().trim() };
 };
 
@@ -31,7 +34,12 @@ describe("pflag's syntax", () => {
     { name: "--name=value", argv: ["--node-name=a"], args: { "node-name": "a" } },
     { name: "--name value", argv: ["--node-name", "a"], args: { "node-name": "a" } },
     { name: "--name value where the value starts with a dash (pflag takes it)", argv: ["--node-name", "-x"], args: { "node-name": "-x" } },
-    { name: "a long alias lands on the canonical name", argv: ["--hostname-override=b"], args: { "node-name": "b" }, raw: ["--node-name=b"] },
+    {
+      name: "a long alias lands on the canonical name",
+      argv: ["--hostname-override=b"],
+      args: { "node-name": "b" },
+      raw: ["--node-name=b"],
+    },
     { name: "--bool", argv: ["--masquerade-all"], args: { "masquerade-all": true } },
     { name: "--bool=false", argv: ["--masquerade-all=false"], args: { "masquerade-all": false } },
     { name: "--bool=1 (strconv.ParseBool)", argv: ["--masquerade-all=1"], args: { "masquerade-all": true } },
@@ -44,14 +52,31 @@ describe("pflag's syntax", () => {
     { name: "-h", argv: ["-h"], args: { help: true } },
     { name: "--version alone", argv: ["--version"], args: { version: "true" } },
     { name: "--version=raw", argv: ["--version=raw"], args: { version: "raw" } },
-    { name: "repeated flags keep every value, in order", argv: ["--backend=nft", "--proxy-mode", "iptables"], args: { backend: "iptables" }, raw: ["--backend=nft", "--backend=iptables"] },
+    {
+      name: "repeated flags keep every value, in order",
+      argv: ["--backend=nft", "--proxy-mode", "iptables"],
+      args: { backend: "iptables" },
+      raw: ["--backend=nft", "--backend=iptables"],
+    },
     { name: "-- ends the flags", argv: ["--masquerade-all", "--"], args: { "masquerade-all": true } },
-    { name: "a single-dash long flag is an error, not shorthands", argv: ["-hostname-override=node-1"], error: /^\[invalid_argument\] flag -hostname-override: long flags take two dashes: --hostname-override$/ },
-    { name: "a single-dash unknown word", argv: ["-frobnicate"], error: /flag -frobnicate: unknown shorthand flag 'f' \(long flags take two dashes\)/ },
+    {
+      name: "a single-dash long flag is an error, not shorthands",
+      argv: ["-hostname-override=node-1"],
+      error: /^\[invalid_argument\] flag -hostname-override: long flags take two dashes: --hostname-override$/,
+    },
+    {
+      name: "a single-dash unknown word",
+      argv: ["-frobnicate"],
+      error: /flag -frobnicate: unknown shorthand flag 'f' \(long flags take two dashes\)/,
+    },
     { name: "a boolean shorthand with more letters", argv: ["-hx"], error: /flag -hx: unknown shorthand flag 'x'/ },
     { name: "a positional argument", argv: ["--masquerade-all", "node-1"], error: /unexpected argument "node-1": kpng takes flags only/ },
     { name: "an argument after --", argv: ["--", "x"], error: /unexpected argument "x"/ },
-    { name: "--bool false: false is a positional argument (as pflag)", argv: ["--masquerade-all", "false"], error: /unexpected argument "false"/ },
+    {
+      name: "--bool false: false is a positional argument (as pflag)",
+      argv: ["--masquerade-all", "false"],
+      error: /unexpected argument "false"/,
+    },
     { name: "an unknown flag", argv: ["--frobnicate=1"], error: /flag --frobnicate: unknown flag/ },
     { name: "a value missing at the end", argv: ["--node-name"], error: /flag --node-name: needs an argument/ },
   ];
@@ -71,34 +96,99 @@ describe("pflag's syntax", () => {
 
 // kube-proxy 1.36's --help on Linux (cmd/kube-proxy/app/options.go and component-base's logging flags), with a value each.
 const KUBE_PROXY_FLAGS: string[] = [
-  "--bind-address=0.0.0.0", "--bind-address-hard-fail=false", "--cleanup=false", "--cluster-cidr=198.19.0.0/16",
-  "--config-sync-period=15m0s", "--conntrack-max-per-core=32768", "--conntrack-min=131072",
-  "--conntrack-tcp-be-liberal=false", "--conntrack-tcp-timeout-close-wait=1h0m0s", "--conntrack-tcp-timeout-established=24h0m0s",
-  "--conntrack-udp-timeout=0s", "--conntrack-udp-timeout-stream=0s", "--detect-local-mode=ClusterCIDR",
-  "--feature-gates=SomeGate=true", "--healthz-bind-address=0.0.0.0:10256", "--healthz-port=10256", "--hostname-override=node-1",
-  "--init-only=false", "--iptables-localhost-nodeports=true", "--iptables-masquerade-bit=14", "--iptables-min-sync-period=1s",
-  "--iptables-sync-period=30s", "--ipvs-exclude-cidrs=203.0.113.0/24", "--ipvs-min-sync-period=0s", "--ipvs-scheduler=rr",
-  "--ipvs-strict-arp=false", "--ipvs-sync-period=30s", "--ipvs-tcp-timeout=0s", "--ipvs-tcpfin-timeout=0s", "--ipvs-udp-timeout=0s",
-  "--kube-api-burst=10", "--kube-api-content-type=application/vnd.kubernetes.protobuf", "--kube-api-qps=5",
-  "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf", "--log-flush-frequency=5s", "--log-json-info-buffer-size=0",
-  "--log-json-split-stream=false", "--log-text-info-buffer-size=0", "--log-text-split-stream=false", "--logging-format=text",
-  "--masquerade-all=false", "--master=https://203.0.113.1:6443", "--metrics-bind-address=127.0.0.1:10249", "--metrics-port=10249",
-  "--nodeport-addresses=203.0.113.0/24", "--oom-score-adj=-999", "--pod-bridge-interface=cbr0", "--pod-interface-name-prefix=veth",
-  "--profiling=false", "--proxy-mode=iptables", "--show-hidden-metrics-for-version=1.35", "--v=2", "--vmodule=proxier=4",
-  "--write-config-to=PLACEHOLDER", "--config=", "--help=false", "--version=false",
+  "--bind-address=0.0.0.0",
+  "--bind-address-hard-fail=false",
+  "--cleanup=false",
+  "--cluster-cidr=198.19.0.0/16",
+  "--config-sync-period=15m0s",
+  "--conntrack-max-per-core=32768",
+  "--conntrack-min=131072",
+  "--conntrack-tcp-be-liberal=false",
+  "--conntrack-tcp-timeout-close-wait=1h0m0s",
+  "--conntrack-tcp-timeout-established=24h0m0s",
+  "--conntrack-udp-timeout=0s",
+  "--conntrack-udp-timeout-stream=0s",
+  "--detect-local-mode=ClusterCIDR",
+  "--feature-gates=SomeGate=true",
+  "--healthz-bind-address=0.0.0.0:10256",
+  "--healthz-port=10256",
+  "--hostname-override=node-1",
+  "--init-only=false",
+  "--iptables-localhost-nodeports=true",
+  "--iptables-masquerade-bit=14",
+  "--iptables-min-sync-period=1s",
+  "--iptables-sync-period=30s",
+  "--ipvs-exclude-cidrs=203.0.113.0/24",
+  "--ipvs-min-sync-period=0s",
+  "--ipvs-scheduler=rr",
+  "--ipvs-strict-arp=false",
+  "--ipvs-sync-period=30s",
+  "--ipvs-tcp-timeout=0s",
+  "--ipvs-tcpfin-timeout=0s",
+  "--ipvs-udp-timeout=0s",
+  "--kube-api-burst=10",
+  "--kube-api-content-type=application/vnd.kubernetes.protobuf",
+  "--kube-api-qps=5",
+  "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf",
+  "--log-flush-frequency=5s",
+  "--log-json-info-buffer-size=0",
+  "--log-json-split-stream=false",
+  "--log-text-info-buffer-size=0",
+  "--log-text-split-stream=false",
+  "--logging-format=text",
+  "--masquerade-all=false",
+  "--master=https://203.0.113.1:6443",
+  "--metrics-bind-address=127.0.0.1:10249",
+  "--metrics-port=10249",
+  "--nodeport-addresses=203.0.113.0/24",
+  "--oom-score-adj=-999",
+  "--pod-bridge-interface=cbr0",
+  "--pod-interface-name-prefix=veth",
+  "--profiling=false",
+  "--proxy-mode=iptables",
+  "--show-hidden-metrics-for-version=1.35",
+  "--v=2",
+  "--vmodule=proxier=4",
+  "--write-config-to=PLACEHOLDER",
+  "--config=",
+  "--help=false",
+  "--version=false",
 ];
 
 describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
   test("all of them at once are accepted (exit 0), those without effect named in one WARN line", () => {
     const out = join(tmpdir(), `kpng-flags-${process.pid}.yaml`);
     try {
-      const r = kpng(...KUBE_PROXY_FLAGS.map((f) => (f.startsWith("--write-config-to=") ? `--write-config-to=${out}` : f)).filter((f) => f !== "--config="));
+      const r = kpng(
+        ...KUBE_PROXY_FLAGS.map((f) => (f.startsWith("--write-config-to=") ? `--write-config-to=${out}` : f)).filter(
+          (f) => f !== "--config=",
+        ),
+      );
       expect(r.err).not.toContain("kpng: [");
       expect(r.code).toBe(0);
       const warn = r.err.split("\n").filter((l) => l.includes("WARN kpng: kube-proxy flags accepted with no effect"));
       expect(warn).toHaveLength(1);
-      for (const f of ["--feature-gates", "--kube-api-qps", "--kube-api-burst", "--profiling", "--vmodule", "--ipvs-strict-arp", "--pod-bridge-interface", "--config-sync-period", "--log-flush-frequency"]) expect(warn[0]).toContain(f);
-      for (const f of ["--conntrack-max-per-core", "--hostname-override", "--v,", "--oom-score-adj", "--detect-local-mode", "--kube-api-content-type"]) expect(warn[0]).not.toContain(f);
+      for (const f of [
+        "--feature-gates",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--profiling",
+        "--vmodule",
+        "--ipvs-strict-arp",
+        "--pod-bridge-interface",
+        "--config-sync-period",
+        "--log-flush-frequency",
+      ])
+        expect(warn[0]).toContain(f);
+      for (const f of [
+        "--conntrack-max-per-core",
+        "--hostname-override",
+        "--v,",
+        "--oom-score-adj",
+        "--detect-local-mode",
+        "--kube-api-content-type",
+      ])
+        expect(warn[0]).not.toContain(f);
     } finally {
       Bun.spawnSync(["rm", "-f", out]);
     }
@@ -107,17 +197,42 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
   test("a flag value kpng cannot honour is named: --detect-local-mode=NodeCIDR", () => {
     const r = kpng("--detect-local-mode=NodeCIDR", "--write-config-to=/dev/null");
     expect(r.code).toBe(0);
-    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([expect.stringContaining("WARN kpng: detectLocalMode: NodeCIDR is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs (set by a flag)")]);
+    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([
+      expect.stringContaining(
+        "WARN kpng: detectLocalMode: NodeCIDR is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs (set by a flag)",
+      ),
+    ]);
   });
 
   // The value checks are a table in test/config/flags.test.ts; here, that the process turns them into one line and exit 2.
   const bad: Array<{ name: string; args: string[]; stderr: RegExp }> = [
-    { name: "a single-dash long flag (silently the wrong node before)", args: ["-hostname-override=node-1"], stderr: /^kpng: \[invalid_argument\] flag -hostname-override: long flags take two dashes: --hostname-override$/ },
-    { name: "a stray positional argument", args: ["--hostname-override", "node-1", "iptables"], stderr: /^kpng: \[invalid_argument\] unexpected argument "iptables"/ },
-    { name: "--logging-format unknown", args: ["--logging-format=xml"], stderr: /^kpng: \[invalid_argument\] flag --logging-format: "xml" must be one of text, json$/ },
-    { name: "--kube-api-content-type kpng cannot read", args: ["--kube-api-content-type=application/cbor"], stderr: /^kpng: \[invalid_argument\] flag --kube-api-content-type: "application\/cbor": kpng reads application\/json and application\/vnd\.kubernetes\.protobuf only$/ },
+    {
+      name: "a single-dash long flag (silently the wrong node before)",
+      args: ["-hostname-override=node-1"],
+      stderr: /^kpng: \[invalid_argument\] flag -hostname-override: long flags take two dashes: --hostname-override$/,
+    },
+    {
+      name: "a stray positional argument",
+      args: ["--hostname-override", "node-1", "iptables"],
+      stderr: /^kpng: \[invalid_argument\] unexpected argument "iptables"/,
+    },
+    {
+      name: "--logging-format unknown",
+      args: ["--logging-format=xml"],
+      stderr: /^kpng: \[invalid_argument\] flag --logging-format: "xml" must be one of text, json$/,
+    },
+    {
+      name: "--kube-api-content-type kpng cannot read",
+      args: ["--kube-api-content-type=application/cbor"],
+      stderr:
+        /^kpng: \[invalid_argument\] flag --kube-api-content-type: "application\/cbor": kpng reads application\/json and application\/vnd\.kubernetes\.protobuf only$/,
+    },
     { name: "an unknown flag", args: ["--frobnicate"], stderr: /^kpng: \[invalid_argument\] flag --frobnicate: unknown flag$/ },
-    { name: "a word an object inherits is no subcommand", args: ["toString"], stderr: /^kpng: \[invalid_argument\] unexpected argument "toString"/ },
+    {
+      name: "a word an object inherits is no subcommand",
+      args: ["toString"],
+      stderr: /^kpng: \[invalid_argument\] unexpected argument "toString"/,
+    },
   ];
   for (const c of bad) {
     test(`${c.name}: one line, exit 2`, () => {

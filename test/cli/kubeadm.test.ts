@@ -13,10 +13,13 @@ const tmp = mkdtempSync(join(tmpdir(), "kpng-kubeadm-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 const kpng = (args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), ...args, "--input", "examples/cluster.yaml", "--dry-run", "--once"], {
-    cwd: root,
-    env: { ...process.env, NODE_NAME: "node-1" },
-  });
+  const r = Bun.spawnSync(
+    [process.execPath, join(root, "src/main.ts"), ...args, "--input", "examples/cluster.yaml", "--dry-run", "--once"],
+    {
+      cwd: root,
+      env: { ...process.env, NODE_NAME: "node-1" },
+    },
+  );
   return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
 };
 
@@ -33,12 +36,14 @@ describe("kubeadm's DaemonSet arguments and ConfigMap", () => {
     expect(r.err).toMatch(/INFO kpng: started node=node-1 backends=iptables /);
     expect(r.out).toContain("*nat");
     // the one field of kubeadm's file kpng does not act on in iptables mode
-    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([expect.stringMatching(/iptables\.localhostNodePorts: true has no effect in kpng/)]);
+    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([
+      expect.stringMatching(/iptables\.localhostNodePorts: true has no effect in kpng/),
+    ]);
   });
 
   test("with kubeadm's usual -v=2 and an unknown field in the ConfigMap: lenient decoding, a warning, it runs", () => {
     const cfg = join(tmp, "config.conf");
-    writeFileSync(cfg, readFileSync(KUBEADM_CONFIG, "utf8").replace("mode: \"\"", "mode: \"\"\nfutureField: 1"));
+    writeFileSync(cfg, readFileSync(KUBEADM_CONFIG, "utf8").replace('mode: ""', 'mode: ""\nfutureField: 1'));
     const r = kpng([...kubeadmArgs(cfg), "-v=2"]);
     expect(r.code).toBe(0);
     expect(r.err).toContain(`WARN kpng: ${cfg}: using lenient decoding as strict decoding failed: unknown field "futureField"`);
@@ -58,15 +63,24 @@ describe("kubeadm's DaemonSet arguments and ConfigMap", () => {
 describe("a hand-written kube-proxy DaemonSet's flags", () => {
   test("accepted; those without effect named in one WARN line", () => {
     const r = kpng([
-      "--v=2", "--proxy-mode=nftables", "--hostname-override=node-1", "--cluster-cidr=198.19.0.0/16",
-      "--conntrack-max-per-core=0", "--oom-score-adj=-998",
-      "--feature-gates=SomeGate=true", "--kube-api-qps=20", "--detect-local-mode=ClusterCIDR",
-      "--healthz-bind-address=", "--metrics-bind-address=",
+      "--v=2",
+      "--proxy-mode=nftables",
+      "--hostname-override=node-1",
+      "--cluster-cidr=198.19.0.0/16",
+      "--conntrack-max-per-core=0",
+      "--oom-score-adj=-998",
+      "--feature-gates=SomeGate=true",
+      "--kube-api-qps=20",
+      "--detect-local-mode=ClusterCIDR",
+      "--healthz-bind-address=",
+      "--metrics-bind-address=",
     ]);
     expect(r.code).toBe(0);
     expect(r.err).toMatch(/proxy mode mode=nftables from=flag/);
     const warns = r.err.split("\n").filter((l) => l.includes(" WARN "));
-    expect(warns).toEqual([expect.stringMatching(/WARN kpng: kube-proxy flags accepted with no effect in kpng: --feature-gates, --kube-api-qps$/)]);
+    expect(warns).toEqual([
+      expect.stringMatching(/WARN kpng: kube-proxy flags accepted with no effect in kpng: --feature-gates, --kube-api-qps$/),
+    ]);
   });
 
   test("no --proxy-mode and no config: iptables, kube-proxy's default", () => {
@@ -75,4 +89,3 @@ describe("a hand-written kube-proxy DaemonSet's flags", () => {
     expect(r.err).toMatch(/proxy mode mode=iptables from=default/);
   });
 });
-

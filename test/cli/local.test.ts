@@ -20,12 +20,51 @@ describe("kpng local", () => {
     expect(names).not.toContain("default/stateful");
     expect(names).not.toContain("default/mesh-only");
     const front = doc.services.find((s: { name: string }) => s.name === "front");
-    expect(Object.keys(front)).toEqual(expect.arrayContaining(["namespace", "name", "type", "clusterIPs", "externalIPs", "loadBalancerIPs", "ports", "internalTrafficPolicy", "externalTrafficPolicy", "sessionAffinityTimeoutSeconds", "healthCheckNodePort", "endpoints"]));
-    expect(front).toMatchObject({ type: "LoadBalancer", loadBalancerIPs: ["198.18.64.1"], externalTrafficPolicy: "Local", sessionAffinityTimeoutSeconds: 600, healthCheckNodePort: 32100 });
+    expect(Object.keys(front)).toEqual(
+      expect.arrayContaining([
+        "namespace",
+        "name",
+        "type",
+        "clusterIPs",
+        "externalIPs",
+        "loadBalancerIPs",
+        "ports",
+        "internalTrafficPolicy",
+        "externalTrafficPolicy",
+        "sessionAffinityTimeoutSeconds",
+        "healthCheckNodePort",
+        "endpoints",
+      ]),
+    );
+    expect(front).toMatchObject({
+      type: "LoadBalancer",
+      loadBalancerIPs: ["198.18.64.1"],
+      externalTrafficPolicy: "Local",
+      sessionAffinityTimeoutSeconds: 600,
+      healthCheckNodePort: 32100,
+    });
     expect(front.ports).toEqual([{ name: "https", protocol: "TCP", port: 443, nodePort: 31443, targetPort: 8443 }]);
     expect(front.endpoints).toEqual([
-      { ips: ["198.19.1.30"], local: true, internal: true, external: true, terminating: false, nodeName: "node-1", zone: "zone-a", ports: { https: 8443 } },
-      { ips: ["198.19.3.30"], local: false, internal: true, external: false, terminating: false, nodeName: "node-3", zone: "zone-b", ports: { https: 8443 } },
+      {
+        ips: ["198.19.1.30"],
+        local: true,
+        internal: true,
+        external: true,
+        terminating: false,
+        nodeName: "node-1",
+        zone: "zone-a",
+        ports: { https: 8443 },
+      },
+      {
+        ips: ["198.19.3.30"],
+        local: false,
+        internal: true,
+        external: false,
+        terminating: false,
+        nodeName: "node-3",
+        zone: "zone-b",
+        ports: { https: 8443 },
+      },
     ]);
   });
 
@@ -38,7 +77,11 @@ describe("kpng local", () => {
   const bad: Array<{ name: string; args: string[]; stderr: RegExp }> = [
     { name: "missing input file", args: ["--input", "nope.yaml"], stderr: /nope\.yaml: cannot read input file: ENOENT/ },
     { name: "unknown flag", args: ["--input", "examples/cluster.yaml", "--frobnicate"], stderr: /flag --frobnicate: unknown flag/ },
-    { name: "bad output format", args: ["--input", "examples/cluster.yaml", "-o", "xml"], stderr: /flag --output: "xml" must be json or yaml/ },
+    {
+      name: "bad output format",
+      args: ["--input", "examples/cluster.yaml", "-o", "xml"],
+      stderr: /flag --output: "xml" must be json or yaml/,
+    },
   ];
   for (const c of bad) {
     test(`bad input (${c.name}): one line on stderr, exit code 2`, () => {

@@ -8,7 +8,22 @@ import { configureLogging, createLogger, jsonLine } from "../../src/core/log.ts"
 
 const root = join(import.meta.dir, "../..");
 const kpng = (...args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), "--input", "examples/cluster.yaml", "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once", ...args], { cwd: root, env: { ...process.env, KPNG_LOG_LEVEL: "" } });
+  const r = Bun.spawnSync(
+    [
+      process.execPath,
+      join(root, "src/main.ts"),
+      "--input",
+      "examples/cluster.yaml",
+      "--node-name",
+      "node-1",
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--once",
+      ...args,
+    ],
+    { cwd: root, env: { ...process.env, KPNG_LOG_LEVEL: "" } },
+  );
   return { code: r.exitCode, out: r.stdout.toString(), lines: r.stderr.toString().trim().split("\n").filter(Boolean) };
 };
 
@@ -35,8 +50,20 @@ describe("the logger", () => {
 
   test("JSON: ts (ms since the epoch), v, msg, then kpng's component and the key/values; err for an error", () => {
     const now = 1_767_323_045_678.5;
-    expect(JSON.parse(jsonLine(now, "info", 2, "kpng/serve", "synced", { backend: "nft", services: 3 }))).toEqual({ ts: now, v: 2, msg: "synced", component: "kpng/serve", backend: "nft", services: 3 });
-    expect(JSON.parse(jsonLine(now, "error", 0, "kpng", "sync failed", { error: new Error("boom") }))).toEqual({ ts: now, msg: "sync failed", component: "kpng", err: "boom" });
+    expect(JSON.parse(jsonLine(now, "info", 2, "kpng/serve", "synced", { backend: "nft", services: 3 }))).toEqual({
+      ts: now,
+      v: 2,
+      msg: "synced",
+      component: "kpng/serve",
+      backend: "nft",
+      services: 3,
+    });
+    expect(JSON.parse(jsonLine(now, "error", 0, "kpng", "sync failed", { error: new Error("boom") }))).toEqual({
+      ts: now,
+      msg: "sync failed",
+      component: "kpng",
+      err: "boom",
+    });
     expect(JSON.parse(jsonLine(now, "warn", 0, "kpng", "careful"))).toMatchObject({ v: 0, severity: "warning" });
   });
 
@@ -69,14 +96,32 @@ describe("the real process", () => {
       expect(typeof o.msg).toBe("string");
       expect(typeof o.v).toBe("number");
     }
-    expect(r.lines.map((l) => JSON.parse(l))).toContainEqual(expect.objectContaining({ msg: "proxy mode", mode: "nftables", from: "flag", v: 0 }));
+    expect(r.lines.map((l) => JSON.parse(l))).toContainEqual(
+      expect.objectContaining({ msg: "proxy mode", mode: "nftables", from: "flag", v: 0 }),
+    );
   });
 
   test("JSON: a fatal start-up error is a JSON line too (err), exit code 2", () => {
-    const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), "--logging-format=json", "--master", "api.example:6443", "--once", "--dry-run", "--healthz-bind-address=", "--metrics-bind-address="], { cwd: root });
+    const r = Bun.spawnSync(
+      [
+        process.execPath,
+        join(root, "src/main.ts"),
+        "--logging-format=json",
+        "--master",
+        "api.example:6443",
+        "--once",
+        "--dry-run",
+        "--healthz-bind-address=",
+        "--metrics-bind-address=",
+      ],
+      { cwd: root },
+    );
     expect(r.exitCode).toBe(2);
     const last = JSON.parse(r.stderr.toString().trim().split("\n").at(-1)!);
-    expect(last).toMatchObject({ msg: "command failed", err: expect.stringContaining('flag --master: "api.example:6443" is not an http(s) URL') });
+    expect(last).toMatchObject({
+      msg: "command failed",
+      err: expect.stringContaining('flag --master: "api.example:6443" is not an http(s) URL'),
+    });
     expect(typeof last.ts).toBe("number");
   });
 

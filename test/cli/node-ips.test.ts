@@ -27,7 +27,12 @@ function clusterFile(name: string, addresses: Array<{ type: string; address: str
         apiVersion: "v1",
         kind: "Service",
         metadata: { name: "web", namespace: "default" },
-        spec: { type: "NodePort", clusterIP: "10.96.0.10", clusterIPs: ["10.96.0.10"], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 30080 }] },
+        spec: {
+          type: "NodePort",
+          clusterIP: "10.96.0.10",
+          clusterIPs: ["10.96.0.10"],
+          ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 30080 }],
+        },
       },
       {
         apiVersion: "discovery.k8s.io/v1",
@@ -48,10 +53,26 @@ const nodePortIPs = (out: string) => [...out.matchAll(/^add element ip6? kpng no
 
 describe("nft node ports with default flags", () => {
   const cases: Array<{ name: string; addresses: Array<{ type: string; address: string }>; flags?: string[]; want: string[] }> = [
-    { name: "the Node's InternalIP answers node ports", addresses: [{ type: "InternalIP", address: "203.0.113.1" }], want: ["203.0.113.1"] },
+    {
+      name: "the Node's InternalIP answers node ports",
+      addresses: [{ type: "InternalIP", address: "203.0.113.1" }],
+      want: ["203.0.113.1"],
+    },
     { name: "no InternalIP: the ExternalIP", addresses: [{ type: "ExternalIP", address: "198.51.100.1" }], want: ["198.51.100.1"] },
-    { name: "dual-stack Node: one IP per family", addresses: [{ type: "InternalIP", address: "203.0.113.1" }, { type: "InternalIP", address: "2001:db8::1" }], want: ["203.0.113.1", "2001:db8::1"] },
-    { name: "--bind-address overrides the Node's IP of its family", addresses: [{ type: "InternalIP", address: "203.0.113.1" }], flags: ["--bind-address", "203.0.113.7"], want: ["203.0.113.7"] },
+    {
+      name: "dual-stack Node: one IP per family",
+      addresses: [
+        { type: "InternalIP", address: "203.0.113.1" },
+        { type: "InternalIP", address: "2001:db8::1" },
+      ],
+      want: ["203.0.113.1", "2001:db8::1"],
+    },
+    {
+      name: "--bind-address overrides the Node's IP of its family",
+      addresses: [{ type: "InternalIP", address: "203.0.113.1" }],
+      flags: ["--bind-address", "203.0.113.7"],
+      want: ["203.0.113.7"],
+    },
   ];
   for (const c of cases) {
     test(c.name, () => {
@@ -66,9 +87,21 @@ describe("nft node ports with default flags", () => {
   }
 
   const configs: Array<{ name: string; text: string; want: string[] }> = [
-    { name: "v1alpha1 bindAddress", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 203.0.113.7\n", want: ["203.0.113.7"] },
-    { name: "v1alpha2 nodeIPOverride", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nnodeIPOverride: [203.0.113.8]\n", want: ["203.0.113.8"] },
-    { name: "v1alpha1 bindAddress 0.0.0.0 (its default): the Node's", text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 0.0.0.0\n", want: ["203.0.113.1"] },
+    {
+      name: "v1alpha1 bindAddress",
+      text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 203.0.113.7\n",
+      want: ["203.0.113.7"],
+    },
+    {
+      name: "v1alpha2 nodeIPOverride",
+      text: "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\nnodeIPOverride: [203.0.113.8]\n",
+      want: ["203.0.113.8"],
+    },
+    {
+      name: "v1alpha1 bindAddress 0.0.0.0 (its default): the Node's",
+      text: "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbindAddress: 0.0.0.0\n",
+      want: ["203.0.113.1"],
+    },
   ];
   for (const c of configs) {
     test(`--config with ${c.name}`, () => {
@@ -110,7 +143,18 @@ describe("iptables node ports follow upstream's default: every local address", (
 
   test('"primary" narrows to the Node\'s IP', () => {
     const file = clusterFile("iptables-primary.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once", "--nodeport-addresses", "primary");
+    const r = kpng(
+      "--input",
+      file,
+      "--node-name",
+      "node-a",
+      "--backend",
+      "iptables",
+      "--dry-run",
+      "--once",
+      "--nodeport-addresses",
+      "primary",
+    );
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/-A KPNG-SERVICES .*-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
   });

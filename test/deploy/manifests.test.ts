@@ -68,7 +68,8 @@ describe("deploy/daemonset.yaml", () => {
 
 describe("deploy/rbac.yaml", () => {
   const rules: Doc[] = find("ClusterRole", "kpng").rules;
-  const allows = (group: string, resource: string, verb: string) => rules.some((r) => r.apiGroups.includes(group) && r.resources.includes(resource) && r.verbs.includes(verb));
+  const allows = (group: string, resource: string, verb: string) =>
+    rules.some((r) => r.apiGroups.includes(group) && r.resources.includes(resource) && r.verbs.includes(verb));
   const specs = resourceSpecs(defaultConfig({ nodeName: "n" }));
   const cases: Array<[string, string, string]> = [
     ["", "services", "list"],
@@ -80,7 +81,8 @@ describe("deploy/rbac.yaml", () => {
     ["", "events", "create"],
     ["events.k8s.io", "events", "create"],
   ];
-  for (const [group, resource, verb] of cases) test(`${verb} ${resource}${group ? "." + group : ""}`, () => expect(allows(group, resource, verb)).toBe(true));
+  for (const [group, resource, verb] of cases)
+    test(`${verb} ${resource}${group ? "." + group : ""}`, () => expect(allows(group, resource, verb)).toBe(true));
 
   test("covers every path the source lists and watches", () => {
     for (const s of Object.values(specs)) {
@@ -91,7 +93,11 @@ describe("deploy/rbac.yaml", () => {
 
   test("bound to the DaemonSet's service account", () => {
     const binding = find("ClusterRoleBinding", "kpng");
-    expect(binding.subjects[0]).toMatchObject({ kind: "ServiceAccount", name: find("DaemonSet", "kpng").spec.template.spec.serviceAccountName, namespace: "kube-system" });
+    expect(binding.subjects[0]).toMatchObject({
+      kind: "ServiceAccount",
+      name: find("DaemonSet", "kpng").spec.template.spec.serviceAccountName,
+      namespace: "kube-system",
+    });
   });
 });
 
@@ -136,7 +142,9 @@ describe("deploy/global.yaml", () => {
   test("two brains on two nodes' host network, serving TLS on a port agents can reach", () => {
     expect(brain.spec.replicas).toBe(2);
     expect(brain.spec.template.spec.hostNetwork).toBe(true);
-    expect(brain.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey).toBe("kubernetes.io/hostname");
+    expect(brain.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey).toBe(
+      "kubernetes.io/hostname",
+    );
     expect(bc.args[0]).toBe("serve");
     expect(() => checkUnknownFlags(bc.args.slice(1), defs)).not.toThrow();
     expect(bc.args).not.toContain("--listen-any");
@@ -145,7 +153,11 @@ describe("deploy/global.yaml", () => {
 
   test("the brains' certificate, key and client CA come from one Secret, mounted whole (a renewal reaches the files)", () => {
     const pod = brain.spec.template.spec;
-    for (const [name, key] of [["listen-tls-crt", "tls.crt"], ["listen-tls-key", "tls.key"], ["listen-tls-ca", "ca.crt"]]) {
+    for (const [name, key] of [
+      ["listen-tls-crt", "tls.crt"],
+      ["listen-tls-key", "tls.key"],
+      ["listen-tls-ca", "ca.crt"],
+    ]) {
       const { volume, file } = volumeOf(pod, bc, flag(bc.args, name)!);
       expect(volume.secret.secretName).toBe("kpng-brain-tls");
       expect(file).toBe(key);
@@ -157,7 +169,11 @@ describe("deploy/global.yaml", () => {
     expect(flag(bc.args, "listen-token-review")).toBe(`system:serviceaccount:kube-system:${agent.spec.template.spec.serviceAccountName}`);
     const binding = find("ClusterRoleBinding", "kpng-brain-auth-delegator");
     expect(binding.roleRef.name).toBe("system:auth-delegator");
-    expect(binding.subjects[0]).toMatchObject({ kind: "ServiceAccount", name: brain.spec.template.spec.serviceAccountName, namespace: "kube-system" });
+    expect(binding.subjects[0]).toMatchObject({
+      kind: "ServiceAccount",
+      name: brain.spec.template.spec.serviceAccountName,
+      namespace: "kube-system",
+    });
   });
 
   test("brains reach the API server by address, not through the Service proxy", () => {
@@ -198,7 +214,9 @@ describe("deploy/global.yaml", () => {
 
   test("cert-manager's certificate names what the agents dial, into the Secret brains mount", () => {
     const cert = find("Certificate", "kpng-brain-tls");
-    const hosts = ac.args.filter((a: string) => a.startsWith("--api=")).map((a: string) => (parseClientAddress(a.slice("--api=".length)) as { host: string }).host);
+    const hosts = ac.args
+      .filter((a: string) => a.startsWith("--api="))
+      .map((a: string) => (parseClientAddress(a.slice("--api=".length)) as { host: string }).host);
     expect(cert.spec.dnsNames).toEqual(hosts);
     expect(cert.spec.secretName).toBe(brain.spec.template.spec.volumes[0].secret.secretName);
   });

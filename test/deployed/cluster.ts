@@ -36,7 +36,11 @@ const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
 const apiVersions: Record<K8sObject["kind"], string> = { Service: "v1", Node: "v1", EndpointSlice: "discovery.k8s.io/v1" };
 
 /** Objects as `kubectl get -o json` prints them: a List of manifests with their apiVersion (what --input reads). */
-export const asList = (objects: Iterable<K8sObject>) => ({ apiVersion: "v1", kind: "List", items: [...objects].map((o) => ({ apiVersion: apiVersions[o.kind], ...asSent(o) })) });
+export const asList = (objects: Iterable<K8sObject>) => ({
+  apiVersion: "v1",
+  kind: "List",
+  items: [...objects].map((o) => ({ apiVersion: apiVersions[o.kind], ...asSent(o) })),
+});
 
 /** The Node object for node-a with these InternalIPs. */
 export const nodeObject = (nodeIPs: string[]) => node(NODE, { ips: nodeIPs });
@@ -84,7 +88,10 @@ export function fillerObjects(n: number): K8sObject[] {
   return Array.from({ length: n }, (_, i) => {
     const name = `filler-${i}`;
     const endpoints = Array.from({ length: 10 }, (_, k) => ({ ip: v4.pod(1 + (i % 250), 1 + k), node: "node-b", pod: `${name}-${k}` }));
-    return [svc({ ns: "filler", name, clusterIPs: [v4.clusterIP(100 + i)], ports: [tcp(80)] }), slice({ ns: "filler", service: name, ports: httpSlice, endpoints })];
+    return [
+      svc({ ns: "filler", name, clusterIPs: [v4.clusterIP(100 + i)], ports: [tcp(80)] }),
+      slice({ ns: "filler", service: name, ports: httpSlice, endpoints }),
+    ];
   }).flat();
 }
 
@@ -104,10 +111,23 @@ export function checks(topo: Topology, nodeIP = topo.node.v4): Check[] {
   const client = topo.client.v4;
   const repeat = (n: number, p: Probe) => Array.from({ length: n }, () => p);
   return [
-    { name: "ClusterIP: a client outside the node reaches an endpoint", probes: repeat(4, { ip: ips.clusterIP, port: 80 }), want: "pod0|pod1" },
+    {
+      name: "ClusterIP: a client outside the node reaches an endpoint",
+      probes: repeat(4, { ip: ips.clusterIP, port: 80 }),
+      want: "pod0|pod1",
+    },
     { name: "NodePort TCP on the node's IP, default flags", nodePort: true, probes: [{ ip: nodeIP, port: nodePorts.tcp }], want: "pod0" },
-    { name: "NodePort UDP on the node's IP, default flags", nodePort: true, probes: [{ ip: nodeIP, port: nodePorts.udp, proto: "udp" }], want: "pod0" },
-    { name: "LoadBalancer IP: a client inside loadBalancerSourceRanges is served", probes: [{ ip: ips.lbIngress, port: 80 }], want: "pod1" },
+    {
+      name: "NodePort UDP on the node's IP, default flags",
+      nodePort: true,
+      probes: [{ ip: nodeIP, port: nodePorts.udp, proto: "udp" }],
+      want: "pod0",
+    },
+    {
+      name: "LoadBalancer IP: a client inside loadBalancerSourceRanges is served",
+      probes: [{ ip: ips.lbIngress, port: 80 }],
+      want: "pod1",
+    },
     {
       name: "LoadBalancer IP: a client outside loadBalancerSourceRanges is dropped",
       probes: [{ ip: ips.lbIngress, port: 80, src: deniedClient, timeout: drop }],
@@ -119,9 +139,18 @@ export function checks(topo: Topology, nodeIP = topo.node.v4): Check[] {
       want: `pod2 from ${client}`,
       nodePort: true,
     },
-    { name: "eTP=Local without a local endpoint: node port traffic dropped", nodePort: true, probes: [{ ip: nodeIP, port: nodePorts.localNo, timeout: drop }], want: "timeout" },
+    {
+      name: "eTP=Local without a local endpoint: node port traffic dropped",
+      nodePort: true,
+      probes: [{ ip: nodeIP, port: nodePorts.localNo, timeout: drop }],
+      want: "timeout",
+    },
     { name: "eTP=Local without a local endpoint: the ClusterIP still serves", probes: [{ ip: ips.localNo, port: 80 }], want: "pod2" },
-    { name: "ClientIP affinity: every connection of a client goes to one endpoint", probes: repeat(8, { ip: ips.affinity, port: 80 }), want: "one endpoint" },
+    {
+      name: "ClientIP affinity: every connection of a client goes to one endpoint",
+      probes: repeat(8, { ip: ips.affinity, port: 80 }),
+      want: "one endpoint",
+    },
     { name: "a service with no endpoints: connections rejected", probes: [{ ip: ips.empty, port: 80 }], want: "refused" },
   ];
 }
@@ -141,7 +170,10 @@ export function verdict(c: Check, results: ProbeResult[]): string {
 
 /** Runs every check in one probe process; returns name -> verdict. */
 export async function runChecks(topo: Topology, list: Check[]): Promise<Record<string, string>> {
-  const results = await topo.probeMany(topo.client.ns, list.flatMap((c) => c.probes));
+  const results = await topo.probeMany(
+    topo.client.ns,
+    list.flatMap((c) => c.probes),
+  );
   const out: Record<string, string> = {};
   let i = 0;
   for (const c of list) {

@@ -18,7 +18,15 @@ import { slice } from "../fixtures/k8s.ts";
 import type { Probe } from "../harness/netns.ts";
 import { canonicalRuleset } from "../nft/ruleset.ts";
 import { checks, ips, NODE, nodeObject, nodePorts, runChecks, wanted } from "./cluster.ts";
-import { continuousProbe, deploy, monitorRuleset, tablesMissingBetweenTransactions, type BackendName, type Deployed, type SourceKind } from "./rig.ts";
+import {
+  continuousProbe,
+  deploy,
+  monitorRuleset,
+  tablesMissingBetweenTransactions,
+  type BackendName,
+  type Deployed,
+  type SourceKind,
+} from "./rig.ts";
 
 /** someone else removes kpng's rules: what, the command run in the node namespace, and how soon kpng must have restored them */
 interface Removal {
@@ -28,22 +36,42 @@ interface Removal {
 }
 // nft notices through the kernel's events (netlink); iptables checks a canary chain every 5 s,
 // and /healthz says 200 until it noticed.
-const flushRuleset = (withinMs: number): Removal => ({ what: "the ruleset flushed (a firewall reload)", argv: ["nft", "flush", "ruleset"], withinMs });
+const flushRuleset = (withinMs: number): Removal => ({
+  what: "the ruleset flushed (a firewall reload)",
+  argv: ["nft", "flush", "ruleset"],
+  withinMs,
+});
 /** how long a repair may take before a test fails: the README's figures are targets, measured by `bun run bench nft-repair` */
 const LOADED_BOUND_MS = 30_000;
 const deleteTable: Removal = { what: "kpng's table deleted", argv: ["nft", "delete", "table", "ip", "kpng"], withinMs: 5_000 };
 
 type Fault = "restart" | "api-down" | "broken-edit" | "node-ip";
 // nft serves 2,100 more services: its first load (and its repair after a flushed ruleset) goes in batches
-const combos: Array<{ source: SourceKind; backend: BackendName; compiled?: boolean; restartCompiled?: boolean; filler?: number; faults: Fault[]; removal?: Removal }> = [
-  { source: "file", backend: "nft", restartCompiled: true, filler: 2_100, faults: ["broken-edit", "restart", "node-ip"], removal: flushRuleset(5_000) },
+const combos: Array<{
+  source: SourceKind;
+  backend: BackendName;
+  compiled?: boolean;
+  restartCompiled?: boolean;
+  filler?: number;
+  faults: Fault[];
+  removal?: Removal;
+}> = [
+  {
+    source: "file",
+    backend: "nft",
+    restartCompiled: true,
+    filler: 2_100,
+    faults: ["broken-edit", "restart", "node-ip"],
+    removal: flushRuleset(5_000),
+  },
   // iptables: a canary chain checked every 5 s, then a full restore
   { source: "file", backend: "iptables", faults: ["broken-edit", "restart", "node-ip"], removal: flushRuleset(8_000) },
   { source: "api", backend: "nft", compiled: true, filler: 2_100, faults: ["api-down", "restart", "node-ip"], removal: deleteTable },
   { source: "api", backend: "iptables", faults: ["restart", "node-ip"] },
 ];
 
-const label = (c: (typeof combos)[number]) => `${c.source === "file" ? "--input" : "--kubeconfig (HTTPS)"} --backend ${c.backend}${c.compiled ? " (dist/kpng)" : ""}`;
+const label = (c: (typeof combos)[number]) =>
+  `${c.source === "file" ? "--input" : "--kubeconfig (HTTPS)"} --backend ${c.backend}${c.compiled ? " (dist/kpng)" : ""}`;
 
 for (const c of combos) {
   describe(label(c), () => {
@@ -59,7 +87,11 @@ for (const c of combos) {
     ];
 
     test("flags: the source, --node-name and --backend, nothing more", () => {
-      expect(d.args.filter((a) => a.startsWith("--"))).toEqual([c.source === "file" ? "--input" : "--kubeconfig", "--node-name", "--backend"]);
+      expect(d.args.filter((a) => a.startsWith("--"))).toEqual([
+        c.source === "file" ? "--input" : "--kubeconfig",
+        "--node-name",
+        "--backend",
+      ]);
     });
 
     if (c.filler)
@@ -113,7 +145,13 @@ for (const c of combos) {
         await api.down();
         await Bun.sleep(5_000);
         // meanwhile: the service without endpoints gets one
-        d.apply(slice({ service: "empty", ports: [{ name: "http", protocol: "TCP", port: 8080 }], endpoints: [{ ip: d.topo.pods[0].v4, node: NODE, pod: "pod0" }] }));
+        d.apply(
+          slice({
+            service: "empty",
+            ports: [{ name: "http", protocol: "TCP", port: 8080 }],
+            endpoints: [{ ip: d.topo.pods[0].v4, node: NODE, pod: "pod0" }],
+          }),
+        );
         await Bun.sleep(5_000);
         expect(d.syncs()).toBe(synced);
         expect(await d.rules()).toBe(before);
@@ -123,7 +161,9 @@ for (const c of combos) {
         // half): after 10 s down, the next try of a list/watch may be up to ~25 s away
         await d.syncedAfter(synced, 35_000);
         const run = await probe.stop();
-        console.log(`API server back (${label(c)}): the change made meanwhile applied ${Date.now() - back} ms later; ${run.failed} of ${run.connections} connections failed while it was down`);
+        console.log(
+          `API server back (${label(c)}): the change made meanwhile applied ${Date.now() - back} ms later; ${run.failed} of ${run.connections} connections failed while it was down`,
+        );
         expect(run.failures).toEqual([]);
         expect(await d.topo.probe(d.topo.client.ns, { ip: ips.empty, port: 80 })).toMatchObject({ ok: true, who: "pod0" });
         d.remove("EndpointSlice", "default", "empty-ipv4");
@@ -132,42 +172,55 @@ for (const c of combos) {
 
     const removal = c.removal;
     if (removal)
-      test(`${removal.what}: restored (target ${removal.withinMs / 1000} s), /healthz 503 until then`, async () => {
-        const before = await d.rules();
-        const healthz: Probe = { ip: d.topo.node.v4, port: 10256, proto: "http", path: "/healthz", timeout: 0.5 };
-        // ips.lb has one endpoint (pod1): its timeline changes only when the rules do. /healthz
-        // is asked without pause in a probe of its own: the repair may take only tens of ms.
-        const probes = await Promise.all([continuousProbe(d.topo, [{ ip: ips.lb, port: 80, timeout: 0.2 }], 2), continuousProbe(d.topo, [healthz], 0)]);
-        const t0 = Date.now();
-        await d.topo.exec(d.topo.node.ns, removal.argv);
-        let back = 0;
-        // The target is printed; the assertion's bound is one a loaded 2-core machine meets (README, Performance).
-        while (!back && Date.now() - t0 < LOADED_BOUND_MS) {
-          if (comparable(await d.rules()) === comparable(before)) back = Date.now();
-          else await Bun.sleep(20);
-        }
-        await Bun.sleep(200);
-        const runs = await Promise.all(probes.map((p) => p.stop()));
-        const [svc, health] = runs.map((r) => r.timeline[0]).map((line) => line.filter(([t]) => t >= t0).map(([t, v]) => `+${Math.round(t - t0)}ms ${v}`));
-        console.log(`${removal.what} (${label(c)}): rules back after ${back ? back - t0 : "never"} ms; service ${svc.join(", ") || "never failed"}; /healthz ${health.join(", ")}`);
-        expect({
-          "rules back in time": back > 0 && back - t0 < LOADED_BOUND_MS,
-          "kpng logged it": d.kpng.stderr.some((l) => /rules changed by someone else/.test(l)),
-          "/healthz said 503": health.some((h) => h.endsWith(" 503")),
-          "/healthz says 200 again": health.at(-1)?.endsWith(" 200") ?? false,
-          "the service answers again": (svc.at(-1) ?? " pod1").endsWith(" pod1"),
-          // nft: kpng reads the kernel's events itself (plugins/nft/netlink-socket.ts), the compiled binary too
-          ...(c.backend === "nft" && { "nft events read from netlink": d.kpng.stderr.some((l) => /watching kpng's tables through netlink/.test(l)) }),
-        }).toEqual({
-          "rules back in time": true,
-          "kpng logged it": true,
-          "/healthz said 503": true,
-          "/healthz says 200 again": true,
-          "the service answers again": true,
-          ...(c.backend === "nft" && { "nft events read from netlink": true }),
-        });
-        if (back - t0 > removal.withinMs) console.log(`  (over the ${removal.withinMs} ms target: a loaded machine?)`);
-      }, LOADED_BOUND_MS + 15_000);
+      test(
+        `${removal.what}: restored (target ${removal.withinMs / 1000} s), /healthz 503 until then`,
+        async () => {
+          const before = await d.rules();
+          const healthz: Probe = { ip: d.topo.node.v4, port: 10256, proto: "http", path: "/healthz", timeout: 0.5 };
+          // ips.lb has one endpoint (pod1): its timeline changes only when the rules do. /healthz
+          // is asked without pause in a probe of its own: the repair may take only tens of ms.
+          const probes = await Promise.all([
+            continuousProbe(d.topo, [{ ip: ips.lb, port: 80, timeout: 0.2 }], 2),
+            continuousProbe(d.topo, [healthz], 0),
+          ]);
+          const t0 = Date.now();
+          await d.topo.exec(d.topo.node.ns, removal.argv);
+          let back = 0;
+          // The target is printed; the assertion's bound is one a loaded 2-core machine meets (README, Performance).
+          while (!back && Date.now() - t0 < LOADED_BOUND_MS) {
+            if (comparable(await d.rules()) === comparable(before)) back = Date.now();
+            else await Bun.sleep(20);
+          }
+          await Bun.sleep(200);
+          const runs = await Promise.all(probes.map((p) => p.stop()));
+          const [svc, health] = runs
+            .map((r) => r.timeline[0])
+            .map((line) => line.filter(([t]) => t >= t0).map(([t, v]) => `+${Math.round(t - t0)}ms ${v}`));
+          console.log(
+            `${removal.what} (${label(c)}): rules back after ${back ? back - t0 : "never"} ms; service ${svc.join(", ") || "never failed"}; /healthz ${health.join(", ")}`,
+          );
+          expect({
+            "rules back in time": back > 0 && back - t0 < LOADED_BOUND_MS,
+            "kpng logged it": d.kpng.stderr.some((l) => /rules changed by someone else/.test(l)),
+            "/healthz said 503": health.some((h) => h.endsWith(" 503")),
+            "/healthz says 200 again": health.at(-1)?.endsWith(" 200") ?? false,
+            "the service answers again": (svc.at(-1) ?? " pod1").endsWith(" pod1"),
+            // nft: kpng reads the kernel's events itself (plugins/nft/netlink-socket.ts), the compiled binary too
+            ...(c.backend === "nft" && {
+              "nft events read from netlink": d.kpng.stderr.some((l) => /watching kpng's tables through netlink/.test(l)),
+            }),
+          }).toEqual({
+            "rules back in time": true,
+            "kpng logged it": true,
+            "/healthz said 503": true,
+            "/healthz says 200 again": true,
+            "the service answers again": true,
+            ...(c.backend === "nft" && { "nft events read from netlink": true }),
+          });
+          if (back - t0 > removal.withinMs) console.log(`  (over the ${removal.withinMs} ms target: a loaded machine?)`);
+        },
+        LOADED_BOUND_MS + 15_000,
+      );
 
     if (c.faults.includes("restart")) {
       let stickyBefore = "";
@@ -252,14 +305,17 @@ async function answerOf(d: Deployed, ip: string): Promise<string> {
 
 /** nft: the affinity sets (`set aff-…`) whose elements hold `client` */
 const pinned = (rules: string, client: string) =>
-  [...rules.matchAll(/\tset (aff-\S+) \{[^}]*?elements = \{([^}]*)\}/g)].filter(([, , elems]) => elems.split(/[\s,]+/).includes(client)).map(([, name]) => name);
+  [...rules.matchAll(/\tset (aff-\S+) \{[^}]*?elements = \{([^}]*)\}/g)]
+    .filter(([, , elems]) => elems.split(/[\s,]+/).includes(client))
+    .map(([, name]) => name);
 
 /**
  * The rules as a restart must keep them: without the elements traffic added
  * to nft's affinity sets, and without the stamp each kpng process puts on its
  * own transactions (nft sync-stamp: how it tells them from other processes').
  */
-const comparable = (rules: string) => inNameOrder(rules.replace(/(\tset (?:aff-|sync-stamp)[^{]*\{[^}]*?)\t\telements = \{[^}]*\}\n/g, "$1"));
+const comparable = (rules: string) =>
+  inNameOrder(rules.replace(/(\tset (?:aff-|sync-stamp)[^{]*\{[^}]*?)\t\telements = \{[^}]*\}\n/g, "$1"));
 
 /**
  * The tables, and the objects of each table, sorted (nft lists them in

@@ -55,7 +55,13 @@ export interface Deployed {
 }
 
 /** `filler`: that many more services (cluster.ts fillerObjects) */
-export async function deploy(opts: { source: SourceKind; backend: BackendName; bin?: string; prefix?: string; filler?: number }): Promise<Deployed> {
+export async function deploy(opts: {
+  source: SourceKind;
+  backend: BackendName;
+  bin?: string;
+  prefix?: string;
+  filler?: number;
+}): Promise<Deployed> {
   const topo = await createTopology({ pods: 3, prefix: opts.prefix ?? "kpd" });
   const dir = tempDir("kpng-deployed-");
   dir.create();
@@ -169,7 +175,11 @@ export async function continuousProbe(topo: Topology, probes: Probe[], pauseMs =
  * `stop()` returns the transactions, each a list of change lines.
  */
 export async function monitorRuleset(topo: Topology): Promise<{ stop(): Promise<string[][]> }> {
-  const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, "nft", "monitor"], { stdout: "pipe", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } });
+  const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, "nft", "monitor"], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, HOME: "/dev/null" },
+  });
   const out = new Response(p.stdout).text();
   await Bun.sleep(150); // subscribed before anything happens (nothing prints a "listening")
   return {

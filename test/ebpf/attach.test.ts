@@ -27,7 +27,9 @@ test.each([
   const d = mkdtempSync(join(tmpdir(), "kpng-ebpf-unit-"));
   try {
     const mounts: string[] = [];
-    expect(() => resolveCgroup(path(d), (t, dir) => void mounts.push(`${t} ${dir}`))).toThrow(`[unavailable] ebpf backend: --ebpf-cgroup ${path(d)}: ${why}`);
+    expect(() => resolveCgroup(path(d), (t, dir) => void mounts.push(`${t} ${dir}`))).toThrow(
+      `[unavailable] ebpf backend: --ebpf-cgroup ${path(d)}: ${why}`,
+    );
     expect(mounts).toEqual([]);
   } finally {
     rmSync(d, { recursive: true });

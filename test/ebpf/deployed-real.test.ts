@@ -94,9 +94,23 @@ describe("kpng --backend ebpf, as deployed", () => {
   }, 30_000);
 
   test("a --ebpf-cgroup that is no cgroup v2 directory: one line naming it, exit 1", async () => {
-    const p = startKpng(["--input", join(dir.path, "cluster.json"), "--node-name", NODE, "--backend", "ebpf", "--ebpf-cgroup", dir.path, "--ebpf-pin-dir", sb.pinDir], {
-      wrap: ["ip", "netns", "exec", topo.node.ns],
-    });
+    const p = startKpng(
+      [
+        "--input",
+        join(dir.path, "cluster.json"),
+        "--node-name",
+        NODE,
+        "--backend",
+        "ebpf",
+        "--ebpf-cgroup",
+        dir.path,
+        "--ebpf-pin-dir",
+        sb.pinDir,
+      ],
+      {
+        wrap: ["ip", "netns", "exec", topo.node.ns],
+      },
+    );
     expect(await p.proc.exited).toBe(1);
     // besides the usual start-up log lines, one error line
     const lines = p.stderr.filter((l) => l.startsWith("kpng: "));

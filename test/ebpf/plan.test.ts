@@ -25,7 +25,12 @@ describe("render: what the maps hold for a service", () => {
   const cases: { name: string; entries: ReturnType<typeof entry>[]; want: string[] }[] = [
     {
       name: "ClusterIP, two endpoints: one group, its slots, one frontend",
-      entries: [entry(svc({ name: "web", clusterIPs: [cip4], ports: [{ port: 80, targetPort: 8080 }] }), { a: ep({ ips: [pod(2)] }), b: ep({ ips: [pod(1)] }) })],
+      entries: [
+        entry(svc({ name: "web", clusterIPs: [cip4], ports: [{ port: 80, targetPort: 8080 }] }), {
+          a: ep({ ips: [pod(2)] }),
+          b: ep({ ips: [pod(1)] }),
+        }),
+      ],
       want: [
         `update kpng_backend 1/0 ${pod(1)} port=8080`,
         `update kpng_backend 1/1 ${pod(2)} port=8080`,
@@ -49,11 +54,19 @@ describe("render: what the maps hold for a service", () => {
     {
       name: "NodePort + external IP: an external group on the node IP and the external IP; dual-stack families apart",
       entries: [
-        entry(svc({ name: "np", clusterIPs: [cip4, cip6], externalIPs: [v4.external(1)], ports: [{ name: "dns", protocol: "UDP", port: 53, nodePort: 30053 }] }), {
-          p: ep({ ips: [pod(1)], internal: true, external: false }),
-          q: ep({ ips: [pod(2)], internal: false, external: true }),
-          r: ep({ ips: [pod6(1)] }),
-        }),
+        entry(
+          svc({
+            name: "np",
+            clusterIPs: [cip4, cip6],
+            externalIPs: [v4.external(1)],
+            ports: [{ name: "dns", protocol: "UDP", port: 53, nodePort: 30053 }],
+          }),
+          {
+            p: ep({ ips: [pod(1)], internal: true, external: false }),
+            q: ep({ ips: [pod(2)], internal: false, external: true }),
+            r: ep({ ips: [pod6(1)] }),
+          },
+        ),
       ],
       want: [
         `update kpng_backend 1/0 ${pod(1)} port=53`,
@@ -74,9 +87,12 @@ describe("render: what the maps hold for a service", () => {
     {
       name: "eTP=Local with an internal endpoint: node-local clients of the external frontends short-circuit to the internal endpoints",
       entries: [
-        entry(svc({ name: "lb", clusterIPs: [cip4], lbIPs: [v4.external(2)], ports: [{ port: 80 }], eTPLocal: true, affinitySeconds: 30 }), {
-          remote: ep({ ips: [pod(3)], internal: true, external: false }),
-        }),
+        entry(
+          svc({ name: "lb", clusterIPs: [cip4], lbIPs: [v4.external(2)], ports: [{ port: 80 }], eTPLocal: true, affinitySeconds: 30 }),
+          {
+            remote: ep({ ips: [pod(3)], internal: true, external: false }),
+          },
+        ),
       ],
       want: [
         `update kpng_backend 1/0 ${pod(3)} port=80`,
@@ -96,7 +112,11 @@ describe("render: what the maps hold for a service", () => {
           c: ep({ ips: [pod(2)], ports: { http: 70000 } }),
         }),
       ],
-      want: [`update kpng_backend 1/0 ${pod(1)} port=9001`, "update kpng_group 1 count=1 affinity=0 flags=0", `update kpng_front ${cip4}:80/tcp group=1`],
+      want: [
+        `update kpng_backend 1/0 ${pod(1)} port=9001`,
+        "update kpng_group 1 count=1 affinity=0 flags=0",
+        `update kpng_front ${cip4}:80/tcp group=1`,
+      ],
     },
   ];
   for (const c of cases) test(c.name, () => expect(lines(plan1(c.entries))).toEqual(c.want));
@@ -104,15 +124,23 @@ describe("render: what the maps hold for a service", () => {
 
 describe("plan: a change costs what changed", () => {
   const web = (eps: number[]) =>
-    entry(svc({ name: "web", clusterIPs: [cip4], ports: [{ port: 80 }] }), Object.fromEntries(eps.map((i) => [`p${i}`, ep({ ips: [pod(i)] })])));
-  const others = Array.from({ length: 50 }, (_, i) => entry(svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(100 + i)], ports: [{ port: 80 }] }), { a: ep({ ips: [pod(200)] }) }));
+    entry(
+      svc({ name: "web", clusterIPs: [cip4], ports: [{ port: 80 }] }),
+      Object.fromEntries(eps.map((i) => [`p${i}`, ep({ ips: [pod(i)] })])),
+    );
+  const others = Array.from({ length: 50 }, (_, i) =>
+    entry(svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(100 + i)], ports: [{ port: 80 }] }), { a: ep({ ips: [pod(200)] }) }),
+  );
 
   test("one endpoint added among 51 services: 1 slot + 1 group count", () => {
     const p = new MapPlanner();
     const s1 = nodeState({ nodeName: "n", entries: [web([1, 2]), ...others] });
     p.plan(s1, null, NODE);
     const { state, change } = nextState(s1, { set: [web([1, 2, 3])] });
-    expect(lines(p.plan(state, change, NODE))).toEqual([`update kpng_backend 1/2 ${pod(3)} port=80`, "update kpng_group 1 count=3 affinity=0 flags=0"]);
+    expect(lines(p.plan(state, change, NODE))).toEqual([
+      `update kpng_backend 1/2 ${pod(3)} port=80`,
+      "update kpng_group 1 count=3 affinity=0 flags=0",
+    ]);
   });
 
   test("one endpoint removed: the last one moves into its slot, the last slot goes; the others keep theirs (affinity holds)", () => {
@@ -132,7 +160,11 @@ describe("plan: a change costs what changed", () => {
     const s1 = nodeState({ nodeName: "n", entries: [web([1])] });
     p.plan(s1, null, NODE);
     const gone = nextState(s1, { remove: ["default/web"] });
-    expect(lines(p.plan(gone.state, gone.change, NODE))).toEqual([`delete kpng_front ${cip4}:80/tcp`, "delete kpng_group 1", "delete kpng_backend 1/0"]);
+    expect(lines(p.plan(gone.state, gone.change, NODE))).toEqual([
+      `delete kpng_front ${cip4}:80/tcp`,
+      "delete kpng_group 1",
+      "delete kpng_backend 1/0",
+    ]);
     const back = nextState(gone.state, { set: [web([2])] });
     expect(lines(p.plan(back.state, back.change, NODE))).toContain("update kpng_group 1 count=1 affinity=0 flags=0");
   });
@@ -154,7 +186,11 @@ describe("plan: a change costs what changed", () => {
     kernel.backend.push({ id: 9999, slot: 0, value: { addr: pod(9), port: 80 } });
     const restarted = new MapPlanner();
     restarted.load(kernel);
-    expect(lines(restarted.plan(s1, null, NODE))).toEqual([`delete kpng_front ${v4.clusterIP(999)}:80/tcp`, "delete kpng_group 9999", "delete kpng_backend 9999/0"]);
+    expect(lines(restarted.plan(s1, null, NODE))).toEqual([
+      `delete kpng_front ${v4.clusterIP(999)}:80/tcp`,
+      "delete kpng_group 9999",
+      "delete kpng_backend 9999/0",
+    ]);
   });
 });
 
@@ -193,7 +229,12 @@ describe("slots", () => {
     ["kept in place", [b(1), b(2)], [b(1), b(2)], [b(1), b(2)]],
     ["a new one fills the hole", [b(1), b(2), b(3)], [b(1), b(3), b(4)], [b(1), b(4), b(3)]],
     ["one past the new count moves down", [b(1), b(2), b(3)], [b(1), b(3)], [b(1), b(3)]],
-    ["another spelling of the same address keeps its slot", [{ addr: "2001:db8:2::1", port: 80 }, b(1)], [b(2), { addr: "2001:db8:2:0::1", port: 80 }], [{ addr: "2001:db8:2::1", port: 80 }, b(2)]],
+    [
+      "another spelling of the same address keeps its slot",
+      [{ addr: "2001:db8:2::1", port: 80 }, b(1)],
+      [b(2), { addr: "2001:db8:2:0::1", port: 80 }],
+      [{ addr: "2001:db8:2::1", port: 80 }, b(2)],
+    ],
   ] as const)("%s", (_n, prev, next, want) => expect(assignSlots(prev, next)).toEqual([...want]));
 });
 
@@ -202,9 +243,21 @@ describe("bytes", () => {
     [{ family: 4 as const, addr: "198.18.0.10", port: 80, proto: 6 }],
     [{ family: 6 as const, addr: "2001:db8:1::a", port: 53, proto: 17 }],
     [{ family: 6 as const, addr: "::ffff:198.18.0.1", port: 1, proto: 132 }],
-  ])("front key %o round-trips", (k) => expect(frontKeyOf(frontKeyBytes(k))).toEqual({ ...k, addr: k.addr === "::ffff:198.18.0.1" ? "::ffff:c612:1" : k.addr }));
+  ])("front key %o round-trips", (k) =>
+    expect(frontKeyOf(frontKeyBytes(k))).toEqual({ ...k, addr: k.addr === "::ffff:198.18.0.1" ? "::ffff:c612:1" : k.addr }),
+  );
   test("layout: address bytes, port in network order, proto, family", () => {
-    expect([...frontKeyBytes({ family: 4, addr: "198.18.0.10", port: 8080, proto: 6 })]).toEqual([198, 18, 0, 10, ...Array(12).fill(0), 0x1f, 0x90, 6, 4]);
+    expect([...frontKeyBytes({ family: 4, addr: "198.18.0.10", port: 8080, proto: 6 })]).toEqual([
+      198,
+      18,
+      0,
+      10,
+      ...Array(12).fill(0),
+      0x1f,
+      0x90,
+      6,
+      4,
+    ]);
   });
   test.each([
     ["::", "::"],
@@ -218,24 +271,43 @@ describe("bytes", () => {
     addrBytes(spelled, b, 0);
     expect(addrText(b, 6)).toBe(text);
   });
-  test("an endpoint carries its family", () => expect(backendOf(backendBytes({ addr: "2001:db8:2::1", port: 80 }))).toEqual({ addr: "2001:db8:2::1", port: 80 }));
+  test("an endpoint carries its family", () =>
+    expect(backendOf(backendBytes({ addr: "2001:db8:2::1", port: 80 }))).toEqual({ addr: "2001:db8:2::1", port: 80 }));
   test("writes are batched per map and verb", () => {
-    const ops = plan1([entry(svc({ name: "w", clusterIPs: [cip4, cip6], ports: [{ port: 80 }] }), { a: ep({ ips: [pod(1), pod6(1)] }), b: ep({ ips: [pod(2)] }) })]);
-    expect(runsOf(ops).map((r) => `${r[0].op} ${r[0].map} x${r.length}`)).toEqual(["update kpng_backend x3", "update kpng_group x2", "update kpng_front x2"]);
+    const ops = plan1([
+      entry(svc({ name: "w", clusterIPs: [cip4, cip6], ports: [{ port: 80 }] }), {
+        a: ep({ ips: [pod(1), pod6(1)] }),
+        b: ep({ ips: [pod(2)] }),
+      }),
+    ]);
+    expect(runsOf(ops).map((r) => `${r[0].op} ${r[0].map} x${r.length}`)).toEqual([
+      "update kpng_backend x3",
+      "update kpng_group x2",
+      "update kpng_front x2",
+    ]);
   });
 });
 
 describe("backend", () => {
   const ctx = (dryRun: boolean) => {
     const out: string[] = [];
-    return { out, ctx: { config: defaultConfig({ dryRun, nodeIPs: NODE }), log: createLogger("test", { level: "error" }), out: (t: string) => void out.push(t) } };
+    return {
+      out,
+      ctx: {
+        config: defaultConfig({ dryRun, nodeIPs: NODE }),
+        log: createLogger("test", { level: "error" }),
+        out: (t: string) => void out.push(t),
+      },
+    };
   };
   test("--dry-run prints the map writes", async () => {
     const { out, ctx: c } = ctx(true);
     const b = await createEbpfBackend(c, { nft: null });
     await b.setup();
     await b.apply(nodeState({ nodeName: "n", entries: [entry(svc({ name: "w", clusterIPs: [cip4], ports: [{ port: 80 }] }))] }), null);
-    expect(out.join("")).toBe(`# ebpf: map writes\nupdate kpng_group 1 count=0 affinity=0 flags=0\nupdate kpng_front ${cip4}:80/tcp group=1\n`);
+    expect(out.join("")).toBe(
+      `# ebpf: map writes\nupdate kpng_group 1 count=0 affinity=0 flags=0\nupdate kpng_front ${cip4}:80/tcp group=1\n`,
+    );
   });
   test("a failed write makes the next sync full, from what the maps hold", async () => {
     const { ctx: c } = ctx(false);

@@ -43,7 +43,8 @@ function cleanupSync(s: Sandbox) {
   // processes left in the cgroup (a killed test) go back to the cgroup's parent first
   try {
     const parent = join(s.cgroup, "..");
-    for (const pid of readFileSync(join(s.cgroup, "cgroup.procs"), "utf8").split("\n").filter(Boolean)) Bun.spawnSync(["sh", "-c", `echo ${pid} > ${parent}/cgroup.procs`]);
+    for (const pid of readFileSync(join(s.cgroup, "cgroup.procs"), "utf8").split("\n").filter(Boolean))
+      Bun.spawnSync(["sh", "-c", `echo ${pid} > ${parent}/cgroup.procs`]);
     rmdirSync(s.cgroup);
   } catch {}
   for (const m of ["cg", "bpffs"]) Bun.spawnSync(["umount", "-l", join(s.dir, m)], { stderr: "ignore" });
@@ -60,7 +61,19 @@ export async function createSandbox(): Promise<Sandbox> {
   mkdirSync(cgroup);
   const inCgroup = (argv: string[]) => ["sh", "-c", 'echo $$ > "$0" && exec "$@"', join(cgroup, "cgroup.procs"), ...argv];
   const python = async (ns: string, code: string, stdin?: string) =>
-    run(inCgroup(["ip", "netns", "exec", ns, await pythonPath(), "-S", "-c", `import sys; sys.path.insert(0, ${JSON.stringify(harness)})\n${code}`]), stdin);
+    run(
+      inCgroup([
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        await pythonPath(),
+        "-S",
+        "-c",
+        `import sys; sys.path.insert(0, ${JSON.stringify(harness)})\n${code}`,
+      ]),
+      stdin,
+    );
   const sb: Sandbox = {
     dir,
     pinDir: join(dir, "bpffs", "kpng"),
@@ -68,7 +81,10 @@ export async function createSandbox(): Promise<Sandbox> {
     inCgroup,
     python,
     async probeMany(ns, probes) {
-      const out = await run(inCgroup(["ip", "netns", "exec", ns, await pythonPath(), "-S", join(harness, "probe.py")]), JSON.stringify(probes));
+      const out = await run(
+        inCgroup(["ip", "netns", "exec", ns, await pythonPath(), "-S", join(harness, "probe.py")]),
+        JSON.stringify(probes),
+      );
       return JSON.parse(out) as ProbeResult[];
     },
     probeLoop: (ns, probes, pauseMs = 5) => startProbeLoop((argv) => inCgroup(["ip", "netns", "exec", ns, ...argv]), probes, pauseMs),

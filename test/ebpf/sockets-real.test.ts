@@ -48,13 +48,22 @@ function progIdOf(hook: string): number {
 
 const backendFor = () =>
   createEbpfBackend(
-    { config: defaultConfig({ nodeIPs: [topo.node.v4, topo.node.v6], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }), log: createLogger("test", { level: "error" }), out: () => {} },
+    {
+      config: defaultConfig({ nodeIPs: [topo.node.v4, topo.node.v6], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }),
+      log: createLogger("test", { level: "error" }),
+      out: () => {},
+    },
     { nft: null },
   );
 
-const pods = (...i: number[]) => Object.fromEntries(i.map((n) => [`pod${n}`, endpoint({ ips: [topo.pods[n].v4, topo.pods[n].v6], local: true })]));
+const pods = (...i: number[]) =>
+  Object.fromEntries(i.map((n) => [`pod${n}`, endpoint({ ips: [topo.pods[n].v4, topo.pods[n].v6], local: true })]));
 const http = { name: "http", port: 80, targetPort: 8080 };
-const web = (...i: number[]) => entry(service({ name: "web", clusterIPs: [ip.web4, ip.web6], ports: [http, { name: "dns", protocol: "UDP", port: 53, targetPort: 5353 }] }), pods(...i));
+const web = (...i: number[]) =>
+  entry(
+    service({ name: "web", clusterIPs: [ip.web4, ip.web6], ports: [http, { name: "dns", protocol: "UDP", port: 53, targetPort: 5353 }] }),
+    pods(...i),
+  );
 
 beforeAll(async () => {
   topo = await createTopology({ pods: 3, prefix: "kpeb" });
@@ -89,7 +98,12 @@ describe("socket-level load balancing", () => {
   });
 
   test("a process in the cgroup reaches the service's pods: TCP and UDP, IPv4 and IPv6", async () => {
-    const probes = [tcp(ip.web4), tcp(ip.web6), { ip: ip.web4, port: 53, proto: "udp" as const, timeout: 2 }, { ip: ip.web6, port: 53, proto: "udp" as const, timeout: 2 }];
+    const probes = [
+      tcp(ip.web4),
+      tcp(ip.web6),
+      { ip: ip.web4, port: 53, proto: "udp" as const, timeout: 2 },
+      { ip: ip.web6, port: 53, proto: "udp" as const, timeout: 2 },
+    ];
     const got = await whos([...probes, ...probes, ...probes]);
     expect(got.every((w) => w === "pod0" || w === "pod1")).toBe(true);
   });
@@ -144,8 +158,17 @@ print(" ".join(sorted(who)))
       const gid = new Uint32Array(1);
       expect(lib.bpf_map_lookup_elem(front, ptr(frontKeyBytes({ family: 4, addr: ip.sticky, port: 80, proto: 6 })), ptr(gid))).toBe(0);
       // CLOCK_MONOTONIC, bpf_ktime_get_ns's clock (Bun's hrtime has another origin): its offset from hrtime, measured once
-      const monoOffset = BigInt((await sb.python(topo.node.ns, "import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC))")).trim()) - process.hrtime.bigint();
-      const cookie = BigInt((await sb.python(topo.node.ns, "import socket; print(int.from_bytes(socket.socket().getsockopt(socket.SOL_SOCKET, 71, 8), 'little'))")).trim());
+      const monoOffset =
+        BigInt((await sb.python(topo.node.ns, "import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC))")).trim()) -
+        process.hrtime.bigint();
+      const cookie = BigInt(
+        (
+          await sb.python(
+            topo.node.ns,
+            "import socket; print(int.from_bytes(socket.socket().getsockopt(socket.SOL_SOCKET, 71, 8), 'little'))",
+          )
+        ).trim(),
+      );
       const slotPod = async (slot: number) => {
         const v = new Uint8Array(20);
         expect(lib.bpf_map_lookup_elem(backends, ptr(backendKeyBytes(gid[0], slot)), ptr(v))).toBe(0);
@@ -183,7 +206,8 @@ print(" ".join(sorted(who)))
   test("ClientIP affinity whose endpoint goes away: the client moves to one of the others and stays there", async () => {
     const [was] = await whos([tcp(ip.sticky)]);
     const rest = [0, 1, 2].filter((i) => `pod${i}` !== was);
-    const sticky = (...i: number[]) => entry(service({ name: "sticky", clusterIPs: [ip.sticky], ports: [http], affinitySeconds: 60 }), pods(...i));
+    const sticky = (...i: number[]) =>
+      entry(service({ name: "sticky", clusterIPs: [ip.sticky], ports: [http], affinitySeconds: 60 }), pods(...i));
     const next = nextState(state, { set: [sticky(...rest)] });
     await backend.apply(next.state, next.change);
     const got = await whos(Array.from({ length: 12 }, () => tcp(ip.sticky)));
@@ -245,7 +269,11 @@ print(json.dumps(res))
 describe("restart and cleanup", () => {
   test("pins removed by someone else (the hooks detach): reported, and the full sync that answers attaches again", async () => {
     const watched = await createEbpfBackend(
-      { config: defaultConfig({ nodeIPs: [topo.node.v4, topo.node.v6], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }), log: createLogger("test", { level: "error" }), out: () => {} },
+      {
+        config: defaultConfig({ nodeIPs: [topo.node.v4, topo.node.v6], ebpf: { cgroup: sb.cgroup, pinDir: sb.pinDir } }),
+        log: createLogger("test", { level: "error" }),
+        out: () => {},
+      },
       { nft: null, pinCheckMs: 100 },
     );
     await watched.setup();

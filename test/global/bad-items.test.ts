@@ -29,5 +29,7 @@ test("items that do not decode are skipped, each named by its path; the rest of 
     "[invalid_argument] global service default|web||: Service.Name is empty",
     `[invalid_argument] global endpoint ${endpointPath}: Endpoint.IPs is empty`,
   ]);
-  expect(events.map((e) => (e.type === "upsert" ? `upsert ${e.object.kind} ${e.object.metadata.name}` : e.type))).toEqual(["upsert Node node-1"]);
+  expect(events.map((e) => (e.type === "upsert" ? `upsert ${e.object.kind} ${e.object.metadata.name}` : e.type))).toEqual([
+    "upsert Node node-1",
+  ]);
 });

@@ -8,7 +8,8 @@ import { GlobalModel } from "../../src/core/global/model.ts";
 import { brainWith, serviceObjects, upsert } from "../api/brain-fixture.ts";
 
 const gen = { services: 30, endpoints: 3, nodes: 3 };
-const sorted = (ops: ReturnType<typeof globalOps>) => ops.map((o) => JSON.stringify(o, (_k, v) => (v instanceof Uint8Array ? Buffer.from(v).toString("hex") : v))).sort();
+const sorted = (ops: ReturnType<typeof globalOps>) =>
+  ops.map((o) => JSON.stringify(o, (_k, v) => (v instanceof Uint8Array ? Buffer.from(v).toString("hex") : v))).sort();
 
 describe("a stream that skipped snapshots", () => {
   for (const skipped of [1, 3, 100]) {

@@ -13,7 +13,12 @@ import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { brainWith } from "../brain/helpers.ts";
 
-const show = (o: OpItem) => (o.Op.case === "Set" ? `set ${o.Op.value.Ref!.Path}` : o.Op.case === "Delete" ? `delete ${o.Op.value.Path}` : (o.Op.case ?? "?").toLowerCase());
+const show = (o: OpItem) =>
+  o.Op.case === "Set"
+    ? `set ${o.Op.value.Ref!.Path}`
+    : o.Op.case === "Delete"
+      ? `delete ${o.Op.value.Path}`
+      : (o.Op.case ?? "?").toLowerCase();
 
 test("Connect path: Reset, the whole model, Sync; then one change set per request, only the change", async () => {
   const brain = brainWith([node("node-1"), svc(), slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", pod: "p1" }] })]);
@@ -43,14 +48,29 @@ test("Connect path: Reset, the whole model, Sync; then one change set per reques
     }
   };
   expect(await changeSet()).toEqual(["reset", "set |node-1||", "set default|web||", `set default|web|web-ipv4|${v4.pod(1, 1)}`, "sync"]);
-  brain.apply([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", pod: "p1" }, { ip: v4.pod(1, 2), node: "node-1", pod: "p2" }] }) }]);
+  brain.apply([
+    {
+      type: "upsert",
+      object: slice({
+        endpoints: [
+          { ip: v4.pod(1, 1), node: "node-1", pod: "p1" },
+          { ip: v4.pod(1, 2), node: "node-1", pod: "p2" },
+        ],
+      }),
+    },
+  ]);
   brain.flush();
   ask();
   expect(await changeSet()).toEqual([`set default|web|web-ipv4|${v4.pod(1, 2)}`, "sync"]);
   brain.apply([{ type: "delete", kind: "Service", namespace: "default", name: "web" }]);
   brain.flush();
   ask();
-  expect(await changeSet()).toEqual([`delete default|web|web-ipv4|${v4.pod(1, 1)}`, `delete default|web|web-ipv4|${v4.pod(1, 2)}`, "delete default|web||", "sync"]);
+  expect(await changeSet()).toEqual([
+    `delete default|web|web-ipv4|${v4.pod(1, 1)}`,
+    `delete default|web|web-ipv4|${v4.pod(1, 2)}`,
+    "delete default|web||",
+    "sync",
+  ]);
   ac.abort();
   api.close();
 });

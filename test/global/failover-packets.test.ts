@@ -29,7 +29,9 @@ beforeAll(async () => {
   writeFileSync(input, JSON.stringify(asList(clusterObjects(topo))));
   brainA = await startServe(["--input", input, "--listen", `unix://${sockA}`]);
   brainB = await startServe(["--input", input, "--listen", `unix://${sockB}`]);
-  agent = startKpng(["--api", `unix://${sockA}`, "--api", `unix://${sockB}`, "--node-name", NODE, "--backend", "nft"], { wrap: ["ip", "netns", "exec", topo.node.ns] });
+  agent = startKpng(["--api", `unix://${sockA}`, "--api", `unix://${sockB}`, "--node-name", NODE, "--backend", "nft"], {
+    wrap: ["ip", "netns", "exec", topo.node.ns],
+  });
   await agent.waitFor(/ INFO kpng: synced /, 20_000);
 }, 60_000);
 afterAll(async () => {
@@ -49,7 +51,10 @@ describe("node agent, nft, real packets", () => {
   test("brain killed -9 under the agent: it follows the other within 2 s, no connection fails, rules untouched", async () => {
     const before = await rulesOf(topo, "nft");
     const synced = syncs();
-    const probe = await continuousProbe(topo, [{ ip: ips.clusterIP, port: 80 }, { ip: topo.node.v4, port: nodePorts.tcp }]);
+    const probe = await continuousProbe(topo, [
+      { ip: ips.clusterIP, port: 80 },
+      { ip: topo.node.v4, port: nodePorts.tcp },
+    ]);
     const killed = performance.now();
     await brainA.stop("SIGKILL");
     await agent.waitFor(new RegExp(`following brain api=unix://${sockB.replaceAll(".", "\\.")} resync=true changed=0 `), 2000);

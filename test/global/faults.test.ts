@@ -20,7 +20,21 @@ const brain = async (sock: string) => {
   return p;
 };
 const agent = () => {
-  const p = startKpng(["--api", `unix://${sockA}`, "--api", `unix://${sockB}`, "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+  const p = startKpng([
+    "--api",
+    `unix://${sockA}`,
+    "--api",
+    `unix://${sockB}`,
+    "--node-name",
+    "node-1",
+    "--backend",
+    "nft",
+    "--dry-run",
+    "--healthz-bind-address",
+    "127.0.0.1:0",
+    "--metrics-bind-address",
+    "127.0.0.1:0",
+  ]);
   running.push(p);
   return p;
 };
@@ -36,7 +50,8 @@ async function settled(lines: string[]): Promise<number> {
 }
 
 /** Moves one endpoint of shop/web to a new address (one service changes). */
-const moveEndpoint = (from: string, to: string) => writeFileSync(input, readFileSync(input, "utf8").replace(new RegExp(`${from.replaceAll(".", "\\.")}$`, "m"), to));
+const moveEndpoint = (from: string, to: string) =>
+  writeFileSync(input, readFileSync(input, "utf8").replace(new RegExp(`${from.replaceAll(".", "\\.")}$`, "m"), to));
 
 beforeAll(() => dir.create());
 afterEach(async () => {
@@ -124,7 +139,13 @@ describe("node agent faults", () => {
     await ag.waitFor(/synced backend=nft rev=1 /);
     const scrape = async () => {
       const text = await (await fetch(`http://${address}/metrics`)).text();
-      return (series: string) => Number(text.split("\n").find((l) => l.startsWith(`${series} `))?.slice(series.length + 1));
+      return (series: string) =>
+        Number(
+          text
+            .split("\n")
+            .find((l) => l.startsWith(`${series} `))
+            ?.slice(series.length + 1),
+        );
     };
     let m = await scrape();
     expect(m(`kpng_global_brain_connected{api="unix://${sockA}"}`)).toBe(1);

@@ -34,7 +34,23 @@ async function run(args: string[]): Promise<{ code: number; out: string; err: st
 
 describe("buf curl, gRPC over h2c on the unix socket", () => {
   test("GlobalWatch: Reset, node sets, service sets, endpoint sets, Sync; kpng's paths and messages", async () => {
-    const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--unix-socket", sock, "--schema", join(ROOT, "proto"), "-d", "{}", "http://localhost/globalv1.Sets/Watch"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(
+      [
+        BUF,
+        "curl",
+        "--protocol",
+        "grpc",
+        "--http2-prior-knowledge",
+        "--unix-socket",
+        sock,
+        "--schema",
+        join(ROOT, "proto"),
+        "-d",
+        "{}",
+        "http://localhost/globalv1.Sets/Watch",
+      ],
+      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+    );
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
     expect(err).toBe("");
     expect(code).toBe(0);
@@ -45,7 +61,13 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
     expect(sets.every((s) => s)).toBe(true);
     const order = sets.map((s) => s.Ref.Set);
     // kpng's order: node, service, endpoint sets
-    expect(order).toEqual([...order].sort((a, b) => ["GlobalNodeInfos", "GlobalServiceInfos", "GlobalEndpointInfos"].indexOf(a) - ["GlobalNodeInfos", "GlobalServiceInfos", "GlobalEndpointInfos"].indexOf(b)));
+    expect(order).toEqual(
+      [...order].sort(
+        (a, b) =>
+          ["GlobalNodeInfos", "GlobalServiceInfos", "GlobalEndpointInfos"].indexOf(a) -
+          ["GlobalNodeInfos", "GlobalServiceInfos", "GlobalEndpointInfos"].indexOf(b),
+      ),
+    );
     const bytes = (s: any) => Buffer.from(s.Bytes, "base64");
     const nodes = sets.filter((s) => s.Ref.Set === "GlobalNodeInfos");
     expect(nodes.map((s) => s.Ref.Path).sort()).toEqual(["|node-1||", "|node-2||", "|node-3||"]);
@@ -76,7 +98,23 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
   });
 
   test("localv1 still answers on the same socket", async () => {
-    const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--unix-socket", sock, "--schema", join(ROOT, "proto"), "-d", '{"NodeName":"node-1"}', "http://localhost/localv1.Sets/Watch"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(
+      [
+        BUF,
+        "curl",
+        "--protocol",
+        "grpc",
+        "--http2-prior-knowledge",
+        "--unix-socket",
+        sock,
+        "--schema",
+        join(ROOT, "proto"),
+        "-d",
+        '{"NodeName":"node-1"}',
+        "http://localhost/localv1.Sets/Watch",
+      ],
+      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+    );
     const out = await new Response(p.stdout).text();
     expect(await p.exited).toBe(0);
     expect(out).toContain('"ServicesSet"');
@@ -86,7 +124,10 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
 describe("node agent (kpng --api) = full binary on the same cluster", () => {
   for (const node of ["node-1", "node-2", "node-3"]) {
     test(`kpng local -o json, ${node}`, async () => {
-      const [agent, full] = await Promise.all([run(["local", "--api", `unix://${sock}`, "--node-name", node]), run(["local", "--input", input, "--node-name", node])]);
+      const [agent, full] = await Promise.all([
+        run(["local", "--api", `unix://${sock}`, "--node-name", node]),
+        run(["local", "--input", input, "--node-name", node]),
+      ]);
       expect(agent.code).toBe(0);
       expect(JSON.parse(agent.out).services.length).toBeGreaterThan(0);
       expect(agent.out).toBe(full.out);
@@ -95,7 +136,18 @@ describe("node agent (kpng --api) = full binary on the same cluster", () => {
 
   test("nft dry-run, the first --api unreachable: the agent fails over and prints the same transaction", async () => {
     const [agent, full] = await Promise.all([
-      run(["--api", `unix://${join(dir.path, "gone.sock")}`, "--api", `unix://${sock}`, "--node-name", "node-2", "--backend", "nft", "--dry-run", "--once"]),
+      run([
+        "--api",
+        `unix://${join(dir.path, "gone.sock")}`,
+        "--api",
+        `unix://${sock}`,
+        "--node-name",
+        "node-2",
+        "--backend",
+        "nft",
+        "--dry-run",
+        "--once",
+      ]),
       run(["--input", input, "--node-name", "node-2", "--backend", "nft", "--dry-run", "--once"]),
     ]);
     expect(agent.code).toBe(0);
@@ -106,15 +158,48 @@ describe("node agent (kpng --api) = full binary on the same cluster", () => {
 
   test("a sidecar on the agent's own --listen socket gets the node's state, as from the brain", async () => {
     const agentSock = join(dir.path, "agent.sock");
-    const agent = startKpng(["--api", `unix://${sock}`, "--node-name", "node-3", "--listen", `unix://${agentSock}`, "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    const agent = startKpng([
+      "--api",
+      `unix://${sock}`,
+      "--node-name",
+      "node-3",
+      "--listen",
+      `unix://${agentSock}`,
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--healthz-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "127.0.0.1:0",
+    ]);
     try {
       await agent.waitFor(/synced backend=nft/);
       const next = async (socket: string) => {
-        const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--unix-socket", socket, "--schema", join(ROOT, "proto"), "-d", '{"NodeName":"node-3"}', "http://localhost/localv1.Endpoints/Next"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+        const p = Bun.spawn(
+          [
+            BUF,
+            "curl",
+            "--protocol",
+            "grpc",
+            "--http2-prior-knowledge",
+            "--unix-socket",
+            socket,
+            "--schema",
+            join(ROOT, "proto"),
+            "-d",
+            '{"NodeName":"node-3"}',
+            "http://localhost/localv1.Endpoints/Next",
+          ],
+          { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+        );
         const out = await new Response(p.stdout).text();
         expect(await p.exited).toBe(0);
         const items = JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`) as any[];
-        return items.filter((i) => i.Endpoints).map((i) => JSON.stringify(i.Endpoints)).sort();
+        return items
+          .filter((i) => i.Endpoints)
+          .map((i) => JSON.stringify(i.Endpoints))
+          .sort();
       };
       const [fromAgent, fromBrain] = await Promise.all([next(agentSock), next(sock)]);
       expect(fromAgent.length).toBeGreaterThan(0);

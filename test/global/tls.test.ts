@@ -27,7 +27,20 @@ beforeAll(async () => {
   const clientCA = makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" });
   makeClientCert(dir.path, clientCA, "node-1", "agent");
   writeFileSync(f("token"), "agent-token\n");
-  mtls = await startServe(["--input", input, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", f("agents-ca.crt")]);
+  mtls = await startServe([
+    "--input",
+    input,
+    "--node-name",
+    "node-1",
+    "--listen",
+    "tcp://127.0.0.1:0",
+    "--listen-tls-crt",
+    f("brain.crt"),
+    "--listen-tls-key",
+    f("brain.key"),
+    "--listen-tls-ca",
+    f("agents-ca.crt"),
+  ]);
   port = mtls.addresses[0].port!;
 });
 afterAll(async () => {
@@ -54,7 +67,10 @@ async function metric(p: KpngProcess, re: RegExp): Promise<number> {
 }
 
 async function bufCurl(args: string[], path: string, data: string, to = port) {
-  const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${to}${path}`], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawn(
+    [BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${to}${path}`],
+    { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+  );
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   return { out, err, code };
 }
@@ -79,7 +95,11 @@ describe("buf curl (Go gRPC over TLS, ALPN h2) against kpng serve with mutual TL
   });
 
   test("trusting another CA: buf curl refuses the brain", async () => {
-    const r = await bufCurl(["--cacert", f("agents-ca.crt"), "--cert", f("agent.crt"), "--key", f("agent.key")], "/localv1.Endpoints/Next", '{"NodeName":"node-1"}');
+    const r = await bufCurl(
+      ["--cacert", f("agents-ca.crt"), "--cert", f("agent.crt"), "--key", f("agent.key")],
+      "/localv1.Endpoints/Next",
+      '{"NodeName":"node-1"}',
+    );
     expect(r.code).not.toBe(0);
     expect(r.out + r.err).toMatch(/certificate/);
   });
@@ -98,13 +118,36 @@ describe("node agents and sidecars over TLS", () => {
   });
 
   test("kpng backend --api tcp://… with the TLS flags (a sidecar) applies the node's state", async () => {
-    const r = await run(["backend", "--api", `tcp://127.0.0.1:${port}`, ...agentTls(), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once"]);
+    const r = await run([
+      "backend",
+      "--api",
+      `tcp://127.0.0.1:${port}`,
+      ...agentTls(),
+      "--node-name",
+      "node-1",
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--once",
+    ]);
     expect(r.code).toBe(0);
     expect(r.out).toContain("add table");
   });
 
   test("a process on the client library (examples/plugins/print-changes.ts) with the TLS flags", async () => {
-    const p = Bun.spawn([join(ROOT, "node_modules/.bin/bun"), join(ROOT, "examples/plugins/print-changes.ts"), "--api", `tcp://127.0.0.1:${port}`, ...agentTls(), "--node-name", "node-1", "--once"], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(
+      [
+        join(ROOT, "node_modules/.bin/bun"),
+        join(ROOT, "examples/plugins/print-changes.ts"),
+        "--api",
+        `tcp://127.0.0.1:${port}`,
+        ...agentTls(),
+        "--node-name",
+        "node-1",
+        "--once",
+      ],
+      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+    );
     const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
     const [out, code] = [await new Response(p.stdout).text(), await p.exited];
     clearTimeout(timer);
@@ -113,11 +156,28 @@ describe("node agents and sidecars over TLS", () => {
   });
 
   test("an agent without a certificate: refused with the brain's reason, keeps trying, nothing printed", async () => {
-    const agent = startKpng(["--api", `tcp://127.0.0.1:${port}`, "--tls-ca", f("brain.crt"), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    const agent = startKpng([
+      "--api",
+      `tcp://127.0.0.1:${port}`,
+      "--tls-ca",
+      f("brain.crt"),
+      "--node-name",
+      "node-1",
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--healthz-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "127.0.0.1:0",
+    ]);
     try {
       const lines = await agent.waitForCount(/$^/, 0, 1); // nothing on stdout yet
       expect(lines).toEqual([]);
-      await agent.waitFor(/global stream failed.*\[unauthenticated\] no credentials: a client certificate signed by the client CA is required/, 20_000);
+      await agent.waitFor(
+        /global stream failed.*\[unauthenticated\] no credentials: a client certificate signed by the client CA is required/,
+        20_000,
+      );
       expect(await metric(agent, /^kpng_global_refused_total (\d+)/m)).toBeGreaterThan(0);
       // it keeps trying (backoff), and never programs anything
       const tries = () => agent.stderr.filter((l) => l.includes("[unauthenticated]")).length;
@@ -136,10 +196,36 @@ describe("an agent its brain starts refusing", () => {
   test("keeps its rules untouched while refused, keeps trying, and resyncs as a diff once let in again", async () => {
     makeTestCert(dir.path, { san: "DNS:other-agents", name: "other-ca" });
     const serveWith = (clientCA: string, listen = "tcp://127.0.0.1:0") =>
-      startServe(["--input", input, "--node-name", "node-1", "--listen", listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", clientCA]);
+      startServe([
+        "--input",
+        input,
+        "--node-name",
+        "node-1",
+        "--listen",
+        listen,
+        "--listen-tls-crt",
+        f("brain.crt"),
+        "--listen-tls-key",
+        f("brain.key"),
+        "--listen-tls-ca",
+        clientCA,
+      ]);
     let brain = await serveWith(f("agents-ca.crt"));
     const listen = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
-    const agent = startKpng(["--api", listen, ...agentTls(), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    const agent = startKpng([
+      "--api",
+      listen,
+      ...agentTls(),
+      "--node-name",
+      "node-1",
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--healthz-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "127.0.0.1:0",
+    ]);
     try {
       await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
       const printed = agent.stdout.length;
@@ -177,7 +263,22 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
     for (const item of (YAML.parse(await Bun.file(input).text()) as { items: Array<Record<string, unknown>> }).items) kube.apply(item);
     kube.serviceAccountTokens.set("agent-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
     kube.serviceAccountTokens.set("pod-token", { username: AGENT_USER, audiences: ["https://kubernetes.default.svc"] });
-    brain = await startServe(["--kubeconfig", kube.writeKubeconfig(dir.path), "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER, "--metrics-bind-address", "127.0.0.1:0"]);
+    brain = await startServe([
+      "--kubeconfig",
+      kube.writeKubeconfig(dir.path),
+      "--node-name",
+      "node-1",
+      "--listen",
+      "tcp://127.0.0.1:0",
+      "--listen-tls-crt",
+      f("brain.crt"),
+      "--listen-tls-key",
+      f("brain.key"),
+      "--listen-token-review",
+      AGENT_USER,
+      "--metrics-bind-address",
+      "127.0.0.1:0",
+    ]);
   });
   afterAll(async () => {
     await brain?.stop();
@@ -186,7 +287,17 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
 
   test("an agent with its projected token (--token-file) computes what the full binary does on the same API server", async () => {
     const [agent, full] = await Promise.all([
-      run(["local", "--api", `tcp://127.0.0.1:${brain.addresses[0].port}`, "--tls-ca", f("brain.crt"), "--token-file", f("token"), "--node-name", "node-3"]),
+      run([
+        "local",
+        "--api",
+        `tcp://127.0.0.1:${brain.addresses[0].port}`,
+        "--tls-ca",
+        f("brain.crt"),
+        "--token-file",
+        f("token"),
+        "--node-name",
+        "node-3",
+      ]),
       run(["local", "--kubeconfig", kube.writeKubeconfig(dir.path), "--node-name", "node-3"]),
     ]);
     expect(agent.code).toBe(0);
@@ -197,9 +308,22 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
 
   test("an ordinary pod token: refused on both sides with the API server's reason", async () => {
     writeFileSync(f("pod-token"), "pod-token");
-    const agent = startKpng(["local", "--api", `tcp://127.0.0.1:${brain.addresses[0].port}`, "--tls-ca", f("brain.crt"), "--token-file", f("pod-token"), "--node-name", "node-3"]);
+    const agent = startKpng([
+      "local",
+      "--api",
+      `tcp://127.0.0.1:${brain.addresses[0].port}`,
+      "--tls-ca",
+      f("brain.crt"),
+      "--token-file",
+      f("pod-token"),
+      "--node-name",
+      "node-3",
+    ]);
     try {
-      await agent.waitFor(/global stream failed.*\[unauthenticated\] token rejected by the API server: token audiences are invalid/, 20_000);
+      await agent.waitFor(
+        /global stream failed.*\[unauthenticated\] token rejected by the API server: token audiences are invalid/,
+        20_000,
+      );
       await brain.waitFor(/refused API client .*reason=token_rejected/);
       expect(await metric(brain, /^kpng_listen_refused_total\{reason="token_rejected"\} (\d+)/m)).toBeGreaterThan(0);
     } finally {
@@ -211,20 +335,61 @@ describe("a brain that checks ServiceAccount tokens (--listen-token-review)", ()
 describe("deploy/global-certs.sh: the openssl recipe the manifests mount", () => {
   test("its brain certificate serves, its CA verifies it, its agent certificate is let in", async () => {
     const out = join(dir.path, "recipe");
-    const script = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], { env: { ...process.env, BRAIN_NAMES: "kpng-brain-0.cluster.example", BRAIN_IPS: "127.0.0.1", DAYS: "1" }, stdout: "pipe", stderr: "pipe" });
+    const script = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], {
+      env: { ...process.env, BRAIN_NAMES: "kpng-brain-0.cluster.example", BRAIN_IPS: "127.0.0.1", DAYS: "1" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
     const [text, code] = [await new Response(script.stdout).text(), await script.exited];
     expect(code).toBe(0);
     expect(text).toContain("kubectl -n kube-system create secret generic kpng-brain-tls");
     const r = (name: string) => join(out, name);
-    const brain = await startServe(["--input", input, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    const brain = await startServe([
+      "--input",
+      input,
+      "--node-name",
+      "node-1",
+      "--listen",
+      "tcp://127.0.0.1:0",
+      "--listen-tls-crt",
+      r("brain.crt"),
+      "--listen-tls-key",
+      r("brain.key"),
+      "--listen-tls-ca",
+      r("ca.crt"),
+    ]);
     const brainPort = (brain.addresses[0] as { port: number }).port;
     try {
       const api = `tcp://127.0.0.1:${brainPort}`;
-      const ok = await run(["local", "--api", api, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      const ok = await run([
+        "local",
+        "--api",
+        api,
+        "--tls-ca",
+        r("ca.crt"),
+        "--tls-crt",
+        r("agent.crt"),
+        "--tls-key",
+        r("agent.key"),
+        "--node-name",
+        "node-1",
+      ]);
       expect(ok.code).toBe(0);
       expect(JSON.parse(ok.out).services.length).toBeGreaterThan(0);
       // the certificate names 127.0.0.1, not "localhost": dialled by that name, the agent refuses the brain
-      const wrong = startKpng(["local", "--api", `tcp://localhost:${brainPort}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1"]);
+      const wrong = startKpng([
+        "local",
+        "--api",
+        `tcp://localhost:${brainPort}`,
+        "--tls-ca",
+        r("ca.crt"),
+        "--tls-crt",
+        r("agent.crt"),
+        "--tls-key",
+        r("agent.key"),
+        "--node-name",
+        "node-1",
+      ]);
       try {
         await wrong.waitFor(/TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/, 20_000);
       } finally {
@@ -240,26 +405,67 @@ describe("rotation as deployed: a new certificate written over the files", () =>
   test("the brain serves it without a restart; the agent's open stream stays up and gets the next change", async () => {
     const out = join(dir.path, "rotation");
     const certs = async () => {
-      const p = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], { env: { ...process.env, BRAIN_IPS: "127.0.0.1", DAYS: "1" }, stdout: "ignore", stderr: "pipe" });
+      const p = Bun.spawn(["sh", join(ROOT, "deploy/global-certs.sh"), out], {
+        env: { ...process.env, BRAIN_IPS: "127.0.0.1", DAYS: "1" },
+        stdout: "ignore",
+        stderr: "pipe",
+      });
       expect(await p.exited).toBe(0);
     };
     await certs();
     const r = (name: string) => join(out, name);
     const file = join(dir.path, "rotation.yaml");
     copyFileSync(input, file);
-    const brain = await startServe(["--input", file, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", "--listen-tls-crt", r("brain.crt"), "--listen-tls-key", r("brain.key"), "--listen-tls-ca", r("ca.crt")]);
+    const brain = await startServe([
+      "--input",
+      file,
+      "--node-name",
+      "node-1",
+      "--listen",
+      "tcp://127.0.0.1:0",
+      "--listen-tls-crt",
+      r("brain.crt"),
+      "--listen-tls-key",
+      r("brain.key"),
+      "--listen-tls-ca",
+      r("ca.crt"),
+    ]);
     const brainPort = (brain.addresses[0] as { port: number }).port;
-    const agent = startKpng(["--api", `tcp://127.0.0.1:${brainPort}`, "--tls-ca", r("ca.crt"), "--tls-crt", r("agent.crt"), "--tls-key", r("agent.key"), "--node-name", "node-1", "--backend", "nft", "--dry-run", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+    const agent = startKpng([
+      "--api",
+      `tcp://127.0.0.1:${brainPort}`,
+      "--tls-ca",
+      r("ca.crt"),
+      "--tls-crt",
+      r("agent.crt"),
+      "--tls-key",
+      r("agent.key"),
+      "--node-name",
+      "node-1",
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--healthz-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "127.0.0.1:0",
+    ]);
     try {
       await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
       const served = await Bun.file(r("brain.crt")).text();
       await certs(); // same CA, a new certificate and key for the brain
       expect(await Bun.file(r("brain.crt")).text()).not.toBe(served);
       await brain.waitFor(/API certificate reloaded/, 20_000);
-      const curl = await bufCurl(["--cacert", r("ca.crt"), "--cert", r("agent.crt"), "--key", r("agent.key")], "/localv1.Endpoints/Next", '{"NodeName":"node-1"}', brainPort);
+      const curl = await bufCurl(
+        ["--cacert", r("ca.crt"), "--cert", r("agent.crt"), "--key", r("agent.key")],
+        "/localv1.Endpoints/Next",
+        '{"NodeName":"node-1"}',
+        brainPort,
+      );
       expect(curl.code).toBe(0);
       // what a new connection is served is the new certificate (openssl's own client)
-      const serial = async (cmd: string) => (await new Response(Bun.spawn(["sh", "-c", cmd], { stdout: "pipe", stderr: "ignore" }).stdout).text()).trim();
+      const serial = async (cmd: string) =>
+        (await new Response(Bun.spawn(["sh", "-c", cmd], { stdout: "pipe", stderr: "ignore" }).stdout).text()).trim();
       const onDisk = await serial(`openssl x509 -in ${r("brain.crt")} -noout -serial`);
       expect(onDisk).toMatch(/^serial=/);
       expect(await serial(`openssl s_client -connect 127.0.0.1:${brainPort} </dev/null | openssl x509 -noout -serial`)).toBe(onDisk);
@@ -279,17 +485,71 @@ describe("rotation as deployed: a new certificate written over the files", () =>
 describe("bad TLS flags: one line naming the flag, exit code 2", () => {
   const listen = ["serve", "--input", input, "--listen", "tcp://127.0.0.1:0"];
   const cases: Array<{ name: string; args: () => string[]; want: RegExp }> = [
-    { name: "a certificate without its key", args: () => [...listen, "--listen-tls-crt", f("brain.crt")], want: /flag --listen-tls-key: required with --listen-tls-crt/ },
-    { name: "a client CA without a server certificate", args: () => [...listen, "--listen-tls-ca", f("agents-ca.crt")], want: /flag --listen-tls-crt: required with --listen-tls-ca/ },
-    { name: "a certificate file that does not exist", args: () => [...listen, "--listen-tls-crt", f("nope.crt"), "--listen-tls-key", f("brain.key")], want: /flag --listen-tls-crt: .*nope.crt: cannot read: ENOENT/ },
-    { name: "a key that does not match the certificate", args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("agent.key")], want: /flag --listen-tls-crt\/--listen-tls-key: .*KEY_VALUES_MISMATCH/ },
-    { name: "a client CA that is not PEM", args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", input], want: /flag --listen-tls-ca: .*cluster.yaml: not a PEM certificate bundle/ },
-    { name: "token review without API-server access", args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER], want: /flag --listen-token-review: requires access to the API server/ },
-    { name: "token review without TLS", args: () => ["serve", "--listen", "tcp://127.0.0.1:0", "--listen-token-review", AGENT_USER], want: /flag --listen-token-review: requires TLS/ },
-    { name: "TLS flags with only a unix socket to serve", args: () => ["serve", "--input", input, "--listen", `unix://${f("x.sock")}`, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key")], want: /flag --listen-tls-crt: no tcp:\/\/ --listen/ },
-    { name: "an agent in plaintext to a brain off loopback", args: () => ["local", "--api", "tcp://192.0.2.10:12090", "--node-name", "node-1"], want: /flag --api: "tcp:\/\/192.0.2.10:12090" is not a loopback address: connect with TLS/ },
-    { name: "an agent's token file that does not exist", args: () => ["local", "--api", "tcp://192.0.2.10:12090", "--token-file", f("nope"), "--node-name", "node-1"], want: /flag --token-file: .*nope: cannot read: ENOENT/ },
-    { name: "a sidecar's client certificate without its key", args: () => ["backend", "--api", "tcp://127.0.0.1:1", "--tls-crt", f("agent.crt"), "--backend", "nft", "--dry-run"], want: /flag --tls-key: required with --tls-crt/ },
+    {
+      name: "a certificate without its key",
+      args: () => [...listen, "--listen-tls-crt", f("brain.crt")],
+      want: /flag --listen-tls-key: required with --listen-tls-crt/,
+    },
+    {
+      name: "a client CA without a server certificate",
+      args: () => [...listen, "--listen-tls-ca", f("agents-ca.crt")],
+      want: /flag --listen-tls-crt: required with --listen-tls-ca/,
+    },
+    {
+      name: "a certificate file that does not exist",
+      args: () => [...listen, "--listen-tls-crt", f("nope.crt"), "--listen-tls-key", f("brain.key")],
+      want: /flag --listen-tls-crt: .*nope.crt: cannot read: ENOENT/,
+    },
+    {
+      name: "a key that does not match the certificate",
+      args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("agent.key")],
+      want: /flag --listen-tls-crt\/--listen-tls-key: .*KEY_VALUES_MISMATCH/,
+    },
+    {
+      name: "a client CA that is not PEM",
+      args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-tls-ca", input],
+      want: /flag --listen-tls-ca: .*cluster.yaml: not a PEM certificate bundle/,
+    },
+    {
+      name: "token review without API-server access",
+      args: () => [...listen, "--listen-tls-crt", f("brain.crt"), "--listen-tls-key", f("brain.key"), "--listen-token-review", AGENT_USER],
+      want: /flag --listen-token-review: requires access to the API server/,
+    },
+    {
+      name: "token review without TLS",
+      args: () => ["serve", "--listen", "tcp://127.0.0.1:0", "--listen-token-review", AGENT_USER],
+      want: /flag --listen-token-review: requires TLS/,
+    },
+    {
+      name: "TLS flags with only a unix socket to serve",
+      args: () => [
+        "serve",
+        "--input",
+        input,
+        "--listen",
+        `unix://${f("x.sock")}`,
+        "--listen-tls-crt",
+        f("brain.crt"),
+        "--listen-tls-key",
+        f("brain.key"),
+      ],
+      want: /flag --listen-tls-crt: no tcp:\/\/ --listen/,
+    },
+    {
+      name: "an agent in plaintext to a brain off loopback",
+      args: () => ["local", "--api", "tcp://192.0.2.10:12090", "--node-name", "node-1"],
+      want: /flag --api: "tcp:\/\/192.0.2.10:12090" is not a loopback address: connect with TLS/,
+    },
+    {
+      name: "an agent's token file that does not exist",
+      args: () => ["local", "--api", "tcp://192.0.2.10:12090", "--token-file", f("nope"), "--node-name", "node-1"],
+      want: /flag --token-file: .*nope: cannot read: ENOENT/,
+    },
+    {
+      name: "a sidecar's client certificate without its key",
+      args: () => ["backend", "--api", "tcp://127.0.0.1:1", "--tls-crt", f("agent.crt"), "--backend", "nft", "--dry-run"],
+      want: /flag --tls-key: required with --tls-crt/,
+    },
   ];
   for (const c of cases) {
     test(c.name, async () => {

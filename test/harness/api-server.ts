@@ -56,18 +56,44 @@ export function makeTestCert(dir: string, opts: { san?: string; name?: string; d
   const { san = "IP:127.0.0.1", name = "server", days = 1 } = opts;
   const key = join(dir, `${name}.key`);
   const cert = join(dir, `${name}.crt`);
-  execFileSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", String(Math.max(days, 1)),
-    "-keyout", key, "-out", cert, "-subj", `/CN=${san.replace(/^\w+:/, "")}`,
-    "-addext", `subjectAltName=${san}`, "-addext", "basicConstraints=critical,CA:TRUE",
-  ], { stdio: "ignore" });
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-days",
+      String(Math.max(days, 1)),
+      "-keyout",
+      key,
+      "-out",
+      cert,
+      "-subj",
+      `/CN=${san.replace(/^\w+:/, "")}`,
+      "-addext",
+      `subjectAltName=${san}`,
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+    ],
+    { stdio: "ignore" },
+  );
   // `req` takes no negative validity; signing the certificate again does, and keeps its extensions.
   if (days < 1) execFileSync("openssl", ["x509", "-in", cert, "-signkey", key, "-days", String(days), "-out", cert], { stdio: "ignore" });
   return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8") };
 }
 
 /** A client certificate for `cn`, signed by `ca` (a makeTestCert certificate); files `name`.crt/.key in `dir`; `days` -1 makes one already expired. */
-export function makeClientCert(dir: string, ca: TestCert, cn: string, name = "client", days = 1): TestCert & { certFile: string; keyFile: string } {
+export function makeClientCert(
+  dir: string,
+  ca: TestCert,
+  cn: string,
+  name = "client",
+  days = 1,
+): TestCert & { certFile: string; keyFile: string } {
   const key = join(dir, `${name}.key`);
   const cert = join(dir, `${name}.crt`);
   const csr = join(dir, `${name}.csr`);
@@ -77,8 +103,16 @@ export function makeClientCert(dir: string, ca: TestCert, cn: string, name = "cl
   writeFileSync(caCert, ca.cert);
   writeFileSync(caKey, ca.key);
   writeFileSync(ext, "extendedKeyUsage=clientAuth\n");
-  execFileSync("openssl", ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", csr, "-subj", `/CN=${cn}`], { stdio: "ignore" });
-  execFileSync("openssl", ["x509", "-req", "-in", csr, "-CA", caCert, "-CAkey", caKey, "-CAcreateserial", "-days", String(days), "-out", cert, "-extfile", ext], { stdio: "ignore" });
+  execFileSync(
+    "openssl",
+    ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", csr, "-subj", `/CN=${cn}`],
+    { stdio: "ignore" },
+  );
+  execFileSync(
+    "openssl",
+    ["x509", "-req", "-in", csr, "-CA", caCert, "-CAkey", caKey, "-CAcreateserial", "-days", String(days), "-out", cert, "-extfile", ext],
+    { stdio: "ignore" },
+  );
   return { cert: readFileSync(cert, "utf8"), key: readFileSync(key, "utf8"), certFile: cert, keyFile: key };
 }
 
@@ -89,7 +123,10 @@ export interface ServerAuth {
   basic?: { username: string; password: string };
 }
 
-type Obj = Record<string, unknown> & { kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string } };
+type Obj = Record<string, unknown> & {
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; resourceVersion?: string };
+};
 
 const resources: Record<string, { kind: string; apiVersion: string; namespaced: boolean }> = {
   "/api/v1/services": { kind: "Service", apiVersion: "v1", namespaced: true },
@@ -149,15 +186,19 @@ export function eventsV1Errors(ev: Record<string, unknown>, namespace: string): 
   const str = (k: string) => (typeof ev[k] === "string" ? (ev[k] as string) : "");
   const meta = (ev.metadata ?? {}) as { name?: string };
   const regarding = (ev.regarding ?? {}) as { namespace?: string };
-  if (!meta.name || meta.name.length > 253 || !dnsSubdomain.test(meta.name)) errs.push(`metadata.name: Invalid value: "${meta.name ?? ""}"`);
+  if (!meta.name || meta.name.length > 253 || !dnsSubdomain.test(meta.name))
+    errs.push(`metadata.name: Invalid value: "${meta.name ?? ""}"`);
   if (!microTime.test(str("eventTime"))) errs.push("eventTime: Required value");
   if (str("type") !== "Normal" && str("type") !== "Warning") errs.push(`type: Invalid value: has invalid value: ${str("type")}`);
   for (const k of ["deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount"]) {
-    if (ev[k] !== undefined && ev[k] !== null && ev[k] !== 0 && !(typeof ev[k] === "object" && Object.keys(ev[k] as object).length === 0)) errs.push(`${k}: Invalid value: needs to be unset`);
+    if (ev[k] !== undefined && ev[k] !== null && ev[k] !== 0 && !(typeof ev[k] === "object" && Object.keys(ev[k] as object).length === 0))
+      errs.push(`${k}: Invalid value: needs to be unset`);
   }
   // A cluster-scoped object's events live in "default" or "kube-system".
-  if (!regarding.namespace && namespace !== "default" && namespace !== "kube-system") errs.push("regarding.namespace: Invalid value: does not match event.namespace");
-  if (!qualifiedName.test(str("reportingController"))) errs.push(`reportingController: Invalid value: "${str("reportingController")}": must be a qualified name`);
+  if (!regarding.namespace && namespace !== "default" && namespace !== "kube-system")
+    errs.push("regarding.namespace: Invalid value: does not match event.namespace");
+  if (!qualifiedName.test(str("reportingController")))
+    errs.push(`reportingController: Invalid value: "${str("reportingController")}": must be a qualified name`);
   for (const k of ["reportingInstance", "action", "reason"]) {
     if (!str(k)) errs.push(`${k}: Required value`);
     else if (str(k).length > 128) errs.push(`${k}: Invalid value: can have at most 128 characters`);
@@ -168,22 +209,31 @@ export function eventsV1Errors(ev: Record<string, unknown>, namespace: string): 
 
 /** `a`, `!a`, `a=b`, `a==b`, `a!=b`, comma-separated (the forms kube-proxy uses, and a few more). */
 export function labelMatcher(selector: string): (labels: Record<string, string>) => boolean {
-  const reqs = selector.split(",").map((s) => s.trim()).filter(Boolean).map((r) => {
-    let m: RegExpExecArray | null;
-    if ((m = /^!([^=!]+)$/.exec(r))) return (l: Record<string, string>) => !(m![1] in l);
-    if ((m = /^([^=!]+)!=(.*)$/.exec(r))) return (l: Record<string, string>) => l[m![1]] !== m![2];
-    if ((m = /^([^=!]+)==?(.*)$/.exec(r))) return (l: Record<string, string>) => l[m![1]] === m![2];
-    return (l: Record<string, string>) => r in l;
-  });
+  const reqs = selector
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((r) => {
+      let m: RegExpExecArray | null;
+      if ((m = /^!([^=!]+)$/.exec(r))) return (l: Record<string, string>) => !(m![1] in l);
+      if ((m = /^([^=!]+)!=(.*)$/.exec(r))) return (l: Record<string, string>) => l[m![1]] !== m![2];
+      if ((m = /^([^=!]+)==?(.*)$/.exec(r))) return (l: Record<string, string>) => l[m![1]] === m![2];
+      return (l: Record<string, string>) => r in l;
+    });
   return (labels) => reqs.every((f) => f(labels));
 }
 
 function fieldMatcher(selector: string): (o: Obj) => boolean {
-  const reqs = selector.split(",").map((s) => s.trim()).filter(Boolean).map((r) => {
-    const [k, v] = r.split("=");
-    const get = (o: Obj) => (k === "metadata.name" ? o.metadata.name : k === "metadata.namespace" ? (o.metadata.namespace ?? "") : undefined);
-    return (o: Obj) => get(o) === v;
-  });
+  const reqs = selector
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((r) => {
+      const [k, v] = r.split("=");
+      const get = (o: Obj) =>
+        k === "metadata.name" ? o.metadata.name : k === "metadata.namespace" ? (o.metadata.namespace ?? "") : undefined;
+      return (o: Obj) => get(o) === v;
+    });
   return (o) => reqs.every((f) => f(o));
 }
 
@@ -380,7 +430,8 @@ export class FakeApiServer {
     if (ev.obj.kind !== w.kind || ev.rv <= w.rv) return;
     const now = ev.type !== "DELETED" && w.matches(ev.obj);
     const before = ev.prev !== undefined && w.matches(ev.prev);
-    const type = ev.type === "DELETED" ? (before ? "DELETED" : null) : now && before ? "MODIFIED" : now ? "ADDED" : before ? "DELETED" : null;
+    const type =
+      ev.type === "DELETED" ? (before ? "DELETED" : null) : now && before ? "MODIFIED" : now ? "ADDED" : before ? "DELETED" : null;
     w.rv = ev.rv;
     if (type) this.send(w, type, wire(ev.obj), type === "DELETED" ? undefined : keyOf(ev.obj));
   }
@@ -429,7 +480,15 @@ export class FakeApiServer {
     const clientCert = !!this.auth.clientCA && (req.socket as TLSSocket).authorized === true;
     const authorization = req.headers.authorization;
     const accept = req.headers.accept;
-    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query, watch, ...(authorization ? { authorization } : {}), ...(accept ? { accept } : {}), clientCert });
+    this.requests.push({
+      method: req.method ?? "GET",
+      path: url.pathname,
+      query,
+      watch,
+      ...(authorization ? { authorization } : {}),
+      ...(accept ? { accept } : {}),
+      clientCert,
+    });
     const at = this.failures.findIndex((f) => (!f.path || f.path === url.pathname) && (!f.continued || !!query.continue));
     if (at >= 0) {
       const [failure] = this.failures.splice(at, 1);
@@ -443,7 +502,8 @@ export class FakeApiServer {
     const one = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
     if (one && req.method === "GET") return this.getNode(decodeURIComponent(one[1]), res, protobuf);
     const resource = resources[url.pathname];
-    if (!resource || req.method !== "GET") return status(res, 404, "NotFound", "the server could not find the requested resource", protobuf);
+    if (!resource || req.method !== "GET")
+      return status(res, 404, "NotFound", "the server could not find the requested resource", protobuf);
     const labels = labelMatcher(query.labelSelector ?? "");
     const fields = fieldMatcher(query.fieldSelector ?? "");
     const matches = (o: Obj) => labels(o.metadata.labels ?? {}) && fields(o);
@@ -501,7 +561,12 @@ export class FakeApiServer {
       record(this.eventReply);
       if (this.eventReply !== 403) return status(res, this.eventReply, "InternalError", "injected failure");
       const g = group === "v1" ? "" : "events.k8s.io";
-      return status(res, 403, "Forbidden", `events${g ? `.${g}` : ""} is forbidden: User "system:serviceaccount:kube-system:kpng" cannot create resource "events" in API group "${g}" in the namespace "${namespace}"`);
+      return status(
+        res,
+        403,
+        "Forbidden",
+        `events${g ? `.${g}` : ""} is forbidden: User "system:serviceaccount:kube-system:kpng" cannot create resource "events" in API group "${g}" in the namespace "${namespace}"`,
+      );
     }
     const meta = (body.metadata ?? {}) as { name?: string; namespace?: string };
     if (meta.namespace && meta.namespace !== namespace) {
@@ -515,10 +580,24 @@ export class FakeApiServer {
     }
     record(201);
     res.writeHead(201, { "Content-Type": "application/json" });
-    res.end(JSON.stringify({ ...body, apiVersion: group, kind: "Event", metadata: { ...meta, namespace, uid: crypto.randomUUID(), resourceVersion: String(++this.rv) } }));
+    res.end(
+      JSON.stringify({
+        ...body,
+        apiVersion: group,
+        kind: "Event",
+        metadata: { ...meta, namespace, uid: crypto.randomUUID(), resourceVersion: String(++this.rv) },
+      }),
+    );
   }
 
-  private list(kind: string, apiVersion: string, matches: (o: Obj) => boolean, q: Record<string, string>, res: ServerResponse, protobuf: boolean) {
+  private list(
+    kind: string,
+    apiVersion: string,
+    matches: (o: Obj) => boolean,
+    q: Record<string, string>,
+    res: ServerResponse,
+    protobuf: boolean,
+  ) {
     const fail = (code: number, reason: string, message: string) => status(res, code, reason, message, protobuf);
     let after = "";
     let rv = this.rv;
@@ -526,12 +605,18 @@ export class FakeApiServer {
     if (q.continue) {
       if (q.resourceVersion) return fail(400, "BadRequest", "specifying resource version is not allowed when using continue");
       const token = JSON.parse(Buffer.from(q.continue, "base64").toString()) as { rv: number; after: string };
-      if (token.rv < this.compactedTo) return fail(410, "Expired", "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.");
+      if (token.rv < this.compactedTo)
+        return fail(
+          410,
+          "Expired",
+          "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        );
       ({ after, rv } = token);
     } else {
       const asked = q.resourceVersion ?? "";
       const n = Number(asked);
-      const exact = q.resourceVersionMatch === "Exact" || (!q.resourceVersionMatch && Number.isFinite(limit) && asked !== "" && asked !== "0");
+      const exact =
+        q.resourceVersionMatch === "Exact" || (!q.resourceVersionMatch && Number.isFinite(limit) && asked !== "" && asked !== "0");
       if (asked === "0" && !exact) {
         // Any state will do: the watch cache answers with what it holds, in one piece (it ignores limit).
         if (this.watchCache) limit = Infinity;
@@ -584,8 +669,12 @@ export class FakeApiServer {
     const streamed = q.sendInitialEvents === "true";
     if (streamed) {
       const invalid = (why: string) => status(res, 422, "Invalid", `ListOptions.meta.k8s.io "" is invalid: ${why}`, protobuf);
-      if (!this.watchList) return invalid("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled");
-      if (q.resourceVersionMatch !== "NotOlderThan") return invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+      if (!this.watchList)
+        return invalid(
+          "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        );
+      if (q.resourceVersionMatch !== "NotOlderThan")
+        return invalid("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
       if (!w.bookmarks) return invalid("allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true");
       if (from > this.rv) return status(res, 504, "Timeout", `Too large resource version: ${from}, current: ${this.rv}`, protobuf);
     }
@@ -618,7 +707,11 @@ export class FakeApiServer {
       w.rv = this.rv;
       if (streamed) {
         const apiVersion = Object.values(resources).find((r) => r.kind === kind)!.apiVersion;
-        this.send(w, "BOOKMARK", { kind, apiVersion, metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } } });
+        this.send(w, "BOOKMARK", {
+          kind,
+          apiVersion,
+          metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } },
+        });
       }
       this.listMs += performance.now() - t0;
     } else for (const ev of this.history) this.deliver(w, ev);

@@ -28,7 +28,10 @@ export interface KpngProcess {
 }
 
 /** `wrap` goes in front of the command, e.g. `ip netns exec NS` (which execs kpng: the pid is kpng's). */
-export function startKpng(args: string[], opts: { bin?: string; env?: Record<string, string>; stdin?: "pipe" | "ignore"; wrap?: string[] } = {}): KpngProcess {
+export function startKpng(
+  args: string[],
+  opts: { bin?: string; env?: Record<string, string>; stdin?: "pipe" | "ignore"; wrap?: string[] } = {},
+): KpngProcess {
   const proc = Bun.spawn([...(opts.wrap ?? []), ...kpngCommand(opts.bin), ...args], {
     cwd: ROOT,
     stdin: opts.stdin ?? "ignore",
@@ -67,7 +70,8 @@ export function startKpng(args: string[], opts: { bin?: string; env?: Record<str
       const v2 = check();
       if (v2 !== undefined) return v2;
       if (exited) throw new Error(`kpng exited (${proc.exitCode}) before ${what}\nstderr:\n${stderr.join("\n")}`);
-      if (Date.now() > deadline) throw new Error(`timeout waiting for ${what}\nstdout:\n${stdout.slice(-20).join("\n")}\nstderr:\n${stderr.slice(-20).join("\n")}`);
+      if (Date.now() > deadline)
+        throw new Error(`timeout waiting for ${what}\nstdout:\n${stdout.slice(-20).join("\n")}\nstderr:\n${stderr.slice(-20).join("\n")}`);
       await new Promise<void>((r) => {
         notify = r;
         setTimeout(r, 50);
@@ -80,10 +84,14 @@ export function startKpng(args: string[], opts: { bin?: string; env?: Record<str
     stderr,
     waitFor: (re, timeoutMs = 10_000) => until(() => [...stdout, ...stderr].find((l) => re.test(l)), String(re), timeoutMs),
     waitForCount: (re, n, timeoutMs = 10_000) =>
-      until(() => {
-        const m = stdout.filter((l) => re.test(l));
-        return m.length >= n ? m : undefined;
-      }, `${n} lines matching ${re}`, timeoutMs),
+      until(
+        () => {
+          const m = stdout.filter((l) => re.test(l));
+          return m.length >= n ? m : undefined;
+        },
+        `${n} lines matching ${re}`,
+        timeoutMs,
+      ),
     async stop(signal = "SIGTERM") {
       if (!exited) proc.kill(signal);
       return proc.exited;

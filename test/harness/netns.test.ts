@@ -45,7 +45,11 @@ describe("netns topology", () => {
     });
 
   test("a dropped packet times out", async () => {
-    await topo.exec(topo.node.ns, ["nft", "-f", "-"], "table ip drop_test {\n chain f {\n type filter hook forward priority 0; tcp dport 8080 drop\n }\n}\n");
+    await topo.exec(
+      topo.node.ns,
+      ["nft", "-f", "-"],
+      "table ip drop_test {\n chain f {\n type filter hook forward priority 0; tcp dport 8080 drop\n }\n}\n",
+    );
     try {
       const r = await topo.probe(topo.client.ns, { ip: topo.pods[0].v4, port: 8080, timeout: 0.3 });
       expect(r).toMatchObject({ ok: false, error: "timeout" });
@@ -56,7 +60,11 @@ describe("netns topology", () => {
 
   test("a fixed source port keeps one UDP conntrack flow", async () => {
     // conntrack only tracks a namespace once a ruleset there uses it
-    await topo.exec(topo.node.ns, ["nft", "-f", "-"], "table ip ct_test {\n chain f {\n type filter hook forward priority 0; ct state new counter\n }\n}\n");
+    await topo.exec(
+      topo.node.ns,
+      ["nft", "-f", "-"],
+      "table ip ct_test {\n chain f {\n type filter hook forward priority 0; ct state new counter\n }\n}\n",
+    );
     try {
       const [a, b] = await topo.probeMany(topo.client.ns, [
         { ip: topo.pods[0].v4, port: 5353, proto: "udp", sport: 40123 },

@@ -192,11 +192,14 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
     async serve(pod, ports) {
       await stopServer(pod);
       const specs = (["tcp", "udp", "sctp"] as const).flatMap((p) => (ports[p] ?? []).map((n) => `${p}:${n}`));
-      const p = Bun.spawn(["ip", "netns", "exec", pod.ns, await pythonPath(), "-u", "-S", join(here, "echo_server.py"), pod.name, ...specs], {
-        cwd: here,
-        stdout: "pipe",
-        stderr: "inherit",
-      });
+      const p = Bun.spawn(
+        ["ip", "netns", "exec", pod.ns, await pythonPath(), "-u", "-S", join(here, "echo_server.py"), pod.name, ...specs],
+        {
+          cwd: here,
+          stdout: "pipe",
+          stderr: "inherit",
+        },
+      );
       servers.set(pod.ns, p);
       if (!(await saidReady(p.stdout))) {
         await stopServer(pod);
@@ -299,8 +302,17 @@ export interface ProbeRun {
  * first round is done; `stop()` ends it and tells how many connections it made
  * and which failed.
  */
-export async function startProbeLoop(wrap: (argv: string[]) => string[], probes: Probe[], pauseMs: number): Promise<{ stop(): Promise<ProbeRun> }> {
-  const p = Bun.spawn(wrap([await pythonPath(), "-u", "-S", join(here, "probe_loop.py")]), { cwd: here, stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+export async function startProbeLoop(
+  wrap: (argv: string[]) => string[],
+  probes: Probe[],
+  pauseMs: number,
+): Promise<{ stop(): Promise<ProbeRun> }> {
+  const p = Bun.spawn(wrap([await pythonPath(), "-u", "-S", join(here, "probe_loop.py")]), {
+    cwd: here,
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "inherit",
+  });
   p.stdin.write(JSON.stringify({ probes, pauseMs }) + "\n");
   await p.stdin.flush();
   const reader = p.stdout.getReader();

@@ -95,7 +95,11 @@ function service(w: Writer, o: Obj) {
         x.str(1, p.name ?? "");
         x.str(2, p.protocol ?? "");
         x.int(3, p.port ?? 0);
-        x.msg(4, (t) => (typeof p.targetPort === "string" ? (t.int(1, 1), t.int(2, 0), t.str(3, p.targetPort)) : (t.int(1, 0), t.int(2, p.targetPort ?? 0), t.str(3, ""))));
+        x.msg(4, (t) =>
+          typeof p.targetPort === "string"
+            ? (t.int(1, 1), t.int(2, 0), t.str(3, p.targetPort))
+            : (t.int(1, 0), t.int(2, p.targetPort ?? 0), t.str(3, "")),
+        );
         x.int(5, p.nodePort ?? 0);
         x.optStr(6, p.appProtocol);
       });
@@ -110,7 +114,11 @@ function service(w: Writer, o: Obj) {
     s.str(11, spec.externalTrafficPolicy ?? "");
     s.int(12, spec.healthCheckNodePort ?? 0);
     s.bool(13, !!spec.publishNotReadyAddresses);
-    if (spec.sessionAffinityConfig) s.msg(14, (c) => spec.sessionAffinityConfig.clientIP && c.msg(1, (x) => x.optInt(1, spec.sessionAffinityConfig.clientIP.timeoutSeconds)));
+    if (spec.sessionAffinityConfig)
+      s.msg(
+        14,
+        (c) => spec.sessionAffinityConfig.clientIP && c.msg(1, (x) => x.optInt(1, spec.sessionAffinityConfig.clientIP.timeoutSeconds)),
+      );
     s.optStr(17, spec.ipFamilyPolicy);
     s.strs(18, spec.clusterIPs);
     s.strs(19, spec.ipFamilies);
@@ -118,7 +126,8 @@ function service(w: Writer, o: Obj) {
   });
   w.msg(3, (st) =>
     st.msg(1, (lb) => {
-      for (const i of o.status?.loadBalancer?.ingress ?? []) lb.msg(1, (x) => (x.str(1, i.ip ?? ""), x.str(2, i.hostname ?? ""), x.optStr(3, i.ipMode)));
+      for (const i of o.status?.loadBalancer?.ingress ?? [])
+        lb.msg(1, (x) => (x.str(1, i.ip ?? ""), x.str(2, i.hostname ?? ""), x.optStr(3, i.ipMode)));
     }),
   );
 }
@@ -130,7 +139,16 @@ function endpointSlice(w: Writer, o: Obj) {
       x.strs(1, e.addresses);
       x.msg(2, (c) => (c.optBool(1, e.conditions?.ready), c.optBool(2, e.conditions?.serving), c.optBool(3, e.conditions?.terminating)));
       x.optStr(3, e.hostname);
-      if (e.targetRef) x.msg(4, (r) => (r.str(1, e.targetRef.kind ?? ""), r.str(2, e.targetRef.namespace ?? ""), r.str(3, e.targetRef.name ?? ""), r.str(4, e.targetRef.uid ?? "")));
+      if (e.targetRef)
+        x.msg(
+          4,
+          (r) => (
+            r.str(1, e.targetRef.kind ?? ""),
+            r.str(2, e.targetRef.namespace ?? ""),
+            r.str(3, e.targetRef.name ?? ""),
+            r.str(4, e.targetRef.uid ?? "")
+          ),
+        );
       x.optStr(6, e.nodeName);
       x.optStr(7, e.zone);
       if (e.hints)
@@ -139,7 +157,13 @@ function endpointSlice(w: Writer, o: Obj) {
           for (const n of e.hints.forNodes ?? []) h.msg(2, (f) => f.str(1, n.name));
         });
     });
-  for (const p of o.ports ?? []) w.msg(3, (x) => (x.optStr(1, p.name ?? undefined), x.optStr(2, p.protocol ?? undefined), x.optInt(3, p.port ?? undefined), x.optStr(4, p.appProtocol)));
+  for (const p of o.ports ?? [])
+    w.msg(
+      3,
+      (x) => (
+        x.optStr(1, p.name ?? undefined), x.optStr(2, p.protocol ?? undefined), x.optInt(3, p.port ?? undefined), x.optStr(4, p.appProtocol)
+      ),
+    );
   w.str(4, o.addressType ?? "");
 }
 
@@ -166,8 +190,19 @@ function status(w: Writer, o: Obj) {
   w.int(6, o.code ?? 0);
 }
 
-const encoders: Record<string, (w: Writer, o: Obj) => void> = { Service: service, EndpointSlice: endpointSlice, Node: node, Status: status };
-const apiVersions: Record<string, string> = { Service: "v1", EndpointSlice: "discovery.k8s.io/v1", Node: "v1", Status: "v1", WatchEvent: "meta.k8s.io/v1" };
+const encoders: Record<string, (w: Writer, o: Obj) => void> = {
+  Service: service,
+  EndpointSlice: endpointSlice,
+  Node: node,
+  Status: status,
+};
+const apiVersions: Record<string, string> = {
+  Service: "v1",
+  EndpointSlice: "discovery.k8s.io/v1",
+  Node: "v1",
+  Status: "v1",
+  WatchEvent: "meta.k8s.io/v1",
+};
 
 /** a length-delimited field's head: key and length */
 function head(field: number, length: number): Uint8Array {
@@ -185,7 +220,13 @@ function body(kind: string, raw: Uint8Array[]): Uint8Array {
   tail.str(3, "");
   tail.str(4, "");
   const length = raw.reduce((n, r) => n + r.length, 0);
-  return Buffer.concat([Uint8Array.of(0x6b, 0x38, 0x73, 0x00), Uint8Array.from(typeMeta.bytes), head(2, length), ...raw, Uint8Array.from(tail.bytes)]);
+  return Buffer.concat([
+    Uint8Array.of(0x6b, 0x38, 0x73, 0x00),
+    Uint8Array.from(typeMeta.bytes),
+    head(2, length),
+    ...raw,
+    Uint8Array.from(tail.bytes),
+  ]);
 }
 
 /** One object's message bytes (no envelope): what a List holds as an item, and what the server keeps per object. */

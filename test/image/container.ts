@@ -52,11 +52,46 @@ export interface PodSpec {
 
 // Linux 6.x's capabilities, by bit number.
 const CAPS = [
-  "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
-  "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER",
-  "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE",
-  "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP",
-  "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+  "CHOWN",
+  "DAC_OVERRIDE",
+  "DAC_READ_SEARCH",
+  "FOWNER",
+  "FSETID",
+  "KILL",
+  "SETGID",
+  "SETUID",
+  "SETPCAP",
+  "LINUX_IMMUTABLE",
+  "NET_BIND_SERVICE",
+  "NET_BROADCAST",
+  "NET_ADMIN",
+  "NET_RAW",
+  "IPC_LOCK",
+  "IPC_OWNER",
+  "SYS_MODULE",
+  "SYS_RAWIO",
+  "SYS_CHROOT",
+  "SYS_PTRACE",
+  "SYS_PACCT",
+  "SYS_ADMIN",
+  "SYS_BOOT",
+  "SYS_NICE",
+  "SYS_RESOURCE",
+  "SYS_TIME",
+  "SYS_TTY_CONFIG",
+  "MKNOD",
+  "LEASE",
+  "AUDIT_WRITE",
+  "AUDIT_CONTROL",
+  "SETFCAP",
+  "MAC_OVERRIDE",
+  "MAC_ADMIN",
+  "SYSLOG",
+  "WAKE_ALARM",
+  "BLOCK_SUSPEND",
+  "AUDIT_READ",
+  "PERFMON",
+  "BPF",
   "CHECKPOINT_RESTORE",
 ].map((c) => `CAP_${c}`);
 
@@ -79,15 +114,27 @@ export function podRuntimeConfig(base: RuntimeConfig, spec: PodSpec): RuntimeCon
   c.process.env = [...c.process.env.filter((e) => !e.startsWith("TERM=")), ...Object.entries(spec.env ?? {}).map(([k, v]) => `${k}=${v}`)];
   c.process.terminal = false;
   c.process.noNewPrivileges = false;
-  c.process.capabilities = Object.fromEntries(["bounding", "effective", "inheritable", "permitted", "ambient"].map((k) => [k, [...(spec.capabilities ?? [])]]));
-  c.linux.namespaces = c.linux.namespaces.map((n) => (n.type === "network" ? { type: "network", path: `/var/run/netns/${spec.netns}` } : n));
+  c.process.capabilities = Object.fromEntries(
+    ["bounding", "effective", "inheritable", "permitted", "ambient"].map((k) => [k, [...(spec.capabilities ?? [])]]),
+  );
+  c.linux.namespaces = c.linux.namespaces.map((n) =>
+    n.type === "network" ? { type: "network", path: `/var/run/netns/${spec.netns}` } : n,
+  );
   // privileged: nothing masked or read-only, every device, no seccomp
   c.linux.maskedPaths = [];
   c.linux.readonlyPaths = [];
   delete c.linux.seccomp;
-  c.linux.resources = { ...c.linux.resources, devices: [{ allow: true, access: "rwm" }], ...(spec.memoryLimit ? { memory: { limit: spec.memoryLimit } } : {}) };
+  c.linux.resources = {
+    ...c.linux.resources,
+    devices: [{ allow: true, access: "rwm" }],
+    ...(spec.memoryLimit ? { memory: { limit: spec.memoryLimit } } : {}),
+  };
   if (spec.cgroup) c.linux.cgroupsPath = spec.cgroup;
-  c.mounts = c.mounts.map((m) => (m.destination === "/sys" || m.destination === "/sys/fs/cgroup" ? { ...m, options: (m.options ?? []).filter((o) => o !== "ro").concat("rw") } : m));
+  c.mounts = c.mounts.map((m) =>
+    m.destination === "/sys" || m.destination === "/sys/fs/cgroup"
+      ? { ...m, options: (m.options ?? []).filter((o) => o !== "ro").concat("rw") }
+      : m,
+  );
   for (const m of spec.mounts ?? []) {
     c.mounts.push({ destination: m.destination, type: "bind", source: m.source, options: ["rbind", m.readonly ? "ro" : "rw"] });
   }
@@ -156,7 +203,10 @@ export async function runPod(bundle: string, base: RuntimeConfig, spec: PodSpec)
   const id = nextId();
   const root = await freshRoot(join(bundle, "rootfs"), id);
   const dir = join(root.path, "..");
-  writeFileSync(join(dir, "config.json"), JSON.stringify({ ...podRuntimeConfig(base, { capabilities: heldCapabilities(), ...spec }), root: { path: root.path } }, null, 1));
+  writeFileSync(
+    join(dir, "config.json"),
+    JSON.stringify({ ...podRuntimeConfig(base, { capabilities: heldCapabilities(), ...spec }), root: { path: root.path } }, null, 1),
+  );
   const proc = startKpng(["run", "--bundle", dir, id], { bin: "runc" });
   let removed = false;
   return {

@@ -48,7 +48,8 @@ async function buildImage(): Promise<{ layout: string; report: string } | { unre
 const started = Date.now();
 const built = await buildImage();
 const skip = "unreachable" in built;
-if (skip) console.warn(`\n${"!".repeat(72)}\n!!! test/image SKIPPED: the image cannot be built here: ${built.unreachable}\n${"!".repeat(72)}\n`);
+if (skip)
+  console.warn(`\n${"!".repeat(72)}\n!!! test/image SKIPPED: the image cannot be built here: ${built.unreachable}\n${"!".repeat(72)}\n`);
 else console.log(`test/image: ${built.report.replace("\n", "; ")} (built in ${((Date.now() - started) / 1000).toFixed(0)} s)`);
 const layout = skip ? "" : built.layout;
 const bundle = join(tmp.path, "bundle");
@@ -74,10 +75,24 @@ describe.skipIf(skip)("the image", () => {
 
   test("only what kpng runs: the backends' tools, their libraries, no package manager, shell tools or docs", async () => {
     const root = join(bundle, "rootfs");
-    for (const tool of ["nft", "iptables", "iptables-restore", "ip6tables-save", "iptables-legacy-restore", "iptables-nft-restore", "ipset", "ipvsadm", "conntrack", "ip", "sysctl", "mount"]) {
+    for (const tool of [
+      "nft",
+      "iptables",
+      "iptables-restore",
+      "ip6tables-save",
+      "iptables-legacy-restore",
+      "iptables-nft-restore",
+      "ipset",
+      "ipvsadm",
+      "conntrack",
+      "ip",
+      "sysctl",
+      "mount",
+    ]) {
       expect(existsSync(join(root, "usr/sbin", tool))).toBe(true);
     }
-    for (const absent of ["usr/bin/dpkg", "usr/bin/apt-get", "usr/bin/perl", "usr/bin/ls", "usr/share/doc", "var/lib/dpkg"]) expect(existsSync(join(root, absent))).toBe(false);
+    for (const absent of ["usr/bin/dpkg", "usr/bin/apt-get", "usr/bin/perl", "usr/bin/ls", "usr/share/doc", "var/lib/dpkg"])
+      expect(existsSync(join(root, absent))).toBe(false);
     // Everything but kpng's own binary: Debian's tools and libraries (deploy/README.md has the size).
     const all = Number((await run(["du", "-sb", root])).split("\t")[0]);
     const tools = all - statSync(join(root, "usr/local/bin/kpng")).size;
@@ -99,7 +114,11 @@ const wrapperCases: WrapperCase[] = [
   { name: "a host without rules: nft (upstream's default)", host: [], want: "nft" },
   { name: "kubelet's hint chain in iptables-nft: nft", host: [chain("nft", "mangle", "KUBE-IPTABLES-HINT")], want: "nft" },
   { name: "kubelet's hint chain in iptables-legacy: legacy", host: [chain("legacy", "mangle", "KUBE-IPTABLES-HINT")], want: "legacy" },
-  { name: "kubelet's older canary chain in iptables-legacy: legacy", host: [chain("legacy", "mangle", "KUBE-KUBELET-CANARY")], want: "legacy" },
+  {
+    name: "kubelet's older canary chain in iptables-legacy: legacy",
+    host: [chain("legacy", "mangle", "KUBE-KUBELET-CANARY")],
+    want: "legacy",
+  },
   {
     name: "no hint, kube-proxy's rules in iptables-legacy: legacy",
     host: [chain("legacy", "nat", "KUBE-SERVICES"), rule("legacy", "nat", "KUBE-SERVICES"), rule("legacy", "nat", "KUBE-SERVICES")],
@@ -107,12 +126,23 @@ const wrapperCases: WrapperCase[] = [
   },
   {
     name: "no hint, more rules in nft than in legacy: nft",
-    host: [chain("legacy", "nat", "KPNG-SERVICES"), rule("legacy", "nat", "KPNG-SERVICES"), chain("nft", "nat", "KUBE-SERVICES"), rule("nft", "nat", "KUBE-SERVICES"), rule("nft", "nat", "KUBE-SERVICES")],
+    host: [
+      chain("legacy", "nat", "KPNG-SERVICES"),
+      rule("legacy", "nat", "KPNG-SERVICES"),
+      chain("nft", "nat", "KUBE-SERVICES"),
+      rule("nft", "nat", "KUBE-SERVICES"),
+      rule("nft", "nat", "KUBE-SERVICES"),
+    ],
     want: "nft",
   },
   {
     name: "the hint beats the counts: hint in nft, more rules in legacy: nft",
-    host: [chain("nft", "mangle", "KUBE-IPTABLES-HINT"), chain("legacy", "nat", "KUBE-SERVICES"), rule("legacy", "nat", "KUBE-SERVICES"), rule("legacy", "nat", "KUBE-SERVICES")],
+    host: [
+      chain("nft", "mangle", "KUBE-IPTABLES-HINT"),
+      chain("legacy", "nat", "KUBE-SERVICES"),
+      rule("legacy", "nat", "KUBE-SERVICES"),
+      rule("legacy", "nat", "KUBE-SERVICES"),
+    ],
     want: "nft",
   },
 ];
@@ -127,11 +157,18 @@ describe.skipIf(skip)("iptables wrapper: iptables, iptables-save, iptables-resto
         for (const argv of c.host) await run(["ip", "netns", "exec", ns, ...argv]);
         // inside the image's root, with /proc (iptables-legacy reads its tables' names there)
         const inImage = (argv: string[], stdin?: string) =>
-          run(["ip", "netns", "exec", ns, "sh", "-c", `mount -t proc proc ${root.path}/proc && exec chroot ${root.path} "$@"`, "sh", ...argv], stdin);
+          run(
+            ["ip", "netns", "exec", ns, "sh", "-c", `mount -t proc proc ${root.path}/proc && exec chroot ${root.path} "$@"`, "sh", ...argv],
+            stdin,
+          );
         await inImage(["iptables-restore", "--noflush"], "*filter\n:KPNG-PROBE - [0:0]\n-A KPNG-PROBE -j RETURN\nCOMMIT\n");
         await inImage(["ip6tables", "-t", "filter", "-N", "KPNG-PROBE6"]);
-        const where = async (flavour: string, save: string) => (await run(["ip", "netns", "exec", ns, `${save}-${flavour}-save`, "-t", "filter"])).includes(":KPNG-PROBE");
-        const got = { legacy: [await where("legacy", "iptables"), await where("legacy", "ip6tables")], nft: [await where("nft", "iptables"), await where("nft", "ip6tables")] };
+        const where = async (flavour: string, save: string) =>
+          (await run(["ip", "netns", "exec", ns, `${save}-${flavour}-save`, "-t", "filter"])).includes(":KPNG-PROBE");
+        const got = {
+          legacy: [await where("legacy", "iptables"), await where("legacy", "ip6tables")],
+          nft: [await where("nft", "iptables"), await where("nft", "ip6tables")],
+        };
         const other = c.want === "nft" ? "legacy" : "nft";
         expect({ [c.want]: got[c.want], [other]: got[other] }).toEqual({ [c.want]: [true, true], [other]: [false, false] });
         // and iptables-save shows what was written
@@ -155,7 +192,8 @@ const mebibytes = (q: string) => Number(/^(\d+)Mi$/.exec(q)![1]) * 2 ** 20;
 function memoryLimitOf(pid: number): number {
   const cgroups = readFileSync(`/proc/${pid}/cgroup`, "utf8");
   const v1 = /^\d+:memory:(.*)$/m.exec(cgroups)?.[1];
-  const file = v1 !== undefined ? `/sys/fs/cgroup/memory${v1}/memory.limit_in_bytes` : `/sys/fs/cgroup${/^0::(.*)$/m.exec(cgroups)![1]}/memory.max`;
+  const file =
+    v1 !== undefined ? `/sys/fs/cgroup/memory${v1}/memory.limit_in_bytes` : `/sys/fs/cgroup${/^0::(.*)$/m.exec(cgroups)![1]}/memory.max`;
   return Number(readFileSync(file, "utf8").trim());
 }
 
@@ -285,7 +323,10 @@ const podCases: PodCase[] = [
     },
   },
   // kubeadm's own, every field as kubeadm writes it (mode "" included): read as it is
-  { name: "kubeadm's kube-proxy ConfigMap as kubeadm writes it", opts: { configConf: readFileSync(join(ROOT, "test/config/golden/kubeadm.v1alpha1.yaml"), "utf8") } },
+  {
+    name: "kubeadm's kube-proxy ConfigMap as kubeadm writes it",
+    opts: { configConf: readFileSync(join(ROOT, "test/config/golden/kubeadm.v1alpha1.yaml"), "utf8") },
+  },
   iptablesHost("legacy"),
   iptablesHost("nft"),
 ];

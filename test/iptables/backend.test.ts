@@ -9,7 +9,14 @@ import { bulkPreamble, bulkThreshold, printRestore, Transaction } from "../../pl
 import { hashName, maxChainName, serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
 
-const web = svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80 }, { name: "dns", protocol: "UDP", port: 53 }] });
+const web = svc({
+  name: "web",
+  clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)],
+  ports: [
+    { name: "http", port: 80 },
+    { name: "dns", protocol: "UDP", port: 53 },
+  ],
+});
 const pod = (i: number) => ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080, dns: 5353 } });
 
 function backend(reply?: (c: RecordedCall) => string, opts: { dryRun?: boolean; now?: () => number; fullSyncPeriodMs?: number } = {}) {
@@ -32,7 +39,10 @@ describe("iptables backend life cycle", () => {
     // the hairpin set created first (the restore's KPNG-POSTROUTING rule names it), filled alongside the restore
     const sequence = ["iptables-save", "ipset", "iptables-restore", "ipset", "ip6tables-save", "ipset", "ip6tables-restore", "ipset"];
     expect(argv0(rec).filter((a) => a !== "conntrack")).toEqual(sequence);
-    expect(rec.calls[1]).toEqual({ argv: ["ipset", "restore"], stdin: "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet maxelem 1048576 -exist\n" });
+    expect(rec.calls[1]).toEqual({
+      argv: ["ipset", "restore"],
+      stdin: "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet maxelem 1048576 -exist\n",
+    });
     expect(rec.calls[3].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
     expect(rec.calls[5].stdin).toContain("create KPNG-HAIRPIN-V6 hash:ip,port,ip family inet6 ");
     expect(rec.calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
@@ -133,7 +143,9 @@ describe("iptables backend life cycle", () => {
     expect(nat).toContain(":KPNG-SVC-OLDOLDOLDOLDOLDO - [0:0]");
     expect(nat).toContain("-X KPNG-SVC-OLDOLDOLDOLDOLDO");
     // one of the two identical jumps goes, the other stays; the stale one goes
-    expect(nat.split("\n").filter((l) => l.startsWith("-D PREROUTING"))).toEqual(['-D PREROUTING -m comment --comment "kpng service portals" -j KPNG-SERVICES']);
+    expect(nat.split("\n").filter((l) => l.startsWith("-D PREROUTING"))).toEqual([
+      '-D PREROUTING -m comment --comment "kpng service portals" -j KPNG-SERVICES',
+    ]);
     expect(nat).toContain("-D OUTPUT -j KPNG-OLD-JUMP");
     expect(nat).not.toMatch(/-I PREROUTING/);
     expect(nat).toMatch(/-I OUTPUT 1 .* -j KPNG-SERVICES/);
@@ -155,15 +167,32 @@ describe("iptables backend life cycle", () => {
   });
 
   test("cleanup removes the jumps and chains iptables-save shows, nothing else", async () => {
-    const save = ["*filter", ":INPUT ACCEPT [0:0]", ":KPNG-FIREWALL - [0:0]", '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL', "-A INPUT -j ACCEPT", "COMMIT"].join("\n");
+    const save = [
+      "*filter",
+      ":INPUT ACCEPT [0:0]",
+      ":KPNG-FIREWALL - [0:0]",
+      '-A INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL',
+      "-A INPUT -j ACCEPT",
+      "COMMIT",
+    ].join("\n");
     const { b, rec } = backend(({ argv }) => (argv[0] === "iptables-save" ? save : ""));
     await b.cleanup();
     expect(rec.restores("v4")[0]).toBe(
-      ["*filter", '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL', ":KPNG-FIREWALL - [0:0]", "-X KPNG-FIREWALL", "COMMIT", ""].join("\n"),
+      [
+        "*filter",
+        '-D INPUT -m conntrack --ctstate NEW -m comment --comment "kpng load balancer firewall" -j KPNG-FIREWALL',
+        ":KPNG-FIREWALL - [0:0]",
+        "-X KPNG-FIREWALL",
+        "COMMIT",
+        "",
+      ].join("\n"),
     );
     expect(rec.restores("v6")).toEqual([]); // nothing of kpng's in ip6tables-save
     // the hairpin sets go after the rules that matched them
-    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin)).toEqual(["destroy KPNG-HAIRPIN-V4\n", "destroy KPNG-HAIRPIN-V6\n"]);
+    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin)).toEqual([
+      "destroy KPNG-HAIRPIN-V4\n",
+      "destroy KPNG-HAIRPIN-V6\n",
+    ]);
   });
 
   test("setup where ipset does not work (program or kernel module missing): a warning, and every endpoint gets a SEP chain (upstream's layout); no ipset call ever", async () => {
@@ -186,10 +215,14 @@ describe("iptables backend life cycle", () => {
     const v6 = argv.includes("ipv6");
     const [svcIP, client] = v6 ? ["2001:db8:1::1", "2001:db8:5::1"] : ["198.18.0.1", "198.18.128.1"];
     return [1, 2]
-      .map((i, k) => `udp      17 29 src=${client} dst=${svcIP} sport=${40000 + k} dport=53 src=${v6 ? `2001:db8:2::${i}` : `198.19.0.${i}`} dst=${client} sport=5353 dport=${40000 + k} mark=0 use=1`)
+      .map(
+        (i, k) =>
+          `udp      17 29 src=${client} dst=${svcIP} sport=${40000 + k} dport=53 src=${v6 ? `2001:db8:2::${i}` : `198.19.0.${i}`} dst=${client} sport=5353 dport=${40000 + k} mark=0 use=1`,
+      )
       .join("\n");
   };
-  const deleted = (calls: RecordedCall[]) => calls.filter((c) => c.argv[0] === "conntrack" && c.argv[1] === "-D").map((c) => c.argv.join(" "));
+  const deleted = (calls: RecordedCall[]) =>
+    calls.filter((c) => c.argv[0] === "conntrack" && c.argv[1] === "-D").map((c) => c.argv.join(" "));
 
   test("UDP endpoint removed: only the conntrack flows DNATed to it are deleted, in both families", async () => {
     const { b, rec } = backend(listing);
@@ -245,7 +278,11 @@ describe("iptables backend life cycle", () => {
     for (let i = 0; i <= bulkThreshold; i++) tx.declare("nat", `KPNG-T${i}`);
     tx.declare("filter", "KPNG-SMALL");
     const text = printRestore(tx);
-    expect(text.startsWith("*filter\n:KPNG-SMALL - [0:0]\nCOMMIT\n*nat\n:PREROUTING - [0:0]\n:OUTPUT - [0:0]\n:POSTROUTING - [0:0]\n-S\n:KPNG-T0 - [0:0]\n")).toBe(true);
+    expect(
+      text.startsWith(
+        "*filter\n:KPNG-SMALL - [0:0]\nCOMMIT\n*nat\n:PREROUTING - [0:0]\n:OUTPUT - [0:0]\n:POSTROUTING - [0:0]\n-S\n:KPNG-T0 - [0:0]\n",
+      ),
+    ).toBe(true);
     expect(text.match(/^-S$/gm)?.length).toBe(1);
     expect(text).not.toMatch(/^-Z/m);
     expect(bulkPreamble("filter")).toEqual([":INPUT - [0:0]", ":FORWARD - [0:0]", ":OUTPUT - [0:0]", "-S"]);
@@ -253,7 +290,8 @@ describe("iptables backend life cycle", () => {
 
   test("a bulk restore that fails is retried once without the bulk preamble (a chain iptables-nft cannot parse must not block kpng)", async () => {
     const { b, rec, ctx } = backend(({ argv, stdin }) => {
-      if (argv[0] === "iptables-restore" && stdin?.includes("\n-S\n")) throw new Error("chain `FOREIGN' in table `nat' is incompatible, use 'nft' tool.");
+      if (argv[0] === "iptables-restore" && stdin?.includes("\n-S\n"))
+        throw new Error("chain `FOREIGN' in table `nat' is incompatible, use 'nft' tool.");
       return "";
     });
     // 250 services x (SVC chain + masquerade + 2 balancing rules + dispatch) = 1,250 nat operations
@@ -279,7 +317,14 @@ describe("iptables backend life cycle", () => {
 
   test("an address that is not an IP is skipped by the renderer, never printed", async () => {
     const { b, rec } = backend();
-    b.setService(svc({ name: "bad", externalIPs: ["198.18.64.1 -j ACCEPT"], clusterIPs: [v4.clusterIP(3)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }));
+    b.setService(
+      svc({
+        name: "bad",
+        externalIPs: ["198.18.64.1 -j ACCEPT"],
+        clusterIPs: [v4.clusterIP(3)],
+        ports: [{ name: "http", port: 80, nodePort: 30080 }],
+      }),
+    );
     b.setEndpoint("default", "bad", "a", pod(3));
     await b.sync();
     const text = rec.restores("v4")[0];

@@ -27,24 +27,45 @@ const pod = (i: number, opts: Parameters<typeof ep>[0] extends infer T ? Omit<T 
 const scenarios: Scenario[] = [
   {
     name: "clusterip-two-endpoints",
-    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1, { local: true }), pod(2)] }],
+    services: [
+      {
+        service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }),
+        endpoints: [pod(1, { local: true }), pod(2)],
+      },
+    ],
   },
   {
     name: "clusterip-two-endpoints-without-ipset",
     // upstream's layout: a SEP chain per endpoint does hairpin and DNAT
     hairpinSet: false,
-    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1, { local: true }), pod(2)] }],
+    services: [
+      {
+        service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }),
+        endpoints: [pod(1, { local: true }), pod(2)],
+      },
+    ],
   },
   {
     name: "clusterip-ipv6",
     family: "v6",
-    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }), endpoints: [pod(1)] }],
+    services: [
+      {
+        service: svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }),
+        endpoints: [pod(1)],
+      },
+    ],
   },
   {
     name: "nodeport-etp-local-with-remote-endpoint",
     services: [
       {
-        service: svc({ name: "np", clusterIPs: [v4.clusterIP(2)], ports: [{ name: "http", port: 80, nodePort: 30080 }], eTPLocal: true, healthCheckNodePort: 32000 }),
+        service: svc({
+          name: "np",
+          clusterIPs: [v4.clusterIP(2)],
+          ports: [{ name: "http", port: 80, nodePort: 30080 }],
+          eTPLocal: true,
+          healthCheckNodePort: 32000,
+        }),
         endpoints: [pod(1, { local: true }), pod(2, { local: false, external: false })],
       },
     ],
@@ -69,14 +90,30 @@ const scenarios: Scenario[] = [
   {
     name: "no-endpoints-and-itp-local-without-local",
     services: [
-      { service: svc({ name: "none", clusterIPs: [v4.clusterIP(4)], externalIPs: [v4.external(3)], ports: [{ name: "http", port: 80, nodePort: 30081 }] }), endpoints: [] },
-      { service: svc({ name: "itp", clusterIPs: [v4.clusterIP(5)], ports: [{ name: "http", port: 80 }], iTPLocal: true }), endpoints: [pod(3, { internal: false })] },
+      {
+        service: svc({
+          name: "none",
+          clusterIPs: [v4.clusterIP(4)],
+          externalIPs: [v4.external(3)],
+          ports: [{ name: "http", port: 80, nodePort: 30081 }],
+        }),
+        endpoints: [],
+      },
+      {
+        service: svc({ name: "itp", clusterIPs: [v4.clusterIP(5)], ports: [{ name: "http", port: 80 }], iTPLocal: true }),
+        endpoints: [pod(3, { internal: false })],
+      },
     ],
   },
   {
     name: "masquerade-all-bit-5-node-port-cidr",
     config: { masqueradeAll: true, masqueradeBit: 5, nodePortAddresses: [plan.v4.nodeCIDR] },
-    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }), endpoints: [pod(1)] }],
+    services: [
+      {
+        service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }),
+        endpoints: [pod(1)],
+      },
+    ],
   },
   {
     name: "two-cluster-cidrs",

@@ -41,7 +41,13 @@ const save = async () => (await topo.exec(topo.node.ns, ["iptables-save"])) + (a
 const s1: SvcSpec = { name: "s1", clusterIPs: [v4.clusterIP(101)], ports: [{ name: "http", port: 80 }] };
 const u1: SvcSpec = { name: "u1", clusterIPs: [v4.clusterIP(102)], ports: [{ name: "dns", protocol: "UDP", port: 53 }] };
 const tcp = (ip: string) => ({ ip, port: 80, proto: "tcp" as const });
-const who = async (n: number, ip: string) => (await runChecks(topo, Array.from({ length: n }, () => ({ from: "client" as const, probe: tcp(ip), expect: { ok: true as const } })))).map((r) => (r.ok ? r.who : r.error));
+const who = async (n: number, ip: string) =>
+  (
+    await runChecks(
+      topo,
+      Array.from({ length: n }, () => ({ from: "client" as const, probe: tcp(ip), expect: { ok: true as const } })),
+    )
+  ).map((r) => (r.ok ? r.who : r.error));
 
 beforeAll(async () => {
   topo = await createWorld(2);
@@ -85,7 +91,10 @@ describe("iptables backend life cycle, real kernel", () => {
     expect(text).not.toMatch(/^:KPNG-(SERVICES|NODEPORTS|MARK-MASQ)/m);
     // the hairpin set: the new endpoint in before the restore, the old one out after it
     const sets = calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin?.trim());
-    expect(sets).toEqual([`add KPNG-HAIRPIN-V4 ${topo.pods[1].v4},tcp:8080,${topo.pods[1].v4} -exist`, `del KPNG-HAIRPIN-V4 ${topo.pods[0].v4},tcp:8080,${topo.pods[0].v4} -exist`]);
+    expect(sets).toEqual([
+      `add KPNG-HAIRPIN-V4 ${topo.pods[1].v4},tcp:8080,${topo.pods[1].v4} -exist`,
+      `del KPNG-HAIRPIN-V4 ${topo.pods[0].v4},tcp:8080,${topo.pods[0].v4} -exist`,
+    ]);
     expect(await who(6, v4.clusterIP(101))).toEqual(Array(6).fill("pod1"));
   });
 
@@ -131,14 +140,26 @@ describe("iptables backend life cycle, real kernel", () => {
     expect(text).toContain("-A PREROUTING -j FOREIGN-NAT");
     expect(text).toContain("-A FOREIGN-NAT -j RETURN");
     // A `-Z` preamble would have zeroed these.
-    expect(await topo.exec(topo.node.ns, ["iptables-save", "-c", "-t", "nat"])).toContain("[5:500] -A FOREIGN-NAT -s 192.0.2.99/32 -j RETURN");
+    expect(await topo.exec(topo.node.ns, ["iptables-save", "-c", "-t", "nat"])).toContain(
+      "[5:500] -A FOREIGN-NAT -s 192.0.2.99/32 -j RETURN",
+    );
     // 20 connections all landing on one of 2 endpoints: probability 2 * 2^-20 (with 6 connections it did happen).
     expect(new Set(await who(20, v4.clusterIP(449)))).toEqual(new Set(["pod0", "pod1"]));
   });
 
   test("a rule removed behind kpng's back: the partial restore fails, the next sync is full and repairs", async () => {
-    const dispatch = (await topo.exec(topo.node.ns, ["iptables-save", "-t", "nat"])).split("\n").find((l) => l.includes("default/s1:http cluster IP") && l.startsWith("-A KPNG-SERVICES"))!;
-    await topo.exec(topo.node.ns, ["iptables", "-t", "nat", ...dispatch.replace(/^-A/, "-D").match(/"[^"]*"|\S+/g)!.map((t) => t.replace(/^"|"$/g, ""))]);
+    const dispatch = (await topo.exec(topo.node.ns, ["iptables-save", "-t", "nat"]))
+      .split("\n")
+      .find((l) => l.includes("default/s1:http cluster IP") && l.startsWith("-A KPNG-SERVICES"))!;
+    await topo.exec(topo.node.ns, [
+      "iptables",
+      "-t",
+      "nat",
+      ...dispatch
+        .replace(/^-A/, "-D")
+        .match(/"[^"]*"|\S+/g)!
+        .map((t) => t.replace(/^"|"$/g, "")),
+    ]);
     b.setService(svc({ ...s1, clusterIPs: [v4.clusterIP(103)] })); // the old dispatch rule must be deleted: it is gone
     await expect(b.sync()).rejects.toThrow();
     await b.sync();
@@ -172,7 +193,9 @@ describe("iptables backend life cycle, real kernel", () => {
     const ctx = testContext(testConfig({ masqueradeAll: true, masqueradeBit: 5, nodePortAddresses: [plan.v6.nodeCIDR] }));
     const other = new IptablesBackend(ctx, { executor: topo.executor(topo.node.ns), monitorPeriodMs: 0 });
     try {
-      other.setService(svc({ name: "m1", clusterIPs: [v4.clusterIP(109), v6.clusterIP(109)], ports: [{ name: "http", port: 80, nodePort: 30109 }] }));
+      other.setService(
+        svc({ name: "m1", clusterIPs: [v4.clusterIP(109), v6.clusterIP(109)], ports: [{ name: "http", port: 80, nodePort: 30109 }] }),
+      );
       other.setEndpoint("default", "m1", "a", podEp(topo, 1));
       await other.sync();
       await runChecks(topo, [
@@ -187,7 +210,11 @@ describe("iptables backend life cycle, real kernel", () => {
   });
 
   test("without ipset (upstream's layout): SEP chains masquerade hairpin traffic, no set is made", async () => {
-    const other = new IptablesBackend(testContext(testConfig()), { executor: topo.executor(topo.node.ns), monitorPeriodMs: 0, hairpinSet: false });
+    const other = new IptablesBackend(testContext(testConfig()), {
+      executor: topo.executor(topo.node.ns),
+      monitorPeriodMs: 0,
+      hairpinSet: false,
+    });
     try {
       other.setService(svc({ name: "h1", clusterIPs: [v4.clusterIP(110)], ports: [{ name: "http", port: 80 }] }));
       other.setEndpoint("default", "h1", "a", podEp(topo, 0));

@@ -52,7 +52,19 @@ const cases: Case[] = [
   },
   {
     name: "UDP and SCTP cluster IP ports reach the endpoint's named target ports",
-    services: [{ spec: { name: "c3", clusterIPs: [v4.clusterIP(3)], ports: [{ name: "dns", protocol: "UDP", port: 53 }, { name: "sc", protocol: "SCTP", port: 9000 }] }, eps: [[1]] }],
+    services: [
+      {
+        spec: {
+          name: "c3",
+          clusterIPs: [v4.clusterIP(3)],
+          ports: [
+            { name: "dns", protocol: "UDP", port: 53 },
+            { name: "sc", protocol: "SCTP", port: 9000 },
+          ],
+        },
+        eps: [[1]],
+      },
+    ],
     checks: () => [
       { from: "client", probe: { ip: v4.clusterIP(3), port: 53, proto: "udp" }, expect: { ok: true, who: ["pod1"] } },
       { from: "client", probe: { ip: v4.clusterIP(3), port: 9000, proto: "sctp" }, expect: { ok: true, who: ["pod1"] } },
@@ -81,7 +93,15 @@ const cases: Case[] = [
   },
   {
     name: "NodePort eTP=Local with a local endpoint: client source preserved, only local endpoints",
-    services: [{ spec: { name: "n2", clusterIPs: [v4.clusterIP(11)], ports: [http(80, 30011)], eTPLocal: true }, eps: [[0, { local: true }], [1, remote]] }],
+    services: [
+      {
+        spec: { name: "n2", clusterIPs: [v4.clusterIP(11)], ports: [http(80, 30011)], eTPLocal: true },
+        eps: [
+          [0, { local: true }],
+          [1, remote],
+        ],
+      },
+    ],
     checks: () => [
       { from: "client", probe: tcp(node4, 30011), expect: { ok: true, who: ["pod0"], source: "client" } },
       { from: "client", probe: tcp(node4, 30011), expect: { ok: true, who: ["pod0"], source: "client" } },
@@ -104,7 +124,17 @@ const cases: Case[] = [
   },
   {
     name: "external IP: reachable from a client, masqueraded under eTP=Cluster",
-    services: [{ spec: { name: "e1", clusterIPs: [v4.clusterIP(20), v6.clusterIP(20)], externalIPs: [v4.external(1), v6.external(1)], ports: [http()] }, eps: [[2]] }],
+    services: [
+      {
+        spec: {
+          name: "e1",
+          clusterIPs: [v4.clusterIP(20), v6.clusterIP(20)],
+          externalIPs: [v4.external(1), v6.external(1)],
+          ports: [http()],
+        },
+        eps: [[2]],
+      },
+    ],
     checks: () => [
       { from: "client", probe: tcp(v4.external(1), 80), expect: { ok: true, who: ["pod2"], source: "node" } },
       { from: "client", probe: tcp(v6.external(1), 80), expect: { ok: true, who: ["pod2"], source: "node" } },
@@ -112,24 +142,44 @@ const cases: Case[] = [
   },
   {
     name: "LB IP with eTP=Local: client source preserved",
-    services: [{ spec: { name: "l1", clusterIPs: [v4.clusterIP(21)], lbIPs: [v4.external(2)], ports: [http(80, 30021)], eTPLocal: true }, eps: [[1, { local: true }]] }],
+    services: [
+      {
+        spec: { name: "l1", clusterIPs: [v4.clusterIP(21)], lbIPs: [v4.external(2)], ports: [http(80, 30021)], eTPLocal: true },
+        eps: [[1, { local: true }]],
+      },
+    ],
     checks: () => [{ from: "client", probe: tcp(v4.external(2), 80), expect: { ok: true, who: ["pod1"], source: "client" } }],
   },
   {
     name: "loadBalancerSourceRanges: a client inside the ranges is accepted",
-    services: [{ spec: { name: "l2", clusterIPs: [v4.clusterIP(22)], lbIPs: [v4.external(3)], ports: [http()], sourceRanges: [plan.v4.clientCIDR] }, eps: [[0]] }],
+    services: [
+      {
+        spec: { name: "l2", clusterIPs: [v4.clusterIP(22)], lbIPs: [v4.external(3)], ports: [http()], sourceRanges: [plan.v4.clientCIDR] },
+        eps: [[0]],
+      },
+    ],
     checks: () => [{ from: "client", probe: tcp(v4.external(3), 80), expect: { ok: true, who: ["pod0"] } }],
   },
   {
     name: "loadBalancerSourceRanges: a client outside the ranges is dropped",
-    services: [{ spec: { name: "l3", clusterIPs: [v4.clusterIP(23)], lbIPs: [v4.external(4)], ports: [http()], sourceRanges: ["198.18.129.0/24"] }, eps: [[0]] }],
+    services: [
+      {
+        spec: { name: "l3", clusterIPs: [v4.clusterIP(23)], lbIPs: [v4.external(4)], ports: [http()], sourceRanges: ["198.18.129.0/24"] },
+        eps: [[0]],
+      },
+    ],
     checks: () => [{ from: "client", probe: drop(v4.external(4), 80), expect: { error: "timeout" } }],
   },
   {
     name: "no endpoints: cluster IP, external IP and node port rejected (TCP, UDP)",
     services: [
       {
-        spec: { name: "z1", clusterIPs: [v4.clusterIP(30)], externalIPs: [v4.external(5)], ports: [http(80, 30030), { name: "dns", protocol: "UDP", port: 53, nodePort: 30031 }] },
+        spec: {
+          name: "z1",
+          clusterIPs: [v4.clusterIP(30)],
+          externalIPs: [v4.external(5)],
+          ports: [http(80, 30030), { name: "dns", protocol: "UDP", port: 53, nodePort: 30031 }],
+        },
         eps: [],
       },
     ],
@@ -144,13 +194,31 @@ const cases: Case[] = [
   },
   {
     name: "iTP=Local without a local endpoint: cluster IP traffic dropped",
-    services: [{ spec: { name: "z2", clusterIPs: [v4.clusterIP(31)], ports: [http()], iTPLocal: true }, eps: [[1, { local: false, internal: false }]] }],
+    services: [
+      {
+        spec: { name: "z2", clusterIPs: [v4.clusterIP(31)], ports: [http()], iTPLocal: true },
+        eps: [[1, { local: false, internal: false }]],
+      },
+    ],
     checks: () => [{ from: "pod0", probe: drop(v4.clusterIP(31), 80), expect: { error: "timeout" } }],
   },
   {
     name: "iTP=Local with a local endpoint: only it is used",
-    services: [{ spec: { name: "z3", clusterIPs: [v4.clusterIP(32)], ports: [http()], iTPLocal: true }, eps: [[0, { local: true }], [1, { local: false, internal: false }]] }],
-    checks: () => Array.from({ length: 4 }, () => ({ from: "pod2" as const, probe: tcp(v4.clusterIP(32), 80), expect: { ok: true as const, who: ["pod0"] } })),
+    services: [
+      {
+        spec: { name: "z3", clusterIPs: [v4.clusterIP(32)], ports: [http()], iTPLocal: true },
+        eps: [
+          [0, { local: true }],
+          [1, { local: false, internal: false }],
+        ],
+      },
+    ],
+    checks: () =>
+      Array.from({ length: 4 }, () => ({
+        from: "pod2" as const,
+        probe: tcp(v4.clusterIP(32), 80),
+        expect: { ok: true as const, who: ["pod0"] },
+      })),
   },
   {
     name: "session affinity ClientIP: one client sticks to one endpoint",
@@ -189,14 +257,20 @@ describe("iptables backend, real packets", () => {
   }
 
   test("session affinity ClientIP: one client sticks to one endpoint", async () => {
-    const results = await runChecks(topo, Array.from({ length: 8 }, () => ({ from: "client" as const, probe: tcp(v4.clusterIP(40), 80), expect: { ok: true as const } })));
+    const results = await runChecks(
+      topo,
+      Array.from({ length: 8 }, () => ({ from: "client" as const, probe: tcp(v4.clusterIP(40), 80), expect: { ok: true as const } })),
+    );
     const who = new Set(results.map((r) => (r.ok ? r.who : r.error)));
     expect(who.size).toBe(1);
   });
 
   test("without affinity, connections spread over the endpoints", async () => {
     // 20 connections over 2 endpoints all landing on one: probability 2 * 2^-20.
-    const results = await runChecks(topo, Array.from({ length: 20 }, () => ({ from: "client" as const, probe: tcp(v4.clusterIP(1), 80), expect: { ok: true as const } })));
+    const results = await runChecks(
+      topo,
+      Array.from({ length: 20 }, () => ({ from: "client" as const, probe: tcp(v4.clusterIP(1), 80), expect: { ok: true as const } })),
+    );
     expect(new Set(results.map((r) => (r.ok ? r.who : r.error))).size).toBe(2);
   });
 });

@@ -16,7 +16,12 @@ const member = (i: number) => `${v4.pod(i >> 8, i & 255)},tcp:8080,${v4.pod(i >>
 /** A backend (IPv4 only: the arithmetic below counts one family) holding `n` services of `eps` endpoints each, after its full restore. */
 async function loaded(n: number, eps = 2, opts: { hairpinSet?: boolean } = {}) {
   const rec = recordingExecutor();
-  const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0, hairpinSet: opts.hairpinSet });
+  const b = new IptablesBackend(testContext(testConfig()), {
+    executor: rec,
+    families: ["v4"],
+    monitorPeriodMs: 0,
+    hairpinSet: opts.hairpinSet,
+  });
   for (let i = 1; i <= n; i++) {
     b.setService(web(i));
     for (let e = 0; e < eps; e++) b.setEndpoint("default", `web${i}`, `p${e}`, pod(i * 8 + e));
@@ -29,9 +34,11 @@ async function loaded(n: number, eps = 2, opts: { hairpinSet?: boolean } = {}) {
 
 const lines = (text: string, re: RegExp) => text.split("\n").filter((l) => re.test(l));
 const chainsNamed = (text: string) => new Set([...text.matchAll(/KPNG-[A-Z]+-[A-Z2-7]{16}/g)].map((m) => m[0]));
-const ownChains = (name: string) => ["cluster", "local", "external", "ext", "firewall"].map((k) => serviceChain(k as "cluster", servicePortId("default", name, "tcp", 80)));
+const ownChains = (name: string) =>
+  ["cluster", "local", "external", "ext", "firewall"].map((k) => serviceChain(k as "cluster", servicePortId("default", name, "tcp", 80)));
 /** every call in order: "ipset" or "iptables-restore", with its input lines */
-const sequence = (rec: ReturnType<typeof recordingExecutor>) => rec.calls.map((c) => ({ argv0: c.argv[0], lines: (c.stdin ?? "").trim().split("\n") }));
+const sequence = (rec: ReturnType<typeof recordingExecutor>) =>
+  rec.calls.map((c) => ({ argv0: c.argv[0], lines: (c.stdin ?? "").trim().split("\n") }));
 
 describe("iptables partial restores", () => {
   test("one endpoint added: only that service's SVC chain is written; its hairpin member added before the restore", async () => {
@@ -66,7 +73,10 @@ describe("iptables partial restores", () => {
   });
 
   test("past 1,000 endpoints (upstream's large-cluster mode) no nat rule carries a comment (upstream: the per-endpoint ones); filter rules keep theirs", async () => {
-    for (const [n, large] of [[100, false], [501, true]] as const) {
+    for (const [n, large] of [
+      [100, false],
+      [501, true],
+    ] as const) {
       const { b, rec } = await loaded(n); // 2 endpoints each
       b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
       await b.sync();
@@ -117,7 +127,12 @@ describe("iptables partial restores", () => {
     rec.calls.length = 0;
     await b.sync();
     expect(b.lastSync?.full).toBe(true);
-    expect(rec.calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin).join("")).toContain(`swap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4`);
+    expect(
+      rec.calls
+        .filter((c) => c.argv[0] === "ipset")
+        .map((c) => c.stdin)
+        .join(""),
+    ).toContain(`swap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4`);
   });
 
   test("a hairpin member two services share stays until the last of them drops it", async () => {
@@ -168,7 +183,11 @@ describe("iptables partial restores", () => {
     // SVC rewritten = 1 declared; its rules: 1 masquerade + 2 balance = 3; the set swaps one member.
     expect(lines(text, /^:/).length).toBe(1);
     expect(lines(text, /^-A /).length).toBe(3);
-    expect(sequence(rec).filter((c) => c.argv0 === "ipset").flatMap((c) => c.lines)).toEqual([`add KPNG-HAIRPIN-V4 ${member(29)} -exist`, `del KPNG-HAIRPIN-V4 ${member(25)} -exist`]);
+    expect(
+      sequence(rec)
+        .filter((c) => c.argv0 === "ipset")
+        .flatMap((c) => c.lines),
+    ).toEqual([`add KPNG-HAIRPIN-V4 ${member(29)} -exist`, `del KPNG-HAIRPIN-V4 ${member(25)} -exist`]);
   });
 
   test("last endpoint removed: nat chains deleted, dispatch rule removed, filter REJECT inserted", async () => {

@@ -20,7 +20,12 @@ const hour = 3_600_000;
 
 beforeAll(async () => {
   topo = await createTopology({ pods: 0, prefix: "kpis" });
-  b = new IptablesBackend(testContext(testConfig()), { executor: topo.executor(topo.node.ns), monitorPeriodMs: 0, now: () => clock, fullSyncPeriodMs: hour });
+  b = new IptablesBackend(testContext(testConfig()), {
+    executor: topo.executor(topo.node.ns),
+    monitorPeriodMs: 0,
+    now: () => clock,
+    fullSyncPeriodMs: hour,
+  });
   await b.setup();
 });
 afterAll(async () => {
@@ -32,7 +37,11 @@ const IP = 7;
 const base: SvcSpec = { name: "shape", clusterIPs: [v4.clusterIP(IP), v6.clusterIP(IP)], ports: [{ name: "http", port: 80 }] };
 const withNodePort: SvcSpec = { ...base, ports: [{ name: "http", port: 80, nodePort: 30080 }] };
 const lb: SvcSpec = { ...withNodePort, lbIPs: [v4.external(IP), v6.external(IP)] };
-const both = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({ ips: [v4.pod(1, i), v6.pod(1, i)], ports: { http: 8080, dns: 5353 }, ...e });
+const both = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({
+  ips: [v4.pod(1, i), v6.pod(1, i)],
+  ports: { http: 8080, dns: 5353 },
+  ...e,
+});
 const eps = (...specs: EpSpec[]) => new Map(specs.map((e, i) => [`p${i}`, ep(e)]));
 
 /** one entry per kind of chain a service can own, and per way its chains refer to each other */
@@ -41,22 +50,62 @@ const shapes: { name: string; spec: SvcSpec; eps: Map<string, Endpoint> }[] = [
   { name: "ClusterIP, two target ports", spec: base, eps: eps(both(1), both(2, { ports: { http: 9090 } })) },
   { name: "ClusterIP without endpoints (filter REJECT)", spec: base, eps: eps() },
   { name: "NodePort, eTP=Cluster (EXT chain)", spec: withNodePort, eps: eps(both(1), both(2, { local: false })) },
-  { name: "NodePort, eTP=Local (EXT goes to SVC, SVL)", spec: { ...withNodePort, eTPLocal: true }, eps: eps(both(1, { local: true }), both(2, { local: false, external: false })) },
-  { name: "NodePort, eTP=Local, no local endpoint (DROP, short-circuit kept)", spec: { ...withNodePort, eTPLocal: true }, eps: eps(both(2, { local: false, external: false })) },
-  { name: "LoadBalancer with source ranges (FW chain)", spec: { ...lb, sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }, eps: eps(both(1), both(2)) },
-  { name: "LoadBalancer, eTP=Local, source ranges", spec: { ...lb, eTPLocal: true, sourceRanges: ["198.18.128.0/24"] }, eps: eps(both(1, { local: true }), both(2, { local: false, external: false })) },
+  {
+    name: "NodePort, eTP=Local (EXT goes to SVC, SVL)",
+    spec: { ...withNodePort, eTPLocal: true },
+    eps: eps(both(1, { local: true }), both(2, { local: false, external: false })),
+  },
+  {
+    name: "NodePort, eTP=Local, no local endpoint (DROP, short-circuit kept)",
+    spec: { ...withNodePort, eTPLocal: true },
+    eps: eps(both(2, { local: false, external: false })),
+  },
+  {
+    name: "LoadBalancer with source ranges (FW chain)",
+    spec: { ...lb, sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] },
+    eps: eps(both(1), both(2)),
+  },
+  {
+    name: "LoadBalancer, eTP=Local, source ranges",
+    spec: { ...lb, eTPLocal: true, sourceRanges: ["198.18.128.0/24"] },
+    eps: eps(both(1, { local: true }), both(2, { local: false, external: false })),
+  },
   { name: "ClientIP affinity (SEP chains)", spec: { ...base, affinitySeconds: 30 }, eps: eps(both(1), both(2), both(3)) },
-  { name: "ClientIP affinity, NodePort eTP=Local", spec: { ...withNodePort, eTPLocal: true, affinitySeconds: 60 }, eps: eps(both(1, { local: true }), both(2, { local: false, external: false })) },
-  { name: "iTP=Local without a local endpoint (DROP)", spec: { ...base, iTPLocal: true }, eps: eps(both(2, { local: false, internal: false })) },
+  {
+    name: "ClientIP affinity, NodePort eTP=Local",
+    spec: { ...withNodePort, eTPLocal: true, affinitySeconds: 60 },
+    eps: eps(both(1, { local: true }), both(2, { local: false, external: false })),
+  },
+  {
+    name: "iTP=Local without a local endpoint (DROP)",
+    spec: { ...base, iTPLocal: true },
+    eps: eps(both(2, { local: false, internal: false })),
+  },
   {
     name: "TCP and UDP ports, external IPs, health check node port",
-    spec: { ...base, externalIPs: [v4.external(IP + 1)], healthCheckNodePort: 32000, ports: [{ name: "http", port: 80, nodePort: 30080 }, { name: "dns", protocol: "UDP", port: 53 }] },
+    spec: {
+      ...base,
+      externalIPs: [v4.external(IP + 1)],
+      healthCheckNodePort: 32000,
+      ports: [
+        { name: "http", port: 80, nodePort: 30080 },
+        { name: "dns", protocol: "UDP", port: 53 },
+      ],
+    },
     eps: eps(both(1), both(2)),
   },
 ];
 
 /** a service that never changes beside the one that does */
-const bystander = { spec: { ...base, name: "bystander", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30001 }] }, eps: eps(both(9)) };
+const bystander = {
+  spec: {
+    ...base,
+    name: "bystander",
+    clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)],
+    ports: [{ name: "http", port: 80, nodePort: 30001 }],
+  },
+  eps: eps(both(9)),
+};
 
 let current = new Map<string, Endpoint>();
 /** the incremental calls the feed would make to go from the current endpoints to `next` (undefined: the service is deleted) */
@@ -85,7 +134,15 @@ async function owned(): Promise<string> {
   }
   for (const set of ["KPNG-HAIRPIN-V4", "KPNG-HAIRPIN-V6"]) {
     const text = await topo.exec(topo.node.ns, ["ipset", "list", set]);
-    out.push(...text.slice(text.indexOf("Members:")).split("\n").slice(1).filter(Boolean).sort().map((m) => `${set} ${m}`));
+    out.push(
+      ...text
+        .slice(text.indexOf("Members:"))
+        .split("\n")
+        .slice(1)
+        .filter(Boolean)
+        .sort()
+        .map((m) => `${set} ${m}`),
+    );
   }
   return out.join("\n");
 }

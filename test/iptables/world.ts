@@ -27,9 +27,7 @@ export const podEp = (topo: Topology, i: number, opts: Omit<EpSpec, "ips"> = {})
 
 export type From = "client" | "node" | `pod${number}`;
 
-export type Expect =
-  | { ok: true; who?: string[]; source?: From }
-  | { error: "refused" | "timeout" };
+export type Expect = { ok: true; who?: string[]; source?: From } | { error: "refused" | "timeout" };
 
 export interface Check {
   from: From;
@@ -55,7 +53,10 @@ export async function runChecks(topo: Topology, checks: Check[]) {
   checks.forEach((c, i) => byFrom.set(c.from, [...(byFrom.get(c.from) ?? []), i]));
   await Promise.all(
     [...byFrom].map(async ([from, idx]) => {
-      const out = await topo.probeMany(nsOf(topo, from), idx.map((i) => ({ timeout: 1, ...checks[i].probe })));
+      const out = await topo.probeMany(
+        nsOf(topo, from),
+        idx.map((i) => ({ timeout: 1, ...checks[i].probe })),
+      );
       idx.forEach((i, k) => (results[i] = out[k]));
     }),
   );
@@ -69,7 +70,8 @@ export async function runChecks(topo: Topology, checks: Check[]) {
     expect({ what, ok: r.ok, detail: r.ok ? "" : r.error }).toEqual({ what, ok: true, detail: "" });
     if (!r.ok) return;
     if (c.expect.who) expect(c.expect.who).toContain(r.who);
-    if (c.expect.source) expect({ what, source: r.source }).toEqual({ what, source: addressOf(topo, c.expect.source, c.probe.ip.includes(":")) });
+    if (c.expect.source)
+      expect({ what, source: r.source }).toEqual({ what, source: addressOf(topo, c.expect.source, c.probe.ip.includes(":")) });
   });
   return results;
 }

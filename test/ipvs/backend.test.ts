@@ -11,10 +11,9 @@ import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { N1, N1v6, lines, rig, testConfig } from "./harness.ts";
 import { endpoint, entry, nodeState, service } from "./services.ts";
 
-const web = entry(
-  service({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ port: 80, targetPort: 8080, nodePort: 30080 }] }),
-  { a: endpoint({ ips: [v4.pod(2, 1)] }) },
-);
+const web = entry(service({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ port: 80, targetPort: 8080, nodePort: 30080 }] }), {
+  a: endpoint({ ips: [v4.pod(2, 1)] }),
+});
 
 describe("ipvs backend", () => {
   test("the deprecation message is upstream's, exported for the CLI's Node Warning event", () => {
@@ -70,7 +69,13 @@ describe("ipvs backend", () => {
     const other = v4.client(7); // an interface address outside the node CIDR
     const config = testConfig({ nodePortAddresses: [plan.v4.nodeCIDR] });
     const ipAddr = JSON.stringify([
-      { ifname: "eth0", addr_info: [{ local: N1, scope: "global" }, { local: "fe80::1", scope: "link" }] },
+      {
+        ifname: "eth0",
+        addr_info: [
+          { local: N1, scope: "global" },
+          { local: "fe80::1", scope: "link" },
+        ],
+      },
       { ifname: "eth1", addr_info: [{ local: other, scope: "global" }] },
       { ifname: "kube-ipvs0", addr_info: [{ local: v4.node(9), scope: "global" }] },
     ]);

@@ -73,7 +73,18 @@ describe("ipvs iptables rules", () => {
 
   test("jumps from the built-in chains carry a comment and use iptables or ip6tables", () => {
     expect(jumpArgv("v6", "-C", baseJumps[0]!)).toEqual([
-      "ip6tables", "-w", "-t", "nat", "-C", "PREROUTING", "-m", "comment", "--comment", "kpng service portals", "-j", "KPNG-SERVICES",
+      "ip6tables",
+      "-w",
+      "-t",
+      "nat",
+      "-C",
+      "PREROUTING",
+      "-m",
+      "comment",
+      "--comment",
+      "kpng service portals",
+      "-j",
+      "KPNG-SERVICES",
     ]);
   });
 

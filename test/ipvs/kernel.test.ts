@@ -42,8 +42,17 @@ const kpngEntries = async () =>
 
 const web = (pods: number[]) =>
   entry(
-    service({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }] }),
-    Object.fromEntries(pods.flatMap((p) => [[`p${p}`, endpoint({ ips: [v4.pod(2, p)] })], [`p${p}v6`, endpoint({ ips: [v6.pod(2, p)] })]])),
+    service({
+      name: "web",
+      clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)],
+      ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }],
+    }),
+    Object.fromEntries(
+      pods.flatMap((p) => [
+        [`p${p}`, endpoint({ ips: [v4.pod(2, p)] })],
+        [`p${p}v6`, endpoint({ ips: [v6.pod(2, p)] })],
+      ]),
+    ),
   );
 
 describe("ipvs on a real kernel", () => {
@@ -62,7 +71,9 @@ describe("ipvs on a real kernel", () => {
   });
 
   test("a missing tool is `unavailable`, not a crash", async () => {
-    const err = await commandExecutor().run(["kpng-no-such-tool"]).catch((e: unknown) => e);
+    const err = await commandExecutor()
+      .run(["kpng-no-such-tool"])
+      .catch((e: unknown) => e);
     expect((err as KpngError).code).toBe("unavailable");
   });
 

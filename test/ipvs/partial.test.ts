@@ -80,7 +80,11 @@ describe("ipvs partial sync", () => {
 
   test("affinity turned on: one edit per virtual server, reals untouched", async () => {
     const { r, state } = await primed();
-    const got = await applyAndRecord(r, nextState(state, Object.fromEntries([web(2, [1, 2], { affinitySeconds: 60 })])), new Set(["default/web-2"]));
+    const got = await applyAndRecord(
+      r,
+      nextState(state, Object.fromEntries([web(2, [1, 2], { affinitySeconds: 60 })])),
+      new Set(["default/web-2"]),
+    );
     expect(got.ipvs).toEqual([`-E -t ${C(2)}:80 -s rr -p 60`, `-E -t ${N1}:30002 -s rr -p 60`]);
   });
 

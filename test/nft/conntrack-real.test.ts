@@ -17,7 +17,11 @@ beforeAll(async () => {
 afterAll(() => topo?.destroy());
 
 const dns = (i: number) =>
-  svc({ name: `dns${i}`, clusterIPs: [v4.clusterIP(i), v6.clusterIP(i)], ports: [{ name: "dns", protocol: "UDP", port: 53, nodePort: 30000 + i }] });
+  svc({
+    name: `dns${i}`,
+    clusterIPs: [v4.clusterIP(i), v6.clusterIP(i)],
+    ports: [{ name: "dns", protocol: "UDP", port: 53, nodePort: 30000 + i }],
+  });
 
 const conntrackTo = (ip: string, fam: string) =>
   topo.exec(topo.node.ns, ["conntrack", "-L", "-f", fam, "-p", "udp", "--orig-dst", ip]).catch(() => "");

@@ -6,13 +6,25 @@ import { describe, expect, test } from "bun:test";
 import { clearHeld, parseHoldings, type TableHoldings } from "../../plugins/nft/held.ts";
 import { printOp, type Op } from "../../plugins/nft/transaction.ts";
 
-const listing = (...items: object[]) => JSON.stringify({ nftables: [{ metainfo: { version: "1.0.6", json_schema_version: 1 } }, ...items] });
+const listing = (...items: object[]) =>
+  JSON.stringify({ nftables: [{ metainfo: { version: "1.0.6", json_schema_version: 1 } }, ...items] });
 
 describe("nft listings of kpng's tables", () => {
   test("chains, sets and maps of ip kpng and ip6 kpng; other tables and the affinity sets' missing 'dynamic' flag as nft 1.0.6 prints them", () => {
     const held = parseHoldings([
       listing(
-        { chain: { family: "ip", table: "kpng", name: "nat-prerouting", handle: 1, type: "nat", hook: "prerouting", prio: -100, policy: "accept" } },
+        {
+          chain: {
+            family: "ip",
+            table: "kpng",
+            name: "nat-prerouting",
+            handle: 1,
+            type: "nat",
+            hook: "prerouting",
+            prio: -100,
+            policy: "accept",
+          },
+        },
         { chain: { family: "ip", table: "kpng", name: "services", handle: 2 } },
         { chain: { family: "ip", table: "filter", name: "INPUT", handle: 1, type: "filter", hook: "input", prio: 0, policy: "drop" } },
         { chain: { family: "inet", table: "kpng", name: "other", handle: 1 } },
@@ -23,7 +35,16 @@ describe("nft listings of kpng's tables", () => {
         { set: { family: "ip", name: "hairpin", table: "kpng", type: ["ipv4_addr", "ipv4_addr"], handle: 6 } },
         { set: { family: "ip", name: "nodeport-ips", table: "kpng", type: "ipv4_addr", handle: 7, flags: "interval" } },
       ),
-      listing({ map: { family: "ip", name: "service-ips", table: "kpng", type: ["ipv4_addr", "inet_proto", "inet_service"], handle: 3, map: "verdict" } }),
+      listing({
+        map: {
+          family: "ip",
+          name: "service-ips",
+          table: "kpng",
+          type: ["ipv4_addr", "inet_proto", "inet_service"],
+          handle: 3,
+          map: "verdict",
+        },
+      }),
     ]);
     expect(held.ip.chains).toEqual(
       new Map([
@@ -104,13 +125,30 @@ describe("nft: clearing what the tables hold before a full sync in place", () =>
     },
     {
       name: "wanted chains as they are: flushed only",
-      held: { chains: new Map([["nat-output", { base: nat }], ["services", {}]]) },
+      held: {
+        chains: new Map([
+          ["nat-output", { base: nat }],
+          ["services", {}],
+        ]),
+      },
       want: ["flush chain ip kpng nat-output", "flush chain ip kpng services"],
     },
     {
       name: "stale and foreign chains: flushed, then deleted after the sets",
-      held: { chains: new Map([["svc-OLD", {}], ["foreign", {}]]), sets: new Map([["cluster-ips", { kind: "set", type: "ipv4_addr", flags: [] }]]) },
-      want: ["flush chain ip kpng svc-OLD", "flush chain ip kpng foreign", "delete set ip kpng cluster-ips", "delete chain ip kpng svc-OLD", "delete chain ip kpng foreign"],
+      held: {
+        chains: new Map([
+          ["svc-OLD", {}],
+          ["foreign", {}],
+        ]),
+        sets: new Map([["cluster-ips", { kind: "set", type: "ipv4_addr", flags: [] }]]),
+      },
+      want: [
+        "flush chain ip kpng svc-OLD",
+        "flush chain ip kpng foreign",
+        "delete set ip kpng cluster-ips",
+        "delete chain ip kpng svc-OLD",
+        "delete chain ip kpng foreign",
+      ],
     },
     {
       name: "a base chain with policy drop, and a base chain where a regular one is wanted: deleted",
@@ -120,7 +158,12 @@ describe("nft: clearing what the tables hold before a full sync in place", () =>
           ["services", { base: nat }],
         ]),
       },
-      want: ["flush chain ip kpng nat-output", "flush chain ip kpng services", "delete chain ip kpng nat-output", "delete chain ip kpng services"],
+      want: [
+        "flush chain ip kpng nat-output",
+        "flush chain ip kpng services",
+        "delete chain ip kpng nat-output",
+        "delete chain ip kpng services",
+      ],
     },
     {
       name: "a base chain at another priority: deleted",
@@ -135,7 +178,10 @@ describe("nft: clearing what the tables hold before a full sync in place", () =>
     });
 
   test("the other family's statements say nothing about this table", () => {
-    const held: TableHoldings = { chains: new Map(), sets: new Map([["aff-A", { kind: "set", type: "ipv6_addr", flags: ["timeout"], timeout: 600 }]]) };
+    const held: TableHoldings = {
+      chains: new Map(),
+      sets: new Map([["aff-A", { kind: "set", type: "ipv6_addr", flags: ["timeout"], timeout: 600 }]]),
+    };
     const other: Op[] = [{ kind: "set", verb: "add", family: "ip", set: { ...aff, type: "ipv6_addr" } }];
     expect(clearHeld("ip6", held, other).map(printOp)).toEqual(["delete set ip6 kpng aff-A"]);
   });

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { FIRST_LOAD_SPLIT_ELEMENTS } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
-import type { Endpoint, } from "../../src/core/brain/state.ts";
+import type { Endpoint } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, ep, nodeConfig, nodeState, svc } from "./fixtures.ts";
@@ -31,9 +31,20 @@ afterAll(async () => {
 const nft = (...argv: string[]) => topo.exec(topo.node.ns, ["nft", ...argv]);
 const both = () => Object.fromEntries(topo.pods.map((p) => [p.name, ep({ ips: [p.v4, p.v6], ports: { http: 8080 } })]));
 const sticky = (i: number, seconds: number) =>
-  entry(svc({ name: `sticky${i}`, clusterIPs: [v4.clusterIP(i), v6.clusterIP(i)], ports: [{ name: "http", port: 80 }], affinitySeconds: seconds }), both());
+  entry(
+    svc({
+      name: `sticky${i}`,
+      clusterIPs: [v4.clusterIP(i), v6.clusterIP(i)],
+      ports: [{ name: "http", port: 80 }],
+      affinitySeconds: seconds,
+    }),
+    both(),
+  );
 const plain = (i: number, over = {}) =>
-  entry(svc({ name: `plain${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80, nodePort: 30000 + i }], ...over }), both());
+  entry(
+    svc({ name: `plain${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80, nodePort: 30000 + i }], ...over }),
+    both(),
+  );
 
 /** the rules without the elements packets wrote to affinity sets, which a sync into an empty namespace cannot have */
 const rules = async (t: Topology) =>
@@ -48,7 +59,11 @@ const bigState = (n: number, last?: Record<string, Endpoint>) =>
     Array.from({ length: n }, (_, i) =>
       entry(
         svc({ name: `big${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }] }),
-        i === n - 1 && last ? last : Object.fromEntries(Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })])),
+        i === n - 1 && last
+          ? last
+          : Object.fromEntries(
+              Array.from({ length: 10 }, (_, k) => [`p${i}-${k}`, ep({ ips: [v4.pod(i % 250, k + 1)], ports: { http: 8080 } })]),
+            ),
       ),
     ),
   );
@@ -58,7 +73,10 @@ const addedElements = (tx: string) => tx.split("\n").reduce((n, l) => n + (l.sta
 
 /** which pod each of `n` connections from the client to `ip`:80 reached */
 async function answers(ip: string, n = 6): Promise<string[]> {
-  const rs = await topo.probeMany(topo.client.ns, Array.from({ length: n }, () => ({ ip, port: 80 })));
+  const rs = await topo.probeMany(
+    topo.client.ns,
+    Array.from({ length: n }, () => ({ ip, port: 80 })),
+  );
   return rs.map((r) => (r.ok ? r.who : r.error));
 }
 
@@ -99,7 +117,11 @@ describe("nft full sync in place (real kernel)", () => {
     await nft("delete", "chain", "ip", "kpng", "filter-output");
     await nft("add", "chain", "ip", "kpng", "filter-output", "{ type filter hook output priority 0; policy drop; }");
     await nft("add", "chain", "ip", "kpng", "filter-input", "{ type filter hook input priority -110; policy drop; }");
-    await topo.exec(topo.node.ns, ["nft", "-f", "-"], "flush chain ip kpng masquerading\ndelete set ip kpng hairpin\nadd set ip kpng hairpin { type ipv4_addr . inet_service; }\n");
+    await topo.exec(
+      topo.node.ns,
+      ["nft", "-f", "-"],
+      "flush chain ip kpng masquerading\ndelete set ip kpng hairpin\nadd set ip kpng hairpin { type ipv4_addr . inet_service; }\n",
+    );
 
     // kpng again: sticky3 deleted, sticky2's timeout changed, plain4 now with affinity (new sets)
     const after = nodeState([sticky(1, 600), sticky(2, 900), plain(4, { affinitySeconds: 60 })]);
@@ -142,7 +164,7 @@ describe("nft full sync in place (real kernel)", () => {
     const backend = createNftBackend(context(nodeConfig()), { exec });
     const state = nodeState([sticky(1, 600), plain(4)]);
     await backend.apply(state, null);
-    expect(txs.map((t) => t.split("\n")[0])).toEqual(["add table ip kpng { comment \"rules for kpng, the Kubernetes service proxy\"; }"]);
+    expect(txs.map((t) => t.split("\n")[0])).toEqual(['add table ip kpng { comment "rules for kpng, the Kubernetes service proxy"; }']);
     expect(txs[0]).not.toContain("delete");
     const reference = createNftBackend(context(nodeConfig()), { exec: ref.executor(ref.node.ns) });
     await reference.apply(state, null);
@@ -161,12 +183,20 @@ describe("nft full sync in place (real kernel)", () => {
     const [skeleton, ...batches] = txs;
     expect(batches.length).toBeGreaterThanOrEqual(2);
     expect(skeleton).not.toContain("add element");
-    for (const b of batches) expect(b.trim().split("\n").every((l) => l.startsWith("add element "))).toBe(true);
+    for (const b of batches)
+      expect(
+        b
+          .trim()
+          .split("\n")
+          .every((l) => l.startsWith("add element ")),
+      ).toBe(true);
     expect(batches.reduce((n, b) => n + addedElements(b), 0)).toBeGreaterThanOrEqual(FIRST_LOAD_SPLIT_ELEMENTS);
 
     // the reference: the same state in one transaction (its listing fails: no split)
     const refRec = recording(ref);
-    const refExec: Executor = { run: (argv, stdin) => (argv.includes("list") ? Promise.reject(new Error("no listing")) : refRec.exec.run(argv, stdin)) };
+    const refExec: Executor = {
+      run: (argv, stdin) => (argv.includes("list") ? Promise.reject(new Error("no listing")) : refRec.exec.run(argv, stdin)),
+    };
     await createNftBackend(context(nodeConfig()), { exec: refExec }).apply(big, null);
     expect(refRec.txs).toHaveLength(1);
     expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
@@ -187,7 +217,9 @@ describe("nft full sync in place (real kernel)", () => {
     const { exec, txs } = recording(topo);
     let sent = 0;
     // the first batch (after the skeleton) is refused without reaching nft; the others run
-    const failing: Executor = { run: (argv, stdin) => (argv.includes("-f") && ++sent === 2 ? Promise.reject(new Error("refused")) : exec.run(argv, stdin)) };
+    const failing: Executor = {
+      run: (argv, stdin) => (argv.includes("-f") && ++sent === 2 ? Promise.reject(new Error("refused")) : exec.run(argv, stdin)),
+    };
     const backend = createNftBackend(context(nodeConfig()), { exec: failing });
     await expect(backend.apply(big, null)).rejects.toThrow("refused");
     expect(txs.length).toBeGreaterThanOrEqual(2);

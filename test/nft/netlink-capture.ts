@@ -23,14 +23,22 @@ export const SCRIPTS: Record<string, string> = {
     'add element ip kpng sync-stamp { "k-abcd-2" }',
     'delete element ip kpng sync-stamp { "k-abcd-2" }',
   ].join("\n"),
-  "another process: an ip6 table, another family's table, a chain flushed": ["add table ip6 kpng", "add table inet other", "add chain inet other c", "flush chain ip kpng services"].join("\n"),
+  "another process: an ip6 table, another family's table, a chain flushed": [
+    "add table ip6 kpng",
+    "add table inet other",
+    "add chain inet other c",
+    "flush chain ip kpng services",
+  ].join("\n"),
   "a firewall reload: flush ruleset": "flush ruleset",
 };
 
 if (import.meta.main) {
   const ns = `kpcap-${Math.random().toString(36).slice(2, 8)}`;
   const sh = (argv: string[], stdin?: string) => {
-    const r = Bun.spawnSync(argv, { stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin), env: { ...process.env, HOME: "/dev/null" } });
+    const r = Bun.spawnSync(argv, {
+      stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     if (r.exitCode !== 0) throw new Error(`${argv.join(" ")}: ${r.stderr.toString()}`);
   };
   sh(["ip", "netns", "add", ns]);

@@ -18,16 +18,42 @@ describe("nftables events parsed from the kernel's datagrams", () => {
   const cases: Array<[string, string[]]> = [
     [
       "kpng's full sync, stamped",
-      ["add table ip kpng", "add chain ip kpng", "add rule ip kpng", "add set ip kpng", "add set ip kpng", 'add element ip kpng sync-stamp { "k-abcd-1" }', "GEN"],
+      [
+        "add table ip kpng",
+        "add chain ip kpng",
+        "add rule ip kpng",
+        "add set ip kpng",
+        "add set ip kpng",
+        'add element ip kpng sync-stamp { "k-abcd-1" }',
+        "GEN",
+      ],
     ],
     [
       "kpng's proof: the stamp deleted and put back, a fresh one added and deleted",
-      ["delete element ip kpng sync-stamp", 'add element ip kpng sync-stamp { "k-abcd-1" }', 'add element ip kpng sync-stamp { "k-abcd-2" }', "delete element ip kpng sync-stamp", "GEN"],
+      [
+        "delete element ip kpng sync-stamp",
+        'add element ip kpng sync-stamp { "k-abcd-1" }',
+        'add element ip kpng sync-stamp { "k-abcd-2" }',
+        "delete element ip kpng sync-stamp",
+        "GEN",
+      ],
     ],
-    ["another process: an ip6 table, another family's table, a chain flushed", ["add table ip6 kpng", "add table inet other", "add chain inet other", "delete rule ip kpng", "GEN"]],
+    [
+      "another process: an ip6 table, another family's table, a chain flushed",
+      ["add table ip6 kpng", "add table inet other", "add chain inet other", "delete rule ip kpng", "GEN"],
+    ],
     [
       "a firewall reload: flush ruleset",
-      ["delete set ip kpng", "delete set ip kpng", "delete chain ip kpng", "delete table ip kpng", "delete table ip6 kpng", "delete chain inet other", "delete table inet other", "GEN"],
+      [
+        "delete set ip kpng",
+        "delete set ip kpng",
+        "delete chain ip kpng",
+        "delete table ip kpng",
+        "delete table ip6 kpng",
+        "delete chain inet other",
+        "delete table inet other",
+        "GEN",
+      ],
     ],
   ];
   for (const [name, want] of cases)
@@ -61,7 +87,10 @@ describe("nftables events parsed from the kernel's datagrams", () => {
 describe("the event socket against the kernel (a namespace)", () => {
   const ns = `kpnl-${Math.random().toString(36).slice(2, 8)}`;
   const nft = (script: string) => {
-    const r = Bun.spawnSync(["ip", "netns", "exec", ns, "nft", "-f", "-"], { stdin: new TextEncoder().encode(script), env: { ...process.env, HOME: "/dev/null" } });
+    const r = Bun.spawnSync(["ip", "netns", "exec", ns, "nft", "-f", "-"], {
+      stdin: new TextEncoder().encode(script),
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     if (r.exitCode !== 0) throw new Error(r.stderr.toString());
   };
   beforeAll(() => void Bun.spawnSync(["ip", "netns", "add", ns]));
@@ -74,7 +103,12 @@ describe("the event socket against the kernel (a namespace)", () => {
     const stream = netlinkEvents({ netns: ns }).open(on);
     nft('add table ip kpng\nadd set ip kpng sync-stamp { type ifname; }\nadd element ip kpng sync-stamp { "k-x-1" }\n');
     stream.poll!();
-    expect(got.map((l) => (gen.test(l) ? "GEN" : l))).toEqual(["add table ip kpng", "add set ip kpng", 'add element ip kpng sync-stamp { "k-x-1" }', "GEN"]);
+    expect(got.map((l) => (gen.test(l) ? "GEN" : l))).toEqual([
+      "add table ip kpng",
+      "add set ip kpng",
+      'add element ip kpng sync-stamp { "k-x-1" }',
+      "GEN",
+    ]);
     stream.close();
     nft("delete table ip kpng\n");
     stream.poll!();
@@ -84,7 +118,11 @@ describe("the event socket against the kernel (a namespace)", () => {
   test("the watch reports lost events as it does the monitor's", () => {
     const reports: string[] = [];
     let on: EventHandlers | undefined;
-    const watch = new RulesWatch({ source: { name: "fake", listensAtOnce: true, open: (h) => ((on = h), { close() {} }) }, log: memoryLogger(), onForeign: (w) => reports.push(w) });
+    const watch = new RulesWatch({
+      source: { name: "fake", listensAtOnce: true, open: (h) => ((on = h), { close() {} }) },
+      log: memoryLogger(),
+      onForeign: (w) => reports.push(w),
+    });
     watch.start();
     on!.line(LOST_LINE);
     expect(reports).toEqual([LOST_LINE]);

@@ -28,7 +28,12 @@ function writeCluster(nodeIP: string) {
         apiVersion: "v1",
         kind: "Service",
         metadata: { name: "web", namespace: "default" },
-        spec: { type: "NodePort", clusterIP: v4.clusterIP(1), clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: NODE_PORT }] },
+        spec: {
+          type: "NodePort",
+          clusterIP: v4.clusterIP(1),
+          clusterIPs: [v4.clusterIP(1)],
+          ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: NODE_PORT }],
+        },
       },
       {
         apiVersion: "discovery.k8s.io/v1",
@@ -68,13 +73,16 @@ beforeAll(async () => {
   await topo.exec(topo.node.ns, ["ip", "addr", "add", `${v4.node(1)}/32`, "dev", "ext0"]);
   writeCluster(topo.node.v4);
   // What an operator runs; HOME: nft's interactive mode writes a history file there.
-  kpng = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(ROOT, "src/main.ts"), "--input", input, "--node-name", "node-a", "--backend", "nft"], {
-    cwd: ROOT,
-    stdin: "ignore",
-    stdout: "ignore",
-    stderr: "ignore",
-    env: { ...process.env, HOME: "/dev/null" },
-  });
+  kpng = Bun.spawn(
+    ["ip", "netns", "exec", topo.node.ns, BUN, join(ROOT, "src/main.ts"), "--input", input, "--node-name", "node-a", "--backend", "nft"],
+    {
+      cwd: ROOT,
+      stdin: "ignore",
+      stdout: "ignore",
+      stderr: "ignore",
+      env: { ...process.env, HOME: "/dev/null" },
+    },
+  );
 });
 
 afterAll(async () => {

@@ -65,7 +65,12 @@ export async function check(topo: Topology, expectations: Expectation[]): Promis
   const bySource = new Map<Who, Expectation[]>();
   for (const e of expectations) bySource.set(e.from, [...(bySource.get(e.from) ?? []), e]);
   for (const [from, list] of bySource) {
-    const probes: Probe[] = list.map((e) => ({ ip: e.to, port: e.port, proto: e.proto, timeout: e.timeout ?? (e.error === "timeout" ? 0.5 : 2) }));
+    const probes: Probe[] = list.map((e) => ({
+      ip: e.to,
+      port: e.port,
+      proto: e.proto,
+      timeout: e.timeout ?? (e.error === "timeout" ? 0.5 : 2),
+    }));
     const results = await topo.probeMany(host(topo, from).ns, probes);
     list.forEach((e, i) => assertResult(topo, e, results[i]));
   }

@@ -71,7 +71,15 @@ const cases: PacketCase[] = [
     name: "multi-port: each service port reaches its own target port",
     services: () => [
       entry(
-        svc({ name: "multi", clusterIPs: both, ports: [{ name: "http", port: 80 }, { name: "alt", port: 81 }, { name: "bad", port: 82 }] }),
+        svc({
+          name: "multi",
+          clusterIPs: both,
+          ports: [
+            { name: "http", port: 80 },
+            { name: "alt", port: 81 },
+            { name: "bad", port: 82 },
+          ],
+        }),
         podEndpoints(topo, [2], ports),
       ),
     ],
@@ -139,14 +147,27 @@ const cases: PacketCase[] = [
   {
     name: "iTP=Local: cluster IP traffic goes to local endpoints only",
     services: () => [
-      entry(svc(web({ iTPLocal: true })), podEndpoints(topo, [0, [1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports)),
+      entry(
+        svc(web({ iTPLocal: true })),
+        podEndpoints(topo, [0, [1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports),
+      ),
     ],
     expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
   },
   {
     name: "iTP=Local without local endpoints: cluster IP traffic dropped",
     services: () => [
-      entry(svc(web({ iTPLocal: true })), podEndpoints(topo, [[1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports)),
+      entry(
+        svc(web({ iTPLocal: true })),
+        podEndpoints(
+          topo,
+          [
+            [1, { local: false, internal: false }],
+            [2, { local: false, internal: false }],
+          ],
+          ports,
+        ),
+      ),
     ],
     expect: perFamily((f) => [
       { from: "pod0", to: cip[f], port: 80, error: "timeout" },
@@ -158,7 +179,10 @@ const cases: PacketCase[] = [
   {
     name: "eTP=Local: external traffic reaches the local endpoint with the client source",
     services: () => [
-      entry(svc(web({ eTPLocal: true })), podEndpoints(topo, [0, [1, { local: false, external: false }], [2, { local: false, external: false }]], ports)),
+      entry(
+        svc(web({ eTPLocal: true })),
+        podEndpoints(topo, [0, [1, { local: false, external: false }], [2, { local: false, external: false }]], ports),
+      ),
     ],
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, answer: "pod0", source: "client" },
@@ -169,7 +193,17 @@ const cases: PacketCase[] = [
   {
     name: "eTP=Local without local endpoints: outside traffic dropped, pods short-circuit, node masqueraded",
     services: () => [
-      entry(svc(web({ eTPLocal: true })), podEndpoints(topo, [[1, { local: false, external: false }], [2, { local: false, external: false }]], ports)),
+      entry(
+        svc(web({ eTPLocal: true })),
+        podEndpoints(
+          topo,
+          [
+            [1, { local: false, external: false }],
+            [2, { local: false, external: false }],
+          ],
+          ports,
+        ),
+      ),
     ],
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "timeout" },
@@ -237,7 +271,10 @@ describe("nft real packets", () => {
 
   test("load balancing: every endpoint gets traffic", async () => {
     await program({ services: () => [entry(svc(web()), podEndpoints(topo, [0, 1, 2], ports))] });
-    const rs = await topo.probeMany(topo.client.ns, Array.from({ length: 30 }, () => ({ ip: cip.v4, port: 80 })));
+    const rs = await topo.probeMany(
+      topo.client.ns,
+      Array.from({ length: 30 }, () => ({ ip: cip.v4, port: 80 })),
+    );
     // P(some pod never picked in 30 tries) = 3 * (2/3)^30 < 2e-5
     expect(new Set(rs.map((r) => (r.ok ? r.who : r.error)))).toEqual(new Set(allPods));
   });
@@ -245,7 +282,10 @@ describe("nft real packets", () => {
   for (const fam of fams)
     test(`ClientIP affinity: one client sticks to one endpoint (${fam})`, async () => {
       await program({ services: () => [entry(svc(web({ affinitySeconds: 60 })), podEndpoints(topo, [0, 1, 2], ports))] });
-      const rs = await topo.probeMany(topo.client.ns, Array.from({ length: 12 }, () => ({ ip: cip[fam], port: 80 })));
+      const rs = await topo.probeMany(
+        topo.client.ns,
+        Array.from({ length: 12 }, () => ({ ip: cip[fam], port: 80 })),
+      );
       const who = new Set(rs.map((r) => (r.ok ? r.who : r.error)));
       expect(who.size).toBe(1);
       expect(allPods).toContain([...who][0]);

@@ -18,11 +18,26 @@ describe("nft dispatch positions", () => {
     { name: "no previous order: sorted", prev: undefined, next: ["b", "c", "a"], want: ["a", "b", "c"] },
     { name: "nothing changed: same order, even if not sorted", prev: ["c", "a", "b"], next: ["a", "b", "c"], want: ["c", "a", "b"] },
     { name: "a replaced endpoint takes the freed position", prev: ["a", "b", "c"], next: ["a", "c", "z"], want: ["a", "z", "c"] },
-    { name: "arrivals fill holes lowest first, in sorted order", prev: ["a", "b", "c", "d"], next: ["y", "b", "d", "x"], want: ["x", "b", "y", "d"] },
+    {
+      name: "arrivals fill holes lowest first, in sorted order",
+      prev: ["a", "b", "c", "d"],
+      next: ["y", "b", "d", "x"],
+      want: ["x", "b", "y", "d"],
+    },
     { name: "more arrivals than holes: the rest go to the end", prev: ["a", "b"], next: ["b", "x", "y"], want: ["x", "b", "y"] },
-    { name: "a removal in the middle: the last moves into the hole", prev: ["a", "b", "c", "d", "e"], next: ["a", "c", "d", "e"], want: ["a", "e", "c", "d"] },
+    {
+      name: "a removal in the middle: the last moves into the hole",
+      prev: ["a", "b", "c", "d", "e"],
+      next: ["a", "c", "d", "e"],
+      want: ["a", "e", "c", "d"],
+    },
     { name: "removals at the end: nothing moves", prev: ["a", "b", "c", "d"], next: ["a", "b"], want: ["a", "b"] },
-    { name: "holes at both ends: the end shrinks first, then fills the front", prev: ["a", "b", "c", "d", "e"], next: ["b", "c", "d"], want: ["d", "b", "c"] },
+    {
+      name: "holes at both ends: the end shrinks first, then fills the front",
+      prev: ["a", "b", "c", "d", "e"],
+      next: ["b", "c", "d"],
+      want: ["d", "b", "c"],
+    },
     { name: "all gone", prev: ["a", "b"], next: [], want: [] },
     { name: "all new", prev: ["a", "b"], next: ["x", "y", "z"], want: ["x", "y", "z"] },
   ];
@@ -46,7 +61,12 @@ describe("nft dispatch positions", () => {
   test("a scale-down by 100 of 5,000 rewrites at most 200 positions (100 moved in, 100 gone at the end)", () => {
     const order = Array.from({ length: 5000 }, (_, i) => `e${String(i).padStart(4, "0")}`);
     const gone = new Set(Array.from({ length: 100 }, (_, j) => order[j * 50]));
-    const next = place(order, order.filter((e) => !gone.has(e)), same, byText);
+    const next = place(
+      order,
+      order.filter((e) => !gone.has(e)),
+      same,
+      byText,
+    );
     expect(next).toHaveLength(4900);
     expect(next.some((e) => gone.has(e))).toBe(false);
     expect(moved(order, next)).toBeLessThanOrEqual(200);

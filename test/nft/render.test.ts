@@ -20,7 +20,9 @@ function lines(o: ServiceObjects): string[] {
     ...o.sets.map((s) => `set ${s.name} timeout ${s.timeout}`),
     ...o.shared.map((s) => `shared ${s.name}`),
     ...o.chains.flatMap((c) => c.rules.map((r) => `chain ${c.name}: ${r.rule}`)),
-    ...[...o.elements, ...o.lists.flatMap((l) => (l ? listElements(l) : []))].map((e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`),
+    ...[...o.elements, ...o.lists.flatMap((l) => (l ? listElements(l) : []))].map(
+      (e) => `element ${e.set} ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""}`,
+    ),
   ].map((l) => l.replace(/-[A-Z2-7]{8}-/g, "-"));
 }
 
@@ -38,7 +40,8 @@ const web = (over: Partial<SvcSpec> = {}): SvcSpec => ({
   ports: [{ name: "http", port: 80, nodePort: 30080 }],
   ...over,
 });
-const pod = (i: number, o: Partial<Parameters<typeof ep>[0]> = {}) => ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080 }, ...o });
+const pod = (i: number, o: Partial<Parameters<typeof ep>[0]> = {}) =>
+  ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080 }, ...o });
 
 interface Case {
   name: string;
@@ -67,7 +70,12 @@ const cases: Case[] = [
   },
   {
     name: "a service's second port takes the second range of indexes",
-    spec: web({ ports: [{ name: "http", port: 80 }, { name: "https", port: 443, targetPort: 8443 }] }),
+    spec: web({
+      ports: [
+        { name: "http", port: 80 },
+        { name: "https", port: 443, targetPort: 8443 },
+      ],
+    }),
     eps: { a: pod(1), b: pod(2) },
     has: [
       "element service-ips 198.18.0.1 . tcp . 443 : goto dispatch-tcp-port1-2",
@@ -97,7 +105,13 @@ const cases: Case[] = [
   },
   {
     name: "target port: the endpoint's port of the same name, else targetPort, else port",
-    spec: web({ ports: [{ name: "http", port: 80 }, { name: "t", port: 81, targetPort: 9081 }, { name: "p", port: 82 }] }),
+    spec: web({
+      ports: [
+        { name: "http", port: 80 },
+        { name: "t", port: 81, targetPort: 9081 },
+        { name: "p", port: 82 },
+      ],
+    }),
     eps: { a: pod(1) },
     has: [
       "element cluster-target-ports-tcp 198.18.0.1 . 80 : 8080",
@@ -120,7 +134,10 @@ const cases: Case[] = [
     name: "iTP=Local without an Internal endpoint: cluster IP traffic dropped",
     spec: web({ iTPLocal: true }),
     eps: { a: pod(1, { internal: false, local: false }) },
-    has: ["element no-endpoint-services 198.18.0.1 . tcp . 80 : drop", "element service-nodeports tcp . 30080 : goto ext-default/web/tcp/http"],
+    has: [
+      "element no-endpoint-services 198.18.0.1 . tcp . 80 : drop",
+      "element service-nodeports tcp . 30080 : goto ext-default/web/tcp/http",
+    ],
   },
   {
     name: "eTP=Local without an External endpoint: outside traffic dropped, short-circuits kept",
@@ -150,13 +167,19 @@ const cases: Case[] = [
     name: "eTP=Cluster: external traffic masqueraded",
     spec: web({ externalIPs: [v4.external(2)] }),
     eps: { a: pod(1) },
-    has: ["chain ext-default/web/tcp/http: jump mark-for-masquerade", "element service-ips 198.18.64.2 . tcp . 80 : goto ext-default/web/tcp/http"],
+    has: [
+      "chain ext-default/web/tcp/http: jump mark-for-masquerade",
+      "element service-ips 198.18.64.2 . tcp . 80 : goto ext-default/web/tcp/http",
+    ],
   },
   {
     name: "loadBalancerSourceRanges: a firewall chain for the LB IPs only",
     spec: web({ lbIPs: [lb], externalIPs: [v4.external(2)], sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }),
     eps: { a: pod(1) },
-    has: ["chain fw-default/web/0: ip saddr != 198.18.128.0/24 drop", "element firewall-ips 198.18.64.1 . tcp . 80 : goto fw-default/web/0"],
+    has: [
+      "chain fw-default/web/0: ip saddr != 198.18.128.0/24 drop",
+      "element firewall-ips 198.18.64.1 . tcp . 80 : goto fw-default/web/0",
+    ],
     hasNot: [/firewall-ips 198.18.64.2/, /firewall-ips 198.18.0.1/],
   },
   {
@@ -198,7 +221,14 @@ const cases: Case[] = [
   },
   {
     name: "invalid addresses and ports are ignored",
-    spec: web({ clusterIPs: [cip, "198.18.0.300"], externalIPs: ["not-an-ip"], ports: [{ name: "http", port: 80 }, { name: "x", port: 70000 }] }),
+    spec: web({
+      clusterIPs: [cip, "198.18.0.300"],
+      externalIPs: ["not-an-ip"],
+      ports: [
+        { name: "http", port: 80 },
+        { name: "x", port: 70000 },
+      ],
+    }),
     eps: { a: ep({ ips: ["198.19.0.999"] }), b: pod(2) },
     hasNot: [/300/, /not-an-ip/, /999/, /70000/],
     has: ["element cluster-endpoints-tcp 198.18.0.1 . 0 : 198.19.0.2"],
@@ -212,7 +242,12 @@ const cases: Case[] = [
   },
   {
     name: "UDP and SCTP use their own DNAT maps",
-    spec: web({ ports: [{ name: "dns", protocol: "UDP", port: 53 }, { name: "s", protocol: "SCTP", port: 90 }] }),
+    spec: web({
+      ports: [
+        { name: "dns", protocol: "UDP", port: 53 },
+        { name: "s", protocol: "SCTP", port: 90 },
+      ],
+    }),
     eps: { a: pod(1, { ports: { dns: 5353, s: 9000 } }), b: pod(2, { ports: { dns: 5353, s: 9000 } }) },
     has: [
       "element service-ips 198.18.0.1 . udp . 53 : goto dispatch-udp-port0-2",
@@ -250,7 +285,12 @@ describe("nft renderBase", () => {
   const base = (config: Partial<Config>, family: TableFamily = "ip") => renderBase(familyConfig(nodeConfig(config), family)).map(printOp);
   const cases: { name: string; config: Partial<Config>; family?: TableFamily; has: string[]; hasNot?: RegExp[] }[] = [
     { name: "node ports answer on the node IPs by default", config: {}, has: ["add element ip kpng nodeport-ips { 203.0.113.10 }"] },
-    { name: "'primary' means the node IPs too", config: { nodePortAddresses: ["primary"] }, family: "ip6", has: ["add element ip6 kpng nodeport-ips { 2001:db8:3::a }"] },
+    {
+      name: "'primary' means the node IPs too",
+      config: { nodePortAddresses: ["primary"] },
+      family: "ip6",
+      has: ["add element ip6 kpng nodeport-ips { 2001:db8:3::a }"],
+    },
     {
       name: "nodePortAddresses CIDRs of the family",
       config: { nodePortAddresses: ["203.0.113.0/24", "2001:db8:3::/64"] },
@@ -258,14 +298,29 @@ describe("nft renderBase", () => {
       hasNot: [/nodeport-ips \{ 2001/],
     },
     { name: "never loopback", config: {}, has: ["ip daddr != 127.0.0.0/8 ip daddr @nodeport-ips fib daddr type local"] },
-    { name: "masquerade bit from Config", config: { masqueradeBit: 5 }, has: ["add rule ip kpng mark-for-masquerade meta mark set meta mark | 0x20"] },
+    {
+      name: "masquerade bit from Config",
+      config: { masqueradeBit: 5 },
+      has: ["add rule ip kpng mark-for-masquerade meta mark set meta mark | 0x20"],
+    },
     {
       name: "off-cluster sources masqueraded to cluster IPs",
       config: {},
-      has: ["add rule ip kpng services ip daddr @cluster-ips ip saddr != 198.19.0.0/16 jump mark-for-masquerade comment \"masquerade off-cluster traffic to cluster IPs\""],
+      has: [
+        'add rule ip kpng services ip daddr @cluster-ips ip saddr != 198.19.0.0/16 jump mark-for-masquerade comment "masquerade off-cluster traffic to cluster IPs"',
+      ],
     },
-    { name: "masqueradeAll", config: { masqueradeAll: true }, has: ["add rule ip kpng services ip daddr @cluster-ips jump mark-for-masquerade comment \"masquerade all traffic to cluster IPs\""] },
-    { name: "no pod CIDR, no masqueradeAll: no cluster-IP masquerade", config: { clusterCIDRs: [] }, has: [], hasNot: [/cluster-ips .*jump mark-for-masquerade/] },
+    {
+      name: "masqueradeAll",
+      config: { masqueradeAll: true },
+      has: ['add rule ip kpng services ip daddr @cluster-ips jump mark-for-masquerade comment "masquerade all traffic to cluster IPs"'],
+    },
+    {
+      name: "no pod CIDR, no masqueradeAll: no cluster-IP masquerade",
+      config: { clusterCIDRs: [] },
+      has: [],
+      hasNot: [/cluster-ips .*jump mark-for-masquerade/],
+    },
   ];
   for (const c of cases)
     test(c.name, () => {
@@ -318,13 +373,30 @@ describe("nft golden full sync", () => {
     const backend = createNftBackend(ctx);
     const state = nodeState([
       entry(svc(web({ lbIPs: [lb, v6.external(1)], sourceRanges: ["198.18.128.0/24"] })), { a: pod(1), b: pod(2, { local: false }) }),
-      entry(svc(web({ name: "sticky", clusterIPs: [v4.clusterIP(2)], affinitySeconds: 60, ports: [{ name: "dns", protocol: "UDP", port: 53 }] })), {
-        a: pod(1, { ports: { dns: 5353 } }),
-        b: pod(3, { ports: { dns: 5353 } }),
-      }),
-      entry(svc(web({ name: "local", clusterIPs: [v4.clusterIP(3)], eTPLocal: true, iTPLocal: true, externalIPs: [v4.external(3)], ports: [{ name: "http", port: 80, nodePort: 30081 }] })), {
-        a: pod(4, { local: false, internal: false, external: false }),
-      }),
+      entry(
+        svc(
+          web({ name: "sticky", clusterIPs: [v4.clusterIP(2)], affinitySeconds: 60, ports: [{ name: "dns", protocol: "UDP", port: 53 }] }),
+        ),
+        {
+          a: pod(1, { ports: { dns: 5353 } }),
+          b: pod(3, { ports: { dns: 5353 } }),
+        },
+      ),
+      entry(
+        svc(
+          web({
+            name: "local",
+            clusterIPs: [v4.clusterIP(3)],
+            eTPLocal: true,
+            iTPLocal: true,
+            externalIPs: [v4.external(3)],
+            ports: [{ name: "http", port: 80, nodePort: 30081 }],
+          }),
+        ),
+        {
+          a: pod(4, { local: false, internal: false, external: false }),
+        },
+      ),
       entry(svc(web({ name: "empty", clusterIPs: [v4.clusterIP(4)], ports: [{ name: "s", protocol: "SCTP", port: 90 }] })), {}),
     ]);
     await backend.apply(state, null);

@@ -38,7 +38,9 @@ const rules = async () => (await canonicalRuleset(topo, topo.node.ns)).replace(/
 const web = (endpoints: number) =>
   entry(
     svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }),
-    Object.fromEntries(Array.from({ length: endpoints }, (_, i) => [`p${i}`, ep({ ips: [topo.pods[i % topo.pods.length].v4], ports: { http: 8080 } })])),
+    Object.fromEntries(
+      Array.from({ length: endpoints }, (_, i) => [`p${i}`, ep({ ips: [topo.pods[i % topo.pods.length].v4], ports: { http: 8080 } })]),
+    ),
   );
 
 function push(next: NodeState, change: ReadonlySet<string> | null) {
@@ -61,7 +63,12 @@ beforeAll(async () => {
   for (const p of topo.pods) await topo.serve(p, { tcp: [8080] });
   ctx = context(nodeConfig());
   const prefix = ["ip", "netns", "exec", topo.node.ns];
-  backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive: processSpawner(prefix), monitor: processSpawner(prefix), netns: topo.node.ns });
+  backend = createNftBackend(ctx, {
+    exec: topo.executor(topo.node.ns),
+    interactive: processSpawner(prefix),
+    monitor: processSpawner(prefix),
+    netns: topo.node.ns,
+  });
   feed = feedBackend(backend, {
     log: ctx.log,
     retryMs: 200,
@@ -92,7 +99,10 @@ const faults: Array<{ name: string; run: () => Promise<unknown> }> = [
   { name: "nft delete table ip kpng", run: () => nft("delete", "table", "ip", "kpng") },
   { name: "nft flush ruleset (what a firewall reload does)", run: () => nft("flush", "ruleset") },
   { name: "nft flush chain of kpng's service dispatch", run: () => nft("flush", "chain", "ip", "kpng", "services") },
-  { name: "a rule inserted into a kpng chain", run: () => nft("insert", "rule", "ip", "kpng", "services", "ip", "daddr", v4.clusterIP(1), "drop") },
+  {
+    name: "a rule inserted into a kpng chain",
+    run: () => nft("insert", "rule", "ip", "kpng", "services", "ip", "daddr", v4.clusterIP(1), "drop"),
+  },
   { name: "an element deleted from a kpng map", run: () => nft("flush", "map", "ip", "kpng", "service-ips") },
   { name: "kpng's stamp set flushed (a change to the stamp itself)", run: () => nft("flush", "set", "ip", "kpng", SYNC_STAMP_SET) },
 ];
@@ -141,11 +151,20 @@ describe("nft: repair after another process changes kpng's tables (real kernel)"
   test("while the repair keeps failing (the table held by another owner) the proxy is unhealthy; healthy again once it succeeds", async () => {
     const before = { full: fullSyncs(), failed: ctx.lines.filter((l) => l.includes("sync failed")).length };
     // A table flagged "owner" belongs to the netlink socket of the nft -i that made it: kpng's writes get EPERM.
-    const holder = Bun.spawn(["ip", "netns", "exec", topo.node.ns, "nft", "-i"], { stdin: "pipe", stdout: "ignore", stderr: "ignore", env: { ...process.env, HOME: "/dev/null" } });
+    const holder = Bun.spawn(["ip", "netns", "exec", topo.node.ns, "nft", "-i"], {
+      stdin: "pipe",
+      stdout: "ignore",
+      stderr: "ignore",
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     holder.stdin.write("delete table ip kpng; add table ip kpng { flags owner; }\n");
     await holder.stdin.flush();
     try {
-      await until("two failed repairs", () => ctx.lines.filter((l) => l.includes("sync failed")).length >= before.failed + 2, REPAIR_DEADLINE_MS);
+      await until(
+        "two failed repairs",
+        () => ctx.lines.filter((l) => l.includes("sync failed")).length >= before.failed + 2,
+        REPAIR_DEADLINE_MS,
+      );
       expect(health.isHealthy()).toBe(false);
       expect(await flows()).toBe(false);
     } finally {

@@ -58,12 +58,18 @@ const bigEntry = (s: { gone: number; added: number }) =>
 /** the big service's positions and endpoints as the kernel holds them */
 async function bigInKernel() {
   const out = await topo.exec(topo.node.ns, ["nft", "-j", "list", "map", "ip", "kpng", "cluster-endpoints-tcp"]);
-  const elems = (JSON.parse(out).nftables as { map?: { elem?: [{ concat: [string, number] }, string][] } }[]).flatMap((x) => x.map?.elem ?? []);
+  const elems = (JSON.parse(out).nftables as { map?: { elem?: [{ concat: [string, number] }, string][] } }[]).flatMap(
+    (x) => x.map?.elem ?? [],
+  );
   const mine = elems.filter(([k]) => k.concat[0] === big.ip);
   return { positions: mine.map(([k]) => k.concat[1]).sort((a, b) => a - b), endpoints: mine.map(([, v]) => v).sort() };
 }
 
-const answers = async (n: number) => topo.probeMany(topo.client.ns, Array.from({ length: n }, () => ({ ...web, timeout: 1 })));
+const answers = async (n: number) =>
+  topo.probeMany(
+    topo.client.ns,
+    Array.from({ length: n }, () => ({ ...web, timeout: 1 })),
+  );
 
 describe("nft rolling update (real kernel)", () => {
   test("only live endpoints answer at every step, every one of them does, and no connection fails meanwhile", async () => {

@@ -73,7 +73,9 @@ describe("nft -i include (real)", () => {
   });
 
   test("a syntax error anywhere in the file: nothing of it is applied", async () => {
-    const err = await files.apply("add chain ip inc b\nadd element ip inc m { 198.18.0.2 : goto b, 1.2.3.4.5 : drop }\n").catch((e: Error) => e);
+    const err = await files
+      .apply("add chain ip inc b\nadd element ip inc m { 198.18.0.2 : goto b, 1.2.3.4.5 : drop }\n")
+      .catch((e: Error) => e);
     expect(String(err)).toContain("syntax error");
     expect(await list(["table", "ip", "inc"])).not.toContain("chain b");
   });
@@ -83,8 +85,14 @@ describe("nft -i include (real)", () => {
     const addrs = Array.from({ length: 2000 }, (_, i) => `10.${i >> 8}.${i & 255}.1`);
     await files.apply(`add element ip many s { ${addrs.join(", ")} }\n`);
     await files.apply("delete element ip many s { 10.0.0.1 }");
-    const json = JSON.parse(await topo.exec(topo.node.ns, ["nft", "-j", "list", "set", "ip", "many", "s"])) as { nftables: { set?: { elem?: string[] } }[] };
+    const json = JSON.parse(await topo.exec(topo.node.ns, ["nft", "-j", "list", "set", "ip", "many", "s"])) as {
+      nftables: { set?: { elem?: string[] } }[];
+    };
     const held = json.nftables.flatMap((x) => x.set?.elem ?? []);
-    expect({ count: held.length, deleted: held.includes("10.0.0.1"), last: held.includes("10.7.207.1") }).toEqual({ count: 1999, deleted: false, last: true });
+    expect({ count: held.length, deleted: held.includes("10.0.0.1"), last: held.includes("10.7.207.1") }).toEqual({
+      count: 1999,
+      deleted: false,
+      last: true,
+    });
   });
 });

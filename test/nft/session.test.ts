@@ -61,7 +61,8 @@ function fakeNft(opts: { chunk?: number; blind?: "not found" | "cannot open" } =
               return;
             }
             if (line.includes("REFUSE")) say(`Error: Could not process rule: No such file or directory\n${line}\n${" ".repeat(10)}^^^^\n`);
-            else if (!/^(add|delete|flush) /.test(line)) say(`Error: syntax error, unexpected newline, expecting string\n${line}\n${" ".repeat(line.length)}^\n`);
+            else if (!/^(add|delete|flush) /.test(line))
+              say(`Error: syntax error, unexpected newline, expecting string\n${line}\n${" ".repeat(line.length)}^\n`);
           }
         },
         kill() {
@@ -86,7 +87,10 @@ describe("nft -i session protocol", () => {
     const session = new NftSession(nft.spawner);
     await session.apply("add chain ip kpng a; add chain ip kpng b");
     await session.apply("add chain ip kpng c");
-    expect(nft.lines.filter((l) => !l.startsWith("kpng-sync-"))).toEqual(["add chain ip kpng a; add chain ip kpng b", "add chain ip kpng c"]);
+    expect(nft.lines.filter((l) => !l.startsWith("kpng-sync-"))).toEqual([
+      "add chain ip kpng a; add chain ip kpng b",
+      "add chain ip kpng c",
+    ]);
     expect(nft.spawned()).toBe(1);
   });
 
@@ -147,7 +151,11 @@ describe("nft -i session protocol", () => {
   test("the real spawner passes the environment on", async () => {
     const seen: string[] = [];
     const done = new Promise<void>((resolve) =>
-      processSpawner().spawn(["sh", "-c", 'echo "$HOME" >&2'], { stderr: (t) => seen.push(t), exit: () => resolve() }, { HOME: "/dev/null" }),
+      processSpawner().spawn(
+        ["sh", "-c", 'echo "$HOME" >&2'],
+        { stderr: (t) => seen.push(t), exit: () => resolve() },
+        { HOME: "/dev/null" },
+      ),
     );
     await done;
     expect(seen.join("")).toBe("/dev/null\n");
@@ -281,7 +289,10 @@ describe("nft runner: session or nft -f -", () => {
       const nft = fakeNft();
       const { exec, calls } = recorder();
       await new NftRunner(exec, new NftSession(nft.spawner)).apply(c.tx(), { full: c.full });
-      expect({ oneShot: calls.length, session: nft.lines.filter((l) => l.startsWith("add ")).length }).toEqual({ oneShot: c.oneShot, session: c.session });
+      expect({ oneShot: calls.length, session: nft.lines.filter((l) => l.startsWith("add ")).length }).toEqual({
+        oneShot: c.oneShot,
+        session: c.session,
+      });
     });
 
   test("the session's statements are the transaction's, on one line", async () => {

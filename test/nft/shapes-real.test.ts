@@ -32,31 +32,73 @@ const IP = 7;
 const base: SvcSpec = { name: "shape", clusterIPs: [v4.clusterIP(IP), v6.clusterIP(IP)], ports: [{ name: "http", port: 80 }] };
 const withNodePort: SvcSpec = { ...base, ports: [{ name: "http", port: 80, nodePort: 30080 }] };
 const lb: SvcSpec = { ...withNodePort, lbIPs: [v4.external(IP), v6.external(IP)] };
-const both = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({ ips: [v4.pod(1, i), v6.pod(1, i)], ports: { http: 8080, dns: 5353 }, ...e });
+const both = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({
+  ips: [v4.pod(1, i), v6.pod(1, i)],
+  ports: { http: 8080, dns: 5353 },
+  ...e,
+});
 const eps = (...specs: EpSpec[]) => Object.fromEntries(specs.map((e, i) => [`p${i}`, ep(e)]));
 
 /** one entry per kind of object a service can own, and per way its objects refer to each other */
 const shapes: { name: string; spec: SvcSpec; eps: ReturnType<typeof eps> }[] = [
   { name: "ClusterIP, one endpoint (shared dispatch chain)", spec: base, eps: eps(both(1)) },
-  { name: "ClusterIP, endpoints on two target ports (a cluster chain of its own)", spec: base, eps: eps(both(1), both(2, { ports: { http: 9090 } })) },
+  {
+    name: "ClusterIP, endpoints on two target ports (a cluster chain of its own)",
+    spec: base,
+    eps: eps(both(1), both(2, { ports: { http: 9090 } })),
+  },
   { name: "ClusterIP without endpoints (reject)", spec: base, eps: {} },
   { name: "NodePort, eTP=Cluster (external chain)", spec: withNodePort, eps: eps(both(1), both(2, { local: false })) },
-  { name: "NodePort, eTP=Local (external chain goes to the cluster chain)", spec: { ...withNodePort, eTPLocal: true }, eps: eps(both(1), both(2, { local: false, external: false })) },
-  { name: "NodePort, eTP=Local, no local endpoint (external dropped, short-circuit kept)", spec: { ...withNodePort, eTPLocal: true }, eps: eps(both(2, { local: false, external: false })) },
-  { name: "LoadBalancer with source ranges (firewall chain)", spec: { ...lb, sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }, eps: eps(both(1), both(2)) },
-  { name: "LoadBalancer, eTP=Local, source ranges", spec: { ...lb, eTPLocal: true, sourceRanges: ["198.18.128.0/24"] }, eps: eps(both(1), both(2, { local: false, external: false })) },
-  { name: "ClientIP affinity (endpoint chains and affinity sets)", spec: { ...base, affinitySeconds: 30 }, eps: eps(both(1), both(2), both(3)) },
+  {
+    name: "NodePort, eTP=Local (external chain goes to the cluster chain)",
+    spec: { ...withNodePort, eTPLocal: true },
+    eps: eps(both(1), both(2, { local: false, external: false })),
+  },
+  {
+    name: "NodePort, eTP=Local, no local endpoint (external dropped, short-circuit kept)",
+    spec: { ...withNodePort, eTPLocal: true },
+    eps: eps(both(2, { local: false, external: false })),
+  },
+  {
+    name: "LoadBalancer with source ranges (firewall chain)",
+    spec: { ...lb, sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] },
+    eps: eps(both(1), both(2)),
+  },
+  {
+    name: "LoadBalancer, eTP=Local, source ranges",
+    spec: { ...lb, eTPLocal: true, sourceRanges: ["198.18.128.0/24"] },
+    eps: eps(both(1), both(2, { local: false, external: false })),
+  },
+  {
+    name: "ClientIP affinity (endpoint chains and affinity sets)",
+    spec: { ...base, affinitySeconds: 30 },
+    eps: eps(both(1), both(2), both(3)),
+  },
   { name: "ClientIP affinity, one endpoint", spec: { ...base, affinitySeconds: 30 }, eps: eps(both(1)) },
-  { name: "ClientIP affinity, NodePort eTP=Local", spec: { ...withNodePort, eTPLocal: true, affinitySeconds: 60 }, eps: eps(both(1), both(2, { local: false, external: false })) },
+  {
+    name: "ClientIP affinity, NodePort eTP=Local",
+    spec: { ...withNodePort, eTPLocal: true, affinitySeconds: 60 },
+    eps: eps(both(1), both(2, { local: false, external: false })),
+  },
   { name: "iTP=Local without a local endpoint (drop)", spec: { ...base, iTPLocal: true }, eps: {} },
   {
     name: "TCP and UDP ports, external IPs",
-    spec: { ...base, externalIPs: [v4.external(IP + 1)], ports: [{ name: "http", port: 80, nodePort: 30080 }, { name: "dns", protocol: "UDP", port: 53 }] },
+    spec: {
+      ...base,
+      externalIPs: [v4.external(IP + 1)],
+      ports: [
+        { name: "http", port: 80, nodePort: 30080 },
+        { name: "dns", protocol: "UDP", port: 53 },
+      ],
+    },
     eps: eps(both(1), both(2)),
   },
 ];
 
-const bystander: ServiceEndpoints = entry(svc({ ...base, name: "bystander", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30001 }] }), eps(both(9)));
+const bystander: ServiceEndpoints = entry(
+  svc({ ...base, name: "bystander", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80, nodePort: 30001 }] }),
+  eps(both(9)),
+);
 
 describe("nft: deleting or reshaping a service is a partial sync (real kernel)", () => {
   let backend: NftBackend;
@@ -66,7 +108,10 @@ describe("nft: deleting or reshaping a service is a partial sync (real kernel)",
   beforeAll(async () => {
     const ctx = context(nodeConfig());
     lines = ctx.lines;
-    backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive: processSpawner(["ip", "netns", "exec", topo.node.ns]) });
+    backend = createNftBackend(ctx, {
+      exec: topo.executor(topo.node.ns),
+      interactive: processSpawner(["ip", "netns", "exec", topo.node.ns]),
+    });
     state = nodeState([bystander]);
     await backend.apply(state, null);
   });

@@ -27,7 +27,12 @@ afterAll(async () => {
 });
 
 const eps = (n: number, from = 1, local = true) =>
-  Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${from + i}`, ep({ ips: [v4.pod(1, from + i), v6.pod(1, from + i)], local, ports: { http: 8080, dns: 5353 } })]));
+  Object.fromEntries(
+    Array.from({ length: n }, (_, i) => [
+      `p${from + i}`,
+      ep({ ips: [v4.pod(1, from + i), v6.pod(1, from + i)], local, ports: { http: 8080, dns: 5353 } }),
+    ]),
+  );
 
 const spec = (name: string, i: number, over: Partial<SvcSpec> = {}): SvcSpec => ({
   name,
@@ -50,11 +55,20 @@ const steps: Step[] = [
       entry(svc(spec("s4", 4, { eTPLocal: true, externalIPs: [v4.external(4)] })), { ...eps(1, 20), ...eps(2, 21, false) }),
     ],
   },
-  { name: "s1 loses its middle endpoint and gains another", set: [entry(svc(spec("s1", 1, { lbIPs: [v4.external(1), v6.external(1)] })), { ...eps(1, 1), ...eps(1, 3), ...eps(1, 7) })] },
+  {
+    name: "s1 loses its middle endpoint and gains another",
+    set: [entry(svc(spec("s1", 1, { lbIPs: [v4.external(1), v6.external(1)] })), { ...eps(1, 1), ...eps(1, 3), ...eps(1, 7) })],
+  },
   { name: "s2 drops affinity, s3 gets endpoints", set: [entry(svc(spec("s2", 2)), eps(2, 10)), entry(svc(spec("s3", 3)), eps(4, 30))] },
   { name: "s1 deleted, s5 takes its cluster IP", remove: ["default/s1"], set: [entry(svc(spec("s5", 1)), eps(2, 40))] },
-  { name: "s4 becomes eTP=Cluster with source ranges", set: [entry(svc(spec("s4", 4, { lbIPs: [v4.external(5)], sourceRanges: ["198.18.128.0/24"] })), eps(3, 20))] },
-  { name: "s5 loses all endpoints, s2 scales to 20", set: [entry(svc(spec("s5", 1)), {}), entry(svc(spec("s2", 2, { affinitySeconds: 30 })), eps(20, 50))] },
+  {
+    name: "s4 becomes eTP=Cluster with source ranges",
+    set: [entry(svc(spec("s4", 4, { lbIPs: [v4.external(5)], sourceRanges: ["198.18.128.0/24"] })), eps(3, 20))],
+  },
+  {
+    name: "s5 loses all endpoints, s2 scales to 20",
+    set: [entry(svc(spec("s5", 1)), {}), entry(svc(spec("s2", 2, { affinitySeconds: 30 })), eps(20, 50))],
+  },
   { name: "everything deleted", remove: ["default/s2", "default/s3", "default/s4", "default/s5"] },
 ];
 
@@ -76,7 +90,9 @@ describe("nft partial sync (real kernel)", () => {
     for (const step of steps) {
       const next = nextState(state, step.set ?? [], step.remove ?? []);
       await partial.apply(next.state, next.change);
-      expect(`${step.name}: ${partial.last?.full ? "full" : "partial"} ${ctx.lines.filter((l) => l.includes("WARN")).join(" ")}`).toBe(`${step.name}: partial `);
+      expect(`${step.name}: ${partial.last?.full ? "full" : "partial"} ${ctx.lines.filter((l) => l.includes("WARN")).join(" ")}`).toBe(
+        `${step.name}: partial `,
+      );
       state = next.state;
       const full = createNftBackend(context(nodeConfig()), { exec: ref.executor(ref.node.ns) });
       await full.apply(state, null);
@@ -93,7 +109,11 @@ describe("nft partial sync (real kernel)", () => {
     const ctx = context(nodeConfig());
     const interactive = processSpawner(["ip", "netns", "exec", topo.node.ns]);
     const backend = createNftBackend(ctx, { exec: topo.executor(topo.node.ns), interactive });
-    const web = (n: number) => entry(svc({ name: "web", clusterIPs: [v4.clusterIP(9)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(topo.pods.slice(0, n).map((p) => [p.name, ep({ ips: [p.v4], ports: { http: 8080 } })])));
+    const web = (n: number) =>
+      entry(
+        svc({ name: "web", clusterIPs: [v4.clusterIP(9)], ports: [{ name: "http", port: 80 }] }),
+        Object.fromEntries(topo.pods.slice(0, n).map((p) => [p.name, ep({ ips: [p.v4], ports: { http: 8080 } })])),
+      );
     const first = nodeState([web(2), entry(svc(spec("gone", 8)), eps(1))]);
     await backend.apply(first, null);
     // someone else removes kpng's map elements behind its back
@@ -129,4 +149,3 @@ describe("nft partial sync (real kernel)", () => {
     await topo.exec(topo.node.ns, ["nft", "--check", "-f", "-"], ctx.printed.join(""));
   });
 });
-

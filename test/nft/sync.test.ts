@@ -137,13 +137,19 @@ describe("nft rolling a big service (a Deployment update, 100 endpoints a wave)"
   // svc0 with `size` endpoints, every other one on this node (so hairpin entries change too).
   // Old pod j is p<j> at 11.x; its replacement is q<j> at 12.x, sorting after every old
   // address: given in sorted order, positions would shift for most of the list.
-  const pod = (name: string, x: number, first: number): [string, ReturnType<typeof ep>] => [name, ep({ ips: [ip4(x, first)], local: x % 2 === 0, ports: { http: 8080 } })];
+  const pod = (name: string, x: number, first: number): [string, ReturnType<typeof ep>] => [
+    name,
+    ep({ ips: [ip4(x, first)], local: x % 2 === 0, ports: { http: 8080 } }),
+  ];
   /** old pods [gone, size), those below `replaced` replaced by new ones; then `surge` more new pods */
   const big = (size: number, o: { replaced?: number; surge?: number; gone?: number } = {}) => {
     const eps: [string, ReturnType<typeof ep>][] = [];
     for (let j = o.gone ?? 0; j < size; j++) eps.push(j < (o.replaced ?? 0) ? pod(`q${j}`, j, 12) : pod(`p${j}`, j, 11));
-    for (let k = 0; k < (o.surge ?? 0); k++) eps.push(pod(`s${k}`, 1 << 20 | k, 12));
-    return entry(svc({ namespace: "ns0", name: "svc0", clusterIPs: [ip4(0, 10)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(eps));
+    for (let k = 0; k < (o.surge ?? 0); k++) eps.push(pod(`s${k}`, (1 << 20) | k, 12));
+    return entry(
+      svc({ namespace: "ns0", name: "svc0", clusterIPs: [ip4(0, 10)], ports: [{ name: "http", port: 80 }] }),
+      Object.fromEntries(eps),
+    );
   };
   /** a wave's text with the size taken out: positions past it numbered from it, counts and chain names N */
   const sizeFree = (text: string, size: number) =>
@@ -159,7 +165,11 @@ describe("nft rolling a big service (a Deployment update, 100 endpoints a wave)"
       // each wave: the 100 new pods take the 100 freed positions, the count stays (same
       // dispatch chain): delete-element + add-element on cluster-endpoints-tcp (100 + 100) and
       // on hairpin (50 + 50 local pods) = 4 statements, 300 elements, at any size
-      cost: [{ statements: 4, elements: 300 }, { statements: 4, elements: 300 }, { statements: 4, elements: 300 }],
+      cost: [
+        { statements: 4, elements: 300 },
+        { statements: 4, elements: 300 },
+        { statements: 4, elements: 300 },
+      ],
     },
     {
       name: "with a surge: 100 new pods come, then 100 old ones go",
@@ -204,14 +214,22 @@ describe("nft dispatch positions across syncs", () => {
     const ctx = context(nodeConfig({ dryRun: true }));
     const backend = createNftBackend(ctx);
     const two = (second: number, eps: number[]) =>
-      entry(svc({ name: "two", clusterIPs: [ip4(1, 10), ip4(second, 10)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, epAt(x)])));
+      entry(
+        svc({ name: "two", clusterIPs: [ip4(1, 10), ip4(second, 10)], ports: [{ name: "http", port: 80 }] }),
+        Object.fromEntries(eps.map((x) => [`p${x}`, epAt(x)])),
+      );
     const before = nodeState([two(2, [1, 2, 3])]);
     await backend.apply(before, null);
     const { state, change } = nextState(before, [two(3, [1, 2, 4])]);
     await backend.apply(state, change);
     const added = /^add element ip kpng cluster-endpoints-tcp \{ (.*) \}$/m.exec(ctx.printed[1])?.[1].split(", ") ?? [];
     // 10.0.0.1 keeps positions 0 and 1, its position 2 takes the new endpoint; all three under 10.0.0.3 are new
-    expect(added.sort()).toEqual(["10.0.0.1 . 2 : 11.0.0.4", "10.0.0.3 . 0 : 11.0.0.1", "10.0.0.3 . 1 : 11.0.0.2", "10.0.0.3 . 2 : 11.0.0.4"]);
+    expect(added.sort()).toEqual([
+      "10.0.0.1 . 2 : 11.0.0.4",
+      "10.0.0.3 . 0 : 11.0.0.1",
+      "10.0.0.3 . 1 : 11.0.0.2",
+      "10.0.0.3 . 2 : 11.0.0.4",
+    ]);
   });
 });
 
@@ -220,7 +238,10 @@ describe("nft dispatch lists claimed by two services", () => {
     const ctx = context(nodeConfig({ dryRun: true }));
     const backend = createNftBackend(ctx);
     const on1 = (name: string, eps: number[]) =>
-      entry(svc({ name, clusterIPs: [ip4(1, 10)], ports: [{ name: "http", port: 80 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, epAt(x)])));
+      entry(
+        svc({ name, clusterIPs: [ip4(1, 10)], ports: [{ name: "http", port: 80 }] }),
+        Object.fromEntries(eps.map((x) => [`p${x}`, epAt(x)])),
+      );
     const elements = (text: string, verb: string) =>
       (new RegExp(`^${verb} element ip kpng cluster-endpoints-tcp \\{ (.*) \\}$`, "m").exec(text)?.[1].split(", ") ?? []).sort();
     const before = nodeState([on1("a", [1, 2, 3]), on1("b", [4, 5])]);
@@ -241,7 +262,9 @@ describe("nft dispatch lists claimed by two services", () => {
 describe("nft sync failures", () => {
   test("a refused partial transaction is retried at once as a full sync", async () => {
     let n = 0;
-    const { exec, calls } = recorder((argv) => (isTransaction({ argv }) && ++n === 2 ? "nft: Error: No such file or directory" : undefined));
+    const { exec, calls } = recorder((argv) =>
+      isTransaction({ argv }) && ++n === 2 ? "nft: Error: No such file or directory" : undefined,
+    );
     const ctx = context(nodeConfig());
     const backend = createNftBackend(ctx, { exec });
     const before = cluster(3);
@@ -307,10 +330,9 @@ describe("nft sync failures", () => {
 
 describe("nft element ownership", () => {
   const shared = (name: string, endpoint: number) =>
-    entry(
-      svc({ name, clusterIPs: [v4.clusterIP(endpoint)], externalIPs: [v4.external(1)], ports: [{ name: "http", port: 80 }] }),
-      { a: epAt(endpoint) },
-    );
+    entry(svc({ name, clusterIPs: [v4.clusterIP(endpoint)], externalIPs: [v4.external(1)], ports: [{ name: "http", port: 80 }] }), {
+      a: epAt(endpoint),
+    });
 
   test("two services on one external IP and port: the lower key wins, the other takes over when it leaves", async () => {
     const ctx = context(nodeConfig({ dryRun: true }));
@@ -322,7 +344,9 @@ describe("nft element ownership", () => {
     const { state, change } = nextState(before, [], ["default/a"]);
     await backend.apply(state, change);
     expect(ctx.printed[1]).toMatch(/^delete element ip kpng service-ips \{ [^}]*198\.18\.64\.1 \. tcp \. 80/m);
-    expect(ctx.printed[1]).toMatch(/^add element ip kpng service-ips \{ 198\.18\.64\.1 \. tcp \. 80 comment "default\/b\/tcp\/http" : goto ext-[A-Z2-7]{8}-default\/b\//m);
+    expect(ctx.printed[1]).toMatch(
+      /^add element ip kpng service-ips \{ 198\.18\.64\.1 \. tcp \. 80 comment "default\/b\/tcp\/http" : goto ext-[A-Z2-7]{8}-default\/b\//m,
+    );
   });
 });
 
@@ -342,7 +366,10 @@ describe("nft dry-run", () => {
     const ctx = context(nodeConfig({ dryRun: true }));
     const backend = createNftBackend(ctx);
     const udp = (eps: number[]) =>
-      entry(svc({ name: "dns", clusterIPs: [v4.clusterIP(5)], ports: [{ name: "dns", protocol: "UDP", port: 53 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, ep({ ips: [ip4(x, 11)], ports: { dns: 5353 } })])));
+      entry(
+        svc({ name: "dns", clusterIPs: [v4.clusterIP(5)], ports: [{ name: "dns", protocol: "UDP", port: 53 }] }),
+        Object.fromEntries(eps.map((x) => [`p${x}`, ep({ ips: [ip4(x, 11)], ports: { dns: 5353 } })])),
+      );
     const before = nodeState([udp([1, 2])]);
     await backend.apply(before, null);
     const { state, change } = nextState(before, [udp([2])]);

@@ -20,7 +20,7 @@ function world(opts: { refuse?: (stdin: string) => boolean } = {}) {
   const commit = (lines: string[]) => {
     const text = lines.map((l) => `${l}\n`).join("") + `# new generation ${++gen} by process 4242 (nft)\n`;
     // delivered in two pieces, split inside a line
-    for (const m of monitors) if (m.alive) (m.on.stdout!(text.slice(0, 7)), m.on.stdout!(text.slice(7)));
+    for (const m of monitors) if (m.alive) m.on.stdout!(text.slice(0, 7)), m.on.stdout!(text.slice(7));
   };
   const sent: string[] = [];
   const monitorAtSend: boolean[] = [];
@@ -93,7 +93,10 @@ describe("watch on kpng's tables (fake nft monitor)", () => {
   test("an old stamp replayed by someone else (a saved ruleset restored) is not taken for kpng's", async () => {
     const w = world();
     await w.runner.apply(tx("a"), { full: true });
-    const old = w.sent.at(-1)!.split("\n").find((l) => l.startsWith(`add element ip kpng ${SYNC_STAMP_SET}`))!;
+    const old = w.sent
+      .at(-1)!
+      .split("\n")
+      .find((l) => l.startsWith(`add element ip kpng ${SYNC_STAMP_SET}`))!;
     w.commit(["add table ip kpng", "add chain ip kpng services", old]);
     expect(w.reports).toEqual(["add table ip kpng"]);
   });
@@ -190,7 +193,11 @@ describe("watch on kpng's tables (fake nft monitor)", () => {
     });
     for (const works of [true, false]) {
       const log = memoryLogger();
-      const watch = new RulesWatch({ source: firstWorking(source("netlink", works), source("nft monitor", true), log), log, onForeign() {} });
+      const watch = new RulesWatch({
+        source: firstWorking(source("netlink", works), source("nft monitor", true), log),
+        log,
+        onForeign() {},
+      });
       watch.start();
       watch.stop();
       watch.start();

@@ -20,7 +20,10 @@ const both = async (m: ProxyMetrics, name: string) => {
 
 describe("nft reports", () => {
   const service = (i: number, eps: number[]) =>
-    entry(svc({ namespace: "default", name: `svc${i}`, clusterIPs: [`10.0.0.${i + 1}`], ports: [{ name: "dns", protocol: "UDP", port: 53 }] }), Object.fromEntries(eps.map((x) => [`p${x}`, ep({ ips: [`11.0.0.${x}`], local: false, ports: { dns: 5353 } })])));
+    entry(
+      svc({ namespace: "default", name: `svc${i}`, clusterIPs: [`10.0.0.${i + 1}`], ports: [{ name: "dns", protocol: "UDP", port: 53 }] }),
+      Object.fromEntries(eps.map((x) => [`p${x}`, ep({ ips: [`11.0.0.${x}`], local: false, ports: { dns: 5353 } })])),
+    );
 
   test("a refused partial transaction (redone in full within the sync): one nftables sync failure per family; each sync's conntrack cleanup, per family", async () => {
     let n = 0;
@@ -82,7 +85,10 @@ describe("iptables reports", () => {
     const counts = async (table: string) => {
       const t = await metrics.registry.metrics();
       const at = (name: string, f: string) => value(t, `${name}{ip_family="${f}",table="${table}"}`);
-      return { total: [at("kubeproxy_sync_proxy_rules_iptables_total", "IPv4"), at("kubeproxy_sync_proxy_rules_iptables_total", "IPv6")], last: [at("kubeproxy_sync_proxy_rules_iptables_last", "IPv4"), at("kubeproxy_sync_proxy_rules_iptables_last", "IPv6")] };
+      return {
+        total: [at("kubeproxy_sync_proxy_rules_iptables_total", "IPv4"), at("kubeproxy_sync_proxy_rules_iptables_total", "IPv6")],
+        last: [at("kubeproxy_sync_proxy_rules_iptables_last", "IPv4"), at("kubeproxy_sync_proxy_rules_iptables_last", "IPv6")],
+      };
     };
     b.setService(web);
     b.setEndpoint("default", "web", "a", pod(1));

@@ -92,7 +92,17 @@ describe("kubernetes_build_info", () => {
     const t = await registry.metrics();
     expect(typeOf(t, "kubernetes_build_info")).toBe("gauge");
     const labels = buildInfoLabels();
-    expect(Object.keys(labels).sort()).toEqual(["build_date", "compiler", "git_commit", "git_tree_state", "git_version", "go_version", "major", "minor", "platform"]);
+    expect(Object.keys(labels).sort()).toEqual([
+      "build_date",
+      "compiler",
+      "git_commit",
+      "git_tree_state",
+      "git_version",
+      "go_version",
+      "major",
+      "minor",
+      "platform",
+    ]);
     expect(labels.git_version).toBe(`v${pkg.version}`);
     expect([labels.major, labels.minor]).toEqual(pkg.version.split(".").slice(0, 2));
     expect(labels.platform).toMatch(/^linux\/(amd64|arm64)$/);

@@ -7,12 +7,27 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { applyConntrack, conntrackMax, countCPUList, detectNumCPU, planConntrack, type ConntrackConfig } from "../../src/core/node/conntrack-sysctl.ts";
+import {
+  applyConntrack,
+  conntrackMax,
+  countCPUList,
+  detectNumCPU,
+  planConntrack,
+  type ConntrackConfig,
+} from "../../src/core/node/conntrack-sysctl.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { isUnavailable } from "../../src/core/errors.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
-const defaults: ConntrackConfig = { maxPerCore: 32768, min: 131072, tcpEstablishedTimeout: "24h0m0s", tcpCloseWaitTimeout: "1h0m0s", tcpBeLiberal: false, udpTimeout: "0s", udpStreamTimeout: "0s" };
+const defaults: ConntrackConfig = {
+  maxPerCore: 32768,
+  min: 131072,
+  tcpEstablishedTimeout: "24h0m0s",
+  tcpCloseWaitTimeout: "1h0m0s",
+  tcpBeLiberal: false,
+  udpTimeout: "0s",
+  udpStreamTimeout: "0s",
+};
 
 describe("nf_conntrack_max: maxPerCore x CPUs, at least min, at most 1Mi (kube-proxy's getConntrackMax)", () => {
   const cases: Array<{ name: string; maxPerCore: number; min: number; cpus: number; want: number }> = [
@@ -28,12 +43,32 @@ describe("nf_conntrack_max: maxPerCore x CPUs, at least min, at most 1Mi (kube-p
 
 describe("which sysctls are set (planConntrack)", () => {
   const cases: Array<{ name: string; conf: Partial<ConntrackConfig>; want: Array<[string, number]> }> = [
-    { name: "defaults: established 24h, close-wait 1h; UDP left as is", conf: {}, want: [["nf_conntrack_tcp_timeout_established", 86400], ["nf_conntrack_tcp_timeout_close_wait", 3600]] },
+    {
+      name: "defaults: established 24h, close-wait 1h; UDP left as is",
+      conf: {},
+      want: [
+        ["nf_conntrack_tcp_timeout_established", 86400],
+        ["nf_conntrack_tcp_timeout_close_wait", 3600],
+      ],
+    },
     { name: "0s timeouts: left as they are", conf: { tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s" }, want: [] },
-    { name: "tcpBeLiberal and UDP timeouts where configured", conf: { tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s", tcpBeLiberal: true, udpTimeout: "30s", udpStreamTimeout: "2m0s" }, want: [["nf_conntrack_tcp_be_liberal", 1], ["nf_conntrack_udp_timeout", 30], ["nf_conntrack_udp_timeout_stream", 120]] },
-    { name: "sub-second parts are dropped, as Go's Duration / time.Second", conf: { tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "1.9s" }, want: [["nf_conntrack_tcp_timeout_close_wait", 1]] },
+    {
+      name: "tcpBeLiberal and UDP timeouts where configured",
+      conf: { tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "0s", tcpBeLiberal: true, udpTimeout: "30s", udpStreamTimeout: "2m0s" },
+      want: [
+        ["nf_conntrack_tcp_be_liberal", 1],
+        ["nf_conntrack_udp_timeout", 30],
+        ["nf_conntrack_udp_timeout_stream", 120],
+      ],
+    },
+    {
+      name: "sub-second parts are dropped, as Go's Duration / time.Second",
+      conf: { tcpEstablishedTimeout: "0s", tcpCloseWaitTimeout: "1.9s" },
+      want: [["nf_conntrack_tcp_timeout_close_wait", 1]],
+    },
   ];
-  for (const c of cases) test(c.name, () => expect(planConntrack({ ...defaults, ...c.conf }, 2).set.map((s) => [s.key, s.value])).toEqual(c.want));
+  for (const c of cases)
+    test(c.name, () => expect(planConntrack({ ...defaults, ...c.conf }, 2).set.map((s) => [s.key, s.value])).toEqual(c.want));
 });
 
 test("online CPUs from the kernel's cpulist", () => {
@@ -64,20 +99,32 @@ describe("the executor, against a scratch /proc/sys and /sys", () => {
     const plan = planConntrack(defaults, await detectNumCPU({ sys: sys() }));
     await applyConntrack(plan, { log, roots: { procSys: procSys(), sys: sys() } });
     // 4 CPUs x 32768 = 131072 = min
-    expect([read(nf("nf_conntrack_max")), read(hashsize()), read(nf("nf_conntrack_tcp_timeout_established")), read(nf("nf_conntrack_tcp_timeout_close_wait"))]).toEqual(["131072", "32768", "86400", "3600"]);
+    expect([
+      read(nf("nf_conntrack_max")),
+      read(hashsize()),
+      read(nf("nf_conntrack_tcp_timeout_established")),
+      read(nf("nf_conntrack_tcp_timeout_close_wait")),
+    ]).toEqual(["131072", "32768", "86400", "3600"]);
     expect(log.lines.filter((l) => / INFO test: Set(ting)? /.test(l))).toHaveLength(4);
   });
 
   test("never lowers nf_conntrack_max or hashsize; writes nothing already right", async () => {
     seed({ nf_conntrack_max: 262144, nf_conntrack_tcp_timeout_established: 86400, nf_conntrack_tcp_timeout_close_wait: 3600 }, 262144);
     const writes: string[] = [];
-    await applyConntrack(planConntrack(defaults, 4), { log: memoryLogger(), roots: { procSys: procSys(), sys: sys() }, write: async (p) => void writes.push(p) });
+    await applyConntrack(planConntrack(defaults, 4), {
+      log: memoryLogger(),
+      roots: { procSys: procSys(), sys: sys() },
+      write: async (p) => void writes.push(p),
+    });
     expect(writes).toEqual([]);
   });
 
   test("timeouts are set to exactly the configured value, also downwards (as kube-proxy)", async () => {
     seed({ nf_conntrack_max: 262144, nf_conntrack_tcp_timeout_established: 432000, nf_conntrack_tcp_timeout_close_wait: 60 }, 262144);
-    await applyConntrack(planConntrack({ ...defaults, tcpEstablishedTimeout: "2h" }, 4), { log: memoryLogger(), roots: { procSys: procSys(), sys: sys() } });
+    await applyConntrack(planConntrack({ ...defaults, tcpEstablishedTimeout: "2h" }, 4), {
+      log: memoryLogger(),
+      roots: { procSys: procSys(), sys: sys() },
+    });
     expect([read(nf("nf_conntrack_tcp_timeout_established")), read(nf("nf_conntrack_tcp_timeout_close_wait"))]).toEqual(["7200", "3600"]);
   });
 
@@ -89,8 +136,17 @@ describe("the executor, against a scratch /proc/sys and /sys", () => {
       seed({ nf_conntrack_max: 65536, nf_conntrack_tcp_timeout_established: 432000, nf_conntrack_tcp_timeout_close_wait: 3600 }, 16384);
       const log = memoryLogger();
       const written: string[] = [];
-      await applyConntrack(planConntrack(defaults, 4), { log, roots: { procSys: procSys(), sys: sys() }, write: async (p, t) => { await readOnly(code)(p); written.push(`${p.split("/").at(-1)}=${t}`); } });
-      expect(log.lines.filter((l) => l.includes(" WARN "))).toEqual([expect.stringContaining(`cannot raise the node's conntrack limits from here`)]);
+      await applyConntrack(planConntrack(defaults, 4), {
+        log,
+        roots: { procSys: procSys(), sys: sys() },
+        write: async (p, t) => {
+          await readOnly(code)(p);
+          written.push(`${p.split("/").at(-1)}=${t}`);
+        },
+      });
+      expect(log.lines.filter((l) => l.includes(" WARN "))).toEqual([
+        expect.stringContaining(`cannot raise the node's conntrack limits from here`),
+      ]);
       expect(log.lines.find((l) => l.includes(" WARN "))).toContain(`error=${code}`);
       expect(written).toEqual(["nf_conntrack_tcp_timeout_established=86400"]);
     });
@@ -100,19 +156,33 @@ describe("the executor, against a scratch /proc/sys and /sys", () => {
     seed({ nf_conntrack_max: 262144, nf_conntrack_tcp_timeout_established: 432000 }, 262144);
     let err: unknown;
     try {
-      await applyConntrack(planConntrack(defaults, 4), { log: memoryLogger(), roots: { procSys: procSys(), sys: sys() }, write: async () => { throw Object.assign(new Error("EROFS"), { code: "EROFS" }); } });
+      await applyConntrack(planConntrack(defaults, 4), {
+        log: memoryLogger(),
+        roots: { procSys: procSys(), sys: sys() },
+        write: async () => {
+          throw Object.assign(new Error("EROFS"), { code: "EROFS" });
+        },
+      });
     } catch (e) {
       err = e;
     }
     expect(isUnavailable(err)).toBe(true);
-    expect(String(err)).toContain("could not set conntrack parameters from kube-proxy configuration: net/netfilter/nf_conntrack_tcp_timeout_established: EROFS");
+    expect(String(err)).toContain(
+      "could not set conntrack parameters from kube-proxy configuration: net/netfilter/nf_conntrack_tcp_timeout_established: EROFS",
+    );
   });
 });
 
 describe("kpng in a network namespace of its own sets the per-namespace keys (real kernel)", () => {
   let topo: Topology;
   const ROOT = join(import.meta.dir, "../..");
-  const KEYS = ["nf_conntrack_tcp_timeout_established", "nf_conntrack_tcp_timeout_close_wait", "nf_conntrack_tcp_be_liberal", "nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"];
+  const KEYS = [
+    "nf_conntrack_tcp_timeout_established",
+    "nf_conntrack_tcp_timeout_close_wait",
+    "nf_conntrack_tcp_be_liberal",
+    "nf_conntrack_udp_timeout",
+    "nf_conntrack_udp_timeout_stream",
+  ];
   const hostValues = () => KEYS.map((k) => readFileSync(`/proc/sys/net/netfilter/${k}`, "utf8").trim());
   let before: string[];
   beforeAll(async () => {
@@ -123,10 +193,26 @@ describe("kpng in a network namespace of its own sets the per-namespace keys (re
 
   test("flags and defaults land in the namespace; the host's values do not move", async () => {
     const p = Bun.spawn(
-      ["ip", "netns", "exec", topo.node.ns, process.execPath, join(ROOT, "src/main.ts"),
-        "--input", join(ROOT, "examples/cluster.yaml"), "--hostname-override=node-1", "--proxy-mode=nftables", "--once",
-        "--healthz-bind-address=", "--metrics-bind-address=",
-        "--conntrack-tcp-timeout-established=2h", "--conntrack-tcp-be-liberal", "--conntrack-udp-timeout", "45s", "--conntrack-udp-timeout-stream=3m"],
+      [
+        "ip",
+        "netns",
+        "exec",
+        topo.node.ns,
+        process.execPath,
+        join(ROOT, "src/main.ts"),
+        "--input",
+        join(ROOT, "examples/cluster.yaml"),
+        "--hostname-override=node-1",
+        "--proxy-mode=nftables",
+        "--once",
+        "--healthz-bind-address=",
+        "--metrics-bind-address=",
+        "--conntrack-tcp-timeout-established=2h",
+        "--conntrack-tcp-be-liberal",
+        "--conntrack-udp-timeout",
+        "45s",
+        "--conntrack-udp-timeout-stream=3m",
+      ],
       { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 60_000 },
     );
     const [code, err] = await Promise.all([p.exited, new Response(p.stderr).text()]);
@@ -141,7 +227,20 @@ describe("kpng in a network namespace of its own sets the per-namespace keys (re
 
   test("--init-only: the sysctls, then exit 0, no rules", async () => {
     await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]); // the run above left kpng's tables in this namespace
-    const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, process.execPath, join(ROOT, "src/main.ts"), "--init-only", "--hostname-override=node-1", "--conntrack-udp-timeout=50s"], { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 60_000 });
+    const p = Bun.spawn(
+      [
+        "ip",
+        "netns",
+        "exec",
+        topo.node.ns,
+        process.execPath,
+        join(ROOT, "src/main.ts"),
+        "--init-only",
+        "--hostname-override=node-1",
+        "--conntrack-udp-timeout=50s",
+      ],
+      { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 60_000 },
+    );
     expect(await p.exited).toBe(0);
     expect((await topo.exec(topo.node.ns, ["cat", "/proc/sys/net/netfilter/nf_conntrack_udp_timeout"])).trim()).toBe("50");
     expect(await topo.exec(topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng");

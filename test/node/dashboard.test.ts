@@ -32,24 +32,83 @@ import { deploy, type BackendName, type Deployed } from "../deployed/rig.ts";
  */
 const DASHBOARD: Array<{ panel: string; expr: string; want: "data" | "empty"; positive?: boolean; why?: string }> = [
   { panel: "Up", expr: 'sum(up{cluster="$cluster", job="kube-proxy"})', want: "data", positive: true },
-  { panel: "Rules Sync Rate", expr: 'sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
-  { panel: "Rule Sync Latency 99th Quantile", expr: 'histogram_quantile(0.99,rate(kubeproxy_sync_proxy_rules_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
-  { panel: "Network Programming Rate", expr: 'sum(rate(kubeproxy_network_programming_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))', want: "data", positive: true },
-  { panel: "Network Programming Latency 99th Quantile", expr: 'histogram_quantile(0.99, sum(rate(kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m])) by (instance, le))', want: "data", positive: true },
-  { panel: "Kube API Request Rate (2xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"2.."}[5m]))', want: "data", positive: true },
-  { panel: "Kube API Request Rate (3xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"3.."}[5m]))', want: "empty", why: "the API server never redirects (nor does it redirect kube-proxy)" },
-  { panel: "Kube API Request Rate (4xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"4.."}[5m]))', want: "data", positive: true },
-  { panel: "Kube API Request Rate (5xx)", expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"5.."}[5m]))', want: "data", positive: true },
+  {
+    panel: "Rules Sync Rate",
+    expr: 'sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Rule Sync Latency 99th Quantile",
+    expr: 'histogram_quantile(0.99,rate(kubeproxy_sync_proxy_rules_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Network Programming Rate",
+    expr: 'sum(rate(kubeproxy_network_programming_duration_seconds_count{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m]))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Network Programming Latency 99th Quantile",
+    expr: 'histogram_quantile(0.99, sum(rate(kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance"}[5m])) by (instance, le))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Kube API Request Rate (2xx)",
+    expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"2.."}[5m]))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Kube API Request Rate (3xx)",
+    expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"3.."}[5m]))',
+    want: "empty",
+    why: "the API server never redirects (nor does it redirect kube-proxy)",
+  },
+  {
+    panel: "Kube API Request Rate (4xx)",
+    expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"4.."}[5m]))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Kube API Request Rate (5xx)",
+    expr: 'sum(rate(rest_client_requests_total{cluster="$cluster", job="kube-proxy", instance=~"$instance",code=~"5.."}[5m]))',
+    want: "data",
+    positive: true,
+  },
   {
     panel: "Post Request Latency 99th Quantile",
     expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy",instance=~"$instance",verb="POST"}[5m])) by (verb, url, le))',
     want: "empty",
     why: "kpng POSTs only the IPVS deprecation event (ipvs mode); in nft mode it posts nothing (test/node/events.test.ts)",
   },
-  { panel: "Get Request Latency 99th Quantile", expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance", verb="GET"}[5m])) by (verb, url, le))', want: "data", positive: true },
-  { panel: "Memory", expr: 'process_resident_memory_bytes{cluster="$cluster", job="kube-proxy",instance=~"$instance"}', want: "data", positive: true },
-  { panel: "CPU usage", expr: 'rate(process_cpu_seconds_total{cluster="$cluster", job="kube-proxy",instance=~"$instance"}[5m])', want: "data" },
-  { panel: "Goroutines", expr: 'go_goroutines{cluster="$cluster", job="kube-proxy",instance=~"$instance"}', want: "empty", why: "kpng is not a Go program: it has no goroutines, and does not invent the series" },
+  {
+    panel: "Get Request Latency 99th Quantile",
+    expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy", instance=~"$instance", verb="GET"}[5m])) by (verb, url, le))',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "Memory",
+    expr: 'process_resident_memory_bytes{cluster="$cluster", job="kube-proxy",instance=~"$instance"}',
+    want: "data",
+    positive: true,
+  },
+  {
+    panel: "CPU usage",
+    expr: 'rate(process_cpu_seconds_total{cluster="$cluster", job="kube-proxy",instance=~"$instance"}[5m])',
+    want: "data",
+  },
+  {
+    panel: "Goroutines",
+    expr: 'go_goroutines{cluster="$cluster", job="kube-proxy",instance=~"$instance"}',
+    want: "empty",
+    why: "kpng is not a Go program: it has no goroutines, and does not invent the series",
+  },
 ];
 /** the dashboard's $instance variable: label_values(<this>, instance) */
 const INSTANCE_VARIABLE = 'kubeproxy_network_programming_duration_seconds_bucket{cluster="$cluster", job="kube-proxy"}';
@@ -86,7 +145,8 @@ class Scraped {
   private readonly dir = tempDir("kpng-prometheus-");
 
   async start(backend: BackendName): Promise<void> {
-    if (!Bun.which("prometheus")) throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
+    if (!Bun.which("prometheus"))
+      throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
     this.dir.create();
     this.d = await deploy({ source: "api", backend, prefix: "kpm" });
     const config = join(this.dir.path, "prometheus.yml");
@@ -101,10 +161,24 @@ class Scraped {
       ].join("\n"),
     );
     this.prom = Bun.spawn(
-      ["ip", "netns", "exec", this.d.topo.node.ns, "prometheus", `--config.file=${config}`, `--storage.tsdb.path=${join(this.dir.path, "data")}`, `--web.listen-address=${PROM}`, "--log.level=warn"],
+      [
+        "ip",
+        "netns",
+        "exec",
+        this.d.topo.node.ns,
+        "prometheus",
+        `--config.file=${config}`,
+        `--storage.tsdb.path=${join(this.dir.path, "data")}`,
+        `--web.listen-address=${PROM}`,
+        "--log.level=warn",
+      ],
       { stdout: "ignore", stderr: "pipe" },
     );
-    await waitFor("Prometheus scrapes kpng", () => this.query(`up{job="kube-proxy"}`), (r) => r.result.some((s) => s.value[1] === "1"));
+    await waitFor(
+      "Prometheus scrapes kpng",
+      () => this.query(`up{job="kube-proxy"}`),
+      (r) => r.result.some((s) => s.value[1] === "1"),
+    );
     // The counters move after Prometheus has their first values: rates need two samples.
     await Bun.sleep(1000);
   }
@@ -119,7 +193,9 @@ class Scraped {
   /** GET a Prometheus API path from inside the node namespace, as JSON. */
   async get(path: string, params: Record<string, string> = {}): Promise<{ status: string; data: unknown }> {
     const args = Object.entries(params).flatMap(([k, v]) => ["--data-urlencode", `${k}=${v}`]);
-    return JSON.parse(await this.d.topo.exec(this.d.topo.node.ns, ["curl", "-sS", "--max-time", "10", "--get", ...args, `http://${PROM}${path}`]));
+    return JSON.parse(
+      await this.d.topo.exec(this.d.topo.node.ns, ["curl", "-sS", "--max-time", "10", "--get", ...args, `http://${PROM}${path}`]),
+    );
   }
 
   query = async (expr: string) => (await this.get("/api/v1/query", { query: expr })).data as { resultType: string; result: Sample[] };
@@ -127,7 +203,10 @@ class Scraped {
   /** The cluster-ip service's slice: pod0, and pod1 for odd `i` (as deployed); stamped as the EndpointSlice controller stamps it; resolves once synced. */
   async changeEndpoints(i: number): Promise<void> {
     const pods = this.d.topo.pods;
-    const endpoints = [{ ip: pods[0].v4, node: "node-a", pod: "pod0" }, ...(i % 2 ? [{ ip: pods[1].v4, node: "node-a", pod: "pod1" }] : [])];
+    const endpoints = [
+      { ip: pods[0].v4, node: "node-a", pod: "pod0" },
+      ...(i % 2 ? [{ ip: pods[1].v4, node: "node-a", pod: "pod1" }] : []),
+    ];
     const s = slice({ service: "cluster-ip", ports: httpSlice, endpoints });
     (s.metadata as { annotations?: Record<string, string> }).annotations = { [TRIGGER]: new Date().toISOString() };
     const before = this.d.syncs();
@@ -138,7 +217,6 @@ class Scraped {
 
 const nft = new Scraped();
 const query = (expr: string) => nft.query(expr);
-
 
 describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", () => {
   beforeAll(async () => {
@@ -161,7 +239,11 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
       api.failNext(1, 500);
       api.compact();
       api.dropConnections();
-      await waitFor("the watches are back", async () => api.openWatches, (n) => n >= 3);
+      await waitFor(
+        "the watches are back",
+        async () => api.openWatches,
+        (n) => n >= 3,
+      );
       await Bun.sleep(1000);
     }
     // a few more scrapes after the last change
@@ -179,20 +261,24 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     expect(instances).toEqual([METRICS]);
   }, 20_000);
 
-  test.each(DASHBOARD)("$panel: $want", async (q) => {
-    if (!instances.length) instances = [METRICS];
-    const r = await query(fill(q.expr));
-    const values = r.result.map((s) => Number(s.value[1]));
-    if (q.want === "empty") {
-      expect({ panel: q.panel, result: r.result }).toEqual({ panel: q.panel, result: [] });
-      return;
-    }
-    expect({ panel: q.panel, series: values.length }).not.toEqual({ panel: q.panel, series: 0 });
-    for (const v of values) {
-      expect(Number.isFinite(v)).toBe(true);
-      if (q.positive) expect(v).toBeGreaterThan(0);
-    }
-  }, 20_000);
+  test.each(DASHBOARD)(
+    "$panel: $want",
+    async (q) => {
+      if (!instances.length) instances = [METRICS];
+      const r = await query(fill(q.expr));
+      const values = r.result.map((s) => Number(s.value[1]));
+      if (q.want === "empty") {
+        expect({ panel: q.panel, result: r.result }).toEqual({ panel: q.panel, result: [] });
+        return;
+      }
+      expect({ panel: q.panel, series: values.length }).not.toEqual({ panel: q.panel, series: 0 });
+      for (const v of values) {
+        expect(Number.isFinite(v)).toBe(true);
+        if (q.positive) expect(v).toBeGreaterThan(0);
+      }
+    },
+    20_000,
+  );
 
   test("every ip_family kube-proxy labels is there: both families' syncs and conntrack cleanups, the IPv4 slice's programming latency", async () => {
     const byFamily = async (expr: string) => (await query(`sum by (ip_family) (${expr})`)).result.map((s) => s.metric.ip_family).sort();
@@ -207,7 +293,9 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     const info = (await query('kubernetes_build_info{job="kube-proxy"}')).result;
     expect(info.length).toBe(1);
     expect(info[0].metric.git_version).toMatch(/^v\d+\.\d+\.\d+/);
-    const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result.map((s) => `${s.metric.method} ${s.metric.code}`).sort();
+    const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result
+      .map((s) => `${s.metric.method} ${s.metric.code}`)
+      .sort();
     // 422: the streamed lists the API server refused once its WatchList was off (above)
     expect(codes).toEqual(["GET 200", "GET 410", "GET 422", "GET 500"]);
   }, 20_000);
@@ -236,10 +324,21 @@ describe("iptables mode's families, scraped by Prometheus", () => {
   }, 20_000);
 
   test("restore failures (none), both families; syncs and conntrack cleanups under both", async () => {
-    expect(await by('kubeproxy_sync_proxy_rules_iptables_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({ IPv4: 0, IPv6: 0 });
-    expect(await by('kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({ IPv4: 0, IPv6: 0 });
-    expect(Object.keys(await by('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual(["IPv4", "IPv6"]);
-    expect(Object.keys(await by('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual(["IPv4", "IPv6"]);
+    expect(await by('kubeproxy_sync_proxy_rules_iptables_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({
+      IPv4: 0,
+      IPv6: 0,
+    });
+    expect(await by('kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({
+      IPv4: 0,
+      IPv6: 0,
+    });
+    expect(Object.keys(await by('kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort()).toEqual([
+      "IPv4",
+      "IPv6",
+    ]);
+    expect(
+      Object.keys(await by('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}', "ip_family")).sort(),
+    ).toEqual(["IPv4", "IPv6"]);
     const rate = (await ipt.query('sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}[5m]))')).result;
     expect(Number(rate[0]?.value[1])).toBeGreaterThan(0);
   }, 20_000);

@@ -42,12 +42,15 @@ beforeEach(() => {
 
 /** `kpng --kubeconfig K ARGS --dry-run --once` from source; not spawnSync: the API server lives in this process. */
 async function kpngOnce(args: readonly string[]) {
-  const p = Bun.spawn([process.execPath, join(root, "src/main.ts"), "--kubeconfig", kubeconfig, "--hostname-override", NODE, "--dry-run", "--once", ...args], {
-    cwd: root,
-    stdout: "pipe",
-    stderr: "pipe",
-    timeout: 30_000,
-  });
+  const p = Bun.spawn(
+    [process.execPath, join(root, "src/main.ts"), "--kubeconfig", kubeconfig, "--hostname-override", NODE, "--dry-run", "--once", ...args],
+    {
+      cwd: root,
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 30_000,
+    },
+  );
   const [out, err] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text()]);
   return { code: await p.exited, out, err };
 }
@@ -58,27 +61,31 @@ describe("kpng against a cluster: the IPVS deprecation as a Node Warning event",
   test.each([
     { name: "--backend ipvs", args: ["--backend", "ipvs"] },
     { name: "--proxy-mode ipvs (kube-proxy's flag)", args: ["--proxy-mode", "ipvs"] },
-  ])("$name: kube-proxy's event, on this Node, in \"default\", through events.k8s.io/v1", async ({ args }) => {
-    const r = await kpngOnce(args);
-    expect(r.code).toBe(0);
-    expect(r.out).toContain(`-A -t ${v4.clusterIP(10)}:80 -s rr`);
-    expect(api.events.map((e) => [e.group, e.namespace, e.status])).toEqual([["events.k8s.io/v1", "default", 201]]);
-    const ev = api.events[0].body;
-    expect(ev).toMatchObject({
-      apiVersion: "events.k8s.io/v1",
-      kind: "Event",
-      metadata: { namespace: "default" },
-      type: "Warning",
-      reason: IPVS_DEPRECATION_REASON,
-      note: IPVS_DEPRECATION_MESSAGE,
-      action: "StartKubeProxy",
-      reportingController: "kpng",
-    });
-    expect(ev.regarding).toEqual({ kind: "Node", name: NODE, uid: NODE });
-    expect((ev.metadata as { name: string }).name).toMatch(new RegExp(`^${NODE}\\.[0-9a-f]+$`));
-    expect(ev.reportingInstance).toMatch(/^kpng-./);
-    expect(ev).not.toHaveProperty("deprecatedSource");
-  }, 40_000);
+  ])(
+    '$name: kube-proxy\'s event, on this Node, in "default", through events.k8s.io/v1',
+    async ({ args }) => {
+      const r = await kpngOnce(args);
+      expect(r.code).toBe(0);
+      expect(r.out).toContain(`-A -t ${v4.clusterIP(10)}:80 -s rr`);
+      expect(api.events.map((e) => [e.group, e.namespace, e.status])).toEqual([["events.k8s.io/v1", "default", 201]]);
+      const ev = api.events[0].body;
+      expect(ev).toMatchObject({
+        apiVersion: "events.k8s.io/v1",
+        kind: "Event",
+        metadata: { namespace: "default" },
+        type: "Warning",
+        reason: IPVS_DEPRECATION_REASON,
+        note: IPVS_DEPRECATION_MESSAGE,
+        action: "StartKubeProxy",
+        reportingController: "kpng",
+      });
+      expect(ev.regarding).toEqual({ kind: "Node", name: NODE, uid: NODE });
+      expect((ev.metadata as { name: string }).name).toMatch(new RegExp(`^${NODE}\\.[0-9a-f]+$`));
+      expect(ev.reportingInstance).toMatch(/^kpng-./);
+      expect(ev).not.toHaveProperty("deprecatedSource");
+    },
+    40_000,
+  );
 
   test("--backend nft: no event is posted", async () => {
     const since = api.requests.length;
@@ -95,16 +102,29 @@ describe("kpng against a cluster: the IPVS deprecation as a Node Warning event",
     expect(api.events.map((e) => e.status)).toEqual([403]);
     expect(r.code).toBe(0);
     expect(r.out).toContain(`-A -t ${v4.clusterIP(10)}:80 -s rr`);
-    expect(r.err).toMatch(/WARN kpng\/events: could not record event reason=IPVSDeprecation .*HTTP 403: events\.events\.k8s\.io is forbidden/);
+    expect(r.err).toMatch(
+      /WARN kpng\/events: could not record event reason=IPVSDeprecation .*HTTP 403: events\.events\.k8s\.io is forbidden/,
+    );
   }, 40_000);
 });
 
 describe("the event as client-go's events recorder writes it", () => {
   const now = new Date("2030-01-02T03:04:05.678Z");
-  const fields = (f: Partial<EventFields> = {}): EventFields => ({ regarding: nodeRef(NODE), type: "Warning", reason: "R", action: "A", note: "n", ...f });
+  const fields = (f: Partial<EventFields> = {}): EventFields => ({
+    regarding: nodeRef(NODE),
+    type: "Warning",
+    reason: "R",
+    action: "A",
+    note: "n",
+    ...f,
+  });
   test.each([
     { name: "a Node (cluster-scoped): namespace default", f: fields(), namespace: "default" },
-    { name: "a namespaced object: its own namespace", f: fields({ regarding: { kind: "Service", name: "web", namespace: "shop" } }), namespace: "shop" },
+    {
+      name: "a namespaced object: its own namespace",
+      f: fields({ regarding: { kind: "Service", name: "web", namespace: "shop" } }),
+      namespace: "shop",
+    },
   ])("$name", ({ f, namespace }) => {
     const ev = makeEvent(f, { now, instance: "kpng-host" });
     expect(ev.metadata).toEqual({ name: `${f.regarding.name}.${(BigInt(now.getTime()) * 1_000_000n).toString(16)}`, namespace });
@@ -135,13 +155,20 @@ describe("the event as client-go's events recorder writes it", () => {
 describe("recording never holds start-up", () => {
   const config = defaultConfig({ nodeName: NODE });
   test.each([
-    { name: "an API server that never answers: given up after the timeout", setup: () => void (api.eventReply = "hang"), want: /TimeoutError|timed? ?out|abort/i },
+    {
+      name: "an API server that never answers: given up after the timeout",
+      setup: () => void (api.eventReply = "hang"),
+      want: /TimeoutError|timed? ?out|abort/i,
+    },
     { name: "an API server that fails (500): a warning", setup: () => void (api.eventReply = 500), want: /HTTP 500: injected failure/ },
   ])("$name", async ({ setup, want }) => {
     setup();
     const log = memoryLogger();
     const start = performance.now();
-    await recordNodeEvent({ config, log, access: loadKubeConfig({ kubeconfig }), timeoutMs: 300 }, { type: "Warning", reason: "R", action: "A", note: "n" });
+    await recordNodeEvent(
+      { config, log, access: loadKubeConfig({ kubeconfig }), timeoutMs: 300 },
+      { type: "Warning", reason: "R", action: "A", note: "n" },
+    );
     expect(performance.now() - start).toBeLessThan(3000);
     expect(api.events).toHaveLength(1);
     const warning = log.lines.find((l) => l.includes("WARN") && l.includes("could not record event"));

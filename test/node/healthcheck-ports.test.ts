@@ -14,10 +14,21 @@ import { kinds } from "../../src/core/brain/k8s/objects.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { startProxyServers } from "../../src/core/node/proxy-servers.ts";
 
-function lbLocal(port: number, endpoints: EpOpts[], o: { name?: string; eTP?: "Local" | "Cluster"; type?: "LoadBalancer" | "NodePort" } = {}): K8sObject[] {
+function lbLocal(
+  port: number,
+  endpoints: EpOpts[],
+  o: { name?: string; eTP?: "Local" | "Cluster"; type?: "LoadBalancer" | "NodePort" } = {},
+): K8sObject[] {
   const name = o.name ?? "web";
   return [
-    svc({ name, type: o.type ?? "LoadBalancer", eTP: o.eTP ?? "Local", healthCheckNodePort: port, ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }], lbIngress: [{ ip: v4.external(1) }] }),
+    svc({
+      name,
+      type: o.type ?? "LoadBalancer",
+      eTP: o.eTP ?? "Local",
+      healthCheckNodePort: port,
+      ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }],
+      lbIngress: [{ ip: v4.external(1) }],
+    }),
     slice({ service: name, endpoints }),
   ];
 }
@@ -34,16 +45,36 @@ function manager(healthy = () => true) {
   return { ports, log };
 }
 
-const get = (port: number) => fetch(`http://127.0.0.1:${port}/`).then(async (r) => ({ status: r.status, weight: r.headers.get("x-load-balancing-endpoint-weight"), type: r.headers.get("content-type"), body: await r.text() }));
-const refused = (port: number) => fetch(`http://127.0.0.1:${port}/`).then(() => false, () => true);
+const get = (port: number) =>
+  fetch(`http://127.0.0.1:${port}/`).then(async (r) => ({
+    status: r.status,
+    weight: r.headers.get("x-load-balancing-endpoint-weight"),
+    type: r.headers.get("content-type"),
+    body: await r.text(),
+  }));
+const refused = (port: number) =>
+  fetch(`http://127.0.0.1:${port}/`).then(
+    () => false,
+    () => true,
+  );
 
 describe("health-check node ports", () => {
   const cases: Array<{ name: string; endpoints: EpOpts[]; healthy?: boolean; status: number; weight: string }> = [
     { name: "one local endpoint: 200, weight 1", endpoints: [here(5), there(6)], status: 200, weight: "1" },
     { name: "two local endpoints: 200, weight 2", endpoints: [here(5), here(7), there(6)], status: 200, weight: "2" },
     { name: "no local endpoint: 503, weight 0", endpoints: [there(6)], status: 503, weight: "0" },
-    { name: "only a terminating local endpoint: 503 so the load balancer drains the node", endpoints: [here(5, { ready: false, serving: true, terminating: true }), there(6)], status: 503, weight: "0" },
-    { name: "a not-ready local endpoint does not count", endpoints: [here(5, { ready: false, serving: false }), there(6)], status: 503, weight: "0" },
+    {
+      name: "only a terminating local endpoint: 503 so the load balancer drains the node",
+      endpoints: [here(5, { ready: false, serving: true, terminating: true }), there(6)],
+      status: 503,
+      weight: "0",
+    },
+    {
+      name: "a not-ready local endpoint does not count",
+      endpoints: [here(5, { ready: false, serving: false }), there(6)],
+      status: 503,
+      weight: "0",
+    },
     { name: "proxy unhealthy: 503 even with local endpoints", endpoints: [here(5)], healthy: false, status: 503, weight: "1" },
   ];
   for (const c of cases) {
@@ -53,14 +84,20 @@ describe("health-check node ports", () => {
       ports.update(localState([node("node-1"), ...lbLocal(port, c.endpoints)]));
       const r = await get(port);
       expect([r.status, r.weight, r.type]).toEqual([c.status, c.weight, "application/json"]);
-      expect(JSON.parse(r.body)).toEqual({ service: { namespace: "default", name: "web" }, localEndpoints: Number(c.weight), serviceProxyHealthy: c.healthy ?? true });
+      expect(JSON.parse(r.body)).toEqual({
+        service: { namespace: "default", name: "web" },
+        localEndpoints: Number(c.weight),
+        serviceProxyHealthy: c.healthy ?? true,
+      });
     });
   }
 
   test("the body is kube-proxy's dedented JSON, byte for byte", async () => {
     const port = await freePort();
     manager().ports.update(localState([node("node-1"), ...lbLocal(port, [here(5)])]));
-    expect((await get(port)).body).toBe('{\n\t"service": {\n\t\t"namespace": "default",\n\t\t"name": "web"\n\t},\n\t"localEndpoints": 1,\n\t"serviceProxyHealthy": true\n}');
+    expect((await get(port)).body).toBe(
+      '{\n\t"service": {\n\t\t"namespace": "default",\n\t\t"name": "web"\n\t},\n\t"localEndpoints": 1,\n\t"serviceProxyHealthy": true\n}',
+    );
   });
 
   const none: Array<{ name: string; o: { eTP?: "Cluster"; type?: "NodePort" } }> = [
@@ -95,7 +132,8 @@ describe("health-check node ports", () => {
   test("a change set touches only the services it names: others keep their servers and counts", async () => {
     const [p1, p2] = [await freePort(), await freePort()];
     const { ports } = manager();
-    const both = (a: EpOpts[], b: EpOpts[]) => localState([node("node-1"), ...lbLocal(p1, a, { name: "a" }), ...lbLocal(p2, b, { name: "b" })]);
+    const both = (a: EpOpts[], b: EpOpts[]) =>
+      localState([node("node-1"), ...lbLocal(p1, a, { name: "a" }), ...lbLocal(p2, b, { name: "b" })]);
     ports.update(both([there(6)], [there(6)]));
     expect([(await get(p1)).status, (await get(p2)).status]).toEqual([503, 503]);
     // both gained a local endpoint, but the change names only default/a: b is not looked at
@@ -131,7 +169,12 @@ describe("health-check ports follow the node's IPs (the wiring of the run comman
     brain.apply([up(node("node-1", { ips: ["127.0.0.1"] })), ...lbLocal(port, [here(5)]).map(up)]);
     for (const k of kinds) brain.markSynced(k);
     brain.flush();
-    const servers = startProxyServers({ cfg: defaultConfig({ nodeName: "node-1", healthzBindAddress: "", metricsBindAddress: "" }), brain, log: memoryLogger(), backends: ["nft"] });
+    const servers = startProxyServers({
+      cfg: defaultConfig({ nodeName: "node-1", healthzBindAddress: "", metricsBindAddress: "" }),
+      brain,
+      log: memoryLogger(),
+      backends: ["nft"],
+    });
     try {
       brain.view("node-1").subscribe((rev) => servers.queued(rev));
       expect((await fetch(`http://127.0.0.1:${port}/`)).status).toBe(200);
@@ -155,9 +198,16 @@ describe("where health-check ports listen", () => {
     { name: "none given: the node IPs", npa: [], nodeIPs: ["203.0.113.11"], want: ["203.0.113.11"] },
     { name: "nothing known: every address", npa: [], nodeIPs: [], want: ["::"] },
   ];
-  for (const c of cases) test(c.name, () => expect(healthCheckAddresses({ nodePortAddresses: c.npa, nodeIPs: c.nodeIPs, hostAddresses: host })).toEqual(c.want));
+  for (const c of cases)
+    test(c.name, () => expect(healthCheckAddresses({ nodePortAddresses: c.npa, nodeIPs: c.nodeIPs, hostAddresses: host })).toEqual(c.want));
 
   test("CIDR containment", () => {
-    expect([cidrContains("198.19.0.0/16", "198.19.255.1"), cidrContains("198.19.0.0/16", "198.20.0.1"), cidrContains("2001:db8:2::/56", "2001:db8:2:ff::1"), cidrContains("2001:db8:2::/56", "2001:db8:2:100::1"), cidrContains("0.0.0.0/0", "1.2.3.4")]).toEqual([true, false, true, false, true]);
+    expect([
+      cidrContains("198.19.0.0/16", "198.19.255.1"),
+      cidrContains("198.19.0.0/16", "198.20.0.1"),
+      cidrContains("2001:db8:2::/56", "2001:db8:2:ff::1"),
+      cidrContains("2001:db8:2::/56", "2001:db8:2:100::1"),
+      cidrContains("0.0.0.0/0", "1.2.3.4"),
+    ]).toEqual([true, false, true, false, true]);
   });
 });

@@ -42,12 +42,17 @@ async function reported(family: "IPv4" | "IPv6", table: string): Promise<number 
 describe("iptables rule counts, real kernel", () => {
   const pod = (i: number) => ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080 } });
   const steps: Array<{ name: string; change: () => void }> = [
-    { name: "first sync (full): two services, one endpoint each", change: () => {
-      b.setService(svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80 }] }));
-      b.setEndpoint("default", "web", "a", pod(1));
-      b.setService(svc({ name: "np", type: "NodePort", clusterIPs: [v4.clusterIP(2)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }));
-      b.setEndpoint("default", "np", "a", pod(2));
-    } },
+    {
+      name: "first sync (full): two services, one endpoint each",
+      change: () => {
+        b.setService(svc({ name: "web", clusterIPs: [v4.clusterIP(1), v6.clusterIP(1)], ports: [{ name: "http", port: 80 }] }));
+        b.setEndpoint("default", "web", "a", pod(1));
+        b.setService(
+          svc({ name: "np", type: "NodePort", clusterIPs: [v4.clusterIP(2)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }),
+        );
+        b.setEndpoint("default", "np", "a", pod(2));
+      },
+    },
     { name: "partial: an endpoint added", change: () => b.setEndpoint("default", "web", "b", pod(3)) },
     { name: "partial: a service deleted", change: () => b.deleteService("default", "np") },
   ];

@@ -15,7 +15,12 @@ import { bucketsOf, typeOf, value } from "./prom-text.ts";
 
 function rig(opts: { source?: SourceStats; backends?: string[] } = {}) {
   const brain = new Brain();
-  const metrics = new ProxyMetrics({ brain, backends: opts.backends ?? ["nft", "my-plugin"], source: () => opts.source, defaultMetrics: false });
+  const metrics = new ProxyMetrics({
+    brain,
+    backends: opts.backends ?? ["nft", "my-plugin"],
+    source: () => opts.source,
+    defaultMetrics: false,
+  });
   const revs: Revision[] = [];
   brain.view("node-1").subscribe((rev) => {
     revs.push(rev);
@@ -31,7 +36,9 @@ function rig(opts: { source?: SourceStats; backends?: string[] } = {}) {
 }
 
 const web = (eps: Array<{ i: number; node: string }>, annotations?: Record<string, string>) => {
-  const s = slice({ service: "web", endpoints: eps.map((e) => ({ ip: v4.pod(1, e.i), node: e.node })) }) as K8sObject & { metadata: { annotations?: Record<string, string> } };
+  const s = slice({ service: "web", endpoints: eps.map((e) => ({ ip: v4.pod(1, e.i), node: e.node })) }) as K8sObject & {
+    metadata: { annotations?: Record<string, string> };
+  };
   if (annotations) s.metadata.annotations = annotations;
   return s;
 };
@@ -67,7 +74,11 @@ describe("kube-proxy 1.36's families: type, labels, buckets", () => {
   test.each(cases)("$name: $type, labels [$labels]", async (c) => {
     const { apply, metrics, text } = rig();
     // something in every family, so each shows its series
-    const r = apply(node("node-1"), svc({ name: "web", iTP: "Local" }), web([{ i: 1, node: "node-2" }], { [TRIGGER_TIME_ANNOTATION]: new Date(Date.now() - 1000).toISOString() }));
+    const r = apply(
+      node("node-1"),
+      svc({ name: "web", iTP: "Local" }),
+      web([{ i: 1, node: "node-2" }], { [TRIGGER_TIME_ANNOTATION]: new Date(Date.now() - 1000).toISOString() }),
+    );
     metrics.synced("nft", r.state, 0.01, null);
     metrics.synced("nft", r.state, 0.01, new Set());
     metrics.answered("healthz", 200);
@@ -78,7 +89,10 @@ describe("kube-proxy 1.36's families: type, labels, buckets", () => {
     const series = t.split("\n").filter((l) => l.startsWith(c.name) && !l.startsWith("#"));
     expect(series.length).toBeGreaterThan(0);
     for (const line of series) {
-      const labels = [...(line.match(/\{(.*)\}/)?.[1] ?? "").matchAll(/(\w+)="/g)].map((m) => m[1]).filter((l) => l !== "le").sort();
+      const labels = [...(line.match(/\{(.*)\}/)?.[1] ?? "").matchAll(/(\w+)="/g)]
+        .map((m) => m[1])
+        .filter((l) => l !== "le")
+        .sort();
       expect(labels.join(",")).toBe(c.labels);
     }
     if (c.buckets) expect(bucketsOf(t, c.name)).toEqual(c.buckets);
@@ -91,21 +105,36 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     apply(node("node-1"), svc({ name: "web" }), web([{ i: 1, node: "node-1" }]), svc({ name: "api", clusterIPs: [v4.clusterIP(11)] }));
     let t = await text();
     // first revision: both services and both endpoint sets are new
-    expect([value(t, "kubeproxy_sync_proxy_rules_service_changes_total"), value(t, "kubeproxy_sync_proxy_rules_endpoint_changes_total")]).toEqual([2, 2]);
+    expect([
+      value(t, "kubeproxy_sync_proxy_rules_service_changes_total"),
+      value(t, "kubeproxy_sync_proxy_rules_endpoint_changes_total"),
+    ]).toEqual([2, 2]);
     apply(web([{ i: 2, node: "node-1" }]));
     t = await text();
     // one slice changed: one endpoint change, no service change
-    expect([value(t, "kubeproxy_sync_proxy_rules_service_changes_total"), value(t, "kubeproxy_sync_proxy_rules_endpoint_changes_total")]).toEqual([2, 3]);
-    for (const f of [v4only, v6only]) expect(value(t, `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds${f}`)).toBeGreaterThan(Date.now() / 1000 - 60);
+    expect([
+      value(t, "kubeproxy_sync_proxy_rules_service_changes_total"),
+      value(t, "kubeproxy_sync_proxy_rules_endpoint_changes_total"),
+    ]).toEqual([2, 3]);
+    for (const f of [v4only, v6only])
+      expect(value(t, `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds${f}`)).toBeGreaterThan(Date.now() / 1000 - 60);
   });
 
   test("pending changes: queued and not yet applied by every backend", async () => {
     const { apply, metrics, text } = rig();
     const pending = async () => {
       const t = await text();
-      return [value(t, "kubeproxy_sync_proxy_rules_service_changes_pending"), value(t, "kubeproxy_sync_proxy_rules_endpoint_changes_pending")];
+      return [
+        value(t, "kubeproxy_sync_proxy_rules_service_changes_pending"),
+        value(t, "kubeproxy_sync_proxy_rules_endpoint_changes_pending"),
+      ];
     };
-    const r1 = apply(node("node-1"), svc({ name: "web" }), web([{ i: 1, node: "node-1" }]), svc({ name: "api", clusterIPs: [v4.clusterIP(11)] }));
+    const r1 = apply(
+      node("node-1"),
+      svc({ name: "web" }),
+      web([{ i: 1, node: "node-1" }]),
+      svc({ name: "api", clusterIPs: [v4.clusterIP(11)] }),
+    );
     expect(await pending()).toEqual([2, 2]);
     metrics.synced("nft", r1.state, 0.01, null);
     expect(await pending()).toEqual([2, 2]); // my-plugin has not applied it yet
@@ -124,7 +153,13 @@ describe("kube-proxy metrics from revisions and syncs", () => {
       node("node-1"),
       svc({ name: "web", iTP: "Local" }),
       web([{ i: 1, node: "node-2" }]),
-      svc({ name: "lb", type: "LoadBalancer", eTP: "Local", clusterIPs: [v4.clusterIP(12)], ports: [{ name: "http", port: 80, nodePort: 30080 }] }),
+      svc({
+        name: "lb",
+        type: "LoadBalancer",
+        eTP: "Local",
+        clusterIPs: [v4.clusterIP(12)],
+        ports: [{ name: "http", port: 80, nodePort: 30080 }],
+      }),
       svc({ name: "fine", iTP: "Local", clusterIPs: [v4.clusterIP(13)] }),
       slice({ service: "fine", endpoints: [{ ip: v4.pod(1, 9), node: "node-1" }] }),
       // dual-stack, a local endpoint in IPv4 only: IPv6 has none
@@ -140,8 +175,14 @@ describe("kube-proxy metrics from revisions and syncs", () => {
 
   test("no_local_endpoints follows changes: a local endpoint arrives, a service goes", async () => {
     const { apply, brain, text } = rig();
-    apply(node("node-1"), svc({ name: "web", iTP: "Local" }), web([{ i: 1, node: "node-2" }]), svc({ name: "api", iTP: "Local", clusterIPs: [v4.clusterIP(11)] }));
-    const internal4 = async () => value(await text(), 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"}');
+    apply(
+      node("node-1"),
+      svc({ name: "web", iTP: "Local" }),
+      web([{ i: 1, node: "node-2" }]),
+      svc({ name: "api", iTP: "Local", clusterIPs: [v4.clusterIP(11)] }),
+    );
+    const internal4 = async () =>
+      value(await text(), 'kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"}');
     expect(await internal4()).toBe(2);
     apply(web([{ i: 1, node: "node-1" }]));
     expect(await internal4()).toBe(1);
@@ -184,7 +225,9 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     t = await text();
     expect(value(t, `kubeproxy_network_programming_duration_seconds_count${v4only}`)).toBe(1);
     // an IPv6 slice's change is the IPv6 proxier's
-    const s6 = slice({ service: "web", family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1" }] }) as K8sObject & { metadata: { annotations?: Record<string, string> } };
+    const s6 = slice({ service: "web", family: "IPv6", endpoints: [{ ip: v6.pod(1, 1), node: "node-1" }] }) as K8sObject & {
+      metadata: { annotations?: Record<string, string> };
+    };
     s6.metadata.annotations = { [TRIGGER_TIME_ANNOTATION]: new Date(Date.now() - 1000).toISOString() };
     const r3 = apply(svc({ name: "web", clusterIPs: [v4.clusterIP(10), v6.clusterIP(10)] }), s6);
     metrics.synced("nft", r3.state, 0.001, r3.change);
@@ -194,26 +237,44 @@ describe("kube-proxy metrics from revisions and syncs", () => {
   });
 
   // Backends report their refused transactions (nft -f, iptables-restore) per family; the feed, failed syncs.
-  const failureCases: Array<{ name: string; backend: string; failures: Array<[4 | 6, boolean]>; expected: Record<string, [number, number]>; absent: string[] }> = [
+  const failureCases: Array<{
+    name: string;
+    backend: string;
+    failures: Array<[4 | 6, boolean]>;
+    expected: Record<string, [number, number]>;
+    absent: string[];
+  }> = [
     {
       name: "nft, one transaction for both families refused: nftables sync failures in both; cleanup failures stay 0 (kpng cleans up in the sync's own transaction)",
       backend: "nft",
-      failures: [[4, true], [6, true]],
-      expected: { kubeproxy_sync_proxy_rules_nftables_sync_failures_total: [1, 1], kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total: [0, 0] },
+      failures: [
+        [4, true],
+        [6, true],
+      ],
+      expected: {
+        kubeproxy_sync_proxy_rules_nftables_sync_failures_total: [1, 1],
+        kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total: [0, 0],
+      },
       absent: ["iptables_restore_failures_total"],
     },
     {
       name: "iptables, IPv6 full restore refused: restore failures in IPv6, no partial ones",
       backend: "iptables",
       failures: [[6, false]],
-      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [0, 1], kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: [0, 0] },
+      expected: {
+        kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [0, 1],
+        kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: [0, 0],
+      },
       absent: ["nftables"],
     },
     {
       name: "iptables, IPv4 partial restore refused: both counters",
       backend: "iptables",
       failures: [[4, true]],
-      expected: { kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [1, 0], kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: [1, 0] },
+      expected: {
+        kubeproxy_sync_proxy_rules_iptables_restore_failures_total: [1, 0],
+        kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total: [1, 0],
+      },
       absent: ["nftables"],
     },
     {
@@ -274,14 +335,32 @@ describe("kube-proxy metrics from revisions and syncs", () => {
 describe("metrics server over HTTP", () => {
   const { metrics } = rig();
   metrics.answered("healthz", 200);
-  const server = startMetricsServer({ address: "127.0.0.1:0", metrics, proxyMode: "nftables", config: { mode: "nftables" }, log: memoryLogger() });
+  const server = startMetricsServer({
+    address: "127.0.0.1:0",
+    metrics,
+    proxyMode: "nftables",
+    config: { mode: "nftables" },
+    log: memoryLogger(),
+  });
   afterAll(() => server.close());
 
   test("/metrics is Prometheus text with kube-proxy's names", async () => {
     const r = await fetch(`${server.url}/metrics`);
     expect(r.headers.get("content-type")).toStartWith("text/plain; version=0.0.4");
     const t = await r.text();
-    for (const name of ["kubeproxy_sync_proxy_rules_duration_seconds", "kubeproxy_sync_proxy_rules_last_timestamp_seconds", "kubeproxy_network_programming_duration_seconds", "kubeproxy_sync_proxy_rules_endpoint_changes_total", "kubeproxy_sync_proxy_rules_service_changes_total", "kubeproxy_sync_proxy_rules_no_local_endpoints_total", "rest_client_requests_total", "kubernetes_build_info", "kpng_api_events_total", "kpng_node_revisions_total", "kpng_api_watchers"]) {
+    for (const name of [
+      "kubeproxy_sync_proxy_rules_duration_seconds",
+      "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+      "kubeproxy_network_programming_duration_seconds",
+      "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+      "kubeproxy_sync_proxy_rules_service_changes_total",
+      "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+      "rest_client_requests_total",
+      "kubernetes_build_info",
+      "kpng_api_events_total",
+      "kpng_node_revisions_total",
+      "kpng_api_watchers",
+    ]) {
       expect(t).toContain(`# TYPE ${name} `);
     }
     expect(value(t, 'kubeproxy_proxy_healthz_total{code="200"}')).toBe(1);

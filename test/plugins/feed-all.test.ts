@@ -14,7 +14,14 @@ const rev = (n: number): Revision => ({ state: { nodeName: "n", rev: n, services
 describe("firstSyncs", () => {
   test("true exactly once: at the sync that completes every backend's first", () => {
     const first = firstSyncs(3);
-    expect([first.synced(1), first.synced(1), first.synced(0), first.synced(2), first.synced(2), first.synced(0)]).toEqual([false, false, false, true, false, false]);
+    expect([first.synced(1), first.synced(1), first.synced(0), first.synced(2), first.synced(2), first.synced(0)]).toEqual([
+      false,
+      false,
+      false,
+      true,
+      false,
+      false,
+    ]);
   });
   test("one backend: its first sync", () => {
     const first = firstSyncs(1);

@@ -26,13 +26,26 @@ const FLAG = v4.node(3);
 
 /** A LoadBalancer with a node port and source ranges that hold the node's old and new IPs. */
 const lb = entry(
-  service({ name: "web", clusterIPs: [v4.clusterIP(1)], lbIPs: [v4.external(1)], sourceRanges: [`${plan.v4.nodeCIDR}`], ports: [{ name: "http", port: 80, nodePort: 30080, targetPort: 8080 }] }),
+  service({
+    name: "web",
+    clusterIPs: [v4.clusterIP(1)],
+    lbIPs: [v4.external(1)],
+    sourceRanges: [`${plan.v4.nodeCIDR}`],
+    ports: [{ name: "http", port: 80, nodePort: 30080, targetPort: 8080 }],
+  }),
   { a: endpoint({ ips: [v4.pod(2, 1)], ports: { http: 8080 } }) },
 );
-const withIPs = (rev: number, nodeIPs?: string[]): NodeState => ({ ...nodeState({ nodeName: "node1", rev, entries: [lb] }), ...(nodeIPs && { nodeIPs }) });
+const withIPs = (rev: number, nodeIPs?: string[]): NodeState => ({
+  ...nodeState({ nodeName: "node1", rev, entries: [lb] }),
+  ...(nodeIPs && { nodeIPs }),
+});
 
 /** Feeds `states` as the run command does (first change set null, then the given one), returns what each sync wrote. */
-async function feed(backend: Backend, written: () => string, states: Array<{ state: NodeState; change: ReadonlySet<string> | null }>): Promise<string[]> {
+async function feed(
+  backend: Backend,
+  written: () => string,
+  states: Array<{ state: NodeState; change: ReadonlySet<string> | null }>,
+): Promise<string[]> {
   const out: string[] = [];
   const synced: Array<() => void> = [];
   const f = feedBackend(backend, { log: memoryLogger(), onSynced: () => synced.shift()?.() });
@@ -60,7 +73,7 @@ interface Case {
 
 const cases: Case[] = [
   {
-    name: "nft: nodeport-ips (default \"primary\")",
+    name: 'nft: nodeport-ips (default "primary")',
     make: (c) => {
       const printed: string[] = [];
       return { backend: createNftBackend(ctx(c, printed)), written: take(printed) };
@@ -72,7 +85,10 @@ const cases: Case[] = [
     config: { nodePortAddresses: ["primary"] },
     make: (c) => {
       const printed: string[] = [];
-      return { backend: new IptablesBackend(ctx(c, printed), { executor: recordingExecutor(), families: ["v4"], monitorPeriodMs: 0 }), written: take(printed) };
+      return {
+        backend: new IptablesBackend(ctx(c, printed), { executor: recordingExecutor(), families: ["v4"], monitorPeriodMs: 0 }),
+        written: take(printed),
+      };
     },
     mentions: (ip) => new RegExp(`-d ${ip.replaceAll(".", "\\.")} -j KPNG-NODEPORTS`),
   },

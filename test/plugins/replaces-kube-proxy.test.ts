@@ -7,6 +7,10 @@ import { replacesKubeProxy } from "../../src/plugins/cleanup.ts";
 const cases: Array<{ name: string; backends: string[]; want: boolean }> = [
   { name: "nft replaces kube-proxy's nftables mode", backends: ["nft"], want: true },
   { name: "iptables and ipvs replace their modes", backends: ["iptables", "ipvs"], want: true },
-  { name: "ebpf, userspace, winkernel and plugins leave kube-proxy's rules alone", backends: ["ebpf", "userspace", "winkernel", "my-plugin"], want: false },
+  {
+    name: "ebpf, userspace, winkernel and plugins leave kube-proxy's rules alone",
+    backends: ["ebpf", "userspace", "winkernel", "my-plugin"],
+    want: false,
+  },
 ];
 for (const c of cases) test(c.name, () => expect(replacesKubeProxy(c.backends)).toBe(c.want));

@@ -31,7 +31,9 @@ describe("corpus through kpng local --input (the CLI, -o json)", () => {
   beforeAll(() => {
     const path = join(tmp.dir, "corpus.json");
     writeFileSync(path, JSON.stringify({ apiVersion: "v1", kind: "List", items: [corpusNode, ...accepted.flatMap((c) => c.objects)] }));
-    const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), "local", "--input", path, "--node-name", NODE, "-o", "json"], { cwd: root });
+    const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), "local", "--input", path, "--node-name", NODE, "-o", "json"], {
+      cwd: root,
+    });
     stderr = r.stderr.toString().split("\n");
     if (r.exitCode !== 0) throw new Error(`kpng local exited ${r.exitCode}: ${r.stderr}`);
     services = byNamespace(JSON.parse(r.stdout.toString()).services);
@@ -89,7 +91,11 @@ describe("corpus through the API-server source", () => {
     const before = r.log.lines.filter(isReadLine).length;
     const c = corpus.find((x) => x.id === "c30")!;
     api.apply(c.objects[0]); // MODIFIED, same content
-    await waitFor("watch event seen", () => r.source.stats.events.Service > corpus.filter((x) => x.objects.some((o) => o.kind === "Service")).length, 5000);
+    await waitFor(
+      "watch event seen",
+      () => r.source.stats.events.Service > corpus.filter((x) => x.objects.some((o) => o.kind === "Service")).length,
+      5000,
+    );
     await api.down();
     api.compact();
     await api.up();
@@ -103,7 +109,12 @@ describe("corpus through the API-server source", () => {
     const fixed = structuredClone(c.objects[0]) as { spec: { externalIPs: string[] } };
     fixed.spec.externalIPs = ["198.18.64.31"];
     api.apply(fixed as never);
-    await waitFor("fixed", () => localStateJSON(r.brain.view(NODE).state!).services.find((s) => s.namespace === "c31")?.externalIPs.length === 1 && r.source.stats.events.Service > 0);
+    await waitFor(
+      "fixed",
+      () =>
+        localStateJSON(r.brain.view(NODE).state!).services.find((s) => s.namespace === "c31")?.externalIPs.length === 1 &&
+        r.source.stats.events.Service > 0,
+    );
     api.apply(c.objects[0]);
     await waitFor("said again", () => warnLines(r.log.lines, c.warns![0]).length === 2, 5000);
   });

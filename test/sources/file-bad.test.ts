@@ -16,7 +16,12 @@ const root = join(import.meta.dir, "../..");
 const dir = mkdtempSync(join(tmpdir(), "kpng-file-bad-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const web = { apiVersion: "v1", kind: "Service", metadata: { name: "web", namespace: "default" }, spec: { clusterIP: "198.18.0.10", ports: [{ name: "http", port: 80 }] } };
+const web = {
+  apiVersion: "v1",
+  kind: "Service",
+  metadata: { name: "web", namespace: "default" },
+  spec: { clusterIP: "198.18.0.10", ports: [{ name: "http", port: 80 }] },
+};
 const node1 = { apiVersion: "v1", kind: "Node", metadata: { name: "node-1" } };
 const good = JSON.stringify({ apiVersion: "v1", kind: "List", items: [web, node1] });
 
@@ -27,18 +32,45 @@ const wrongFiles: Array<{ name: string; bytes: string | Uint8Array; says: string
   { name: "one scalar", bytes: "hello world\n", says: 'no Kubernetes object in the file: it holds one string ("hello world")' },
   { name: "a number", bytes: "42\n", says: "no Kubernetes object in the file: it holds one number (42)" },
   { name: "a list of numbers", bytes: "[1, 2, 3]\n", says: "no Kubernetes object in the file: it holds a list of 3 numbers" },
-  { name: "documents of mixed scalars", bytes: "1\n---\nfoo\n", says: "no Kubernetes object in the file: it holds a list of 2 items (number, string)" },
-  { name: "a mapping without a kind", bytes: "services: []\n", says: "no Kubernetes object in the file: it holds one mapping without a kind" },
-  { name: "a List whose items are numbers", bytes: "kind: List\nitems: [1, 2]\n", says: "no Kubernetes object in the file: it holds a list of 2 numbers" },
-  { name: "bytes that are not UTF-8 text", bytes: new Uint8Array([0xff, 0xfe, 0xfa, ...new TextEncoder().encode(" kind: List\n")]), says: "the input file is not UTF-8 text (byte 0xff at offset 0)" },
-  { name: "UTF-8 cut in the middle of a character", bytes: new Uint8Array([...new TextEncoder().encode("kind: Lis"), 0xc3]), says: "the input file is not UTF-8 text (byte 0xc3 at offset 9)" },
+  {
+    name: "documents of mixed scalars",
+    bytes: "1\n---\nfoo\n",
+    says: "no Kubernetes object in the file: it holds a list of 2 items (number, string)",
+  },
+  {
+    name: "a mapping without a kind",
+    bytes: "services: []\n",
+    says: "no Kubernetes object in the file: it holds one mapping without a kind",
+  },
+  {
+    name: "a List whose items are numbers",
+    bytes: "kind: List\nitems: [1, 2]\n",
+    says: "no Kubernetes object in the file: it holds a list of 2 numbers",
+  },
+  {
+    name: "bytes that are not UTF-8 text",
+    bytes: new Uint8Array([0xff, 0xfe, 0xfa, ...new TextEncoder().encode(" kind: List\n")]),
+    says: "the input file is not UTF-8 text (byte 0xff at offset 0)",
+  },
+  {
+    name: "UTF-8 cut in the middle of a character",
+    bytes: new Uint8Array([...new TextEncoder().encode("kind: Lis"), 0xc3]),
+    says: "the input file is not UTF-8 text (byte 0xc3 at offset 9)",
+  },
 ];
 
 /** Files kpng reads without complaint, however little they hold. */
 const acceptedFiles: Array<{ name: string; bytes: string; services: number }> = [
   { name: "an empty kubectl List (an empty cluster)", bytes: "apiVersion: v1\nkind: List\nitems: []\n", services: 0 },
   { name: "only kinds kpng does not read", bytes: "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: x }\n", services: 0 },
-  { name: "good and bad objects: the bad one skipped (at start-up kpng refuses it, see below)", bytes: JSON.stringify({ kind: "List", items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7] }), services: 1 },
+  {
+    name: "good and bad objects: the bad one skipped (at start-up kpng refuses it, see below)",
+    bytes: JSON.stringify({
+      kind: "List",
+      items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7],
+    }),
+    services: 1,
+  },
 ];
 
 const fileWith = (name: string, bytes: string | Uint8Array) => {
@@ -51,7 +83,10 @@ describe("reading a file that holds no Kubernetes object", () => {
   for (const c of wrongFiles) {
     test(`${c.name}: invalid_argument naming the file and what it holds`, async () => {
       const path = fileWith(c.name, c.bytes);
-      const err = await readClusterFile(path).then(() => undefined, (e: unknown) => e);
+      const err = await readClusterFile(path).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(isInvalidArgument(err)).toBe(true);
       expect((err as Error).message).toBe(`[invalid_argument] ${path}: ${c.says}`);
     });
@@ -66,7 +101,10 @@ describe("reading a file that holds no Kubernetes object", () => {
 
 describe("at start-up: exit 2 and one line", () => {
   const run = (path: string) => {
-    const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), "--input", path, "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once"], { cwd: root });
+    const r = Bun.spawnSync(
+      [process.execPath, join(root, "src/main.ts"), "--input", path, "--node-name", "node-1", "--backend", "nft", "--dry-run", "--once"],
+      { cwd: root },
+    );
     return { code: r.exitCode, err: r.stderr.toString(), out: r.stdout.toString() };
   };
   for (const c of wrongFiles.filter((_, i) => i % 3 === 0 || i === wrongFiles.length - 2)) {
@@ -80,8 +118,16 @@ describe("at start-up: exit 2 and one line", () => {
   }
   // What no API server would hold, an object or one value of one, is bad input: the first named.
   const refused: Array<{ name: string; items: unknown[]; says: (path: string) => string }> = [
-    { name: "an object no API server holds (port out of range)", items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7], says: (p) => `${p}: item 1: service default/bad spec.ports[0].port: 70000 is out of range (and 1 more)` },
-    { name: "one value no API server holds (a source range)", items: [{ ...web, spec: { ...web.spec, loadBalancerSourceRanges: ["10.0.0.0/8", "10.0.0.0/33"] } }], says: (p) => `${p}: service default/web spec.loadBalancerSourceRanges[1]: "10.0.0.0/33" is not a CIDR: skipped` },
+    {
+      name: "an object no API server holds (port out of range)",
+      items: [web, { ...web, metadata: { name: "bad", namespace: "default" }, spec: { ports: [{ port: 70000 }] } }, 7],
+      says: (p) => `${p}: item 1: service default/bad spec.ports[0].port: 70000 is out of range (and 1 more)`,
+    },
+    {
+      name: "one value no API server holds (a source range)",
+      items: [{ ...web, spec: { ...web.spec, loadBalancerSourceRanges: ["10.0.0.0/8", "10.0.0.0/33"] } }],
+      says: (p) => `${p}: service default/web spec.loadBalancerSourceRanges[1]: "10.0.0.0/33" is not a CIDR: skipped`,
+    },
   ];
   for (const c of refused) {
     test(`${c.name}: exit 2, one line naming file, object and field`, () => {
@@ -91,10 +137,15 @@ describe("at start-up: exit 2 and one line", () => {
     });
   }
   test("what an API server holds, however old or new: exit 0, unknown values named in a WARN line", () => {
-    const svc = { ...web, spec: { ...web.spec, clusterIP: "198.018.000.010", internalTrafficPolicy: "Topology", loadBalancerSourceRanges: [" 10.0.0.0/8 "] } };
+    const svc = {
+      ...web,
+      spec: { ...web.spec, clusterIP: "198.018.000.010", internalTrafficPolicy: "Topology", loadBalancerSourceRanges: [" 10.0.0.0/8 "] },
+    };
     const r = run(fileWith("cli-accepted", JSON.stringify({ kind: "List", items: [svc, node1] })));
     expect(r.code).toBe(0);
-    expect(r.err).toMatch(/WARN kpng\/file: read as kube-proxy reads it warning=".*service default\/web spec\.internalTrafficPolicy: unknown value \\"Topology\\": Cluster/);
+    expect(r.err).toMatch(
+      /WARN kpng\/file: read as kube-proxy reads it warning=".*service default\/web spec\.internalTrafficPolicy: unknown value \\"Topology\\": Cluster/,
+    );
     expect(r.out).toContain("198.18.0.10"); // leading zeros read as decimal
   });
 });
@@ -113,7 +164,9 @@ describe("while running: an edit that leaves such a file keeps the last good sta
         await src.reload();
         expect([view.state!.rev, view.state!.services.size]).toEqual([1, 1]);
         // the logger quotes values as JSON strings
-        expect(log.lines.at(-1)).toEndWith(`ERROR test: input file not loaded, keeping the last good state error=${JSON.stringify(`[invalid_argument] ${path}: ${c.says}`)}`);
+        expect(log.lines.at(-1)).toEndWith(
+          `ERROR test: input file not loaded, keeping the last good state error=${JSON.stringify(`[invalid_argument] ${path}: ${c.says}`)}`,
+        );
         // and the next good edit is taken
         writeFileSync(path, JSON.stringify({ kind: "List", items: [node1] }));
         await src.reload();

@@ -14,7 +14,12 @@ import { parseClusterFile, startFileSource } from "../../src/core/sources/file.t
 const dir = mkdtempSync(join(tmpdir(), "kpng-file-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const service = (name: string, port = 80) => ({ apiVersion: "v1", kind: "Service", metadata: { name, namespace: "default" }, spec: { clusterIP: "198.18.0.10", ports: [{ name: "http", port }] } });
+const service = (name: string, port = 80) => ({
+  apiVersion: "v1",
+  kind: "Service",
+  metadata: { name, namespace: "default" },
+  spec: { clusterIP: "198.18.0.10", ports: [{ name: "http", port }] },
+});
 const slice = (svc: string, ip: string) => ({
   apiVersion: "discovery.k8s.io/v1",
   kind: "EndpointSlice",
@@ -38,10 +43,26 @@ describe("parsing", () => {
 
   // Objects no API server would hold: skipped (at start-up: exit 2, see file-bad.test.ts).
   const bad: Array<{ name: string; item: object; error: string }> = [
-    { name: "port out of range", item: service("web", 70000), error: "f: item 0: service default/web spec.ports[0].port: 70000 is out of range" },
-    { name: "bad cluster IP", item: { ...service("web"), spec: { clusterIP: "198.18.0.300", ports: [{ port: 80 }] } }, error: 'f: item 0: service default/web spec.clusterIP: "198.18.0.300" is not an IP address: the service has no cluster IP to serve' },
-    { name: "cluster IP not a string", item: { ...service("web"), spec: { clusterIP: 5, ports: [{ port: 80 }] } }, error: "f: item 0: service default/web spec.clusterIP: 5 must be a string" },
-    { name: "missing name", item: { kind: "Service", metadata: {}, spec: {} }, error: "f: item 0: service <unnamed> metadata.name: missing" },
+    {
+      name: "port out of range",
+      item: service("web", 70000),
+      error: "f: item 0: service default/web spec.ports[0].port: 70000 is out of range",
+    },
+    {
+      name: "bad cluster IP",
+      item: { ...service("web"), spec: { clusterIP: "198.18.0.300", ports: [{ port: 80 }] } },
+      error: 'f: item 0: service default/web spec.clusterIP: "198.18.0.300" is not an IP address: the service has no cluster IP to serve',
+    },
+    {
+      name: "cluster IP not a string",
+      item: { ...service("web"), spec: { clusterIP: 5, ports: [{ port: 80 }] } },
+      error: "f: item 0: service default/web spec.clusterIP: 5 must be a string",
+    },
+    {
+      name: "missing name",
+      item: { kind: "Service", metadata: {}, spec: {} },
+      error: "f: item 0: service <unnamed> metadata.name: missing",
+    },
   ];
   for (const c of bad) {
     test(`one bad object (${c.name}) is skipped with a line naming file, object and field; the rest is kept`, () => {
@@ -54,9 +75,27 @@ describe("parsing", () => {
 
   // One value of an object kube-proxy skips, or does not know: the value goes, the object stays.
   const values: Array<{ name: string; item: object; line: string; rejected: boolean }> = [
-    { name: "bad entry of clusterIPs", item: { ...service("web"), spec: { clusterIP: "198.18.0.10", clusterIPs: ["198.18.0.10", "x"], ipFamilies: ["IPv4", "IPv6"], ports: [{ port: 80 }] } }, line: 'f: service default/web spec.clusterIPs[1]: "x" is not an IP address: skipped', rejected: true },
-    { name: "endpoint address of the wrong family", item: slice("web", "2001:db8::1"), line: 'f: endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address: endpoint skipped', rejected: true },
-    { name: "unknown protocol (a newer API server's)", item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } }, line: 'f: service default/web spec.ports[0].protocol: unknown protocol "ICMP": port 80 skipped', rejected: false },
+    {
+      name: "bad entry of clusterIPs",
+      item: {
+        ...service("web"),
+        spec: { clusterIP: "198.18.0.10", clusterIPs: ["198.18.0.10", "x"], ipFamilies: ["IPv4", "IPv6"], ports: [{ port: 80 }] },
+      },
+      line: 'f: service default/web spec.clusterIPs[1]: "x" is not an IP address: skipped',
+      rejected: true,
+    },
+    {
+      name: "endpoint address of the wrong family",
+      item: slice("web", "2001:db8::1"),
+      line: 'f: endpointSlice default/web-x endpoints[0].addresses[0]: "2001:db8::1" is not an IPv4 address: endpoint skipped',
+      rejected: true,
+    },
+    {
+      name: "unknown protocol (a newer API server's)",
+      item: { ...service("web"), spec: { clusterIP: "198.18.0.1", ports: [{ port: 80, protocol: "ICMP" }] } },
+      line: 'f: service default/web spec.ports[0].protocol: unknown protocol "ICMP": port 80 skipped',
+      rejected: false,
+    },
   ];
   for (const c of values) {
     test(`one bad value (${c.name}): the object is kept, the value named once`, () => {
@@ -71,7 +110,9 @@ describe("parsing", () => {
   test("a slice whose service is not in the file: ignored with a warning (an API server holds such slices)", () => {
     const p = parseClusterFile("f", stringify({ kind: "List", items: [slice("gone", "198.19.1.1"), service("ok")] }));
     expect(p.objects.map((o) => o.metadata.name)).toEqual(["ok"]);
-    expect(p.warnings).toEqual(["f: item 0: endpointSlice default/gone-x metadata.labels[kubernetes.io/service-name]: service default/gone is not in the file"]);
+    expect(p.warnings).toEqual([
+      "f: item 0: endpointSlice default/gone-x metadata.labels[kubernetes.io/service-name]: service default/gone is not in the file",
+    ]);
   });
 
   test("a file that is not YAML or JSON is an invalid_argument error naming the file and line", () => {
@@ -139,7 +180,9 @@ describe("watching", () => {
   });
 
   test("an unreadable file fails at start-up with invalid_argument", async () => {
-    const err = await startFileSource({ path: join(dir, "missing.yaml"), brain: new Brain(), log: memoryLogger(), watch: false }).catch((e: unknown) => e);
+    const err = await startFileSource({ path: join(dir, "missing.yaml"), brain: new Brain(), log: memoryLogger(), watch: false }).catch(
+      (e: unknown) => e,
+    );
     expect(isInvalidArgument(err)).toBe(true);
     expect((err as Error).message).toContain("missing.yaml: cannot read input file: ENOENT");
   });

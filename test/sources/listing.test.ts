@@ -56,7 +56,9 @@ describe("Listing", () => {
     expect(sent(l.upsert(b))).toEqual([{ type: "upsert", object: b }]);
     expect(l.missing("Service", new Set())).toEqual([]);
     const ns = b.metadata.namespace!;
-    expect(l.missing("EndpointSlice", new Set())).toEqual([{ type: "delete", kind: "EndpointSlice", namespace: ns, name: b.metadata.name }]);
+    expect(l.missing("EndpointSlice", new Set())).toEqual([
+      { type: "delete", kind: "EndpointSlice", namespace: ns, name: b.metadata.name },
+    ]);
     expect(l.missing("EndpointSlice", new Set([`EndpointSlice/${ns}/${b.metadata.name}`]))).toEqual([]);
   });
 

@@ -16,13 +16,29 @@ import { encodeItem, encodeList, encodeWatchEvent } from "../harness/protobuf-en
 
 type Obj = Record<string, any>;
 
-const managedFields = [{ manager: "kube-controller-manager", operation: "Update", apiVersion: "v1", fieldsType: "FieldsV1", fieldsV1: { "f:spec": { "f:ports": {} } } }];
+const managedFields = [
+  {
+    manager: "kube-controller-manager",
+    operation: "Update",
+    apiVersion: "v1",
+    fieldsType: "FieldsV1",
+    fieldsV1: { "f:spec": { "f:ports": {} } },
+  },
+];
 
 /** every field kpng reads, set */
 const full: Obj[] = [
   {
     kind: "Service",
-    metadata: { name: "full", namespace: "ns", resourceVersion: "7", labels: { a: "b", "service.kubernetes.io/service-proxy-name": "x" }, annotations: { note: "ü ünïcode ✓" }, managedFields, finalizers: ["f"] },
+    metadata: {
+      name: "full",
+      namespace: "ns",
+      resourceVersion: "7",
+      labels: { a: "b", "service.kubernetes.io/service-proxy-name": "x" },
+      annotations: { note: "ü ünïcode ✓" },
+      managedFields,
+      finalizers: ["f"],
+    },
     spec: {
       type: "LoadBalancer",
       clusterIP: v4.clusterIP(1),
@@ -43,7 +59,11 @@ const full: Obj[] = [
       internalTrafficPolicy: "Local",
       healthCheckNodePort: 31000,
     },
-    status: { loadBalancer: { ingress: [{ ip: "198.51.100.1", ipMode: "VIP" }, { ip: "198.51.100.2", ipMode: "Proxy" }, { hostname: "lb.example" }] } },
+    status: {
+      loadBalancer: {
+        ingress: [{ ip: "198.51.100.1", ipMode: "VIP" }, { ip: "198.51.100.2", ipMode: "Proxy" }, { hostname: "lb.example" }],
+      },
+    },
   },
   {
     kind: "EndpointSlice",
@@ -65,9 +85,25 @@ const full: Obj[] = [
   },
   {
     kind: "Node",
-    metadata: { name: "node-1", labels: { "topology.kubernetes.io/zone": "zone-a" }, deletionTimestamp: "2026-01-02T03:04:05Z", managedFields },
-    spec: { podCIDR: "10.244.0.0/24", taints: [{ key: "ToBeDeletedByClusterAutoscaler", value: "1", effect: "NoSchedule" }, { key: "x", effect: "NoExecute" }] },
-    status: { addresses: [{ type: "InternalIP", address: "192.0.2.1" }, { type: "Hostname", address: "node-1" }] },
+    metadata: {
+      name: "node-1",
+      labels: { "topology.kubernetes.io/zone": "zone-a" },
+      deletionTimestamp: "2026-01-02T03:04:05Z",
+      managedFields,
+    },
+    spec: {
+      podCIDR: "10.244.0.0/24",
+      taints: [
+        { key: "ToBeDeletedByClusterAutoscaler", value: "1", effect: "NoSchedule" },
+        { key: "x", effect: "NoExecute" },
+      ],
+    },
+    status: {
+      addresses: [
+        { type: "InternalIP", address: "192.0.2.1" },
+        { type: "Hostname", address: "node-1" },
+      ],
+    },
   },
 ];
 
@@ -76,7 +112,12 @@ const fixtures: Obj[] = [
   svc({ name: "np", type: "NodePort", ports: [{ name: "a", port: 80, targetPort: "web", nodePort: 30001 }], eTP: "Local" }),
   svc({ name: "lb", type: "LoadBalancer", lbIngress: [{ ip: "1.2.3.4" }], sourceRanges: ["10.0.0.0/8"], affinity: 60, iTP: "Local" }),
   svc({ name: "v6", clusterIPs: [v6.clusterIP(3)] }),
-  slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", zone: "zone-a", ready: true, forZones: ["zone-a"], forNodes: ["node-1"] }, { ip: v4.pod(1, 2), ready: false, terminating: true, serving: null, pod: "" }] }),
+  slice({
+    endpoints: [
+      { ip: v4.pod(1, 1), node: "node-1", zone: "zone-a", ready: true, forZones: ["zone-a"], forNodes: ["node-1"] },
+      { ip: v4.pod(1, 2), ready: false, terminating: true, serving: null, pod: "" },
+    ],
+  }),
   slice({ family: "IPv6", endpoints: [{ ip: v6.pod(1, 1) }] }),
   node("node-1", { zone: "zone-a", ips: [v4.node(1)] }),
 ].map((o) => asSent(o as never));
@@ -125,7 +166,9 @@ function throughJSON(o: Obj): Obj {
 
 const parsed = (raw: Obj, kind: Kind) => {
   const res = parseObject(raw, kind);
-  return res.ok ? { object: settled(res.object), notes: res.notes?.map((n) => `${n.field}: ${n.message}`) ?? [] } : { error: "error" in res ? res.error : "ignored" };
+  return res.ok
+    ? { object: settled(res.object), notes: res.notes?.map((n) => `${n.field}: ${n.message}`) ?? [] }
+    : { error: "error" in res ? res.error : "ignored" };
 };
 
 describe("protobuf reads as JSON reads", () => {
@@ -147,7 +190,15 @@ describe("protobuf reads as JSON reads", () => {
     expect(s.metadata.resourceVersion).toBe("7");
     expect(s.metadata.managedFields).toBeUndefined();
     const [e] = throughProtobuf(full[1]);
-    expect(e.endpoints[0]).toEqual({ addresses: ["10.1.0.1", "10.1.0.2"], conditions: { ready: false, serving: true, terminating: true }, hostname: "h", nodeName: "node-1", zone: "zone-a", hints: { forZones: [{ name: "zone-a" }, { name: "zone-b" }], forNodes: [{ name: "node-1" }] }, targetRef: { kind: "Pod", name: "p", namespace: "ns" } });
+    expect(e.endpoints[0]).toEqual({
+      addresses: ["10.1.0.1", "10.1.0.2"],
+      conditions: { ready: false, serving: true, terminating: true },
+      hostname: "h",
+      nodeName: "node-1",
+      zone: "zone-a",
+      hints: { forZones: [{ name: "zone-a" }, { name: "zone-b" }], forNodes: [{ name: "node-1" }] },
+      targetRef: { kind: "Pod", name: "p", namespace: "ns" },
+    });
     expect(e.ports).toEqual([{ name: "http", protocol: "TCP", port: 8080 }, { name: "", port: 53, protocol: "UDP" }, { name: "all" }]);
     const [n] = throughProtobuf(full[2]);
     expect(n.metadata.deletionTimestamp).toBe("2026-01-02T03:04:05Z");
@@ -157,14 +208,23 @@ describe("protobuf reads as JSON reads", () => {
   test("zero values Go's JSON leaves out (omitempty) are left out; those it keeps are kept", () => {
     const [s] = throughProtobuf({ kind: "Service", metadata: { name: "z" }, spec: { ports: [{ port: 80 }] } });
     expect(s.spec).toEqual({ ports: [{ port: 80, targetPort: 0 }] });
-    const [e] = throughProtobuf({ kind: "EndpointSlice", metadata: { name: "z" }, addressType: "", endpoints: [{ addresses: ["10.0.0.1"], hostname: "" }] });
+    const [e] = throughProtobuf({
+      kind: "EndpointSlice",
+      metadata: { name: "z" },
+      addressType: "",
+      endpoints: [{ addresses: ["10.0.0.1"], hostname: "" }],
+    });
     expect(e.addressType).toBe("");
     expect(e.endpoints[0].hostname).toBe("");
   });
 });
 
 describe("bad bytes", () => {
-  const body = encodeList("EndpointSlice", fixtures.filter((o) => o.kind === "EndpointSlice").map((o) => encodeItem("EndpointSlice", o)), { resourceVersion: "5", continue: "next" });
+  const body = encodeList(
+    "EndpointSlice",
+    fixtures.filter((o) => o.kind === "EndpointSlice").map((o) => encodeItem("EndpointSlice", o)),
+    { resourceVersion: "5", continue: "next" },
+  );
 
   test("a body cut anywhere is an error for the answer, never a crash", () => {
     // (the last 4 bytes are Unknown's empty contentEncoding and contentType: optional, a body may end without them)
@@ -199,7 +259,11 @@ describe("bad bytes", () => {
   test("an object whose bytes do not decode is refused by name, its neighbours read", () => {
     const good = encodeItem("Service", fixtures[0]);
     // metadata intact, then a field whose length runs past the object's end
-    const broken = Uint8Array.from([...encodeItem("Service", { kind: "Service", metadata: { name: "broken", namespace: "ns" }, spec: {} }).slice(0, -2), 0x12, 0x7f]);
+    const broken = Uint8Array.from([
+      ...encodeItem("Service", { kind: "Service", metadata: { name: "broken", namespace: "ns" }, spec: {} }).slice(0, -2),
+      0x12,
+      0x7f,
+    ]);
     const d = new ListDecoder("Service");
     const items = d.push(encodeList("Service", [good, broken, good], { resourceVersion: "1" }));
     d.end();
@@ -216,7 +280,11 @@ describe("bad bytes", () => {
 
 describe("watch frames", () => {
   test("events decode as frames complete, across chunk boundaries, with kind and apiVersion", () => {
-    const frames = Buffer.concat([encodeWatchEvent("ADDED", "Service", fixtures[0]), encodeWatchEvent("BOOKMARK", "Service", { kind: "Service", metadata: { resourceVersion: "42" } }), encodeWatchEvent("ERROR", "Status", { kind: "Status", status: "Failure", reason: "Expired", message: "too old", code: 410 })]);
+    const frames = Buffer.concat([
+      encodeWatchEvent("ADDED", "Service", fixtures[0]),
+      encodeWatchEvent("BOOKMARK", "Service", { kind: "Service", metadata: { resourceVersion: "42" } }),
+      encodeWatchEvent("ERROR", "Status", { kind: "Status", status: "Failure", reason: "Expired", message: "too old", code: 410 }),
+    ]);
     const d = new WatchDecoder();
     const events = [];
     for (let i = 0; i < frames.length; i += 5) events.push(...d.push(frames.subarray(i, i + 5)));

@@ -13,12 +13,22 @@ import { runChecks, wanted, type Check, type K8sObject } from "../deployed/clust
 import { deploy, type Deployed, type SourceKind } from "../deployed/rig.ts";
 
 const ns = "skew";
-const zeros = (ip: string) => ip.split(".").map((o) => o.padStart(3, "0")).join(".");
+const zeros = (ip: string) =>
+  ip
+    .split(".")
+    .map((o) => o.padStart(3, "0"))
+    .join(".");
 const http = { name: "http", protocol: "TCP", port: 80, targetPort: 8080 };
 
 function service(name: string, spec: Record<string, unknown>, status: Record<string, unknown> = { loadBalancer: {} }) {
   const ip = spec.clusterIP as string;
-  return { apiVersion: "v1", kind: "Service", metadata: { name, namespace: ns }, spec: { type: "ClusterIP", clusterIPs: [ip], ipFamilies: ["IPv4"], ports: [http], ...spec }, status };
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { name, namespace: ns },
+    spec: { type: "ClusterIP", clusterIPs: [ip], ipFamilies: ["IPv4"], ports: [http], ...spec },
+    status,
+  };
 }
 function slice(svc: string, address: string, nodeName: string) {
   return {
@@ -31,7 +41,13 @@ function slice(svc: string, address: string, nodeName: string) {
   };
 }
 
-const ips = { oldIP: v4.clusterIP(60), lb: v4.clusterIP(61), lbIngress: v4.external(21), policy: v4.clusterIP(62), newType: v4.clusterIP(63) };
+const ips = {
+  oldIP: v4.clusterIP(60),
+  lb: v4.clusterIP(61),
+  lbIngress: v4.external(21),
+  policy: v4.clusterIP(62),
+  newType: v4.clusterIP(63),
+};
 const newTypePort = 30093;
 
 function skewed(d: Deployed): Record<string, unknown>[] {
@@ -41,7 +57,12 @@ function skewed(d: Deployed): Record<string, unknown>[] {
     slice("old-ip", zeros(pod(0)), "node-a"),
     service(
       "lb-spaces",
-      { type: "LoadBalancer", clusterIP: ips.lb, ports: [{ ...http, nodePort: 30091 }], loadBalancerSourceRanges: [` ${d.topo.client.v4}/32 `, "198.18.200.0/24"] },
+      {
+        type: "LoadBalancer",
+        clusterIP: ips.lb,
+        ports: [{ ...http, nodePort: 30091 }],
+        loadBalancerSourceRanges: [` ${d.topo.client.v4}/32 `, "198.18.200.0/24"],
+      },
       { loadBalancer: { ingress: [{ ip: ips.lbIngress, ipMode: "VIP" }] } },
     ),
     slice("lb-spaces", pod(1), "node-a"),
@@ -54,10 +75,22 @@ function skewed(d: Deployed): Record<string, unknown>[] {
 
 function skewChecks(d: Deployed): Check[] {
   return [
-    { name: "a cluster IP with leading zeros (before 1.33) is served at its decimal address", probes: [{ ip: ips.oldIP, port: 80 }], want: "pod0" },
+    {
+      name: "a cluster IP with leading zeros (before 1.33) is served at its decimal address",
+      probes: [{ ip: ips.oldIP, port: 80 }],
+      want: "pod0",
+    },
     { name: "a source range with spaces around: a client inside it is served", probes: [{ ip: ips.lbIngress, port: 80 }], want: "pod1" },
-    { name: "a source range with spaces around: a client outside it is dropped", probes: [{ ip: ips.lbIngress, port: 80, src: v4.client(2), timeout: 0.5 }], want: "timeout" },
-    { name: "an unknown internalTrafficPolicy is Cluster: an endpoint on another node serves", probes: [{ ip: ips.policy, port: 80 }], want: "pod2" },
+    {
+      name: "a source range with spaces around: a client outside it is dropped",
+      probes: [{ ip: ips.lbIngress, port: 80, src: v4.client(2), timeout: 0.5 }],
+      want: "timeout",
+    },
+    {
+      name: "an unknown internalTrafficPolicy is Cluster: an endpoint on another node serves",
+      probes: [{ ip: ips.policy, port: 80 }],
+      want: "pod2",
+    },
     { name: "an unknown Service type: its cluster IP serves", probes: [{ ip: ips.newType, port: 80 }], want: "pod0" },
     { name: "an unknown Service type: its node port serves", probes: [{ ip: d.topo.node.v4, port: newTypePort }], want: "pod0" },
   ];

@@ -11,7 +11,18 @@ import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { slice } from "../fixtures/k8s.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
-import { asList, checks, clusterObjects, deniedClient, ips, NODE, podPorts, runChecks, wanted, type K8sObject } from "../deployed/cluster.ts";
+import {
+  asList,
+  checks,
+  clusterObjects,
+  deniedClient,
+  ips,
+  NODE,
+  podPorts,
+  runChecks,
+  wanted,
+  type K8sObject,
+} from "../deployed/cluster.ts";
 
 /** What differs from the kernel backends' verdicts, and why. */
 function userspaceWants(topo: Topology): Record<string, string> {
@@ -80,7 +91,11 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
 
   test("an edit of the file: endpoints for the empty service serve at once", async () => {
     const before = syncs();
-    const filled = slice({ service: "empty", ports: [{ name: "http", protocol: "TCP", port: 8080 }], endpoints: [{ ip: r.topo.pods[2].v4, node: NODE, pod: "pod2" }] });
+    const filled = slice({
+      service: "empty",
+      ports: [{ name: "http", protocol: "TCP", port: 8080 }],
+      endpoints: [{ ip: r.topo.pods[2].v4, node: NODE, pod: "pod2" }],
+    });
     r.write([...r.objects, filled]);
     await nextSync(before);
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.empty, port: 80 })).toMatchObject({ ok: true, who: "pod2" });
@@ -108,11 +123,16 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
     const c = startKpng(["--cleanup", "--backend", "userspace"], { wrap: inNode(r.topo) });
     expect(await c.proc.exited).toBe(0);
     expect(await r.topo.exec(r.topo.node.ns, ["ip", "route", "show", "table", "local", "proto", "156"])).toBe("");
-    expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80, timeout: 0.5 })).toMatchObject({ ok: false, error: "timeout" });
+    expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80, timeout: 0.5 })).toMatchObject({
+      ok: false,
+      error: "timeout",
+    });
   }, 30_000);
 
   test("--userspace-mode redirect: the same behaviour through nftables redirects, no routes", async () => {
-    kpng = startKpng(["--input", r.input, "--node-name", NODE, "--backend", "userspace", "--userspace-mode", "redirect"], { wrap: inNode(r.topo) });
+    kpng = startKpng(["--input", r.input, "--node-name", NODE, "--backend", "userspace", "--userspace-mode", "redirect"], {
+      wrap: inNode(r.topo),
+    });
     await kpng.waitFor(/ INFO kpng: synced /, 20_000);
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
     expect(await r.topo.exec(r.topo.node.ns, ["ip", "route", "show", "table", "local", "proto", "156"])).toBe("");
@@ -139,7 +159,9 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
     brain = startKpng(["serve", "--input", r.input, "--listen", sock], { wrap: inNode(r.topo) });
     await brain.waitFor(/serving the API/, 20_000);
     // the localv1 wire carries no node IPs: the sidecar is told its own, as kube-proxy's --bind-address
-    sidecar = startKpng(["backend", "--api", sock, "--node-name", NODE, "--node-ip", r.topo.node.v4, "--backend", "userspace"], { wrap: inNode(r.topo) });
+    sidecar = startKpng(["backend", "--api", sock, "--node-name", NODE, "--node-ip", r.topo.node.v4, "--backend", "userspace"], {
+      wrap: inNode(r.topo),
+    });
     await sidecar.waitFor(/ synced .*backend=userspace/, 20_000);
   }, 60_000);
   afterAll(async () => {
@@ -154,7 +176,13 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
   }, 20_000);
 
   test("a change reaches the sidecar: a service removed from the file stops answering", async () => {
-    r.write(r.objects.filter((o) => !(o.kind === "Service" && o.metadata.name === "cluster-ip") && !(o.kind === "EndpointSlice" && o.metadata.name.startsWith("cluster-ip"))));
+    r.write(
+      r.objects.filter(
+        (o) =>
+          !(o.kind === "Service" && o.metadata.name === "cluster-ip") &&
+          !(o.kind === "EndpointSlice" && o.metadata.name.startsWith("cluster-ip")),
+      ),
+    );
     const deadline = Date.now() + 10_000;
     let last = await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80, timeout: 0.5 });
     while (last.ok && Date.now() < deadline) {

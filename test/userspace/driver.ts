@@ -29,7 +29,10 @@ const decode = (w: WireState): NodeState => {
   const services = new Map<string, ServiceEndpoints>();
   for (const s of w.services) {
     const service = fromJson(ServiceSchema, s.service);
-    services.set(`${service.Namespace}/${service.Name}`, { service, endpoints: new Map(s.endpoints.map(([k, e]) => [k, fromJson(EndpointSchema, e)])) });
+    services.set(`${service.Namespace}/${service.Name}`, {
+      service,
+      endpoints: new Map(s.endpoints.map(([k, e]) => [k, fromJson(EndpointSchema, e)])),
+    });
   }
   return { nodeName: config.nodeName, rev: w.rev, services, nodeIPs: w.nodeIPs };
 };
@@ -37,7 +40,12 @@ const decode = (w: WireState): NodeState => {
 /** each service's JSON as last applied: what changed goes to apply() as the change set, as the feed does */
 let applied = new Map<string, string>();
 const changeOf = (w: WireState): Set<string> => {
-  const now = new Map(w.services.map((s) => [`${(s.service as { Namespace?: string }).Namespace ?? ""}/${(s.service as { Name?: string }).Name ?? ""}`, JSON.stringify(s)]));
+  const now = new Map(
+    w.services.map((s) => [
+      `${(s.service as { Namespace?: string }).Namespace ?? ""}/${(s.service as { Name?: string }).Name ?? ""}`,
+      JSON.stringify(s),
+    ]),
+  );
   const change = new Set<string>();
   for (const [k, j] of now) if (applied.get(k) !== j) change.add(k);
   for (const k of applied.keys()) if (!now.has(k)) change.add(k);

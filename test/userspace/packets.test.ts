@@ -94,7 +94,15 @@ const cases: Case[] = [
     name: "multi-port: each service port reaches its own target port; a refusing endpoint resets the client",
     services: () => [
       entry(
-        svc({ name: "multi", clusterIPs: both, ports: [{ name: "http", port: 80 }, { name: "alt", port: 81 }, { name: "bad", port: 82 }] }),
+        svc({
+          name: "multi",
+          clusterIPs: both,
+          ports: [
+            { name: "http", port: 80 },
+            { name: "alt", port: 81 },
+            { name: "bad", port: 82 },
+          ],
+        }),
         podEndpoints(topo, [2], ports),
       ),
     ],
@@ -151,14 +159,27 @@ const cases: Case[] = [
   {
     name: "iTP=Local: cluster IP traffic goes to local endpoints only",
     services: () => [
-      entry(svc(web({ iTPLocal: true })), podEndpoints(topo, [0, [1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports)),
+      entry(
+        svc(web({ iTPLocal: true })),
+        podEndpoints(topo, [0, [1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports),
+      ),
     ],
     expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
   },
   {
     name: "iTP=Local without local endpoints: cluster IP refused (nft drops), external traffic still served",
     services: () => [
-      entry(svc(web({ iTPLocal: true })), podEndpoints(topo, [[1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports)),
+      entry(
+        svc(web({ iTPLocal: true })),
+        podEndpoints(
+          topo,
+          [
+            [1, { local: false, internal: false }],
+            [2, { local: false, internal: false }],
+          ],
+          ports,
+        ),
+      ),
     ],
     expect: perFamily((f) => [
       { from: "pod0", to: cip[f], port: 80, error: "refused" },
@@ -169,7 +190,10 @@ const cases: Case[] = [
   {
     name: "eTP=Local: external traffic reaches the local endpoint only (source: the node, not the client)",
     services: () => [
-      entry(svc(web({ eTPLocal: true })), podEndpoints(topo, [0, [1, { local: false, external: false }], [2, { local: false, external: false }]], ports)),
+      entry(
+        svc(web({ eTPLocal: true })),
+        podEndpoints(topo, [0, [1, { local: false, external: false }], [2, { local: false, external: false }]], ports),
+      ),
     ],
     expect: perFamily((f) => [
       ...Array.from({ length: 3 }, () => ({ from: "client" as const, to: lb[f], port: 80, answer: "pod0", source: "node" as const })),
@@ -180,7 +204,17 @@ const cases: Case[] = [
   {
     name: "eTP=Local without local endpoints: outside clients turned away, pods and the node short-circuit to the cluster's endpoints",
     services: () => [
-      entry(svc(web({ eTPLocal: true })), podEndpoints(topo, [[1, { local: false, external: false }], [2, { local: false, external: false }]], ports)),
+      entry(
+        svc(web({ eTPLocal: true })),
+        podEndpoints(
+          topo,
+          [
+            [1, { local: false, external: false }],
+            [2, { local: false, external: false }],
+          ],
+          ports,
+        ),
+      ),
     ],
     expect: perFamily((f) => [
       // the relay listens for the pods' sake: an outside TCP client is reset, its UDP dropped (nft drops both)
@@ -198,7 +232,10 @@ const cases: Case[] = [
   {
     name: "eTP=Local without any endpoint for pods either: refused",
     services: () => [
-      entry(svc(web({ eTPLocal: true, iTPLocal: true })), podEndpoints(topo, [[1, { local: false, external: false, internal: false }]], ports)),
+      entry(
+        svc(web({ eTPLocal: true, iTPLocal: true })),
+        podEndpoints(topo, [[1, { local: false, external: false, internal: false }]], ports),
+      ),
     ],
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "refused" },
@@ -251,7 +288,10 @@ describe("userspace relays, bind mode: the behaviour table", () => {
 
   test("load balancing: round-robin gives every endpoint its turn", async () => {
     await proxy.apply([entry(svc(web()), podEndpoints(topo, [0, 1, 2], ports))]);
-    const rs = await topo.probeMany(topo.client.ns, Array.from({ length: 9 }, () => ({ ip: cip.v4, port: 80 })));
+    const rs = await topo.probeMany(
+      topo.client.ns,
+      Array.from({ length: 9 }, () => ({ ip: cip.v4, port: 80 })),
+    );
     const count = new Map<string, number>();
     for (const r of rs) count.set(r.ok ? r.who : r.error, (count.get(r.ok ? r.who : r.error) ?? 0) + 1);
     expect(Object.fromEntries(count)).toEqual({ pod0: 3, pod1: 3, pod2: 3 });
@@ -274,7 +314,10 @@ describe("userspace relays, bind mode: the behaviour table", () => {
   test("ClientIP affinity: the timeout expires the client's entry", async () => {
     // 2 s: a loaded machine's gap between two probes stays well inside it
     await proxy.apply([entry(svc(web({ affinitySeconds: 2 })), podEndpoints(topo, [0, 1], ports))]);
-    const first = await topo.probeMany(topo.client.ns, Array.from({ length: 3 }, () => ({ ip: cip.v4, port: 80 })));
+    const first = await topo.probeMany(
+      topo.client.ns,
+      Array.from({ length: 3 }, () => ({ ip: cip.v4, port: 80 })),
+    );
     const who = new Set(first.map((r) => (r.ok ? r.who : r.error)));
     expect(who.size).toBe(1);
     await Bun.sleep(2500);
@@ -296,12 +339,18 @@ describe("userspace relays, bind mode: changes", () => {
       // pod1 and pod2 join
       await proxy.apply(long([0, 1, 2]));
       expect(await h.ping(1)).toEqual({ id: 1, ok: true, answer: "pod0 ping" });
-      const probes = await topo.probeMany(topo.client.ns, Array.from({ length: 3 }, () => ({ ip: cip.v4, port: 80 })));
+      const probes = await topo.probeMany(
+        topo.client.ns,
+        Array.from({ length: 3 }, () => ({ ip: cip.v4, port: 80 })),
+      );
       expect(new Set(probes.map((r) => (r.ok ? r.who : r.error)))).toEqual(new Set(allPods));
       // pod1 leaves, pod0 stays
       await proxy.apply(long([0, 2]));
       expect(await h.ping(1)).toEqual({ id: 1, ok: true, answer: "pod0 ping" });
-      const after = await topo.probeMany(topo.client.ns, Array.from({ length: 6 }, () => ({ ip: cip.v4, port: 80 })));
+      const after = await topo.probeMany(
+        topo.client.ns,
+        Array.from({ length: 6 }, () => ({ ip: cip.v4, port: 80 })),
+      );
       expect(new Set(after.map((r) => (r.ok ? r.who : r.error)))).toEqual(new Set(["pod0", "pod2"]));
     } finally {
       await h.stop();

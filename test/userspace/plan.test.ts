@@ -89,7 +89,9 @@ describe("planFrontends", () => {
   for (const c of cases) test(c.name, () => expect(plan(c.spec, c.eps).map).toEqual(c.want));
 
   test("SCTP ports are skipped with a reason", () => {
-    expect(plan(web(), {}).skipped).toEqual(["default/web:sctp: protocol SCTP is not relayed (SCTP sockets are missing from this kernel and from Bun)"]);
+    expect(plan(web(), {}).skipped).toEqual([
+      "default/web:sctp: protocol SCTP is not relayed (SCTP sockets are missing from this kernel and from Bun)",
+    ]);
   });
 
   test("eTP=Local: external frontends carry the internal endpoints for pods (cluster CIDR of the family) and the node", () => {
@@ -148,14 +150,27 @@ describe("bind mode local routes", () => {
     ]);
   });
   test("`ip -j route show` parsed", () => {
-    const json = JSON.stringify([{ type: "local", dst: cip.v4, dev: "lo" }, { type: "local", dst: `${cip.v6}/128`, dev: "lo" }]);
+    const json = JSON.stringify([
+      { type: "local", dst: cip.v4, dev: "lo" },
+      { type: "local", dst: `${cip.v6}/128`, dev: "lo" },
+    ]);
     expect([...parseRoutes(json)]).toEqual([cip.v4, cip.v6]);
     expect([...parseRoutes("")]).toEqual([]);
   });
 });
 
 describe("redirect mode tables", () => {
-  const f = (over: Partial<Frontend>): Frontend => ({ key: "", proto: "tcp", family: "v4", ip: cip.v4, port: 80, kind: "cluster", service: "default/web:http", endpoints: ["x"], ...over });
+  const f = (over: Partial<Frontend>): Frontend => ({
+    key: "",
+    proto: "tcp",
+    family: "v4",
+    ip: cip.v4,
+    port: 80,
+    kind: "cluster",
+    service: "default/web:http",
+    endpoints: ["x"],
+    ...over,
+  });
   test("golden: arriving packets DNATed to the node IP, local ones redirected; no-endpoint cluster IPs rejected", () => {
     const text = renderRedirect(
       [
@@ -236,17 +251,26 @@ describe("the backend against a recorder", () => {
     const ctx = context(nodeConfig({ dryRun: true }));
     const b = createUserspaceBackend(ctx, { exec: recorder().exec });
     const one = (name: string, ip: string, pod: number) =>
-      entry(svc({ name, clusterIPs: [ip], ports: [{ name: "http", port: 80 }] }), { a: ep({ ips: [v4.pod(0, pod)], ports: { http: 8080 } }) });
+      entry(svc({ name, clusterIPs: [ip], ports: [{ name: "http", port: 80 }] }), {
+        a: ep({ ips: [v4.pod(0, pod)], ports: { http: 8080 } }),
+      });
     const s1 = nodeState([one("a", v4.clusterIP(1), 1), one("b", v4.clusterIP(2), 2)]);
     await b.apply(s1, null);
     const s2 = nodeState([one("a", v4.clusterIP(1), 3)], 2);
     await b.apply(s2, new Set(["default/a", "default/b"]));
     expect(ctx.printed[1]).toBe(
-      ["# userspace (bind mode)", `tcp ${v4.clusterIP(1)}:80 default/a:http relay to ${v4.pod(0, 3)}:8080`, `tcp ${v4.clusterIP(2)}:80 gone`, ""].join("\n"),
+      [
+        "# userspace (bind mode)",
+        `tcp ${v4.clusterIP(1)}:80 default/a:http relay to ${v4.pod(0, 3)}:8080`,
+        `tcp ${v4.clusterIP(2)}:80 gone`,
+        "",
+      ].join("\n"),
     );
     // a change naming nothing of b: b's frontend is not even looked at
     await b.apply(nodeState([one("a", v4.clusterIP(1), 4)], 3), new Set(["default/a"]));
-    expect(ctx.printed[2]).toBe(["# userspace (bind mode)", `tcp ${v4.clusterIP(1)}:80 default/a:http relay to ${v4.pod(0, 4)}:8080`, ""].join("\n"));
+    expect(ctx.printed[2]).toBe(
+      ["# userspace (bind mode)", `tcp ${v4.clusterIP(1)}:80 default/a:http relay to ${v4.pod(0, 4)}:8080`, ""].join("\n"),
+    );
   });
 
   test("bind mode: setup lets IPv6 bind service IPs; a sync reads kpng's routes once and writes the difference; --cleanup flushes them", async () => {
@@ -263,7 +287,10 @@ describe("the backend against a recorder", () => {
       ["sysctl -q -w net.ipv6.ip_nonlocal_bind=1", ""],
       ["ip -j -4 route show table local proto 156", ""],
       ["ip -j -6 route show table local proto 156", ""],
-      ["ip -batch -", `route replace local ${cip.v4}/32 dev lo table local proto 156\nroute replace local ${cip.v6}/128 dev lo table local proto 156\n`],
+      [
+        "ip -batch -",
+        `route replace local ${cip.v4}/32 dev lo table local proto 156\nroute replace local ${cip.v6}/128 dev lo table local proto 156\n`,
+      ],
       ["ip -4 route flush table local proto 156", ""],
       ["ip -6 route flush table local proto 156", ""],
       ["nft -f -", "table ip kpng-userspace\ndelete table ip kpng-userspace\ntable ip6 kpng-userspace\ndelete table ip6 kpng-userspace\n"],

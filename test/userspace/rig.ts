@@ -81,7 +81,12 @@ export async function startProxy(topo: Topology, config: Partial<Config> = {}): 
       };
       p.stdin.write(JSON.stringify(w) + "\n");
       await p.stdin.flush();
-      const answer = JSON.parse(await next(120_000, `rev ${w.rev} applied`)) as { rev: number; ms?: number; connections?: Record<string, number>; error?: string };
+      const answer = JSON.parse(await next(120_000, `rev ${w.rev} applied`)) as {
+        rev: number;
+        ms?: number;
+        connections?: Record<string, number>;
+        error?: string;
+      };
       lastMs = answer.ms ?? 0;
       if (answer.error) throw new Error(`apply rev ${w.rev}: ${answer.error}\n${log.slice(-10).join("\n")}`);
       return answer.connections ?? {};
@@ -105,7 +110,11 @@ export interface Holder {
 
 /** A client in `ns` keeping TCP connections open (hold.py client). */
 export async function holder(ns: string): Promise<Holder> {
-  const p = Bun.spawn(["ip", "netns", "exec", ns, await pythonPath(), "-u", "-S", join(here, "hold.py"), "client"], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  const p = Bun.spawn(["ip", "netns", "exec", ns, await pythonPath(), "-u", "-S", join(here, "hold.py"), "client"], {
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "inherit",
+  });
   const next = lineReader(p.stdout);
   const send = async (cmd: object): Promise<HoldResult> => {
     p.stdin.write(JSON.stringify(cmd) + "\n");
@@ -124,10 +133,13 @@ export async function holder(ns: string): Promise<Holder> {
 
 /** Starts hold.py's server in a pod; returns its stop. */
 export async function holdServer(pod: Pod, port: number): Promise<() => Promise<void>> {
-  const p = Bun.spawn(["ip", "netns", "exec", pod.ns, await pythonPath(), "-u", "-S", join(here, "hold.py"), "serve", pod.name, String(port)], {
-    stdout: "pipe",
-    stderr: "inherit",
-  });
+  const p = Bun.spawn(
+    ["ip", "netns", "exec", pod.ns, await pythonPath(), "-u", "-S", join(here, "hold.py"), "serve", pod.name, String(port)],
+    {
+      stdout: "pipe",
+      stderr: "inherit",
+    },
+  );
   if (!(await saidReady(p.stdout))) throw new Error(`hold.py server in ${pod.ns} did not start`);
   return async () => {
     p.kill();

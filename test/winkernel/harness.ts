@@ -51,7 +51,11 @@ export async function primedRig(localPods: string[] = [], config?: Config, opts:
   return r;
 }
 
-export const remoteEp = (id: number, ip: string): HnsCall => ({ call: "HcnCreateEndpoint", id: fakeGuid(id), settings: remoteEndpointSettings(ip) });
+export const remoteEp = (id: number, ip: string): HnsCall => ({
+  call: "HcnCreateEndpoint",
+  id: fakeGuid(id),
+  settings: remoteEndpointSettings(ip),
+});
 
 export interface LbSpec {
   eps: number[];

@@ -93,7 +93,10 @@ describe("winkernel incremental changes", () => {
 
   test("one endpoint change among 1000 services costs the same 3 calls", async () => {
     const r = await primedRig();
-    send(r.backend, Array.from({ length: 1000 }, (_, i) => web(i + 1, [i % 200, (i + 1) % 200])));
+    send(
+      r.backend,
+      Array.from({ length: 1000 }, (_, i) => web(i + 1, [i % 200, (i + 1) % 200])),
+    );
     await r.backend.sync();
     r.hns.clear();
     r.backend.setEndpoint("default", "web-500", "p250", endpoint({ ips: [P(250)] }));
@@ -186,7 +189,11 @@ describe("winkernel restarts", () => {
     if (backend.kind !== "incremental") throw new Error("winkernel must be incremental");
     send(backend as never, [web(1, [1])]);
     await backend.sync();
-    const calls = out.join("").trim().split("\n").map((l) => JSON.parse(l) as { call: string });
+    const calls = out
+      .join("")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { call: string });
     expect(calls.map((c) => c.call)).toEqual([
       "HcnEnumerateEndpoints",
       "HcnEnumerateLoadBalancers",

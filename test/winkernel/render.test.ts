@@ -170,9 +170,6 @@ describe("winkernel golden HNS calls", () => {
     r.hns.addLocalEndpoint(P1); // id 3
     r.backend.setEndpoint("default", "web", "a", endpoint(local)); // the next change set touching the service
     await r.backend.sync();
-    expect(r.hns.calls).toEqual([
-      { call: "HcnEnumerateEndpoints" },
-      modifyLb(2, { eps: [3, 1], vip: C1, internal: 8080, external: 80 }),
-    ]);
+    expect(r.hns.calls).toEqual([{ call: "HcnEnumerateEndpoints" }, modifyLb(2, { eps: [3, 1], vip: C1, internal: 8080, external: 80 })]);
   });
 });

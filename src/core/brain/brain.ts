@@ -141,7 +141,8 @@ export class Brain {
 
 /** the service key of a Service event; null for other kinds */
 function serviceKeyOf(ev: ClusterEvent): string | null {
-  if (ev.type === "upsert") return ev.object.kind === "Service" ? serviceKey(ev.object.metadata.namespace ?? "", ev.object.metadata.name) : null;
+  if (ev.type === "upsert")
+    return ev.object.kind === "Service" ? serviceKey(ev.object.metadata.namespace ?? "", ev.object.metadata.name) : null;
   return ev.kind === "Service" ? serviceKey(ev.namespace, ev.name) : null;
 }
 
@@ -151,7 +152,8 @@ const FAMILIES: ReadonlyArray<ReadonlySet<Family>> = [new Set(), new Set(["v4"])
 const KNOWN_TYPES = new Set(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
 const externalIPs = (m: Service) => m.IPs!.ExternalIPs!.V4.length + m.IPs!.ExternalIPs!.V6.length;
 /** A type kube-proxy does not know: upstream ServicePort.ExternallyAccessible (a node port, an external or a load-balancer IP). */
-const reachableFromOutside = (m: Service) => m.Ports.some((p) => p.NodePort !== 0) || externalIPs(m) + m.IPs!.LoadBalancerIPs!.V4.length + m.IPs!.LoadBalancerIPs!.V6.length > 0;
+const reachableFromOutside = (m: Service) =>
+  m.Ports.some((p) => p.NodePort !== 0) || externalIPs(m) + m.IPs!.LoadBalancerIPs!.V4.length + m.IPs!.LoadBalancerIPs!.V6.length > 0;
 
 function makeEntry(svc: K8sService): ServiceEntry {
   const model = serviceModel(svc);

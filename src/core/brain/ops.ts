@@ -37,7 +37,8 @@ export function stateOps(prev: Services, next: Services, keys?: Iterable<string>
       for (const [ek] of a.endpoints) if (!b?.endpoints.has(ek)) eps.push({ op: "deleteEndpoint", key, service, endpointKey: ek });
     }
     if (b) {
-      for (const [ek, ep] of b.endpoints) if (a?.endpoints.get(ek) !== ep) eps.push({ op: "setEndpoint", key, service, endpointKey: ek, endpoint: ep });
+      for (const [ek, ep] of b.endpoints)
+        if (a?.endpoints.get(ek) !== ep) eps.push({ op: "setEndpoint", key, service, endpointKey: ek, endpoint: ep });
     }
     if (a && !b) dels.push({ op: "deleteService", key, service: a.service });
   }

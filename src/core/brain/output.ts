@@ -12,8 +12,16 @@ const firstIP = (e: Endpoint) => ipsOf(e.IPs)[0] ?? "";
 function compareIP(a: string, b: string): number {
   const key = (ip: string) =>
     ip.includes(":")
-      ? "6" + ip.split(":").map((p) => p.padStart(4, "0")).join(":")
-      : "4" + ip.split(".").map((p) => p.padStart(3, "0")).join(".");
+      ? "6" +
+        ip
+          .split(":")
+          .map((p) => p.padStart(4, "0"))
+          .join(":")
+      : "4" +
+        ip
+          .split(".")
+          .map((p) => p.padStart(3, "0"))
+          .join(".");
   const ka = key(a);
   const kb = key(b);
   return ka < kb ? -1 : ka > kb ? 1 : 0;
@@ -21,7 +29,13 @@ function compareIP(a: string, b: string): number {
 
 export function localStateJSON(state: NodeState) {
   const services = [...state.services.values()].sort((a, b) =>
-    a.service.Namespace === b.service.Namespace ? (a.service.Name < b.service.Name ? -1 : 1) : a.service.Namespace < b.service.Namespace ? -1 : 1,
+    a.service.Namespace === b.service.Namespace
+      ? a.service.Name < b.service.Name
+        ? -1
+        : 1
+      : a.service.Namespace < b.service.Namespace
+        ? -1
+        : 1,
   );
   return {
     nodeName: state.nodeName,

@@ -19,7 +19,10 @@ export class ShardedMap<V> implements ReadonlyMap<string, V> {
   ) {}
 
   static empty<V>(): ShardedMap<V> {
-    return new ShardedMap<V>(Array.from({ length: SHARDS }, () => new Map<string, V>()), 0);
+    return new ShardedMap<V>(
+      Array.from({ length: SHARDS }, () => new Map<string, V>()),
+      0,
+    );
   }
 
   /** A copy with `updates` applied (null value = delete); only touched shards are copied. */

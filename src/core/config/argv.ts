@@ -80,7 +80,10 @@ export function parseArgv(argv: readonly string[], defs: FlagDefs): ParsedArgv {
     const longName = body.split("=")[0];
     if (longName.length > 1 && long.has(longName)) throw invalid(`flag ${a.split("=")[0]}: long flags take two dashes: --${longName}`);
     const name = short.get(body[0]);
-    if (!name) throw invalid(`flag ${a.split("=")[0]}: unknown shorthand flag '${body[0]}'${longName.length > 1 ? " (long flags take two dashes)" : ""}`);
+    if (!name)
+      throw invalid(
+        `flag ${a.split("=")[0]}: unknown shorthand flag '${body[0]}'${longName.length > 1 ? " (long flags take two dashes)" : ""}`,
+      );
     const rest = body.slice(1).replace(/^=/, "");
     if (defs[name].type === "boolean") {
       if (body.length > 1 && body[1] !== "=") throw invalid(`flag ${a}: unknown shorthand flag '${body[1]}' (long flags take two dashes)`);
@@ -116,7 +119,8 @@ export function formatUsage(opts: { usage: string; description: string; commands
   const own = visible.filter(([, d]) => !d.noEffect).map(([n, d]) => line(n, d));
   const none = visible.filter(([, d]) => d.noEffect).map(([n, d]) => line(n, d));
   const width = Math.min(48, Math.max(...[...own, ...none].map((l) => l.head.length)) + 3);
-  const block = (ls: Array<{ head: string; text: string }>) => ls.map((l) => `  ${l.head.padEnd(width)}${l.head.length >= width ? " " : ""}${l.text}`).join("\n");
+  const block = (ls: Array<{ head: string; text: string }>) =>
+    ls.map((l) => `  ${l.head.padEnd(width)}${l.head.length >= width ? " " : ""}${l.text}`).join("\n");
   const parts = [opts.description, "", "Usage:", ...opts.usage.split("\n").map((u) => `  ${u}`)];
   if (opts.commands?.length) {
     const w = Math.max(...opts.commands.map((c) => c.name.length)) + 3;

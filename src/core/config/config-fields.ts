@@ -22,14 +22,30 @@ const rules: FieldRule[] = [
   { field: "featureGates", why: "kpng has no feature gates", when: (d) => Object.keys(d.featureGates).length > 0 },
   { field: "clientConnection.qps", why: "kpng's client has no client-side rate limit" },
   { field: "clientConnection.burst", why: "kpng's client has no client-side rate limit" },
-  { field: "logging.vmodule", why: "kpng has no per-file verbosity", when: (d) => Array.isArray(d.logging.vmodule) ? d.logging.vmodule.length > 0 : !!d.logging.vmodule },
-  { field: "logging.options", why: "every line goes to stderr, unbuffered", when: (d) => /"splitStream":true|"infoBufferSize":"?[1-9]/.test(JSON.stringify(d.logging.options ?? {})) },
+  {
+    field: "logging.vmodule",
+    why: "kpng has no per-file verbosity",
+    when: (d) => (Array.isArray(d.logging.vmodule) ? d.logging.vmodule.length > 0 : !!d.logging.vmodule),
+  },
+  {
+    field: "logging.options",
+    why: "every line goes to stderr, unbuffered",
+    when: (d) => /"splitStream":true|"infoBufferSize":"?[1-9]/.test(JSON.stringify(d.logging.options ?? {})),
+  },
   { field: "enableProfiling", why: "no /debug/pprof (a Go runtime feature)" },
   { field: "showHiddenMetricsForVersion", why: "kpng hides no metrics" },
   { field: "ipFamilyPolicy", why: "kpng serves every IP family the node has" },
   { field: "configSyncPeriod", why: "kpng's watches need no periodic relist" },
-  { field: "iptables.localhostNodePorts", why: "kpng never accepts node ports on 127.0.0.1 (it never sets route_localnet)", when: (d) => iptablesMode(d) && d.iptables.localhostNodePorts },
-  { field: "iptables.snatNodeInternalIP", why: "kpng masquerades to the outgoing interface's address", when: (d) => d.iptables.snatNodeInternalIP },
+  {
+    field: "iptables.localhostNodePorts",
+    why: "kpng never accepts node ports on 127.0.0.1 (it never sets route_localnet)",
+    when: (d) => iptablesMode(d) && d.iptables.localhostNodePorts,
+  },
+  {
+    field: "iptables.snatNodeInternalIP",
+    why: "kpng masquerades to the outgoing interface's address",
+    when: (d) => d.iptables.snatNodeInternalIP,
+  },
   { field: "ipvs.excludeCIDRs", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.excludeCIDRs.length > 0 },
   { field: "ipvs.strictARP", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.strictARP },
   { field: "ipvs.tcpTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.tcpTimeout !== "0s" },
@@ -39,7 +55,8 @@ const rules: FieldRule[] = [
   { field: "winkernel.forwardHealthCheckVip", why: "kpng's winkernel backend does not act on it" },
 ];
 
-const at = (doc: unknown, path: string): unknown => path.split(".").reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], doc);
+const at = (doc: unknown, path: string): unknown =>
+  path.split(".").reduce<unknown>((o, k) => (o as Record<string, unknown> | undefined)?.[k], doc);
 const shown = (x: unknown) => (typeof x === "string" ? (x === "" ? '""' : x) : JSON.stringify(x));
 
 /** One line per field kpng does not act on, `field: value: why`. */

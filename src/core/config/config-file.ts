@@ -104,7 +104,9 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
   const minSyncPeriodSet = setsMinSyncPeriod(doc);
   // v1alpha1's portRange has no v1alpha2 field: kube-proxy has not read it since its userspace mode went.
   if (apiVersion === V1ALPHA1 && typeof doc.portRange === "string" && doc.portRange !== "") {
-    warnings.push(`${file}: portRange: ${doc.portRange} has no effect in kpng: unused, as in kube-proxy since its userspace mode was removed`);
+    warnings.push(
+      `${file}: portRange: ${doc.portRange} has no effect in kpng: unused, as in kube-proxy since its userspace mode was removed`,
+    );
   }
   // Each round drops the fields that failed; a field's default is always valid, so this ends.
   for (let round = 0; round < 50; round++) {
@@ -113,7 +115,9 @@ export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
     // v1alpha1: unknown fields are what strict decoding refuses and lenient decoding drops.
     const unknown = apiVersion === V1ALPHA1 ? problems.filter((p) => p.message === "unknown field") : [];
     if (unknown.length && unknown.length === problems.length) {
-      warnings.push(`${file}: using lenient decoding as strict decoding failed: ${unknown.map((p) => `unknown field "${fieldPath(p.path)}"`).join(", ")}`);
+      warnings.push(
+        `${file}: using lenient decoding as strict decoding failed: ${unknown.map((p) => `unknown field "${fieldPath(p.path)}"`).join(", ")}`,
+      );
       for (const p of unknown) dropField(doc, p.path);
       continue;
     }
@@ -142,7 +146,8 @@ export function configFromKubeProxy(doc: KubeProxyConfig, base: Config = default
   cfg.nodePortAddresses = [...doc.nodePortAddresses];
   cfg.clusterCIDRs = [...doc.detectLocal.clusterCIDRs];
   cfg.masqueradeAll = doc.linux.masqueradeAll;
-  cfg.masqueradeBit = mode === "ipvs" ? doc.ipvs.masqueradeBit : mode === "iptables" ? doc.iptables.masqueradeBit : doc.nftables.masqueradeBit;
+  cfg.masqueradeBit =
+    mode === "ipvs" ? doc.ipvs.masqueradeBit : mode === "iptables" ? doc.iptables.masqueradeBit : doc.nftables.masqueradeBit;
   cfg.syncPeriodSeconds = secs(doc.syncPeriod);
   cfg.minSyncPeriodSeconds = secs(doc.minSyncPeriod);
   cfg.ipvs = {

@@ -3,7 +3,7 @@
 // printed back exactly as Go's Duration.String() does, so a written
 // configuration reads like one kube-proxy wrote.
 
-const units: Record<string, number> = { ns: 1, us: 1e3, "µs": 1e3, "μs": 1e3, ms: 1e6, s: 1e9, m: 60e9, h: 3600e9 };
+const units: Record<string, number> = { ns: 1, us: 1e3, µs: 1e3, μs: 1e3, ms: 1e6, s: 1e9, m: 60e9, h: 3600e9 };
 const part = /(\d*)(?:\.(\d*))?(ns|us|µs|μs|ms|s|m|h)/y;
 
 /** Seconds, or null when `s` is not a Go duration. "0" alone is allowed, as in Go. */
@@ -33,7 +33,9 @@ const frac = (n: number, unit: number): string => {
   const whole = Math.floor(n / unit);
   const rest = n - whole * unit;
   if (rest === 0) return String(whole);
-  const digits = String(rest).padStart(String(unit).length - 1, "0").replace(/0+$/, "");
+  const digits = String(rest)
+    .padStart(String(unit).length - 1, "0")
+    .replace(/0+$/, "");
   return `${whole}.${digits}`;
 };
 

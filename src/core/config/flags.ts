@@ -18,42 +18,82 @@ export const sourceArgs = {
   input: { type: "string", description: "read Kubernetes objects from this YAML/JSON file (watched for edits)" },
   kubeconfig: { type: "string", description: "path to a kubeconfig file" },
   master: { type: "string", description: "address of the Kubernetes API server (overrides the kubeconfig)" },
-  api: { type: "string", description: "node agent: follow a central brain's globalv1 stream at unix:///path or tcp://HOST:PORT instead of the API server (repeatable: fail over in order)" },
+  api: {
+    type: "string",
+    description:
+      "node agent: follow a central brain's globalv1 stream at unix:///path or tcp://HOST:PORT instead of the API server (repeatable: fail over in order)",
+  },
   "node-name": { type: "string", alias: ["hostname-override"], description: "the node this proxy serves (default: the hostname)" },
   "service-proxy-name": { type: "string", description: "also serve services labelled service.kubernetes.io/service-proxy-name=NAME" },
   config: { type: "string", description: "kube-proxy configuration file (KubeProxyConfiguration v1alpha1 or v1alpha2)" },
-  "write-config-version": { type: "string", description: "apiVersion --write-config-to writes: v1alpha1 (default: what kube-proxy reads) or v1alpha2 (default when --config is v1alpha2)" },
+  "write-config-version": {
+    type: "string",
+    description:
+      "apiVersion --write-config-to writes: v1alpha1 (default: what kube-proxy reads) or v1alpha2 (default when --config is v1alpha2)",
+  },
   "min-sync-period": { type: "string", description: "minimum interval between recomputations (e.g. 1s)" },
   "sync-period": { type: "string", description: "interval of full resyncs of the rules (e.g. 30s)" },
 } as const satisfies ArgsDef;
 
 export const proxyArgs = {
-  backend: { type: "string", alias: ["proxy-mode"], description: "built-in backend: nft, iptables, ipvs, winkernel, ebpf, userspace (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)" },
+  backend: {
+    type: "string",
+    alias: ["proxy-mode"],
+    description:
+      "built-in backend: nft, iptables, ipvs, winkernel, ebpf, userspace (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)",
+  },
   plugin: { type: "string", description: "load a backend from a .ts/.js file (repeatable)" },
   "dry-run": { type: "boolean", description: "print what backends would apply instead of applying it" },
   once: { type: "boolean", description: "exit after the first full sync is applied" },
   cleanup: { type: "boolean", description: "remove every rule kpng created, then exit" },
   "cluster-cidr": { type: "string", description: "pod CIDRs (comma-separated); traffic from outside them is masqueraded" },
   "nodeport-addresses": { type: "string", description: "CIDRs or 'primary' whose addresses answer node ports (comma-separated)" },
-  "node-ip": { type: "string", alias: ["bind-address"], description: "this node's IPs (comma-separated; default: the Node's InternalIP addresses)" },
+  "node-ip": {
+    type: "string",
+    alias: ["bind-address"],
+    description: "this node's IPs (comma-separated; default: the Node's InternalIP addresses)",
+  },
   "iptables-masquerade-bit": { type: "string", description: "fwmark bit (0-31) marking packets to masquerade (default 14)" },
   "masquerade-all": { type: "boolean", description: "masquerade all traffic to service IPs" },
   "ipvs-scheduler": { type: "string", description: "IPVS scheduler (default rr)" },
-  "userspace-mode": { type: "string", description: "userspace backend: bind (relays listen on the service IPs, made local by routes; default) or redirect (nftables redirects to the relays)" },
+  "userspace-mode": {
+    type: "string",
+    description:
+      "userspace backend: bind (relays listen on the service IPs, made local by routes; default) or redirect (nftables redirects to the relays)",
+  },
   "healthz-bind-address": { type: "string", description: "address:port for /healthz and /livez (default 0.0.0.0:10256)" },
   "metrics-bind-address": { type: "string", description: "address:port for /metrics (default 127.0.0.1:10249)" },
-  "write-config-to": { type: "string", description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit" },
-  "ebpf-cgroup": { type: "string", description: "ebpf backend: the cgroup v2 directory to attach to (default: the root of the cgroup v2 hierarchy)" },
-  "ebpf-pin-dir": { type: "string", description: "ebpf backend: where on a bpf file system its maps and links are pinned (default /sys/fs/bpf/kpng)" },
+  "write-config-to": {
+    type: "string",
+    description: "write the effective configuration (v1alpha1 unless --write-config-version v1alpha2) to this file and exit",
+  },
+  "ebpf-cgroup": {
+    type: "string",
+    description: "ebpf backend: the cgroup v2 directory to attach to (default: the root of the cgroup v2 hierarchy)",
+  },
+  "ebpf-pin-dir": {
+    type: "string",
+    description: "ebpf backend: where on a bpf file system its maps and links are pinned (default /sys/fs/bpf/kpng)",
+  },
 } as const satisfies ArgsDef;
 
 export const listenArgs = {
   listen: { type: "string", description: "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable)" },
-  "listen-any": { type: "boolean", description: "allow plaintext --listen on a non-loopback address (logged as a WARN; the API reveals cluster topology)" },
-  "listen-tls-crt": { type: "string", description: "serve every TCP --listen with TLS: the server's certificate (PEM; re-read when it changes)" },
+  "listen-any": {
+    type: "boolean",
+    description: "allow plaintext --listen on a non-loopback address (logged as a WARN; the API reveals cluster topology)",
+  },
+  "listen-tls-crt": {
+    type: "string",
+    description: "serve every TCP --listen with TLS: the server's certificate (PEM; re-read when it changes)",
+  },
   "listen-tls-key": { type: "string", description: "the key of --listen-tls-crt (PEM)" },
   "listen-tls-ca": { type: "string", description: "mutual TLS: accept clients whose certificate this CA signed (PEM bundle)" },
-  "listen-token-review": { type: "string", description: "accept ServiceAccount tokens (audience kpng) of these users, checked by TokenReview (comma-separated, e.g. system:serviceaccount:kube-system:kpng-agent)" },
+  "listen-token-review": {
+    type: "string",
+    description:
+      "accept ServiceAccount tokens (audience kpng) of these users, checked by TokenReview (comma-separated, e.g. system:serviceaccount:kube-system:kpng-agent)",
+  },
 } as const satisfies ArgsDef;
 
 /** A client of a brain's API (node agent, sidecar) over TCP. */
@@ -61,7 +101,10 @@ export const apiClientArgs = {
   "tls-ca": { type: "string", description: "TLS to --api: the CA that signed the brain's certificate (PEM; default: the system's roots)" },
   "tls-crt": { type: "string", description: "TLS to --api: this client's certificate (PEM)" },
   "tls-key": { type: "string", description: "the key of --tls-crt (PEM)" },
-  "token-file": { type: "string", description: "TLS to --api, authenticated by this ServiceAccount token (a projected token, audience kpng; re-read at each connection)" },
+  "token-file": {
+    type: "string",
+    description: "TLS to --api, authenticated by this ServiceAccount token (a projected token, audience kpng; re-read at each connection)",
+  },
   "api-plaintext": { type: "boolean", description: "allow plaintext to a non-loopback --api (logged as a WARN)" },
 } as const satisfies ArgsDef;
 
@@ -75,7 +118,10 @@ export function repeated(rawArgs: readonly string[], name: string, aliases: read
     if (eq > 0 && names.includes(a.slice(0, eq))) out.push(a.slice(eq + 1));
     else if (names.includes(a) && i + 1 < rawArgs.length) out.push(rawArgs[++i]);
   }
-  return out.flatMap((s) => s.split(",")).map((s) => s.trim()).filter(Boolean);
+  return out
+    .flatMap((s) => s.split(","))
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 const durationFlag = (flag: string, s: string): number => {
@@ -112,7 +158,12 @@ export function modeSource(rawArgs: readonly string[], cfg: Config): "flag" | "c
  * written into `cfg.kubeProxy`, so `--write-config-to` records them.
  * Throws a KpngError naming the flag.
  */
-export function configFromFlags(args: Args, rawArgs: readonly string[], base: Config = defaultConfig(), given: readonly string[] = givenFlags(rawArgs)): Config {
+export function configFromFlags(
+  args: Args,
+  rawArgs: readonly string[],
+  base: Config = defaultConfig(),
+  given: readonly string[] = givenFlags(rawArgs),
+): Config {
   const modes = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
   const withMode = structuredClone(base.kubeProxy);
   if (modes.length) withMode.mode = modeOfBackend(modes[0]);
@@ -120,10 +171,17 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   applyKubeProxyFlags(withMode, args, given);
   const derived = configFromKubeProxy(withMode, base);
   // The sync periods change only through a flag: a base without a file keeps kpng's own defaults (configFromCLIDefaults).
-  const periodFlags = ["iptables-sync-period", "iptables-min-sync-period", "ipvs-sync-period", "ipvs-min-sync-period"].some((f) => given.includes(f));
+  const periodFlags = ["iptables-sync-period", "iptables-min-sync-period", "ipvs-sync-period", "ipvs-min-sync-period"].some((f) =>
+    given.includes(f),
+  );
   const cfg: Config = periodFlags
     ? derived
-    : { ...derived, syncPeriodSeconds: base.syncPeriodSeconds, minSyncPeriodSeconds: base.minSyncPeriodSeconds, ipvs: { ...derived.ipvs, syncPeriodSeconds: base.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: base.ipvs.minSyncPeriodSeconds } };
+    : {
+        ...derived,
+        syncPeriodSeconds: base.syncPeriodSeconds,
+        minSyncPeriodSeconds: base.minSyncPeriodSeconds,
+        ipvs: { ...derived.ipvs, syncPeriodSeconds: base.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: base.ipvs.minSyncPeriodSeconds },
+      };
   const doc = cfg.kubeProxy;
   const str = (k: string) => (typeof args[k] === "string" ? (args[k] as string) : undefined);
 
@@ -144,7 +202,8 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   if (cidrs.length) cfg.clusterCIDRs = doc.detectLocal.clusterCIDRs = cidrs;
 
   const npa = repeated(rawArgs, "nodeport-addresses");
-  for (const c of npa) if (c !== "primary" && !isCIDR(c)) throw invalid(`flag --nodeport-addresses: "${c}" is not a valid CIDR or "primary"`);
+  for (const c of npa)
+    if (c !== "primary" && !isCIDR(c)) throw invalid(`flag --nodeport-addresses: "${c}" is not a valid CIDR or "primary"`);
   if (npa.length) cfg.nodePortAddresses = doc.nodePortAddresses = npa;
 
   // kube-proxy's --bind-address 0.0.0.0 (its default) means "detect the node IP".
@@ -166,7 +225,8 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
   const scheduler = str("ipvs-scheduler");
   if (scheduler) {
     const known = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", "nq", "dh", "mh"] as const;
-    if (!known.includes(scheduler as (typeof known)[number])) throw invalid(`flag --ipvs-scheduler: "${scheduler}" must be one of ${known.join(", ")}`);
+    if (!known.includes(scheduler as (typeof known)[number]))
+      throw invalid(`flag --ipvs-scheduler: "${scheduler}" must be one of ${known.join(", ")}`);
     cfg.ipvs.scheduler = doc.ipvs.scheduler = scheduler as (typeof known)[number];
   }
   const usMode = str("userspace-mode");
@@ -187,16 +247,23 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
     doc.syncPeriod = formatGoDuration(n);
   }
   if (cfg.minSyncPeriodSeconds > cfg.syncPeriodSeconds) {
-    throw invalid(`flag --min-sync-period: ${formatGoDuration(cfg.minSyncPeriodSeconds)} must not be greater than the sync period (${formatGoDuration(cfg.syncPeriodSeconds)})`);
+    throw invalid(
+      `flag --min-sync-period: ${formatGoDuration(cfg.minSyncPeriodSeconds)} must not be greater than the sync period (${formatGoDuration(cfg.syncPeriodSeconds)})`,
+    );
   }
   // kube-proxy's IPPortVar takes a bare IP too; the deprecated --healthz-port/--metrics-port give
   // such an IP its port (AppendPortIfNeeded: an address with a port keeps it), and 0 turns the server off.
-  for (const [server, defaultPort] of [["healthz", 10256], ["metrics", 10249]] as const) {
+  for (const [server, defaultPort] of [
+    ["healthz", 10256],
+    ["metrics", 10249],
+  ] as const) {
     const f = `${server}-bind-address` as const;
     const portText = str(`${server}-port`);
-    if (portText !== undefined && (!/^\d+$/.test(portText) || Number(portText) > 65535)) throw invalid(`flag --${server}-port: "${portText}" must be a port number (0 turns the server off)`);
+    if (portText !== undefined && (!/^\d+$/.test(portText) || Number(portText) > 65535))
+      throw invalid(`flag --${server}-port: "${portText}" must be a port number (0 turns the server off)`);
     let val = str(f);
-    if (val !== undefined && ipFamily(val)) val = ipFamily(val) === "v6" ? `[${val}]:${portText ?? defaultPort}` : `${val}:${portText ?? defaultPort}`;
+    if (val !== undefined && ipFamily(val))
+      val = ipFamily(val) === "v6" ? `[${val}]:${portText ?? defaultPort}` : `${val}:${portText ?? defaultPort}`;
     if (portText !== undefined && Number(portText) === 0) val = "";
     if (val === undefined) continue;
     if (!isBindAddress(val)) throw invalid(`flag --${f}: "${val}" must be IP:port (IPv6 in brackets), an IP, or "" to turn the server off`);
@@ -208,7 +275,9 @@ export function configFromFlags(args: Args, rawArgs: readonly string[], base: Co
 }
 
 /** Canonical flag names in `--name=value` rawArgs. */
-export const givenFlags = (rawArgs: readonly string[]) => [...new Set(rawArgs.filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")[0]))];
+export const givenFlags = (rawArgs: readonly string[]) => [
+  ...new Set(rawArgs.filter((a) => a.startsWith("--")).map((a) => a.slice(2).split("=")[0])),
+];
 
 /**
  * The base Config when there is no --config file: kube-proxy's defaults
@@ -218,5 +287,10 @@ export const givenFlags = (rawArgs: readonly string[]) => [...new Set(rawArgs.fi
 export function configFromCLIDefaults(): Config {
   const kpng = defaultConfig();
   const cfg = configFromKubeProxy(kubeProxyDefaults(), kpng);
-  return { ...cfg, syncPeriodSeconds: kpng.syncPeriodSeconds, minSyncPeriodSeconds: kpng.minSyncPeriodSeconds, ipvs: { ...cfg.ipvs, syncPeriodSeconds: kpng.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: kpng.ipvs.minSyncPeriodSeconds } };
+  return {
+    ...cfg,
+    syncPeriodSeconds: kpng.syncPeriodSeconds,
+    minSyncPeriodSeconds: kpng.minSyncPeriodSeconds,
+    ipvs: { ...cfg.ipvs, syncPeriodSeconds: kpng.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: kpng.ipvs.minSyncPeriodSeconds },
+  };
 }

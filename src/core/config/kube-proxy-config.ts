@@ -24,7 +24,14 @@ const INT32_MAX = 2 ** 31 - 1;
 
 // Go fills defaults over zero values ("", 0, 0s) as well as over absent fields, for the
 // fields whose zero means "unset" (zero = true below); kubeadm writes such zeros.
-const str = (d = "", zero = false) => v.nullish(v.pipe(v.string("must be a string"), v.transform((s) => (zero && s === "" ? d : s))), d);
+const str = (d = "", zero = false) =>
+  v.nullish(
+    v.pipe(
+      v.string("must be a string"),
+      v.transform((s) => (zero && s === "" ? d : s)),
+    ),
+    d,
+  );
 const bool = (d = false) => v.nullish(v.boolean("must be true or false"), d);
 const int = (min: number, max: number, d: number, zero = false) =>
   v.nullish(
@@ -55,9 +62,15 @@ const obj = <E extends v.ObjectEntries>(entries: E) => {
 const pick = <const T extends readonly [string, ...string[]]>(options: T, d: T[number]) =>
   v.nullish(v.picklist(options, `must be one of: ${options.map((o) => (o === "" ? '""' : o)).join(", ")}`), d);
 
-const ip = v.pipe(v.string("must be a string"), v.check((s) => ipFamily(s) !== null, "is not a valid IP address"));
+const ip = v.pipe(
+  v.string("must be a string"),
+  v.check((s) => ipFamily(s) !== null, "is not a valid IP address"),
+);
 const cidr = v.pipe(v.string("must be a string"), v.check(isCIDR, "is not a valid CIDR"));
-const nodePortAddress = v.pipe(v.string("must be a string"), v.check((s) => s === "primary" || isCIDR(s), 'is not a valid CIDR or "primary"'));
+const nodePortAddress = v.pipe(
+  v.string("must be a string"),
+  v.check((s) => s === "primary" || isCIDR(s), 'is not a valid CIDR or "primary"'),
+);
 
 /** `host:port` where host is an IP (IPv6 in brackets) and port 0-65535; "" turns the server off. */
 export function isBindAddress(s: string): boolean {
@@ -71,7 +84,10 @@ export function isBindAddress(s: string): boolean {
 const bindAddress = (d: string) => {
   const port = d.slice(d.lastIndexOf(":") + 1);
   const withPort = (s: string) => (s === "" ? d : ipFamily(s) === "v4" ? `${s}:${port}` : ipFamily(s) === "v6" ? `[${s}]:${port}` : s);
-  return v.nullish(v.pipe(v.string("must be a string"), v.transform(withPort), v.check(isBindAddress, 'must be "IP:port" (IPv6 in brackets)')), d);
+  return v.nullish(
+    v.pipe(v.string("must be a string"), v.transform(withPort), v.check(isBindAddress, 'must be "IP:port" (IPv6 in brackets)')),
+    d,
+  );
 };
 
 /** At most one value per IP family (a dual-stack pair). */
@@ -80,13 +96,17 @@ const onePerFamily = (family: (s: string) => string | null) => (xs: string[]) =>
   return xs.length <= 2 && new Set(fams).size === fams.length;
 };
 const dualStackPair = (item: v.GenericSchema<unknown, string>, family: (s: string) => string | null) =>
-  v.nullish(v.pipe(v.array(item, "must be a list"), v.check(onePerFamily(family), "must hold at most one value per IP family")), (): string[] => []);
+  v.nullish(
+    v.pipe(v.array(item, "must be a list"), v.check(onePerFamily(family), "must hold at most one value per IP family")),
+    (): string[] => [],
+  );
 
 /** Cross-field rules the schemas cannot state: [field path, message] for each broken one. */
 export function crossFieldIssues(doc: KubeProxyConfigV1alpha1 | KubeProxyConfig): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   const order = (prefix: string, o: { syncPeriod: string; minSyncPeriod: string }) => {
-    if (parseGoDuration(o.minSyncPeriod)! > parseGoDuration(o.syncPeriod)!) out.push([`${prefix}minSyncPeriod`, `"${o.minSyncPeriod}" must not be greater than ${prefix}syncPeriod ("${o.syncPeriod}")`]);
+    if (parseGoDuration(o.minSyncPeriod)! > parseGoDuration(o.syncPeriod)!)
+      out.push([`${prefix}minSyncPeriod`, `"${o.minSyncPeriod}" must not be greater than ${prefix}syncPeriod ("${o.syncPeriod}")`]);
   };
   if (doc.apiVersion === V1ALPHA1) {
     order("iptables.", doc.iptables);
@@ -115,9 +135,28 @@ const schedulers = ["", "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", 
 const clientConnection = obj({
   kubeconfig: str(),
   // a type kpng cannot read is refused at start-up rather than met at the first answer
-  acceptContentTypes: v.pipe(str(), v.check((s) => acceptProblem(s) === null, (i) => acceptProblem(String(i.input)) ?? "")),
-  contentType: v.pipe(str("application/vnd.kubernetes.protobuf", true), v.check((s) => contentTypeProblem(s) === null, (i) => contentTypeProblem(String(i.input)) ?? "")),
-  qps: v.nullish(v.pipe(v.number("must be a number"), v.minValue(0, "must not be negative"), v.transform((n) => n || 5)), 5),
+  acceptContentTypes: v.pipe(
+    str(),
+    v.check(
+      (s) => acceptProblem(s) === null,
+      (i) => acceptProblem(String(i.input)) ?? "",
+    ),
+  ),
+  contentType: v.pipe(
+    str("application/vnd.kubernetes.protobuf", true),
+    v.check(
+      (s) => contentTypeProblem(s) === null,
+      (i) => contentTypeProblem(String(i.input)) ?? "",
+    ),
+  ),
+  qps: v.nullish(
+    v.pipe(
+      v.number("must be a number"),
+      v.minValue(0, "must not be negative"),
+      v.transform((n) => n || 5),
+    ),
+    5,
+  ),
   burst: int(0, INT32_MAX, 10, true),
 });
 
@@ -177,57 +216,69 @@ const common = {
 };
 
 export const V1alpha1Schema = v.strictObject(
-    {
-      apiVersion: v.literal(V1ALPHA1),
-      ...common,
-      bindAddress: v.nullish(v.union([v.pipe(v.literal(""), v.transform(() => "0.0.0.0")), ip], "is not a valid IP address"), "0.0.0.0"),
-      bindAddressHardFail: bool(false),
-      iptables: obj({
-        masqueradeBit: int(0, 31, 14),
-        masqueradeAll: bool(),
-        localhostNodePorts: bool(true),
-        snatNodeInternalIP: bool(),
-        syncPeriod: dur("30s", true),
-        minSyncPeriod: dur("1s", true),
-      }),
-      ipvs: obj({
-        syncPeriod: dur("30s", true),
-        minSyncPeriod: dur("0s"),
-        ...ipvsCommon,
-      }),
-      nftables: obj({ masqueradeBit: int(0, 31, 14), masqueradeAll: bool(), syncPeriod: dur("30s", true), minSyncPeriod: dur("1s", true) }),
-      detectLocal: obj({ bridgeInterface: str(), interfaceNamePrefix: str() }),
-      clusterCIDR: clusterCIDRString,
-      oomScoreAdj: int(-1000, 1000, -999),
-      conntrack,
-      portRange: str(),
-      windowsRunAsService: bool(),
-    },
-    "must be a mapping",
+  {
+    apiVersion: v.literal(V1ALPHA1),
+    ...common,
+    bindAddress: v.nullish(
+      v.union(
+        [
+          v.pipe(
+            v.literal(""),
+            v.transform(() => "0.0.0.0"),
+          ),
+          ip,
+        ],
+        "is not a valid IP address",
+      ),
+      "0.0.0.0",
+    ),
+    bindAddressHardFail: bool(false),
+    iptables: obj({
+      masqueradeBit: int(0, 31, 14),
+      masqueradeAll: bool(),
+      localhostNodePorts: bool(true),
+      snatNodeInternalIP: bool(),
+      syncPeriod: dur("30s", true),
+      minSyncPeriod: dur("1s", true),
+    }),
+    ipvs: obj({
+      syncPeriod: dur("30s", true),
+      minSyncPeriod: dur("0s"),
+      ...ipvsCommon,
+    }),
+    nftables: obj({ masqueradeBit: int(0, 31, 14), masqueradeAll: bool(), syncPeriod: dur("30s", true), minSyncPeriod: dur("1s", true) }),
+    detectLocal: obj({ bridgeInterface: str(), interfaceNamePrefix: str() }),
+    clusterCIDR: clusterCIDRString,
+    oomScoreAdj: int(-1000, 1000, -999),
+    conntrack,
+    portRange: str(),
+    windowsRunAsService: bool(),
+  },
+  "must be a mapping",
 );
 
 export const V1alpha2Schema = v.strictObject(
-    {
-      apiVersion: v.literal(V1ALPHA2),
-      ...common,
-      nodeIPOverride: dualStackPair(ip, ipFamily),
-      ipFamilyPolicy: pick(["", "SingleStack", "PreferDualStack", "RequireDualStack"], ""),
-      configHardFail: bool(true),
-      bindAddressHardFail: bool(true),
-      linux: obj({ oomScoreAdj: int(-1000, 1000, -999), conntrack, masqueradeAll: bool() }),
-      windows: obj({ runAsService: bool() }),
-      iptables: obj({ masqueradeBit: int(0, 31, 14), localhostNodePorts: bool(false), snatNodeInternalIP: bool() }),
-      ipvs: obj({
-        masqueradeBit: int(0, 31, 14),
-        ...ipvsCommon,
-      }),
-      nftables: obj({ masqueradeBit: int(0, 31, 14) }),
-      detectLocal: obj({ bridgeInterface: str(), interfaceNamePrefix: str(), clusterCIDRs: dualStackPair(cidr, cidrFamily) }),
-      syncPeriod: dur("30s", true),
-      // Unlike v1alpha1's per-mode fields, an explicit 0s stays 0s: ipvs configurations carry one.
-      minSyncPeriod: dur("1s"),
-    },
-    "must be a mapping",
+  {
+    apiVersion: v.literal(V1ALPHA2),
+    ...common,
+    nodeIPOverride: dualStackPair(ip, ipFamily),
+    ipFamilyPolicy: pick(["", "SingleStack", "PreferDualStack", "RequireDualStack"], ""),
+    configHardFail: bool(true),
+    bindAddressHardFail: bool(true),
+    linux: obj({ oomScoreAdj: int(-1000, 1000, -999), conntrack, masqueradeAll: bool() }),
+    windows: obj({ runAsService: bool() }),
+    iptables: obj({ masqueradeBit: int(0, 31, 14), localhostNodePorts: bool(false), snatNodeInternalIP: bool() }),
+    ipvs: obj({
+      masqueradeBit: int(0, 31, 14),
+      ...ipvsCommon,
+    }),
+    nftables: obj({ masqueradeBit: int(0, 31, 14) }),
+    detectLocal: obj({ bridgeInterface: str(), interfaceNamePrefix: str(), clusterCIDRs: dualStackPair(cidr, cidrFamily) }),
+    syncPeriod: dur("30s", true),
+    // Unlike v1alpha1's per-mode fields, an explicit 0s stays 0s: ipvs configurations carry one.
+    minSyncPeriod: dur("1s"),
+  },
+  "must be a mapping",
 );
 
 export type KubeProxyConfigV1alpha1 = v.InferOutput<typeof V1alpha1Schema>;
@@ -267,7 +318,11 @@ export function convertV1alpha1(c: KubeProxyConfigV1alpha1): unknown {
       masqueradeAll: c.mode === "nftables" ? c.nftables.masqueradeAll : c.iptables.masqueradeAll,
     },
     windows: { runAsService: c.windowsRunAsService },
-    iptables: { masqueradeBit: c.iptables.masqueradeBit, localhostNodePorts: c.iptables.localhostNodePorts, snatNodeInternalIP: c.iptables.snatNodeInternalIP },
+    iptables: {
+      masqueradeBit: c.iptables.masqueradeBit,
+      localhostNodePorts: c.iptables.localhostNodePorts,
+      snatNodeInternalIP: c.iptables.snatNodeInternalIP,
+    },
     // The ipvs proxier marked packets with iptables.masqueradeBit.
     ipvs: { ...ipvs, masqueradeBit: c.iptables.masqueradeBit },
     nftables: { masqueradeBit: c.nftables.masqueradeBit },
@@ -296,7 +351,8 @@ export const modeOfBackend = (backend: string): KubeProxyConfig["mode"] =>
  * v1alpha2 layout. Differs from defaultKubeProxyConfig() in
  * iptables.localhostNodePorts (true) and bindAddressHardFail (false).
  */
-export const kubeProxyDefaults = (): KubeProxyConfig => v.parse(V1alpha2Schema, convertV1alpha1(v.parse(V1alpha1Schema, { apiVersion: V1ALPHA1, kind: KIND })));
+export const kubeProxyDefaults = (): KubeProxyConfig =>
+  v.parse(V1alpha2Schema, convertV1alpha1(v.parse(V1alpha1Schema, { apiVersion: V1ALPHA1, kind: KIND })));
 
 /**
  * The effective document (v1alpha2 layout) -> v1alpha1, which every kube-proxy
@@ -320,7 +376,13 @@ export function toV1alpha1(c: KubeProxyConfig): KubeProxyConfigV1alpha1 {
     enableProfiling: c.enableProfiling,
     showHiddenMetricsForVersion: c.showHiddenMetricsForVersion,
     mode: c.mode,
-    iptables: { masqueradeBit: c.iptables.masqueradeBit, masqueradeAll: c.linux.masqueradeAll, localhostNodePorts: c.iptables.localhostNodePorts, snatNodeInternalIP: c.iptables.snatNodeInternalIP, ...sync },
+    iptables: {
+      masqueradeBit: c.iptables.masqueradeBit,
+      masqueradeAll: c.linux.masqueradeAll,
+      localhostNodePorts: c.iptables.localhostNodePorts,
+      snatNodeInternalIP: c.iptables.snatNodeInternalIP,
+      ...sync,
+    },
     ipvs: { ...sync, ...ipvs },
     nftables: { masqueradeBit: c.nftables.masqueradeBit, masqueradeAll: c.linux.masqueradeAll, ...sync },
     winkernel: c.winkernel,
@@ -342,6 +404,7 @@ export function v1alpha1Losses(c: KubeProxyConfig): string[] {
   if (c.nodeIPOverride.length > 1) out.push(`nodeIPOverride[1] (${c.nodeIPOverride[1]})`);
   if (c.ipFamilyPolicy !== "") out.push(`ipFamilyPolicy (${c.ipFamilyPolicy})`);
   if (!c.configHardFail) out.push("configHardFail (false)");
-  if (c.ipvs.masqueradeBit !== c.iptables.masqueradeBit) out.push(`ipvs.masqueradeBit (${c.ipvs.masqueradeBit}; v1alpha1's ipvs mode uses iptables.masqueradeBit, ${c.iptables.masqueradeBit})`);
+  if (c.ipvs.masqueradeBit !== c.iptables.masqueradeBit)
+    out.push(`ipvs.masqueradeBit (${c.ipvs.masqueradeBit}; v1alpha1's ipvs mode uses iptables.masqueradeBit, ${c.iptables.masqueradeBit})`);
   return out;
 }

@@ -15,8 +15,17 @@ import { contentTypeProblem } from "../sources/kube-content.ts";
 const INT32_MAX = 2 ** 31 - 1;
 
 export const logArgs = {
-  v: { type: "string", alias: ["v"], valueHint: "int", description: "log verbosity: debug lines at higher levels (klog's -v; 2 is common, 4 is debug)" },
-  "logging-format": { type: "string", valueHint: "string", description: 'log format: "text" (default) or "json" (one object per line: ts, v, msg, key/values)' },
+  v: {
+    type: "string",
+    alias: ["v"],
+    valueHint: "int",
+    description: "log verbosity: debug lines at higher levels (klog's -v; 2 is common, 4 is debug)",
+  },
+  "logging-format": {
+    type: "string",
+    valueHint: "string",
+    description: 'log format: "text" (default) or "json" (one object per line: ts, v, msg, key/values)',
+  },
   "log-flush-frequency": { type: "string", noEffect: "every line is written at once" },
   vmodule: { type: "string", noEffect: "kpng has no per-file verbosity" },
   "log-json-split-stream": { type: "boolean", noEffect: "every line goes to stderr" },
@@ -28,25 +37,60 @@ export const logArgs = {
 export const kubeProxyArgs = {
   "init-only": { type: "boolean", description: "set the conntrack sysctls (what needs full privileges), then exit" },
   "bind-address-hard-fail": { type: "boolean", description: "exit when the health or metrics port cannot be bound (else retry)" },
-  "healthz-port": { type: "string", valueHint: "int32", description: "deprecated: 0 turns the health server off; else the port of an IP-only --healthz-bind-address" },
-  "metrics-port": { type: "string", valueHint: "int32", description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address" },
+  "healthz-port": {
+    type: "string",
+    valueHint: "int32",
+    description: "deprecated: 0 turns the health server off; else the port of an IP-only --healthz-bind-address",
+  },
+  "metrics-port": {
+    type: "string",
+    valueHint: "int32",
+    description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address",
+  },
   "oom-score-adj": { type: "string", valueHint: "int32", description: "oom_score_adj of the process, [-1000, 1000] (default -999)" },
   "detect-local-mode": { type: "string", description: "how pod traffic is recognised: ClusterCIDR (the only mode kpng has; others warn)" },
-  "iptables-sync-period": { type: "string", valueHint: "duration", description: "resync interval, outside ipvs mode (kube-proxy's; same as --sync-period)" },
+  "iptables-sync-period": {
+    type: "string",
+    valueHint: "duration",
+    description: "resync interval, outside ipvs mode (kube-proxy's; same as --sync-period)",
+  },
   "iptables-min-sync-period": { type: "string", valueHint: "duration", description: "minimum interval between syncs, outside ipvs mode" },
   "ipvs-sync-period": { type: "string", valueHint: "duration", description: "resync interval in ipvs mode" },
   "ipvs-min-sync-period": { type: "string", valueHint: "duration", description: "minimum interval between syncs in ipvs mode" },
   "conntrack-max-per-core": { type: "string", valueHint: "int32", description: "nf_conntrack_max per CPU (0: leave the limit as it is)" },
   "conntrack-min": { type: "string", valueHint: "int32", description: "lower bound of nf_conntrack_max (default 131072)" },
-  "conntrack-tcp-timeout-established": { type: "string", valueHint: "duration", description: "nf_conntrack_tcp_timeout_established (default 24h; 0: leave as is)" },
-  "conntrack-tcp-timeout-close-wait": { type: "string", valueHint: "duration", description: "nf_conntrack_tcp_timeout_close_wait (default 1h; 0: leave as is)" },
+  "conntrack-tcp-timeout-established": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_tcp_timeout_established (default 24h; 0: leave as is)",
+  },
+  "conntrack-tcp-timeout-close-wait": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_tcp_timeout_close_wait (default 1h; 0: leave as is)",
+  },
   "conntrack-tcp-be-liberal": { type: "boolean", description: "set nf_conntrack_tcp_be_liberal to 1" },
   "conntrack-udp-timeout": { type: "string", valueHint: "duration", description: "nf_conntrack_udp_timeout (0: leave as is)" },
-  "conntrack-udp-timeout-stream": { type: "string", valueHint: "duration", description: "nf_conntrack_udp_timeout_stream (0: leave as is)" },
+  "conntrack-udp-timeout-stream": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_udp_timeout_stream (0: leave as is)",
+  },
   "feature-gates": { type: "string", valueHint: "mapStringBool", noEffect: "kpng has no feature gates" },
-  "kube-api-content-type": { type: "string", description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json" },
-  "kube-api-qps": { type: "string", valueHint: "float32", noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit" },
-  "kube-api-burst": { type: "string", valueHint: "int32", noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit" },
+  "kube-api-content-type": {
+    type: "string",
+    description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json",
+  },
+  "kube-api-qps": {
+    type: "string",
+    valueHint: "float32",
+    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
+  },
+  "kube-api-burst": {
+    type: "string",
+    valueHint: "int32",
+    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
+  },
   "config-sync-period": { type: "string", valueHint: "duration", noEffect: "kpng's watches need no periodic relist" },
   profiling: { type: "boolean", noEffect: "no /debug/pprof (a Go runtime feature)" },
   "show-hidden-metrics-for-version": { type: "string", noEffect: "kpng hides no metrics" },
@@ -63,11 +107,13 @@ export const kubeProxyArgs = {
 /** Parses a flag's text into the field's value, or throws the flag's one-line error. */
 type Parse = (flag: string, s: string) => unknown;
 
-const int = (min: number, max: number): Parse => (flag, s) => {
-  const n = Number(s);
-  if (!/^-?\d+$/.test(s) || n < min || n > max) throw invalid(`flag --${flag}: "${s}" must be an integer in [${min}, ${max}]`);
-  return n;
-};
+const int =
+  (min: number, max: number): Parse =>
+  (flag, s) => {
+    const n = Number(s);
+    if (!/^-?\d+$/.test(s) || n < min || n > max) throw invalid(`flag --${flag}: "${s}" must be an integer in [${min}, ${max}]`);
+    return n;
+  };
 const float: Parse = (flag, s) => {
   if (!/^\d+(\.\d+)?$/.test(s)) throw invalid(`flag --${flag}: "${s}" must be a non-negative number`);
   return Number(s);
@@ -85,18 +131,26 @@ const contentType: Parse = (flag, s) => {
   return s;
 };
 const cidrs: Parse = (flag, s) => {
-  const xs = s.split(",").map((x) => x.trim()).filter(Boolean);
+  const xs = s
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
   for (const c of xs) if (!isCIDR(c)) throw invalid(`flag --${flag}: "${c}" is not a valid CIDR`);
   return xs;
 };
-const oneOf = (values: readonly string[]): Parse => (flag, s) => {
-  if (!values.includes(s)) throw invalid(`flag --${flag}: "${s}" must be one of ${values.join(", ")}`);
-  return s;
-};
+const oneOf =
+  (values: readonly string[]): Parse =>
+  (flag, s) => {
+    if (!values.includes(s)) throw invalid(`flag --${flag}: "${s}" must be one of ${values.join(", ")}`);
+    return s;
+  };
 /** cliflag.MapStringBool: `A=true,B=false`. */
 const mapStringBool: Parse = (flag, s) => {
   const out: Record<string, boolean> = {};
-  for (const kv of s.split(",").map((x) => x.trim()).filter(Boolean)) {
+  for (const kv of s
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean)) {
     const m = /^([^=]+)=(.*)$/.exec(kv);
     const b = m?.[2].toLowerCase();
     if (!m || (b !== "true" && b !== "false")) throw invalid(`flag --${flag}: "${kv}" must be NAME=true or NAME=false`);

@@ -32,13 +32,19 @@ const MIN_SYNC_FLAGS = ["min-sync-period", "iptables-min-sync-period", "ipvs-min
  * flag: only then does kube-proxy's 1 s default minimum hold; else syncs are
  * paced by their cost (pacing.ts).
  */
-export const minSyncPeriodAsked = (given: readonly string[], inFile: boolean): boolean => inFile || MIN_SYNC_FLAGS.some((f) => given.includes(f));
+export const minSyncPeriodAsked = (given: readonly string[], inFile: boolean): boolean =>
+  inFile || MIN_SYNC_FLAGS.some((f) => given.includes(f));
 
 /**
  * A value a flag gave that kpng cannot honour (--detect-local-mode=NodeCIDR),
  * one line each, unless the file already said so (`fileWarnings`).
  */
-export function flagFieldWarnings(opts: { given: readonly string[]; defs: FlagDefs; doc: KubeProxyConfig; fileWarnings: readonly string[] }): string[] {
+export function flagFieldWarnings(opts: {
+  given: readonly string[];
+  defs: FlagDefs;
+  doc: KubeProxyConfig;
+  fileWarnings: readonly string[];
+}): string[] {
   const fromFlags = opts.given.filter((f) => !opts.defs[f]?.noEffect && fieldOfFlag[f]).map((f) => `${fieldOfFlag[f].field}:`);
   return fieldWarnings(opts.doc)
     .filter((w) => fromFlags.some((f) => w.startsWith(f)) && !opts.fileWarnings.some((fw) => fw.endsWith(`: ${w}`)))
@@ -87,7 +93,8 @@ export async function writeConfigFile(opts: { file: string; cfg: CommandConfig; 
   const { file, cfg, log } = opts;
   const apiVersion = writeConfigVersion(opts.version, cfg.configApiVersion);
   const lost = apiVersion === V1ALPHA1 ? v1alpha1Losses(cfg.kubeProxy) : [];
-  if (lost.length) log.warn(`written as ${V1ALPHA1}, which has no place for: ${lost.join(", ")} (--write-config-version v1alpha2 keeps them)`);
+  if (lost.length)
+    log.warn(`written as ${V1ALPHA1}, which has no place for: ${lost.join(", ")} (--write-config-version v1alpha2 keeps them)`);
   await writeKubeProxyConfig(file, cfg.kubeProxy, apiVersion);
   log.info("configuration written", { file, apiVersion });
 }

@@ -49,7 +49,13 @@ export function serviceFromModel(m: Service): K8sService {
       type: shared(m.Type) as K8sService["spec"]["type"],
       clusterIP: cluster[0],
       clusterIPs: cluster,
-      ports: m.Ports.map((p) => ({ name: shared(p.Name), protocol: protocolName(p.Protocol), port: p.Port, targetPort: p.TargetPortName ? shared(p.TargetPortName) : p.TargetPort, nodePort: p.NodePort || undefined })),
+      ports: m.Ports.map((p) => ({
+        name: shared(p.Name),
+        protocol: protocolName(p.Protocol),
+        port: p.Port,
+        targetPort: p.TargetPortName ? shared(p.TargetPortName) : p.TargetPort,
+        nodePort: p.NodePort || undefined,
+      })),
     },
   };
   addRareSpec(svc, m);
@@ -123,7 +129,11 @@ function addRareFields(endpoint: SliceEndpoint, info: EndpointInfo) {
   if (info.Endpoint?.Hostname) endpoint.hostname = info.Endpoint.Hostname;
   if (info.Topology?.Zone) endpoint.zone = shared(info.Topology.Zone);
   const hints = info.Hints;
-  if (hints) endpoint.hints = { forZones: hints.Zones.map((name) => ({ name: shared(name) })), forNodes: hints.Nodes.map((name) => ({ name: shared(name) })) };
+  if (hints)
+    endpoint.hints = {
+      forZones: hints.Zones.map((name) => ({ name: shared(name) })),
+      forNodes: hints.Nodes.map((name) => ({ name: shared(name) })),
+    };
 }
 
 // Node names, zones, namespaces and port names repeat across 100,000

@@ -70,7 +70,9 @@ export function encodeSlice(slice: K8sEndpointSlice, families: ReadonlySet<Famil
       },
       Conditions: { Ready: c.ready ?? true, Serving: c.serving ?? true, Terminating: c.terminating ?? false },
       Topology: { Node: ep.nodeName ?? "", Zone: ep.zone ?? "" },
-      Hints: ep.hints ? { Zones: ep.hints.forZones?.map((h) => h.name) ?? [], Nodes: ep.hints.forNodes?.map((h) => h.name) ?? [] } : undefined,
+      Hints: ep.hints
+        ? { Zones: ep.hints.forZones?.map((h) => h.name) ?? [], Nodes: ep.hints.forNodes?.map((h) => h.name) ?? [] }
+        : undefined,
     });
     out.set(path, withHash(toBinary(EndpointInfoSchema, info)));
   }

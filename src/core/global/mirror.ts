@@ -79,7 +79,9 @@ export class GlobalMirror {
   begin(reset: boolean): void {
     this.opsInSet = 0;
     this.unchangedInSet = 0;
-    this.stale = reset ? { services: new Set(this.services.keys()), nodes: new Set(this.nodes.keys()), slices: this.allEndpointPaths() } : null;
+    this.stale = reset
+      ? { services: new Set(this.services.keys()), nodes: new Set(this.nodes.keys()), slices: this.allEndpointPaths() }
+      : null;
   }
 
   op(op: WireOp, onBad: (error: string) => void): void {
@@ -100,7 +102,12 @@ export class GlobalMirror {
   }
 
   /** A service or node item: decoded into an upsert unless its bytes hash as before. */
-  private setItem(items: Map<string, number>, stale: Set<string> | undefined, op: SetOp, decode: (bytes: Uint8Array, path: string) => K8sObject) {
+  private setItem(
+    items: Map<string, number>,
+    stale: Set<string> | undefined,
+    op: SetOp,
+    decode: (bytes: Uint8Array, path: string) => K8sObject,
+  ) {
     stale?.delete(op.path);
     const hash = hash53(op.bytes);
     if (items.get(op.path) === hash) {
@@ -222,7 +229,8 @@ function indexOf(slice: SliceItems, key: string): number {
   return -1;
 }
 
-const samePorts = (a: SliceInfo["ports"], b: SliceInfo["ports"]) => a.length === b.length && a.every((p, i) => p.name === b[i].name && p.port === b[i].port);
+const samePorts = (a: SliceInfo["ports"], b: SliceInfo["ports"]) =>
+  a.length === b.length && a.every((p, i) => p.name === b[i].name && p.port === b[i].port);
 
 /** `ns|svc|slice|key` -> [`ns|svc|slice`, `key`] */
 function splitEndpointPath(path: string): [string, string] {

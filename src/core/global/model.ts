@@ -90,7 +90,10 @@ export class GlobalModel {
   private update(touched: Touched | null): void {
     const prev = this.snapshot;
     const index = this.brain.index;
-    const svcKeys = touched && prev ? new Set([...touched.services, ...touched.endpoints]) : new Set([...index.services.keys(), ...(prev?.services.keys() ?? [])]);
+    const svcKeys =
+      touched && prev
+        ? new Set([...touched.services, ...touched.endpoints])
+        : new Set([...index.services.keys(), ...(prev?.services.keys() ?? [])]);
     const nodeNames = touched && prev ? touched.nodes : new Set([...index.nodes.keys(), ...(prev?.nodes.keys() ?? [])]);
     const services = new Map<string, GlobalService | null>();
     for (const key of svcKeys) {

@@ -31,8 +31,19 @@ export class RestClientMetrics implements RestClientObserver {
   private readonly latency: Histogram;
 
   constructor(registers: Registry[]) {
-    this.requests = new Counter({ name: "rest_client_requests_total", help: "Number of HTTP requests, partitioned by status code, method, and host.", labelNames: ["code", "method", "host"], registers });
-    this.latency = new Histogram({ name: "rest_client_request_duration_seconds", help: "Request latency in seconds. Broken down by verb, and host.", labelNames: ["verb", "host"], buckets: REST_CLIENT_BUCKETS, registers });
+    this.requests = new Counter({
+      name: "rest_client_requests_total",
+      help: "Number of HTTP requests, partitioned by status code, method, and host.",
+      labelNames: ["code", "method", "host"],
+      registers,
+    });
+    this.latency = new Histogram({
+      name: "rest_client_request_duration_seconds",
+      help: "Request latency in seconds. Broken down by verb, and host.",
+      labelNames: ["verb", "host"],
+      buckets: REST_CLIENT_BUCKETS,
+      registers,
+    });
   }
 
   request(r: RestClientRequest): void {

@@ -51,7 +51,7 @@ export function conntrackMax(c: Pick<ConntrackConfig, "maxPerCore" | "min">, num
   if (!(c.maxPerCore > 0)) return 0;
   const scaled = c.maxPerCore * numCPU;
   if (scaled > CONNTRACK_MAX_LIMIT) return CONNTRACK_MAX_LIMIT;
-  return Math.max(scaled , c.min);
+  return Math.max(scaled, c.min);
 }
 
 const seconds = (d: string) => Math.floor(parseGoDuration(d) ?? 0);
@@ -111,7 +111,10 @@ const code = (err: unknown) => (err as NodeJS.ErrnoException).code ?? String(err
 const NOT_HERE = new Set(["EROFS", "EACCES", "EPERM", "EOPNOTSUPP", "ENOENT"]);
 
 /** Applies a plan: raises the node-wide limits where it can, sets the per-namespace values; logs each write as kube-proxy does. */
-export async function applyConntrack(plan: ConntrackPlan, opts: { log: Logger; roots?: SysctlRoots; write?: (path: string, text: string) => Promise<void> }): Promise<void> {
+export async function applyConntrack(
+  plan: ConntrackPlan,
+  opts: { log: Logger; roots?: SysctlRoots; write?: (path: string, text: string) => Promise<void> },
+): Promise<void> {
   const writeFile = opts.write ?? writeFileNode;
   const procSys = opts.roots?.procSys ?? "/proc/sys";
   const hashsizeFile = `${opts.roots?.sys ?? "/sys"}/module/nf_conntrack/parameters/hashsize`;
@@ -132,10 +135,13 @@ export async function applyConntrack(plan: ConntrackPlan, opts: { log: Logger; r
       }
     } catch (err) {
       if (!NOT_HERE.has(code(err))) throw failed(entry, err);
-      opts.log.warn("cannot raise the node's conntrack limits from here (read-only /proc/sys or /sys, another network namespace, or nf_conntrack not loaded): problems may arise later", {
-        nfConntrackMax: plan.max,
-        error: code(err),
-      });
+      opts.log.warn(
+        "cannot raise the node's conntrack limits from here (read-only /proc/sys or /sys, another network namespace, or nf_conntrack not loaded): problems may arise later",
+        {
+          nfConntrackMax: plan.max,
+          error: code(err),
+        },
+      );
     }
   }
   for (const { key, value } of plan.set) {

@@ -75,11 +75,20 @@ export interface EventFields {
  */
 export function makeEvent(f: EventFields, opts: { now?: Date; instance?: string } = {}): EventV1 {
   const now = opts.now ?? new Date();
-  const note = Buffer.byteLength(f.note) > NOTE_LIMIT ? `${Buffer.from(f.note).subarray(0, NOTE_LIMIT - 3).toString("utf8").replace(/\uFFFD$/, "")}...` : f.note;
+  const note =
+    Buffer.byteLength(f.note) > NOTE_LIMIT
+      ? `${Buffer.from(f.note)
+          .subarray(0, NOTE_LIMIT - 3)
+          .toString("utf8")
+          .replace(/\uFFFD$/, "")}...`
+      : f.note;
   return {
     apiVersion: "events.k8s.io/v1",
     kind: "Event",
-    metadata: { name: `${f.regarding.name}.${(BigInt(now.getTime()) * 1_000_000n).toString(16)}`, namespace: f.regarding.namespace || "default" },
+    metadata: {
+      name: `${f.regarding.name}.${(BigInt(now.getTime()) * 1_000_000n).toString(16)}`,
+      namespace: f.regarding.namespace || "default",
+    },
     eventTime: microTime(now),
     reportingController: REPORTING_CONTROLLER,
     reportingInstance: opts.instance ?? `${REPORTING_CONTROLLER}-${hostname()}`,

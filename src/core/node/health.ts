@@ -45,9 +45,7 @@ export class ProxyHealth {
   /** backends whose rules are known to be missing, or whose syncs failed, since their last successful sync */
   private readonly broken = new Map<string, { lost: boolean; failures: number }>();
 
-  constructor(
-    private readonly opts: { timeoutMs: number; clock?: Clock; nodeEligible?: () => boolean },
-  ) {}
+  constructor(private readonly opts: { timeoutMs: number; clock?: Clock; nodeEligible?: () => boolean }) {}
 
   private get clock() {
     return this.opts.clock ?? realClock;

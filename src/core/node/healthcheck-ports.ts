@@ -108,7 +108,9 @@ export class HealthCheckPorts {
   private listen(key: string, inst: Instance): Instance | null {
     try {
       for (const host of this.addresses) {
-        inst.servers.push(serveHttp({ host, port: inst.port, what: `health check for ${key}`, log: this.opts.log, handle: () => this.answer(inst) }));
+        inst.servers.push(
+          serveHttp({ host, port: inst.port, what: `health check for ${key}`, log: this.opts.log, handle: () => this.answer(inst) }),
+        );
       }
       return inst;
     } catch (err) {
@@ -136,7 +138,11 @@ export class HealthCheckPorts {
  * host's addresses in them, "primary" the node IPs), else the node IPs, else
  * every address.
  */
-export function healthCheckAddresses(opts: { nodePortAddresses: readonly string[]; nodeIPs: readonly string[]; hostAddresses: readonly string[] }): string[] {
+export function healthCheckAddresses(opts: {
+  nodePortAddresses: readonly string[];
+  nodeIPs: readonly string[];
+  hostAddresses: readonly string[];
+}): string[] {
   const out = new Set<string>();
   for (const entry of opts.nodePortAddresses) {
     if (entry === "primary") for (const ip of opts.nodeIPs) out.add(ip);

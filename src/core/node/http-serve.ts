@@ -29,7 +29,13 @@ export function bindHostPort(address: string): { host: string; port: number } {
 export const hostForURL = (host: string) => (host.includes(":") ? `[${host}]` : host);
 
 /** Listens at once; throws KpngError("unavailable") when the address cannot be bound. */
-export function serveHttp(opts: { host: string; port: number; what: string; log: Logger; handle: (url: URL, req: Request) => Answer | Promise<Answer> }): HttpServer {
+export function serveHttp(opts: {
+  host: string;
+  port: number;
+  what: string;
+  log: Logger;
+  handle: (url: URL, req: Request) => Answer | Promise<Answer>;
+}): HttpServer {
   let server: ReturnType<typeof Bun.serve>;
   try {
     server = Bun.serve({

@@ -52,7 +52,11 @@ const MODE_FAILURE_COUNTERS: Record<string, ReadonlyArray<{ name: string; help: 
   ],
   iptables: [
     { name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", help: "Cumulative proxy iptables restore failures" },
-    { name: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", help: "Cumulative proxy iptables partial restore failures", partial: true },
+    {
+      name: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+      help: "Cumulative proxy iptables partial restore failures",
+      partial: true,
+    },
   ],
   ipvs: [{ name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", help: "Cumulative proxy iptables restore failures" }],
 };
@@ -140,34 +144,112 @@ export class ProxyMetrics {
       // Under Bun, v8.getHeapSpaceStatistics walks the whole heap: with a big
       // cluster in memory every scrape would stall the event loop (and the
       // syncs) for a while. process_resident_memory_bytes says what matters.
-      for (const n of ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"]) this.registry.removeSingleMetric(n);
+      for (const n of ["nodejs_heap_space_size_total_bytes", "nodejs_heap_space_size_used_bytes", "nodejs_heap_space_size_available_bytes"])
+        this.registry.removeSingleMetric(n);
     }
     const labelNames = ["ip_family"];
     const buckets = SYNC_BUCKETS;
-    this.syncDuration = new Histogram({ name: "kubeproxy_sync_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds", labelNames, buckets, registers });
-    this.fullSyncDuration = new Histogram({ name: "kubeproxy_sync_full_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds for full resyncs", labelNames, buckets, registers });
-    this.partialSyncDuration = new Histogram({ name: "kubeproxy_sync_partial_proxy_rules_duration_seconds", help: "SyncProxyRules latency in seconds for partial resyncs", labelNames, buckets, registers });
-    this.lastSync = new Gauge({ name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds", help: "The last time proxy rules were successfully synced", labelNames, registers });
-    this.lastQueued = new Gauge({ name: "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", help: "The last time a sync of proxy rules was queued", labelNames, registers });
-    this.programming = new Histogram({ name: "kubeproxy_network_programming_duration_seconds", help: "In Cluster Network Programming Latency in seconds", labelNames, buckets: PROGRAMMING_BUCKETS, registers });
-    this.serviceChanges = new Counter({ name: "kubeproxy_sync_proxy_rules_service_changes_total", help: "Cumulative proxy rules Service changes", registers });
-    this.endpointChanges = new Counter({ name: "kubeproxy_sync_proxy_rules_endpoint_changes_total", help: "Cumulative proxy rules Endpoint changes", registers });
+    this.syncDuration = new Histogram({
+      name: "kubeproxy_sync_proxy_rules_duration_seconds",
+      help: "SyncProxyRules latency in seconds",
+      labelNames,
+      buckets,
+      registers,
+    });
+    this.fullSyncDuration = new Histogram({
+      name: "kubeproxy_sync_full_proxy_rules_duration_seconds",
+      help: "SyncProxyRules latency in seconds for full resyncs",
+      labelNames,
+      buckets,
+      registers,
+    });
+    this.partialSyncDuration = new Histogram({
+      name: "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+      help: "SyncProxyRules latency in seconds for partial resyncs",
+      labelNames,
+      buckets,
+      registers,
+    });
+    this.lastSync = new Gauge({
+      name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+      help: "The last time proxy rules were successfully synced",
+      labelNames,
+      registers,
+    });
+    this.lastQueued = new Gauge({
+      name: "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+      help: "The last time a sync of proxy rules was queued",
+      labelNames,
+      registers,
+    });
+    this.programming = new Histogram({
+      name: "kubeproxy_network_programming_duration_seconds",
+      help: "In Cluster Network Programming Latency in seconds",
+      labelNames,
+      buckets: PROGRAMMING_BUCKETS,
+      registers,
+    });
+    this.serviceChanges = new Counter({
+      name: "kubeproxy_sync_proxy_rules_service_changes_total",
+      help: "Cumulative proxy rules Service changes",
+      registers,
+    });
+    this.endpointChanges = new Counter({
+      name: "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+      help: "Cumulative proxy rules Endpoint changes",
+      registers,
+    });
     const pending = this.pendingServices;
     const pendingEndpoints = this.pendingEndpoints;
-    new Gauge({ name: "kubeproxy_sync_proxy_rules_service_changes_pending", help: "Pending proxy rules Service changes", registers, collect() {
-      this.set(pending.size);
-    } });
-    new Gauge({ name: "kubeproxy_sync_proxy_rules_endpoint_changes_pending", help: "Pending proxy rules Endpoint changes", registers, collect() {
-      this.set(pendingEndpoints.size);
-    } });
-    this.noLocal = new Gauge({ name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total", help: "Number of services with a Local traffic policy and no endpoints", labelNames: ["ip_family", "traffic_policy"], registers });
+    new Gauge({
+      name: "kubeproxy_sync_proxy_rules_service_changes_pending",
+      help: "Pending proxy rules Service changes",
+      registers,
+      collect() {
+        this.set(pending.size);
+      },
+    });
+    new Gauge({
+      name: "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+      help: "Pending proxy rules Endpoint changes",
+      registers,
+      collect() {
+        this.set(pendingEndpoints.size);
+      },
+    });
+    this.noLocal = new Gauge({
+      name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+      help: "Number of services with a Local traffic policy and no endpoints",
+      labelNames: ["ip_family", "traffic_policy"],
+      registers,
+    });
     this.answerCounters = {
-      healthz: new Counter({ name: "kubeproxy_proxy_healthz_total", help: "Cumulative proxy healthz HTTP status", labelNames: ["code"], registers }),
-      livez: new Counter({ name: "kubeproxy_proxy_livez_total", help: "Cumulative proxy livez HTTP status", labelNames: ["code"], registers }),
+      healthz: new Counter({
+        name: "kubeproxy_proxy_healthz_total",
+        help: "Cumulative proxy healthz HTTP status",
+        labelNames: ["code"],
+        registers,
+      }),
+      livez: new Counter({
+        name: "kubeproxy_proxy_livez_total",
+        help: "Cumulative proxy livez HTTP status",
+        labelNames: ["code"],
+        registers,
+      }),
     };
-    this.failures = new Counter({ name: "kpng_backend_sync_failures_total", help: "Failed backend syncs (each is retried as a full sync)", labelNames: ["backend"], registers });
+    this.failures = new Counter({
+      name: "kpng_backend_sync_failures_total",
+      help: "Failed backend syncs (each is retried as a full sync)",
+      labelNames: ["backend"],
+      registers,
+    });
     // kube-proxy has no counter for this (its iptables canary only forces a sync): a kpng_ name.
-    this.lost = new Counter({ name: "kpng_backend_rules_lost_total", help: "Times a backend found its rules changed or removed by another process (each answered with a full sync)", labelNames: ["backend"], registers });
+    this.lost = new Counter({
+      name: "kpng_backend_rules_lost_total",
+      help: "Times a backend found its rules changed or removed by another process (each answered with a full sync)",
+      labelNames: ["backend"],
+      registers,
+    });
     const counters = new Map<string, Counter>(); // by name: iptables and ipvs share one
     for (const b of new Set(opts.backends)) {
       const mine: Array<{ counter: Counter; partial?: boolean }> = [];
@@ -185,12 +267,33 @@ export class ProxyMetrics {
     if (opts.backends.includes("iptables")) {
       const labelNames = ["ip_family", "table"];
       this.iptablesRuleCounts = {
-        total: new Gauge({ name: "kubeproxy_sync_proxy_rules_iptables_total", help: "Total number of iptables rules owned by kube-proxy", labelNames, registers }),
-        last: new Gauge({ name: "kubeproxy_sync_proxy_rules_iptables_last", help: "Number of iptables rules written by kube-proxy in last sync", labelNames, registers }),
+        total: new Gauge({
+          name: "kubeproxy_sync_proxy_rules_iptables_total",
+          help: "Total number of iptables rules owned by kube-proxy",
+          labelNames,
+          registers,
+        }),
+        last: new Gauge({
+          name: "kubeproxy_sync_proxy_rules_iptables_last",
+          help: "Number of iptables rules written by kube-proxy in last sync",
+          labelNames,
+          registers,
+        }),
       };
     }
-    this.conntrackDuration = new Histogram({ name: "kubeproxy_conntrack_reconciler_sync_duration_seconds", help: "ReconcileConntrackFlowsLatency latency in seconds", labelNames, buckets, registers });
-    this.conntrackDeleted = new Counter({ name: "kubeproxy_conntrack_reconciler_deleted_entries_total", help: "Cumulative conntrack flows deleted by conntrack reconciler", labelNames, registers });
+    this.conntrackDuration = new Histogram({
+      name: "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+      help: "ReconcileConntrackFlowsLatency latency in seconds",
+      labelNames,
+      buckets,
+      registers,
+    });
+    this.conntrackDeleted = new Counter({
+      name: "kubeproxy_conntrack_reconciler_deleted_entries_total",
+      help: "Cumulative conntrack flows deleted by conntrack reconciler",
+      labelNames,
+      registers,
+    });
     this.restClient = new RestClientMetrics(registers);
     registerBuildInfo(registers);
     this.registerKpng(registers);
@@ -205,28 +308,60 @@ export class ProxyMetrics {
         m.inc(labels ?? {}, v);
       } else m.set(labels ?? {}, v);
     };
-    new Counter({ name: "kpng_api_events_total", help: "Objects received from the API server (list items and watch events)", labelNames: ["kind"], registers, collect() {
-      const s = source?.();
-      this.reset();
-      for (const [kind, n] of Object.entries(s?.events ?? {})) this.inc({ kind }, n);
-    } });
+    new Counter({
+      name: "kpng_api_events_total",
+      help: "Objects received from the API server (list items and watch events)",
+      labelNames: ["kind"],
+      registers,
+      collect() {
+        const s = source?.();
+        this.reset();
+        for (const [kind, n] of Object.entries(s?.events ?? {})) this.inc({ kind }, n);
+      },
+    });
     // kube-proxy has no such metric: objects a source refused (README: reading objects as kube-proxy does)
-    new Counter({ name: "kpng_objects_dropped_total", help: "Objects from the API server or the input file that were refused, by kind and reason", labelNames: ["kind", "reason"], registers, collect() {
-      this.reset();
-      for (const d of brain.dropped.values()) this.inc({ kind: d.kind, reason: d.reason }, d.n);
-    } });
-    new Counter({ name: "kpng_brain_events_total", help: "Cluster changes applied to the brain (no-op updates already dropped)", registers, collect() {
-      setTo(this, brain.stats.events);
-    } });
-    new Counter({ name: "kpng_node_revisions_total", help: "Node-local state revisions published", registers, collect() {
-      setTo(this, brain.stats.revisions);
-    } });
-    new Gauge({ name: "kpng_api_watchers", help: "Watch connections to the API server currently open", registers, collect() {
-      setTo(this, source?.()?.watchers ?? 0);
-    } });
-    new Counter({ name: "kpng_api_relists_total", help: "Lists repeated after 410 Gone", registers, collect() {
-      setTo(this, source?.()?.relists ?? 0);
-    } });
+    new Counter({
+      name: "kpng_objects_dropped_total",
+      help: "Objects from the API server or the input file that were refused, by kind and reason",
+      labelNames: ["kind", "reason"],
+      registers,
+      collect() {
+        this.reset();
+        for (const d of brain.dropped.values()) this.inc({ kind: d.kind, reason: d.reason }, d.n);
+      },
+    });
+    new Counter({
+      name: "kpng_brain_events_total",
+      help: "Cluster changes applied to the brain (no-op updates already dropped)",
+      registers,
+      collect() {
+        setTo(this, brain.stats.events);
+      },
+    });
+    new Counter({
+      name: "kpng_node_revisions_total",
+      help: "Node-local state revisions published",
+      registers,
+      collect() {
+        setTo(this, brain.stats.revisions);
+      },
+    });
+    new Gauge({
+      name: "kpng_api_watchers",
+      help: "Watch connections to the API server currently open",
+      registers,
+      collect() {
+        setTo(this, source?.()?.watchers ?? 0);
+      },
+    });
+    new Counter({
+      name: "kpng_api_relists_total",
+      help: "Lists repeated after 410 Gone",
+      registers,
+      collect() {
+        setTo(this, source?.()?.relists ?? 0);
+      },
+    });
   }
 
   /**
@@ -240,39 +375,84 @@ export class ProxyMetrics {
     this.followedGlobal = true;
     const registers = [this.registry];
     const counter = (name: string, help: string, value: () => number) =>
-      new Counter({ name, help, registers, collect() {
-        this.reset();
-        this.inc(value());
-      } });
-    new Gauge({ name: "kpng_global_brain_connected", help: "1 for the brain (--api) whose stream this node agent follows, 0 for the others", labelNames: ["api"], registers, collect() {
-      for (const api of stats.apis) this.set({ api }, api === stats.connectedTo ? 1 : 0);
-    } });
-    counter("kpng_global_connects_total", "Streams from a brain that delivered a change set: the first, then each reconnect", () => stats.connects);
+      new Counter({
+        name,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          this.inc(value());
+        },
+      });
+    new Gauge({
+      name: "kpng_global_brain_connected",
+      help: "1 for the brain (--api) whose stream this node agent follows, 0 for the others",
+      labelNames: ["api"],
+      registers,
+      collect() {
+        for (const api of stats.apis) this.set({ api }, api === stats.connectedTo ? 1 : 0);
+      },
+    });
+    counter(
+      "kpng_global_connects_total",
+      "Streams from a brain that delivered a change set: the first, then each reconnect",
+      () => stats.connects,
+    );
     counter("kpng_global_failovers_total", "Reconnects to another brain than the one followed before", () => stats.failovers);
-    new Counter({ name: "kpng_global_stream_failures_total", help: "Streams from a brain that ended or broke, and connections to it that failed", labelNames: ["api"], registers, collect() {
-      this.reset();
-      for (const [api, n] of Object.entries(stats.failures)) this.inc({ api }, n);
-    } });
-    counter("kpng_global_refused_total", "Connections to a brain refused: it refused this agent's credentials, or this agent its certificate", () => stats.refused);
+    new Counter({
+      name: "kpng_global_stream_failures_total",
+      help: "Streams from a brain that ended or broke, and connections to it that failed",
+      labelNames: ["api"],
+      registers,
+      collect() {
+        this.reset();
+        for (const [api, n] of Object.entries(stats.failures)) this.inc({ api }, n);
+      },
+    });
+    counter(
+      "kpng_global_refused_total",
+      "Connections to a brain refused: it refused this agent's credentials, or this agent its certificate",
+      () => stats.refused,
+    );
     counter("kpng_global_change_sets_total", "Change sets received from the brain and applied", () => stats.changeSets);
     counter("kpng_global_ops_total", "Set and Delete ops received from the brain", () => stats.ops);
-    counter("kpng_global_unchanged_items_total", "Items a brain sent again unchanged (after a reconnect): no event, nothing recomputed", () => stats.unchanged);
-    new Gauge({ name: "kpng_global_last_change_set_timestamp_seconds", help: "When the last change set from the brain was applied", registers, collect() {
-      this.set(stats.lastChangeSetMs / 1000);
-    } });
+    counter(
+      "kpng_global_unchanged_items_total",
+      "Items a brain sent again unchanged (after a reconnect): no event, nothing recomputed",
+      () => stats.unchanged,
+    );
+    new Gauge({
+      name: "kpng_global_last_change_set_timestamp_seconds",
+      help: "When the last change set from the brain was applied",
+      registers,
+      collect() {
+        this.set(stats.lastChangeSetMs / 1000);
+      },
+    });
   }
 
   /** A brain serving the API (--listen): clients refused (TLS, authentication) and streams dropped for not reading. */
   followApi(api: { readonly refused: Readonly<Record<string, number>>; readonly stats: { readonly stuckDropped: number } }): void {
     const registers = [this.registry];
-    new Counter({ name: "kpng_listen_refused_total", help: "API clients refused, by reason (no_credentials, bad_certificate, token_rejected, token_review_failed, tls_handshake)", labelNames: ["reason"], registers, collect() {
-      this.reset();
-      for (const [reason, n] of Object.entries(api.refused)) this.inc({ reason }, n);
-    } });
-    new Counter({ name: "kpng_listen_stuck_streams_dropped_total", help: "API streams dropped because their client stopped reading", registers, collect() {
-      this.reset();
-      this.inc(api.stats.stuckDropped);
-    } });
+    new Counter({
+      name: "kpng_listen_refused_total",
+      help: "API clients refused, by reason (no_credentials, bad_certificate, token_rejected, token_review_failed, tls_handshake)",
+      labelNames: ["reason"],
+      registers,
+      collect() {
+        this.reset();
+        for (const [reason, n] of Object.entries(api.refused)) this.inc({ reason }, n);
+      },
+    });
+    new Counter({
+      name: "kpng_listen_stuck_streams_dropped_total",
+      help: "API streams dropped because their client stopped reading",
+      registers,
+      collect() {
+        this.reset();
+        this.inc(api.stats.stuckDropped);
+      },
+    });
   }
 
   /** A new node-local revision is about to reach the backends. */

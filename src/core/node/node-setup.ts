@@ -17,7 +17,10 @@ export function applyOOMScoreAdj(cfg: Config, log: Logger): void {
   try {
     writeFileSync("/proc/self/oom_score_adj", String(cfg.kubeProxy.linux.oomScoreAdj));
   } catch (err) {
-    log.warn("could not set oom_score_adj", { value: cfg.kubeProxy.linux.oomScoreAdj, error: (err as NodeJS.ErrnoException).code ?? errorMessage(err) });
+    log.warn("could not set oom_score_adj", {
+      value: cfg.kubeProxy.linux.oomScoreAdj,
+      error: (err as NodeJS.ErrnoException).code ?? errorMessage(err),
+    });
   }
 }
 
@@ -31,6 +34,9 @@ export const usesConntrack = (backends: readonly string[]): boolean => backends.
 export async function setConntrack(cfg: Config, backends: readonly string[], log: Logger): Promise<void> {
   if (process.platform !== "linux" || !usesConntrack(backends)) return;
   const plan = planConntrack(cfg.kubeProxy.linux.conntrack, await detectNumCPU());
-  if (cfg.dryRun) return log.v(2).info("conntrack sysctls not set (dry run)", { nfConntrackMax: plan.max, set: plan.set.map((s) => `${s.key}=${s.value}`).join(",") });
+  if (cfg.dryRun)
+    return log
+      .v(2)
+      .info("conntrack sysctls not set (dry run)", { nfConntrackMax: plan.max, set: plan.set.map((s) => `${s.key}=${s.value}`).join(",") });
   await applyConntrack(plan, { log });
 }

@@ -96,17 +96,21 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
     startHealthServer({ address: cfg.healthzBindAddress, health, log, onAnswer: (path, code) => metrics.answered(path, code) }),
   );
   const proxyMode = opts.backends.map((b) => modeOfBackend(b) || b).join(",");
-  serve("metrics", cfg.metricsBindAddress, () => startMetricsServer({ address: cfg.metricsBindAddress, metrics, proxyMode, config: cfg.kubeProxy, log }));
+  serve("metrics", cfg.metricsBindAddress, () =>
+    startMetricsServer({ address: cfg.metricsBindAddress, metrics, proxyMode, config: cfg.kubeProxy, log }),
+  );
 
   let hcPorts: HealthCheckPorts | null | undefined;
   let hcNodeIPs: readonly string[] | undefined;
   /** the health-check servers, listening where the node's IPs of `state` say (states share the array until it changes) */
   const healthChecks = (state: NodeState) => {
     const ips = state.nodeIPs ?? cfg.nodeIPs;
-    const addresses = () => healthCheckAddresses({ nodePortAddresses: cfg.nodePortAddresses, nodeIPs: ips, hostAddresses: hostAddresses() });
+    const addresses = () =>
+      healthCheckAddresses({ nodePortAddresses: cfg.nodePortAddresses, nodeIPs: ips, hostAddresses: hostAddresses() });
     if (hcPorts === undefined) {
       const explicit = cfg.nodePortAddresses.length > 0;
-      hcPorts = cfg.dryRun && !explicit ? null : new HealthCheckPorts({ addresses: addresses(), proxyHealthy: () => health.isHealthy(), log });
+      hcPorts =
+        cfg.dryRun && !explicit ? null : new HealthCheckPorts({ addresses: addresses(), proxyHealthy: () => health.isHealthy(), log });
     } else if (hcPorts && ips !== hcNodeIPs) hcPorts.retarget(addresses());
     hcNodeIPs = ips;
     return hcPorts;

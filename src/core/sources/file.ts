@@ -57,7 +57,8 @@ function documents(path: string, text: string): unknown[] {
 }
 
 /** a mapping with a `kind`: what kubectl prints for every object, whether kpng reads that kind or not */
-const isKubeObject = (v: unknown) => typeof v === "object" && v !== null && !Array.isArray(v) && typeof (v as { kind?: unknown }).kind === "string";
+const isKubeObject = (v: unknown) =>
+  typeof v === "object" && v !== null && !Array.isArray(v) && typeof (v as { kind?: unknown }).kind === "string";
 
 const typeName = (v: unknown) =>
   Array.isArray(v) ? "list" : v === null || v === undefined ? "null" : typeof v === "object" ? "mapping without a kind" : typeof v;
@@ -67,7 +68,12 @@ function describeValues(values: unknown[]): string {
   if (!values.length) return "it is empty";
   if (values.length === 1) {
     const v = values[0];
-    const shown = typeof v === "string" ? ` (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})` : typeof v === "number" || typeof v === "boolean" ? ` (${v})` : "";
+    const shown =
+      typeof v === "string"
+        ? ` (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})`
+        : typeof v === "number" || typeof v === "boolean"
+          ? ` (${v})`
+          : "";
     return `it holds one ${typeName(v)}${shown}`;
   }
   const types = [...new Set(values.map(typeName))];
@@ -90,7 +96,8 @@ export function parseClusterFile(path: string, text: string): ParsedFile {
       raws.push(...list.items);
     } else raws.push(value);
   }
-  if (!raws.some(isKubeObject) && !(lists && !raws.length)) throw invalid(`${path}: no Kubernetes object in the file: ${describeValues(raws)}`);
+  if (!raws.some(isKubeObject) && !(lists && !raws.length))
+    throw invalid(`${path}: no Kubernetes object in the file: ${describeValues(raws)}`);
   const parsed: Array<{ i: number; object: K8sObject }> = [];
   const out: ParsedFile = { objects: [], errors: [], rejected: [], warnings: [], dropped: [] };
   raws.forEach((raw, i) => {
@@ -109,11 +116,15 @@ export function parseClusterFile(path: string, text: string): ParsedFile {
   });
   // A file is a whole cluster: a slice whose service is not in it is a mistake
   // worth naming (from the API server it would just be an ordering race).
-  const services = new Set(parsed.filter((p) => p.object.kind === "Service").map((p) => `${p.object.metadata.namespace}/${p.object.metadata.name}`));
+  const services = new Set(
+    parsed.filter((p) => p.object.kind === "Service").map((p) => `${p.object.metadata.namespace}/${p.object.metadata.name}`),
+  );
   for (const { i, object } of parsed) {
     const owner = object.kind === "EndpointSlice" ? object.metadata.labels?.[SERVICE_NAME_LABEL] : undefined;
     if (owner !== undefined && !services.has(`${object.metadata.namespace}/${owner}`)) {
-      out.warnings.push(`${path}: item ${i}: ${objectName(object)} metadata.labels[${SERVICE_NAME_LABEL}]: service ${object.metadata.namespace}/${owner} is not in the file`);
+      out.warnings.push(
+        `${path}: item ${i}: ${objectName(object)} metadata.labels[${SERVICE_NAME_LABEL}]: service ${object.metadata.namespace}/${owner} is not in the file`,
+      );
       continue;
     }
     out.objects.push(object);
@@ -163,7 +174,10 @@ export async function startFileSource(opts: { path: string; brain: Brain; log: L
     }
     const objects = kept.length ? [...parsed.objects, ...kept] : parsed.objects;
     for (const kind of kinds) {
-      ingest.replace(kind, objects.filter((o) => o.kind === kind));
+      ingest.replace(
+        kind,
+        objects.filter((o) => o.kind === kind),
+      );
       ingest.synced(kind);
     }
     ingest.changed();

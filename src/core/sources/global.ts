@@ -108,7 +108,19 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
   const mirror = new GlobalMirror();
   const ingest = new Ingest(brain, { type: "at-once" });
   const apis = addrs.map(formatApiAddress);
-  const stats: GlobalSourceStats = { apis, connectedTo: null, connects: 0, failovers: 0, failures: {}, refused: 0, changeSets: 0, ops: 0, events: 0, unchanged: 0, lastChangeSetMs: 0 };
+  const stats: GlobalSourceStats = {
+    apis,
+    connectedTo: null,
+    connects: 0,
+    failovers: 0,
+    failures: {},
+    refused: 0,
+    changeSets: 0,
+    ops: 0,
+    events: 0,
+    unchanged: 0,
+    lastChangeSetMs: 0,
+  };
   opts.onStats?.(stats);
   const ac = new AbortController();
   const started = Promise.withResolvers<void>();

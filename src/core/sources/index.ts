@@ -37,16 +37,26 @@ export interface Source {
 
 export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain, log: Logger): Promise<Source> {
   if (opts.api?.length) {
-    if (opts.input !== undefined || opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --api: cannot be combined with --input, --kubeconfig or --master");
+    if (opts.input !== undefined || opts.kubeconfig !== undefined || opts.master !== undefined)
+      throw invalid("flag --api: cannot be combined with --input, --kubeconfig or --master");
     const { startGlobalSource } = await import("./global.ts");
     return startGlobalSource({ apis: opts.api, security: opts.security, onStats: opts.onGlobalStats, brain, log: log.child("global") });
   }
   if (opts.input !== undefined) {
-    if (opts.kubeconfig !== undefined || opts.master !== undefined) throw invalid("flag --input: cannot be combined with --kubeconfig or --master");
+    if (opts.kubeconfig !== undefined || opts.master !== undefined)
+      throw invalid("flag --input: cannot be combined with --kubeconfig or --master");
     return startFileSource({ path: opts.input, brain, log: log.child("file") });
   }
   const { startKubeSource } = await import("./kube.ts");
-  return startKubeSource({ kubeconfig: opts.kubeconfig, master: opts.master, allNodes: opts.allNodes, brain, log: log.child("kube"), config: cfg, restClient: opts.restClient });
+  return startKubeSource({
+    kubeconfig: opts.kubeconfig,
+    master: opts.master,
+    allNodes: opts.allNodes,
+    brain,
+    log: log.child("kube"),
+    config: cfg,
+    restClient: opts.restClient,
+  });
 }
 
 /**
@@ -71,7 +81,10 @@ export async function waitForNodeIPs(view: NodeView, opts: { timeoutMs?: number;
   opts.log.info("waiting for the Node's InternalIP/ExternalIP", { node: view.nodeName, timeoutSeconds: timeoutMs / 1000 });
   const { promise, resolve } = Promise.withResolvers<readonly string[]>();
   const timer = setTimeout(() => {
-    opts.log.warn("Node not found or without an address: node ports answer nowhere until it has one (or set --node-ip)", { node: view.nodeName, waitedSeconds: timeoutMs / 1000 });
+    opts.log.warn("Node not found or without an address: node ports answer nowhere until it has one (or set --node-ip)", {
+      node: view.nodeName,
+      waitedSeconds: timeoutMs / 1000,
+    });
     resolve([]);
   }, timeoutMs);
   const unsubscribe = view.subscribe(() => {
@@ -92,7 +105,15 @@ export async function waitForNodeIPs(view: NodeView, opts: { timeoutMs?: number;
  * missing from it is only worth a warning. IPs given by flag need neither.
  * Either way the IPs follow the Node later.
  */
-export async function nodeIPsBeforeFirstSync(view: NodeView, opts: { input?: string; nodeIPs: readonly string[]; stopped?: Promise<void>; log: Logger }): Promise<void> {
-  if (opts.input === undefined && !opts.nodeIPs.length) await Promise.race([waitForNodeIPs(view, { log: opts.log }), ...(opts.stopped ? [opts.stopped] : [])]);
-  else if (view.state && !view.state.nodeIPs.length) opts.log.warn("the input file has no addresses for this Node: node ports answer nowhere until it does (or set --node-ip)", { node: view.nodeName, file: opts.input });
+export async function nodeIPsBeforeFirstSync(
+  view: NodeView,
+  opts: { input?: string; nodeIPs: readonly string[]; stopped?: Promise<void>; log: Logger },
+): Promise<void> {
+  if (opts.input === undefined && !opts.nodeIPs.length)
+    await Promise.race([waitForNodeIPs(view, { log: opts.log }), ...(opts.stopped ? [opts.stopped] : [])]);
+  else if (view.state && !view.state.nodeIPs.length)
+    opts.log.warn("the input file has no addresses for this Node: node ports answer nowhere until it does (or set --node-ip)", {
+      node: view.nodeName,
+      file: opts.input,
+    });
 }

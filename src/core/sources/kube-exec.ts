@@ -56,7 +56,12 @@ const ExecOutput = v.object(
           token: str,
           clientCertificateData: str,
           clientKeyData: str,
-          expirationTimestamp: v.nullish(v.pipe(v.string("must be a string"), v.check((s) => !Number.isNaN(Date.parse(s)), "is not an RFC 3339 time"))),
+          expirationTimestamp: v.nullish(
+            v.pipe(
+              v.string("must be a string"),
+              v.check((s) => !Number.isNaN(Date.parse(s)), "is not an RFC 3339 time"),
+            ),
+          ),
         },
         "must be a mapping",
       ),
@@ -84,7 +89,8 @@ export function parseExecCredential(p: ExecPlugin, stdout: string): ExecCredenti
   if (!status) throw bad("status: missing");
   const { token, clientCertificateData: cert, clientKeyData: key, expirationTimestamp } = status;
   if (!token && !cert && !key) throw bad("status: holds neither a token nor a client certificate and key");
-  if (!cert !== !key) throw bad(`status: ${cert ? "clientKeyData" : "clientCertificateData"}: missing (a client certificate needs its key)`);
+  if (!cert !== !key)
+    throw bad(`status: ${cert ? "clientKeyData" : "clientCertificateData"}: missing (a client certificate needs its key)`);
   return {
     ...(token ? { token } : {}),
     ...(cert ? { cert, key: key! } : {}),
@@ -94,7 +100,11 @@ export function parseExecCredential(p: ExecPlugin, stdout: string): ExecCredenti
 
 /** KUBERNETES_EXEC_INFO: what client-go tells the plugin about the request. */
 export function execInfo(p: ExecPlugin): string {
-  return JSON.stringify({ apiVersion: p.apiVersion, kind: "ExecCredential", spec: { interactive: false, ...(p.cluster ? { cluster: p.cluster } : {}) } });
+  return JSON.stringify({
+    apiVersion: p.apiVersion,
+    kind: "ExecCredential",
+    spec: { interactive: false, ...(p.cluster ? { cluster: p.cluster } : {}) },
+  });
 }
 
 /** Runs the plugin once; rejects with its exit status and the first line it wrote to stderr. */
@@ -113,7 +123,13 @@ export function runExecPlugin(p: ExecPlugin, timeoutMs = EXEC_TIMEOUT_MS): Promi
     }, timeoutMs);
     child.on("error", (e: NodeJS.ErrnoException) => {
       clearTimeout(timer);
-      reject(pluginError(p, "unavailable", `cannot run: ${e.code ?? e.message}${p.installHint ? ` (${p.installHint.trim().split("\n")[0]})` : ""}`));
+      reject(
+        pluginError(
+          p,
+          "unavailable",
+          `cannot run: ${e.code ?? e.message}${p.installHint ? ` (${p.installHint.trim().split("\n")[0]})` : ""}`,
+        ),
+      );
     });
     child.on("close", (code, signal) => {
       clearTimeout(timer);
@@ -125,8 +141,13 @@ export function runExecPlugin(p: ExecPlugin, timeoutMs = EXEC_TIMEOUT_MS): Promi
         }
         return;
       }
-      const line = Buffer.concat(err).toString("utf8").split("\n").map((l) => l.trim()).find(Boolean);
-      const how = code !== null ? `exited with code ${code}` : timedOut ? `did not finish within ${timeoutMs / 1000} s` : `killed by ${signal}`;
+      const line = Buffer.concat(err)
+        .toString("utf8")
+        .split("\n")
+        .map((l) => l.trim())
+        .find(Boolean);
+      const how =
+        code !== null ? `exited with code ${code}` : timedOut ? `did not finish within ${timeoutMs / 1000} s` : `killed by ${signal}`;
       reject(pluginError(p, "unavailable", `${how}${line ? `: ${line}` : ""}`));
     });
   });

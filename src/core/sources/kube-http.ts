@@ -108,7 +108,10 @@ function sendRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
 export function kubeGet(access: KubeAccess, accept?: string): KubeGet {
   const agent = access.server.startsWith("https:") ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });
   const send = kubeRequest(access, agent);
-  return Object.assign((path: string, query: Record<string, string | undefined>, signal: AbortSignal) => send({ path, query, signal, accept }), { close: () => agent.destroy() });
+  return Object.assign(
+    (path: string, query: Record<string, string | undefined>, signal: AbortSignal) => send({ path, query, signal, accept }),
+    { close: () => agent.destroy() },
+  );
 }
 
 /** Reads a whole (small) response body. */
@@ -128,7 +131,10 @@ export async function expectOK(res: IncomingMessage, accept: readonly number[] =
   const body = Buffer.concat(chunks);
   let message = "";
   try {
-    message = encodingOf(res.headers["content-type"]) === "protobuf" ? String(decodeBody(body).object.message ?? "") : ((JSON.parse(body.toString("utf8")) as { message?: string }).message ?? "");
+    message =
+      encodingOf(res.headers["content-type"]) === "protobuf"
+        ? String(decodeBody(body).object.message ?? "")
+        : ((JSON.parse(body.toString("utf8")) as { message?: string }).message ?? "");
   } catch {
     message = body.toString("utf8").slice(0, 200);
   }

@@ -71,7 +71,11 @@ export const DEFAULT_BACKOFF: Backoff = { initialMs: 800, maxMs: 30_000 };
 const PAGE = 500;
 const LIST_TIMEOUT_MS = 60_000;
 
-type Outcome = { type: "gone" } | { type: "error"; err: unknown; timeout: boolean } | { type: "closed"; events: number; ms: number } | { type: "refused"; err: unknown };
+type Outcome =
+  | { type: "gone" }
+  | { type: "error"; err: unknown; timeout: boolean }
+  | { type: "closed"; events: number; ms: number }
+  | { type: "refused"; err: unknown };
 
 /** the annotation of the BOOKMARK that ends a streamed list's initial events */
 export const INITIAL_EVENTS_END = "k8s.io/initial-events-end";
@@ -144,10 +148,16 @@ export class Reflector {
           // and the next list is streamed again; one the server refuses (its WatchList gate off)
           // is not asked for again until kpng restarts.
           if (out.type === "refused") {
-            this.log.info("the API server does not stream lists (sendInitialEvents), listing page by page", { kind: this.kind, error: errorMessage(out.err) });
+            this.log.info("the API server does not stream lists (sendInitialEvents), listing page by page", {
+              kind: this.kind,
+              error: errorMessage(out.err),
+            });
             this.streamList = false;
           } else if (out.type === "error" && !out.timeout) {
-            this.log.warn("streamed list failed, listing page by page", { kind: this.kind, error: errorMessage(out.err) || String(statusOf(out.err) ?? "error") });
+            this.log.warn("streamed list failed, listing page by page", {
+              kind: this.kind,
+              error: errorMessage(out.err) || String(statusOf(out.err) ?? "error"),
+            });
           }
           out = undefined;
         }
@@ -260,7 +270,12 @@ export class Reflector {
    * page asks for listFrom's resourceVersion; the next ones carry the
    * continue token alone (it holds the resourceVersion), as client-go's pager.
    */
-  private async listPage(cont: string | undefined, stats: ListStats, feed: Feed, early: (token: string) => void): Promise<{ rv: string; cont: string | undefined }> {
+  private async listPage(
+    cont: string | undefined,
+    stats: ListStats,
+    feed: Feed,
+    early: (token: string) => void,
+  ): Promise<{ rv: string; cont: string | undefined }> {
     const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
     const query = { ...this.selectors(), limit: String(PAGE), ...(cont ? { continue: cont } : { resourceVersion: this.listFrom }) };
     const res = await expectOK(await this.get(this.spec.path, query, signal));
@@ -346,12 +361,15 @@ export class Reflector {
         watch: "true",
         allowWatchBookmarks: "true",
         timeoutSeconds: String(timeoutSeconds),
-        ...(listing ? { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", resourceVersion: "" } : { resourceVersion: this.resourceVersion }),
+        ...(listing
+          ? { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", resourceVersion: "" }
+          : { resourceVersion: this.resourceVersion }),
       };
       const res = await this.get(this.spec.path, query, AbortSignal.any([this.stop.signal, ctl.signal]));
       const code = res.statusCode ?? 0;
       // 4xx but 410 (and authorization, throttling): a server that does not take sendInitialEvents
-      if (listing && code >= 400 && code < 500 && ![401, 403, 410, 429].includes(code)) return { type: "refused", err: await expectOK(res).catch((err: unknown) => err) };
+      if (listing && code >= 400 && code < 500 && ![401, 403, 410, 429].includes(code))
+        return { type: "refused", err: await expectOK(res).catch((err: unknown) => err) };
       await expectOK(res);
       res.socket?.setKeepAlive?.(true, 30_000);
       open = true;
@@ -391,13 +409,16 @@ export class Reflector {
         if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
       }
       if (gone) return { type: "gone" };
-      if (initial) return { type: "error", err: new Error(`${this.spec.path}: the stream ended before its initial events did`), timeout: false };
+      if (initial)
+        return { type: "error", err: new Error(`${this.spec.path}: the stream ended before its initial events did`), timeout: false };
       // A stream that ends without an error is a normal end (timeoutSeconds) or a dropped
       // connection; either way we resume from the last resourceVersion.
       return { type: "closed", events, ms: performance.now() - started };
     } catch (err) {
       if (gone || statusOf(err) === 410) return { type: "gone" };
-      const timeout = (err as { name?: string })?.name === "TimeoutError" || (ctl.signal.reason as { name?: string } | undefined)?.name === "TimeoutError";
+      const timeout =
+        (err as { name?: string })?.name === "TimeoutError" ||
+        (ctl.signal.reason as { name?: string } | undefined)?.name === "TimeoutError";
       // A connection cut mid-stream ("aborted", ECONNRESET) after events is a drop, not a failure.
       if (open && events > 0 && !timeout && !initial) return { type: "closed", events, ms: performance.now() - started };
       return { type: "error", err, timeout };
@@ -438,7 +459,11 @@ interface FetchedPage {
 }
 
 /** The events of a watch answer: JSON lines, or protobuf frames; decoding time added to `stats` while it is a list. */
-async function* watchEvents(res: IncomingMessage, encoding: "json" | "protobuf", stats: ListStats | null): AsyncGenerator<Partial<WatchEvent> | undefined> {
+async function* watchEvents(
+  res: IncomingMessage,
+  encoding: "json" | "protobuf",
+  stats: ListStats | null,
+): AsyncGenerator<Partial<WatchEvent> | undefined> {
   const timed = <T>(f: () => T): T => {
     if (!stats) return f();
     const t0 = performance.now();

@@ -66,7 +66,9 @@ export function resourceSpecs(cfg: Config, opts: { allNodes?: boolean } = {}): R
     Service: { path: "/api/v1/services", labelSelector, accept },
     EndpointSlice: { path: "/apis/discovery.k8s.io/v1/endpointslices", labelSelector, accept },
     // A node proxy needs only its own Node's labels (zone) and addresses; a central brain everyone's.
-    Node: opts.allNodes ? { path: "/api/v1/nodes", accept } : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}`, accept },
+    Node: opts.allNodes
+      ? { path: "/api/v1/nodes", accept }
+      : { path: "/api/v1/nodes", fieldSelector: `metadata.name=${cfg.nodeName}`, accept },
   };
 }
 
@@ -75,7 +77,11 @@ const kindsInOrder: readonly Kind[] = ["Node", "Service", "EndpointSlice"];
 /** One Node by name (JSON or protobuf, by the answer's Content-Type); null when absent or unreachable. */
 async function getNode(access: KubeAccess, name: string, accept: string | undefined): Promise<Record<string, unknown> | null> {
   try {
-    const res = await kubeRequest(access)({ path: `/api/v1/nodes/${encodeURIComponent(name)}`, accept, signal: AbortSignal.timeout(10_000) });
+    const res = await kubeRequest(access)({
+      path: `/api/v1/nodes/${encodeURIComponent(name)}`,
+      accept,
+      signal: AbortSignal.timeout(10_000),
+    });
     if (res.statusCode !== 200) {
       res.resume();
       return null;
@@ -83,7 +89,9 @@ async function getNode(access: KubeAccess, name: string, accept: string | undefi
     const chunks: Buffer[] = [];
     for await (const c of res) chunks.push(c as Buffer);
     const body = Buffer.concat(chunks);
-    return encodingOf(res.headers["content-type"]) === "protobuf" ? decodeBody(body).object : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
+    return encodingOf(res.headers["content-type"]) === "protobuf"
+      ? decodeBody(body).object
+      : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
   } catch {
     return null;
   }
@@ -91,7 +99,11 @@ async function getNode(access: KubeAccess, name: string, accept: string | undefi
 
 /** `service default/web: protobuf: a field runs past the end of its message` */
 function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
-  return { ok: false, error: `${objectName({ kind, metadata: raw.metadata as never })}: protobuf: ${String(raw[UNDECODABLE])}`, reason: "malformed" };
+  return {
+    ok: false,
+    error: `${objectName({ kind, metadata: raw.metadata as never })}: protobuf: ${String(raw[UNDECODABLE])}`,
+    reason: "malformed",
+  };
 }
 
 /**
@@ -101,7 +113,10 @@ function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
  */
 export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSource> {
   const { brain, log, config } = opts;
-  const access = { ...loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master }), observe: opts.restClient };
+  const access = {
+    ...loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master }),
+    observe: opts.restClient,
+  };
   // The operator's minSyncPeriod, or none: each flush then paced by its own cost (pacing.ts).
   const ingest = new Ingest(brain, { type: "paced", minSyncPeriodMs: config.minSyncPeriodSeconds * 1000 });
   let reflectors: Reflector[] = [];
@@ -163,7 +178,16 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (present) ingest.missing(kind, present);
           present = null;
           if (!ingest.isSynced) {
-            log.info("listed", { kind, objects: list.items, via: list.via, pages: list.pages, as: list.encoding, ms: Math.round(list.ms), decodeMs: Math.round(list.decodeMs), validateMs: Math.round(validateMs[kind]) });
+            log.info("listed", {
+              kind,
+              objects: list.items,
+              via: list.via,
+              pages: list.pages,
+              as: list.encoding,
+              ms: Math.round(list.ms),
+              decodeMs: Math.round(list.decodeMs),
+              validateMs: Math.round(validateMs[kind]),
+            });
           }
           validateMs[kind] = 0;
           ingest.synced(kind);

@@ -70,7 +70,12 @@ const ClusterSchema = mapping({
 const ExecSchema = mapping({
   command: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")),
   args: list(v.string("must be a string")),
-  env: list(mapping({ name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")), value: v.nullish(v.string("must be a string"), "") })),
+  env: list(
+    mapping({
+      name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")),
+      value: v.nullish(v.string("must be a string"), ""),
+    }),
+  ),
   apiVersion: v.picklist(EXEC_API_VERSIONS, `must be one of: ${EXEC_API_VERSIONS.join(", ")}`),
   installHint: str,
   provideClusterInfo: bool,
@@ -120,7 +125,8 @@ export function parseKubeconfig(where: string, text: string): Kubeconfig {
   }
   const raw = parsed.toJS() as unknown;
   if (raw === null || raw === undefined) throw invalid(`${where}: the file is empty`);
-  if (typeof raw !== "object" || Array.isArray(raw)) throw invalid(`${where}: not a kubeconfig (a mapping with clusters, contexts and users)`);
+  if (typeof raw !== "object" || Array.isArray(raw))
+    throw invalid(`${where}: not a kubeconfig (a mapping with clusters, contexts and users)`);
   const res = v.safeParse(KubeconfigSchema, raw, { abortPipeEarly: true });
   if (!res.success) throw invalid(`${where}: ${issuePath(res.issues[0])}: ${issueProblem(res.issues[0])}`);
   // client-go turns the lists into maps and refuses a name given twice.
@@ -135,7 +141,10 @@ export function parseKubeconfig(where: string, text: string): Kubeconfig {
 }
 
 /** The current context's cluster and user (no user: anonymous). */
-export function currentContext(where: string, doc: Kubeconfig): { cluster: { name: string; cluster: ClusterEntry }; user?: { name: string; user: UserEntry } } {
+export function currentContext(
+  where: string,
+  doc: Kubeconfig,
+): { cluster: { name: string; cluster: ClusterEntry }; user?: { name: string; user: UserEntry } } {
   const ctxName = doc["current-context"] ?? "";
   const noCluster = (why: string) => invalid(`${where}: no cluster for current-context "${ctxName}" (${why})`);
   if (!ctxName) throw noCluster("current-context is not set");
@@ -178,7 +187,14 @@ function checkPem(field: string, what: keyof typeof PEM_MARK, text: string): str
 }
 
 /** PEM from `<field>-data` (which wins, as in client-go) or from the file `<field>`; undefined if neither is set. */
-function pemOf(at: string, field: string, what: keyof typeof PEM_MARK, file: string | null | undefined, data: string | null | undefined, base: string): string | RereadFile | undefined {
+function pemOf(
+  at: string,
+  field: string,
+  what: keyof typeof PEM_MARK,
+  file: string | null | undefined,
+  data: string | null | undefined,
+  base: string,
+): string | RereadFile | undefined {
   if (data) return checkPem(`${at}${field}-data`, what, decodeData(`${at}${field}-data`, data));
   if (!file) return undefined;
   const path = resolveFrom(base, file);
@@ -189,7 +205,8 @@ const resolveFrom = (base: string, p: string) => (isAbsolute(p) ? p : join(base,
 
 function clusterAccess(where: string, name: string, c: ClusterEntry, base: string, master?: string): { server: string; tls: ServerTLS } {
   const at = `${where}: cluster "${name}": `;
-  if (c["proxy-url"]) throw invalid(`${at}proxy-url: ${JSON.stringify(c["proxy-url"])} is not supported by kpng (it connects to the API server directly)`);
+  if (c["proxy-url"])
+    throw invalid(`${at}proxy-url: ${JSON.stringify(c["proxy-url"])} is not supported by kpng (it connects to the API server directly)`);
   const server = master ?? c.server;
   if (!server) throw invalid(`${at}server: missing`);
   if (!isHttpURL(server)) throw invalid(`${at}server: ${JSON.stringify(server)} is not an http(s) URL`);
@@ -219,7 +236,8 @@ function userAuth(where: string, name: string, u: UserEntry, base: string, clust
   }
   for (const f of IMPERSONATION) if (isSet(u[f])) throw invalid(`${at}${f}: impersonation is not supported by kpng`);
   const hasBasic = !!(u.username || u.password);
-  if (hasBasic && (u.token || u.tokenFile)) throw invalid(`${at}username: cannot be combined with a token (one authentication method only)`);
+  if (hasBasic && (u.token || u.tokenFile))
+    throw invalid(`${at}username: cannot be combined with a token (one authentication method only)`);
   const cert = pemOf(at, "client-certificate", "certificate", u["client-certificate"], u["client-certificate-data"], base);
   const key = pemOf(at, "client-key", "key", u["client-key"], u["client-key-data"], base);
   if (cert && !key) throw invalid(`${at}client-key: missing (client-certificate needs its key)`);
@@ -238,7 +256,12 @@ function userAuth(where: string, name: string, u: UserEntry, base: string, clust
   return auth;
 }
 
-function execPlugin(user: string, e: NonNullable<UserEntry["exec"]>, base: string, cluster: { server: string; tls: ServerTLS }): ExecPlugin {
+function execPlugin(
+  user: string,
+  e: NonNullable<UserEntry["exec"]>,
+  base: string,
+  cluster: { server: string; tls: ServerTLS },
+): ExecPlugin {
   return {
     user,
     command: e.command.includes("/") ? resolveFrom(base, e.command) : e.command,
@@ -281,7 +304,8 @@ const SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount";
 function inCluster(env: NodeJS.ProcessEnv, prefix: string): KubeAccess {
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
-  if (!host || !port) throw invalid("no --kubeconfig, --master or --input given, and not running in a pod (KUBERNETES_SERVICE_HOST is unset)");
+  if (!host || !port)
+    throw invalid("no --kubeconfig, --master or --input given, and not running in a pod (KUBERNETES_SERVICE_HOST is unset)");
   const read = (file: string, missing: string) => {
     const path = `${prefix}${SERVICE_ACCOUNT}/${file}`;
     try {

@@ -22,7 +22,8 @@ export type { Owner } from "./footprint.ts";
 export type { Plan } from "./plan.ts";
 
 const FLAVOURS: readonly Flavour[] = ["legacy", "nft"];
-const iptablesTool = (family: Family, flavour: Flavour, what: "save" | "restore") => `${family === "v4" ? "iptables" : "ip6tables"}-${flavour}-${what}`;
+const iptablesTool = (family: Family, flavour: Flavour, what: "save" | "restore") =>
+  `${family === "v4" ? "iptables" : "ip6tables"}-${flavour}-${what}`;
 
 /** Reads what the sweep needs; a tool that fails (missing, no IPVS in the kernel, no such device) reads as nothing. */
 export async function listNode(exec: Executor): Promise<Listing> {
@@ -53,11 +54,17 @@ export async function listNode(exec: Executor): Promise<Listing> {
  * else the `nat-prerouting` chain (reading a chain reads the table's sets).
  */
 async function nftTablesPresent(exec: Executor): Promise<string> {
-  const lists = (argv: string[]) => exec.run(argv).then(() => true, () => false);
+  const lists = (argv: string[]) =>
+    exec.run(argv).then(
+      () => true,
+      () => false,
+    );
   let out = "";
   for (const owner of ["kube-proxy", "kpng"] as const)
     for (const t of NFT_TABLES[owner]) {
-      const found = (await lists(["nft", "list", "set", t.family, t.name, "cluster-ips"])) || (await lists(["nft", "list", "chain", t.family, t.name, "nat-prerouting"]));
+      const found =
+        (await lists(["nft", "list", "set", t.family, t.name, "cluster-ips"])) ||
+        (await lists(["nft", "list", "chain", t.family, t.name, "nat-prerouting"]));
       if (found) out += `table ${t.family} ${t.name}\n`;
     }
   return out;
@@ -123,10 +130,26 @@ const hostExecutor = async (): Promise<Executor> => (await import("../../../plug
  * the virtual servers in that sync, so they stay.
  */
 export async function migrateFromKubeProxy(o: { log: Logger; backends: readonly string[]; exec?: Executor }): Promise<SweepResult> {
-  return removeLeftovers({ exec: o.exec ?? (await hostExecutor()), log: o.log, owners: ["kube-proxy"], keepIpvs: o.backends.includes("ipvs") });
+  return removeLeftovers({
+    exec: o.exec ?? (await hostExecutor()),
+    log: o.log,
+    owners: ["kube-proxy"],
+    keepIpvs: o.backends.includes("ipvs"),
+  });
 }
 
 /** `--cleanup`: kpng's rules of every backend and kube-proxy's of every mode, in both iptables flavours and families. */
-export async function cleanupEveryMode(o: { log: Logger; dryRun?: boolean; out?: (text: string) => void; exec?: Executor }): Promise<SweepResult> {
-  return removeLeftovers({ exec: o.exec ?? (await hostExecutor()), log: o.log, owners: ["kpng", "kube-proxy"], dryRun: o.dryRun, out: o.out });
+export async function cleanupEveryMode(o: {
+  log: Logger;
+  dryRun?: boolean;
+  out?: (text: string) => void;
+  exec?: Executor;
+}): Promise<SweepResult> {
+  return removeLeftovers({
+    exec: o.exec ?? (await hostExecutor()),
+    log: o.log,
+    owners: ["kpng", "kube-proxy"],
+    dryRun: o.dryRun,
+    out: o.out,
+  });
 }

@@ -126,7 +126,8 @@ export function planIptables(dump: IptablesDump, owners: readonly Owner[]): { in
     // Chains of ours that another program's chain jumps to stay, with all they reach.
     const keep = new Set<string>();
     const pending: string[] = [];
-    for (const [chain, targets] of saved.edges) if (!owned.has(chain) && !BUILTIN_CHAINS.has(chain)) pending.push(...targets.filter((t) => owned.has(t)));
+    for (const [chain, targets] of saved.edges)
+      if (!owned.has(chain) && !BUILTIN_CHAINS.has(chain)) pending.push(...targets.filter((t) => owned.has(t)));
     for (let c = pending.pop(); c !== undefined; c = pending.pop()) {
       if (keep.has(c)) continue;
       keep.add(c);
@@ -139,7 +140,8 @@ export function planIptables(dump: IptablesDump, owners: readonly Owner[]): { in
       tx.declare(table, c);
       tx.deleteChain(table, c);
     }
-    if (gone.length) removed.push(`${where} ${table}: ${gone.length} chains (${summarize(gone)}), ${jumps.length} jumps from built-in chains`);
+    if (gone.length)
+      removed.push(`${where} ${table}: ${gone.length} chains (${summarize(gone)}), ${jumps.length} jumps from built-in chains`);
     for (const c of keep) kept.push(`${where} ${table} ${c}: another program's chain still reaches it`);
   }
   if (tx.error) throw new Error(`${where}: ${tx.error}`);
@@ -171,7 +173,8 @@ function planIpvs(listing: Listing, sets: Map<string, string[]>, owners: readonl
   const onDevice = new Set(parseIpAddrJson(listing.deviceAddrs));
   const nodePorts = new Set<string>();
   if (owners.includes("kube-proxy"))
-    for (const proto of ["tcp", "udp"] as const) for (const set of NODE_PORT_SETS[proto]) for (const port of sets.get(set) ?? []) nodePorts.add(`${proto} ${port}`);
+    for (const proto of ["tcp", "udp"] as const)
+      for (const set of NODE_PORT_SETS[proto]) for (const port of sets.get(set) ?? []) nodePorts.add(`${proto} ${port}`);
   const kpngNodePorts = new Set<string>();
   if (owners.includes("kpng")) for (const f of FAMILIES) for (const e of sets.get(setName("nodePort", f)) ?? []) kpngNodePorts.add(e);
   let input = "";

@@ -19,7 +19,11 @@ export async function runCommand(argv: readonly string[], stdin?: string): Promi
 
 function start(argv: readonly string[], stdin: string | undefined) {
   try {
-    return Bun.spawn([...argv], { stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin), stdout: "pipe", stderr: "pipe" });
+    return Bun.spawn([...argv], {
+      stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
   } catch (err) {
     throw new KpngError("unavailable", `${argv[0]}: cannot run (${errorMessage(err).replace(/\s+/g, " ").trim()})`);
   }

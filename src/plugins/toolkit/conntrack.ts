@@ -53,10 +53,7 @@ export const frontendKey = (f: Pick<UdpFrontend, "ip" | "family" | "port">) =>
   f.ip === undefined ? `nodeport/${f.family}/${f.port}` : `${f.ip}/${f.port}`;
 
 /** What to delete after a sync moved from `prev` to `next` (both keyed by frontendKey). */
-export function staleUdpFlows(
-  prev: ReadonlyMap<string, UdpFrontend>,
-  next: ReadonlyMap<string, UdpFrontend>,
-): StaleFlow[] {
+export function staleUdpFlows(prev: ReadonlyMap<string, UdpFrontend>, next: ReadonlyMap<string, UdpFrontend>): StaleFlow[] {
   const out: StaleFlow[] = [];
   const flow = (f: UdpFrontend, endpoint?: string): StaleFlow => ({ family: f.family, dst: f.ip, dport: f.port, endpoint });
   for (const [key, before] of prev) {
@@ -127,8 +124,20 @@ export function matches(f: StaleFlow, e: UdpEntry): boolean {
 }
 
 const entryArgv = (e: UdpEntry) => [
-  "conntrack", "-D", "-f", e.family === 6 ? "ipv6" : "ipv4", "-p", "udp",
-  "--orig-src", e.src, "--orig-dst", e.dst, "--orig-port-src", String(e.sport), "--orig-port-dst", String(e.dport),
+  "conntrack",
+  "-D",
+  "-f",
+  e.family === 6 ? "ipv6" : "ipv4",
+  "-p",
+  "udp",
+  "--orig-src",
+  e.src,
+  "--orig-dst",
+  e.dst,
+  "--orig-port-src",
+  String(e.sport),
+  "--orig-port-dst",
+  String(e.dport),
 ];
 
 /**
@@ -146,7 +155,11 @@ export async function deleteStaleUdpFlows(exec: Executor, flows: readonly StaleF
 }
 
 /** deleteStaleUdpFlows, telling how many deletions succeeded and how many failed. */
-export async function removeStaleUdpFlows(exec: Executor, flows: readonly StaleFlow[], log: Logger): Promise<{ deleted: number; failed: number }> {
+export async function removeStaleUdpFlows(
+  exec: Executor,
+  flows: readonly StaleFlow[],
+  log: Logger,
+): Promise<{ deleted: number; failed: number }> {
   const total = { deleted: 0, failed: 0 };
   for (const family of [4, 6] as const) {
     const r = await removeFamily(exec, flows, family, log);
@@ -157,7 +170,12 @@ export async function removeStaleUdpFlows(exec: Executor, flows: readonly StaleF
 }
 
 /** The flows of `family` among `flows`: one filtered delete when `flows` is one flow, else one dump of the family. */
-async function removeFamily(exec: Executor, flows: readonly StaleFlow[], family: IPVersion, log: Logger): Promise<{ deleted: number; failed: number }> {
+async function removeFamily(
+  exec: Executor,
+  flows: readonly StaleFlow[],
+  family: IPVersion,
+  log: Logger,
+): Promise<{ deleted: number; failed: number }> {
   const mine = flows.filter((f) => f.family === family);
   if (!mine.length) return { deleted: 0, failed: 0 };
   if (flows.length === 1) return deleteEach(exec, mine.map(conntrackArgv), log);
@@ -181,7 +199,12 @@ export type ConntrackReport = (family: IPVersion, seconds: number, deleted: numb
  * family): how long it took and how many deletions succeeded (a
  * `conntrack -D` by filter counts one, whatever it matched).
  */
-export async function reconcileConntrack(exec: Executor, flows: readonly StaleFlow[], log: Logger, report?: ConntrackReport): Promise<void> {
+export async function reconcileConntrack(
+  exec: Executor,
+  flows: readonly StaleFlow[],
+  log: Logger,
+  report?: ConntrackReport,
+): Promise<void> {
   for (const family of [4, 6] as const) {
     const t0 = performance.now();
     const { deleted } = await removeFamily(exec, flows, family, log);

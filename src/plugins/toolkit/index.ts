@@ -17,12 +17,32 @@
 // time: it imports types from here (`import type`) and finds the functions
 // in its BackendContext (`ctx.toolkit`, set by the loader).
 
-export type { Backend, BackendContext, BackendFactory, BackendMetrics, Executor, FullStateBackend, IncrementalBackend, NodeWarning } from "../backend.ts";
+export type {
+  Backend,
+  BackendContext,
+  BackendFactory,
+  BackendMetrics,
+  Executor,
+  FullStateBackend,
+  IncrementalBackend,
+  NodeWarning,
+} from "../backend.ts";
 export type { Config } from "../../core/config/config.ts";
 export type { Logger } from "../../core/log.ts";
 export type { NodeState, ServiceEndpoints, StateChange } from "../../core/brain/state.ts";
 export { serviceKey, splitServiceKey } from "../../core/brain/state.ts";
-export { EndpointSchema, Protocol, ServiceSchema, type ClientIPAffinity, type Endpoint, type EndpointScopes, type IPFilter, type IPSet, type PortMapping, type Service } from "../../gen/localv1/services_pb.ts";
+export {
+  EndpointSchema,
+  Protocol,
+  ServiceSchema,
+  type ClientIPAffinity,
+  type Endpoint,
+  type EndpointScopes,
+  type IPFilter,
+  type IPSet,
+  type PortMapping,
+  type Service,
+} from "../../gen/localv1/services_pb.ts";
 export { errorMessage, invalid, isInvalidArgument, isUnavailable, KpngError, type ErrorCode } from "../../core/errors.ts";
 export * from "./family.ts";
 export * from "./node-addresses.ts";

@@ -29,8 +29,7 @@ export function familiesOf(config: Pick<Config, "nodeIPs" | "clusterCIDRs" | "no
 }
 
 /** nodePortAddresses lists CIDRs: the node's interface addresses must be read to match them. */
-export const needsInterfaceAddresses = (config: Pick<Config, "nodePortAddresses">) =>
-  config.nodePortAddresses.some((a) => a !== "primary");
+export const needsInterfaceAddresses = (config: Pick<Config, "nodePortAddresses">) => config.nodePortAddresses.some((a) => a !== "primary");
 
 /**
  * Addresses node ports answer on (kube-proxy's --nodeport-addresses): empty or

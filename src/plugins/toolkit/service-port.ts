@@ -56,5 +56,9 @@ export function servedInFamily(svc: Service, family: Family): boolean {
  * on no address of this node (nft with an empty --nodeport-addresses match).
  */
 export function externallyAccessible(svc: Service, pm: PortMapping, family: Family, nodePorts = true): boolean {
-  return (nodePorts && isPort(pm.NodePort)) || ipsOf(svc.IPs?.ExternalIPs, family).length > 0 || ipsOf(svc.IPs?.LoadBalancerIPs, family).length > 0;
+  return (
+    (nodePorts && isPort(pm.NodePort)) ||
+    ipsOf(svc.IPs?.ExternalIPs, family).length > 0 ||
+    ipsOf(svc.IPs?.LoadBalancerIPs, family).length > 0
+  );
 }

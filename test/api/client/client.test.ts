@@ -42,7 +42,13 @@ async function expectedState(node: string): Promise<NodeState> {
 /** A state as comparable data: services and endpoints by key, as wire bytes. */
 const wire = (s: NodeState) =>
   Object.fromEntries(
-    [...s.services].map(([k, se]) => [k, { service: Buffer.from(toBinary(ServiceSchema, se.service)).toString("hex"), endpoints: Object.fromEntries([...se.endpoints].map(([e, ep]) => [e, Buffer.from(toBinary(EndpointSchema, ep)).toString("hex")])) }]),
+    [...s.services].map(([k, se]) => [
+      k,
+      {
+        service: Buffer.from(toBinary(ServiceSchema, se.service)).toString("hex"),
+        endpoints: Object.fromEntries([...se.endpoints].map(([e, ep]) => [e, Buffer.from(toBinary(EndpointSchema, ep)).toString("hex")])),
+      },
+    ]),
   );
 
 /** Collects revisions; `until(n)` resolves when n have arrived. */
@@ -150,13 +156,19 @@ describe("run(), the example client (examples/plugins/print-changes.ts)", () => 
     await serve(sock);
   });
   const example = (args: string[]) =>
-    Bun.spawn([BUN, join(ROOT, "examples/plugins/print-changes.ts"), "--api", `unix://${sock}`, ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    Bun.spawn([BUN, join(ROOT, "examples/plugins/print-changes.ts"), "--api", `unix://${sock}`, ...args], {
+      cwd: ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
 
   test("--once: prints the first state and exits 0", async () => {
     const p = example(["--node-name", "node-1", "--once"]);
     expect(await p.exited).toBe(0);
     const want = await expectedState("node-1");
-    expect((await new Response(p.stdout).text()).trim()).toBe(`rev=1 node=node-1 services=${want.services.size} endpoints=${[...want.services.values()].reduce((n, s) => n + s.endpoints.size, 0)} changed=all`);
+    expect((await new Response(p.stdout).text()).trim()).toBe(
+      `rev=1 node=node-1 services=${want.services.size} endpoints=${[...want.services.values()].reduce((n, s) => n + s.endpoints.size, 0)} changed=all`,
+    );
   });
 
   for (const signal of ["SIGINT", "SIGTERM"] as const) {

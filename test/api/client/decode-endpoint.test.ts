@@ -10,7 +10,22 @@ import { EndpointSchema, type Endpoint } from "../../../src/gen/localv1/services
 import { v4, v6 } from "../../fixtures/addresses.ts";
 
 const cases: Array<{ name: string; ep: Endpoint | Uint8Array }> = [
-  { name: "every field set", ep: create(EndpointSchema, { Hostname: "web-1", IPs: { V4: [v4.pod(1, 10)], V6: [v6.pod(1, 10)] }, Local: true, PortOverrides: [{ Name: "http", Port: 8080 }, { Name: "ü", Port: 65535 }], Scopes: { Internal: true, External: true }, Terminating: true, NodeName: "node-1", Zone: "zone-a" }) },
+  {
+    name: "every field set",
+    ep: create(EndpointSchema, {
+      Hostname: "web-1",
+      IPs: { V4: [v4.pod(1, 10)], V6: [v6.pod(1, 10)] },
+      Local: true,
+      PortOverrides: [
+        { Name: "http", Port: 8080 },
+        { Name: "ü", Port: 65535 },
+      ],
+      Scopes: { Internal: true, External: true },
+      Terminating: true,
+      NodeName: "node-1",
+      Zone: "zone-a",
+    }),
+  },
   { name: "all defaults (empty bytes)", ep: create(EndpointSchema) },
   { name: "empty sub-messages (present, all defaults)", ep: create(EndpointSchema, { IPs: {}, Scopes: {} }) },
   { name: "only external scope, v6 only", ep: create(EndpointSchema, { IPs: { V6: [v6.pod(2, 1)] }, Scopes: { External: true } }) },
@@ -21,7 +36,18 @@ const cases: Array<{ name: string; ep: Endpoint | Uint8Array }> = [
   },
   {
     name: "IPs sent twice (to be merged): falls back",
-    ep: new BinaryWriter().tag(2, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).string(v4.pod(1, 1)).join().tag(2, WireType.LengthDelimited).fork().tag(1, WireType.LengthDelimited).string(v4.pod(1, 2)).join().finish(),
+    ep: new BinaryWriter()
+      .tag(2, WireType.LengthDelimited)
+      .fork()
+      .tag(1, WireType.LengthDelimited)
+      .string(v4.pod(1, 1))
+      .join()
+      .tag(2, WireType.LengthDelimited)
+      .fork()
+      .tag(1, WireType.LengthDelimited)
+      .string(v4.pod(1, 2))
+      .join()
+      .finish(),
   },
 ];
 

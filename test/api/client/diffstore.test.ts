@@ -3,7 +3,11 @@ import { deepEqual, DiffStore } from "../../../src/core/api/client/diffstore.ts"
 
 type Round = (s: DiffStore<string, string[]>) => void;
 const rules = () => new DiffStore<string, string[]>({ create: () => [] });
-const keys = (d: { created: Array<[string, ...unknown[]]>; updated: Array<[string, ...unknown[]]>; deleted: Array<[string, ...unknown[]]> }) => ({
+const keys = (d: {
+  created: Array<[string, ...unknown[]]>;
+  updated: Array<[string, ...unknown[]]>;
+  deleted: Array<[string, ...unknown[]]>;
+}) => ({
   created: d.created.map((e) => e[0]),
   updated: d.updated.map((e) => e[0]),
   deleted: d.deleted.map((e) => e[0]),

@@ -56,7 +56,12 @@ describe("Replica", () => {
     {
       name: "a service gone meanwhile: its endpoint deletes and service delete are synthesised",
       edit: (b) => remove(b, "Service", "ns-4", "svc-4"),
-      want: ["deleteEndpoint ns-4/svc-4/svc-4-0", "deleteEndpoint ns-4/svc-4/svc-4-1", "deleteEndpoint ns-4/svc-4/svc-4-2", "deleteService ns-4/svc-4"],
+      want: [
+        "deleteEndpoint ns-4/svc-4/svc-4-0",
+        "deleteEndpoint ns-4/svc-4/svc-4-1",
+        "deleteEndpoint ns-4/svc-4/svc-4-2",
+        "deleteService ns-4/svc-4",
+      ],
     },
     {
       name: "one endpoint changed meanwhile: only that endpoint, nothing resent",
@@ -111,7 +116,17 @@ describe("Replica", () => {
     const brain = brainWith(gen);
     const r = new Replica("node-1");
     const s = brain.view("node-1").state!;
-    const entries = (st: NodeState) => [...st.services].map(([k, se]) => [k, { service: se.service, endpoints: [...se.endpoints] }] as [string, { service: typeof se.service; endpoints: Array<[string, typeof se.endpoints extends ReadonlyMap<string, infer E> ? E : never]> }]);
+    const entries = (st: NodeState) =>
+      [...st.services].map(
+        ([k, se]) =>
+          [k, { service: se.service, endpoints: [...se.endpoints] }] as [
+            string,
+            {
+              service: typeof se.service;
+              endpoints: Array<[string, typeof se.endpoints extends ReadonlyMap<string, infer E> ? E : never]>;
+            },
+          ],
+      );
     const held = r.applySnapshot(entries(s))!.state;
     const restarted = brainWith(gen);
     remove(restarted, "Service", "ns-1", "svc-1");
@@ -143,7 +158,12 @@ describe("watchChangeSets", () => {
   test("Reset counts only as a stream's first op (kpng's client ignores it later)", async () => {
     const set: WireOp = { op: "set", set: SetKind.ServicesSet, path: "a/b", bytes: new Uint8Array() };
     const got: ChangeSet[] = [];
-    for await (const cs of watchChangeSets(fakeConn([{ op: "reset" }, set, { op: "sync" }, { op: "reset" }, set, { op: "sync" }]), "n", new AbortController().signal)) got.push(cs);
+    for await (const cs of watchChangeSets(
+      fakeConn([{ op: "reset" }, set, { op: "sync" }, { op: "reset" }, set, { op: "sync" }]),
+      "n",
+      new AbortController().signal,
+    ))
+      got.push(cs);
     expect(got.map((c) => c.reset)).toEqual([true, false]);
     expect(got.map((c) => c.ops.length)).toEqual([1, 1]);
   });

@@ -44,7 +44,10 @@ afterAll(async () => {
 
 /** The brain still answers a well-formed Next, on both ports. */
 async function stillServing() {
-  for (const [server, opts] of [[plain, {}], [secure, { tls: { ca: cert.cert } }]] as Array<[ApiServer, ConnectOptions]>) {
+  for (const [server, opts] of [
+    [plain, {}],
+    [secure, { tls: { ca: cert.cert } }],
+  ] as Array<[ApiServer, ConnectOptions]>) {
     const conn = connectGrpc({ kind: "tcp", host: "127.0.0.1", port: portOf(server) }, opts);
     try {
       const snap = await nextSnapshot(conn, { instanceID: 0n, rev: 0n, nodeName: "node-1" }, AbortSignal.timeout(10_000));
@@ -71,8 +74,14 @@ describe("malformed HTTP/2: the connection gets GOAWAY or is closed", () => {
   const cases: Array<{ name: string; bytes: () => Buffer }> = [
     { name: "random bytes instead of a request", bytes: () => Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 7919) % 256)) },
     { name: "a frame longer than the maximum frame size", bytes: () => frame(FRAME.DATA, 0, 1, Buffer.alloc(16), 1 << 23) },
-    { name: "HEADERS on stream 0", bytes: () => frame(FRAME.HEADERS, FLAG.END_HEADERS, 0, headerBlock(grpcRequestHeaders("/localv1.Endpoints/Next"))) },
-    { name: "a HEADERS block HPACK cannot decode", bytes: () => frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0x7f])) },
+    {
+      name: "HEADERS on stream 0",
+      bytes: () => frame(FRAME.HEADERS, FLAG.END_HEADERS, 0, headerBlock(grpcRequestHeaders("/localv1.Endpoints/Next"))),
+    },
+    {
+      name: "a HEADERS block HPACK cannot decode",
+      bytes: () => frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0x7f])),
+    },
     { name: "DATA on a stream never opened", bytes: () => frame(FRAME.DATA, 0, 7, grpcMessage(Buffer.alloc(3))) },
     { name: "a SETTINGS frame of the wrong length", bytes: () => frame(FRAME.SETTINGS, 0, 0, Buffer.alloc(5)) },
     { name: "WINDOW_UPDATE overflowing the window", bytes: () => frame(FRAME.WINDOW_UPDATE, 0, 0, Buffer.from([0x7f, 0xff, 0xff, 0xff])) },
@@ -113,7 +122,8 @@ async function grpcCall(path: string, body: Buffer): Promise<{ status: string; m
     let message = "";
     const take = (h: http2.IncomingHttpHeaders) => {
       if (h[":status"] !== undefined && Number(h[":status"]) !== 200) status = `http ${h[":status"]}`;
-      if (h["grpc-status"] !== undefined) [status, message] = [String(h["grpc-status"]), decodeURIComponent(String(h["grpc-message"] ?? ""))];
+      if (h["grpc-status"] !== undefined)
+        [status, message] = [String(h["grpc-status"]), decodeURIComponent(String(h["grpc-message"] ?? ""))];
     };
     req.on("response", take);
     req.on("trailers", take);
@@ -131,11 +141,41 @@ async function grpcCall(path: string, body: Buffer): Promise<{ status: string; m
 
 describe("malformed gRPC messages: an error status, the brain keeps serving", () => {
   const cases: Array<{ name: string; path: string; body: () => Buffer; status: string; message: RegExp }> = [
-    { name: "a message that is not a NextFilter", path: "/localv1.Endpoints/Next", body: () => grpcMessage(Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f])), status: "3", message: /cannot decode localv1.NextFilter/ },
-    { name: "a WatchReq without a node name", path: "/localv1.Sets/Watch", body: () => grpcMessage(Buffer.alloc(0)), status: "3", message: /WatchReq.NodeName: must not be empty/ },
-    { name: `an envelope declaring more than ${MAX_REQUEST_MESSAGE} bytes`, path: "/localv1.Sets/Watch", body: () => grpcMessage(Buffer.alloc(10), 2 * MAX_REQUEST_MESSAGE), status: "8", message: /exceeds 1048576/ },
-    { name: "an envelope cut short", path: "/localv1.Endpoints/Next", body: () => grpcMessage(Buffer.alloc(10), 100), status: "3", message: /incomplete envelope/ },
-    { name: "a compressed message", path: "/localv1.Endpoints/Next", body: () => Buffer.concat([Buffer.from([1, 0, 0, 0, 1]), Buffer.alloc(1)]), status: "12", message: /compressed/ },
+    {
+      name: "a message that is not a NextFilter",
+      path: "/localv1.Endpoints/Next",
+      body: () => grpcMessage(Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f])),
+      status: "3",
+      message: /cannot decode localv1.NextFilter/,
+    },
+    {
+      name: "a WatchReq without a node name",
+      path: "/localv1.Sets/Watch",
+      body: () => grpcMessage(Buffer.alloc(0)),
+      status: "3",
+      message: /WatchReq.NodeName: must not be empty/,
+    },
+    {
+      name: `an envelope declaring more than ${MAX_REQUEST_MESSAGE} bytes`,
+      path: "/localv1.Sets/Watch",
+      body: () => grpcMessage(Buffer.alloc(10), 2 * MAX_REQUEST_MESSAGE),
+      status: "8",
+      message: /exceeds 1048576/,
+    },
+    {
+      name: "an envelope cut short",
+      path: "/localv1.Endpoints/Next",
+      body: () => grpcMessage(Buffer.alloc(10), 100),
+      status: "3",
+      message: /incomplete envelope/,
+    },
+    {
+      name: "a compressed message",
+      path: "/localv1.Endpoints/Next",
+      body: () => Buffer.concat([Buffer.from([1, 0, 0, 0, 1]), Buffer.alloc(1)]),
+      status: "12",
+      message: /compressed/,
+    },
     // Connect's router answers HTTP 404, which gRPC clients read as UNIMPLEMENTED
     { name: "an unknown method", path: "/localv1.Sets/Nope", body: () => grpcMessage(Buffer.alloc(0)), status: "http 404", message: /^$/ },
   ];
@@ -160,11 +200,19 @@ describe("malformed Connect requests (HTTP/1.1): an error, the brain keeps servi
   const cases: Array<{ name: string; body: () => Buffer; want: RegExp }> = [
     { name: "JSON that does not parse", body: () => envelope("{not json"), want: /invalid_argument|internal/ },
     { name: "a field of the wrong type", body: () => envelope('{"NodeName": {"a": 1}}'), want: /invalid_argument/ },
-    { name: `a message over ${MAX_REQUEST_MESSAGE} bytes`, body: () => envelope(`{"NodeName":"${"n".repeat(MAX_REQUEST_MESSAGE + 10)}"}`), want: /resource_exhausted/ },
+    {
+      name: `a message over ${MAX_REQUEST_MESSAGE} bytes`,
+      body: () => envelope(`{"NodeName":"${"n".repeat(MAX_REQUEST_MESSAGE + 10)}"}`),
+      want: /resource_exhausted/,
+    },
   ];
   for (const c of cases) {
     test(c.name, async () => {
-      const res = await fetch(url("/localv1.Endpoints/Next"), { method: "POST", headers: { "content-type": "application/connect+json" }, body: c.body() });
+      const res = await fetch(url("/localv1.Endpoints/Next"), {
+        method: "POST",
+        headers: { "content-type": "application/connect+json" },
+        body: c.body(),
+      });
       const text = await res.text();
       expect(`${res.status} ${text}`).toMatch(c.want);
       await stillServing();
@@ -192,10 +240,14 @@ describe("the TLS port", () => {
       sock.write(bytes);
       await waitFor("the handshake failure", () => secure.refused.tls_handshake > before);
       // Bun closes its end without a FIN: the client learns it at its next write.
-      await waitFor("the connection closed", () => {
-        if (!sock.destroyed) sock.write("more");
-        return sock.destroyed;
-      }, 10_000);
+      await waitFor(
+        "the connection closed",
+        () => {
+          if (!sock.destroyed) sock.write("more");
+          return sock.destroyed;
+        },
+        10_000,
+      );
     }
     await waitFor("both refusals counted", () => secure.refused.tls_handshake >= before + 2);
     expect(log.lines.some((l) => l.includes("refused API client") && l.includes("reason=tls_handshake"))).toBe(true);
@@ -237,7 +289,9 @@ describe("a consumer that stops reading", () => {
     conn.write(frame(FRAME.DATA, FLAG.END_STREAM, 1, grpcMessage(json)));
     expect(await conn.until((f) => f.type === FRAME.RST_STREAM && f.stream === 1, 15_000)).toBe(true);
     expect(plain.stats.stuckDropped).toBe(before + 1);
-    expect(log.lines.some((l) => l.includes("dropped a stream whose client stopped reading") && l.includes("rpc=/localv1.Endpoints/Next"))).toBe(true);
+    expect(
+      log.lines.some((l) => l.includes("dropped a stream whose client stopped reading") && l.includes("rpc=/localv1.Endpoints/Next")),
+    ).toBe(true);
     conn.close();
     await stillServing();
   });
@@ -246,9 +300,13 @@ describe("a consumer that stops reading", () => {
     const before = plain.stats.stuckDropped;
     const conn = connectGrpc({ kind: "tcp", host: "127.0.0.1", port: portOf(plain) });
     try {
-      const messages = conn.call("/globalv1.Sets/Watch", (async function* () {
-        yield new Uint8Array(0);
-      })(), AbortSignal.timeout(20_000));
+      const messages = conn.call(
+        "/globalv1.Sets/Watch",
+        (async function* () {
+          yield new Uint8Array(0);
+        })(),
+        AbortSignal.timeout(20_000),
+      );
       let bytes = 0;
       for (;;) {
         const r = await messages.next();
@@ -271,7 +329,14 @@ describe("whole models go out in turns", () => {
   test("a stuck client holds its turn only until it is dropped; a connected stream's change sets never wait for one", async () => {
     const gen = { services: 400, endpoints: 10, nodes: 3 };
     const brain = brainWith(gen);
-    const server = await startApiServer({ brain, listen: ["tcp://127.0.0.1:0"], defaultNodeName: "node-1", log, stuckMs: 3000, wholeModelsAtOnce: 1 });
+    const server = await startApiServer({
+      brain,
+      listen: ["tcp://127.0.0.1:0"],
+      defaultNodeName: "node-1",
+      log,
+      stuckMs: 3000,
+      wholeModelsAtOnce: 1,
+    });
     const port = portOf(server);
     const isSync = (m: Uint8Array) => m.length === 2 && m[0] === 0x0a;
     /** a global stream asking for one change set at a time; resolves the times its Syncs arrived */
@@ -285,10 +350,11 @@ describe("whole models go out in turns", () => {
       })();
       void (async () => {
         for await (const batch of conn.call("/globalv1.Sets/Watch", reqs, AbortSignal.timeout(30_000))) {
-          for (const m of batch) if (isSync(m)) {
-            syncs.push(server.stats.stuckDropped);
-            next.ask();
-          }
+          for (const m of batch)
+            if (isSync(m)) {
+              syncs.push(server.stats.stuckDropped);
+              next.ask();
+            }
         }
       })().catch(() => {});
     };

@@ -61,13 +61,20 @@ export function connectDriver(brain: Brain, defaultNodeName = "node-1"): Driver 
       };
     },
     async next(filter, signal) {
-      const items = createClient(Endpoints, transport).next(create(NextFilterSchema, { InstanceID: filter.instanceID, Rev: filter.rev, NodeName: filter.nodeName }), { signal });
+      const items = createClient(Endpoints, transport).next(
+        create(NextFilterSchema, { InstanceID: filter.instanceID, Rev: filter.rev, NodeName: filter.nodeName }),
+        { signal },
+      );
       let head: { instanceID: bigint; rev: bigint } | undefined;
       const entries: Snapshot["entries"] = [];
       for await (const item of items) {
         if (item.Next) head = { instanceID: item.Next.InstanceID, rev: item.Next.Rev };
         const se = item.Endpoints;
-        if (se?.Service) entries.push([`${se.Service.Namespace}/${se.Service.Name}`, { service: se.Service, endpoints: se.Endpoints.map((e, i) => [se.EndpointKeys[i], e]) }]);
+        if (se?.Service)
+          entries.push([
+            `${se.Service.Namespace}/${se.Service.Name}`,
+            { service: se.Service, endpoints: se.Endpoints.map((e, i) => [se.EndpointKeys[i], e]) },
+          ]);
       }
       return { ...head!, entries };
     },
@@ -119,7 +126,8 @@ export async function grpcDriver(brain: Brain, defaultNodeName = "node-1"): Prom
   };
 }
 
-export const setPaths = (cs: ChangeSet, set: number) => cs.ops.filter((o): o is Extract<WireOp, { op: "set" }> => o.op === "set" && o.set === set).map((o) => o.path);
+export const setPaths = (cs: ChangeSet, set: number) =>
+  cs.ops.filter((o): o is Extract<WireOp, { op: "set" }> => o.op === "set" && o.set === set).map((o) => o.path);
 export const codeOf = (err: unknown) => (err as ConnectError).code;
 
 class Queue<T> implements AsyncIterable<T> {

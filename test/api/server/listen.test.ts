@@ -56,10 +56,19 @@ describe("kpng serve refuses bad --listen values with one line and exit code 2",
   const file = join(dir.path, "plain-file");
   const subdir = join(dir.path, "a-directory");
   const cases: Array<{ name: string; listen: string; setup?: () => void; want: RegExp }> = [
-    { name: "a path that is a regular file (left untouched)", listen: `unix://${file}`, setup: () => writeFileSync(file, "precious"), want: /exists and is not a socket/ },
+    {
+      name: "a path that is a regular file (left untouched)",
+      listen: `unix://${file}`,
+      setup: () => writeFileSync(file, "precious"),
+      want: /exists and is not a socket/,
+    },
     { name: "a path that is a directory", listen: `unix://${subdir}`, setup: () => mkdirSync(subdir), want: /exists and is not a socket/ },
     { name: "a socket in a missing directory", listen: `unix://${dir.path}/missing/api.sock`, want: /cannot listen: ENOENT/ },
-    { name: "a non-loopback TCP address without --listen-any", listen: "tcp://0.0.0.0:12090", want: /not a loopback address.*--listen-any/ },
+    {
+      name: "a non-loopback TCP address without --listen-any",
+      listen: "tcp://0.0.0.0:12090",
+      want: /not a loopback address.*--listen-any/,
+    },
     { name: "an unknown scheme", listen: "udp://127.0.0.1:1", want: /must start with unix:\/\/ or tcp:\/\// },
   ];
   for (const c of cases) {
@@ -83,7 +92,24 @@ describe("a socket path already in use", () => {
       const second = startKpng(["serve", "--input", input, "--listen", `unix://${sock}`]);
       expect(await second.proc.exited).toBe(1);
       expect(second.stderr.join("\n")).toContain("another process is serving on this socket");
-      const curl = Bun.spawn(["curl", "-sS", "--unix-socket", sock, "-H", "Content-Type: application/json", "-d", '{"NodeName":"node-1"}', "-o", "/dev/null", "-w", "%{http_code}", "http://localhost/localv1.Endpoints/Next"], { stdout: "pipe" });
+      const curl = Bun.spawn(
+        [
+          "curl",
+          "-sS",
+          "--unix-socket",
+          sock,
+          "-H",
+          "Content-Type: application/json",
+          "-d",
+          '{"NodeName":"node-1"}',
+          "-o",
+          "/dev/null",
+          "-w",
+          "%{http_code}",
+          "http://localhost/localv1.Endpoints/Next",
+        ],
+        { stdout: "pipe" },
+      );
       // A server-streaming RPC with a plain JSON body is not Connect streaming: 415 proves the brain answered.
       expect(await new Response(curl.stdout).text()).toBe("415");
     } finally {
@@ -104,11 +130,37 @@ describe("a socket path already in use", () => {
 
 test("the default command serves the API too when --listen is given", async () => {
   const sock = join(dir.path, "run.sock");
-  const p = startKpng(["--input", input, "--node-name", "node-1", "--plugin", join(ROOT, "examples/plugins/jsonl-backend.ts"), "--listen", `unix://${sock}`, "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"]);
+  const p = startKpng([
+    "--input",
+    input,
+    "--node-name",
+    "node-1",
+    "--plugin",
+    join(ROOT, "examples/plugins/jsonl-backend.ts"),
+    "--listen",
+    `unix://${sock}`,
+    "--healthz-bind-address",
+    "127.0.0.1:0",
+    "--metrics-bind-address",
+    "127.0.0.1:0",
+  ]);
   try {
     await p.waitFor(/serving the API/);
     await p.waitForCount(/"op":"sync"/, 1);
-    const curl = Bun.spawn(["curl", "-sS", "--unix-socket", sock, "-H", "Content-Type: application/connect+json", "--data-binary", "@-", "http://localhost/localv1.Endpoints/Next"], { stdin: Buffer.from("\0\0\0\0\x02{}"), stdout: "pipe" });
+    const curl = Bun.spawn(
+      [
+        "curl",
+        "-sS",
+        "--unix-socket",
+        sock,
+        "-H",
+        "Content-Type: application/connect+json",
+        "--data-binary",
+        "@-",
+        "http://localhost/localv1.Endpoints/Next",
+      ],
+      { stdin: Buffer.from("\0\0\0\0\x02{}"), stdout: "pipe" },
+    );
     expect(await new Response(curl.stdout).text()).toContain('"NodeName":"node-1"');
   } finally {
     expect(await p.stop()).toBe(0);

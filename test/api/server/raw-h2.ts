@@ -10,7 +10,13 @@ export const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 export const FRAME = { DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, PING: 6, GOAWAY: 7, WINDOW_UPDATE: 8 } as const;
 export const FLAG = { END_STREAM: 1, ACK: 1, END_HEADERS: 4 } as const;
 
-export function frame(type: number, flags: number, stream: number, payload: Uint8Array = new Uint8Array(0), length = payload.length): Buffer {
+export function frame(
+  type: number,
+  flags: number,
+  stream: number,
+  payload: Uint8Array = new Uint8Array(0),
+  length = payload.length,
+): Buffer {
   const head = Buffer.alloc(9);
   head.writeUIntBE(length, 0, 3);
   head[3] = type;
@@ -35,12 +41,20 @@ function hpackLength(n: number): Buffer {
 /** A header block of literal fields without indexing, new names. */
 export function headerBlock(headers: Record<string, string>): Buffer {
   const parts: Buffer[] = [];
-  for (const [k, v] of Object.entries(headers)) parts.push(Buffer.from([0]), hpackLength(k.length), Buffer.from(k), hpackLength(Buffer.byteLength(v)), Buffer.from(v));
+  for (const [k, v] of Object.entries(headers))
+    parts.push(Buffer.from([0]), hpackLength(k.length), Buffer.from(k), hpackLength(Buffer.byteLength(v)), Buffer.from(v));
   return Buffer.concat(parts);
 }
 
 export function grpcRequestHeaders(path: string, authority = "localhost"): Record<string, string> {
-  return { ":method": "POST", ":scheme": "http", ":path": path, ":authority": authority, "content-type": "application/grpc", te: "trailers" };
+  return {
+    ":method": "POST",
+    ":scheme": "http",
+    ":path": path,
+    ":authority": authority,
+    "content-type": "application/grpc",
+    te: "trailers",
+  };
 }
 
 /** One gRPC message, length-prefixed. */
@@ -64,7 +78,10 @@ export interface RawConnection {
 }
 
 /** Connects (over TLS with ALPN h2 when `tlsOptions` is given) and reads frames; sends the preface and empty SETTINGS unless `preface` is false. */
-export async function rawH2(port: number, opts: { tls?: tls.ConnectionOptions; preface?: boolean; settings?: Buffer } = {}): Promise<RawConnection> {
+export async function rawH2(
+  port: number,
+  opts: { tls?: tls.ConnectionOptions; preface?: boolean; settings?: Buffer } = {},
+): Promise<RawConnection> {
   const socket: net.Socket = opts.tls
     ? tls.connect({ host: "127.0.0.1", port, ALPNProtocols: ["h2"], ...opts.tls })
     : net.connect(port, "127.0.0.1");

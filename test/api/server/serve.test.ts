@@ -32,7 +32,10 @@ async function expectedState(node: string): Promise<NodeState> {
 
 /** buf curl over the unix socket; messages as parsed JSON objects. */
 async function bufCurl(method: string, body: string, extra: string[] = []): Promise<{ code: number; messages: any[]; stderr: string }> {
-  const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--schema", join(ROOT, "proto"), ...extra, "-d", body, method], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawn(
+    [BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--schema", join(ROOT, "proto"), ...extra, "-d", body, method],
+    { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+  );
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   const messages = out.trim() ? (JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`) as any[]) : [];
   return { code, messages, stderr: err };
@@ -44,7 +47,23 @@ async function curlConnect(path: string, json: string, http: "--http1.1" | "--ht
   const msg = Buffer.from(json);
   const env = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
   env.writeUInt32BE(msg.length, 1);
-  const p = Bun.spawn(["curl", "-sS", http, "--unix-socket", sock, "-H", "Content-Type: application/connect+json", "--data-binary", "@-", "-w", "\n%{http_code}", `http://localhost${path}`], { stdin: env, stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawn(
+    [
+      "curl",
+      "-sS",
+      http,
+      "--unix-socket",
+      sock,
+      "-H",
+      "Content-Type: application/connect+json",
+      "--data-binary",
+      "@-",
+      "-w",
+      "\n%{http_code}",
+      `http://localhost${path}`,
+    ],
+    { stdin: env, stdout: "pipe", stderr: "pipe" },
+  );
   const out = Buffer.from(await new Response(p.stdout).arrayBuffer());
   await p.exited;
   const nl = out.lastIndexOf("\n");
@@ -82,13 +101,16 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
     const endpoints = sets.filter((s) => s.Ref.Set === "EndpointsSet");
     expect(sets).toEqual([...services, ...endpoints]);
     expect(services.map((s) => s.Ref.Path).sort()).toEqual([...want.services.keys()].sort());
-    for (const s of services) expect(fromBinary(ServiceSchema, Buffer.from(s.Bytes, "base64"))).toEqual(want.services.get(s.Ref.Path)!.service);
+    for (const s of services)
+      expect(fromBinary(ServiceSchema, Buffer.from(s.Bytes, "base64"))).toEqual(want.services.get(s.Ref.Path)!.service);
     const wantEndpoints = [...want.services].flatMap(([k, se]) => [...se.endpoints.keys()].map((e) => `${k}/${e}`));
     expect(endpoints.map((s) => s.Ref.Path).sort()).toEqual(wantEndpoints.sort());
     for (const s of endpoints) {
       const [ns, svc, key] = s.Ref.Path.split("/");
       // as messages: the brain's endpoints keep $typeName on their prototype (brain/model/endpoints.ts)
-      expect(fromBinary(EndpointSchema, Buffer.from(s.Bytes, "base64"))).toEqual(clone(EndpointSchema, want.services.get(`${ns}/${svc}`)!.endpoints.get(key)!));
+      expect(fromBinary(EndpointSchema, Buffer.from(s.Bytes, "base64"))).toEqual(
+        clone(EndpointSchema, want.services.get(`${ns}/${svc}`)!.endpoints.get(key)!),
+      );
     }
   });
 
@@ -120,7 +142,22 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
   });
 
   test("Watch: each further WatchReq gets the next change set; an input file edit arrives as one", async () => {
-    const p = Bun.spawn([BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--schema", join(ROOT, "proto"), ...overSocket, "-d", "@-", "http://localhost/localv1.Sets/Watch"], { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(
+      [
+        BUF,
+        "curl",
+        "--protocol",
+        "grpc",
+        "--http2-prior-knowledge",
+        "--schema",
+        join(ROOT, "proto"),
+        ...overSocket,
+        "-d",
+        "@-",
+        "http://localhost/localv1.Sets/Watch",
+      ],
+      { cwd: ROOT, stdin: "pipe", stdout: "pipe", stderr: "pipe" },
+    );
     p.stdin.write('{"NodeName":"node-1"}\n');
     p.stdin.flush();
     let out = "";
@@ -143,7 +180,12 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
     p.stdin.end();
     await p.exited;
     writeFileSync(input, text);
-    const second = JSON.parse(`[${out.slice(before).trim().replace(/\n}\n{/g, "},{")}]`);
+    const second = JSON.parse(
+      `[${out
+        .slice(before)
+        .trim()
+        .replace(/\n}\n{/g, "},{")}]`,
+    );
     expect(second).toEqual([{ Delete: { Set: "EndpointsSet", Path: "shop/web/web-2" } }, { Sync: {} }]);
   });
 });
@@ -173,7 +215,27 @@ describe("curl, the Connect protocol", () => {
 
   test("a malformed WatchReq (not protobuf): InvalidArgument; the brain keeps serving", async () => {
     const garbage = Buffer.from([0, 0, 0, 0, 3, 0xff, 0xff, 0xff]);
-    const p = Bun.spawn(["curl", "-sS", "--http2-prior-knowledge", "--unix-socket", sock, "-H", "Content-Type: application/grpc", "-H", "TE: trailers", "--data-binary", "@-", "-D", "-", "-o", "/dev/null", "http://localhost/localv1.Sets/Watch"], { stdin: garbage, stdout: "pipe" });
+    const p = Bun.spawn(
+      [
+        "curl",
+        "-sS",
+        "--http2-prior-knowledge",
+        "--unix-socket",
+        sock,
+        "-H",
+        "Content-Type: application/grpc",
+        "-H",
+        "TE: trailers",
+        "--data-binary",
+        "@-",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        "http://localhost/localv1.Sets/Watch",
+      ],
+      { stdin: garbage, stdout: "pipe" },
+    );
     const headers = await new Response(p.stdout).text();
     expect(headers).toMatch(/grpc-status: 3/);
     expect(headers).toMatch(/grpc-message: cannot%20decode%20localv1.WatchReq/);
@@ -208,7 +270,9 @@ test("kpng's client library over the unix socket: an input file edit is one chan
   try {
     const cs = (await it.next()).value as ChangeSet;
     expect(cs.reset).toBe(false);
-    expect(cs.ops.map((o) => `${o.op} ${o.op === "set" && o.set === SetKind.ServicesSet ? "service" : "endpoint"} ${"path" in o ? o.path : ""}`)).toEqual(["set service shop/api"]);
+    expect(
+      cs.ops.map((o) => `${o.op} ${o.op === "set" && o.set === SetKind.ServicesSet ? "service" : "endpoint"} ${"path" in o ? o.path : ""}`),
+    ).toEqual(["set service shop/api"]);
   } finally {
     writeFileSync(input, text);
     ac.abort();

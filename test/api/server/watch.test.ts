@@ -53,7 +53,9 @@ for (const { name, make } of drivers) {
         } else {
           expect(parts).toHaveLength(3);
           // as messages: the brain's endpoints keep $typeName on their prototype (brain/model/endpoints.ts)
-          expect(fromBinary(EndpointSchema, op.bytes)).toEqual(clone(EndpointSchema, state.services.get(`${parts[0]}/${parts[1]}`)!.endpoints.get(parts[2])!));
+          expect(fromBinary(EndpointSchema, op.bytes)).toEqual(
+            clone(EndpointSchema, state.services.get(`${parts[0]}/${parts[1]}`)!.endpoints.get(parts[2])!),
+          );
         }
       }
     });
@@ -134,12 +136,14 @@ for (const { name, make } of drivers) {
     });
 
     test("one brain, several node names: each stream gets its own node's endpoints", async () => {
-      const states = await Promise.all(["node-1", "node-2", "node-3"].map(async (n) => {
-        const w = api.watch(n);
-        const cs = await w.next();
-        w.close();
-        return cs;
-      }));
+      const states = await Promise.all(
+        ["node-1", "node-2", "node-3"].map(async (n) => {
+          const w = api.watch(n);
+          const cs = await w.next();
+          w.close();
+          return cs;
+        }),
+      );
       states.forEach((cs, i) => {
         const local = cs.ops.filter((o) => o.op === "set" && o.set === E && fromBinary(EndpointSchema, o.bytes).Local);
         // endpoint j of every service runs on node (j % 3) + 1

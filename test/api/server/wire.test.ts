@@ -5,17 +5,40 @@ import { clone, create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { describe, expect, test } from "bun:test";
 import { decodeOpItem } from "../../../src/core/api/client/streams.ts";
-import { encodeNextHead, encodeOpItem, encodeServiceEndpoints, frameMessages, frameOps, toOpItem, WireCache, type WireOp } from "../../../src/core/api/server/wire.ts";
+import {
+  encodeNextHead,
+  encodeOpItem,
+  encodeServiceEndpoints,
+  frameMessages,
+  frameOps,
+  toOpItem,
+  WireCache,
+  type WireOp,
+} from "../../../src/core/api/server/wire.ts";
 import { EndpointSchema, NextItemSchema, OpItemSchema, ServiceSchema, Set as SetKind } from "../../../src/gen/localv1/services_pb.ts";
 import { v4 } from "../../fixtures/addresses.ts";
 
-const svc = create(ServiceSchema, { Namespace: "shop", Name: "web", Type: "ClusterIP", IPs: { ClusterIPs: { V4: [v4.clusterIP(10)] } }, Ports: [{ Name: "http", Protocol: 1, Port: 80 }] });
-const ep = create(EndpointSchema, { IPs: { V4: [v4.pod(1, 10)] }, Local: true, PortOverrides: [{ Name: "http", Port: 8080 }], Scopes: { Internal: true, External: true } });
+const svc = create(ServiceSchema, {
+  Namespace: "shop",
+  Name: "web",
+  Type: "ClusterIP",
+  IPs: { ClusterIPs: { V4: [v4.clusterIP(10)] } },
+  Ports: [{ Name: "http", Protocol: 1, Port: 80 }],
+});
+const ep = create(EndpointSchema, {
+  IPs: { V4: [v4.pod(1, 10)] },
+  Local: true,
+  PortOverrides: [{ Name: "http", Port: 8080 }],
+  Scopes: { Internal: true, External: true },
+});
 
 const ops: Array<{ name: string; op: WireOp }> = [
   { name: "service set", op: { op: "set", set: SetKind.ServicesSet, path: "shop/web", bytes: toBinary(ServiceSchema, svc) } },
   { name: "endpoint set", op: { op: "set", set: SetKind.EndpointsSet, path: "shop/web/web-1", bytes: toBinary(EndpointSchema, ep) } },
-  { name: "set with empty bytes (a message with only defaults)", op: { op: "set", set: SetKind.EndpointsSet, path: "a/b/c", bytes: new Uint8Array(0) } },
+  {
+    name: "set with empty bytes (a message with only defaults)",
+    op: { op: "set", set: SetKind.EndpointsSet, path: "a/b/c", bytes: new Uint8Array(0) },
+  },
   { name: "set with a non-ASCII path", op: { op: "set", set: SetKind.ServicesSet, path: "ns/ünïcode", bytes: Uint8Array.of(1, 2, 3) } },
   { name: "endpoint delete", op: { op: "delete", set: SetKind.EndpointsSet, path: "shop/web/web-1" } },
   { name: "service delete", op: { op: "delete", set: SetKind.ServicesSet, path: "shop/web" } },
@@ -38,7 +61,15 @@ describe("OpItem bytes", () => {
     const w = new BinaryWriter();
     w.tag(9, WireType.Varint).uint32(7);
     w.tag(2, WireType.LengthDelimited).fork();
-    w.tag(1, WireType.LengthDelimited).fork().tag(1, WireType.Varint).int32(1).tag(3, WireType.Bit64).fixed64(5n).tag(2, WireType.LengthDelimited).string("a/b").join();
+    w.tag(1, WireType.LengthDelimited)
+      .fork()
+      .tag(1, WireType.Varint)
+      .int32(1)
+      .tag(3, WireType.Bit64)
+      .fixed64(5n)
+      .tag(2, WireType.LengthDelimited)
+      .string("a/b")
+      .join();
     w.tag(7, WireType.Bit32).fixed32(1);
     w.tag(2, WireType.LengthDelimited).bytes(Uint8Array.of(9));
     w.join();
@@ -58,14 +89,22 @@ describe("NextItem bytes", () => {
   });
   test("service with endpoints and their keys: encoded like protobuf-es", () => {
     const ep2 = create(EndpointSchema, { IPs: { V4: [v4.pod(2, 10)] }, Scopes: { Internal: true } });
-    const se = { service: svc, endpoints: new Map([["web-1", ep], ["web-2", ep2]]) };
+    const se = {
+      service: svc,
+      endpoints: new Map([
+        ["web-1", ep],
+        ["web-2", ep2],
+      ]),
+    };
     const want = create(NextItemSchema, { Endpoints: { Service: svc, Endpoints: [ep, ep2], EndpointKeys: ["web-1", "web-2"] } });
     expect(encodeServiceEndpoints(se, new WireCache())).toEqual(toBinary(NextItemSchema, want));
   });
 });
 
 test("gRPC framing: flag 0, 4-byte big-endian length, message", () => {
-  expect([...frameMessages([Uint8Array.of(7), new Uint8Array(0), Uint8Array.of(1, 2)])]).toEqual([0, 0, 0, 0, 1, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 2]);
+  expect([...frameMessages([Uint8Array.of(7), new Uint8Array(0), Uint8Array.of(1, 2)])]).toEqual([
+    0, 0, 0, 0, 1, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 2,
+  ]);
 });
 
 test("a framed change set is the framed protobuf-es encoding of each op", () => {

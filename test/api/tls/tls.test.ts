@@ -85,17 +85,65 @@ async function next(opts: ConnectOptions, host = "127.0.0.1"): Promise<number | 
 const tls = (m: TlsMaterial): ConnectOptions => ({ tls: m });
 
 describe("who may connect", () => {
-  const cases: Array<{ name: string; opts: () => ConnectOptions; host?: string; refused?: { reason?: keyof ApiServer["refused"]; message: RegExp } }> = [
-    { name: "a client certificate signed by the client CA: served", opts: () => tls({ ca: brainCert.cert, cert: agent.cert, key: agent.key }) },
-    { name: "the agent's ServiceAccount token (audience kpng): served", opts: () => ({ ...tls({ ca: brainCert.cert }), token: "agent-token" }) },
-    { name: "neither certificate nor token: refused, no credentials", opts: () => tls({ ca: brainCert.cert }), refused: { reason: "no_credentials", message: /^\[unauthenticated\] no credentials: a client certificate signed by the client CA or a ServiceAccount bearer token is required$/ } },
-    { name: "a certificate of another CA: refused", opts: () => tls({ ca: brainCert.cert, cert: rogue.cert, key: rogue.key }), refused: { reason: "bad_certificate", message: /client certificate refused: / } },
-    { name: "an expired certificate of the right CA: refused", opts: () => tls({ ca: brainCert.cert, cert: expired.cert, key: expired.key }), refused: { reason: "bad_certificate", message: /client certificate refused: CERT_HAS_EXPIRED/ } },
-    { name: "an ordinary pod token (the API server's audience): refused", opts: () => ({ ...tls({ ca: brainCert.cert }), token: "pod-token" }), refused: { reason: "token_rejected", message: /token rejected by the API server: token audiences are invalid/ } },
-    { name: "a token of another ServiceAccount: refused", opts: () => ({ ...tls({ ca: brainCert.cert }), token: "other-token" }), refused: { reason: "token_rejected", message: /token of "system:serviceaccount:default:web" is not allowed/ } },
-    { name: "an unknown token: refused", opts: () => ({ ...tls({ ca: brainCert.cert }), token: "forged" }), refused: { reason: "token_rejected", message: /token rejected by the API server: invalid bearer token/ } },
-    { name: "the agent does not trust the brain's CA: it refuses the brain", opts: () => tls({ ca: clientCA.cert, cert: agent.cert, key: agent.key }), refused: { message: /TLS handshake failed \(SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT\)/ } },
-    { name: "the brain's certificate does not name the host the agent dialled: it refuses the brain", host: "localhost", opts: () => tls({ ca: brainCert.cert, cert: agent.cert, key: agent.key }), refused: { message: /TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/ } },
+  const cases: Array<{
+    name: string;
+    opts: () => ConnectOptions;
+    host?: string;
+    refused?: { reason?: keyof ApiServer["refused"]; message: RegExp };
+  }> = [
+    {
+      name: "a client certificate signed by the client CA: served",
+      opts: () => tls({ ca: brainCert.cert, cert: agent.cert, key: agent.key }),
+    },
+    {
+      name: "the agent's ServiceAccount token (audience kpng): served",
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "agent-token" }),
+    },
+    {
+      name: "neither certificate nor token: refused, no credentials",
+      opts: () => tls({ ca: brainCert.cert }),
+      refused: {
+        reason: "no_credentials",
+        message:
+          /^\[unauthenticated\] no credentials: a client certificate signed by the client CA or a ServiceAccount bearer token is required$/,
+      },
+    },
+    {
+      name: "a certificate of another CA: refused",
+      opts: () => tls({ ca: brainCert.cert, cert: rogue.cert, key: rogue.key }),
+      refused: { reason: "bad_certificate", message: /client certificate refused: / },
+    },
+    {
+      name: "an expired certificate of the right CA: refused",
+      opts: () => tls({ ca: brainCert.cert, cert: expired.cert, key: expired.key }),
+      refused: { reason: "bad_certificate", message: /client certificate refused: CERT_HAS_EXPIRED/ },
+    },
+    {
+      name: "an ordinary pod token (the API server's audience): refused",
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "pod-token" }),
+      refused: { reason: "token_rejected", message: /token rejected by the API server: token audiences are invalid/ },
+    },
+    {
+      name: "a token of another ServiceAccount: refused",
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "other-token" }),
+      refused: { reason: "token_rejected", message: /token of "system:serviceaccount:default:web" is not allowed/ },
+    },
+    {
+      name: "an unknown token: refused",
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "forged" }),
+      refused: { reason: "token_rejected", message: /token rejected by the API server: invalid bearer token/ },
+    },
+    {
+      name: "the agent does not trust the brain's CA: it refuses the brain",
+      opts: () => tls({ ca: clientCA.cert, cert: agent.cert, key: agent.key }),
+      refused: { message: /TLS handshake failed \(SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT\)/ },
+    },
+    {
+      name: "the brain's certificate does not name the host the agent dialled: it refuses the brain",
+      host: "localhost",
+      opts: () => tls({ ca: brainCert.cert, cert: agent.cert, key: agent.key }),
+      refused: { message: /TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/ },
+    },
   ];
   for (const c of cases) {
     test(c.name, async () => {
@@ -108,7 +156,9 @@ describe("who may connect", () => {
       expect(isRefusal(r)).toBe(true);
       if (!c.refused.reason) {
         // the brain's side: the client hung up mid-handshake, counted and logged
-        await waitFor("the brain's log line", () => log.lines.slice(lines).find((l) => l.includes("refused API client") && l.includes("reason=tls_handshake")));
+        await waitFor("the brain's log line", () =>
+          log.lines.slice(lines).find((l) => l.includes("refused API client") && l.includes("reason=tls_handshake")),
+        );
         expect(server.refused.tls_handshake).toBeGreaterThan(before.tls_handshake);
         return;
       }
@@ -125,7 +175,12 @@ describe("who may connect", () => {
     const head = Buffer.from([0, 0, 0, 0, 0]);
     head.writeUInt32BE(json.length, 1);
     const call = async (tls: Record<string, string>) => {
-      const res = await fetch(`https://127.0.0.1:${port}/localv1.Endpoints/Next`, { method: "POST", headers: { "content-type": "application/connect+json" }, body: Buffer.concat([head, json]), tls } as RequestInit);
+      const res = await fetch(`https://127.0.0.1:${port}/localv1.Endpoints/Next`, {
+        method: "POST",
+        headers: { "content-type": "application/connect+json" },
+        body: Buffer.concat([head, json]),
+        tls,
+      } as RequestInit);
       return `${res.status} ${await res.text()}`;
     };
     const served = await call({ ca: brainCert.cert, cert: agent.cert, key: agent.key });
@@ -138,9 +193,18 @@ describe("who may connect", () => {
 
   test("the brain's certificate has expired: the agent refuses the brain", async () => {
     const stale = makeTestCert(dir.path, { name: "stale", days: -1 });
-    const other = await startApiServer({ brain, listen: ["tcp://127.0.0.1:0"], tls: { files: { crt: join(dir.path, "stale.crt"), key: join(dir.path, "stale.key") } }, defaultNodeName: "node-1", log: memoryLogger() });
+    const other = await startApiServer({
+      brain,
+      listen: ["tcp://127.0.0.1:0"],
+      tls: { files: { crt: join(dir.path, "stale.crt"), key: join(dir.path, "stale.key") } },
+      defaultNodeName: "node-1",
+      log: memoryLogger(),
+    });
     try {
-      const conn = connectGrpc({ kind: "tcp", host: "127.0.0.1", port: (other.addresses[0] as { port: number }).port }, tls({ ca: stale.cert }));
+      const conn = connectGrpc(
+        { kind: "tcp", host: "127.0.0.1", port: (other.addresses[0] as { port: number }).port },
+        tls({ ca: stale.cert }),
+      );
       const err = await nextSnapshot(conn, { instanceID: 0n, rev: 0n, nodeName: "node-1" }, AbortSignal.timeout(10_000)).then(
         () => null,
         (e) => GrpcError.from(e, 2),
@@ -205,10 +269,18 @@ describe("certificate rotation without a restart", () => {
     const served = makeTestCert(dir.path, { name: "rotated" }); // what the previous test left in place has this name: re-read it
     writeFileSync(files().crt, served.cert);
     writeFileSync(files().key, served.key);
-    await waitFor("the certificate to be served", async () => (await next(tls({ ca: served.cert, cert: agent.cert, key: agent.key }))) === gen.services, 10_000);
+    await waitFor(
+      "the certificate to be served",
+      async () => (await next(tls({ ca: served.cert, cert: agent.cert, key: agent.key }))) === gen.services,
+      10_000,
+    );
     const lines = log.lines.length;
     writeFileSync(files().key, makeTestCert(dir.path, { name: "stray" }).key);
-    await waitFor("a WARN about the files", () => log.lines.slice(lines).find((l) => l.includes("cannot be used: keeping the previous ones")), 10_000);
+    await waitFor(
+      "a WARN about the files",
+      () => log.lines.slice(lines).find((l) => l.includes("cannot be used: keeping the previous ones")),
+      10_000,
+    );
     expect(await next(tls({ ca: served.cert, cert: agent.cert, key: agent.key }))).toBe(gen.services);
   });
 });

@@ -9,7 +9,16 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { startKpng, tempDir } from "../../harness/kpng-process.ts";
 import { v6 } from "../../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../../harness/netns.ts";
-import { foreignIptables, foreignNft, iptablesMode, iptablesModeV6, ipvsModeIpsets, ipvsModeIptables, kpngIptablesLeft, nftablesMode } from "./kube-proxy-rules.ts";
+import {
+  foreignIptables,
+  foreignNft,
+  iptablesMode,
+  iptablesModeV6,
+  ipvsModeIpsets,
+  ipvsModeIptables,
+  kpngIptablesLeft,
+  nftablesMode,
+} from "./kube-proxy-rules.ts";
 import { foreignHeld, holdings, kpngHeld, kubeProxyHeld, NODE, webService, writeCluster } from "./node.ts";
 
 let topo: Topology;
@@ -48,9 +57,24 @@ afterAll(async () => {
 describe("kpng --cleanup on a node of every mode", () => {
   test("the node holds kpng's rules of two backends and kube-proxy's of three modes, two flavours, two families", async () => {
     const h = await holdings(topo);
-    expect(kpngHeld(h)).toEqual(expect.arrayContaining(["table ip kpng", "table ip6 kpng", "iptables-nft nat KPNG-SERVICES", "iptables-legacy nat KPNG-SERVICES", "KPNG-HAIRPIN-V4"]));
+    expect(kpngHeld(h)).toEqual(
+      expect.arrayContaining([
+        "table ip kpng",
+        "table ip6 kpng",
+        "iptables-nft nat KPNG-SERVICES",
+        "iptables-legacy nat KPNG-SERVICES",
+        "KPNG-HAIRPIN-V4",
+      ]),
+    );
     const kp = kubeProxyHeld(h);
-    for (const where of ["table ip kube-proxy", "iptables-legacy nat KUBE-SVC-WEBHTTP7Q4MVSDT6", "ip6tables-legacy nat KUBE-SERVICES", "iptables-nft filter KUBE-IPVS-FILTER", "ip6tables-nft nat KUBE-SEP-V6PODAAAAAAAAAAA", "KUBE-CLUSTER-IP"])
+    for (const where of [
+      "table ip kube-proxy",
+      "iptables-legacy nat KUBE-SVC-WEBHTTP7Q4MVSDT6",
+      "ip6tables-legacy nat KUBE-SERVICES",
+      "iptables-nft filter KUBE-IPVS-FILTER",
+      "ip6tables-nft nat KUBE-SEP-V6PODAAAAAAAAAAA",
+      "KUBE-CLUSTER-IP",
+    ])
       expect(kp).toContain(where);
   });
 
@@ -59,7 +83,15 @@ describe("kpng --cleanup on a node of every mode", () => {
     const p = kpngIn(["--cleanup", "--dry-run"]);
     expect(await p.proc.exited).toBe(0);
     const out = p.stdout.join("\n");
-    for (const cmd of ["# nft -f -", "delete table ip kube-proxy", "delete table ip kpng", "# iptables-legacy-restore --noflush", "# ip6tables-nft-restore --noflush", "-X KPNG-SERVICES", "# ipset destroy KUBE-CLUSTER-IP"])
+    for (const cmd of [
+      "# nft -f -",
+      "delete table ip kube-proxy",
+      "delete table ip kpng",
+      "# iptables-legacy-restore --noflush",
+      "# ip6tables-nft-restore --noflush",
+      "-X KPNG-SERVICES",
+      "# ipset destroy KUBE-CLUSTER-IP",
+    ])
       expect(out).toContain(cmd);
     expect(await holdings(topo)).toEqual(before);
   }, 30_000);
@@ -72,7 +104,12 @@ describe("kpng --cleanup on a node of every mode", () => {
     expect(kubeProxyHeld(h)).toEqual([]);
     expect(foreignHeld(h)).toEqual({ kubelet: true, cni: true, firewall: true, kubeRouterIpset: true });
     // kubelet's chains in the other flavour and family too
-    for (const where of ["iptables-legacy filter KUBE-FIREWALL", "ip6tables-legacy mangle KUBE-IPTABLES-HINT", "ip6tables-nft nat KUBE-KUBELET-CANARY"]) expect(h.chains).toContain(where);
+    for (const where of [
+      "iptables-legacy filter KUBE-FIREWALL",
+      "ip6tables-legacy mangle KUBE-IPTABLES-HINT",
+      "ip6tables-nft nat KUBE-KUBELET-CANARY",
+    ])
+      expect(h.chains).toContain(where);
   }, 30_000);
 
   test("a second --cleanup finds nothing to do and succeeds", async () => {

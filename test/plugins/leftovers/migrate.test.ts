@@ -58,7 +58,13 @@ const cases: Case[] = [
       await topo.exec(topo.node.ns, ["ipset", "-exist", "restore"], ipvsModeIpsets(s));
       await topo.exec(topo.node.ns, ["iptables-restore", "--noflush"], ipvsModeIptables(s));
       // loaded again after a cleanup: the bridge (kept, not a dummy) and the stand-in are still there
-      if (await topo.exec(topo.node.ns, ["ip", "link", "show", "kube-ipvs0"]).then(() => true, () => false)) return;
+      if (
+        await topo.exec(topo.node.ns, ["ip", "link", "show", "kube-ipvs0"]).then(
+          () => true,
+          () => false,
+        )
+      )
+        return;
       await topo.exec(topo.node.ns, ["ip", "link", "add", "kube-ipvs0", "type", "bridge"]);
       await topo.exec(topo.node.ns, ["ip", "addr", "add", `${s.clusterIP}/32`, "dev", "kube-ipvs0"]);
       await topo.exec(topo.node.ns, ["ip", "link", "set", "kube-ipvs0", "up"]);
@@ -101,7 +107,9 @@ for (const c of cases)
       for (const r of await topo.probeMany(topo.client.ns, probes)) expect(r.ok ? r.who : r.error).toMatch(/^(pod\d|ipvs)$/);
 
       const probe = await continuousProbe(topo, probes);
-      kpng = startKpng(["--input", writeCluster(topo, dir.path), "--node-name", NODE, "--backend", c.backend], { wrap: ["ip", "netns", "exec", topo.node.ns] });
+      kpng = startKpng(["--input", writeCluster(topo, dir.path), "--node-name", NODE, "--backend", c.backend], {
+        wrap: ["ip", "netns", "exec", topo.node.ns],
+      });
       await kpng.waitFor(/ INFO kpng: synced /, 30_000);
       const removed = await kpng.waitFor(/leftovers removed/, 30_000);
       await Bun.sleep(500); // a few more rounds over kpng's rules alone

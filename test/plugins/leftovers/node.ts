@@ -28,7 +28,12 @@ export function writeCluster(topo: Topology, dir: string): string {
   const file = join(dir, "cluster.json");
   const objects = [
     node(NODE, { ips: [topo.node.v4] }),
-    svc({ name: "web", type: "NodePort", clusterIPs: [s.clusterIP], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: s.nodePort }] }),
+    svc({
+      name: "web",
+      type: "NodePort",
+      clusterIPs: [s.clusterIP],
+      ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: s.nodePort }],
+    }),
     slice({ service: "web", endpoints: topo.pods.slice(0, 2).map((p) => ({ ip: p.v4, node: NODE, pod: p.name })) }),
   ];
   writeFileSync(file, JSON.stringify(asList(objects), null, 1));
@@ -66,12 +71,18 @@ export function kubeProxyHeld(h: Awaited<ReturnType<typeof holdings>>): string[]
 
 /** kpng's footprint: its nft tables, KPNG- chains and ipsets */
 export function kpngHeld(h: Awaited<ReturnType<typeof holdings>>): string[] {
-  return [...h.tables.filter((t) => t.endsWith(" kpng")), ...h.chains.filter((c) => / KPNG-/.test(c)), ...h.ipsets.filter((s) => s.startsWith("KPNG-"))];
+  return [
+    ...h.tables.filter((t) => t.endsWith(" kpng")),
+    ...h.chains.filter((c) => / KPNG-/.test(c)),
+    ...h.ipsets.filter((s) => s.startsWith("KPNG-")),
+  ];
 }
 
 /** Other software's rules the fixtures load: every one must survive every sweep. */
 export const foreignHeld = (h: Awaited<ReturnType<typeof holdings>>) => ({
-  kubelet: ["KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"].every((c) => h.chains.some((l) => l.startsWith("iptables-nft ") && l.endsWith(` ${c}`))),
+  kubelet: ["KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"].every((c) =>
+    h.chains.some((l) => l.startsWith("iptables-nft ") && l.endsWith(` ${c}`)),
+  ),
   cni: h.chains.some((l) => l.endsWith(" CNI-HOSTPORT-DNAT")) && h.chains.some((l) => l.endsWith(" CNI-FORWARD")),
   firewall: h.tables.includes("table inet firewalld-like"),
   kubeRouterIpset: h.ipsets.includes("KUBE-SRC-RN7WVLPO"),

@@ -5,9 +5,16 @@ import { describe, expect, test } from "bun:test";
 import { memoryLogger } from "../../../src/core/log.ts";
 import type { Executor } from "../../../src/plugins/backend.ts";
 import { planCommands, removeLeftovers } from "../../../src/plugins/leftovers/index.ts";
-import { emptyPlan, parseIptablesSave, planLeftovers, type IptablesDump, type Listing, type PlanOptions } from "../../../src/plugins/leftovers/plan.ts";
+import {
+  emptyPlan,
+  parseIptablesSave,
+  planLeftovers,
+  type IptablesDump,
+  type Listing,
+  type PlanOptions,
+} from "../../../src/plugins/leftovers/plan.ts";
 import { v4 } from "../../fixtures/addresses.ts";
-import { foreignIptables, foreignNft, iptablesMode, ipvsModeIpsets, ipvsModeIptables, ipvsModeVirtualServers, } from "./kube-proxy-rules.ts";
+import { foreignIptables, foreignNft, iptablesMode, ipvsModeIpsets, ipvsModeIptables, ipvsModeVirtualServers } from "./kube-proxy-rules.ts";
 
 const web = { clusterIP: v4.clusterIP(10), endpoints: [v4.pod(0, 1), v4.pod(0, 2)], podCIDR: "198.19.0.0/16", nodePort: 30080 };
 const nodeIP = v4.node(0);
@@ -31,9 +38,14 @@ function saved(...texts: string[]): string {
 }
 
 const emptyListing = (): Listing => ({ nftTables: "", iptables: [], ipsets: "", device: "", deviceAddrs: "", ipvs: "" });
-const dump = (save: string, flavour: IptablesDump["flavour"] = "nft", family: IptablesDump["family"] = "v4"): IptablesDump => ({ flavour, family, save });
+const dump = (save: string, flavour: IptablesDump["flavour"] = "nft", family: IptablesDump["family"] = "v4"): IptablesDump => ({
+  flavour,
+  family,
+  save,
+});
 const dummy = JSON.stringify([{ ifname: "kube-ipvs0", linkinfo: { info_kind: "dummy" } }]);
-const onDevice = (...ips: string[]) => JSON.stringify([{ ifname: "kube-ipvs0", addr_info: ips.map((local) => ({ local, scope: "global" })) }]);
+const onDevice = (...ips: string[]) =>
+  JSON.stringify([{ ifname: "kube-ipvs0", addr_info: ips.map((local) => ({ local, scope: "global" })) }]);
 const kpngIptables = `*nat\n:KPNG-SERVICES - [0:0]\n:KPNG-CANARY - [0:0]\n-A PREROUTING -m comment --comment "kpng service portals" -j KPNG-SERVICES\nCOMMIT\n`;
 
 /** chains deleted (`-X`) by a plan's restores, as "table CHAIN" */
@@ -93,17 +105,45 @@ const cases: Case[] = [
   },
   {
     name: "a chain of kube-proxy's that another program's chain still jumps to stays, with what it reaches",
-    listing: { iptables: [dump(saved(foreignIptables(), iptablesMode(web), "*nat\n:CNI-HOSTPORT-SETMARK - [0:0]\n-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\nCOMMIT\n"))] },
+    listing: {
+      iptables: [
+        dump(
+          saved(
+            foreignIptables(),
+            iptablesMode(web),
+            "*nat\n:CNI-HOSTPORT-SETMARK - [0:0]\n-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\nCOMMIT\n",
+          ),
+        ),
+      ],
+    },
     opts: kubeProxyOnly,
     chains: kubeProxyIptablesChains.filter((c) => c !== "nat KUBE-MARK-MASQ"),
     kept: ["iptables-nft v4 nat KUBE-MARK-MASQ: another program's chain still reaches it"],
   },
   {
     name: "what a kept chain reaches stays too: another program jumping to KUBE-SERVICES keeps the whole service tree, the rest goes",
-    listing: { iptables: [dump(saved(foreignIptables(), iptablesMode(web), "*nat\n:OTHER-PORTALS - [0:0]\n-A OTHER-PORTALS -j KUBE-SERVICES\nCOMMIT\n"))] },
+    listing: {
+      iptables: [
+        dump(saved(foreignIptables(), iptablesMode(web), "*nat\n:OTHER-PORTALS - [0:0]\n-A OTHER-PORTALS -j KUBE-SERVICES\nCOMMIT\n")),
+      ],
+    },
     opts: kubeProxyOnly,
-    chains: ["filter KUBE-EXTERNAL-SERVICES", "filter KUBE-FORWARD", "filter KUBE-NODEPORTS", "filter KUBE-PROXY-CANARY", "filter KUBE-PROXY-FIREWALL", "filter KUBE-SERVICES", "mangle KUBE-PROXY-CANARY", "nat KUBE-POSTROUTING", "nat KUBE-PROXY-CANARY"],
-    kept: ["iptables-nft v4 nat KUBE-SERVICES: another program's chain still reaches it", "iptables-nft v4 nat KUBE-SEP-PODAAAAAAAAAAAA: another program's chain still reaches it", "iptables-nft v4 nat KUBE-MARK-MASQ: another program's chain still reaches it"],
+    chains: [
+      "filter KUBE-EXTERNAL-SERVICES",
+      "filter KUBE-FORWARD",
+      "filter KUBE-NODEPORTS",
+      "filter KUBE-PROXY-CANARY",
+      "filter KUBE-PROXY-FIREWALL",
+      "filter KUBE-SERVICES",
+      "mangle KUBE-PROXY-CANARY",
+      "nat KUBE-POSTROUTING",
+      "nat KUBE-PROXY-CANARY",
+    ],
+    kept: [
+      "iptables-nft v4 nat KUBE-SERVICES: another program's chain still reaches it",
+      "iptables-nft v4 nat KUBE-SEP-PODAAAAAAAAAAAA: another program's chain still reaches it",
+      "iptables-nft v4 nat KUBE-MARK-MASQ: another program's chain still reaches it",
+    ],
   },
   {
     name: "kpng's KPNG- chains stay when only kube-proxy's rules go",
@@ -113,7 +153,9 @@ const cases: Case[] = [
   },
   {
     name: "--cleanup: kpng's chains in both flavours and families",
-    listing: { iptables: [dump(saved(foreignIptables(), kpngIptables), "legacy"), dump(saved(foreignIptables("v6"), kpngIptables), "nft", "v6")] },
+    listing: {
+      iptables: [dump(saved(foreignIptables(), kpngIptables), "legacy"), dump(saved(foreignIptables("v6"), kpngIptables), "nft", "v6")],
+    },
     opts: everything,
     chains: ["nat KPNG-CANARY", "nat KPNG-CANARY", "nat KPNG-SERVICES", "nat KPNG-SERVICES"],
   },
@@ -158,15 +200,40 @@ const cases: Case[] = [
     opts: kubeProxyOnly,
     ipvs: `-D -t ${web.clusterIP}:80\n-D -t ${nodeIP}:${web.nodePort}\n`,
     deleteDevice: true,
-    ipsets: ["KUBE-6-CLUSTER-IP", "KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-HEALTH-CHECK-NODE-PORT", "KUBE-IPVS-IPS", "KUBE-LOAD-BALANCER", "KUBE-LOAD-BALANCER-FW", "KUBE-LOOP-BACK", "KUBE-NODE-PORT-TCP"],
+    ipsets: [
+      "KUBE-6-CLUSTER-IP",
+      "KUBE-CLUSTER-IP",
+      "KUBE-EXTERNAL-IP",
+      "KUBE-HEALTH-CHECK-NODE-PORT",
+      "KUBE-IPVS-IPS",
+      "KUBE-LOAD-BALANCER",
+      "KUBE-LOAD-BALANCER-FW",
+      "KUBE-LOOP-BACK",
+      "KUBE-NODE-PORT-TCP",
+    ],
   },
   {
     name: "kpng runs its IPVS backend: kube-ipvs0 and the virtual servers stay (its first sync took them over); kube-proxy's ipsets go",
-    listing: { ipsets: ipvsModeIpsets(web), device: dummy, deviceAddrs: onDevice(web.clusterIP), ipvs: ipvsModeVirtualServers({ ...web, nodeIP, other }) },
+    listing: {
+      ipsets: ipvsModeIpsets(web),
+      device: dummy,
+      deviceAddrs: onDevice(web.clusterIP),
+      ipvs: ipvsModeVirtualServers({ ...web, nodeIP, other }),
+    },
     opts: { owners: ["kube-proxy"], keepIpvs: true },
     ipvs: "",
     deleteDevice: false,
-    ipsets: ["KUBE-6-CLUSTER-IP", "KUBE-CLUSTER-IP", "KUBE-EXTERNAL-IP", "KUBE-HEALTH-CHECK-NODE-PORT", "KUBE-IPVS-IPS", "KUBE-LOAD-BALANCER", "KUBE-LOAD-BALANCER-FW", "KUBE-LOOP-BACK", "KUBE-NODE-PORT-TCP"],
+    ipsets: [
+      "KUBE-6-CLUSTER-IP",
+      "KUBE-CLUSTER-IP",
+      "KUBE-EXTERNAL-IP",
+      "KUBE-HEALTH-CHECK-NODE-PORT",
+      "KUBE-IPVS-IPS",
+      "KUBE-LOAD-BALANCER",
+      "KUBE-LOAD-BALANCER-FW",
+      "KUBE-LOOP-BACK",
+      "KUBE-NODE-PORT-TCP",
+    ],
     kept: ["kube-ipvs0 and its virtual servers: kpng's IPVS backend uses them"],
   },
   {
@@ -179,7 +246,8 @@ const cases: Case[] = [
   {
     name: "--cleanup: kpng's ipsets (iptables hairpin, IPVS backend) and its node-port virtual servers",
     listing: {
-      ipsets: "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet\ncreate KPNG-NODE-PORT hash:ip,port family inet\nadd KPNG-NODE-PORT 203.0.113.10,tcp:30080\ncreate KUBE-SRC-X hash:ip family inet\n",
+      ipsets:
+        "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet\ncreate KPNG-NODE-PORT hash:ip,port family inet\nadd KPNG-NODE-PORT 203.0.113.10,tcp:30080\ncreate KUBE-SRC-X hash:ip family inet\n",
       ipvs: `-A -t ${nodeIP}:30080 -s rr\n-A -t ${other}:443 -s wlc\n`,
     },
     opts: everything,
@@ -294,7 +362,13 @@ describe("removeLeftovers (recorder)", () => {
   test("--dry-run prints the commands and runs none", async () => {
     const node = fakeNode(listing);
     const out: string[] = [];
-    const { plan } = await removeLeftovers({ exec: node.exec, log: memoryLogger(), owners: ["kube-proxy"], dryRun: true, out: (t) => out.push(t) });
+    const { plan } = await removeLeftovers({
+      exec: node.exec,
+      log: memoryLogger(),
+      owners: ["kube-proxy"],
+      dryRun: true,
+      out: (t) => out.push(t),
+    });
     expect(node.ran).toEqual([]);
     expect(out.map((t) => t.split("\n")[0])).toEqual(planCommands(plan).map((c) => `# ${c.argv.join(" ")}`));
   });

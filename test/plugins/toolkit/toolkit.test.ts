@@ -35,7 +35,9 @@ function sources(dir: string): string[] {
 /** relative module specifiers of a file (static imports, re-exports, dynamic imports), resolved from the repository root */
 function importsOf(file: string): string[] {
   const text = readFileSync(join(ROOT, file), "utf8");
-  const specs = [...text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^;"'`]*?from\s+"([^"]+)"|import\(\s*"([^"]+)"\s*\)|(?:^|\n)import\s+"([^"]+)"/g)].map((m) => m[1] ?? m[2] ?? m[3]);
+  const specs = [
+    ...text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^;"'`]*?from\s+"([^"]+)"|import\(\s*"([^"]+)"\s*\)|(?:^|\n)import\s+"([^"]+)"/g),
+  ].map((m) => m[1] ?? m[2] ?? m[3]);
   return specs.filter((s) => s.startsWith(".")).map((s) => relative(ROOT, resolve(ROOT, dirname(file), s)));
 }
 
@@ -55,13 +57,21 @@ describe("who imports what", () => {
   });
 
   test("the core imports neither the plugin host nor a backend", () => {
-    const bad = sources("src/core").flatMap((file) => importsOf(file).filter((t) => t.startsWith("src/plugins/") || t.startsWith("plugins/")).map((t) => `${file} -> ${t}`));
+    const bad = sources("src/core").flatMap((file) =>
+      importsOf(file)
+        .filter((t) => t.startsWith("src/plugins/") || t.startsWith("plugins/"))
+        .map((t) => `${file} -> ${t}`),
+    );
     expect(bad).toEqual([]);
   });
 
   test("the examples import kpng through the toolkit and the client library's entries", () => {
     const allowed = new Set(["src/plugins/toolkit/index.ts", "src/plugins/run.ts", "src/core/api/client/index.ts"]);
-    const bad = sources("examples").flatMap((file) => importsOf(file).filter((t) => !allowed.has(t)).map((t) => `${file} -> ${t}`));
+    const bad = sources("examples").flatMap((file) =>
+      importsOf(file)
+        .filter((t) => !allowed.has(t))
+        .map((t) => `${file} -> ${t}`),
+    );
     expect(bad).toEqual([]);
   });
 });
@@ -71,7 +81,10 @@ describe("a plugin sees the same toolkit", () => {
     const dir = mkdtempSync(join(tmpdir(), "kpng-toolkit-"));
     try {
       const file = join(dir, "plugin.ts");
-      writeFileSync(file, `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: ctx.toolkit.hostPort("2001:db8::1", 80) });\n`);
+      writeFileSync(
+        file,
+        `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: ctx.toolkit.hostPort("2001:db8::1", 80) });\n`,
+      );
       const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
       const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: string };
       expect(b.seen).toBe("[2001:db8::1]:80");
@@ -84,7 +97,13 @@ describe("a plugin sees the same toolkit", () => {
 
 describe("a service's families and reach", () => {
   const port = (nodePort = 0) => ({ name: "http", port: 80, nodePort });
-  const cases: { name: string; svc: Parameters<typeof service>[0]; nodePorts?: boolean; served: Record<Family, boolean>; accessible: Record<Family, boolean> }[] = [
+  const cases: {
+    name: string;
+    svc: Parameters<typeof service>[0];
+    nodePorts?: boolean;
+    served: Record<Family, boolean>;
+    accessible: Record<Family, boolean>;
+  }[] = [
     {
       name: "single-stack IPv4 cluster IP: served in IPv4 only, not reachable from outside",
       svc: { name: "a", clusterIPs: [v4.clusterIP(1)], ports: [port()] },

@@ -52,11 +52,21 @@ async function curl(url: string): Promise<{ code: number; headers: Record<string
   if (p.exitCode !== 0) return { code: 0, headers: {}, body: "" };
   const [head, ...rest] = text.split("\r\n\r\n");
   const lines = head.split("\r\n");
-  const headers = Object.fromEntries(lines.slice(1).map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]));
+  const headers = Object.fromEntries(
+    lines.slice(1).map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]),
+  );
   return { code: Number(lines[0].split(" ")[1]), headers, body: rest.join("\r\n\r\n") };
 }
 
-const webLB = (hcPort: number) => svc({ name: "web", type: "LoadBalancer", eTP: "Local", healthCheckNodePort: hcPort, ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }], lbIngress: [{ ip: v4.external(1) }] });
+const webLB = (hcPort: number) =>
+  svc({
+    name: "web",
+    type: "LoadBalancer",
+    eTP: "Local",
+    healthCheckNodePort: hcPort,
+    ports: [{ name: "http", port: 80, targetPort: 8080, nodePort: 30080 }],
+    lbIngress: [{ ip: v4.external(1) }],
+  });
 const webEndpoints = (nodeName: string) => slice({ service: "web", endpoints: [{ ip: v4.pod(1, 5), node: nodeName }] });
 
 let api: FakeApiServer;
@@ -72,14 +82,21 @@ beforeAll(async () => {
   api.apply(webLB(hcPort));
   api.apply(webEndpoints("node-1"));
   kpng = new Kpng([
-    "--kubeconfig", api.writeKubeconfig(tmp.dir),
-    "--backend", "nft",
+    "--kubeconfig",
+    api.writeKubeconfig(tmp.dir),
+    "--backend",
+    "nft",
     "--dry-run",
-    "--hostname-override", "node-1",
-    "--healthz-bind-address", "127.0.0.1:0",
-    "--metrics-bind-address", "127.0.0.1:0",
-    "--nodeport-addresses", "127.0.0.0/8",
-    "--min-sync-period", "100ms",
+    "--hostname-override",
+    "node-1",
+    "--healthz-bind-address",
+    "127.0.0.1:0",
+    "--metrics-bind-address",
+    "127.0.0.1:0",
+    "--nodeport-addresses",
+    "127.0.0.0/8",
+    "--min-sync-period",
+    "100ms",
   ]);
   healthz = `http://${await kpng.address("healthz")}`;
   metrics = `http://${await kpng.address("metrics")}`;
@@ -116,9 +133,13 @@ describe("kpng --kubeconfig K --backend nft --dry-run", () => {
       await waitFor("a sync", () => kpng.syncs() > syncs && kpng.out.length > out);
       return kpng.out.slice(out);
     };
-    const created = await step(() => api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(40)], ports: [{ name: "http", port: 8080 }] })));
+    const created = await step(() =>
+      api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(40)], ports: [{ name: "http", port: 8080 }] })),
+    );
     expect(created).toMatch(new RegExp(`add element .*${ip} \\. tcp \\. 8080`));
-    const updated = await step(() => api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(40)], ports: [{ name: "http", port: 8081 }] })));
+    const updated = await step(() =>
+      api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(40)], ports: [{ name: "http", port: 8081 }] })),
+    );
     expect(updated).toMatch(new RegExp(`add element .*${ip} \\. tcp \\. 8081`));
     expect(updated).toMatch(new RegExp(`delete element .*${ip} \\. tcp \\. 8080`));
     const deleted = await step(() => api.remove("Service", "default", "api"));
@@ -152,14 +173,19 @@ describe("what curl sees", () => {
     expect(h.code).toBe(200);
     expect(h.headers["content-type"]).toBe("application/json");
     expect(h.headers["x-content-type-options"]).toBe("nosniff");
-    expect(h.body).toMatch(/^\{"lastUpdated": "\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? \+0000 UTC m=\+\d+\.\d{9}","currentTime": "[^"]+", "nodeEligible": true\}$/);
+    expect(h.body).toMatch(
+      /^\{"lastUpdated": "\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? \+0000 UTC m=\+\d+\.\d{9}","currentTime": "[^"]+", "nodeEligible": true\}$/,
+    );
     const l = await curl(`${healthz}/livez`);
     expect(l.code).toBe(200);
     expect(Object.keys(JSON.parse(l.body))).toEqual(["lastUpdated", "currentTime"]);
   });
 
   test("a node the cluster autoscaler is deleting: /healthz 503 (drain me), /livez still 200", async () => {
-    const tainted = { ...node("node-1", { ips: [v4.node(1)] }), spec: { taints: [{ key: "ToBeDeletedByClusterAutoscaler", value: "1700000000", effect: "NoSchedule" }] } };
+    const tainted = {
+      ...node("node-1", { ips: [v4.node(1)] }),
+      spec: { taints: [{ key: "ToBeDeletedByClusterAutoscaler", value: "1700000000", effect: "NoSchedule" }] },
+    };
     api.apply(tainted);
     await waitFor("healthz 503", async () => (await curl(`${healthz}/healthz`)).code === 503);
     expect(JSON.parse((await curl(`${healthz}/healthz`)).body).nodeEligible).toBe(false);
@@ -171,7 +197,17 @@ describe("what curl sees", () => {
   test("/metrics: kube-proxy's names and kpng's own", async () => {
     const m = await curl(`${metrics}/metrics`);
     expect(m.code).toBe(200);
-    for (const name of ["kubeproxy_sync_proxy_rules_duration_seconds_count", "kubeproxy_sync_proxy_rules_last_timestamp_seconds", "kubeproxy_sync_proxy_rules_service_changes_total", "kubeproxy_sync_proxy_rules_endpoint_changes_total", 'kubeproxy_proxy_healthz_total{code="200"}', 'kpng_api_events_total{kind="Service"}', "kpng_node_revisions_total", "kpng_api_watchers 3", "process_resident_memory_bytes"]) {
+    for (const name of [
+      "kubeproxy_sync_proxy_rules_duration_seconds_count",
+      "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+      "kubeproxy_sync_proxy_rules_service_changes_total",
+      "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+      'kubeproxy_proxy_healthz_total{code="200"}',
+      'kpng_api_events_total{kind="Service"}',
+      "kpng_node_revisions_total",
+      "kpng_api_watchers 3",
+      "process_resident_memory_bytes",
+    ]) {
       expect(m.body).toContain(name);
     }
     expect((await curl(`${metrics}/proxyMode`)).body).toBe("nftables");
@@ -198,7 +234,19 @@ describe("an API server that is down when kpng starts", () => {
     late.apply(svc({ name: "late", clusterIPs: [v4.clusterIP(50)] }));
     const kubeconfig = late.writeKubeconfig(tmp.dir, "late-kubeconfig");
     await late.down();
-    const p = new Kpng(["--kubeconfig", kubeconfig, "--backend", "nft", "--dry-run", "--hostname-override", "node-1", "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", ""]);
+    const p = new Kpng([
+      "--kubeconfig",
+      kubeconfig,
+      "--backend",
+      "nft",
+      "--dry-run",
+      "--hostname-override",
+      "node-1",
+      "--healthz-bind-address",
+      "127.0.0.1:0",
+      "--metrics-bind-address",
+      "",
+    ]);
     try {
       const hz = `http://${await p.address("healthz")}`;
       await waitFor("a failed list", () => p.err.includes("list failed, keeping the last known state"), 10000);
@@ -220,7 +268,20 @@ describe("the compiled binary (bun run build)", () => {
     // As shipped: the compiled binary loads the kubeconfig and trusts its CA (the bundle must keep what the loader needs).
     await buildBinary(bin);
     // Not spawnSync: the API server lives in this process and must keep answering.
-    const p = Bun.spawn([bin, "--kubeconfig", api.writeKubeconfig(tmp.dir, "bin-kubeconfig"), "--backend", "nft", "--dry-run", "--once", "--hostname-override", "node-1"], { cwd: tmp.dir, stdout: "pipe", stderr: "pipe", timeout: 20_000 });
+    const p = Bun.spawn(
+      [
+        bin,
+        "--kubeconfig",
+        api.writeKubeconfig(tmp.dir, "bin-kubeconfig"),
+        "--backend",
+        "nft",
+        "--dry-run",
+        "--once",
+        "--hostname-override",
+        "node-1",
+      ],
+      { cwd: tmp.dir, stdout: "pipe", stderr: "pipe", timeout: 20_000 },
+    );
     const [out, err] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text()]);
     expect(err).toContain("listed kind=Service");
     expect(await p.exited).toBe(0);

@@ -23,7 +23,11 @@ export function testCert(dir: string): TestCert {
   return (cert ??= makeTestCert(dir));
 }
 
-export async function waitFor<T>(what: string, f: () => T | undefined | false | null | Promise<T | undefined | false | null>, timeoutMs = 5000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  f: () => T | undefined | false | null | Promise<T | undefined | false | null>,
+  timeoutMs = 5000,
+): Promise<T> {
   const end = performance.now() + timeoutMs;
   for (;;) {
     const v = await f();

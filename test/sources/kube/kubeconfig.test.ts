@@ -66,7 +66,11 @@ const b64 = (s: string) => Buffer.from(s).toString("base64");
  * kubeconfig whose one context joins cluster "c" and user "u", written as
  * given; returns the kubeconfig's path and the directory.
  */
-function kubeconfig(cluster: Record<string, unknown>, user?: Record<string, unknown>, files: Record<string, string> = {}): { path: string; dir: string } {
+function kubeconfig(
+  cluster: Record<string, unknown>,
+  user?: Record<string, unknown>,
+  files: Record<string, string> = {},
+): { path: string; dir: string } {
   const dir = mkdtempSync(join(tmp.dir, "kc-"));
   for (const [f, text] of Object.entries(files)) writeFileSync(join(dir, f), text, { mode: /\.(sh|js)$/.test(f) ? 0o755 : 0o644 });
   const doc = {
@@ -113,7 +117,10 @@ describe("finding the API server", () => {
     writeFileSync(join(sa, "token"), "test-token");
     writeFileSync(join(sa, "ca.crt"), testCert(tmp.dir).cert);
     writeFileSync(join(sa, "namespace"), "kube-system");
-    const kc = loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: String(api.port) }, inClusterPrefix: prefix });
+    const kc = loadKubeConfig({
+      env: { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: String(api.port) },
+      inClusterPrefix: prefix,
+    });
     expect(kc.server).toBe(api.url);
     expect(await nodesVia(kc)).toEqual(["node-1"]);
     // Bound service-account tokens are rotated in place by the kubelet.
@@ -126,7 +133,9 @@ describe("finding the API server", () => {
       api.tokens.delete("pod-token-2");
     }
     // An IPv6 service address goes in brackets.
-    expect(loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "443" }, inClusterPrefix: prefix }).server).toBe("https://[fd00::1]:443");
+    expect(
+      loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "443" }, inClusterPrefix: prefix }).server,
+    ).toBe("https://[fd00::1]:443");
   });
 
   test("a server whose certificate the CA did not sign is refused", async () => {
@@ -138,10 +147,22 @@ describe("finding the API server", () => {
   });
 
   const bad: Array<{ name: string; opts: Parameters<typeof loadKubeConfig>[0]; error: RegExp }> = [
-    { name: "kubeconfig file missing", opts: { kubeconfig: "/nonexistent/kubeconfig" }, error: /--kubeconfig \/nonexistent\/kubeconfig: cannot load: ENOENT/ },
+    {
+      name: "kubeconfig file missing",
+      opts: { kubeconfig: "/nonexistent/kubeconfig" },
+      error: /--kubeconfig \/nonexistent\/kubeconfig: cannot load: ENOENT/,
+    },
     { name: "master not a URL", opts: { master: "api.example:6443" }, error: /flag --master: "api\.example:6443" is not an http\(s\) URL/ },
-    { name: "nothing given outside a pod", opts: { env: {} }, error: /no --kubeconfig, --master or --input given, and not running in a pod/ },
-    { name: "in a pod without a token", opts: { env: { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: "443" }, inClusterPrefix: "/nonexistent" }, error: /no service account token/ },
+    {
+      name: "nothing given outside a pod",
+      opts: { env: {} },
+      error: /no --kubeconfig, --master or --input given, and not running in a pod/,
+    },
+    {
+      name: "in a pod without a token",
+      opts: { env: { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: "443" }, inClusterPrefix: "/nonexistent" },
+      error: /no service account token/,
+    },
   ];
   for (const c of bad) test(`bad: ${c.name}`, () => expect(invalidMessage(() => loadKubeConfig(c.opts))).toMatch(c.error));
 
@@ -232,7 +253,15 @@ describe("credentials that reach the API server", () => {
     const dir = mkdtempSync(join(tmp.dir, "client-"));
     makeClientCert(dir, testCert(tmp.dir), "kpng");
     const path = join(dir, "kubeconfig");
-    writeFileSync(path, stringify({ clusters: [{ name: "c", cluster: apiCluster() }], users: [{ name: "u", user: { "client-certificate": "client.crt", "client-key": "client.key" } }], contexts: [{ name: "x", context: { cluster: "c", user: "u" } }], "current-context": "x" }));
+    writeFileSync(
+      path,
+      stringify({
+        clusters: [{ name: "c", cluster: apiCluster() }],
+        users: [{ name: "u", user: { "client-certificate": "client.crt", "client-key": "client.key" } }],
+        contexts: [{ name: "x", context: { cluster: "c", user: "u" } }],
+        "current-context": "x",
+      }),
+    );
     expect(await nodesVia(loadKubeConfig({ kubeconfig: path }))).toEqual(["node-1"]);
     expect(api.requests.at(-1)).toMatchObject({ clientCert: true });
     expect(api.requests.at(-1)!.authorization).toBeUndefined();
@@ -331,7 +360,9 @@ describe("credentials that reach the API server", () => {
       `const { readFileSync } = require("node:fs");
 console.log(JSON.stringify({ apiVersion: "${V1}", kind: "ExecCredential", status: { clientCertificateData: readFileSync(process.argv[2], "utf8"), clientKeyData: readFileSync(process.argv[3], "utf8") } }));`,
     );
-    const { path } = kubeconfig(apiCluster(), { exec: { apiVersion: V1, command: process.execPath, args: [script, mine.certFile, mine.keyFile] } });
+    const { path } = kubeconfig(apiCluster(), {
+      exec: { apiVersion: V1, command: process.execPath, args: [script, mine.certFile, mine.keyFile] },
+    });
     expect(await nodesVia(loadKubeConfig({ kubeconfig: path }))).toEqual(["node-1"]);
     expect(api.requests.at(-1)).toMatchObject({ clientCert: true });
   });
@@ -345,7 +376,11 @@ console.log(JSON.stringify({ apiVersion: "${V1}", kind: "ExecCredential", status
   test("exec: a failed run is not kept; the next request tries again", async () => {
     const p = execKubeconfig(["test-token"]);
     const script = join(p.dir, "plugin.sh");
-    writeFileSync(script, `#!/bin/sh\n[ -e "${p.dir}/ok" ] || { touch "${p.dir}/ok"; echo "not yet" >&2; exit 1; }\n` + PLUGIN.replace("#!/bin/sh\n", ""), { mode: 0o755 });
+    writeFileSync(
+      script,
+      `#!/bin/sh\n[ -e "${p.dir}/ok" ] || { touch "${p.dir}/ok"; echo "not yet" >&2; exit 1; }\n` + PLUGIN.replace("#!/bin/sh\n", ""),
+      { mode: 0o755 },
+    );
     const access = loadKubeConfig({ kubeconfig: p.path });
     await expect(nodesVia(access)).rejects.toThrow("exited with code 1: not yet");
     expect(await nodesVia(access)).toEqual(["node-1"]);
@@ -367,7 +402,8 @@ describe("exec plugins that fail: the request fails with what went wrong", () =>
     {
       name: "answers with another apiVersion",
       script: `#!/bin/sh\necho '{"apiVersion":"${V1BETA1}","kind":"ExecCredential","status":{"token":"t"}}'\n`,
-      error: (d) => `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: apiVersion: "${V1BETA1}" is not the configured ${V1}`,
+      error: (d) =>
+        `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: apiVersion: "${V1BETA1}" is not the configured ${V1}`,
     },
     {
       name: "another kind",
@@ -382,12 +418,14 @@ describe("exec plugins that fail: the request fails with what went wrong", () =>
     {
       name: "an empty status",
       script: `#!/bin/sh\necho '{"apiVersion":"${V1}","kind":"ExecCredential","status":{}}'\n`,
-      error: (d) => `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: status: holds neither a token nor a client certificate and key`,
+      error: (d) =>
+        `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: status: holds neither a token nor a client certificate and key`,
     },
     {
       name: "a certificate without its key",
       script: `#!/bin/sh\necho '{"apiVersion":"${V1}","kind":"ExecCredential","status":{"clientCertificateData":"x"}}'\n`,
-      error: (d) => `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: status: clientKeyData: missing (a client certificate needs its key)`,
+      error: (d) =>
+        `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: status: clientKeyData: missing (a client certificate needs its key)`,
     },
     {
       name: "a token that is not a string",
@@ -397,7 +435,8 @@ describe("exec plugins that fail: the request fails with what went wrong", () =>
     {
       name: "a bad expirationTimestamp",
       script: `#!/bin/sh\necho '{"apiVersion":"${V1}","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"tomorrow"}}'\n`,
-      error: (d) => `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: status.expirationTimestamp: "tomorrow" is not an RFC 3339 time`,
+      error: (d) =>
+        `[invalid_argument] exec plugin ${d}/plugin.sh (user "u"): output: status.expirationTimestamp: "tomorrow" is not an RFC 3339 time`,
     },
     {
       name: "a command that is not installed: the install hint",
@@ -408,7 +447,11 @@ describe("exec plugins that fail: the request fails with what went wrong", () =>
   ];
   for (const c of cases) {
     test(c.name, async () => {
-      const { path, dir } = kubeconfig(apiCluster(), c.user ?? { exec: { apiVersion: V1, command: "./plugin.sh" } }, c.script ? { "plugin.sh": c.script } : {});
+      const { path, dir } = kubeconfig(
+        apiCluster(),
+        c.user ?? { exec: { apiVersion: V1, command: "./plugin.sh" } },
+        c.script ? { "plugin.sh": c.script } : {},
+      );
       const access = loadKubeConfig({ kubeconfig: path });
       const before = api.requests.length;
       let message = "";
@@ -428,50 +471,147 @@ describe("bad kubeconfigs: one line naming the file, the field and why (exit 2)"
   const withCluster = (cluster: string) => doc(`[{ name: c, cluster: ${cluster} }]`, "[{ name: u, user: { token: t } }]");
 
   const cases: Array<{ name: string; text: string; files?: Record<string, string>; error: (dir: string) => string }> = [
-    { name: "not YAML", text: "clusters: [\n", error: () => "not valid YAML (line 2): Flow sequence in block collection must be sufficiently indented and end with a ]" },
+    {
+      name: "not YAML",
+      text: "clusters: [\n",
+      error: () => "not valid YAML (line 2): Flow sequence in block collection must be sufficiently indented and end with a ]",
+    },
     { name: "empty", text: "", error: () => "the file is empty" },
     { name: "a list, not a mapping", text: "- a\n- b\n", error: () => "not a kubeconfig (a mapping with clusters, contexts and users)" },
-    { name: "another kind of file", text: "apiVersion: v1\nkind: KubeProxyConfiguration\n", error: () => 'kind: "KubeProxyConfiguration" must be "Config"' },
+    {
+      name: "another kind of file",
+      text: "apiVersion: v1\nkind: KubeProxyConfiguration\n",
+      error: () => 'kind: "KubeProxyConfiguration" must be "Config"',
+    },
     { name: "clusters not a list", text: "clusters: c\n", error: () => 'clusters: "c" must be a list' },
     { name: "a user's token is a number", text: withUser("{ token: 42 }"), error: () => "users[0].user.token: 42 must be a string" },
-    { name: "insecure-skip-tls-verify is a string", text: withCluster('{ server: "https://x", insecure-skip-tls-verify: "yes" }'), error: () => 'clusters[0].cluster.insecure-skip-tls-verify: "yes" must be true or false' },
+    {
+      name: "insecure-skip-tls-verify is a string",
+      text: withCluster('{ server: "https://x", insecure-skip-tls-verify: "yes" }'),
+      error: () => 'clusters[0].cluster.insecure-skip-tls-verify: "yes" must be true or false',
+    },
     { name: "a context without a name", text: doc("[]", "[]", "[{ context: { cluster: c } }]"), error: () => "contexts[0].name: missing" },
-    { name: "an exec plugin without a command", text: withUser(`{ exec: { apiVersion: ${V1} } }`), error: () => "users[0].user.exec.command: missing" },
+    {
+      name: "an exec plugin without a command",
+      text: withUser(`{ exec: { apiVersion: ${V1} } }`),
+      error: () => "users[0].user.exec.command: missing",
+    },
     {
       name: "an exec plugin of a removed API version",
       text: withUser("{ exec: { apiVersion: client.authentication.k8s.io/v1alpha1, command: x } }"),
       error: () => `users[0].user.exec.apiVersion: "client.authentication.k8s.io/v1alpha1" must be one of: ${V1}, ${V1BETA1}`,
     },
-    { name: "an exec env without a name", text: withUser(`{ exec: { apiVersion: ${V1}, command: x, env: [{ value: v }] } }`), error: () => "users[0].user.exec.env[0].name: missing" },
-    { name: "a cluster name used twice", text: doc(`[{ name: c, cluster: ${CLUSTER} }, { name: c, cluster: ${CLUSTER} }]`, "[]"), error: () => 'clusters[1].name: "c" is used twice' },
-    { name: "current-context not set", text: doc("[]", "[]", "[]", '""'), error: () => 'no cluster for current-context "" (current-context is not set)' },
-    { name: "current-context names no context", text: doc("[]", "[]", "[]", "gone"), error: () => 'no cluster for current-context "gone" (no context has that name)' },
-    { name: "the context names no cluster", text: doc("[]", "[]"), error: () => 'no cluster for current-context "ctx" (its cluster "c" is not in clusters)' },
-    { name: "the context names no user", text: doc(`[{ name: c, cluster: ${CLUSTER} }]`, "[]"), error: () => 'no user for current-context "ctx" (its user "u" is not in users)' },
+    {
+      name: "an exec env without a name",
+      text: withUser(`{ exec: { apiVersion: ${V1}, command: x, env: [{ value: v }] } }`),
+      error: () => "users[0].user.exec.env[0].name: missing",
+    },
+    {
+      name: "a cluster name used twice",
+      text: doc(`[{ name: c, cluster: ${CLUSTER} }, { name: c, cluster: ${CLUSTER} }]`, "[]"),
+      error: () => 'clusters[1].name: "c" is used twice',
+    },
+    {
+      name: "current-context not set",
+      text: doc("[]", "[]", "[]", '""'),
+      error: () => 'no cluster for current-context "" (current-context is not set)',
+    },
+    {
+      name: "current-context names no context",
+      text: doc("[]", "[]", "[]", "gone"),
+      error: () => 'no cluster for current-context "gone" (no context has that name)',
+    },
+    {
+      name: "the context names no cluster",
+      text: doc("[]", "[]"),
+      error: () => 'no cluster for current-context "ctx" (its cluster "c" is not in clusters)',
+    },
+    {
+      name: "the context names no user",
+      text: doc(`[{ name: c, cluster: ${CLUSTER} }]`, "[]"),
+      error: () => 'no user for current-context "ctx" (its user "u" is not in users)',
+    },
     { name: "no server", text: withCluster("{ insecure-skip-tls-verify: true }"), error: () => 'cluster "c": server: missing' },
-    { name: "a server that is not a URL", text: withCluster('{ server: "10.0.0.1:6443" }'), error: () => 'cluster "c": server: "10.0.0.1:6443" is not an http(s) URL' },
-    { name: "a CA file that is not there", text: withCluster('{ server: "https://x", certificate-authority: pki/ca.crt }'), error: (d) => `cluster "c": certificate-authority: cannot read ${d}/pki/ca.crt: ENOENT` },
-    { name: "CA data that is not base64", text: withCluster('{ server: "https://x", certificate-authority-data: "not base64!" }'), error: () => 'cluster "c": certificate-authority-data: not base64' },
-    { name: "CA data that is not PEM", text: withCluster(`{ server: "https://x", certificate-authority-data: ${b64("hello")} }`), error: () => 'cluster "c": certificate-authority-data: not a PEM certificate' },
-    { name: "a CA file that is not PEM", text: withCluster('{ server: "https://x", certificate-authority: ca.crt }'), files: { "ca.crt": "hello" }, error: () => 'cluster "c": certificate-authority: not a PEM certificate' },
+    {
+      name: "a server that is not a URL",
+      text: withCluster('{ server: "10.0.0.1:6443" }'),
+      error: () => 'cluster "c": server: "10.0.0.1:6443" is not an http(s) URL',
+    },
+    {
+      name: "a CA file that is not there",
+      text: withCluster('{ server: "https://x", certificate-authority: pki/ca.crt }'),
+      error: (d) => `cluster "c": certificate-authority: cannot read ${d}/pki/ca.crt: ENOENT`,
+    },
+    {
+      name: "CA data that is not base64",
+      text: withCluster('{ server: "https://x", certificate-authority-data: "not base64!" }'),
+      error: () => 'cluster "c": certificate-authority-data: not base64',
+    },
+    {
+      name: "CA data that is not PEM",
+      text: withCluster(`{ server: "https://x", certificate-authority-data: ${b64("hello")} }`),
+      error: () => 'cluster "c": certificate-authority-data: not a PEM certificate',
+    },
+    {
+      name: "a CA file that is not PEM",
+      text: withCluster('{ server: "https://x", certificate-authority: ca.crt }'),
+      files: { "ca.crt": "hello" },
+      error: () => 'cluster "c": certificate-authority: not a PEM certificate',
+    },
     {
       name: "insecure-skip-tls-verify with a CA",
-      text: withCluster(`{ server: "https://x", insecure-skip-tls-verify: true, certificate-authority-data: ${b64(testCert(tmp.dir).cert)} }`),
+      text: withCluster(
+        `{ server: "https://x", insecure-skip-tls-verify: true, certificate-authority-data: ${b64(testCert(tmp.dir).cert)} }`,
+      ),
       error: () => 'cluster "c": insecure-skip-tls-verify: cannot be combined with a certificate authority',
     },
-    { name: "proxy-url", text: withCluster('{ server: "https://x", proxy-url: "http://proxy:3128" }'), error: () => 'cluster "c": proxy-url: "http://proxy:3128" is not supported by kpng (it connects to the API server directly)' },
+    {
+      name: "proxy-url",
+      text: withCluster('{ server: "https://x", proxy-url: "http://proxy:3128" }'),
+      error: () => 'cluster "c": proxy-url: "http://proxy:3128" is not supported by kpng (it connects to the API server directly)',
+    },
     {
       name: "an auth-provider",
       text: withUser("{ auth-provider: { name: gcp, config: { cmd-path: gcloud } } }"),
       error: () => 'user "u": auth-provider: "gcp" is not supported by kpng (use a token, a client certificate or an exec plugin)',
     },
-    { name: "impersonation (as)", text: withUser("{ token: t, as: admin }"), error: () => 'user "u": as: impersonation is not supported by kpng' },
-    { name: "impersonation (as-groups)", text: withUser("{ token: t, as-groups: [system:masters] }"), error: () => 'user "u": as-groups: impersonation is not supported by kpng' },
-    { name: "a token and a password", text: withUser("{ token: t, username: a, password: b }"), error: () => 'user "u": username: cannot be combined with a token (one authentication method only)' },
-    { name: "a client certificate without its key", text: withUser("{ client-certificate: tls.crt }"), files: { "tls.crt": testCert(tmp.dir).cert }, error: () => 'user "u": client-key: missing (client-certificate needs its key)' },
-    { name: "a client key that is not PEM", text: withUser(`{ client-certificate-data: ${b64(testCert(tmp.dir).cert)}, client-key-data: ${b64("hello")} }`), error: () => 'user "u": client-key-data: not a PEM private key' },
-    { name: "a token file that is not there", text: withUser("{ tokenFile: token }"), error: (d) => `user "u": tokenFile: cannot read ${d}/token: ENOENT` },
-    { name: "an empty token file", text: withUser("{ tokenFile: token }"), files: { token: "\n" }, error: (d) => `user "u": tokenFile: ${d}/token is empty` },
+    {
+      name: "impersonation (as)",
+      text: withUser("{ token: t, as: admin }"),
+      error: () => 'user "u": as: impersonation is not supported by kpng',
+    },
+    {
+      name: "impersonation (as-groups)",
+      text: withUser("{ token: t, as-groups: [system:masters] }"),
+      error: () => 'user "u": as-groups: impersonation is not supported by kpng',
+    },
+    {
+      name: "a token and a password",
+      text: withUser("{ token: t, username: a, password: b }"),
+      error: () => 'user "u": username: cannot be combined with a token (one authentication method only)',
+    },
+    {
+      name: "a client certificate without its key",
+      text: withUser("{ client-certificate: tls.crt }"),
+      files: { "tls.crt": testCert(tmp.dir).cert },
+      error: () => 'user "u": client-key: missing (client-certificate needs its key)',
+    },
+    {
+      name: "a client key that is not PEM",
+      text: withUser(`{ client-certificate-data: ${b64(testCert(tmp.dir).cert)}, client-key-data: ${b64("hello")} }`),
+      error: () => 'user "u": client-key-data: not a PEM private key',
+    },
+    {
+      name: "a token file that is not there",
+      text: withUser("{ tokenFile: token }"),
+      error: (d) => `user "u": tokenFile: cannot read ${d}/token: ENOENT`,
+    },
+    {
+      name: "an empty token file",
+      text: withUser("{ tokenFile: token }"),
+      files: { token: "\n" },
+      error: (d) => `user "u": tokenFile: ${d}/token is empty`,
+    },
   ];
   for (const c of cases) {
     test(c.name, () => {
@@ -501,6 +641,8 @@ describe("bad kubeconfigs: one line naming the file, the field and why (exit 2)"
     mkdirSync(sa, { recursive: true });
     writeFileSync(join(sa, "token"), "t");
     const env = { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: "443" };
-    expect(invalidMessage(() => loadKubeConfig({ env, inClusterPrefix: prefix }))).toBe("[invalid_argument] in-cluster configuration: no cluster CA at /var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+    expect(invalidMessage(() => loadKubeConfig({ env, inClusterPrefix: prefix }))).toBe(
+      "[invalid_argument] in-cluster configuration: no cluster CA at /var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+    );
   });
 });

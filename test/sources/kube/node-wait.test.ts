@@ -26,7 +26,21 @@ afterAll(async () => {
 
 describe("waiting for the Node at start-up (cluster source)", () => {
   test("the Node registers 1 s after start: the first sync already has its node ports", async () => {
-    const p = Bun.spawn([process.execPath, join(root, "src/main.ts"), "--kubeconfig", api.writeKubeconfig(tmp.dir), "--hostname-override", "node-1", "--backend", "nft", "--dry-run", "--once"], { cwd: root, stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(
+      [
+        process.execPath,
+        join(root, "src/main.ts"),
+        "--kubeconfig",
+        api.writeKubeconfig(tmp.dir),
+        "--hostname-override",
+        "node-1",
+        "--backend",
+        "nft",
+        "--dry-run",
+        "--once",
+      ],
+      { cwd: root, stdout: "pipe", stderr: "pipe" },
+    );
     setTimeout(() => api.apply(node("node-1", { ips: [v4.node(1)] })), 1000);
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
     expect(code).toBe(0);
@@ -38,7 +52,23 @@ describe("waiting for the Node at start-up (cluster source)", () => {
 
   test("--bind-address given: no wait for the Node", async () => {
     const t0 = performance.now();
-    const p = Bun.spawn([process.execPath, join(root, "src/main.ts"), "--kubeconfig", api.writeKubeconfig(tmp.dir), "--hostname-override", "node-9", "--bind-address", v4.node(9), "--backend", "nft", "--dry-run", "--once"], { cwd: root, stdout: "pipe", stderr: "pipe" });
+    const p = Bun.spawn(
+      [
+        process.execPath,
+        join(root, "src/main.ts"),
+        "--kubeconfig",
+        api.writeKubeconfig(tmp.dir),
+        "--hostname-override",
+        "node-9",
+        "--bind-address",
+        v4.node(9),
+        "--backend",
+        "nft",
+        "--dry-run",
+        "--once",
+      ],
+      { cwd: root, stdout: "pipe", stderr: "pipe" },
+    );
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
     expect(code).toBe(0);
     expect(err).not.toContain("waiting for the Node");

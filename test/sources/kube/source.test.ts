@@ -57,323 +57,355 @@ const collections = (api: FakeApiServer) => api.requests.filter((q) => !q.path.s
 const listsOf = (api: FakeApiServer) => collections(api).filter((q) => !q.watch);
 
 for (const type of [PROTOBUF, JSON_TYPE]) {
-describe(`asking for ${type}`, () => {
-  beforeAll(() => {
-    contentType = type;
-  });
-  describe("kube source: what is asked for", () => {
-    test("asked as client-go asks for kube-proxy's content type; answered in it", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      for (const q of api.requests) expect(q.accept).toBe(`${contentType}, */*`);
-      const listed = r.log.lines.filter((l) => l.includes("listed"));
-      expect(listed).toHaveLength(3);
-      for (const l of listed) expect(l).toContain(`as=${contentType === PROTOBUF ? "protobuf" : "json"}`);
+  describe(`asking for ${type}`, () => {
+    beforeAll(() => {
+      contentType = type;
     });
-
-    test("by pages: the first list asks for resourceVersion 0 (the watch cache: one answer); a relist after 410 for the latest, paged", async () => {
-      const api = await cluster();
-      api.watchList = false;
-      for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
-      const r = await started(api);
-      const services = () => listsOf(api).filter((q) => q.path === "/api/v1/services");
-      expect(services().map((q) => [q.query.resourceVersion, q.query.continue ?? ""])).toEqual([["0", ""]]);
-      await waitFor("watches open", () => api.openWatches === 3);
-      await api.down();
-      api.apply(svc({ ns: "bulk", name: "late", clusterIPs: [v4.clusterIP(99)] }));
-      api.compact();
-      await api.up();
-      await waitFor("the relist", () => r.keys().includes("bulk/late") && services().length === 3);
-      const relist = services().slice(1);
-      expect(relist.map((q) => q.query.resourceVersion ?? "")).toEqual(["", ""]);
-      expect(relist[1].query.continue).toBeTruthy();
-    });
-
-    for (const watchList of [true, false]) {
-      test(`kube-proxy's selectors: no other proxy's services, no headless slices, only this Node (${watchList ? "streamed list" : "list by pages"})`, async () => {
+    describe("kube source: what is asked for", () => {
+      test("asked as client-go asks for kube-proxy's content type; answered in it", async () => {
         const api = await cluster();
-        api.watchList = watchList;
-        await started(api);
-        const q = Object.fromEntries((watchList ? collections(api) : listsOf(api)).map((r) => [r.path, r.query]));
-        expect(q["/api/v1/services"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
-        expect(q["/apis/discovery.k8s.io/v1/endpointslices"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
-        expect(q["/api/v1/nodes"].fieldSelector).toBe(`metadata.name=${NODE}`);
-        if (!watchList) expect(q["/api/v1/services"].limit).toBe("500");
+        const r = await started(api);
+        for (const q of api.requests) expect(q.accept).toBe(`${contentType}, */*`);
+        const listed = r.log.lines.filter((l) => l.includes("listed"));
+        expect(listed).toHaveLength(3);
+        for (const l of listed) expect(l).toContain(`as=${contentType === PROTOBUF ? "protobuf" : "json"}`);
       });
-    }
 
-    test("the list is streamed as client-go 1.36 streams it: a watch with sendInitialEvents, ended by the BOOKMARK, then watched on", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      for (const q of collections(api)) expect(q).toMatchObject({ watch: true, query: { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", allowWatchBookmarks: "true" } });
-      for (const q of collections(api)) expect(q.query.resourceVersion ?? "").toBe("");
-      expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=watch"))).toHaveLength(3);
-      api.apply(svc({ name: "later", clusterIPs: [v4.clusterIP(31)] }));
-      await waitFor("the same stream, on as a watch", () => r.keys().includes("default/later"));
-      expect(collections(api)).toHaveLength(3);
-      // and, as kube-proxy's getNodeIPs, its own Node by name
-      expect(api.requests.filter((q) => q.path === `/api/v1/nodes/${NODE}`)).toHaveLength(1);
-    });
-
-    test("a streamed list cut before its end BOOKMARK is listed again whole, by pages at once (client-go's fallback), then watched", async () => {
-      const api = await cluster();
-      for (let i = 0; i < 300; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
-      api.cutNextStream = { kind: "Service", after: 150 };
-      const services = () => api.requests.filter((q) => q.path === "/api/v1/services");
-      const r = await started(api);
-      expect(r.keys()).toHaveLength(301);
-      expect(services().slice(0, 2).map((q) => (q.watch ? `watch sendInitialEvents=${q.query.sendInitialEvents}` : `list resourceVersion=${q.query.resourceVersion}`))).toEqual(["watch sendInitialEvents=true", "list resourceVersion=0"]);
-      expect(r.log.lines.filter((l) => l.includes("streamed list failed, listing page by page"))).toHaveLength(1);
-      await waitFor("the watch after the list", () => watchesOf(api, "/api/v1/services").length === 2);
-      expect(watchesOf(api, "/api/v1/services")[1].query.sendInitialEvents).toBeUndefined();
-    });
-
-    test("an API server that refuses streamed lists (WatchList gate off): listed by pages, as client-go falls back", async () => {
-      const api = await cluster();
-      api.watchList = false;
-      const r = await started(api);
-      expect(r.log.lines.filter((l) => l.includes("does not stream lists"))).toHaveLength(3);
-      expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=pages"))).toHaveLength(3);
-      expect(listsOf(api)).toHaveLength(3);
-    });
-
-    test("a service labelled for another proxy is not served; with --service-proxy-name it is", async () => {
-      const api = await cluster();
-      api.apply(svc({ name: "mesh", clusterIPs: [v4.clusterIP(11)], labels: { "service.kubernetes.io/service-proxy-name": "mesh-proxy" } }));
-      api.apply(svc({ name: "other", clusterIPs: [v4.clusterIP(12)], labels: { "service.kubernetes.io/service-proxy-name": "someone-else" } }));
-      const plain = await started(api);
-      expect(plain.keys()).toEqual(["default/web"]);
-      const named = await started(api, { serviceProxyName: "mesh-proxy" });
-      expect(named.keys()).toEqual(["default/mesh", "default/web"]);
-    });
-
-    test("by pages: a paginated list (more than one page of 500) is read whole", async () => {
-      const api = await cluster();
-      api.watchList = false;
-      api.watchCache = false;
-      for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
-      const r = await started(api);
-      expect(r.keys()).toHaveLength(621);
-      expect(listsOf(api).filter((q) => q.path === "/api/v1/services" && q.query.continue)).toHaveLength(1);
-    });
-
-    test("requests share connections: a list of many pages does not pay a TLS handshake a page", async () => {
-      const api = await cluster();
-      api.watchList = false;
-      api.watchCache = false;
-      for (let i = 0; i < 2600; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
-      await started(api);
-      const pages = listsOf(api).length;
-      expect(pages).toBe(8); // 6 of services, 1 of slices, 1 of nodes
-      // each kind's next page is asked for while the last one is still read: two connections a kind at most
-      expect(api.connections).toBeLessThanOrEqual(6);
-    });
-  });
-
-  describe("kube source: following the cluster", () => {
-    test("creates, updates and deletes are followed through the watch", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)] }));
-      await waitFor("create", () => r.keys().includes("default/api"));
-      api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)], ports: [{ name: "http", port: 8080, targetPort: 80 }] }));
-      await waitFor("update", () => r.brain.view(NODE).state?.services.get("default/api")?.service.Ports[0]?.Port === 8080);
-      api.remove("Service", "default", "api");
-      await waitFor("delete", () => !r.keys().includes("default/api"));
-      // one streamed list per kind, which goes on as its watch: no other request but the GET of this node
-      expect(collections(api)).toHaveLength(3);
-    });
-
-    test("an object that stops matching the selector is deleted (sent as DELETED)", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      api.apply(svc({ name: "web", labels: { "service.kubernetes.io/service-proxy-name": "someone-else" } }));
-      await waitFor("web gone", () => r.keys().length === 0);
-    });
-
-    test("a Node heartbeat (status the brain does not read) is no event for the brain", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      const before = r.brain.stats.events;
-      const n = node(NODE, { ips: [v4.node(1)], zone: "zone-a" }) as Record<string, unknown>;
-      api.apply({ ...n, status: { ...(n.status as object), conditions: [{ type: "Ready", status: "True", lastHeartbeatTime: new Date().toISOString() }] } });
-      await waitFor("node event received", () => r.source.stats.events.Node >= 2);
-      await Bun.sleep(50);
-      expect(r.brain.stats.events).toBe(before);
-    });
-
-    test("a burst of changes is recomputed at most once per min-sync-period", async () => {
-      const api = await cluster();
-      const r = await started(api, { minSyncPeriodSeconds: 0.5 });
-      const flushes = r.source.stats.flushes;
-      const revs = r.rev();
-      for (let i = 0; i < 40; i++) api.apply(slice({ service: "web", endpoints: [{ ip: v4.pod(1, 10 + i), node: NODE }] }));
-      await waitFor("last change applied", () => [...(r.brain.view(NODE).state?.services.get("default/web")?.endpoints.values() ?? [])].some((e) => e.IPs?.V4[0] === v4.pod(1, 49)), 3000);
-      // 40 events: one flush at once (quiet before), one when the period ends.
-      expect(r.source.stats.flushes - flushes).toBeLessThanOrEqual(2);
-      expect(r.rev() - revs).toBeLessThanOrEqual(2);
-    });
-  });
-
-  describe("kube source: resuming and relisting", () => {
-    test("a dropped connection resumes the watch from the last resourceVersion, without a list", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)] }));
-      await waitFor("create", () => r.keys().includes("default/api"));
-      const rv = api.resourceVersion;
-      const lists = listsOf(api).length;
-      const before = watchesOf(api, "/api/v1/services").length;
-      api.dropConnections();
-      await waitFor("watch re-opened", () => watchesOf(api, "/api/v1/services").length > before);
-      expect(watchesOf(api, "/api/v1/services").at(-1)!.query.resourceVersion).toBe(rv);
-      expect(listsOf(api)).toHaveLength(lists);
-      expect(r.source.stats.relists).toBe(0);
-    });
-
-    test("a BOOKMARK moves the resume point forward", async () => {
-      const api = await cluster();
-      await started(api);
-      await waitFor("watches open", () => api.openWatches === 3);
-      api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } }); // bumps the global resourceVersion only
-      api.bookmark();
-      await Bun.sleep(50);
-      const before = watchesOf(api, "/api/v1/nodes").length;
-      api.dropConnections();
-      await waitFor("node watch re-opened", () => watchesOf(api, "/api/v1/nodes").length > before);
-      expect(watchesOf(api, "/api/v1/nodes").at(-1)!.query.resourceVersion).toBe(api.resourceVersion);
-    });
-
-    for (const goneAs of ["event", "http"] as const) {
-      test(`410 Gone (${goneAs === "event" ? "ERROR event" : "HTTP status"}) relists; what changed meanwhile is picked up, nothing else is republished`, async () => {
+      test("by pages: the first list asks for resourceVersion 0 (the watch cache: one answer); a relist after 410 for the latest, paged", async () => {
         const api = await cluster();
-        api.goneAs = goneAs;
-        api.apply(svc({ name: "stays", clusterIPs: [v4.clusterIP(21)] }));
+        api.watchList = false;
+        for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+        const r = await started(api);
+        const services = () => listsOf(api).filter((q) => q.path === "/api/v1/services");
+        expect(services().map((q) => [q.query.resourceVersion, q.query.continue ?? ""])).toEqual([["0", ""]]);
+        await waitFor("watches open", () => api.openWatches === 3);
+        await api.down();
+        api.apply(svc({ ns: "bulk", name: "late", clusterIPs: [v4.clusterIP(99)] }));
+        api.compact();
+        await api.up();
+        await waitFor("the relist", () => r.keys().includes("bulk/late") && services().length === 3);
+        const relist = services().slice(1);
+        expect(relist.map((q) => q.query.resourceVersion ?? "")).toEqual(["", ""]);
+        expect(relist[1].query.continue).toBeTruthy();
+      });
+
+      for (const watchList of [true, false]) {
+        test(`kube-proxy's selectors: no other proxy's services, no headless slices, only this Node (${watchList ? "streamed list" : "list by pages"})`, async () => {
+          const api = await cluster();
+          api.watchList = watchList;
+          await started(api);
+          const q = Object.fromEntries((watchList ? collections(api) : listsOf(api)).map((r) => [r.path, r.query]));
+          expect(q["/api/v1/services"].labelSelector).toBe("!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name");
+          expect(q["/apis/discovery.k8s.io/v1/endpointslices"].labelSelector).toBe(
+            "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name",
+          );
+          expect(q["/api/v1/nodes"].fieldSelector).toBe(`metadata.name=${NODE}`);
+          if (!watchList) expect(q["/api/v1/services"].limit).toBe("500");
+        });
+      }
+
+      test("the list is streamed as client-go 1.36 streams it: a watch with sendInitialEvents, ended by the BOOKMARK, then watched on", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        for (const q of collections(api))
+          expect(q).toMatchObject({
+            watch: true,
+            query: { sendInitialEvents: "true", resourceVersionMatch: "NotOlderThan", allowWatchBookmarks: "true" },
+          });
+        for (const q of collections(api)) expect(q.query.resourceVersion ?? "").toBe("");
+        expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=watch"))).toHaveLength(3);
+        api.apply(svc({ name: "later", clusterIPs: [v4.clusterIP(31)] }));
+        await waitFor("the same stream, on as a watch", () => r.keys().includes("default/later"));
+        expect(collections(api)).toHaveLength(3);
+        // and, as kube-proxy's getNodeIPs, its own Node by name
+        expect(api.requests.filter((q) => q.path === `/api/v1/nodes/${NODE}`)).toHaveLength(1);
+      });
+
+      test("a streamed list cut before its end BOOKMARK is listed again whole, by pages at once (client-go's fallback), then watched", async () => {
+        const api = await cluster();
+        for (let i = 0; i < 300; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+        api.cutNextStream = { kind: "Service", after: 150 };
+        const services = () => api.requests.filter((q) => q.path === "/api/v1/services");
+        const r = await started(api);
+        expect(r.keys()).toHaveLength(301);
+        expect(
+          services()
+            .slice(0, 2)
+            .map((q) =>
+              q.watch ? `watch sendInitialEvents=${q.query.sendInitialEvents}` : `list resourceVersion=${q.query.resourceVersion}`,
+            ),
+        ).toEqual(["watch sendInitialEvents=true", "list resourceVersion=0"]);
+        expect(r.log.lines.filter((l) => l.includes("streamed list failed, listing page by page"))).toHaveLength(1);
+        await waitFor("the watch after the list", () => watchesOf(api, "/api/v1/services").length === 2);
+        expect(watchesOf(api, "/api/v1/services")[1].query.sendInitialEvents).toBeUndefined();
+      });
+
+      test("an API server that refuses streamed lists (WatchList gate off): listed by pages, as client-go falls back", async () => {
+        const api = await cluster();
+        api.watchList = false;
+        const r = await started(api);
+        expect(r.log.lines.filter((l) => l.includes("does not stream lists"))).toHaveLength(3);
+        expect(r.log.lines.filter((l) => l.includes("listed") && l.includes("via=pages"))).toHaveLength(3);
+        expect(listsOf(api)).toHaveLength(3);
+      });
+
+      test("a service labelled for another proxy is not served; with --service-proxy-name it is", async () => {
+        const api = await cluster();
+        api.apply(
+          svc({ name: "mesh", clusterIPs: [v4.clusterIP(11)], labels: { "service.kubernetes.io/service-proxy-name": "mesh-proxy" } }),
+        );
+        api.apply(
+          svc({ name: "other", clusterIPs: [v4.clusterIP(12)], labels: { "service.kubernetes.io/service-proxy-name": "someone-else" } }),
+        );
+        const plain = await started(api);
+        expect(plain.keys()).toEqual(["default/web"]);
+        const named = await started(api, { serviceProxyName: "mesh-proxy" });
+        expect(named.keys()).toEqual(["default/mesh", "default/web"]);
+      });
+
+      test("by pages: a paginated list (more than one page of 500) is read whole", async () => {
+        const api = await cluster();
+        api.watchList = false;
+        api.watchCache = false;
+        for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+        const r = await started(api);
+        expect(r.keys()).toHaveLength(621);
+        expect(listsOf(api).filter((q) => q.path === "/api/v1/services" && q.query.continue)).toHaveLength(1);
+      });
+
+      test("requests share connections: a list of many pages does not pay a TLS handshake a page", async () => {
+        const api = await cluster();
+        api.watchList = false;
+        api.watchCache = false;
+        for (let i = 0; i < 2600; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+        await started(api);
+        const pages = listsOf(api).length;
+        expect(pages).toBe(8); // 6 of services, 1 of slices, 1 of nodes
+        // each kind's next page is asked for while the last one is still read: two connections a kind at most
+        expect(api.connections).toBeLessThanOrEqual(6);
+      });
+    });
+
+    describe("kube source: following the cluster", () => {
+      test("creates, updates and deletes are followed through the watch", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)] }));
+        await waitFor("create", () => r.keys().includes("default/api"));
+        api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)], ports: [{ name: "http", port: 8080, targetPort: 80 }] }));
+        await waitFor("update", () => r.brain.view(NODE).state?.services.get("default/api")?.service.Ports[0]?.Port === 8080);
+        api.remove("Service", "default", "api");
+        await waitFor("delete", () => !r.keys().includes("default/api"));
+        // one streamed list per kind, which goes on as its watch: no other request but the GET of this node
+        expect(collections(api)).toHaveLength(3);
+      });
+
+      test("an object that stops matching the selector is deleted (sent as DELETED)", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        api.apply(svc({ name: "web", labels: { "service.kubernetes.io/service-proxy-name": "someone-else" } }));
+        await waitFor("web gone", () => r.keys().length === 0);
+      });
+
+      test("a Node heartbeat (status the brain does not read) is no event for the brain", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        const before = r.brain.stats.events;
+        const n = node(NODE, { ips: [v4.node(1)], zone: "zone-a" }) as Record<string, unknown>;
+        api.apply({
+          ...n,
+          status: { ...(n.status as object), conditions: [{ type: "Ready", status: "True", lastHeartbeatTime: new Date().toISOString() }] },
+        });
+        await waitFor("node event received", () => r.source.stats.events.Node >= 2);
+        await Bun.sleep(50);
+        expect(r.brain.stats.events).toBe(before);
+      });
+
+      test("a burst of changes is recomputed at most once per min-sync-period", async () => {
+        const api = await cluster();
+        const r = await started(api, { minSyncPeriodSeconds: 0.5 });
+        const flushes = r.source.stats.flushes;
+        const revs = r.rev();
+        for (let i = 0; i < 40; i++) api.apply(slice({ service: "web", endpoints: [{ ip: v4.pod(1, 10 + i), node: NODE }] }));
+        await waitFor(
+          "last change applied",
+          () =>
+            [...(r.brain.view(NODE).state?.services.get("default/web")?.endpoints.values() ?? [])].some(
+              (e) => e.IPs?.V4[0] === v4.pod(1, 49),
+            ),
+          3000,
+        );
+        // 40 events: one flush at once (quiet before), one when the period ends.
+        expect(r.source.stats.flushes - flushes).toBeLessThanOrEqual(2);
+        expect(r.rev() - revs).toBeLessThanOrEqual(2);
+      });
+    });
+
+    describe("kube source: resuming and relisting", () => {
+      test("a dropped connection resumes the watch from the last resourceVersion, without a list", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        api.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)] }));
+        await waitFor("create", () => r.keys().includes("default/api"));
+        const rv = api.resourceVersion;
+        const lists = listsOf(api).length;
+        const before = watchesOf(api, "/api/v1/services").length;
+        api.dropConnections();
+        await waitFor("watch re-opened", () => watchesOf(api, "/api/v1/services").length > before);
+        expect(watchesOf(api, "/api/v1/services").at(-1)!.query.resourceVersion).toBe(rv);
+        expect(listsOf(api)).toHaveLength(lists);
+        expect(r.source.stats.relists).toBe(0);
+      });
+
+      test("a BOOKMARK moves the resume point forward", async () => {
+        const api = await cluster();
+        await started(api);
+        await waitFor("watches open", () => api.openWatches === 3);
+        api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } }); // bumps the global resourceVersion only
+        api.bookmark();
+        await Bun.sleep(50);
+        const before = watchesOf(api, "/api/v1/nodes").length;
+        api.dropConnections();
+        await waitFor("node watch re-opened", () => watchesOf(api, "/api/v1/nodes").length > before);
+        expect(watchesOf(api, "/api/v1/nodes").at(-1)!.query.resourceVersion).toBe(api.resourceVersion);
+      });
+
+      for (const goneAs of ["event", "http"] as const) {
+        test(`410 Gone (${goneAs === "event" ? "ERROR event" : "HTTP status"}) relists; what changed meanwhile is picked up, nothing else is republished`, async () => {
+          const api = await cluster();
+          api.goneAs = goneAs;
+          api.apply(svc({ name: "stays", clusterIPs: [v4.clusterIP(21)] }));
+          const r = await started(api);
+          await waitFor("watches open", () => api.openWatches === 3);
+          await api.down();
+          // Changes the client never sees as events, then history is compacted away.
+          api.remove("Service", "default", "stays");
+          api.apply(svc({ name: "new", clusterIPs: [v4.clusterIP(22)] }));
+          api.compact();
+          await api.up();
+          await waitFor("relisted", () => r.keys().includes("default/new") && !r.keys().includes("default/stays"), 4000);
+          expect(r.source.stats.relists).toBeGreaterThanOrEqual(1);
+          expect(r.keys()).toEqual(["default/new", "default/web"]);
+        });
+      }
+
+      test("a first list that fails midway is listed again whole: what went meanwhile is not kept", async () => {
+        const api = await cluster();
+        api.watchList = false;
+        api.watchCache = false;
+        for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
+        // The second page of services fails; as it does, a service of the first page goes.
+        api.failNext(1, 500, { path: "/api/v1/services", continued: true, meanwhile: () => api.remove("Service", "bulk", "s-0") });
+        const r = await started(api);
+        expect(listsOf(api).filter((q) => q.path === "/api/v1/services" && !q.query.continue)).toHaveLength(2);
+        expect(r.keys()).toHaveLength(620);
+        expect(r.keys()).not.toContain("bulk/s-0");
+      });
+
+      test("a relist that brings back the same objects publishes no revision", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        await waitFor("watches open", () => api.openWatches === 3);
+        const rev = r.rev();
+        const events = r.brain.stats.events;
+        // Another kind's write moves the server past every watch's resume point; then history goes.
+        api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } });
+        api.compact();
+        api.dropConnections();
+        await waitFor("relists", () => r.source.stats.relists >= 3, 4000);
+        await Bun.sleep(50);
+        expect(r.rev()).toBe(rev);
+        expect(r.brain.stats.events).toBe(events);
+      });
+    });
+
+    describe("kube source: an API server that is not there", () => {
+      test("down at start-up: waits with backoff, then syncs when it comes up", async () => {
+        const api = await cluster();
+        await api.down();
+        const pending = rig(api, tmp.dir, asked());
+        await Bun.sleep(300);
+        const failedTries = api.requests.length;
+        expect(failedTries).toBe(0);
+        await api.up();
+        const r = await pending;
+        open.push(r);
+        await waitFor("revision 1", () => r.rev() === 1, 5000);
+        expect(r.keys()).toEqual(["default/web"]);
+        expect(r.log.lines.some((l) => l.includes("list failed, keeping the last known state"))).toBe(true);
+      });
+
+      test("goes away and comes back: the state stays as it was meanwhile, no revision churn", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        await waitFor("watches open", () => api.openWatches === 3);
+        const rev = r.rev();
+        await api.down();
+        await Bun.sleep(600); // several failed reconnections
+        expect(r.rev()).toBe(rev);
+        expect(r.keys()).toEqual(["default/web"]);
+        await api.up();
+        await waitFor("watches re-opened", () => api.openWatches === 3, 5000);
+        expect(r.rev()).toBe(rev);
+        api.apply(svc({ name: "after", clusterIPs: [v4.clusterIP(23)] }));
+        await waitFor("follows again", () => r.keys().includes("default/after"));
+      });
+
+      test("HTTP errors on list are retried", async () => {
+        const api = await cluster();
+        api.failNext(4, 500);
+        const r = await started(api);
+        expect(r.keys()).toEqual(["default/web"]);
+        expect(r.log.lines.filter((l) => l.includes("HTTP 500")).length).toBeGreaterThanOrEqual(1);
+      });
+    });
+
+    describe("kube source: bad objects", () => {
+      test("an invalid object is skipped and logged; the rest keeps working", async () => {
+        const api = await cluster();
+        const bad = svc({ name: "bad", clusterIPs: [v4.clusterIP(30)] }) as { spec: { ports: Array<{ port: number }> } };
+        bad.spec.ports[0].port = 70000;
+        api.apply(bad as never);
+        const r = await started(api);
+        expect(r.keys()).toEqual(["default/web"]);
+        expect(
+          r.log.lines.some(
+            (l) => l.includes("skipping invalid object") && l.includes("service default/bad spec.ports[0].port: 70000 is out of range"),
+          ),
+        ).toBe(true);
+      });
+
+      test("an object that turns invalid keeps its last valid version", async () => {
+        const api = await cluster();
+        const r = await started(api);
+        const broken = svc({ name: "web" }) as { spec: { clusterIP: string; clusterIPs: string[] } };
+        broken.spec.clusterIP = "not-an-ip";
+        broken.spec.clusterIPs = ["not-an-ip"];
+        api.apply(broken as never);
+        await waitFor("warning", () => r.log.lines.some((l) => l.includes("skipping invalid object")));
+        expect(r.keys()).toEqual(["default/web"]);
+        expect(r.brain.view(NODE).state!.services.get("default/web")!.service.IPs!.ClusterIPs!.V4).toEqual([v4.clusterIP(10)]);
+      });
+
+      test("a relist that brings an invalid version keeps the last valid one too", async () => {
+        const api = await cluster();
         const r = await started(api);
         await waitFor("watches open", () => api.openWatches === 3);
         await api.down();
-        // Changes the client never sees as events, then history is compacted away.
-        api.remove("Service", "default", "stays");
-        api.apply(svc({ name: "new", clusterIPs: [v4.clusterIP(22)] }));
+        const broken = svc({ name: "web" }) as { spec: { ports: Array<{ port: number }> } };
+        broken.spec.ports[0].port = 0;
+        api.apply(broken as never);
         api.compact();
         await api.up();
-        await waitFor("relisted", () => r.keys().includes("default/new") && !r.keys().includes("default/stays"), 4000);
-        expect(r.source.stats.relists).toBeGreaterThanOrEqual(1);
-        expect(r.keys()).toEqual(["default/new", "default/web"]);
+        await waitFor("relisted", () => r.source.stats.relists >= 1, 4000);
+        await waitFor("warning", () =>
+          r.log.lines.some((l) => l.includes("keeping its last valid version") && l.includes("service default/web")),
+        );
+        expect(r.keys()).toEqual(["default/web"]);
+        expect(r.brain.view(NODE).state!.services.get("default/web")!.service.Ports[0].Port).toBe(80);
       });
-    }
-
-    test("a first list that fails midway is listed again whole: what went meanwhile is not kept", async () => {
-      const api = await cluster();
-      api.watchList = false;
-      api.watchCache = false;
-      for (let i = 0; i < 620; i++) api.apply(svc({ ns: "bulk", name: `s-${i}`, clusterIPs: [v4.clusterIP(100 + i)] }));
-      // The second page of services fails; as it does, a service of the first page goes.
-      api.failNext(1, 500, { path: "/api/v1/services", continued: true, meanwhile: () => api.remove("Service", "bulk", "s-0") });
-      const r = await started(api);
-      expect(listsOf(api).filter((q) => q.path === "/api/v1/services" && !q.query.continue)).toHaveLength(2);
-      expect(r.keys()).toHaveLength(620);
-      expect(r.keys()).not.toContain("bulk/s-0");
-    });
-
-    test("a relist that brings back the same objects publishes no revision", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      await waitFor("watches open", () => api.openWatches === 3);
-      const rev = r.rev();
-      const events = r.brain.stats.events;
-      // Another kind's write moves the server past every watch's resume point; then history goes.
-      api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } });
-      api.compact();
-      api.dropConnections();
-      await waitFor("relists", () => r.source.stats.relists >= 3, 4000);
-      await Bun.sleep(50);
-      expect(r.rev()).toBe(rev);
-      expect(r.brain.stats.events).toBe(events);
     });
   });
-
-  describe("kube source: an API server that is not there", () => {
-    test("down at start-up: waits with backoff, then syncs when it comes up", async () => {
-      const api = await cluster();
-      await api.down();
-      const pending = rig(api, tmp.dir, asked());
-      await Bun.sleep(300);
-      const failedTries = api.requests.length;
-      expect(failedTries).toBe(0);
-      await api.up();
-      const r = await pending;
-      open.push(r);
-      await waitFor("revision 1", () => r.rev() === 1, 5000);
-      expect(r.keys()).toEqual(["default/web"]);
-      expect(r.log.lines.some((l) => l.includes("list failed, keeping the last known state"))).toBe(true);
-    });
-
-    test("goes away and comes back: the state stays as it was meanwhile, no revision churn", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      await waitFor("watches open", () => api.openWatches === 3);
-      const rev = r.rev();
-      await api.down();
-      await Bun.sleep(600); // several failed reconnections
-      expect(r.rev()).toBe(rev);
-      expect(r.keys()).toEqual(["default/web"]);
-      await api.up();
-      await waitFor("watches re-opened", () => api.openWatches === 3, 5000);
-      expect(r.rev()).toBe(rev);
-      api.apply(svc({ name: "after", clusterIPs: [v4.clusterIP(23)] }));
-      await waitFor("follows again", () => r.keys().includes("default/after"));
-    });
-
-    test("HTTP errors on list are retried", async () => {
-      const api = await cluster();
-      api.failNext(4, 500);
-      const r = await started(api);
-      expect(r.keys()).toEqual(["default/web"]);
-      expect(r.log.lines.filter((l) => l.includes("HTTP 500")).length).toBeGreaterThanOrEqual(1);
-    });
-  });
-
-  describe("kube source: bad objects", () => {
-    test("an invalid object is skipped and logged; the rest keeps working", async () => {
-      const api = await cluster();
-      const bad = svc({ name: "bad", clusterIPs: [v4.clusterIP(30)] }) as { spec: { ports: Array<{ port: number }> } };
-      bad.spec.ports[0].port = 70000;
-      api.apply(bad as never);
-      const r = await started(api);
-      expect(r.keys()).toEqual(["default/web"]);
-      expect(r.log.lines.some((l) => l.includes("skipping invalid object") && l.includes("service default/bad spec.ports[0].port: 70000 is out of range"))).toBe(true);
-    });
-
-    test("an object that turns invalid keeps its last valid version", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      const broken = svc({ name: "web" }) as { spec: { clusterIP: string; clusterIPs: string[] } };
-      broken.spec.clusterIP = "not-an-ip";
-      broken.spec.clusterIPs = ["not-an-ip"];
-      api.apply(broken as never);
-      await waitFor("warning", () => r.log.lines.some((l) => l.includes("skipping invalid object")));
-      expect(r.keys()).toEqual(["default/web"]);
-      expect(r.brain.view(NODE).state!.services.get("default/web")!.service.IPs!.ClusterIPs!.V4).toEqual([v4.clusterIP(10)]);
-    });
-
-    test("a relist that brings an invalid version keeps the last valid one too", async () => {
-      const api = await cluster();
-      const r = await started(api);
-      await waitFor("watches open", () => api.openWatches === 3);
-      await api.down();
-      const broken = svc({ name: "web" }) as { spec: { ports: Array<{ port: number }> } };
-      broken.spec.ports[0].port = 0;
-      api.apply(broken as never);
-      api.compact();
-      await api.up();
-      await waitFor("relisted", () => r.source.stats.relists >= 1, 4000);
-      await waitFor("warning", () => r.log.lines.some((l) => l.includes("keeping its last valid version") && l.includes("service default/web")));
-      expect(r.keys()).toEqual(["default/web"]);
-      expect(r.brain.view(NODE).state!.services.get("default/web")!.service.Ports[0].Port).toBe(80);
-    });
-  });
-});
 }
 
 describe("kube source: content types", () => {

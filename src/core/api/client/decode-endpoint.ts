@@ -28,7 +28,15 @@ export function decodeEndpoint(bytes: Uint8Array): Endpoint {
 }
 
 function decode(buf: Buffer): Endpoint {
-  const ep = { $typeName: "localv1.Endpoint", Hostname: "", Local: false, PortOverrides: [] as PortName[], Terminating: false, NodeName: "", Zone: "" } as Endpoint;
+  const ep = {
+    $typeName: "localv1.Endpoint",
+    Hostname: "",
+    Local: false,
+    PortOverrides: [] as PortName[],
+    Terminating: false,
+    NodeName: "",
+    Zone: "",
+  } as Endpoint;
   const r = new Fields(buf, 0, buf.length);
   while (r.next()) {
     const f = r.field;

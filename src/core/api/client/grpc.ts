@@ -16,8 +16,36 @@ import type { ApiAddress } from "../server/address.ts";
 import type { TlsMaterial } from "../tls/files.ts";
 
 /** The gRPC status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html), as Connect's Code numbers them. */
-const Code = { Canceled: 1, Unknown: 2, InvalidArgument: 3, NotFound: 5, PermissionDenied: 7, Unimplemented: 12, Internal: 13, Unavailable: 14, Unauthenticated: 16 } as const;
-const codeNames = ["ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found", "already_exists", "permission_denied", "resource_exhausted", "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss", "unauthenticated"];
+const Code = {
+  Canceled: 1,
+  Unknown: 2,
+  InvalidArgument: 3,
+  NotFound: 5,
+  PermissionDenied: 7,
+  Unimplemented: 12,
+  Internal: 13,
+  Unavailable: 14,
+  Unauthenticated: 16,
+} as const;
+const codeNames = [
+  "ok",
+  "canceled",
+  "unknown",
+  "invalid_argument",
+  "deadline_exceeded",
+  "not_found",
+  "already_exists",
+  "permission_denied",
+  "resource_exhausted",
+  "failed_precondition",
+  "aborted",
+  "out_of_range",
+  "unimplemented",
+  "internal",
+  "unavailable",
+  "data_loss",
+  "unauthenticated",
+];
 
 /** OpenSSL's and Node's codes for a peer certificate that does not verify (or a handshake that failed). */
 const TLS_FAILURE = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|HOSTNAME_MISMATCH)/;
@@ -82,11 +110,19 @@ export interface ConnectOptions {
 
 export function connectGrpc(addr: ApiAddress, opts: ConnectOptions = {}): GrpcConnection {
   const secure = addr.kind === "tcp" && !!opts.tls;
-  const authority = addr.kind === "unix" ? "http://localhost" : `${secure ? "https" : "http"}://${addr.host.includes(":") ? `[${addr.host}]` : addr.host}:${addr.port}`;
+  const authority =
+    addr.kind === "unix"
+      ? "http://localhost"
+      : `${secure ? "https" : "http"}://${addr.host.includes(":") ? `[${addr.host}]` : addr.host}:${addr.port}`;
   // Large windows: a full state is megabytes, and 64 KiB windows would cost a round trip each.
   const settings = { initialWindowSize: WINDOW };
-  const tlsOptions = secure ? { ...(opts.tls!.ca ? { ca: opts.tls!.ca } : {}), ...(opts.tls!.cert ? { cert: opts.tls!.cert, key: opts.tls!.key } : {}) } : {};
-  const session = http2.connect(authority, addr.kind === "unix" ? { settings, createConnection: () => net.connect(addr.path) } : { settings, ...tlsOptions });
+  const tlsOptions = secure
+    ? { ...(opts.tls!.ca ? { ca: opts.tls!.ca } : {}), ...(opts.tls!.cert ? { cert: opts.tls!.cert, key: opts.tls!.key } : {}) }
+    : {};
+  const session = http2.connect(
+    authority,
+    addr.kind === "unix" ? { settings, createConnection: () => net.connect(addr.path) } : { settings, ...tlsOptions },
+  );
   const headers: Record<string, string> = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
   session.once("connect", () => session.setLocalWindowSize(WINDOW));
   // Errors reach each stream; without a listener an unreachable brain would crash the process.
@@ -124,9 +160,21 @@ function keepalive(session: http2.ClientHttp2Session, ms: number): () => void {
   return () => clearInterval(timer);
 }
 
-async function* call(session: http2.ClientHttp2Session, path: string, requests: AsyncIterable<Uint8Array>, signal: AbortSignal, headers: Record<string, string>): AsyncGenerator<Uint8Array[]> {
+async function* call(
+  session: http2.ClientHttp2Session,
+  path: string,
+  requests: AsyncIterable<Uint8Array>,
+  signal: AbortSignal,
+  headers: Record<string, string>,
+): AsyncGenerator<Uint8Array[]> {
   if (signal.aborted) throw GrpcError.from(signal.reason, Code.Canceled);
-  const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc+proto", te: "trailers", ...headers });
+  const stream = session.request({
+    ":method": "POST",
+    ":path": path,
+    "content-type": "application/grpc+proto",
+    te: "trailers",
+    ...headers,
+  });
   const q = new ChunkQueue();
   let status: GrpcError | null | undefined; // undefined = no trailers yet, null = OK
   const onAbort = () => stream.close(http2.constants.NGHTTP2_CANCEL);
@@ -185,7 +233,17 @@ function statusOf(h: http2.IncomingHttpHeaders): GrpcError | null {
 
 /** https://github.com/grpc/grpc/blob/master/doc/http-grpc-status-mapping.md */
 function codeFromHttp(status: number): number {
-  return status === 400 ? Code.Internal : status === 401 ? Code.Unauthenticated : status === 403 ? Code.PermissionDenied : status === 404 ? Code.Unimplemented : [429, 502, 503, 504].includes(status) ? Code.Unavailable : Code.Unknown;
+  return status === 400
+    ? Code.Internal
+    : status === 401
+      ? Code.Unauthenticated
+      : status === 403
+        ? Code.PermissionDenied
+        : status === 404
+          ? Code.Unimplemented
+          : [429, 502, 503, 504].includes(status)
+            ? Code.Unavailable
+            : Code.Unknown;
 }
 
 /** DATA chunks in, whole gRPC messages out (one array per chunk that completed some). */

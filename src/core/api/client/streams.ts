@@ -2,7 +2,15 @@
 // (see client.ts); these end or throw when the stream does.
 
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { NextFilterSchema, ServiceSchema, WatchReqSchema, type Endpoint, type NextFilter, type Service, type Set as SetKind } from "../../../gen/localv1/services_pb.ts";
+import {
+  NextFilterSchema,
+  ServiceSchema,
+  WatchReqSchema,
+  type Endpoint,
+  type NextFilter,
+  type Service,
+  type Set as SetKind,
+} from "../../../gen/localv1/services_pb.ts";
 import { decodeEndpoint } from "./decode-endpoint.ts";
 import type { WireOp } from "../server/wire.ts";
 import type { GrpcConnection } from "./grpc.ts";
@@ -89,8 +97,7 @@ export function decodeOpItem(b: Uint8Array): WireOp | { op: "none" } {
     else if (r.field === 3) {
       const ref = decodeRef(r.buf, r.start, r.end);
       out = { op: "delete", set: ref.set, path: ref.path };
-    }
-    else if (r.field === 2) {
+    } else if (r.field === 2) {
       let ref = { set: 0 as SetKind, path: "" };
       let bytes: Uint8Array = EMPTY;
       const v = new Fields(r.buf, r.start, r.end);
@@ -126,8 +133,15 @@ export interface Snapshot {
 }
 
 /** One `Endpoints.Next` call: the server waits for a state newer than (instanceID, rev). */
-export async function nextSnapshot(conn: GrpcConnection, filter: { instanceID: bigint; rev: bigint; nodeName: string }, signal: AbortSignal): Promise<Snapshot> {
-  const req = toBinary(NextFilterSchema, create(NextFilterSchema, { InstanceID: filter.instanceID, Rev: filter.rev, NodeName: filter.nodeName }));
+export async function nextSnapshot(
+  conn: GrpcConnection,
+  filter: { instanceID: bigint; rev: bigint; nodeName: string },
+  signal: AbortSignal,
+): Promise<Snapshot> {
+  const req = toBinary(
+    NextFilterSchema,
+    create(NextFilterSchema, { InstanceID: filter.instanceID, Rev: filter.rev, NodeName: filter.nodeName }),
+  );
   let head: { instanceID: bigint; rev: bigint } | undefined;
   const entries: Array<[string, SnapshotEntry]> = [];
   for await (const messages of conn.call("/localv1.Endpoints/Next", once(req), signal)) {
@@ -166,7 +180,10 @@ function decodeNextItem(b: Uint8Array): { next?: NextFilter; entry?: [string, Sn
     }
     if (!service) continue;
     // Keys are a kpng addition; an older server's endpoints get positional ones.
-    out.entry = [`${service.Namespace}/${service.Name}`, { service, endpoints: endpoints.map((ep, i): [string, Endpoint] => [keys[i] ?? `#${i}`, ep]) }];
+    out.entry = [
+      `${service.Namespace}/${service.Name}`,
+      { service, endpoints: endpoints.map((ep, i): [string, Endpoint] => [keys[i] ?? `#${i}`, ep]) },
+    ];
   }
   return out;
 }

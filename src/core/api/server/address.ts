@@ -49,13 +49,17 @@ export const crossesNetwork = (addr: ApiAddress): boolean => addr.kind === "tcp"
 /** Throws unless the address is a unix socket, loopback TCP, served with TLS, or the operator allowed plaintext. */
 export function checkListenAllowed(addr: ApiAddress, listenAny: boolean, spec: string, tls = false): void {
   if (!crossesNetwork(addr) || tls || listenAny) return;
-  throw invalid(`flag --listen: "${spec}" is not a loopback address; the API reveals cluster topology: serve it with TLS (--listen-tls-crt, --listen-tls-key), or pass --listen-any to serve plaintext there anyway`);
+  throw invalid(
+    `flag --listen: "${spec}" is not a loopback address; the API reveals cluster topology: serve it with TLS (--listen-tls-crt, --listen-tls-key), or pass --listen-any to serve plaintext there anyway`,
+  );
 }
 
 /** The client's side of the same rule: TLS, or `--api-plaintext`, to reach a brain off loopback. */
 export function checkApiAllowed(addr: ApiAddress, plaintext: boolean, spec: string, tls: boolean): void {
   if (!crossesNetwork(addr) || tls || plaintext) return;
-  throw invalid(`flag --api: "${spec}" is not a loopback address: connect with TLS (--tls-ca, and --tls-crt/--tls-key or --token-file to authenticate), or pass --api-plaintext to connect in plaintext anyway`);
+  throw invalid(
+    `flag --api: "${spec}" is not a loopback address: connect with TLS (--tls-ca, and --tls-crt/--tls-key or --token-file to authenticate), or pass --api-plaintext to connect in plaintext anyway`,
+  );
 }
 
 export const formatApiAddress = (a: ApiAddress): string =>

@@ -63,7 +63,8 @@ export class Authenticator {
   handshakeFailed(message: string, peer: string | undefined, now = Date.now()): void {
     if (now - this.handshakeLogs.since >= 60_000) this.handshakeLogs = { since: now, lines: 0 };
     const log = ++this.handshakeLogs.lines <= HANDSHAKE_LOGS_PER_MINUTE;
-    if (this.handshakeLogs.lines === HANDSHAKE_LOGS_PER_MINUTE) message += " (further failed handshakes this minute are counted, not logged)";
+    if (this.handshakeLogs.lines === HANDSHAKE_LOGS_PER_MINUTE)
+      message += " (further failed handshakes this minute are counted, not logged)";
     this.refuse("tls_handshake", message, peer, log);
   }
 
@@ -85,9 +86,15 @@ export class Authenticator {
     }
     const presented = !!socket.getPeerCertificate?.()?.subject;
     if (certificates && presented) {
-      return { ok: false, reason: "bad_certificate", message: `client certificate refused: ${String(socket.authorizationError ?? "not signed by the client CA")}` };
+      return {
+        ok: false,
+        reason: "bad_certificate",
+        message: `client certificate refused: ${String(socket.authorizationError ?? "not signed by the client CA")}`,
+      };
     }
-    const ways = [certificates ? "a client certificate signed by the client CA" : "", tokens ? "a ServiceAccount bearer token" : ""].filter(Boolean).join(" or ");
+    const ways = [certificates ? "a client certificate signed by the client CA" : "", tokens ? "a ServiceAccount bearer token" : ""]
+      .filter(Boolean)
+      .join(" or ");
     if (token) return { ok: false, reason: "no_credentials", message: `bearer tokens are not accepted here: ${ways} is required` };
     return { ok: false, reason: "no_credentials", message: `no credentials: ${ways} is required` };
   }

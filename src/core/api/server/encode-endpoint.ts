@@ -80,21 +80,21 @@ export function encodeEndpoint(ep: Endpoint): Uint8Array {
     for (const ip of ep.IPs.V4) str(1, ip);
     for (const ip of ep.IPs.V6) str(2, ip);
   }
-  if (ep.Local) (tag(3, 0), varint(1));
+  if (ep.Local) tag(3, 0), varint(1);
   for (let i = 0; i < ep.PortOverrides.length; i++) {
     const p = ep.PortOverrides[i];
     tag(4, LEN);
     varint(portLens[i]);
     if (p.Name) str(1, p.Name);
-    if (p.Port) (tag(2, 0), varint(p.Port));
+    if (p.Port) tag(2, 0), varint(p.Port);
   }
   if (ep.Scopes) {
     tag(5, LEN);
     varint(scopesLen);
-    if (ep.Scopes.Internal) (tag(1, 0), varint(1));
-    if (ep.Scopes.External) (tag(2, 0), varint(1));
+    if (ep.Scopes.Internal) tag(1, 0), varint(1);
+    if (ep.Scopes.External) tag(2, 0), varint(1);
   }
-  if (ep.Terminating) (tag(100, 0), varint(1));
+  if (ep.Terminating) tag(100, 0), varint(1);
   if (ep.NodeName) str(101, ep.NodeName);
   if (ep.Zone) str(102, ep.Zone);
   return scratch.slice(0, pos);

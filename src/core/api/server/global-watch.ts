@@ -36,9 +36,14 @@ export function globalOps(prev: GlobalSnapshot | null, next: GlobalSnapshot, cha
     const a = prev?.services.get(key);
     const b = next.services.get(key);
     if (a === b) continue;
-    if (b && a?.service !== b.service) svcSets.push({ op: "set", set: SetKind.GlobalServiceInfos, path: servicePath(key), bytes: b.service });
-    if (b) for (const [path, bytes] of b.endpoints) if (a?.endpoints.get(path) !== bytes) epSets.push({ op: "set", set: SetKind.GlobalEndpointInfos, path, bytes });
-    if (a) for (const path of a.endpoints.keys()) if (!b?.endpoints.has(path)) epDels.push({ op: "delete", set: SetKind.GlobalEndpointInfos, path });
+    if (b && a?.service !== b.service)
+      svcSets.push({ op: "set", set: SetKind.GlobalServiceInfos, path: servicePath(key), bytes: b.service });
+    if (b)
+      for (const [path, bytes] of b.endpoints)
+        if (a?.endpoints.get(path) !== bytes) epSets.push({ op: "set", set: SetKind.GlobalEndpointInfos, path, bytes });
+    if (a)
+      for (const path of a.endpoints.keys())
+        if (!b?.endpoints.has(path)) epDels.push({ op: "delete", set: SetKind.GlobalEndpointInfos, path });
     if (a && !b) svcDels.push({ op: "delete", set: SetKind.GlobalServiceInfos, path: servicePath(key) });
   }
   return [...nodeSets, ...svcSets, ...epSets, ...epDels, ...svcDels, ...nodeDels];
@@ -112,7 +117,11 @@ export class GlobalStream {
 }
 
 /** `globalv1.Sets.Watch` as batches of ops: Reset alone first, then one change set per GlobalWatchReq. */
-export async function* globalWatchBatches(model: () => Promise<GlobalModel>, reqs: AsyncIterable<unknown>, signal: AbortSignal): AsyncGenerator<WireOp[]> {
+export async function* globalWatchBatches(
+  model: () => Promise<GlobalModel>,
+  reqs: AsyncIterable<unknown>,
+  signal: AbortSignal,
+): AsyncGenerator<WireOp[]> {
   let stream: GlobalStream | undefined;
   try {
     for await (const _req of reqs) {

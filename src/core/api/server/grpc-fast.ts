@@ -59,7 +59,11 @@ interface Res {
 }
 
 type Rpc = "Watch" | "Next" | "GlobalWatch";
-const PATHS: Record<string, Rpc> = { "/localv1.Sets/Watch": "Watch", "/localv1.Endpoints/Next": "Next", "/globalv1.Sets/Watch": "GlobalWatch" };
+const PATHS: Record<string, Rpc> = {
+  "/localv1.Sets/Watch": "Watch",
+  "/localv1.Endpoints/Next": "Next",
+  "/globalv1.Sets/Watch": "GlobalWatch",
+};
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
 /** a request message is a node name: anything big is not one of ours */
 export const MAX_REQUEST_MESSAGE = 1 << 20;
@@ -84,14 +88,17 @@ async function serve(rpc: Rpc, contentType: string, req: Req, res: Res, routes: 
   res.writeHead(200, { "content-type": contentType, "grpc-accept-encoding": "identity" });
   try {
     const enc = req.headers["grpc-encoding"];
-    if (enc && enc !== "identity") throw new ConnectError(`grpc-encoding "${String(enc)}" is not supported (use identity)`, Code.Unimplemented);
+    if (enc && enc !== "identity")
+      throw new ConnectError(`grpc-encoding "${String(enc)}" is not supported (use identity)`, Code.Unimplemented);
     const messages = requestMessages(req, MAX_REQUEST_MESSAGE);
     if (rpc === "Watch" || rpc === "GlobalWatch") {
       // Not `for await`: Bun (1.4.5) keeps a for-await loop's last value alive while it
       // waits for the next, so every idle watcher held its last change set and its
       // framed bytes (a whole state's worth each after a full state).
       const batches = (
-        rpc === "Watch" ? routes.watch(decodeAll(WatchReqSchema, messages), ac.signal) : routes.globalWatch(decodeAll(GlobalWatchReqSchema, messages), ac.signal)
+        rpc === "Watch"
+          ? routes.watch(decodeAll(WatchReqSchema, messages), ac.signal)
+          : routes.globalWatch(decodeAll(GlobalWatchReqSchema, messages), ac.signal)
       )[Symbol.asyncIterator]();
       try {
         for (;;) {

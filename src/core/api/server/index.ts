@@ -7,7 +7,15 @@ import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { randomBytes } from "node:crypto";
 import { Sets as GlobalSets, type GlobalWatchReq } from "../../../gen/globalv1/global_pb.ts";
-import { Endpoints, NextItemSchema, Sets, type NextFilter, type NextItem, type OpItem, type WatchReq } from "../../../gen/localv1/services_pb.ts";
+import {
+  Endpoints,
+  NextItemSchema,
+  Sets,
+  type NextFilter,
+  type NextItem,
+  type OpItem,
+  type WatchReq,
+} from "../../../gen/localv1/services_pb.ts";
 import type { Brain, NodeView } from "../../brain/brain.ts";
 import { errorMessage } from "../../errors.ts";
 import { GlobalModel } from "../../global/model.ts";
@@ -160,7 +168,9 @@ export function createApi(opts: ApiOptions) {
     const { nodeName, state } = await nextState(nextDeps, filter, signal);
     yield create(NextItemSchema, { Next: { InstanceID: instanceID, Rev: BigInt(state.rev), NodeName: nodeName } });
     for (const se of state.services.values()) {
-      yield create(NextItemSchema, { Endpoints: { Service: se.service, Endpoints: [...se.endpoints.values()], EndpointKeys: [...se.endpoints.keys()] } });
+      yield create(NextItemSchema, {
+        Endpoints: { Service: se.service, Endpoints: [...se.endpoints.values()], EndpointKeys: [...se.endpoints.keys()] },
+      });
     }
   }
   const routes = (router: ConnectRouter) => {
@@ -208,7 +218,8 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const connect = connectNodeAdapter({ routes: api.routes, readMaxBytes: MAX_REQUEST_MESSAGE });
   const handler: typeof connect = (req, res) => {
     try {
-      if (serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast)) return;
+      if (serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast))
+        return;
       dropWhenStuck(res as unknown as WatchedResponse, api.fast.stuckMs, () => api.fast.onStuck(req.url ?? ""));
       connect(req, res);
     } catch (err) {
@@ -223,7 +234,8 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     ? handler
     : (req, res) => {
         auth.check(req.socket as PeerSocket, req.headers.authorization).then(
-          (v) => (v.ok ? handler(req, res) : writeRefusal(req.headers["content-type"], res as Parameters<typeof writeRefusal>[1], v.message)),
+          (v) =>
+            v.ok ? handler(req, res) : writeRefusal(req.headers["content-type"], res as Parameters<typeof writeRefusal>[1], v.message),
           () => res.end(),
         );
       };
@@ -245,20 +257,31 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
     throw err;
   }
   const addresses = listeners.map((l) => l.address);
-  log.info("serving the API", { listen: addresses.map(formatApiAddress).join(","), tls: !!tls, clientCertificates: auth.required && !!material?.ca, tokenReview: !!opts.auth?.tokens });
+  log.info("serving the API", {
+    listen: addresses.map(formatApiAddress).join(","),
+    tls: !!tls,
+    clientCertificates: auth.required && !!material?.ca,
+    tokenReview: !!opts.auth?.tokens,
+  });
   const open = addresses.filter(crossesNetwork).map(formatApiAddress).join(",");
-  if (open && !tls) log.warn("serving the API in plaintext off loopback (--listen-any): anyone who reaches it reads every Service and endpoint, and anyone who can answer in its place programs the nodes", { listen: open });
-  if (open && tls && !auth.required) log.warn("the API accepts any TLS client: pass --listen-tls-ca or --listen-token-review to authenticate them", { listen: open });
-  const stopReload = opts.tls && material
-    ? watchTlsFiles(opts.tls.files, SERVER_FLAGS, material, {
-        intervalMs: opts.tls.reloadMs ?? 2000,
-        onChange: (m) => {
-          for (const l of listeners) l.setTls?.(m);
-          log.info("API certificate reloaded: new connections use it", { crt: opts.tls!.files.crt });
-        },
-        onError: (error) => log.warn("API certificate files changed but cannot be used: keeping the previous ones", { error }),
-      })
-    : () => {};
+  if (open && !tls)
+    log.warn(
+      "serving the API in plaintext off loopback (--listen-any): anyone who reaches it reads every Service and endpoint, and anyone who can answer in its place programs the nodes",
+      { listen: open },
+    );
+  if (open && tls && !auth.required)
+    log.warn("the API accepts any TLS client: pass --listen-tls-ca or --listen-token-review to authenticate them", { listen: open });
+  const stopReload =
+    opts.tls && material
+      ? watchTlsFiles(opts.tls.files, SERVER_FLAGS, material, {
+          intervalMs: opts.tls.reloadMs ?? 2000,
+          onChange: (m) => {
+            for (const l of listeners) l.setTls?.(m);
+            log.info("API certificate reloaded: new connections use it", { crt: opts.tls!.files.crt });
+          },
+          onError: (error) => log.warn("API certificate files changed but cannot be used: keeping the previous ones", { error }),
+        })
+      : () => {};
   const stopWarming = warmOwnNode(opts.brain, opts.defaultNodeName, api.cache);
   return {
     addresses,

@@ -43,7 +43,11 @@ export interface ListenTls {
  * required by the handshake: the request is refused afterwards with a reason
  * the client can read (see auth.ts).
  */
-const secureOptions = (m: TlsMaterial): tls.TlsOptions => ({ cert: m.cert, key: m.key, ...(m.ca ? { ca: m.ca, requestCert: true, rejectUnauthorized: false } : {}) });
+const secureOptions = (m: TlsMaterial): tls.TlsOptions => ({
+  cert: m.cert,
+  key: m.key,
+  ...(m.ca ? { ca: m.ca, requestCert: true, rejectUnauthorized: false } : {}),
+});
 
 /** Unix sockets are created group-accessible only: the API reveals cluster topology. */
 const SOCKET_MODE = 0o660;
@@ -52,7 +56,10 @@ const SOCKET_MODE = 0o660;
 export const MAX_HEADER_LIST = 16 << 10;
 
 export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: ListenTls } = {}): Promise<Listener> {
-  const h2 = http2.createServer({ settings: { maxHeaderListSize: MAX_HEADER_LIST } }, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
+  const h2 = http2.createServer(
+    { settings: { maxHeaderListSize: MAX_HEADER_LIST } },
+    handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
+  );
   const h1 = http.createServer({ maxHeaderSize: MAX_HEADER_LIST }, handler as http.RequestListener);
   // A malformed frame or a broken connection ends that session, never the server.
   h2.on("sessionError", () => {});
@@ -138,7 +145,8 @@ async function prepareSocketPath(path: string): Promise<void> {
     throw new KpngError("invalid_argument", `flag --listen: unix://${path}: ${err.code ?? err.message}`);
   });
   if (!st) return;
-  if (!st.isSocket()) throw new KpngError("invalid_argument", `flag --listen: unix://${path}: exists and is not a socket (refusing to replace it)`);
+  if (!st.isSocket())
+    throw new KpngError("invalid_argument", `flag --listen: unix://${path}: exists and is not a socket (refusing to replace it)`);
   const alive = await new Promise<boolean>((resolve) => {
     const c = net.connect(path);
     c.once("connect", () => {

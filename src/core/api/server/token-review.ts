@@ -68,11 +68,17 @@ export function tokenReviewer(opts: TokenReviewOptions): TokenReviewer {
       return { ok: false, failed: true, message: "token review failed: the API server's answer is not JSON" };
     }
     const parsed = v.safeParse(TokenReviewStatus, json);
-    if (!parsed.success) return { ok: false, failed: true, message: `token review failed: TokenReview ${issuePath(parsed.issues[0])}: ${issueProblem(parsed.issues[0])}` };
+    if (!parsed.success)
+      return {
+        ok: false,
+        failed: true,
+        message: `token review failed: TokenReview ${issuePath(parsed.issues[0])}: ${issueProblem(parsed.issues[0])}`,
+      };
     const { authenticated, user, error } = parsed.output.status;
     if (!authenticated) return { ok: false, failed: false, message: `token rejected by the API server${error ? `: ${error}` : ""}` };
     const name = user?.username ?? "";
-    if (!users.has(name)) return { ok: false, failed: false, message: `token of "${name}" is not allowed (allowed: ${[...users].join(", ")})` };
+    if (!users.has(name))
+      return { ok: false, failed: false, message: `token of "${name}" is not allowed (allowed: ${[...users].join(", ")})` };
     return { ok: true, user: name };
   }
 

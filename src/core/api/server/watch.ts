@@ -29,7 +29,8 @@ export function wireOps(prev: Services, next: Services, keys: Iterable<string> |
     } else if (op.op === "setEndpoint") {
       const bytes = cache.endpoint(op.endpoint);
       const old = prev.get(op.key)?.endpoints.get(op.endpointKey);
-      if (!old || !sameBytes(cache.endpoint(old), bytes)) out.push({ op: "set", set: SetKind.EndpointsSet, path: `${op.key}/${op.endpointKey}`, bytes });
+      if (!old || !sameBytes(cache.endpoint(old), bytes))
+        out.push({ op: "set", set: SetKind.EndpointsSet, path: `${op.key}/${op.endpointKey}`, bytes });
     } else if (op.op === "deleteEndpoint") out.push({ op: "delete", set: SetKind.EndpointsSet, path: `${op.key}/${op.endpointKey}` });
     else out.push({ op: "delete", set: SetKind.ServicesSet, path: op.key });
   }
@@ -98,7 +99,10 @@ export async function* watchBatches(deps: WatchDeps, reqs: AsyncIterable<WatchRe
         stream = new WatchStream(view, deps.cache, signal);
         yield [{ op: "reset" }];
       } else if (req.NodeName !== stream.view.nodeName) {
-        throw new ConnectError(`WatchReq.NodeName: "${req.NodeName}" differs from "${stream.view.nodeName}" earlier in this stream`, Code.InvalidArgument);
+        throw new ConnectError(
+          `WatchReq.NodeName: "${req.NodeName}" differs from "${stream.view.nodeName}" earlier in this stream`,
+          Code.InvalidArgument,
+        );
       }
       yield await stream.next();
     }

@@ -7,7 +7,14 @@
 
 import { create, toBinary } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
-import { OpItemSchema, ServiceSchema, type Endpoint, type OpItem, type Service, type Set as SetKind } from "../../../gen/localv1/services_pb.ts";
+import {
+  OpItemSchema,
+  ServiceSchema,
+  type Endpoint,
+  type OpItem,
+  type Service,
+  type Set as SetKind,
+} from "../../../gen/localv1/services_pb.ts";
 import type { ServiceEndpoints } from "../../brain/state.ts";
 import { encodeEndpoint } from "./encode-endpoint.ts";
 
@@ -138,7 +145,8 @@ export function frameOps(ops: readonly WireOp[]): Buffer {
       const pl = Buffer.byteLength(op.path);
       pathLens[i] = pl;
       const ref = (op.set !== 0 ? 1 + varintSize(op.set) : 0) + (pl ? 1 + varintSize(pl) + pl : 0);
-      const body = op.op === "set" ? 1 + varintSize(ref) + ref + (op.bytes.length ? 1 + varintSize(op.bytes.length) + op.bytes.length : 0) : ref;
+      const body =
+        op.op === "set" ? 1 + varintSize(ref) + ref + (op.bytes.length ? 1 + varintSize(op.bytes.length) + op.bytes.length : 0) : ref;
       item = 1 + varintSize(body) + body;
     }
     itemLens[i] = item;

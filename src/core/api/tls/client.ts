@@ -39,6 +39,7 @@ export function clientCredentials(sec: ClientSecurity | undefined): Pick<Connect
   } catch (err) {
     throw invalid(`flag --token-file: ${sec!.tokenFile}: cannot read: ${(err as NodeJS.ErrnoException).code ?? errorMessage(err)}`);
   }
-  if (!token || /\s/.test(token)) throw invalid(`flag --token-file: ${sec!.tokenFile}: not a bearer token (empty, or has whitespace inside)`);
+  if (!token || /\s/.test(token))
+    throw invalid(`flag --token-file: ${sec!.tokenFile}: not a bearer token (empty, or has whitespace inside)`);
   return { tls, token };
 }

@@ -35,7 +35,8 @@ export const hasTls = (f: TlsFiles | undefined): f is TlsFiles => !!(f && (f.crt
 
 /** Checks which files go together: a certificate needs its key and the other way round; a server needs both. */
 export function checkTlsFiles(files: TlsFiles, flags: TlsFlagNames, server: boolean): void {
-  if (!!files.crt !== !!files.key) throw invalid(`flag ${files.crt ? flags.key : flags.crt}: required with ${files.crt ? flags.crt : flags.key}`);
+  if (!!files.crt !== !!files.key)
+    throw invalid(`flag ${files.crt ? flags.key : flags.crt}: required with ${files.crt ? flags.crt : flags.key}`);
   if (server && !files.crt) throw invalid(`flag ${flags.crt}: required with ${flags.ca} (the server's own certificate and key)`);
 }
 
@@ -71,7 +72,10 @@ export function readTlsFiles(files: TlsFiles, flags: TlsFlagNames): TlsMaterial 
   return m;
 }
 
-const firstLine = (err: unknown) => errorMessage(err).split("\n")[0].replace(/^error:[0-9a-f]+:/, "");
+const firstLine = (err: unknown) =>
+  errorMessage(err)
+    .split("\n")[0]
+    .replace(/^error:[0-9a-f]+:/, "");
 
 const sameMaterial = (a: TlsMaterial, b: TlsMaterial) => a.cert === b.cert && a.key === b.key && a.ca === b.ca;
 

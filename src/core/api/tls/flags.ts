@@ -12,7 +12,11 @@ import { checkClientSecurity, usesTls, type ClientSecurity } from "./client.ts";
 import { checkTlsFiles, hasTls, readTlsFiles, SERVER_FLAGS, type TlsFiles } from "./files.ts";
 
 const str = (args: Args, k: string) => (typeof args[k] === "string" && args[k] !== "" ? (args[k] as string) : undefined);
-const list = (s: string | undefined) => (s ?? "").split(",").map((x) => x.trim()).filter(Boolean);
+const list = (s: string | undefined) =>
+  (s ?? "")
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
 
 export interface ServeSecurity {
   tls?: ApiServerOptions["tls"];
@@ -28,12 +32,17 @@ export function serveSecurity(args: Args, listen: readonly string[], source: { i
   if (tls) {
     checkTlsFiles(files, SERVER_FLAGS, true);
     readTlsFiles(files, SERVER_FLAGS);
-    if (!listen.some((spec) => parseApiAddress(spec).kind === "tcp")) throw invalid(`flag --listen-tls-crt: no tcp:// --listen to serve with TLS (the unix socket is not served with TLS)`);
+    if (!listen.some((spec) => parseApiAddress(spec).kind === "tcp"))
+      throw invalid(`flag --listen-tls-crt: no tcp:// --listen to serve with TLS (the unix socket is not served with TLS)`);
   }
   const tokenUsers = list(str(args, "listen-token-review"));
   if (tokenUsers.length) {
-    if (!tls) throw invalid("flag --listen-token-review: requires TLS (--listen-tls-crt, --listen-tls-key): a bearer token must not travel in plaintext");
-    if (source.input !== undefined || source.api?.length) throw invalid("flag --listen-token-review: requires access to the API server (not with --input or --api)");
+    if (!tls)
+      throw invalid(
+        "flag --listen-token-review: requires TLS (--listen-tls-crt, --listen-tls-key): a bearer token must not travel in plaintext",
+      );
+    if (source.input !== undefined || source.api?.length)
+      throw invalid("flag --listen-token-review: requires access to the API server (not with --input or --api)");
   }
   const listenAny = args["listen-any"] === true;
   checkListen(listen, listenAny, !!tls);
@@ -49,6 +58,10 @@ export function apiClientSecurity(args: Args, apis: readonly string[], log: Logg
   };
   checkClientSecurity(apis, sec);
   const open = apis.filter((spec) => crossesNetwork(parseClientAddress(spec)));
-  if (open.length && !usesTls(sec)) log.warn("following the brain in plaintext off loopback (--api-plaintext): anyone on the path can read the cluster and program this node", { api: open.join(",") });
+  if (open.length && !usesTls(sec))
+    log.warn(
+      "following the brain in plaintext off loopback (--api-plaintext): anyone on the path can read the cluster and program this node",
+      { api: open.join(",") },
+    );
   return sec;
 }

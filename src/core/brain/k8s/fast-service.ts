@@ -9,7 +9,23 @@
 // returns null and objects.ts takes the slow path: valibot's shape (which
 // names the field and the why of what no API server holds), then read.ts.
 
-import { FAIL, intIn, isObj, listOf, metadata, nullable, objectWith, oneOf, opt, optString, port, protocol, stringWhere, type Obj, type Out } from "./fast-check.ts";
+import {
+  FAIL,
+  intIn,
+  isObj,
+  listOf,
+  metadata,
+  nullable,
+  objectWith,
+  oneOf,
+  opt,
+  optString,
+  port,
+  protocol,
+  stringWhere,
+  type Obj,
+  type Out,
+} from "./fast-check.ts";
 import { isCanonicalCIDR, isCanonicalIP } from "./ip-sloppy.ts";
 import type { K8sService } from "./objects.ts";
 

@@ -8,7 +8,20 @@
 // returns null and objects.ts takes the slow path: valibot's shape (which
 // names the field and the why of what no API server holds), then read.ts.
 
-import { FAIL, isObj, listOf, metadata, nullable, oneOf, opt, optString, port as portNumber, protocol, type Obj, type Out } from "./fast-check.ts";
+import {
+  FAIL,
+  isObj,
+  listOf,
+  metadata,
+  nullable,
+  oneOf,
+  opt,
+  optString,
+  port as portNumber,
+  protocol,
+  type Obj,
+  type Out,
+} from "./fast-check.ts";
 import type { K8sEndpointSlice } from "./objects.ts";
 
 const optionalString = (x: unknown) => x === undefined || typeof x === "string";
@@ -23,7 +36,8 @@ function optBool(o: Obj, key: string, out: Obj): boolean {
 }
 
 /** absent, undefined, null, true, false */
-const condCode = (c: Obj, key: string): number => (!(key in c) ? 0 : c[key] === undefined ? 1 : c[key] === null ? 2 : c[key] === true ? 3 : c[key] === false ? 4 : -1);
+const condCode = (c: Obj, key: string): number =>
+  !(key in c) ? 0 : c[key] === undefined ? 1 : c[key] === null ? 2 : c[key] === true ? 3 : c[key] === false ? 4 : -1;
 /**
  * An endpoint's conditions are one of 125 values: each is made once and
  * shared, frozen (100,000 endpoints at 10k services, an equal object each otherwise).

@@ -32,9 +32,17 @@ import { issuePath, issueProblem } from "../../issues.ts";
 const ip = v.pipe(v.string(), v.check(isCanonicalIP, "is not an IP address in canonical form"));
 /** "None" (headless), "" (not allocated yet) or an IP */
 const clusterIP = (allowEmpty: boolean) =>
-  v.pipe(v.string("is not a valid IP address"), v.check((s) => s === "None" || (allowEmpty && s === "") || isCanonicalIP(s), "is not a valid IP address"));
+  v.pipe(
+    v.string("is not a valid IP address"),
+    v.check((s) => s === "None" || (allowEmpty && s === "") || isCanonicalIP(s), "is not a valid IP address"),
+  );
 const cidr = v.pipe(v.string(), v.check(isCanonicalCIDR, "is not a CIDR in canonical form"));
-const port = v.pipe(v.number("must be a number"), v.integer("must be an integer"), v.minValue(1, "is out of range"), v.maxValue(65535, "is out of range"));
+const port = v.pipe(
+  v.number("must be a number"),
+  v.integer("must be an integer"),
+  v.minValue(1, "is out of range"),
+  v.maxValue(65535, "is out of range"),
+);
 const nodePort = v.pipe(v.number(), v.integer(), v.minValue(0, "is out of range"), v.maxValue(65535, "is out of range"));
 const protocol = v.optional(v.picklist(["TCP", "UDP", "SCTP"], "must be TCP, UDP or SCTP"), "TCP");
 const labels = v.optional(v.nullable(v.record(v.string(), v.string())));
@@ -53,7 +61,10 @@ export const ServiceSchema = v.object({
   kind: v.literal("Service"),
   metadata,
   spec: v.object({
-    type: v.optional(v.picklist(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"], "must be ClusterIP, NodePort, LoadBalancer or ExternalName"), "ClusterIP"),
+    type: v.optional(
+      v.picklist(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"], "must be ClusterIP, NodePort, LoadBalancer or ExternalName"),
+      "ClusterIP",
+    ),
     clusterIP: v.optional(clusterIP(true)),
     clusterIPs: list(clusterIP(false)),
     ipFamilies: list(v.picklist(["IPv4", "IPv6"], "must be IPv4 or IPv6")),
@@ -78,7 +89,13 @@ export const ServiceSchema = v.object({
     v.object({
       loadBalancer: v.optional(
         v.object({
-          ingress: list(v.object({ ip: v.optional(ip), hostname: v.optional(v.string()), ipMode: v.optional(v.picklist(["VIP", "Proxy"], "must be VIP or Proxy")) })),
+          ingress: list(
+            v.object({
+              ip: v.optional(ip),
+              hostname: v.optional(v.string()),
+              ipMode: v.optional(v.picklist(["VIP", "Proxy"], "must be VIP or Proxy")),
+            }),
+          ),
         }),
       ),
     }),
@@ -100,7 +117,15 @@ export const ServiceShape = v.object({
     ipFamilies: list(text),
     externalIPs: list(text),
     loadBalancerSourceRanges: list(text),
-    ports: list(v.object({ name: v.optional(text), protocol: v.optional(text, "TCP"), port, targetPort: v.optional(targetPort), nodePort: v.optional(nodePort) })),
+    ports: list(
+      v.object({
+        name: v.optional(text),
+        protocol: v.optional(text, "TCP"),
+        port,
+        targetPort: v.optional(targetPort),
+        nodePort: v.optional(nodePort),
+      }),
+    ),
     sessionAffinity: v.optional(text),
     sessionAffinityConfig: v.optional(v.object({ clientIP: v.optional(v.object({ timeoutSeconds: v.optional(timeout) })) })),
     externalTrafficPolicy: v.optional(text),
@@ -109,7 +134,9 @@ export const ServiceShape = v.object({
   }),
   status: v.optional(
     v.object({
-      loadBalancer: v.optional(v.object({ ingress: list(v.object({ ip: v.optional(text), hostname: v.optional(text), ipMode: v.optional(text) })) })),
+      loadBalancer: v.optional(
+        v.object({ ingress: list(v.object({ ip: v.optional(text), hostname: v.optional(text), ipMode: v.optional(text) })) }),
+      ),
     }),
   ),
 });
@@ -140,7 +167,12 @@ export const EndpointSliceSchema = v.object({
   kind: v.literal("EndpointSlice"),
   metadata,
   addressType: v.picklist(["IPv4", "IPv6", "FQDN"], "must be IPv4, IPv6 or FQDN"),
-  endpoints: list(v.pipe(v.object({ addresses: v.pipe(v.array(v.string()), v.minLength(1, "must have at least one address")), ...endpointFields }), v.transform(podOf))),
+  endpoints: list(
+    v.pipe(
+      v.object({ addresses: v.pipe(v.array(v.string()), v.minLength(1, "must have at least one address")), ...endpointFields }),
+      v.transform(podOf),
+    ),
+  ),
   ports: list(v.object({ name: v.optional(v.nullable(v.string())), protocol, port: v.optional(v.nullable(port)) })),
 });
 
@@ -247,11 +279,17 @@ export function parseObject(raw: unknown, as?: Kind): ParseResult {
   const res = v.safeParse(shapes[kind as Kind], input, { abortPipeEarly: true });
   if (!res.success) {
     const issue = res.issues[0];
-    return { ok: false, error: `${objectName(input as never)} ${issuePath(issue) || "object"}: ${issueProblem(issue)}`, reason: "malformed" };
+    return {
+      ok: false,
+      error: `${objectName(input as never)} ${issuePath(issue) || "object"}: ${issueProblem(issue)}`,
+      reason: "malformed",
+    };
   }
   const shaped = res.output as K8sObject;
-  const read: Read<K8sObject> = shaped.kind === "Service" ? readService(shaped) : shaped.kind === "EndpointSlice" ? readSlice(shaped) : { object: shaped, notes: [] };
-  if ("drop" in read) return { ok: false, error: `${objectName(shaped)} ${read.drop.field}: ${read.drop.message}`, reason: read.drop.reason };
+  const read: Read<K8sObject> =
+    shaped.kind === "Service" ? readService(shaped) : shaped.kind === "EndpointSlice" ? readSlice(shaped) : { object: shaped, notes: [] };
+  if ("drop" in read)
+    return { ok: false, error: `${objectName(shaped)} ${read.drop.field}: ${read.drop.message}`, reason: read.drop.reason };
   const object = finish(read.object);
   return read.notes.length ? { ok: true, object, notes: read.notes } : { ok: true, object };
 }

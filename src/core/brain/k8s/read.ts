@@ -102,12 +102,25 @@ function readClusterIPs(spec: Spec, notes: Note[]): void {
 export function readService(svc: K8sService): Read<K8sService> {
   const notes: Note[] = [];
   const spec: Spec = { ...svc.spec };
-  const unknown = (field: string, value: string, reading: string) => notes.push({ field, message: `unknown value ${q(value)}: ${reading} (kube-proxy 1.36's reading)`, apiRejects: false });
+  const unknown = (field: string, value: string, reading: string) =>
+    notes.push({ field, message: `unknown value ${q(value)}: ${reading} (kube-proxy 1.36's reading)`, apiRejects: false });
 
-  if (!SERVICE_TYPES.has(spec.type)) unknown("spec.type", spec.type, "proxied for its cluster, node-port, external and load-balancer IPs, externalTrafficPolicy not applied");
+  if (!SERVICE_TYPES.has(spec.type))
+    unknown(
+      "spec.type",
+      spec.type,
+      "proxied for its cluster, node-port, external and load-balancer IPs, externalTrafficPolicy not applied",
+    );
   if (spec.clusterIP && spec.clusterIP !== "None") {
     const ip = parseIPSloppy(spec.clusterIP);
-    if (!ip) return { drop: { field: "spec.clusterIP", message: `${q(spec.clusterIP)} is not an IP address: the service has no cluster IP to serve`, reason: "invalid_cluster_ip" } };
+    if (!ip)
+      return {
+        drop: {
+          field: "spec.clusterIP",
+          message: `${q(spec.clusterIP)} is not an IP address: the service has no cluster IP to serve`,
+          reason: "invalid_cluster_ip",
+        },
+      };
     spec.clusterIP = ip;
     spec.ipFamilies?.forEach((f, i) => IP_FAMILIES.has(f) || unknown(`spec.ipFamilies[${i}]`, f, "no cluster IP of that family is served"));
   }
@@ -126,9 +139,18 @@ export function readService(svc: K8sService): Read<K8sService> {
   }
   if (spec.ports) {
     // kube-proxy would write a rule its backend refuses for a protocol it does not know (a failed sync): the port is skipped
-    spec.ports = spec.ports.filter((p, i) => PROTOCOLS.has(p.protocol) || !notes.push({ field: `spec.ports[${i}].protocol`, message: `unknown protocol ${q(p.protocol)}: port ${p.port} skipped`, apiRejects: false }));
+    spec.ports = spec.ports.filter(
+      (p, i) =>
+        PROTOCOLS.has(p.protocol) ||
+        !notes.push({
+          field: `spec.ports[${i}].protocol`,
+          message: `unknown protocol ${q(p.protocol)}: port ${p.port} skipped`,
+          apiRejects: false,
+        }),
+    );
   }
-  if (spec.sessionAffinity !== undefined && spec.sessionAffinity !== "None" && spec.sessionAffinity !== "ClientIP") unknown("spec.sessionAffinity", spec.sessionAffinity, "no session affinity");
+  if (spec.sessionAffinity !== undefined && spec.sessionAffinity !== "None" && spec.sessionAffinity !== "ClientIP")
+    unknown("spec.sessionAffinity", spec.sessionAffinity, "no session affinity");
   // "Global": the value's name in 1.5-1.6 (Cluster since), not Local
   const eTP = spec.externalTrafficPolicy;
   if (eTP !== undefined && eTP !== "Cluster" && eTP !== "Local" && eTP !== "Global") unknown("spec.externalTrafficPolicy", eTP, "Cluster");
@@ -141,11 +163,17 @@ export function readService(svc: K8sService): Read<K8sService> {
     const kept: NonNullable<typeof ingress> = [];
     ingress.forEach((ing, i) => {
       const mode = ing.ipMode;
-      if (mode !== undefined && mode !== "VIP" && mode !== "Proxy") unknown(`status.loadBalancer.ingress[${i}].ipMode`, mode, "not VIP, so the IP gets no rules (as for Proxy)");
+      if (mode !== undefined && mode !== "VIP" && mode !== "Proxy")
+        unknown(`status.loadBalancer.ingress[${i}].ipMode`, mode, "not VIP, so the IP gets no rules (as for Proxy)");
       if (!ing.ip) return kept.push(ing);
       const ip = parseIPSloppy(ing.ip);
       if (ip) kept.push({ ...ing, ip });
-      else notes.push({ field: `status.loadBalancer.ingress[${i}].ip`, message: `${q(ing.ip)} is not an IP address: skipped`, apiRejects: true });
+      else
+        notes.push({
+          field: `status.loadBalancer.ingress[${i}].ip`,
+          message: `${q(ing.ip)} is not an IP address: skipped`,
+          apiRejects: true,
+        });
     });
     out.status = { ...svc.status, loadBalancer: { ...svc.status!.loadBalancer, ingress: kept } };
   }
@@ -164,7 +192,12 @@ export function readSlice(slice: K8sEndpointSlice): Read<K8sEndpointSlice> {
   const notes: Note[] = [];
   const type = slice.addressType;
   if (type !== "IPv4" && type !== "IPv6") {
-    if (type !== "FQDN") notes.push({ field: "addressType", message: `unknown value ${q(type)}: the slice is not read (kube-proxy 1.36 reads IPv4 and IPv6 slices)`, apiRejects: false });
+    if (type !== "FQDN")
+      notes.push({
+        field: "addressType",
+        message: `unknown value ${q(type)}: the slice is not read (kube-proxy 1.36 reads IPv4 and IPv6 slices)`,
+        apiRejects: false,
+      });
     return { object: slice, notes };
   }
   const out: K8sEndpointSlice = { ...slice };
@@ -173,14 +206,29 @@ export function readSlice(slice: K8sEndpointSlice): Read<K8sEndpointSlice> {
     slice.endpoints.forEach((ep, i) => {
       const raw = ep.addresses[0];
       const ip = raw === undefined ? null : parseIPSloppy(raw);
-      const why = raw === undefined ? "no address" : !ip ? `${q(raw)} is not an IP address` : familyOf(ip) !== type ? `${q(raw)} is not an ${type} address` : "";
+      const why =
+        raw === undefined
+          ? "no address"
+          : !ip
+            ? `${q(raw)} is not an IP address`
+            : familyOf(ip) !== type
+              ? `${q(raw)} is not an ${type} address`
+              : "";
       if (why) notes.push({ field: `endpoints[${i}].addresses[0]`, message: `${why}: endpoint skipped`, apiRejects: true });
       else kept.push(ip === raw ? ep : { ...ep, addresses: [ip!, ...ep.addresses.slice(1)] });
     });
     out.endpoints = kept;
   }
   if (slice.ports) {
-    out.ports = slice.ports.filter((p, i) => PROTOCOLS.has(p.protocol) || !notes.push({ field: `ports[${i}].protocol`, message: `unknown protocol ${q(p.protocol)}: port skipped (it matches no service port)`, apiRejects: false }));
+    out.ports = slice.ports.filter(
+      (p, i) =>
+        PROTOCOLS.has(p.protocol) ||
+        !notes.push({
+          field: `ports[${i}].protocol`,
+          message: `unknown protocol ${q(p.protocol)}: port skipped (it matches no service port)`,
+          apiRejects: false,
+        }),
+    );
   }
   return { object: out, notes };
 }

@@ -167,7 +167,12 @@ function ofFamily(cands: readonly Candidate[], family: Family): readonly Candida
  * this service) that would come out the same is reused as is: a change of
  * one slice of a 5,000-endpoint service creates its 100 endpoints, not 5,000.
  */
-export function endpointsModel(service: Service, cands: readonly Candidate[], opts: ScopeOptions, prev?: ReadonlyMap<string, Endpoint>): EndpointMap {
+export function endpointsModel(
+  service: Service,
+  cands: readonly Candidate[],
+  opts: ScopeOptions,
+  prev?: ReadonlyMap<string, Endpoint>,
+): EndpointMap {
   const keys: string[] = [];
   const eps: Endpoint[] = [];
   // The endpoints of one slice share its port map, hence one overrides list.
@@ -196,7 +201,14 @@ export function endpointsModel(service: Service, cands: readonly Candidate[], op
 
 /** whether toEndpoint(service, c, internal, external) would equal `ep` (field by field, as toEndpoint fills them) */
 function isEndpointOf(ep: Endpoint, service: Service, c: Candidate, internal: boolean, external: boolean): boolean {
-  if (ep.Hostname !== c.hostname || ep.Local !== c.local || ep.Terminating !== c.terminating || ep.NodeName !== c.nodeName || ep.Zone !== c.zone) return false;
+  if (
+    ep.Hostname !== c.hostname ||
+    ep.Local !== c.local ||
+    ep.Terminating !== c.terminating ||
+    ep.NodeName !== c.nodeName ||
+    ep.Zone !== c.zone
+  )
+    return false;
   if (ep.Scopes?.Internal !== internal || ep.Scopes.External !== external) return false;
   const [own, other] = c.family === "v4" ? [ep.IPs?.V4, ep.IPs?.V6] : [ep.IPs?.V6, ep.IPs?.V4];
   if (own?.length !== 1 || own[0] !== c.ip || other?.length !== 0) return false;
@@ -215,7 +227,9 @@ function isEndpointOf(ep: Endpoint, service: Service, c: Candidate, internal: bo
 // ones are frozen to make sure of it; the per-slice override lists are not
 // (JSC turns a frozen array into a slower, bigger sparse one).
 const NO_IPS: string[] = Object.freeze([]) as never;
-const SCOPES: readonly EndpointScopes[] = [0, 1, 2, 3].map((i) => Object.freeze({ $typeName: "localv1.EndpointScopes" as const, Internal: i >= 2, External: i % 2 === 1 }));
+const SCOPES: readonly EndpointScopes[] = [0, 1, 2, 3].map((i) =>
+  Object.freeze({ $typeName: "localv1.EndpointScopes" as const, Internal: i >= 2, External: i % 2 === 1 }),
+);
 
 /** kpng backends resolve target ports by service port name, so every service port the slice serves gets an override. */
 function portOverrides(service: Service, ports: ReadonlyMap<string, number>): PortName[] {
@@ -261,7 +275,16 @@ Object.defineProperty(IPSetMsg.prototype, "$typeName", { value: "localv1.IPSet",
 /** A localv1.Endpoint, field for field what `create(EndpointSchema, …)` makes ($typeName on the prototype), with shared parts. */
 function toEndpoint(c: Candidate, overrides: PortName[], internal: boolean, external: boolean): Endpoint {
   const ips = new IPSetMsg(c.family === "v4" ? (c.ips as string[]) : NO_IPS, c.family === "v6" ? (c.ips as string[]) : NO_IPS);
-  return new EndpointMsg(c.hostname, ips, c.local, overrides, SCOPES[(internal ? 2 : 0) + (external ? 1 : 0)], c.terminating, c.nodeName, c.zone) as Endpoint;
+  return new EndpointMsg(
+    c.hostname,
+    ips,
+    c.local,
+    overrides,
+    SCOPES[(internal ? 2 : 0) + (external ? 1 : 0)],
+    c.terminating,
+    c.nodeName,
+    c.zone,
+  ) as Endpoint;
 }
 
 /**
@@ -272,8 +295,10 @@ function toEndpoint(c: Candidate, overrides: PortName[], internal: boolean, exte
  */
 export function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
   if (a === b) return true;
-  if (a.Hostname !== b.Hostname || a.Local !== b.Local || a.Terminating !== b.Terminating || a.NodeName !== b.NodeName || a.Zone !== b.Zone) return false;
-  if (!!a.Scopes?.Internal !== !!b.Scopes?.Internal || !!a.Scopes?.External !== !!b.Scopes?.External || !a.Scopes !== !b.Scopes) return false;
+  if (a.Hostname !== b.Hostname || a.Local !== b.Local || a.Terminating !== b.Terminating || a.NodeName !== b.NodeName || a.Zone !== b.Zone)
+    return false;
+  if (!!a.Scopes?.Internal !== !!b.Scopes?.Internal || !!a.Scopes?.External !== !!b.Scopes?.External || !a.Scopes !== !b.Scopes)
+    return false;
   if (!sameList(a.IPs?.V4, b.IPs?.V4) || !sameList(a.IPs?.V6, b.IPs?.V6) || !a.IPs !== !b.IPs) return false;
   const [p, q] = [a.PortOverrides, b.PortOverrides];
   if (p.length !== q.length) return false;
@@ -282,7 +307,19 @@ export function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
 }
 
 /** the Endpoint fields (and nested message fields) sameEndpoint compares */
-export const ENDPOINT_FIELDS = ["Hostname", "IPs.V4", "IPs.V6", "Local", "PortOverrides.Name", "PortOverrides.Port", "Scopes.Internal", "Scopes.External", "Terminating", "NodeName", "Zone"];
+export const ENDPOINT_FIELDS = [
+  "Hostname",
+  "IPs.V4",
+  "IPs.V6",
+  "Local",
+  "PortOverrides.Name",
+  "PortOverrides.Port",
+  "Scopes.Internal",
+  "Scopes.External",
+  "Terminating",
+  "NodeName",
+  "Zone",
+];
 
 function sameList(a: readonly string[] = [], b: readonly string[] = []): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);

@@ -33,7 +33,9 @@ export function isProxied(svc: K8sService, serviceProxyName: string): boolean {
 
 /** Whether externalTrafficPolicy applies (upstream pkg/api/v1/service `ExternallyAccessible`: by type; a type it does not know is not). */
 const externallyAccessible = (svc: K8sService) =>
-  svc.spec.type === "NodePort" || svc.spec.type === "LoadBalancer" || (svc.spec.type === "ClusterIP" && (svc.spec.externalIPs?.length ?? 0) > 0);
+  svc.spec.type === "NodePort" ||
+  svc.spec.type === "LoadBalancer" ||
+  (svc.spec.type === "ClusterIP" && (svc.spec.externalIPs?.length ?? 0) > 0);
 
 export const externalPolicyLocal = (svc: K8sService) => externallyAccessible(svc) && svc.spec.externalTrafficPolicy === "Local";
 export const internalPolicyLocal = (svc: K8sService) => svc.spec.internalTrafficPolicy === "Local";
@@ -90,7 +92,13 @@ export function serviceModel(svc: K8sService): Service {
     Namespace: svc.metadata.namespace ?? "",
     Name: svc.metadata.name,
     Type: spec.type,
-    IPs: { $typeName: "localv1.ServiceIPs", ClusterIPs: setOf(clusterIPsByFamily(spec)), ExternalIPs: setOf(spec.externalIPs ?? []), Headless: false, LoadBalancerIPs: setOf(lbIPs) },
+    IPs: {
+      $typeName: "localv1.ServiceIPs",
+      ClusterIPs: setOf(clusterIPsByFamily(spec)),
+      ExternalIPs: setOf(spec.externalIPs ?? []),
+      Headless: false,
+      LoadBalancerIPs: setOf(lbIPs),
+    },
     MapIP: false,
     Ports: (spec.ports ?? []).map((p) => ({
       $typeName: "localv1.PortMapping",
@@ -99,16 +107,24 @@ export function serviceModel(svc: K8sService): Service {
       Port: p.port,
       NodePort: hasNodePortsAndLB(spec.type) ? (p.nodePort ?? 0) : 0,
       // absent, 0 and "": the port itself (the API server's default)
-      TargetPort: typeof p.targetPort === "number" && p.targetPort > 0 ? p.targetPort : typeof p.targetPort === "string" && p.targetPort ? 0 : p.port,
+      TargetPort:
+        typeof p.targetPort === "number" && p.targetPort > 0 ? p.targetPort : typeof p.targetPort === "string" && p.targetPort ? 0 : p.port,
       TargetPortName: typeof p.targetPort === "string" ? p.targetPort : "",
     })),
     ExternalTrafficToLocal: eLocal,
     Labels: svc.metadata.labels ?? {},
     Annotations: annotations,
-    IPFilters: lbIPs.length && ranges.length ? [{ $typeName: "localv1.IPFilter", TargetIPs: setOf(lbIPs), SourceRanges: [...ranges] }] : NO_FILTERS,
+    IPFilters:
+      lbIPs.length && ranges.length ? [{ $typeName: "localv1.IPFilter", TargetIPs: setOf(lbIPs), SourceRanges: [...ranges] }] : NO_FILTERS,
     SessionAffinity:
       spec.sessionAffinity === "ClientIP"
-        ? { case: "ClientIP", value: { $typeName: "localv1.ClientIPAffinity", TimeoutSeconds: spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_TIMEOUT_SECONDS } }
+        ? {
+            case: "ClientIP",
+            value: {
+              $typeName: "localv1.ClientIPAffinity",
+              TimeoutSeconds: spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? DEFAULT_AFFINITY_TIMEOUT_SECONDS,
+            },
+          }
         : NO_AFFINITY,
     InternalTrafficToLocal: internalPolicyLocal(svc),
     HealthCheckNodePort: spec.type === "LoadBalancer" && eLocal ? (spec.healthCheckNodePort ?? 0) : 0,

@@ -15,7 +15,8 @@ export const MAGIC = Uint8Array.of(0x6b, 0x38, 0x73, 0x00);
 /** An item that did not decode: parseObject refuses it, naming the object if its metadata could be read. */
 export const UNDECODABLE = "kpng.undecodable";
 
-export const hasMagic = (buf: Uint8Array, at = 0) => buf[at] === 0x6b && buf[at + 1] === 0x38 && buf[at + 2] === 0x73 && buf[at + 3] === 0x00;
+export const hasMagic = (buf: Uint8Array, at = 0) =>
+  buf[at] === 0x6b && buf[at + 1] === 0x38 && buf[at + 2] === 0x73 && buf[at + 3] === 0x00;
 
 interface Unknown {
   apiVersion: string;

@@ -73,13 +73,26 @@ export function objectMeta(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: optString(o, "name", r, end); break;
-      case 26: optAtom(o, "namespace", r, end); break;
-      case 50: optString(o, "resourceVersion", r, end); break;
-      case 74: o.deletionTimestamp = time(r, r.sub(end)); break;
-      case 90: mapEntry((o.labels ??= {}) as Record<string, string>, r, r.sub(end)); break;
-      case 98: mapEntry((o.annotations ??= {}) as Record<string, string>, r, r.sub(end)); break;
-      default: r.skip(t, end);
+      case 10:
+        optString(o, "name", r, end);
+        break;
+      case 26:
+        optAtom(o, "namespace", r, end);
+        break;
+      case 50:
+        optString(o, "resourceVersion", r, end);
+        break;
+      case 74:
+        o.deletionTimestamp = time(r, r.sub(end));
+        break;
+      case 90:
+        mapEntry((o.labels ??= {}) as Record<string, string>, r, r.sub(end));
+        break;
+      case 98:
+        mapEntry((o.annotations ??= {}) as Record<string, string>, r, r.sub(end));
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -156,13 +169,26 @@ function servicePort(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: optAtom(o, "name", r, end); break;
-      case 18: optAtom(o, "protocol", r, end); break;
-      case 24: o.port = r.int32(); break;
+      case 10:
+        optAtom(o, "name", r, end);
+        break;
+      case 18:
+        optAtom(o, "protocol", r, end);
+        break;
+      case 24:
+        o.port = r.int32();
+        break;
       // IntOrString marshals itself, so JSON has it even when zero
-      case 34: o.targetPort = intOrString(r, r.sub(end)); break;
-      case 40: { const n = r.int32(); if (n !== 0) o.nodePort = n; break; }
-      default: r.skip(t, end);
+      case 34:
+        o.targetPort = intOrString(r, r.sub(end));
+        break;
+      case 40: {
+        const n = r.int32();
+        if (n !== 0) o.nodePort = n;
+        break;
+      }
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -200,19 +226,46 @@ function serviceSpec(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: push(o, "ports", servicePort(r, r.sub(end))); break;
-      case 26: optString(o, "clusterIP", r, end); break;
-      case 34: optAtom(o, "type", r, end); break;
-      case 42: push(o, "externalIPs", r.string(end)); break;
-      case 58: optAtom(o, "sessionAffinity", r, end); break;
-      case 74: push(o, "loadBalancerSourceRanges", r.string(end)); break;
-      case 90: optAtom(o, "externalTrafficPolicy", r, end); break;
-      case 96: { const n = r.int32(); if (n !== 0) o.healthCheckNodePort = n; break; }
-      case 114: o.sessionAffinityConfig = sessionAffinityConfig(r, r.sub(end)); break;
-      case 146: push(o, "clusterIPs", r.string(end)); break;
-      case 154: push(o, "ipFamilies", r.atom(end)); break;
-      case 178: o.internalTrafficPolicy = r.atom(end); break;
-      default: r.skip(t, end);
+      case 10:
+        push(o, "ports", servicePort(r, r.sub(end)));
+        break;
+      case 26:
+        optString(o, "clusterIP", r, end);
+        break;
+      case 34:
+        optAtom(o, "type", r, end);
+        break;
+      case 42:
+        push(o, "externalIPs", r.string(end));
+        break;
+      case 58:
+        optAtom(o, "sessionAffinity", r, end);
+        break;
+      case 74:
+        push(o, "loadBalancerSourceRanges", r.string(end));
+        break;
+      case 90:
+        optAtom(o, "externalTrafficPolicy", r, end);
+        break;
+      case 96: {
+        const n = r.int32();
+        if (n !== 0) o.healthCheckNodePort = n;
+        break;
+      }
+      case 114:
+        o.sessionAffinityConfig = sessionAffinityConfig(r, r.sub(end));
+        break;
+      case 146:
+        push(o, "clusterIPs", r.string(end));
+        break;
+      case 154:
+        push(o, "ipFamilies", r.atom(end));
+        break;
+      case 178:
+        o.internalTrafficPolicy = r.atom(end);
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -242,10 +295,17 @@ export function service(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: o.metadata = objectMeta(r, r.sub(end)); break;
-      case 18: o.spec = serviceSpec(r, r.sub(end)); break;
-      case 26: o.status = serviceStatus(r, r.sub(end)); break;
-      default: r.skip(t, end);
+      case 10:
+        o.metadata = objectMeta(r, r.sub(end));
+        break;
+      case 18:
+        o.spec = serviceSpec(r, r.sub(end));
+        break;
+      case 26:
+        o.status = serviceStatus(r, r.sub(end));
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -260,10 +320,17 @@ function conditions(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 8: o.ready = r.bool(); break;
-      case 16: o.serving = r.bool(); break;
-      case 24: o.terminating = r.bool(); break;
-      default: r.skip(t, end);
+      case 8:
+        o.ready = r.bool();
+        break;
+      case 16:
+        o.serving = r.bool();
+        break;
+      case 24:
+        o.terminating = r.bool();
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -301,10 +368,17 @@ function objectReference(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: optAtom(o, "kind", r, end); break;
-      case 18: optAtom(o, "namespace", r, end); break;
-      case 26: optString(o, "name", r, end); break;
-      default: r.skip(t, end);
+      case 10:
+        optAtom(o, "kind", r, end);
+        break;
+      case 18:
+        optAtom(o, "namespace", r, end);
+        break;
+      case 26:
+        optString(o, "name", r, end);
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -317,14 +391,29 @@ function endpoint(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: push(o, "addresses", r.string(end)); break;
-      case 18: o.conditions = conditions(r, r.sub(end)); break;
-      case 26: o.hostname = r.string(end); break;
-      case 34: o.targetRef = objectReference(r, r.sub(end)); break;
-      case 50: o.nodeName = r.atom(end); break;
-      case 58: o.zone = r.atom(end); break;
-      case 66: o.hints = hints(r, r.sub(end)); break;
-      default: r.skip(t, end);
+      case 10:
+        push(o, "addresses", r.string(end));
+        break;
+      case 18:
+        o.conditions = conditions(r, r.sub(end));
+        break;
+      case 26:
+        o.hostname = r.string(end);
+        break;
+      case 34:
+        o.targetRef = objectReference(r, r.sub(end));
+        break;
+      case 50:
+        o.nodeName = r.atom(end);
+        break;
+      case 58:
+        o.zone = r.atom(end);
+        break;
+      case 66:
+        o.hints = hints(r, r.sub(end));
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -339,10 +428,17 @@ function endpointPort(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: o.name = r.atom(end); break;
-      case 18: o.protocol = r.atom(end); break;
-      case 24: o.port = r.int32(); break;
-      default: r.skip(t, end);
+      case 10:
+        o.name = r.atom(end);
+        break;
+      case 18:
+        o.protocol = r.atom(end);
+        break;
+      case 24:
+        o.port = r.int32();
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -355,11 +451,20 @@ export function endpointSlice(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: o.metadata = objectMeta(r, r.sub(end)); break;
-      case 18: push(o, "endpoints", endpoint(r, r.sub(end))); break;
-      case 26: push(o, "ports", endpointPort(r, r.sub(end))); break;
-      case 34: o.addressType = r.atom(end); break;
-      default: r.skip(t, end);
+      case 10:
+        o.metadata = objectMeta(r, r.sub(end));
+        break;
+      case 18:
+        push(o, "endpoints", endpoint(r, r.sub(end)));
+        break;
+      case 26:
+        push(o, "ports", endpointPort(r, r.sub(end)));
+        break;
+      case 34:
+        o.addressType = r.atom(end);
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -383,10 +488,17 @@ export function node(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 10: o.metadata = objectMeta(r, r.sub(end)); break;
-      case 18: o.spec = nodeSpec(r, r.sub(end)); break;
-      case 26: o.status = nodeStatus(r, r.sub(end)); break;
-      default: r.skip(t, end);
+      case 10:
+        o.metadata = objectMeta(r, r.sub(end));
+        break;
+      case 18:
+        o.spec = nodeSpec(r, r.sub(end));
+        break;
+      case 26:
+        o.status = nodeStatus(r, r.sub(end));
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);
@@ -401,11 +513,20 @@ export function status(r: Reader, end: number): Raw {
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      case 18: optString(o, "status", r, end); break;
-      case 26: optString(o, "message", r, end); break;
-      case 34: optString(o, "reason", r, end); break;
-      case 48: o.code = r.int32(); break;
-      default: r.skip(t, end);
+      case 18:
+        optString(o, "status", r, end);
+        break;
+      case 26:
+        optString(o, "message", r, end);
+        break;
+      case 34:
+        optString(o, "reason", r, end);
+        break;
+      case 48:
+        o.code = r.int32();
+        break;
+      default:
+        r.skip(t, end);
     }
   }
   r.done(end);

@@ -18,7 +18,8 @@ export const key = (n: number, wt: number) => (n << 3) | wt;
 type Utf8Slicing = Buffer & { utf8Slice(start: number, end: number): string };
 
 /** a Buffer view of `bytes`, without a copy: Buffers have the native utf8Slice */
-export const asBuffer = (bytes: Uint8Array): Buffer => (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+export const asBuffer = (bytes: Uint8Array): Buffer =>
+  Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 
 /** strings kept by Reader.atom, by a hash of their bytes (a collision is simply not shared) */
 const atoms = new Map<number, string>();
