@@ -258,7 +258,7 @@ describe("changes reach the agent as changes", () => {
 
   test("a slice handed to the brain never changes under it: the next change to it is made on a copy", () => {
     const p = base();
-    const given = p.agent.index.get("EndpointSlice", "default", "web-ipv4")! as K8sEndpointSlice;
+    const given = p.agent.cluster.get("EndpointSlice", "default", "web-ipv4")! as K8sEndpointSlice;
     const before = structuredClone(given.endpoints);
     p.update([
       {
@@ -273,9 +273,9 @@ describe("changes reach the agent as changes", () => {
     ]);
     p.update([{ type: "upsert", object: slice({ endpoints: [{ ip: v4.pod(1, 1), node: "node-1", ready: false }] }) }]);
     expect(given.endpoints).toEqual(before);
-    expect((p.agent.index.get("EndpointSlice", "default", "web-ipv4") as K8sEndpointSlice).endpoints!.map((e) => e.addresses[0])).toEqual([
-      v4.pod(1, 1),
-    ]);
+    expect((p.agent.cluster.get("EndpointSlice", "default", "web-ipv4") as K8sEndpointSlice).endpoints!.map((e) => e.addresses[0])).toEqual(
+      [v4.pod(1, 1)],
+    );
     for (const n of NODES) expect(p.agentState(n)).toEqual(p.fullState(n));
   });
 

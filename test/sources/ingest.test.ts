@@ -101,7 +101,7 @@ describe("Ingest", () => {
     expect(brain.stats.events).toBe(events);
     ingest.replace("Service", []);
     ingest.changed();
-    expect(brain.index.count("Service")).toBe(0);
+    expect(brain.cluster.count("Service")).toBe(0);
     expect(revs).toEqual([1, 2]);
   });
 });

@@ -6,7 +6,7 @@
 
 import { equals } from "@bufbuild/protobuf";
 import { ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
-import { ClusterIndex, newTouched, type ClusterEvent, type Touched } from "./cluster.ts";
+import { ClusterIndex, newTouched, type ClusterEvent, type ClusterView, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
 import { DropCounts, kinds, type K8sService, type Kind } from "./k8s/objects.ts";
 import { EndpointMap } from "./endpoint-map.ts";
@@ -43,7 +43,7 @@ interface ServiceEntry {
 }
 
 export class Brain {
-  readonly index = new ClusterIndex();
+  private readonly index = new ClusterIndex();
   private readonly synced = new Set<Kind>();
   private readonly entries = new Map<string, ServiceEntry | null>();
   private readonly views = new Map<string, NodeView>();
@@ -55,6 +55,11 @@ export class Brain {
   readonly stats = { events: 0, revisions: 0, computed: 0 };
   /** objects the sources refused (they count them here, beside the events they apply) */
   readonly dropped = new DropCounts();
+
+  /** the cluster objects read so far, for reading only */
+  get cluster(): ClusterView {
+    return this.index;
+  }
 
   constructor(opts: BrainOptions = {}) {
     this.serviceProxyName = opts.serviceProxyName ?? "";
@@ -213,7 +218,7 @@ export class NodeView {
   /** keys null = every service (first state, or this node's zone changed) */
   recompute(keys: StateChange): void {
     const prev = this.state;
-    const todo = keys ?? new Set([...this.brain.index.services.keys(), ...(prev?.services.keys() ?? [])]);
+    const todo = keys ?? new Set([...this.brain.cluster.services.keys(), ...(prev?.services.keys() ?? [])]);
     const node = this.brain.nodeInfo(this.nodeName);
     this.zone = node.zone;
     const ips = this.brain.nodeIPs(this.nodeName);
@@ -246,7 +251,7 @@ export class NodeView {
     this.brain.stats.computed++;
     const e = this.brain.entry(key);
     if (!e) return null;
-    const cands = candidates(this.brain.index.slices.get(key) ?? [], e.families, this.nodeName);
+    const cands = candidates(this.brain.cluster.slices.get(key) ?? [], e.families, this.nodeName);
     // the last result's endpoints are reused where they come out the same
     return { service: e.model, endpoints: endpointsModel(e.model, cands, { ...e, node }, this.state?.services.get(key)?.endpoints) };
   }

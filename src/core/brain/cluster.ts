@@ -16,7 +16,17 @@ export interface Touched {
   nodes: Set<string>;
 }
 
-export class ClusterIndex {
+/** The brain's index as everyone outside the brain sees it: read only (changes go in through the ingest). */
+export interface ClusterView {
+  readonly services: ReadonlyMap<string, K8sService>;
+  readonly slices: ReadonlyMap<string, readonly K8sEndpointSlice[]>;
+  readonly nodes: ReadonlyMap<string, K8sNode>;
+  get(kind: Kind, ns: string, name: string): K8sObject | undefined;
+  count(kind: Kind): number;
+  names(kind: Kind): Iterable<[string, string]>;
+}
+
+export class ClusterIndex implements ClusterView {
   readonly services = new Map<string, K8sService>();
   /**
    * service key -> its slices. A list, not a map by name: nearly every service

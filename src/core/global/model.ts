@@ -89,7 +89,7 @@ export class GlobalModel {
   /** touched null = everything (the first snapshot) */
   private update(touched: Touched | null): void {
     const prev = this.snapshot;
-    const index = this.brain.index;
+    const index = this.brain.cluster;
     const svcKeys =
       touched && prev
         ? new Set([...touched.services, ...touched.endpoints])
@@ -137,7 +137,7 @@ export class GlobalModel {
     let changed = !old || !sameBytes(old.service, service);
     if (!changed) service = old!.service;
     const fresh = new Map<string, Uint8Array>();
-    for (const slice of this.brain.index.slices.get(key)?.values() ?? []) encodeSlice(slice, entry.families, fresh);
+    for (const slice of this.brain.cluster.slices.get(key)?.values() ?? []) encodeSlice(slice, entry.families, fresh);
     this.stats.encoded += fresh.size;
     const endpoints = new Map<string, Uint8Array>();
     for (const [path, bytes] of fresh) {

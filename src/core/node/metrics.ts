@@ -548,7 +548,7 @@ export class ProxyMetrics {
   /** The newest trigger time (ms) among the service's slices, per family; undefined when none has one. */
   private triggerTimes(key: string): Partial<Record<IPFamily, number>> | undefined {
     let best: Partial<Record<IPFamily, number>> | undefined;
-    for (const s of this.opts.brain.index.slices.get(key)?.values() ?? []) {
+    for (const s of this.opts.brain.cluster.slices.get(key)?.values() ?? []) {
       const v = s.metadata.annotations?.[TRIGGER_TIME_ANNOTATION];
       const t = v ? Date.parse(v) : NaN;
       const family = s.addressType;

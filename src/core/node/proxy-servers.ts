@@ -58,7 +58,7 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   let source: Pick<Source, "stats" | "globalStats"> | undefined;
   const health = new ProxyHealth({
     timeoutMs: 2 * cfg.syncPeriodSeconds * 1000,
-    nodeEligible: () => nodeIsEligible(brain.index.nodes.get(cfg.nodeName) as never),
+    nodeEligible: () => nodeIsEligible(brain.cluster.nodes.get(cfg.nodeName) as never),
   });
   const metrics = new ProxyMetrics({ brain, backends: opts.backends, source: () => source?.stats });
   const servers: HttpServer[] = [];

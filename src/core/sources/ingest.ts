@@ -31,7 +31,7 @@ export class Ingest {
     private readonly brain: Brain,
     private readonly policy: FlushPolicy,
   ) {
-    this.listing = new Listing(brain.index);
+    this.listing = new Listing(brain.cluster);
   }
 
   /** one object as it is now (a watch event, a list item) */
@@ -73,12 +73,12 @@ export class Ingest {
 
   /** how many objects of `kind` the brain holds */
   count(kind: Kind): number {
-    return this.brain.index.count(kind);
+    return this.brain.cluster.count(kind);
   }
 
   /** the version of an object the brain holds: a refused newer version leaves it in place */
   last(kind: Kind, namespace: string, name: string): K8sObject | undefined {
-    return this.brain.index.get(kind, namespace, name);
+    return this.brain.cluster.get(kind, namespace, name);
   }
 
   /** an object the source refused (kpng_objects_dropped_total) */

@@ -2,7 +2,7 @@
 // into the upsert/delete events that changed, so an unchanged object costs
 // nothing downstream.
 
-import type { ClusterEvent, ClusterIndex } from "../brain/cluster.ts";
+import type { ClusterEvent, ClusterView } from "../brain/cluster.ts";
 import type { K8sObject, Kind } from "../brain/k8s/objects.ts";
 
 /** `Kind/namespace/name` ("" namespace for Nodes): how the listing and the sources name an object. */
@@ -16,7 +16,7 @@ export class Listing {
    * first list does no comparing at all. An object the index does not file
    * (a slice without a service) is sent again on every change, to no effect.
    */
-  constructor(private readonly index: ClusterIndex) {}
+  constructor(private readonly index: ClusterView) {}
 
   /** Events that turn the last listing of `kind` into `objects`. */
   replace(kind: Kind, objects: readonly K8sObject[]): ClusterEvent[] {

@@ -444,6 +444,6 @@ describe("kube source: content types", () => {
     api.apply(svc({ name: "web", ports: [{ name: "http", port: 81 }] }), { brokenProtobuf: true });
     await waitFor("the refusal", () => r.log.lines.find((l) => l.includes("service default/web: protobuf:")));
     expect(r.keys()).toEqual(["default/web"]);
-    expect(r.brain.index.get("Service", "default", "web")).toMatchObject({ spec: { ports: [{ port: 80 }] } });
+    expect(r.brain.cluster.get("Service", "default", "web")).toMatchObject({ spec: { ports: [{ port: 80 }] } });
   });
 });

@@ -103,7 +103,7 @@ export function createApi(opts: ApiOptions) {
   const view = async (nodeName: string, signal: AbortSignal): Promise<NodeView> => {
     await whenSynced(brain, signal);
     // Views live as long as the brain: only names the cluster knows may create one.
-    if (!brain.index.nodes.has(nodeName)) throw new ConnectError(`node "${nodeName}" is not a Node in the cluster`, Code.NotFound);
+    if (!brain.cluster.nodes.has(nodeName)) throw new ConnectError(`node "${nodeName}" is not a Node in the cluster`, Code.NotFound);
     return brain.view(nodeName);
   };
   const watchDeps: WatchDeps = { view, cache };
@@ -191,7 +191,7 @@ function warmOwnNode(brain: Brain, nodeName: string, cache: WireCache): () => vo
   let unsubscribe = () => {};
   whenSynced(brain, stop.signal)
     .then(() => {
-      if (stop.signal.aborted || !brain.index.nodes.has(nodeName)) return;
+      if (stop.signal.aborted || !brain.cluster.nodes.has(nodeName)) return;
       unsubscribe = brain.view(nodeName).subscribe(({ state, change }) => {
         for (const key of change ?? state.services.keys()) {
           const se = state.services.get(key);
