@@ -145,6 +145,31 @@ function listOf(n: number, name: string, item: Decode): Decode {
   };
 }
 
+/** An object of a kind with a spec and a status (Service, Node): metadata 1, spec 2, status 3. */
+function topLevel(spec: Decode, status: Decode): Decode {
+  return (r, end) => {
+    const o: Raw = {};
+    while (r.pos < end) {
+      const t = r.uint32();
+      switch (t) {
+        case 10:
+          o.metadata = objectMeta(r, r.sub(end));
+          break;
+        case 18:
+          o.spec = spec(r, r.sub(end));
+          break;
+        case 26:
+          o.status = status(r, r.sub(end));
+          break;
+        default:
+          r.skip(t, end);
+      }
+    }
+    r.done(end);
+    return o;
+  };
+}
+
 // -- Service (core/v1)
 
 /** IntOrString: type 1 (0 int, 1 string), intVal 2, strVal 3 */
@@ -290,27 +315,7 @@ function serviceStatus(r: Reader, end: number): Raw {
 }
 
 /** Service: metadata 1, spec 2, status 3 */
-export function service(r: Reader, end: number): Raw {
-  const o: Raw = {};
-  while (r.pos < end) {
-    const t = r.uint32();
-    switch (t) {
-      case 10:
-        o.metadata = objectMeta(r, r.sub(end));
-        break;
-      case 18:
-        o.spec = serviceSpec(r, r.sub(end));
-        break;
-      case 26:
-        o.status = serviceStatus(r, r.sub(end));
-        break;
-      default:
-        r.skip(t, end);
-    }
-  }
-  r.done(end);
-  return o;
-}
+export const service = topLevel(serviceSpec, serviceStatus);
 
 // -- EndpointSlice (discovery/v1)
 
@@ -483,27 +488,7 @@ const nodeSpec = listOf(5, "taints", taint);
 const nodeStatus = listOf(5, "addresses", nodeAddress);
 
 /** Node: metadata 1, spec 2, status 3 */
-export function node(r: Reader, end: number): Raw {
-  const o: Raw = {};
-  while (r.pos < end) {
-    const t = r.uint32();
-    switch (t) {
-      case 10:
-        o.metadata = objectMeta(r, r.sub(end));
-        break;
-      case 18:
-        o.spec = nodeSpec(r, r.sub(end));
-        break;
-      case 26:
-        o.status = nodeStatus(r, r.sub(end));
-        break;
-      default:
-        r.skip(t, end);
-    }
-  }
-  r.done(end);
-  return o;
-}
+export const node = topLevel(nodeSpec, nodeStatus);
 
 // -- Status (meta/v1): what a watch's ERROR event and a refused request carry
 
