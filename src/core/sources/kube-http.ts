@@ -114,27 +114,37 @@ export function kubeGet(access: KubeAccess, accept?: string): KubeGet {
   );
 }
 
+/** `chunks`: where what was read goes, so that a caller keeps it if the read fails midway */
+async function readBytes(res: IncomingMessage, chunks: Buffer[] = []): Promise<Buffer> {
+  for await (const c of res) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
 /** Reads a whole (small) response body. */
 export async function readBody(res: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
-  return Buffer.concat(chunks).toString("utf8");
+  return (await readBytes(res)).toString("utf8");
+}
+
+/** The object a whole body holds, JSON or protobuf as its Content-Type says; throws when it does not decode. */
+function bodyObject(res: IncomingMessage, body: Buffer): Record<string, unknown> {
+  return encodingOf(res.headers["content-type"]) === "protobuf"
+    ? decodeBody(body).object
+    : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
+}
+
+/** Reads a whole (small) response body as the object it holds (JSON or protobuf). */
+export async function readObject(res: IncomingMessage): Promise<Record<string, unknown>> {
+  return bodyObject(res, await readBytes(res));
 }
 
 /** Turns a response whose status is not in `accept` into an HttpStatusError carrying the Status message (JSON or protobuf). */
 export async function expectOK(res: IncomingMessage, accept: readonly number[] = [200]): Promise<IncomingMessage> {
   if (accept.includes(res.statusCode ?? 0)) return res;
   const chunks: Buffer[] = [];
-  try {
-    for await (const c of res) chunks.push(c as Buffer);
-  } catch {}
-  const body = Buffer.concat(chunks);
+  const body = await readBytes(res, chunks).catch(() => Buffer.concat(chunks));
   let message = "";
   try {
-    message =
-      encodingOf(res.headers["content-type"]) === "protobuf"
-        ? String(decodeBody(body).object.message ?? "")
-        : ((JSON.parse(body.toString("utf8")) as { message?: string }).message ?? "");
+    message = String(bodyObject(res, body).message ?? "");
   } catch {
     message = body.toString("utf8").slice(0, 200);
   }

@@ -17,11 +17,11 @@ import type { RestClientObserver } from "../node/client-metrics.ts";
 import { Ingest } from "./ingest.ts";
 import { objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
-import { acceptHeader, encodingOf } from "./kube-content.ts";
-import { kubeRequest } from "./kube-http.ts";
+import { acceptHeader } from "./kube-content.ts";
+import { kubeRequest, readObject } from "./kube-http.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
 import { loadKubeConfig, type KubeAccess } from "./kubeconfig.ts";
-import { decodeBody, UNDECODABLE } from "./protobuf/envelope.ts";
+import { UNDECODABLE } from "./protobuf/envelope.ts";
 
 export interface KubeSourceOptions {
   kubeconfig?: string;
@@ -86,12 +86,7 @@ async function getNode(access: KubeAccess, name: string, accept: string | undefi
       res.resume();
       return null;
     }
-    const chunks: Buffer[] = [];
-    for await (const c of res) chunks.push(c as Buffer);
-    const body = Buffer.concat(chunks);
-    return encodingOf(res.headers["content-type"]) === "protobuf"
-      ? decodeBody(body).object
-      : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
+    return await readObject(res);
   } catch {
     return null;
   }
