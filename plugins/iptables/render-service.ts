@@ -49,7 +49,7 @@ export interface ServiceRules {
   chains: Map<string, OwnedChain>;
   /** its rules in the fixed chains */
   shared: Rule[];
-  /** its members of the family's hairpin ipset (`ip,proto:port,ip`) */
+  /** its members of the family's hairpin ipset (`ip,protocol-number:port,ip`) */
   hairpin: Set<string>;
 }
 
@@ -143,13 +143,21 @@ interface PortContext {
 const ownChains = (hairpinSet: boolean, affinity: number | undefined) => !hairpinSet || affinity !== undefined;
 
 /**
+ * ipset resolves a protocol name through /etc/protocols (open, read, close)
+ * for every member it parses, and a number without: most of `ipset restore`'s
+ * time for a full hairpin set. The kernel stores the number either way, and
+ * `ipset list` prints the name.
+ */
+const protocolNumbers = { tcp: 6, udp: 17, sctp: 132 } as const;
+
+/**
  * The hairpin ipset member of an endpoint: a packet from it to itself
  * (names.ts, hairpinSets). One spelling per address, since members are
  * counted by text across services.
  */
-export function hairpinMember(ep: { ip: string; port: number }, proto: string) {
+export function hairpinMember(ep: { ip: string; port: number }, proto: keyof typeof protocolNumbers) {
   const ip = canonicalIP(ep.ip);
-  return `${ip},${proto}:${ep.port},${ip}`;
+  return `${ip},${protocolNumbers[proto]}:${ep.port},${ip}`;
 }
 
 /**

@@ -92,8 +92,8 @@ describe("iptables backend life cycle, real kernel", () => {
     // the hairpin set: the new endpoint in before the restore, the old one out after it
     const sets = calls.filter((c) => c.argv[0] === "ipset").map((c) => c.stdin?.trim());
     expect(sets).toEqual([
-      `add KPNG-HAIRPIN-V4 ${topo.pods[1].v4},tcp:8080,${topo.pods[1].v4} -exist`,
-      `del KPNG-HAIRPIN-V4 ${topo.pods[0].v4},tcp:8080,${topo.pods[0].v4} -exist`,
+      `add KPNG-HAIRPIN-V4 ${topo.pods[1].v4},6:8080,${topo.pods[1].v4} -exist`,
+      `del KPNG-HAIRPIN-V4 ${topo.pods[0].v4},6:8080,${topo.pods[0].v4} -exist`,
     ]);
     expect(await who(6, v4.clusterIP(101))).toEqual(Array(6).fill("pod1"));
   });

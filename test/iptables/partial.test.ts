@@ -11,7 +11,7 @@ import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
 const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
   svc({ name: `web${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }], ...extra });
 const pod = (i: number) => ep({ ips: [v4.pod(i >> 8, i & 255)], ports: { http: 8080 } });
-const member = (i: number) => `${v4.pod(i >> 8, i & 255)},tcp:8080,${v4.pod(i >> 8, i & 255)}`;
+const member = (i: number) => `${v4.pod(i >> 8, i & 255)},6:8080,${v4.pod(i >> 8, i & 255)}`;
 
 /** A backend (IPv4 only: the arithmetic below counts one family) holding `n` services of `eps` endpoints each, after its full restore. */
 async function loaded(n: number, eps = 2, opts: { hairpinSet?: boolean } = {}) {
