@@ -128,7 +128,11 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
           ms: Math.round(secs * 1000),
         });
         opts.onSynced?.(state, secs, change);
-        nextAt = performance.now() + pause(secs * 1000);
+        // Pacing bounds the CPU of steady churn. A full sync (start-up, a repair,
+        // the retry after a failure) is paced by its own rules (REPAIR_STORM,
+        // retryMs): its cost says nothing of the next change's, which would
+        // otherwise wait as long as start-up's whole sync took.
+        nextAt = change === null ? 0 : performance.now() + pause(secs * 1000);
       } catch (err) {
         log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
         opts.onError?.(err);

@@ -107,24 +107,47 @@ describe("feedBackend", () => {
       feed.push(rev(1, null));
       await feed.idle();
       feed.push(rev(2, ["a"]));
-      await Bun.sleep(10);
+      await feed.idle();
       feed.push(rev(3, ["b"]));
+      await Bun.sleep(10);
       feed.push(rev(4, ["c"]));
+      feed.push(rev(5, ["d"]));
       await Bun.sleep(10);
       await feed.idle();
       return applied;
     };
-    // default pacing (pacing.ts: as long again as the sync took)
+    // default pacing (pacing.ts: as long again as the sync took): b, c and d come within a's pause
     expect(await run()).toEqual([
       { rev: 1, change: null },
-      { rev: 4, change: ["a", "b", "c"] },
+      { rev: 2, change: ["a"] },
+      { rev: 5, change: ["b", "c", "d"] },
     ]);
-    // unpaced: the first change starts a sync at once, the other two wait for it
+    // unpaced: b starts a sync at once, c and d wait for it
     expect(await run(() => 0)).toEqual([
       { rev: 1, change: null },
       { rev: 2, change: ["a"] },
-      { rev: 4, change: ["b", "c"] },
+      { rev: 3, change: ["b"] },
+      { rev: 5, change: ["c", "d"] },
     ]);
+  });
+
+  test("a full sync does not pace the change after it: start-up's sync is no measure of the next", async () => {
+    const { backend, applied } = recorder();
+    const paused: number[] = [];
+    const feed = feedBackend(backend, { log: memoryLogger(), pauseAfter: (ms) => (paused.push(ms), 60_000) });
+    feed.push(rev(1, null));
+    await feed.idle();
+    feed.push(rev(2, ["a"])); // at once, although the pause asked for is a minute
+    await feed.idle();
+    expect(applied).toEqual([
+      { rev: 1, change: null },
+      { rev: 2, change: ["a"] },
+    ]);
+    expect(paused).toHaveLength(1); // asked after the partial sync only
+    feed.push(rev(3, ["b"])); // within the partial sync's pause: waits
+    await Bun.sleep(50);
+    expect(applied).toHaveLength(2);
+    feed.stop();
   });
 
   test("a storm of repairs (another kpng on the node?): beyond the burst, each waits, doubling; logged", async () => {

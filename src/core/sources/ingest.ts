@@ -100,7 +100,10 @@ export class Ingest {
         const t0 = performance.now();
         if (!this.flush()) return;
         const t1 = performance.now();
-        this.nextAt = minMs > 0 ? t1 + minMs : t1 + pauseAfter(t1 - t0);
+        // The first flush computes everything once the lists are in: like a
+        // full sync (feed.ts), its cost does not pace the changes after it.
+        if (minMs > 0) this.nextAt = t1 + minMs;
+        else if (this.flushes > 1) this.nextAt = t1 + pauseAfter(t1 - t0);
       },
       Math.max(0, this.nextAt - performance.now()),
     );
