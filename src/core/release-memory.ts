@@ -13,32 +13,44 @@ export interface MemoryRelease {
 }
 
 const RELEASE_IDLE_MS = 100;
+/** no sync for this long: the node is at rest, and its memory is shrunk to the floor */
+const QUIET_MS = 10_000;
 const STARTUP_SETTLE_MS = 1000;
 
 export function memoryRelease(log: Logger): MemoryRelease {
-  let release: { timer: ReturnType<typeof setTimeout>; collect: boolean } | undefined;
+  let idle: ReturnType<typeof setTimeout> | undefined;
+  let quiet: ReturnType<typeof setTimeout> | undefined;
 
   /**
-   * Once the syncs settle (none for RELEASE_IDLE_MS), hand the memory they
-   * freed back to the system. The runtime does it by itself, but over seconds:
-   * until then RSS sits above the steady state (Bun.shrink itself is cheap).
+   * Once the syncs settle (none for RELEASE_IDLE_MS), ask for a collection of
+   * what they freed. An asynchronous one: it marks beside the JS thread and
+   * keeps the compiled code. `Bun.shrink()` (a full collection that also
+   * throws away all compiled code, at a moment the VM picks) blocked a sync
+   * for as long as a full collection of the heap takes, which grows with the
+   * cluster, and every sync after it ran cold: under steady churn it was
+   * most of kpng's CPU and the churn bench's outliers (README, Performance).
+   * It runs when the node is at rest (QUIET_MS without a sync), and once
+   * after start-up.
+   */
+  const settleAfterSync = () => {
+    clearTimeout(idle);
+    clearTimeout(quiet);
+    idle = setTimeout(() => Bun.gc(false), RELEASE_IDLE_MS);
+    quiet = setTimeout(() => Bun.shrink(), QUIET_MS);
+    idle.unref();
+    quiet.unref();
+  };
+
+  /**
    * Start-up (lists, the first state, the first full transaction) leaves the
    * heap at its high-water mark: once every backend holds its first sync,
-   * collect it first, at once (off the critical path: the rules are in).
+   * collect it and shrink, at once (off the critical path: the rules are in).
    */
-  const releaseFreedMemory = (collect: boolean) => {
-    collect ||= release?.collect ?? false;
-    clearTimeout(release?.timer);
-    const timer = setTimeout(
-      () => {
-        release = undefined;
-        if (collect) Bun.gc(true);
-        Bun.shrink();
-      },
-      collect ? 0 : RELEASE_IDLE_MS,
-    );
-    timer.unref();
-    release = { timer, collect };
+  const releaseStartup = () => {
+    setTimeout(() => {
+      Bun.gc(true);
+      Bun.shrink();
+    }, 0).unref();
   };
 
   /**
@@ -58,9 +70,9 @@ export function memoryRelease(log: Logger): MemoryRelease {
   };
 
   return {
-    synced: () => releaseFreedMemory(false),
+    synced: settleAfterSync,
     startedUp(after) {
-      releaseFreedMemory(true);
+      releaseStartup();
       releaseStartupPages(after);
     },
   };
