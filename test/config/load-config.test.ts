@@ -8,14 +8,22 @@ import { flagFieldWarnings, minSyncPeriodAsked, writeConfigVersion } from "../..
 import { kubeProxyDefaults, V1ALPHA1, V1ALPHA2 } from "../../src/core/config/kube-proxy-config.ts";
 
 describe("minSyncPeriodAsked", () => {
-  const cases: Array<{ name: string; given: string[]; inFile: boolean; want: boolean }> = [
+  const cases: Array<{ name: string; given: string[]; inFile: boolean; ipvs?: boolean; want: boolean }> = [
     { name: "no file, no flag: syncs paced by their cost", given: ["backend", "sync-period"], inFile: false, want: false },
     { name: "the file sets minSyncPeriod", given: [], inFile: true, want: true },
     { name: "--min-sync-period", given: ["min-sync-period"], inFile: false, want: true },
     { name: "--iptables-min-sync-period", given: ["iptables-min-sync-period"], inFile: false, want: true },
-    { name: "--ipvs-min-sync-period", given: ["ipvs-min-sync-period"], inFile: false, want: true },
+    { name: "--ipvs-min-sync-period in ipvs mode", given: ["ipvs-min-sync-period"], inFile: false, ipvs: true, want: true },
+    { name: "--ipvs-min-sync-period outside ipvs mode: not this mode's", given: ["ipvs-min-sync-period"], inFile: false, want: false },
+    {
+      name: "--iptables-min-sync-period in ipvs mode: not this mode's",
+      given: ["iptables-min-sync-period"],
+      inFile: false,
+      ipvs: true,
+      want: false,
+    },
   ];
-  for (const c of cases) test(c.name, () => expect(minSyncPeriodAsked(c.given, c.inFile)).toBe(c.want));
+  for (const c of cases) test(c.name, () => expect(minSyncPeriodAsked(c.given, c.inFile, c.ipvs ?? false)).toBe(c.want));
 });
 
 describe("flagFieldWarnings", () => {

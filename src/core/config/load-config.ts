@@ -25,15 +25,15 @@ export interface LoadConfigOptions {
 export type CommandConfig = Config & { configApiVersion: string };
 
 /** Flags kube-proxy reads as a minimum interval between syncs. */
-const MIN_SYNC_FLAGS = ["min-sync-period", "iptables-min-sync-period", "ipvs-min-sync-period"];
-
 /**
  * Whether an operator asked for a minimum sync period, in the file or by a
- * flag: only then does kube-proxy's 1 s default minimum hold; else syncs are
- * paced by their cost (pacing.ts).
+ * flag that applies to the mode (as kube-proxy applies
+ * `--iptables-min-sync-period` outside ipvs mode and `--ipvs-min-sync-period`
+ * in it): only then does kube-proxy's 1 s default minimum hold; else syncs
+ * are paced by their cost (pacing.ts).
  */
-export const minSyncPeriodAsked = (given: readonly string[], inFile: boolean): boolean =>
-  inFile || MIN_SYNC_FLAGS.some((f) => given.includes(f));
+export const minSyncPeriodAsked = (given: readonly string[], inFile: boolean, ipvs: boolean): boolean =>
+  inFile || given.includes("min-sync-period") || given.includes(ipvs ? "ipvs-min-sync-period" : "iptables-min-sync-period");
 
 /**
  * A value a flag gave that kpng cannot honour (--detect-local-mode=NodeCIDR),
@@ -73,7 +73,7 @@ export async function loadConfig(opts: LoadConfigOptions): Promise<CommandConfig
   configureLogging(cfg.logging ?? {});
   for (const w of warnings) log.warn(w);
   const given = givenFlags(rawArgs);
-  if (!minSyncPeriodAsked(given, minSyncPeriodSet)) cfg.minSyncPeriodSeconds = cfg.ipvs.minSyncPeriodSeconds = 0;
+  if (!minSyncPeriodAsked(given, minSyncPeriodSet, cfg.mode === "ipvs")) cfg.minSyncPeriodSeconds = cfg.ipvs.minSyncPeriodSeconds = 0;
   const ignored = noEffectFlags(given, defs);
   if (ignored.length) log.warn(`kube-proxy flags accepted with no effect in kpng: ${ignored.join(", ")}`);
   for (const w of flagFieldWarnings({ given, defs, doc: cfg.kubeProxy, fileWarnings: warnings })) log.warn(w);
