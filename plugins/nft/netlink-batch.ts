@@ -1,0 +1,569 @@
+// A transaction's added set and map elements as one nfnetlink batch, the
+// bytes `nft -f` would send for them, built without nft: a first load into
+// empty tables spends most of its time in nft's parser and evaluator, not in
+// the kernel (executor.ts sends the batch on kpng's own NETLINK_NETFILTER
+// socket, netlink-socket.ts). Pure: ops in, bytes out; tested against the
+// bytes `nft -f` sent for the same elements (test/nft/netlink-batch.test.ts).
+//
+// Layout (linux/netlink.h, linux/netfilter/nfnetlink.h, nf_tables.h;
+// libnftnl src/set_elem.c): NFNL_MSG_BATCH_BEGIN (res_id NFNL_SUBSYS_NFTABLES,
+// big-endian), NFT_MSG_NEWSETELEM messages (nlmsghdr, nfgenmsg, attributes:
+// NFTA_SET_ELEM_LIST_TABLE, _SET, _ELEMENTS: NFTA_LIST_ELEM* of
+// NFTA_SET_ELEM_KEY / _DATA (NFTA_DATA_VALUE or NFTA_DATA_VERDICT) /
+// _USERDATA), NFNL_MSG_BATCH_END. Headers are in host order, values as nft
+// lays out each type: addresses, protocols and ports big-endian, numgen
+// results (a plain 32-bit integer) in host order; each field of a
+// concatenation padded to 4 bytes.
+//
+// Only what kpng renders is encoded: sets whose type this file knows, without
+// intervals (nft sends an interval as start and end elements it computes,
+// merging overlaps for auto-merge: those few elements stay with `nft -f`).
+// nft also sends NFTA_SET_ELEM_LIST_SET_ID (the set's id in its own batch);
+// the sets exist before this batch, which names them only.
+
+import { endianness } from "node:os";
+import { comment as commentText, TABLE, type TableFamily } from "./names.ts";
+import type { ElementSpec, Op, SetSpec, Transaction } from "./transaction.ts";
+
+const NLMSG_HDRLEN = 16;
+const NLMSG_ERROR = 2;
+const NLM_F_REQUEST = 0x1;
+const NLM_F_CREATE = 0x400;
+const NLM_F_ACK_TLVS = 0x200;
+const NFNL_SUBSYS_NFTABLES = 10;
+const NFNL_MSG_BATCH_BEGIN = 0x10;
+const NFNL_MSG_BATCH_END = 0x11;
+const NFT_MSG_NEWSETELEM = 12;
+const NLA_F_NESTED = 0x8000;
+const NFTA_SET_ELEM_LIST_TABLE = 1;
+const NFTA_SET_ELEM_LIST_SET = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
+const NFTA_SET_ELEM_KEY = 1;
+const NFTA_SET_ELEM_DATA = 2;
+const NFTA_SET_ELEM_USERDATA = 6;
+const NFTA_DATA_VALUE = 1;
+const NFTA_DATA_VERDICT = 2;
+const NFTA_VERDICT_CODE = 1;
+const NFTA_VERDICT_CHAIN = 2;
+/** libnftnl udata TLV type of an element's comment (NFTNL_UDATA_SET_ELEM_COMMENT) */
+const UDATA_SET_ELEM_COMMENT = 0;
+/** enum nlmsgerr_attrs */
+const NLMSGERR_ATTR_MSG = 1;
+const NLMSGERR_ATTR_OFFS = 2;
+/** nfgenmsg.nfgen_family */
+const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
+/** NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_RETURN; jump and goto carry a chain */
+const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
+const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
+/**
+ * The NFTA_SET_ELEM_LIST_ELEMENTS nest of one message stays within what its
+ * 16-bit length can say, as libnftnl splits (nftnl_attr_nest_overflow): the
+ * elements of a big statement go in several messages of one batch.
+ */
+const MAX_NEST = 0xffff;
+const PROTOCOLS: Record<string, number> = { tcp: 6, udp: 17, sctp: 132 };
+const HOST_LE = endianness() === "LE";
+
+type Field = "ipv4" | "ipv6" | "proto" | "port" | "u32";
+const FIELD_BYTES: Record<Field, number> = { ipv4: 4, ipv6: 16, proto: 1, port: 2, u32: 4 };
+
+/** how a set's keys and values are laid out */
+export interface SetLayout {
+  key: Field[];
+  /** the key's bytes in the kernel (NFTA_SET_KEY_LEN) */
+  keyLength: number;
+  /** absent for a set, "verdict" for a verdict map */
+  data?: Field[] | "verdict";
+}
+
+/** one element of a type the set's declaration names, or a `typeof` expression */
+function field(t: string): Field | undefined {
+  if (t === "ipv4_addr" || t === "ip daddr" || t === "ip saddr") return "ipv4";
+  if (t === "ipv6_addr" || t === "ip6 daddr" || t === "ip6 saddr") return "ipv6";
+  if (t === "inet_proto" || t === "meta l4proto") return "proto";
+  if (t === "inet_service" || /^(tcp|udp|sctp|th) [sd]port$/.test(t)) return "port";
+  if (/^numgen (random|inc) mod \d+$/.test(t)) return "u32";
+  return undefined;
+}
+
+function fields(part: string): Field[] | undefined {
+  const out: Field[] = [];
+  for (const t of part.split(" . ")) {
+    const f = field(t.trim());
+    if (!f) return undefined;
+    out.push(f);
+  }
+  return out;
+}
+
+/** a value's length in the kernel: one field as is, a concatenation with each field padded to 4 bytes */
+const valueLength = (fs: Field[]) => (fs.length === 1 ? FIELD_BYTES[fs[0]] : fs.reduce((n, f) => n + ((FIELD_BYTES[f] + 3) & ~3), 0));
+
+/** the layout of a set kpng declares, or undefined when its elements stay with nft (intervals, a type this file does not know) */
+export function setLayout(spec: SetSpec): SetLayout | undefined {
+  if (spec.flags?.includes("interval")) return undefined;
+  const [k, d, more] = spec.type.split(" : ");
+  if (more !== undefined) return undefined;
+  const key = fields(k);
+  if (!key) return undefined;
+  const keyLength = valueLength(key);
+  if (d === undefined) return { key, keyLength };
+  if (d.trim() === "verdict") return { key, keyLength, data: "verdict" };
+  const data = fields(d);
+  return data ? { key, keyLength, data } : undefined;
+}
+
+/** thrown inside the encoder when an element's text does not fit its set's type; its op then goes to nft */
+class Unencodable extends Error {}
+
+/** a growing buffer of netlink bytes; headers in host order */
+class Writer {
+  buf = new Uint8Array(1 << 16);
+  at = 0;
+  private text = new TextEncoder();
+  /** the NFTA_SET_ELEM_DATA of each verdict written so far: a batch has few (a chain per service port at most) */
+  readonly verdicts = new Map<string, Uint8Array>();
+
+  room(n: number) {
+    if (this.at + n <= this.buf.byteLength) return;
+    let size = this.buf.byteLength * 2;
+    while (size < this.at + n) size *= 2;
+    const next = new Uint8Array(size);
+    next.set(this.buf.subarray(0, this.at));
+    this.buf = next;
+  }
+
+  u8(v: number) {
+    this.buf[this.at++] = v;
+  }
+  u16(v: number) {
+    this.put16(this.at, v);
+    this.at += 2;
+  }
+  put16(at: number, v: number) {
+    const b = this.buf;
+    const lo = HOST_LE ? 0 : 1;
+    b[at + lo] = v & 0xff;
+    b[at + 1 - lo] = (v >>> 8) & 0xff;
+  }
+  u32(v: number) {
+    this.put32(this.at, v);
+    this.at += 4;
+  }
+  put32(at: number, v: number) {
+    const b = this.buf;
+    for (let i = 0; i < 4; i++) b[at + (HOST_LE ? i : 3 - i)] = (v >>> (8 * i)) & 0xff;
+  }
+  be16(v: number) {
+    this.buf[this.at++] = (v >>> 8) & 0xff;
+    this.buf[this.at++] = v & 0xff;
+  }
+  be32(v: number) {
+    this.be16((v >>> 16) & 0xffff);
+    this.be16(v & 0xffff);
+  }
+  pad() {
+    while (this.at & 3) this.buf[this.at++] = 0;
+  }
+  bytes(b: Uint8Array) {
+    this.buf.set(b, this.at);
+    this.at += b.byteLength;
+  }
+  /** a string's bytes (room() was asked for enough) */
+  str(s: string) {
+    this.at += this.text.encodeInto(s, this.buf.subarray(this.at)).written;
+  }
+
+  /** starts an attribute: its length is written by end() */
+  begin(type: number): number {
+    const start = this.at;
+    this.u16(0);
+    this.u16(type);
+    return start;
+  }
+  end(start: number) {
+    this.put16(start, this.at - start);
+    this.pad();
+  }
+  strz(type: number, s: string) {
+    const a = this.begin(type);
+    this.str(s);
+    this.u8(0);
+    this.end(a);
+  }
+}
+
+// Element text is parsed by hand, a character at a time: a first load has
+// 100,000s of elements, and splitting and regular expressions per field
+// cost more than the rest of the encoding.
+
+const DIGIT_0 = 48;
+const isDigit = (c: number) => c >= DIGIT_0 && c <= DIGIT_0 + 9;
+
+/** a decimal integer in s[from, to), at most `max` */
+function integer(s: string, from: number, to: number, max: number): number {
+  if (from >= to || to - from > 10) throw new Unencodable(s);
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const c = s.charCodeAt(i);
+    if (!isDigit(c)) throw new Unencodable(s);
+    n = n * 10 + c - DIGIT_0;
+  }
+  if (n > max) throw new Unencodable(s);
+  return n;
+}
+
+/** dotted quad in s[from, to) */
+function ipv4(w: Writer, s: string, from: number, to: number) {
+  let octet = 0;
+  let digits = 0;
+  let parts = 0;
+  for (let i = from; i <= to; i++) {
+    const c = i < to ? s.charCodeAt(i) : 46;
+    if (isDigit(c)) {
+      octet = octet * 10 + c - DIGIT_0;
+      if (++digits > 3) throw new Unencodable(s);
+    } else if (c === 46 && digits && octet <= 255 && parts < 4) {
+      w.u8(octet);
+      parts++;
+      octet = digits = 0;
+    } else throw new Unencodable(s);
+  }
+  if (parts !== 4) throw new Unencodable(s);
+}
+
+const words = new Uint16Array(8);
+/** each character's value as a hex digit, -1 for any other */
+const HEX = new Int8Array(128).fill(-1);
+for (let i = 0; i < 16; i++) HEX["0123456789abcdef".charCodeAt(i)] = HEX["0123456789ABCDEF".charCodeAt(i)] = i;
+const COLON = 58;
+const DOT = 46;
+
+/** IPv6 text in s[from, to): groups, one "::", an IPv4 tail */
+function ipv6(w: Writer, s: string, from: number, to: number) {
+  let n = 0;
+  let gap = -1;
+  let i = from;
+  if (s.charCodeAt(i) === COLON && s.charCodeAt(i + 1) === COLON) {
+    gap = 0;
+    i += 2;
+  }
+  while (i < to) {
+    const start = i;
+    let v = 0;
+    for (; i < to; i++) {
+      const c = s.charCodeAt(i);
+      const h = c < 128 ? HEX[c] : -1;
+      if (h < 0) break;
+      v = (v << 4) | h;
+    }
+    const c = i < to ? s.charCodeAt(i) : COLON;
+    if (c === DOT) {
+      // an IPv4 tail: its 4 bytes are the last two groups
+      if (n > 6) throw new Unencodable(s);
+      const at = w.at;
+      ipv4(w, s, start, to);
+      w.at = at;
+      words[n++] = (w.buf[at] << 8) | w.buf[at + 1];
+      words[n++] = (w.buf[at + 2] << 8) | w.buf[at + 3];
+      break;
+    }
+    if (i === start || i - start > 4 || n === 8 || c !== COLON) throw new Unencodable(s);
+    words[n++] = v;
+    if (i === to) break;
+    i++;
+    if (s.charCodeAt(i) === COLON) {
+      if (gap >= 0) throw new Unencodable(s);
+      gap = n;
+      i++;
+    } else if (i === to) throw new Unencodable(s);
+  }
+  if (gap < 0 ? n !== 8 : n > 7) throw new Unencodable(s);
+  const b = w.buf;
+  let at = w.at;
+  const zeros = 8 - n;
+  const end = gap < 0 ? n : gap;
+  for (let k = 0; k < end; k++, at += 2) {
+    b[at] = words[k] >>> 8;
+    b[at + 1] = words[k] & 0xff;
+  }
+  if (gap >= 0) {
+    b.fill(0, at, at + 2 * zeros);
+    at += 2 * zeros;
+    for (let k = gap; k < n; k++, at += 2) {
+      b[at] = words[k] >>> 8;
+      b[at + 1] = words[k] & 0xff;
+    }
+  }
+  w.at = at;
+}
+
+/** one value (key or data) as the kernel holds it */
+function value(w: Writer, fs: Field[], text: string) {
+  let from = 0;
+  for (let i = 0; i < fs.length; i++) {
+    const last = i === fs.length - 1;
+    const to = last ? text.length : text.indexOf(" . ", from);
+    if (to < 0) throw new Unencodable(text);
+    switch (fs[i]) {
+      case "ipv4":
+        ipv4(w, text, from, to);
+        break;
+      case "ipv6":
+        ipv6(w, text, from, to);
+        break;
+      case "proto": {
+        const name = text.slice(from, to);
+        w.u8(PROTOCOLS[name] ?? integer(text, from, to, 255));
+        break;
+      }
+      case "port":
+        w.be16(integer(text, from, to, 0xffff));
+        break;
+      case "u32":
+        w.u32(integer(text, from, to, 0xffffffff));
+        break;
+    }
+    // each field of a concatenation takes a whole number of 32-bit registers
+    if (fs.length > 1) w.pad();
+    from = to + 3;
+  }
+}
+
+function verdict(w: Writer, text: string) {
+  const [word, chain, more] = text.trim().split(/\s+/);
+  const code = chain === undefined ? VERDICTS[word] : CHAIN_VERDICTS[word];
+  if (code === undefined || more !== undefined) throw new Unencodable(text);
+  const v = w.begin(NFTA_DATA_VERDICT | NLA_F_NESTED);
+  const c = w.begin(NFTA_VERDICT_CODE);
+  w.be32(code);
+  w.end(c);
+  if (chain !== undefined) w.strz(NFTA_VERDICT_CHAIN, chain);
+  w.end(v);
+}
+
+/** where each element of a message sits, to name the one the kernel refused */
+export interface BatchMessage {
+  seq: number;
+  /** the op (in `EncodedBatch.ops`) its elements come from, and the index of its first element there */
+  op: number;
+  first: number;
+  /** each element's NFTA_LIST_ELEM offset from the start of the message */
+  offsets: number[];
+}
+
+export interface EncodedBatch {
+  bytes: Uint8Array;
+  /** the element ops encoded, in batch order */
+  ops: Extract<Op, { kind: "elements" }>[];
+  messages: BatchMessage[];
+  /** how many elements the batch adds */
+  elements: number;
+}
+
+/** a generous bound on one element's bytes, checked before writing it (names and comments are at most 255 bytes) */
+const elementBound = (key: string, value: string | undefined, comment: string | undefined) =>
+  96 + key.length * 4 + (value?.length ?? 0) * 4 + (comment?.length ?? 0) * 3;
+
+/**
+ * Splits a transaction for a first load: the added elements of the sets
+ * this file can encode, as one batch (none when there are none), and every
+ * other op, in order, for `nft -f`. `seq` numbers the batch's messages.
+ */
+export function encodeElements(tx: Transaction, seq = 1): { batch: EncodedBatch | undefined; rest: Op[] } {
+  const layouts = new Map<string, SetLayout | undefined>();
+  for (const op of tx.ops)
+    if ((op.kind === "set" || op.kind === "map") && op.verb === "add") layouts.set(`${op.family} ${op.set.name}`, setLayout(op.set));
+  const w = new Writer();
+  const rest: Op[] = [];
+  const batch: EncodedBatch = { bytes: w.buf, ops: [], messages: [], elements: 0 };
+  header(w, NFNL_MSG_BATCH_BEGIN, seq++, 0);
+  for (const op of tx.ops) {
+    const layout = op.kind === "elements" && op.verb === "add" ? layouts.get(`${op.family} ${op.set}`) : undefined;
+    if (op.kind !== "elements" || !layout || !op.items.length) {
+      rest.push(op);
+      continue;
+    }
+    const mark = { at: w.at, messages: batch.messages.length, seq };
+    try {
+      seq = encodeOp(w, op, layout, batch, seq);
+    } catch (err) {
+      if (!(err instanceof Unencodable)) throw err;
+      // nft reads what this file cannot: the op goes there whole
+      w.at = mark.at;
+      batch.messages.length = mark.messages;
+      seq = mark.seq;
+      rest.push(op);
+      continue;
+    }
+    batch.ops.push(op);
+    batch.elements += op.items.length;
+  }
+  if (!batch.ops.length) return { batch: undefined, rest };
+  header(w, NFNL_MSG_BATCH_END, seq, 0);
+  batch.bytes = w.buf.subarray(0, w.at);
+  return { batch, rest };
+}
+
+/** nlmsghdr (its length set by the caller) and nfgenmsg */
+function header(w: Writer, type: number, seq: number, family: number) {
+  w.room(NLMSG_HDRLEN + 4);
+  const start = w.at;
+  w.u32(NLMSG_HDRLEN + 4);
+  const batchMsg = type === NFNL_MSG_BATCH_BEGIN || type === NFNL_MSG_BATCH_END;
+  w.u16(batchMsg ? type : (NFNL_SUBSYS_NFTABLES << 8) | type);
+  w.u16(batchMsg ? NLM_F_REQUEST : NLM_F_REQUEST | NLM_F_CREATE);
+  w.u32(seq);
+  w.u32(0);
+  w.u8(family);
+  w.u8(0); // NFNETLINK_V0
+  // res_id, big-endian: the subsystem on batch messages
+  w.u8(0);
+  w.u8(batchMsg ? NFNL_SUBSYS_NFTABLES : 0);
+  return start;
+}
+
+function encodeOp(w: Writer, op: Extract<Op, { kind: "elements" }>, layout: SetLayout, batch: EncodedBatch, seq: number): number {
+  const opIndex = batch.ops.length;
+  let i = 0;
+  while (i < op.items.length) {
+    w.room(NLMSG_HDRLEN + 4 + 16 + 260);
+    const msgStart = header(w, NFT_MSG_NEWSETELEM, seq, NFPROTO[op.family]);
+    w.strz(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+    w.strz(NFTA_SET_ELEM_LIST_SET, op.set);
+    const nest = w.begin(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED);
+    const msg: BatchMessage = { seq, op: opIndex, first: i, offsets: [] };
+    for (; i < op.items.length; i++) {
+      const e = op.items[i];
+      w.room(elementBound(e.key, e.value, e.comment));
+      const start = w.at;
+      // each element's attribute type is its place in the message, from 1, as libnftnl numbers them (the kernel reads any)
+      element(w, layout, msg.offsets.length + 1, e);
+      if (w.at - nest > MAX_NEST) {
+        if (!msg.offsets.length) throw new Unencodable(e.key);
+        w.at = start;
+        break;
+      }
+      msg.offsets.push(start - msgStart);
+    }
+    w.end(nest);
+    w.put32(msgStart, w.at - msgStart);
+    batch.messages.push(msg);
+    seq++;
+  }
+  return seq;
+}
+
+function verdictData(w: Writer, text: string) {
+  const cache = w.verdicts;
+  let bytes = cache.get(text);
+  if (!bytes) {
+    const start = w.at;
+    const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
+    verdict(w, text);
+    w.end(d);
+    cache.set(text, (bytes = w.buf.slice(start, w.at)));
+    w.at = start;
+  }
+  w.bytes(bytes);
+}
+
+function element(w: Writer, layout: SetLayout, index: number, { key, value: data, comment }: ElementSpec) {
+  const el = w.begin(index | NLA_F_NESTED);
+  const k = w.begin(NFTA_SET_ELEM_KEY | NLA_F_NESTED);
+  const kv = w.begin(NFTA_DATA_VALUE);
+  value(w, layout.key, key);
+  if (w.at - kv - 4 !== layout.keyLength) throw new Unencodable(key);
+  w.end(kv);
+  w.end(k);
+  if (layout.data) {
+    if (data === undefined) throw new Unencodable(key);
+    if (layout.data === "verdict") verdictData(w, data);
+    else {
+      const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
+      const dv = w.begin(NFTA_DATA_VALUE);
+      value(w, layout.data, data);
+      w.end(dv);
+      w.end(d);
+    }
+  } else if (data !== undefined) throw new Unencodable(key);
+  if (comment) {
+    const text = commentText(comment);
+    const u = w.begin(NFTA_SET_ELEM_USERDATA);
+    w.u8(UDATA_SET_ELEM_COMMENT);
+    const len = w.at;
+    w.u8(0);
+    w.str(text);
+    w.u8(0);
+    const n = w.at - len - 1;
+    if (n > 0xff) throw new Unencodable(comment);
+    w.buf[len] = n;
+    w.end(u);
+  }
+  w.end(el);
+}
+
+/** one answer of the kernel to a batch: an error (or ack) for the message `seq` */
+export interface BatchReply {
+  seq: number;
+  /** 0 for an ack, else a negative errno */
+  error: number;
+  /** the kernel's words (NLMSGERR_ATTR_MSG) */
+  message?: string;
+  /** the offset in the refused message of the attribute it refused (NLMSGERR_ATTR_OFFS) */
+  offset?: number;
+}
+
+/** the NLMSG_ERROR messages in one datagram read after sending a batch */
+export function parseReplies(datagram: Uint8Array): BatchReply[] {
+  const out: BatchReply[] = [];
+  const v = new DataView(datagram.buffer, datagram.byteOffset, datagram.byteLength);
+  for (let at = 0; at + NLMSG_HDRLEN <= datagram.byteLength; ) {
+    const len = v.getUint32(at, HOST_LE);
+    if (len < NLMSG_HDRLEN || at + len > datagram.byteLength) break;
+    const type = v.getUint16(at + 4, HOST_LE);
+    const flags = v.getUint16(at + 6, HOST_LE);
+    if (type === NLMSG_ERROR && len >= NLMSG_HDRLEN + 4 + NLMSG_HDRLEN) {
+      const error = v.getInt32(at + NLMSG_HDRLEN, HOST_LE);
+      // struct nlmsgerr: the error, then the header of the message it answers (its payload only when not capped)
+      const origLen = v.getUint32(at + NLMSG_HDRLEN + 4, HOST_LE);
+      const reply: BatchReply = { seq: v.getUint32(at + NLMSG_HDRLEN + 12, HOST_LE), error };
+      if (flags & NLM_F_ACK_TLVS) {
+        const capped = (flags & 0x100) !== 0; // NLM_F_CAPPED
+        let t = at + NLMSG_HDRLEN + 4 + (capped ? NLMSG_HDRLEN : (origLen + 3) & ~3);
+        while (t + 4 <= at + len) {
+          const alen = v.getUint16(t, HOST_LE);
+          const atype = v.getUint16(t + 2, HOST_LE) & 0x3fff;
+          if (alen < 4 || t + alen > at + len) break;
+          if (atype === NLMSGERR_ATTR_MSG) {
+            const b = datagram.subarray(t + 4, t + alen);
+            const nul = b.indexOf(0);
+            reply.message = new TextDecoder().decode(nul < 0 ? b : b.subarray(0, nul));
+          } else if (atype === NLMSGERR_ATTR_OFFS && alen >= 8) reply.offset = v.getUint32(t + 4, HOST_LE);
+          t += (alen + 3) & ~3;
+        }
+      }
+      out.push(reply);
+    }
+    at += (len + 3) & ~3;
+  }
+  return out;
+}
+
+/**
+ * What a refusal is about, as nft would point at it: the element at the
+ * refused offset of the refused message, else the statement of that message,
+ * else the batch.
+ */
+export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
+  const msg = batch.messages.find((m) => m.seq === reply.seq);
+  if (!msg) return "the element batch";
+  const op = batch.ops[msg.op];
+  const head = `add element ${op.family} ${TABLE} ${op.set}`;
+  if (reply.offset === undefined) return head;
+  let i = -1;
+  for (let j = 0; j < msg.offsets.length && msg.offsets[j] <= reply.offset; j++) i = j;
+  if (i < 0) return head;
+  const e = op.items[msg.first + i];
+  return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;
+}
