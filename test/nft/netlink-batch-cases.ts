@@ -8,23 +8,26 @@ import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts"
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { entry, ep, nodeState, svc, type EpSpec, type SvcSpec } from "./fixtures.ts";
 
-const dual = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({
-  ips: [v4.pod(1, i), v6.pod(1, i)],
-  ports: { http: 8080, dns: 5353 },
-  ...e,
-});
 const eps = (...specs: EpSpec[]) => Object.fromEntries(specs.map((e, i) => [`p${i}`, ep(e)]));
 
-/** one entry per shape: its name, the service and its endpoints */
-export function shapes(): { name: string; entry: ServiceEndpoints }[] {
+export type Families = readonly ("v4" | "v6")[];
+
+/** one entry per shape, with addresses of `families`: its name, the service and its endpoints */
+export function shapes(families: Families = ["v4", "v6"]): { name: string; entry: ServiceEndpoints }[] {
+  const ips = (a: string, b: string) => [...(families.includes("v4") ? [a] : []), ...(families.includes("v6") ? [b] : [])];
+  const dual = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({
+    ips: ips(v4.pod(1, i), v6.pod(1, i)),
+    ports: { http: 8080, dns: 5353 },
+    ...e,
+  });
   const base = (i: number, extra: Partial<SvcSpec> = {}): SvcSpec => ({
     name: `s${i}`,
-    clusterIPs: [v4.clusterIP(i), v6.clusterIP(i)],
+    clusterIPs: ips(v4.clusterIP(i), v6.clusterIP(i)),
     ports: [{ name: "http", port: 80 }],
     ...extra,
   });
   const np = (i: number) => [{ name: "http", port: 80, nodePort: 30000 + i }];
-  const lb = (i: number) => ({ ports: np(i), lbIPs: [v4.external(i), v6.external(i)] });
+  const lb = (i: number) => ({ ports: np(i), lbIPs: ips(v4.external(i), v6.external(i)) });
   const list: [string, SvcSpec, Record<string, ReturnType<typeof ep>>][] = [
     ["ClusterIP (shared dispatch chain)", base(1), eps(dual(1), dual(2, { local: false }))],
     ["ClusterIP, endpoints on two target ports", base(2), eps(dual(3), dual(4, { ports: { http: 9090 } }))],
@@ -34,17 +37,21 @@ export function shapes(): { name: string; entry: ServiceEndpoints }[] {
     ["NodePort, eTP=Local, no local endpoint", base(6, { ports: np(6), eTPLocal: true }), eps(dual(9, { local: false, external: false }))],
     [
       "LoadBalancer with source ranges",
-      base(7, { ...lb(7), sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }),
+      base(7, { ...lb(7), sourceRanges: ips("198.18.128.0/24", "2001:db8:5::/64") }),
       eps(dual(10), dual(11)),
     ],
-    ["LoadBalancer, eTP=Local, source ranges", base(8, { ...lb(8), eTPLocal: true, sourceRanges: ["198.18.128.0/24"] }), eps(dual(12))],
+    [
+      "LoadBalancer, eTP=Local, source ranges",
+      base(8, { ...lb(8), eTPLocal: true, sourceRanges: ips("198.18.128.0/24", "2001:db8:5::/64") }),
+      eps(dual(12)),
+    ],
     ["ClientIP affinity", base(9, { affinitySeconds: 30 }), eps(dual(13), dual(14), dual(15))],
     ["ClientIP affinity, NodePort eTP=Local", base(10, { ports: np(10), eTPLocal: true, affinitySeconds: 60 }), eps(dual(16))],
     ["iTP=Local without a local endpoint (drop)", base(11, { iTPLocal: true }), {}],
     [
       "TCP, UDP and SCTP ports, external IPs",
       base(12, {
-        externalIPs: [v4.external(100), v6.external(100)],
+        externalIPs: ips(v4.external(100), v6.external(100)),
         ports: [
           { name: "http", port: 80, nodePort: 30012 },
           { name: "dns", protocol: "UDP", port: 53 },
@@ -64,7 +71,8 @@ export function shapes(): { name: string; entry: ServiceEndpoints }[] {
       eps({ ips: [v6.pod(2, 1)], ports: { http: 8080 } }),
     ],
   ];
-  return list.map(([name, spec, e]) => ({ name, entry: entry(svc(spec), e) }));
+  const other = families.length === 1 ? (families[0] === "v4" ? "IPv6 only" : "IPv4 only") : undefined;
+  return list.filter(([name]) => name !== other).map(([name, spec, e]) => ({ name, entry: entry(svc(spec), e) }));
 }
 
 /** IPv6 endpoints of the big service: more than one NEWSETELEM message's worth (64 KB) of cluster-endpoints elements */

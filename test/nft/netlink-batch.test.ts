@@ -7,8 +7,12 @@
 // comparison zeroes the sequence numbers and drops that attribute.
 
 import { describe, expect, test } from "bun:test";
+import { NftRunner } from "../../plugins/nft/executor.ts";
 import { encodeElements, parseReplies, refusedElement, setLayout } from "../../plugins/nft/netlink-batch.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { isTransaction, recorder } from "./fixtures.ts";
 import { CAPTURED } from "./netlink-batch-captured.ts";
 
 const NFTA_SET_ELEM_LIST_SET_ID = 4;
@@ -150,5 +154,62 @@ describe("netlink element batch: the kernel's answers", () => {
     expect(reply).toEqual({ seq: msg.seq, error: -17, offset: msg.offsets[10] + 4 });
     expect(refusedElement(batch!, reply)).toBe(`add element ip kpng s { ${items[msg.first + 10].key} }`);
     expect(refusedElement(batch!, { seq: msg.seq, error: -2 })).toBe("add element ip kpng s");
+  });
+});
+
+describe("NftRunner: a first load's elements", () => {
+  const load = () =>
+    tx([
+      { kind: "table", verb: "add", family: "ip" },
+      { kind: "map", verb: "add", family: "ip", set: { name: "m", type: "ipv4_addr : verdict" } },
+      { kind: "elements", verb: "add", family: "ip", set: "m", items: [{ key: "198.18.0.1", value: "drop" }] },
+    ]);
+  const scripts = (calls: { argv: string[]; stdin?: string }[]) => calls.filter(isTransaction).map((c) => c.stdin ?? "");
+
+  test("go on the socket, the rest through nft -f first", async () => {
+    const { exec, calls } = recorder();
+    const sent: Uint8Array[] = [];
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, () => ({ send: (b) => (sent.push(b), []), close() {} }));
+    await runner.apply(load(), { full: true, fresh: true });
+    expect(scripts(calls)).toEqual(["add table ip kpng\nadd map ip kpng m { type ipv4_addr : verdict; }\n"]);
+    expect(sent.length).toBe(1);
+  });
+
+  test("only on a first load: a full sync over tables in place goes through nft -f whole", async () => {
+    const { exec, calls } = recorder();
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, () => {
+      throw new Error("not opened for this");
+    });
+    await runner.apply(load(), { full: true });
+    expect(scripts(calls)).toEqual([load().print()]);
+  });
+
+  test("a socket that cannot be opened: nft -f, said once", async () => {
+    const { exec, calls } = recorder();
+    const log = memoryLogger();
+    const runner = new NftRunner(exec, undefined, log, undefined, () => {
+      throw new KpngError("unavailable", "netlink: socket(AF_NETLINK, NETLINK_NETFILTER) failed (errno 1)");
+    });
+    await runner.apply(load(), { full: true, fresh: true });
+    await runner.apply(load(), { full: true, fresh: true });
+    expect(scripts(calls)).toEqual([load().print(), load().print()]);
+    expect(log.lines.filter((l) => l.includes("netlink")).length).toBe(1);
+  });
+
+  test("a batch that cannot be sent: its elements through nft -f after the skeleton", async () => {
+    const { exec, calls } = recorder();
+    const log = memoryLogger();
+    const runner = new NftRunner(exec, undefined, log, undefined, () => ({
+      send: () => {
+        throw new KpngError("unavailable", "netlink send of 96 bytes failed: Message too long");
+      },
+      close() {},
+    }));
+    await runner.apply(load(), { full: true, fresh: true });
+    expect(scripts(calls)).toEqual([
+      "add table ip kpng\nadd map ip kpng m { type ipv4_addr : verdict; }\n",
+      "add element ip kpng m { 198.18.0.1 : drop }\n",
+    ]);
+    expect(log.lines.filter((l) => l.includes("Message too long")).length).toBe(1);
   });
 });
