@@ -165,13 +165,26 @@ class Writer {
   pad() {
     while (this.at & 3) this.buf[this.at++] = 0;
   }
+  /** a few bytes: a loop costs less than TypedArray.set's call at these sizes */
   bytes(b: Uint8Array) {
-    this.buf.set(b, this.at);
-    this.at += b.byteLength;
+    const buf = this.buf;
+    let at = this.at;
+    for (let i = 0; i < b.length; i++) buf[at++] = b[i];
+    this.at = at;
   }
-  /** a string's bytes (room() was asked for enough) */
+  /** a string's bytes (room() was asked for enough); ASCII, nearly always, without an encoder call */
   str(s: string) {
-    this.at += this.text.encodeInto(s, this.buf.subarray(this.at)).written;
+    const buf = this.buf;
+    let at = this.at;
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if (c >= 0x80) {
+        this.at = at + this.text.encodeInto(s.slice(i), buf.subarray(at)).written;
+        return;
+      }
+      buf[at++] = c;
+    }
+    this.at = at;
   }
 
   /** starts an attribute: its length is written by end() */
@@ -288,8 +301,7 @@ function ipv6(w: Writer, s: string, from: number, to: number) {
     b[at + 1] = words[k] & 0xff;
   }
   if (gap >= 0) {
-    b.fill(0, at, at + 2 * zeros);
-    at += 2 * zeros;
+    for (let k = 0; k < 2 * zeros; k++) b[at++] = 0;
     for (let k = gap; k < n; k++, at += 2) {
       b[at] = words[k] >>> 8;
       b[at + 1] = words[k] & 0xff;
