@@ -7,10 +7,10 @@
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
-import { encodeElements, parseReplies, refusedElement, type EncodedBatch } from "./netlink-batch.ts";
+import { batchable, encodeBatch, parseReplies, refusedElement, type EncodedBatch } from "./netlink-batch.ts";
 import { type BatchSocket, errnoText } from "./netlink-socket.ts";
 import type { NftSession, Spawner } from "./session.ts";
-import { splitFirstLoad, Transaction } from "./transaction.ts";
+import { splitFirstLoad, Transaction, type Op } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";
 
 /** Runs real programs. Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
@@ -215,8 +215,8 @@ export class NftRunner {
    * socket cannot be opened: said once, and today's path is taken.
    */
   private async netlinkLoad(tx: Transaction, stamp: Transaction | undefined): Promise<boolean> {
-    const { batch, rest } = encodeElements(tx);
-    if (!batch) return false;
+    const { elements, rest } = batchable(tx);
+    if (!elements.length) return false;
     let socket: BatchSocket;
     try {
       socket = this.batchSocket!();
@@ -225,9 +225,18 @@ export class NftRunner {
       return false;
     }
     try {
-      const skeleton = new Transaction();
-      for (const op of rest) skeleton.add(op);
-      await this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
+      const skeleton = transactionOf(rest);
+      // nft loads the skeleton in its own process while this one encodes the elements
+      const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
+      let encoded: ReturnType<typeof encodeBatch>;
+      try {
+        encoded = encodeBatch(elements);
+      } finally {
+        await loading;
+      }
+      const { batch, unencoded } = encoded;
+      if (unencoded.length) await this.exec.run(["nft", "-f", "-"], transactionOf(unencoded).print());
+      if (!batch) return true;
       let answers: Uint8Array[];
       try {
         answers = socket.send(batch.bytes);
@@ -235,9 +244,7 @@ export class NftRunner {
         if (!isUnavailable(err)) throw err;
         // nothing of the batch reached the kernel: its elements go through nft, in batches side by side
         this.netlinkUnusable(err);
-        const elements = new Transaction();
-        for (const op of batch.ops) elements.add(op);
-        await this.loadSideBySide(splitFirstLoad(elements, FIRST_LOAD_PARTS, 0).slice(1));
+        await this.loadSideBySide(splitFirstLoad(transactionOf(batch.ops), FIRST_LOAD_PARTS, 0).slice(1));
         return true;
       }
       refused(batch, answers);
@@ -284,6 +291,8 @@ export class NftRunner {
     return false;
   }
 }
+
+const transactionOf = (ops: readonly Op[]) => ops.reduce((t, op) => t.add(op), new Transaction());
 
 /** throws what the kernel said about the batch, naming the element it refused; nothing of a refused batch was committed */
 function refused(batch: EncodedBatch, answers: Uint8Array[]) {

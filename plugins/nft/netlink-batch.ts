@@ -367,7 +367,7 @@ export interface BatchMessage {
 export interface EncodedBatch {
   bytes: Uint8Array;
   /** the element ops encoded, in batch order */
-  ops: Extract<Op, { kind: "elements" }>[];
+  ops: ElementsOp[];
   messages: BatchMessage[];
   /** how many elements the batch adds */
   elements: number;
@@ -377,44 +377,65 @@ export interface EncodedBatch {
 const elementBound = (key: string, value: string | undefined, comment: string | undefined) =>
   96 + key.length * 4 + (value?.length ?? 0) * 4 + (comment?.length ?? 0) * 3;
 
-/**
- * Splits a transaction for a first load: the added elements of the sets
- * this file can encode, as one batch (none when there are none), and every
- * other op, in order, for `nft -f`. `seq` numbers the batch's messages.
- */
-export function encodeElements(tx: Transaction, seq = 1): { batch: EncodedBatch | undefined; rest: Op[] } {
+type ElementsOp = Extract<Op, { kind: "elements" }>;
+
+/** element adds a batch can carry, each with its set's layout */
+export interface Batchable {
+  elements: { op: ElementsOp; layout: SetLayout }[];
+  /** every other op, in order */
+  rest: Op[];
+}
+
+/** Splits a transaction by what the batch can carry: added elements of sets it declares with a layout this file knows. */
+export function batchable(tx: Transaction): Batchable {
   const layouts = new Map<string, SetLayout | undefined>();
   for (const op of tx.ops)
     if ((op.kind === "set" || op.kind === "map") && op.verb === "add") layouts.set(`${op.family} ${op.set.name}`, setLayout(op.set));
-  const w = new Writer();
-  const rest: Op[] = [];
-  const batch: EncodedBatch = { bytes: w.buf, ops: [], messages: [], elements: 0 };
-  header(w, NFNL_MSG_BATCH_BEGIN, seq++, 0);
+  const out: Batchable = { elements: [], rest: [] };
   for (const op of tx.ops) {
     const layout = op.kind === "elements" && op.verb === "add" ? layouts.get(`${op.family} ${op.set}`) : undefined;
-    if (op.kind !== "elements" || !layout || !op.items.length) {
-      rest.push(op);
-      continue;
-    }
+    if (op.kind === "elements" && layout && op.items.length) out.elements.push({ op, layout });
+    else out.rest.push(op);
+  }
+  return out;
+}
+
+/**
+ * The batch of those elements (none when there are none); an op with an
+ * element whose text does not fit its set's type (nothing kpng renders) is
+ * left out whole, in `unencoded`, for nft. `seq` numbers the messages.
+ */
+export function encodeBatch(elements: Batchable["elements"], seq = 1): { batch: EncodedBatch | undefined; unencoded: ElementsOp[] } {
+  const w = new Writer();
+  const unencoded: ElementsOp[] = [];
+  const batch: EncodedBatch = { bytes: w.buf, ops: [], messages: [], elements: 0 };
+  header(w, NFNL_MSG_BATCH_BEGIN, seq++, 0);
+  for (const { op, layout } of elements) {
     const mark = { at: w.at, messages: batch.messages.length, seq };
     try {
       seq = encodeOp(w, op, layout, batch, seq);
     } catch (err) {
       if (!(err instanceof Unencodable)) throw err;
-      // nft reads what this file cannot: the op goes there whole
       w.at = mark.at;
       batch.messages.length = mark.messages;
       seq = mark.seq;
-      rest.push(op);
+      unencoded.push(op);
       continue;
     }
     batch.ops.push(op);
     batch.elements += op.items.length;
   }
-  if (!batch.ops.length) return { batch: undefined, rest };
+  if (!batch.ops.length) return { batch: undefined, unencoded };
   header(w, NFNL_MSG_BATCH_END, seq, 0);
   batch.bytes = w.buf.subarray(0, w.at);
-  return { batch, rest };
+  return { batch, unencoded };
+}
+
+/** batchable and encodeBatch at once: the batch, and every op it does not carry (for `nft -f`) */
+export function encodeElements(tx: Transaction): { batch: EncodedBatch | undefined; rest: Op[] } {
+  const { elements, rest } = batchable(tx);
+  const { batch, unencoded } = encodeBatch(elements);
+  return { batch, rest: [...rest, ...unencoded] };
 }
 
 /** nlmsghdr (its length set by the caller) and nfgenmsg */
@@ -435,7 +456,7 @@ function header(w: Writer, type: number, seq: number, family: number) {
   return start;
 }
 
-function encodeOp(w: Writer, op: Extract<Op, { kind: "elements" }>, layout: SetLayout, batch: EncodedBatch, seq: number): number {
+function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBatch, seq: number): number {
   const opIndex = batch.ops.length;
   let i = 0;
   while (i < op.items.length) {
