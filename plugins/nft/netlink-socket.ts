@@ -12,6 +12,9 @@
 // A burst bigger than the socket's buffer (16 MB, as nft monitor asks for)
 // makes recv fail with ENOBUFS: said as a lost-events line, as the monitor
 // says it.
+//
+// The same libc, another socket: the one a first load sends its elements on
+// (openBatchSocket, the batch encoded by netlink-batch.ts).
 
 import { FFIType, dlopen, read } from "bun:ffi";
 import { KpngError } from "../../src/plugins/toolkit/index.ts";
