@@ -72,6 +72,8 @@ export interface SetLayout {
   key: Field[];
   /** the key's bytes in the kernel (NFTA_SET_KEY_LEN) */
   keyLength: number;
+  /** the NFTA_SET_ELEM_KEY and NFTA_DATA_VALUE attribute headers of every key, as host-order words */
+  keyHeaders: [number, number];
   /** absent for a set, "verdict" for a verdict map */
   data?: Field[] | "verdict";
 }
@@ -99,6 +101,9 @@ function fields(part: string): Field[] | undefined {
 /** a value's length in the kernel: one field as is, a concatenation with each field padded to 4 bytes */
 const valueLength = (fs: Field[]) => (fs.length === 1 ? FIELD_BYTES[fs[0]] : fs.reduce((n, f) => n + ((FIELD_BYTES[f] + 3) & ~3), 0));
 
+/** struct nlattr { u16 nla_len; u16 nla_type } read as one host-order word */
+const attrHeader = (len: number, type: number) => (HOST_LE ? (len | (type << 16)) >>> 0 : ((len << 16) | type) >>> 0);
+
 /** the layout of a set kpng declares, or undefined when its elements stay with nft (intervals, a type this file does not know) */
 export function setLayout(spec: SetSpec): SetLayout | undefined {
   if (spec.flags?.includes("interval")) return undefined;
@@ -107,10 +112,14 @@ export function setLayout(spec: SetSpec): SetLayout | undefined {
   const key = fields(k);
   if (!key) return undefined;
   const keyLength = valueLength(key);
-  if (d === undefined) return { key, keyLength };
-  if (d.trim() === "verdict") return { key, keyLength, data: "verdict" };
+  const keyHeaders: [number, number] = [
+    attrHeader(4 + ((4 + keyLength + 3) & ~3), NFTA_SET_ELEM_KEY | NLA_F_NESTED),
+    attrHeader(4 + keyLength, NFTA_DATA_VALUE),
+  ];
+  if (d === undefined) return { key, keyLength, keyHeaders };
+  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict" };
   const data = fields(d);
-  return data ? { key, keyLength, data } : undefined;
+  return data ? { key, keyLength, keyHeaders, data } : undefined;
 }
 
 /** thrown inside the encoder when an element's text does not fit its set's type; its op then goes to nft */
@@ -119,6 +128,8 @@ class Unencodable extends Error {}
 /** a growing buffer of netlink bytes; headers in host order */
 class Writer {
   buf = new Uint8Array(1 << 16);
+  /** the same bytes as 32-bit words in host order: headers and attributes start on 4-byte boundaries */
+  words = new Uint32Array(this.buf.buffer);
   at = 0;
   private text = new TextEncoder();
   /** the NFTA_SET_ELEM_DATA of each verdict written so far: a batch has few (a chain per service port at most) */
@@ -131,6 +142,7 @@ class Writer {
     const next = new Uint8Array(size);
     next.set(this.buf.subarray(0, this.at));
     this.buf = next;
+    this.words = new Uint32Array(next.buffer);
   }
 
   u8(v: number) {
@@ -147,7 +159,8 @@ class Writer {
     b[at + 1 - lo] = (v >>> 8) & 0xff;
   }
   u32(v: number) {
-    this.put32(this.at, v);
+    if (this.at & 3) this.put32(this.at, v);
+    else this.words[this.at >> 2] = v;
     this.at += 4;
   }
   put32(at: number, v: number) {
@@ -503,12 +516,13 @@ function verdictData(w: Writer, text: string) {
 
 function element(w: Writer, layout: SetLayout, index: number, { key, value: data, comment }: ElementSpec) {
   const el = w.begin(index | NLA_F_NESTED);
-  const k = w.begin(NFTA_SET_ELEM_KEY | NLA_F_NESTED);
-  const kv = w.begin(NFTA_DATA_VALUE);
+  // the key's length is the set's: its two headers are known before it is written
+  w.u32(layout.keyHeaders[0]);
+  w.u32(layout.keyHeaders[1]);
+  const kv = w.at;
   value(w, layout.key, key);
-  if (w.at - kv - 4 !== layout.keyLength) throw new Unencodable(key);
-  w.end(kv);
-  w.end(k);
+  if (w.at - kv !== layout.keyLength) throw new Unencodable(key);
+  w.pad();
   if (layout.data) {
     if (data === undefined) throw new Unencodable(key);
     if (layout.data === "verdict") verdictData(w, data);
