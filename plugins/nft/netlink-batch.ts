@@ -29,6 +29,8 @@ const NLMSG_HDRLEN = 16;
 const NLMSG_ERROR = 2;
 const NLM_F_REQUEST = 0x1;
 const NLM_F_CREATE = 0x400;
+/** on an NLMSG_ERROR: the refused message is not copied after nlmsgerr (NETLINK_CAP_ACK), TLVs follow (NETLINK_EXT_ACK) */
+const NLM_F_CAPPED = 0x100;
 const NLM_F_ACK_TLVS = 0x200;
 const NFNL_SUBSYS_NFTABLES = 10;
 const NFNL_MSG_BATCH_BEGIN = 0x10;
@@ -576,7 +578,7 @@ export function parseReplies(datagram: Uint8Array): BatchReply[] {
       const origLen = v.getUint32(at + NLMSG_HDRLEN + 4, HOST_LE);
       const reply: BatchReply = { seq: v.getUint32(at + NLMSG_HDRLEN + 12, HOST_LE), error };
       if (flags & NLM_F_ACK_TLVS) {
-        const capped = (flags & 0x100) !== 0; // NLM_F_CAPPED
+        const capped = (flags & NLM_F_CAPPED) !== 0;
         let t = at + NLMSG_HDRLEN + 4 + (capped ? NLMSG_HDRLEN : (origLen + 3) & ~3);
         while (t + 4 <= at + len) {
           const alen = v.getUint16(t, HOST_LE);
