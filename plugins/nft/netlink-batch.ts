@@ -21,6 +21,7 @@
 
 import { comment as commentText, TABLE, type TableFamily } from "./names.ts";
 import type { ElementSpec, Op, SetSpec, Transaction } from "./transaction.ts";
+import { list, messages, text } from "./netlink.ts";
 import { type Field, HOST_LE, Unencodable, value, valueLength, Writer } from "./netlink-values.ts";
 
 const NLMSG_HDRLEN = 16;
@@ -323,35 +324,20 @@ export interface BatchReply {
 /** the NLMSG_ERROR messages in one datagram read after sending a batch */
 export function parseReplies(datagram: Uint8Array): BatchReply[] {
   const out: BatchReply[] = [];
-  const v = new DataView(datagram.buffer, datagram.byteOffset, datagram.byteLength);
-  for (let at = 0; at + NLMSG_HDRLEN <= datagram.byteLength; ) {
-    const len = v.getUint32(at, HOST_LE);
-    if (len < NLMSG_HDRLEN || at + len > datagram.byteLength) break;
-    const type = v.getUint16(at + 4, HOST_LE);
-    const flags = v.getUint16(at + 6, HOST_LE);
-    if (type === NLMSG_ERROR && len >= NLMSG_HDRLEN + 4 + NLMSG_HDRLEN) {
-      const error = v.getInt32(at + NLMSG_HDRLEN, HOST_LE);
-      // struct nlmsgerr: the error, then the header of the message it answers (its payload only when not capped)
-      const origLen = v.getUint32(at + NLMSG_HDRLEN + 4, HOST_LE);
-      const reply: BatchReply = { seq: v.getUint32(at + NLMSG_HDRLEN + 12, HOST_LE), error };
-      if (flags & NLM_F_ACK_TLVS) {
-        const capped = (flags & NLM_F_CAPPED) !== 0;
-        let t = at + NLMSG_HDRLEN + 4 + (capped ? NLMSG_HDRLEN : (origLen + 3) & ~3);
-        while (t + 4 <= at + len) {
-          const alen = v.getUint16(t, HOST_LE);
-          const atype = v.getUint16(t + 2, HOST_LE) & 0x3fff;
-          if (alen < 4 || t + alen > at + len) break;
-          if (atype === NLMSGERR_ATTR_MSG) {
-            const b = datagram.subarray(t + 4, t + alen);
-            const nul = b.indexOf(0);
-            reply.message = new TextDecoder().decode(nul < 0 ? b : b.subarray(0, nul));
-          } else if (atype === NLMSGERR_ATTR_OFFS && alen >= 8) reply.offset = v.getUint32(t + 4, HOST_LE);
-          t += (alen + 3) & ~3;
-        }
+  for (const [type, flags, body] of messages(datagram)) {
+    if (type !== NLMSG_ERROR || body.byteLength < 4 + NLMSG_HDRLEN) continue;
+    // struct nlmsgerr: the error, then the header of the message it answers (its payload too when not capped)
+    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    const reply: BatchReply = { seq: v.getUint32(12, HOST_LE), error: v.getInt32(0, HOST_LE) };
+    if (flags & NLM_F_ACK_TLVS) {
+      const answered = flags & NLM_F_CAPPED ? NLMSG_HDRLEN : (v.getUint32(4, HOST_LE) + 3) & ~3;
+      for (const [t, payload] of list(body.subarray(4 + answered))) {
+        if (t === NLMSGERR_ATTR_MSG) reply.message = text(payload);
+        else if (t === NLMSGERR_ATTR_OFFS && payload.byteLength >= 4)
+          reply.offset = new DataView(payload.buffer, payload.byteOffset, 4).getUint32(0, HOST_LE);
       }
-      out.push(reply);
     }
-    at += (len + 3) & ~3;
+    out.push(reply);
   }
   return out;
 }
