@@ -1,8 +1,9 @@
 // The only code of the nft backend that reaches the kernel: it hands a
 // printed transaction to `nft -f -` (one atomic batch) through an Executor,
 // or, for small partial syncs, to a running `nft -i` (session.ts) through a
-// Spawner. Tests replace both with recorders and fakes or point them into a
-// network namespace.
+// Spawner; a first load's elements go as a batch kpng encodes itself
+// (netlink-batch.ts) on its own socket (netlink-socket.ts). Tests replace
+// all three with recorders and fakes or point them into a network namespace.
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
