@@ -98,6 +98,9 @@ if (import.meta.main) {
     `export const CAPTURED: CapturedCase[] = [\n${cases.map((c) => JSON.stringify(c)).join(",\n")},\n];`,
     "",
   ].join("\n");
-  writeFileSync(join(import.meta.dir, "netlink-batch-captured.ts"), out);
+  const file = join(import.meta.dir, "netlink-batch-captured.ts");
+  writeFileSync(file, out);
+  // in the repository's format, so that `biome ci` passes on a fresh capture
+  Bun.spawnSync(["biome", "format", "--write", file], { cwd: join(import.meta.dir, "../..") });
   console.log(`captured ${cases.length} statements, ${cases.reduce((n, c) => n + c.messages.length, 0)} messages`);
 }
