@@ -134,7 +134,7 @@ function integer(s: string, from: number, to: number, max: number): number {
   return n;
 }
 
-/** dotted quad in s[from, to) */
+/** a dotted quad in s[from, to) */
 function ipv4(w: Writer, s: string, from: number, to: number) {
   let octet = 0;
   let digits = 0;
@@ -142,6 +142,8 @@ function ipv4(w: Writer, s: string, from: number, to: number) {
   for (let i = from; i <= to; i++) {
     const c = i < to ? s.charCodeAt(i) : 46;
     if (isDigit(c)) {
+      // a leading zero is no dotted quad to inet_pton, which nft reads addresses with
+      if (digits && !octet) throw new Unencodable(s);
       octet = octet * 10 + c - DIGIT_0;
       if (++digits > 3) throw new Unencodable(s);
     } else if (c === 46 && digits && octet <= 255 && parts < 4) {

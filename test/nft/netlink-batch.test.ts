@@ -99,6 +99,7 @@ describe("netlink element batch: what stays with nft", () => {
     { name: "a type the encoder does not know", ops: [set("ether_addr"), els({ key: "02:00:00:00:00:01" })], encoded: false },
     { name: "a set not declared in the transaction", ops: [els({ key: "198.18.0.1" })], encoded: false },
     { name: "a key that is no address", ops: [set("ipv4_addr"), els({ key: "198.18.0.256" })], encoded: false },
+    { name: "an address with a leading zero", ops: [set("ipv4_addr"), els({ key: "198.018.0.1" })], encoded: false },
     { name: "a CIDR in a plain set", ops: [set("ipv4_addr"), els({ key: "198.18.0.0/24" })], encoded: false },
     { name: "a map element without its value", ops: [set("ipv4_addr : verdict"), els({ key: "198.18.0.1" })], encoded: false },
     { name: "an unknown verdict", ops: [set("ipv4_addr : verdict"), els({ key: "198.18.0.1", value: "queue" })], encoded: false },
