@@ -117,7 +117,8 @@ export class NftBackend implements FullStateBackend {
     const held = this.needFull || change === null ? await this.held() : undefined;
     const t0 = performance.now();
     let plan = this.sync.plan(state, this.needFull ? null : change, held);
-    plan.tx.print(); // part of rendering; kept by the transaction
+    // part of rendering, kept by the transaction; a first load whose elements kpng encodes prints only the rest (executor.ts)
+    if (!(plan.full && plan.fresh && this.runner.encodesFirstLoads)) plan.tx.print();
     const renderMs = performance.now() - t0;
     if (plan.truncated) this.log.warn("endpoints beyond the per-service limit left out", { count: plan.truncated });
     if (this.ctx.config.dryRun) {

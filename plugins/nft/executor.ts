@@ -139,6 +139,11 @@ export class NftRunner {
     if (opts.full) this.proving = this.resumeWatch(watch, performance.now() - t0).finally(() => (this.proving = undefined));
   }
 
+  /** a first load's elements go on kpng's own socket, unprinted (unless that socket turns out unusable) */
+  get encodesFirstLoads(): boolean {
+    return this.batchSocket !== undefined && !this.netlinkFailed;
+  }
+
   /** resolves when no proof of the monitor is running (tests, benchmarks) */
   async settled(): Promise<void> {
     await this.proving;
@@ -186,7 +191,7 @@ export class NftRunner {
   }
 
   private async send(tx: Transaction, opts: ApplyOptions, stamp?: Transaction): Promise<void> {
-    if (opts.full && opts.fresh && this.batchSocket && !this.netlinkFailed && (await this.netlinkLoad(tx, stamp))) return;
+    if (opts.full && opts.fresh && this.encodesFirstLoads && (await this.netlinkLoad(tx, stamp))) return;
     if (opts.full && opts.fresh) {
       const [skeleton, ...batches] = splitFirstLoad(tx, FIRST_LOAD_PARTS, FIRST_LOAD_SPLIT_ELEMENTS);
       if (batches.length) {
