@@ -2,11 +2,16 @@
 // namespace (test/harness/netns.ts): never the host's ruleset.
 //
 //   1. first full sync of 10,000 services x 10 endpoints: render and apply
-//      (`nft -f -`); then a new backend's full sync over those tables (a
-//      restart: the tables listed, then rewritten in place)
+//      (`nft -f -` for the skeleton, the elements on kpng's netlink socket);
+//      then a new backend's full sync over those tables (a restart: the
+//      tables listed, then rewritten in place by `nft -f -`)
 //   2. one endpoint change at 10 and at 10,000 services: statements, apply time
 //      (through the `nft -i` session; its first change also starts it)
 //   3. TCP connect latency to a service with 10 vs 10,000 services programmed
+//   4. a first load into empty tables at 1,000 and 10,000 services, its
+//      apply both ways, interleaved: elements through `nft -f` (in
+//      batches side by side at 10,000) and through kpng's own netlink batch
+//      (plugins/nft/netlink-batch.ts), with the encoding's own time
 //
 // The services are IPv6 single-stack: the address plan's IPv4 service range
 // (/20) holds only 4,096 cluster IPs. Endpoints sit on 100 nodes, so 1% of
@@ -14,7 +19,10 @@
 // node of a large cluster.
 
 import { processSpawner } from "../plugins/nft/executor.ts";
+import type { NftOptions } from "../plugins/nft/backend.ts";
 import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
+import { encodeElements } from "../plugins/nft/netlink-batch.ts";
+import { NftSync } from "../plugins/nft/sync.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
@@ -39,15 +47,17 @@ function service(i: number, topo: Topology, endpoints = ENDPOINTS, salt = 0): Se
 
 const cluster = (n: number, topo: Topology) => nodeState(Array.from({ length: n }, (_, i) => service(i, topo)));
 
-function backend(topo: Topology): NftBackend {
-  const config = defaultConfig({
+const benchConfig = () =>
+  defaultConfig({
     nodeName: "node0",
     nodeIPs: [v4.node(0), v6.node(0)],
     clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
   });
+
+function backend(topo: Topology, opts: NftOptions = {}): NftBackend {
   return createNftBackend(
-    { config, log: createLogger("bench", { level: "warn" }), out: () => {} },
-    { exec: topo.executor(topo.node.ns), interactive: processSpawner(["ip", "netns", "exec", topo.node.ns]) },
+    { config: benchConfig(), log: createLogger("bench", { level: "warn" }), out: () => {} },
+    { exec: topo.executor(topo.node.ns), netns: topo.node.ns, interactive: processSpawner(["ip", "netns", "exec", topo.node.ns]), ...opts },
   );
 }
 
@@ -87,9 +97,39 @@ async function latency(topo: Topology) {
   return rounds.sort((a, b) => a.median - b.median)[0];
 }
 
+const FIRST_LOAD_ROUNDS = 3;
+
+/** a first load's apply (empty tables) both ways, interleaved: `nft -f` for everything, and the elements on kpng's netlink socket */
+async function firstLoads(topo: Topology) {
+  for (const n of [1000, 10_000]) {
+    const state = cluster(n, topo);
+    const apply: Record<"nft" | "netlink", number[]> = { nft: [], netlink: [] };
+    for (let r = 0; r < FIRST_LOAD_ROUNDS; r++)
+      for (const mode of ["nft", "netlink"] as const) {
+        await topo.exec(topo.node.ns, ["nft", "-f", "-"], "table ip kpng\ndelete table ip kpng\ntable ip6 kpng\ndelete table ip6 kpng\n");
+        const b = backend(topo, { firstLoad: mode });
+        await b.apply(state, null);
+        apply[mode].push(b.last!.applyMs);
+        await b.close();
+      }
+    const empty = { chains: new Map(), sets: new Map() };
+    const tx = new NftSync(benchConfig()).plan(state, null, { ip: empty, ip6: empty }).tx;
+    const t0 = performance.now();
+    const { batch } = encodeElements(tx);
+    const encodeMs = performance.now() - t0;
+    const each = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(", ");
+    console.log(
+      `first load, ${n} services x ${ENDPOINTS} endpoints, apply: nft -f ${ms(median(apply.nft))} (${each(apply.nft)}), ` +
+        `elements on kpng's netlink socket ${ms(median(apply.netlink))} (${each(apply.netlink)}); ` +
+        `medians of ${FIRST_LOAD_ROUNDS}, interleaved; encoding ${batch?.elements} elements, ${batch?.bytes.byteLength} bytes: ${ms(encodeMs)}`,
+    );
+  }
+}
+
 export default async function nftBench() {
   const topo = await createTopology({ pods: 1, prefix: "kpb" });
   try {
+    await firstLoads(topo);
     await topo.serve(topo.pods[0], { tcp: [8080] });
     const results: Record<number, { change: Awaited<ReturnType<typeof endpointChange>>; lat: { median: number; p90: number } }> = {};
     for (const n of [10, 10_000]) {

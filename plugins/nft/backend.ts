@@ -31,7 +31,7 @@ import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
 import { listHoldings, type Holdings } from "./held.ts";
-import { netlinkEvents } from "./netlink-socket.ts";
+import { netlinkEvents, openBatchSocket } from "./netlink-socket.ts";
 import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
 
 export interface NftOptions {
@@ -45,6 +45,8 @@ export interface NftOptions {
   events?: "netlink" | "monitor";
   /** the network namespace (a name under /run/netns) kpng's tables are in, when not this process's: tests and benchmarks run the backend in-process with `nft` in a namespace */
   netns?: string;
+  /** how a first load into empty tables sends its set and map elements: encoded by kpng on its own netlink socket (the default where kpng's tables are this process's, or `netns` is given; `nft -f` where the socket cannot be opened), or through `nft -f` only */
+  firstLoad?: "netlink" | "nft";
 }
 
 export interface SyncStats {
@@ -89,7 +91,10 @@ export class NftBackend implements FullStateBackend {
       const source = opts.events === "monitor" ? fallback : firstWorking(netlinkEvents({ netns: opts.netns }), fallback, this.log);
       this.watch = new RulesWatch({ source, log: this.log, onForeign: (what) => this.rulesChanged(what) });
     }
-    this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch);
+    // with another executor and no namespace named, the tables are not this process's: no socket of its own
+    const ownSocket = opts.firstLoad !== "nft" && !ctx.config.dryRun && (!opts.exec || opts.netns !== undefined);
+    const batchSocket = ownSocket ? () => openBatchSocket(opts.netns) : undefined;
+    this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch, batchSocket);
     this.nodeIPs = ctx.config.nodeIPs;
     this.sync = new NftSync(ctx.config);
   }
@@ -112,7 +117,8 @@ export class NftBackend implements FullStateBackend {
     const held = this.needFull || change === null ? await this.held() : undefined;
     const t0 = performance.now();
     let plan = this.sync.plan(state, this.needFull ? null : change, held);
-    plan.tx.print(); // part of rendering; kept by the transaction
+    // part of rendering, kept by the transaction; a first load whose elements kpng encodes prints only the rest (executor.ts)
+    if (!(plan.full && plan.fresh && this.runner.encodesFirstLoads)) plan.tx.print();
     const renderMs = performance.now() - t0;
     if (plan.truncated) this.log.warn("endpoints beyond the per-service limit left out", { count: plan.truncated });
     if (this.ctx.config.dryRun) {

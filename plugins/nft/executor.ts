@@ -1,14 +1,17 @@
 // The only code of the nft backend that reaches the kernel: it hands a
 // printed transaction to `nft -f -` (one atomic batch) through an Executor,
 // or, for small partial syncs, to a running `nft -i` (session.ts) through a
-// Spawner. Tests replace both with recorders and fakes or point them into a
-// network namespace.
+// Spawner; a first load's elements go as a batch kpng encodes itself
+// (netlink-batch.ts) on its own socket (netlink-socket.ts). Tests replace
+// all three with recorders and fakes or point them into a network namespace.
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
+import { batchable, encodeBatch, parseReplies, refusedElement, type EncodedBatch } from "./netlink-batch.ts";
+import { type BatchSocket, errnoText } from "./netlink-socket.ts";
 import type { NftSession, Spawner } from "./session.ts";
-import { splitFirstLoad, Transaction } from "./transaction.ts";
+import { splitFirstLoad, Transaction, type Op } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";
 
 /** Runs real programs. Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
@@ -97,8 +100,13 @@ export interface ApplyOptions {
   fresh?: boolean;
 }
 
+/** opens the socket a first load sends its elements on (netlink-socket.ts openBatchSocket, in kpng's tables' namespace) */
+export type BatchSocketOpener = () => BatchSocket;
+
 export class NftRunner {
   private gaveUp = false;
+  /** the netlink element load could not be used: said once, then today's path */
+  private netlinkFailed = false;
   /** the monitor's proof after the last full sync, running; the next transaction waits for it */
   private proving: Promise<void> | undefined;
 
@@ -108,6 +116,8 @@ export class NftRunner {
     private readonly log?: Logger,
     /** sees other processes' changes to kpng's tables (watch.ts); stamps every transaction */
     private readonly watch?: RulesWatch,
+    /** where a first load sends its elements, without nft (netlink-batch.ts); absent: all through `nft -f` */
+    private readonly batchSocket?: BatchSocketOpener,
   ) {}
 
   /**
@@ -127,6 +137,11 @@ export class NftRunner {
     await this.stamped(watch, tx, opts);
     // The rules are in: the caller goes on while the new monitor gets ready.
     if (opts.full) this.proving = this.resumeWatch(watch, performance.now() - t0).finally(() => (this.proving = undefined));
+  }
+
+  /** a first load's elements go on kpng's own socket, unprinted (unless that socket turns out unusable) */
+  get encodesFirstLoads(): boolean {
+    return this.batchSocket !== undefined && !this.netlinkFailed;
   }
 
   /** resolves when no proof of the monitor is running (tests, benchmarks) */
@@ -176,15 +191,12 @@ export class NftRunner {
   }
 
   private async send(tx: Transaction, opts: ApplyOptions, stamp?: Transaction): Promise<void> {
+    if (opts.full && opts.fresh && this.encodesFirstLoads && (await this.netlinkLoad(tx, stamp))) return;
     if (opts.full && opts.fresh) {
       const [skeleton, ...batches] = splitFirstLoad(tx, FIRST_LOAD_PARTS, FIRST_LOAD_SPLIT_ELEMENTS);
       if (batches.length) {
         await this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
-        // all settle before the outcome is known: a retry must not race a batch still loading
-        const done = await Promise.allSettled(batches.map((b) => this.exec.run(["nft", "-f", "-"], b.print())));
-        const failed = done.find((d) => d.status === "rejected");
-        if (failed) throw failed.reason;
-        return;
+        return this.loadSideBySide(batches);
       }
     }
     const script = tx.print() + (stamp?.print() ?? "");
@@ -196,6 +208,70 @@ export class NftRunner {
         if (!isUnavailable(err)) throw err;
       }
     await this.exec.run(["nft", "-f", "-"], script);
+  }
+
+  /**
+   * A first load with its elements encoded by kpng: everything else (tables,
+   * chains, rules, sets, the elements nft alone encodes, the stamp) through
+   * `nft -f`, then the elements in one batch of kpng's own. Most of nft's
+   * time on a big load goes to parsing and evaluating elements, which
+   * this skips; the kernel's work stays. Over empty tables, as
+   * splitFirstLoad: until the elements commit, services have no rules,
+   * which is no worse than before the load. False (nothing sent) when the
+   * socket cannot be opened: said once, and today's path is taken.
+   */
+  private async netlinkLoad(tx: Transaction, stamp: Transaction | undefined): Promise<boolean> {
+    const { elements, rest } = batchable(tx);
+    if (!elements.length) return false;
+    let socket: BatchSocket;
+    try {
+      socket = this.batchSocket!();
+    } catch (err) {
+      this.netlinkUnusable(err);
+      return false;
+    }
+    try {
+      const skeleton = transactionOf(rest);
+      // nft loads the skeleton in its own process while this one encodes the elements
+      const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
+      let encoded: ReturnType<typeof encodeBatch>;
+      try {
+        encoded = encodeBatch(elements);
+      } finally {
+        await loading;
+      }
+      const { batch, unencoded } = encoded;
+      if (unencoded.length) await this.exec.run(["nft", "-f", "-"], transactionOf(unencoded).print());
+      if (!batch) return true;
+      let answers: Uint8Array[];
+      try {
+        answers = socket.send(batch.bytes);
+      } catch (err) {
+        if (!isUnavailable(err)) throw err;
+        // nothing of the batch reached the kernel: its elements go through nft, in batches side by side
+        this.netlinkUnusable(err);
+        await this.loadSideBySide(splitFirstLoad(transactionOf(batch.ops), FIRST_LOAD_PARTS, 0).slice(1));
+        return true;
+      }
+      refused(batch, answers);
+      return true;
+    } finally {
+      socket.close();
+    }
+  }
+
+  private netlinkUnusable(err: unknown) {
+    this.netlinkFailed = true;
+    this.log?.warn("cannot load elements through kpng's netlink socket: first loads go through nft -f", {
+      err: err instanceof Error ? err.message : String(err),
+    });
+  }
+
+  /** element batches over a loaded skeleton, at the same time: all settle before the outcome is known (a retry must not race a batch still loading) */
+  private async loadSideBySide(batches: Transaction[]): Promise<void> {
+    const done = await Promise.allSettled(batches.map((b) => this.exec.run(["nft", "-f", "-"], b.print())));
+    const failed = done.find((d) => d.status === "rejected");
+    if (failed) throw failed.reason;
   }
 
   /** asks the kernel to validate without committing (nft --check runs the batch and aborts it) */
@@ -220,4 +296,16 @@ export class NftRunner {
     this.gaveUp = true;
     return false;
   }
+}
+
+const transactionOf = (ops: readonly Op[]) => ops.reduce((t, op) => t.add(op), new Transaction());
+
+/** throws what the kernel said about the batch, naming the element it refused; nothing of a refused batch was committed */
+function refused(batch: EncodedBatch, answers: Uint8Array[]) {
+  for (const a of answers)
+    for (const r of parseReplies(a))
+      if (r.error < 0) {
+        const why = `${errnoText(-r.error)}${r.message ? ` (${r.message})` : ""}`;
+        throw new KpngError("internal", `netlink batch of ${batch.elements} elements refused: ${refusedElement(batch, r)}: ${why}`);
+      }
 }

@@ -12,6 +12,9 @@
 // A burst bigger than the socket's buffer (16 MB, as nft monitor asks for)
 // makes recv fail with ENOBUFS: said as a lost-events line, as the monitor
 // says it.
+//
+// The same libc, another socket: the one a first load sends its elements on
+// (openBatchSocket, the batch encoded by netlink-batch.ts).
 
 import { FFIType, dlopen, read } from "bun:ffi";
 import { KpngError } from "../../src/plugins/toolkit/index.ts";
@@ -26,6 +29,12 @@ const NFNLGRP_NFTABLES = 7;
 const SOL_SOCKET = 1;
 const SO_RCVBUF = 8;
 const SO_RCVBUFFORCE = 33;
+const SO_SNDBUF = 7;
+const SO_SNDBUFFORCE = 32;
+const SOL_NETLINK = 270;
+/** errors without a copy of the refused message, with the offset of the attribute refused (linux/netlink.h) */
+const NETLINK_CAP_ACK = 10;
+const NETLINK_EXT_ACK = 11;
 const MSG_DONTWAIT = 0x40;
 const O_RDONLY = 0;
 const O_CLOEXEC = 0o2000000;
@@ -57,6 +66,9 @@ const libcSymbols = {
   setsockopt: { args: [I, I, I, P, I], returns: I },
   // ssize_t, read as its low 32 bits: -1 or at most RECV_BYTES
   recv: { args: [I, P, FFIType.u64, I], returns: I },
+  // ssize_t, read as its low 32 bits: -1 or the batch's length (far below 2 GB)
+  send: { args: [I, P, FFIType.u64, I], returns: I },
+  strerror: { args: [I], returns: FFIType.cstring },
   close: { args: [I], returns: I },
   open: { args: [P, I], returns: I },
   setns: { args: [I, I], returns: I },
@@ -107,24 +119,31 @@ function inNetns<T>(c: Libc, netns: string, f: () => T): T {
   }
 }
 
-function openSocket(c: Libc): number {
+/** sets a socket buffer's size: FORCE goes past net.core.[rw]mem_max (needs CAP_NET_ADMIN, which kpng has); else as much as that allows */
+function bufferSize(c: Libc, fd: number, force: number, plain: number, bytes: number): boolean {
+  const size = new Int32Array([bytes]);
+  return c.setsockopt(fd, SOL_SOCKET, force, size, 4) === 0 || c.setsockopt(fd, SOL_SOCKET, plain, size, 4) === 0;
+}
+
+/** a NETLINK_NETFILTER socket, joined to `groups` (a bit mask of multicast groups) */
+function openSocket(c: Libc, groups: number, setup: (fd: number) => void): number {
   const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) fail(c, "socket(AF_NETLINK, NETLINK_NETFILTER)");
   try {
     // struct sockaddr_nl { u16 nl_family; u16 nl_pad; u32 nl_pid (0: the kernel picks); u32 nl_groups }
     const addr = new DataView(new ArrayBuffer(12));
     addr.setUint16(0, AF_NETLINK, true);
-    addr.setUint32(8, 1 << (NFNLGRP_NFTABLES - 1), true);
-    if (c.bind(fd, new Uint8Array(addr.buffer), 12) !== 0) fail(c, "bind to NFNLGRP_NFTABLES");
-    const size = new Int32Array([BUFFER_BYTES]);
-    // FORCE goes past net.core.rmem_max (needs CAP_NET_ADMIN, which kpng has); else as much as rmem_max allows
-    if (c.setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, size, 4) !== 0) c.setsockopt(fd, SOL_SOCKET, SO_RCVBUF, size, 4);
+    addr.setUint32(8, groups, true);
+    if (c.bind(fd, new Uint8Array(addr.buffer), 12) !== 0) fail(c, groups ? "bind to NFNLGRP_NFTABLES" : "bind");
+    setup(fd);
     return fd;
   } catch (err) {
     c.close(fd);
     throw err;
   }
 }
+
+const inNamespace = <T>(c: Libc, netns: string | undefined, f: () => T): T => (netns ? inNetns(c, netns, f) : f());
 
 /** a socket that hears of every change to the ruleset of its network namespace */
 export interface EventSocket {
@@ -136,7 +155,9 @@ export interface EventSocket {
 /** opens the socket, in the network namespace `netns` (a name under /run/netns, or a path) if given; throws KpngError "unavailable" when it cannot */
 export function openEventSocket(netns?: string): EventSocket {
   const c = loadLibc();
-  const fd = netns ? inNetns(c, netns, () => openSocket(c)) : openSocket(c);
+  const fd = inNamespace(c, netns, () =>
+    openSocket(c, 1 << (NFNLGRP_NFTABLES - 1), (fd) => bufferSize(c, fd, SO_RCVBUFFORCE, SO_RCVBUF, BUFFER_BYTES)),
+  );
   let open = true;
   return {
     read(buf) {
@@ -200,3 +221,76 @@ export function netlinkEvents(opts: { netns?: string; pollMs?: number } = {}): E
     },
   };
 }
+
+/**
+ * A socket that sends nfnetlink batches (netlink-batch.ts) and returns the
+ * kernel's answers. The kernel runs a batch inside the send() that carries
+ * it (nfnetlink_rcv, in the sender's context): when send returns, every
+ * error is already queued, and reading without blocking until nothing is
+ * left reads them all, as nft does. No answer means the batch committed.
+ * The whole batch goes in one send (the kernel takes a batch per skb): the
+ * send buffer is made as big as the batch.
+ */
+export interface BatchSocket {
+  /** sends the batch; the datagrams the kernel answered with. Throws KpngError "unavailable" when the batch could not be sent at all */
+  send(batch: Uint8Array): Uint8Array[];
+  close(): void;
+}
+
+/** errors for a batch that failed whole, each without the refused message (NETLINK_CAP_ACK): a few hundred bytes per message of the batch */
+const ANSWER_BUFFER_BYTES = 4 << 20;
+
+/** opens the socket, in the network namespace `netns` (a name under /run/netns, or a path) if given; throws KpngError "unavailable" when it cannot */
+export function openBatchSocket(netns?: string): BatchSocket {
+  const c = loadLibc();
+  const fd = inNamespace(c, netns, () =>
+    openSocket(c, 0, (fd) => {
+      const on = new Int32Array([1]);
+      if (c.setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, on, 4) !== 0) fail(c, "setsockopt NETLINK_CAP_ACK");
+      if (c.setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, on, 4) !== 0) fail(c, "setsockopt NETLINK_EXT_ACK");
+      bufferSize(c, fd, SO_RCVBUFFORCE, SO_RCVBUF, ANSWER_BUFFER_BYTES);
+    }),
+  );
+  let open = true;
+  return {
+    send(batch) {
+      if (!bufferSize(c, fd, SO_SNDBUFFORCE, SO_SNDBUF, batch.byteLength)) fail(c, "setsockopt SO_SNDBUF");
+      for (;;) {
+        const n = c.send(fd, batch, batch.byteLength, 0);
+        if (n === batch.byteLength) break;
+        const e = errno(c);
+        if (n >= 0 || e !== EINTR)
+          throw new KpngError("unavailable", `netlink send of ${batch.byteLength} bytes failed: ${strerror(c, n < 0 ? e : 0)}`);
+      }
+      const answers: Uint8Array[] = [];
+      const buf = new Uint8Array(RECV_BYTES);
+      for (;;) {
+        const n = c.recv(fd, buf, buf.byteLength, MSG_DONTWAIT);
+        if (n >= 0) {
+          answers.push(buf.slice(0, n));
+          continue;
+        }
+        const e = errno(c);
+        if (e === EAGAIN) return answers;
+        // answers were dropped: there were errors, so the batch was refused
+        if (e === ENOBUFS) throw new KpngError("internal", "netlink: the kernel refused the batch (its errors overflowed kpng's socket)");
+        if (e !== EINTR) throw new KpngError("internal", `netlink recv failed: ${strerror(c, e)}`);
+      }
+    },
+    close() {
+      if (open) c.close(fd);
+      open = false;
+    },
+  };
+}
+
+/** the C library's words for an errno, as nft prints them */
+export function errnoText(errnum: number): string {
+  try {
+    return strerror(loadLibc(), errnum);
+  } catch {
+    return `errno ${errnum}`;
+  }
+}
+
+const strerror = (c: Libc, errnum: number) => (errnum ? String(c.strerror(errnum)) : "short write");

@@ -69,7 +69,8 @@ function attrs(b: Uint8Array): Attrs {
   return out;
 }
 
-function* list(b: Uint8Array): Generator<[number, Uint8Array]> {
+/** the attributes in `b`, in order: type and payload */
+export function* list(b: Uint8Array): Generator<[number, Uint8Array]> {
   const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
   for (let at = 0; at + 4 <= b.byteLength; ) {
     const len = v.getUint16(at, true);
@@ -81,23 +82,28 @@ function* list(b: Uint8Array): Generator<[number, Uint8Array]> {
 
 const decoder = new TextDecoder();
 /** an NLA_STRING (or an ifname key): up to its first NUL */
-function text(b: Uint8Array | undefined): string | undefined {
+export function text(b: Uint8Array | undefined): string | undefined {
   if (!b) return undefined;
   const nul = b.indexOf(0);
   return decoder.decode(nul < 0 ? b : b.subarray(0, nul));
 }
 const u32be = (b: Uint8Array | undefined) => (b && b.byteLength >= 4 ? new DataView(b.buffer, b.byteOffset, 4).getUint32(0, false) : 0);
 
-/** The nftables events in one datagram read from the socket; anything else in it is skipped. */
-export function parseNftEvents(datagram: Uint8Array): NftEvent[] {
-  const events: NftEvent[] = [];
+/** the messages in a datagram, in order: type, flags and what follows the header */
+export function* messages(datagram: Uint8Array): Generator<[type: number, flags: number, body: Uint8Array]> {
   const v = new DataView(datagram.buffer, datagram.byteOffset, datagram.byteLength);
   for (let at = 0; at + NLMSG_HDRLEN <= datagram.byteLength; ) {
     const len = v.getUint32(at, true);
-    if (len < NLMSG_HDRLEN || at + len > datagram.byteLength) break;
-    const type = v.getUint16(at + 4, true);
-    const body = datagram.subarray(at + NLMSG_HDRLEN, at + len);
+    if (len < NLMSG_HDRLEN || at + len > datagram.byteLength) return;
+    yield [v.getUint16(at + 4, true), v.getUint16(at + 6, true), datagram.subarray(at + NLMSG_HDRLEN, at + len)];
     at += (len + 3) & ~3;
+  }
+}
+
+/** The nftables events in one datagram read from the socket; anything else in it is skipped. */
+export function parseNftEvents(datagram: Uint8Array): NftEvent[] {
+  const events: NftEvent[] = [];
+  for (const [type, , body] of messages(datagram)) {
     if (type < NLMSG_MIN_TYPE || type >> 8 !== NFNL_SUBSYS_NFTABLES || body.byteLength < NFGENMSG_LEN) continue;
     const event = nftEvent(type & 0xff, body[0], attrs(body.subarray(NFGENMSG_LEN)));
     if (event) events.push(event);

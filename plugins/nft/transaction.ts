@@ -6,7 +6,7 @@
 // validation error is kept and reported when the transaction is applied, so
 // a renderer can build a whole sync without try/catch around every rule.
 
-import { TABLE, type TableFamily } from "./names.ts";
+import { comment, TABLE, type TableFamily } from "./names.ts";
 
 export interface SetSpec {
   name: string;
@@ -45,7 +45,7 @@ export type Op =
   | { kind: "elements"; verb: "add" | "delete"; family: TableFamily; set: string; items: readonly ElementSpec[] }
   | { kind: "note"; text: string };
 
-const quote = (s: string) => `"${s.replace(/["\\\n]/g, "_").slice(0, 128)}"`;
+const quote = (s: string) => `"${comment(s)}"`;
 const nameRe = /^[A-Za-z][A-Za-z0-9_./-]{0,254}$/;
 
 function printSet(s: SetSpec): string {

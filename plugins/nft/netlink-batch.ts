@@ -1,0 +1,361 @@
+// A transaction's added set and map elements as one nfnetlink batch, the
+// bytes `nft -f` would send for them, built without nft: a first load into
+// empty tables spends most of its time in nft's parser and evaluator, not in
+// the kernel (executor.ts sends the batch on kpng's own NETLINK_NETFILTER
+// socket, netlink-socket.ts). Pure: ops in, bytes out; tested against the
+// bytes `nft -f` sent for the same elements (test/nft/netlink-batch.test.ts).
+//
+// Layout (linux/netlink.h, linux/netfilter/nfnetlink.h, nf_tables.h;
+// libnftnl src/set_elem.c): NFNL_MSG_BATCH_BEGIN (res_id NFNL_SUBSYS_NFTABLES,
+// big-endian), NFT_MSG_NEWSETELEM messages (nlmsghdr, nfgenmsg, attributes:
+// NFTA_SET_ELEM_LIST_TABLE, _SET, _ELEMENTS: NFTA_LIST_ELEM* of
+// NFTA_SET_ELEM_KEY / _DATA (NFTA_DATA_VALUE or NFTA_DATA_VERDICT) /
+// _USERDATA), NFNL_MSG_BATCH_END. Headers are in host order; the values'
+// bytes come from netlink-values.ts.
+//
+// Only what kpng renders is encoded: sets whose type this file knows, without
+// intervals (nft sends an interval as start and end elements it computes,
+// merging overlaps for auto-merge: those few elements stay with `nft -f`).
+// nft also sends NFTA_SET_ELEM_LIST_SET_ID (the set's id in its own batch);
+// the sets exist before this batch, which names them only.
+
+import { comment as commentText, TABLE, type TableFamily } from "./names.ts";
+import type { ElementSpec, Op, SetSpec, Transaction } from "./transaction.ts";
+import { list, messages, text } from "./netlink.ts";
+import { type Field, HOST_LE, Unencodable, value, valueLength, Writer } from "./netlink-values.ts";
+
+const NLMSG_HDRLEN = 16;
+const NLMSG_ERROR = 2;
+const NLM_F_REQUEST = 0x1;
+const NLM_F_CREATE = 0x400;
+/** on an NLMSG_ERROR: the refused message is not copied after nlmsgerr (NETLINK_CAP_ACK), TLVs follow (NETLINK_EXT_ACK) */
+const NLM_F_CAPPED = 0x100;
+const NLM_F_ACK_TLVS = 0x200;
+const NFNL_SUBSYS_NFTABLES = 10;
+const NFNL_MSG_BATCH_BEGIN = 0x10;
+const NFNL_MSG_BATCH_END = 0x11;
+const NFT_MSG_NEWSETELEM = 12;
+const NLA_F_NESTED = 0x8000;
+const NFTA_SET_ELEM_LIST_TABLE = 1;
+const NFTA_SET_ELEM_LIST_SET = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
+const NFTA_SET_ELEM_KEY = 1;
+const NFTA_SET_ELEM_DATA = 2;
+const NFTA_SET_ELEM_USERDATA = 6;
+const NFTA_DATA_VALUE = 1;
+const NFTA_DATA_VERDICT = 2;
+const NFTA_VERDICT_CODE = 1;
+const NFTA_VERDICT_CHAIN = 2;
+/** libnftnl udata TLV type of an element's comment (NFTNL_UDATA_SET_ELEM_COMMENT) */
+const UDATA_SET_ELEM_COMMENT = 0;
+/** enum nlmsgerr_attrs */
+const NLMSGERR_ATTR_MSG = 1;
+const NLMSGERR_ATTR_OFFS = 2;
+/** nfgenmsg.nfgen_family */
+const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
+/** NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_RETURN; jump and goto carry a chain */
+const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
+const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
+/**
+ * The NFTA_SET_ELEM_LIST_ELEMENTS nest of one message stays within what its
+ * 16-bit length can say, as libnftnl splits (nftnl_attr_nest_overflow): the
+ * elements of a big statement go in several messages of one batch.
+ */
+const MAX_NEST = 0xffff;
+
+/** how a set's keys and values are laid out */
+export interface SetLayout {
+  key: Field[];
+  /** the key's bytes in the kernel (NFTA_SET_KEY_LEN) */
+  keyLength: number;
+  /** the NFTA_SET_ELEM_KEY and NFTA_DATA_VALUE attribute headers of every key, as host-order words */
+  keyHeaders: [number, number];
+  /** absent for a set, "verdict" for a verdict map */
+  data?: Field[] | "verdict";
+}
+
+/** one element of a type the set's declaration names, or a `typeof` expression */
+function field(t: string): Field | undefined {
+  if (t === "ipv4_addr" || t === "ip daddr" || t === "ip saddr") return "ipv4";
+  if (t === "ipv6_addr" || t === "ip6 daddr" || t === "ip6 saddr") return "ipv6";
+  if (t === "inet_proto" || t === "meta l4proto") return "proto";
+  if (t === "inet_service" || /^(tcp|udp|sctp|th) [sd]port$/.test(t)) return "port";
+  if (/^numgen (random|inc) mod \d+$/.test(t)) return "u32";
+  return undefined;
+}
+
+function fields(part: string): Field[] | undefined {
+  const out: Field[] = [];
+  for (const t of part.split(" . ")) {
+    const f = field(t.trim());
+    if (!f) return undefined;
+    out.push(f);
+  }
+  return out;
+}
+
+/** struct nlattr { u16 nla_len; u16 nla_type } read as one host-order word */
+const attrHeader = (len: number, type: number) => (HOST_LE ? (len | (type << 16)) >>> 0 : ((len << 16) | type) >>> 0);
+
+/** the layout of a set kpng declares, or undefined when its elements stay with nft (intervals, a type this file does not know) */
+export function setLayout(spec: SetSpec): SetLayout | undefined {
+  if (spec.flags?.includes("interval")) return undefined;
+  const [k, d, more] = spec.type.split(" : ");
+  if (more !== undefined) return undefined;
+  const key = fields(k);
+  if (!key) return undefined;
+  const keyLength = valueLength(key);
+  const keyHeaders: [number, number] = [
+    attrHeader(4 + ((4 + keyLength + 3) & ~3), NFTA_SET_ELEM_KEY | NLA_F_NESTED),
+    attrHeader(4 + keyLength, NFTA_DATA_VALUE),
+  ];
+  if (d === undefined) return { key, keyLength, keyHeaders };
+  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict" };
+  const data = fields(d);
+  return data ? { key, keyLength, keyHeaders, data } : undefined;
+}
+
+function verdict(w: Writer, text: string) {
+  const [word, chain, more] = text.trim().split(/\s+/);
+  const code = chain === undefined ? VERDICTS[word] : CHAIN_VERDICTS[word];
+  if (code === undefined || more !== undefined) throw new Unencodable(text);
+  const v = w.begin(NFTA_DATA_VERDICT | NLA_F_NESTED);
+  const c = w.begin(NFTA_VERDICT_CODE);
+  w.be32(code);
+  w.end(c);
+  if (chain !== undefined) w.strz(NFTA_VERDICT_CHAIN, chain);
+  w.end(v);
+}
+
+/** where each element of a message sits, to name the one the kernel refused */
+export interface BatchMessage {
+  seq: number;
+  /** the op (in `EncodedBatch.ops`) its elements come from, and the index of its first element there */
+  op: number;
+  first: number;
+  /** each element's NFTA_LIST_ELEM offset from the start of the message */
+  offsets: number[];
+}
+
+export interface EncodedBatch {
+  bytes: Uint8Array;
+  /** the element ops encoded, in batch order */
+  ops: ElementsOp[];
+  messages: BatchMessage[];
+  /** how many elements the batch adds */
+  elements: number;
+}
+
+/** a generous bound on one element's bytes, checked before writing it (names and comments are at most 255 bytes) */
+const elementBound = (key: string, value: string | undefined, comment: string | undefined) =>
+  96 + key.length * 4 + (value?.length ?? 0) * 4 + (comment?.length ?? 0) * 3;
+
+type ElementsOp = Extract<Op, { kind: "elements" }>;
+
+/** element adds a batch can carry, each with its set's layout */
+export interface Batchable {
+  elements: { op: ElementsOp; layout: SetLayout }[];
+  /** every other op, in order */
+  rest: Op[];
+}
+
+/** Splits a transaction by what the batch can carry: added elements of sets it declares with a layout this file knows. */
+export function batchable(tx: Transaction): Batchable {
+  const layouts = new Map<string, SetLayout | undefined>();
+  for (const op of tx.ops)
+    if ((op.kind === "set" || op.kind === "map") && op.verb === "add") layouts.set(`${op.family} ${op.set.name}`, setLayout(op.set));
+  const out: Batchable = { elements: [], rest: [] };
+  for (const op of tx.ops) {
+    const layout = op.kind === "elements" && op.verb === "add" ? layouts.get(`${op.family} ${op.set}`) : undefined;
+    if (op.kind === "elements" && layout && op.items.length) out.elements.push({ op, layout });
+    else out.rest.push(op);
+  }
+  return out;
+}
+
+/**
+ * The batch of those elements (none when there are none); an op with an
+ * element whose text does not fit its set's type (nothing kpng renders) is
+ * left out whole, in `unencoded`, for nft. `seq` numbers the messages.
+ */
+export function encodeBatch(elements: Batchable["elements"], seq = 1): { batch: EncodedBatch | undefined; unencoded: ElementsOp[] } {
+  const w = new Writer();
+  const unencoded: ElementsOp[] = [];
+  const batch: EncodedBatch = { bytes: w.buf, ops: [], messages: [], elements: 0 };
+  header(w, NFNL_MSG_BATCH_BEGIN, seq++, 0);
+  for (const { op, layout } of elements) {
+    const mark = { at: w.at, messages: batch.messages.length, seq };
+    try {
+      seq = encodeOp(w, op, layout, batch, seq);
+    } catch (err) {
+      if (!(err instanceof Unencodable)) throw err;
+      w.at = mark.at;
+      batch.messages.length = mark.messages;
+      seq = mark.seq;
+      unencoded.push(op);
+      continue;
+    }
+    batch.ops.push(op);
+    batch.elements += op.items.length;
+  }
+  if (!batch.ops.length) return { batch: undefined, unencoded };
+  header(w, NFNL_MSG_BATCH_END, seq, 0);
+  batch.bytes = w.buf.subarray(0, w.at);
+  return { batch, unencoded };
+}
+
+/** batchable and encodeBatch at once: the batch, and every op it does not carry (for `nft -f`) */
+export function encodeElements(tx: Transaction): { batch: EncodedBatch | undefined; rest: Op[] } {
+  const { elements, rest } = batchable(tx);
+  const { batch, unencoded } = encodeBatch(elements);
+  return { batch, rest: [...rest, ...unencoded] };
+}
+
+/** nlmsghdr (its length set by the caller) and nfgenmsg */
+function header(w: Writer, type: number, seq: number, family: number) {
+  w.room(NLMSG_HDRLEN + 4);
+  const start = w.at;
+  w.u32(NLMSG_HDRLEN + 4);
+  const batchMsg = type === NFNL_MSG_BATCH_BEGIN || type === NFNL_MSG_BATCH_END;
+  w.u16(batchMsg ? type : (NFNL_SUBSYS_NFTABLES << 8) | type);
+  w.u16(batchMsg ? NLM_F_REQUEST : NLM_F_REQUEST | NLM_F_CREATE);
+  w.u32(seq);
+  w.u32(0);
+  w.u8(family);
+  w.u8(0); // NFNETLINK_V0
+  // res_id, big-endian: the subsystem on batch messages
+  w.u8(0);
+  w.u8(batchMsg ? NFNL_SUBSYS_NFTABLES : 0);
+  return start;
+}
+
+function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBatch, seq: number): number {
+  const opIndex = batch.ops.length;
+  let i = 0;
+  while (i < op.items.length) {
+    w.room(NLMSG_HDRLEN + 4 + 16 + 260);
+    const msgStart = header(w, NFT_MSG_NEWSETELEM, seq, NFPROTO[op.family]);
+    w.strz(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+    w.strz(NFTA_SET_ELEM_LIST_SET, op.set);
+    const nest = w.begin(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED);
+    const msg: BatchMessage = { seq, op: opIndex, first: i, offsets: [] };
+    for (; i < op.items.length; i++) {
+      const e = op.items[i];
+      w.room(elementBound(e.key, e.value, e.comment));
+      const start = w.at;
+      // each element's attribute type is its place in the message, from 1, as libnftnl numbers them (the kernel reads any)
+      element(w, layout, msg.offsets.length + 1, e);
+      if (w.at - nest > MAX_NEST) {
+        if (!msg.offsets.length) throw new Unencodable(e.key);
+        w.at = start;
+        break;
+      }
+      msg.offsets.push(start - msgStart);
+    }
+    w.end(nest);
+    w.put32(msgStart, w.at - msgStart);
+    batch.messages.push(msg);
+    seq++;
+  }
+  return seq;
+}
+
+function verdictData(w: Writer, text: string) {
+  const cache = w.verdicts;
+  let bytes = cache.get(text);
+  if (!bytes) {
+    const start = w.at;
+    const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
+    verdict(w, text);
+    w.end(d);
+    cache.set(text, (bytes = w.buf.slice(start, w.at)));
+    w.at = start;
+  }
+  w.bytes(bytes);
+}
+
+function element(w: Writer, layout: SetLayout, index: number, { key, value: data, comment }: ElementSpec) {
+  const el = w.begin(index | NLA_F_NESTED);
+  // the key's length is the set's: its two headers are known before it is written
+  w.u32(layout.keyHeaders[0]);
+  w.u32(layout.keyHeaders[1]);
+  const kv = w.at;
+  value(w, layout.key, key);
+  if (w.at - kv !== layout.keyLength) throw new Unencodable(key);
+  w.pad();
+  if (layout.data) {
+    if (data === undefined) throw new Unencodable(key);
+    if (layout.data === "verdict") verdictData(w, data);
+    else {
+      const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
+      const dv = w.begin(NFTA_DATA_VALUE);
+      value(w, layout.data, data);
+      w.end(dv);
+      w.end(d);
+    }
+  } else if (data !== undefined) throw new Unencodable(key);
+  if (comment) {
+    const text = commentText(comment);
+    const u = w.begin(NFTA_SET_ELEM_USERDATA);
+    w.u8(UDATA_SET_ELEM_COMMENT);
+    const len = w.at;
+    w.u8(0);
+    w.str(text);
+    w.u8(0);
+    const n = w.at - len - 1;
+    if (n > 0xff) throw new Unencodable(comment);
+    w.buf[len] = n;
+    w.end(u);
+  }
+  w.end(el);
+}
+
+/** one answer of the kernel to a batch: an error (or ack) for the message `seq` */
+export interface BatchReply {
+  seq: number;
+  /** 0 for an ack, else a negative errno */
+  error: number;
+  /** the kernel's words (NLMSGERR_ATTR_MSG) */
+  message?: string;
+  /** the offset in the refused message of the attribute it refused (NLMSGERR_ATTR_OFFS) */
+  offset?: number;
+}
+
+/** the NLMSG_ERROR messages in one datagram read after sending a batch */
+export function parseReplies(datagram: Uint8Array): BatchReply[] {
+  const out: BatchReply[] = [];
+  for (const [type, flags, body] of messages(datagram)) {
+    if (type !== NLMSG_ERROR || body.byteLength < 4 + NLMSG_HDRLEN) continue;
+    // struct nlmsgerr: the error, then the header of the message it answers (its payload too when not capped)
+    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    const reply: BatchReply = { seq: v.getUint32(12, HOST_LE), error: v.getInt32(0, HOST_LE) };
+    if (flags & NLM_F_ACK_TLVS) {
+      const answered = flags & NLM_F_CAPPED ? NLMSG_HDRLEN : (v.getUint32(4, HOST_LE) + 3) & ~3;
+      for (const [t, payload] of list(body.subarray(4 + answered))) {
+        if (t === NLMSGERR_ATTR_MSG) reply.message = text(payload);
+        else if (t === NLMSGERR_ATTR_OFFS && payload.byteLength >= 4)
+          reply.offset = new DataView(payload.buffer, payload.byteOffset, 4).getUint32(0, HOST_LE);
+      }
+    }
+    out.push(reply);
+  }
+  return out;
+}
+
+/**
+ * What a refusal is about, as nft would point at it: the element at the
+ * refused offset of the refused message, else the statement of that message,
+ * else the batch.
+ */
+export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
+  const msg = batch.messages.find((m) => m.seq === reply.seq);
+  if (!msg) return "the element batch";
+  const op = batch.ops[msg.op];
+  const head = `add element ${op.family} ${TABLE} ${op.set}`;
+  if (reply.offset === undefined) return head;
+  let i = -1;
+  for (let j = 0; j < msg.offsets.length && msg.offsets[j] <= reply.offset; j++) i = j;
+  if (i < 0) return head;
+  const e = op.items[msg.first + i];
+  return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;
+}

@@ -1,0 +1,216 @@
+// The element encoder (plugins/nft/netlink-batch.ts) against the bytes
+// `nft -f` sent the kernel for the same statements: captured with strace in
+// a namespace by test/nft/netlink-batch-capture.ts (netlink-batch-captured.ts
+// says with which nft and kernel). nft numbers its messages its own way and
+// names each set also by its id in nft's batch (NFTA_SET_ELEM_LIST_SET_ID);
+// the encoder's batch comes after the sets exist and names them only: the
+// comparison zeroes the sequence numbers and drops that attribute.
+
+import { describe, expect, test } from "bun:test";
+import { NftRunner } from "../../plugins/nft/executor.ts";
+import { encodeElements, parseReplies, refusedElement, setLayout } from "../../plugins/nft/netlink-batch.ts";
+import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { isTransaction, recorder } from "./fixtures.ts";
+import { CAPTURED } from "./netlink-batch-captured.ts";
+
+const NFTA_SET_ELEM_LIST_SET_ID = 4;
+const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
+const NEWSETELEM = (10 << 8) | 12;
+
+/**
+ * A NEWSETELEM message as hex, without what the kernel does not read: its
+ * sequence number, the set id, the bytes that pad attributes (nft leaves old
+ * buffer contents there) and the numbers libnftnl gives each element's
+ * attribute (1, 2, ... in a message; nft 1.0.6 goes on counting into the
+ * next message of a statement).
+ */
+function comparable(msg: Uint8Array): string {
+  const b = Buffer.from(msg);
+  const parts: Buffer[] = [Buffer.from(b.subarray(0, 20))];
+  parts[0].writeUInt32LE(0, 8);
+  const attr = (at: number, type?: number) => {
+    const len = b.readUInt16LE(at);
+    const a = Buffer.alloc((len + 3) & ~3);
+    b.copy(a, 0, at, at + len);
+    if (type !== undefined) a.writeUInt16LE(type, 2);
+    return a;
+  };
+  for (let at = 20; at < b.length; at += (b.readUInt16LE(at) + 3) & ~3) {
+    const type = b.readUInt16LE(at + 2) & 0x3fff;
+    if (type === NFTA_SET_ELEM_LIST_SET_ID) continue;
+    if (type !== NFTA_SET_ELEM_LIST_ELEMENTS) {
+      parts.push(attr(at));
+      continue;
+    }
+    parts.push(attr(at).subarray(0, 4));
+    const end = at + b.readUInt16LE(at);
+    for (let e = at + 4; e < end; e += (b.readUInt16LE(e) + 3) & ~3) parts.push(attr(e, 0x8001));
+  }
+  const out = Buffer.concat(parts);
+  out.writeUInt32LE(out.length, 0);
+  return out.toString("hex");
+}
+
+/** the batch's messages: type and bytes */
+function messages(batch: Uint8Array): { type: number; bytes: Uint8Array }[] {
+  const v = new DataView(batch.buffer, batch.byteOffset, batch.byteLength);
+  const out: { type: number; bytes: Uint8Array }[] = [];
+  for (let at = 0; at < batch.byteLength; ) {
+    const len = v.getUint32(at, true);
+    out.push({ type: v.getUint16(at + 4, true), bytes: batch.subarray(at, at + len) });
+    at += (len + 3) & ~3;
+  }
+  return out;
+}
+
+const tx = (ops: Op[]) => ops.reduce((t, op) => t.add(op), new Transaction());
+
+describe("netlink element batch: the bytes nft sends", () => {
+  test("the capture covers every kind of set kpng fills, and one statement split over messages", () => {
+    const layouts = new Set(CAPTURED.map((c) => c.set.set.type));
+    expect(layouts.size).toBeGreaterThanOrEqual(10);
+    expect(CAPTURED.some((c) => c.messages.length > 1)).toBe(true);
+  });
+
+  test.each(CAPTURED.map((c) => [c.name, c] as const))("%s", (_, c) => {
+    const { batch, rest } = encodeElements(tx([c.set, c.op]));
+    if (!setLayout(c.set.set)) {
+      // intervals stay with nft
+      expect(batch).toBeUndefined();
+      expect(rest).toEqual([c.set, c.op]);
+      return;
+    }
+    expect(rest).toEqual([c.set]);
+    const sent = messages(batch!.bytes);
+    expect(sent[0].type).toBe(0x10); // NFNL_MSG_BATCH_BEGIN
+    expect(sent.at(-1)!.type).toBe(0x11); // NFNL_MSG_BATCH_END
+    expect(sent.slice(1, -1).every((m) => m.type === NEWSETELEM)).toBe(true);
+    expect(sent.slice(1, -1).map((m) => comparable(m.bytes))).toEqual(c.messages.map((m) => comparable(Buffer.from(m, "base64"))));
+  });
+});
+
+describe("netlink element batch: what stays with nft", () => {
+  const set = (type: string, extra = {}): Op => ({ kind: "set", verb: "add", family: "ip", set: { name: "s", type, ...extra } });
+  const els = (...items: { key: string; value?: string }[]): Op => ({ kind: "elements", verb: "add", family: "ip", set: "s", items });
+  const cases: { name: string; ops: Op[]; encoded: boolean }[] = [
+    { name: "an interval set", ops: [set("ipv4_addr", { flags: ["interval"] }), els({ key: "198.18.0.0/24" })], encoded: false },
+    { name: "a type the encoder does not know", ops: [set("ether_addr"), els({ key: "02:00:00:00:00:01" })], encoded: false },
+    { name: "a set not declared in the transaction", ops: [els({ key: "198.18.0.1" })], encoded: false },
+    { name: "a key that is no address", ops: [set("ipv4_addr"), els({ key: "198.18.0.256" })], encoded: false },
+    { name: "an address with a leading zero", ops: [set("ipv4_addr"), els({ key: "198.018.0.1" })], encoded: false },
+    { name: "a CIDR in a plain set", ops: [set("ipv4_addr"), els({ key: "198.18.0.0/24" })], encoded: false },
+    { name: "a map element without its value", ops: [set("ipv4_addr : verdict"), els({ key: "198.18.0.1" })], encoded: false },
+    { name: "an unknown verdict", ops: [set("ipv4_addr : verdict"), els({ key: "198.18.0.1", value: "queue" })], encoded: false },
+    { name: "a good element", ops: [set("ipv4_addr : verdict"), els({ key: "198.18.0.1", value: "goto c" })], encoded: true },
+  ];
+  test.each(cases.map((c) => [c.name, c] as const))("%s", (_, c) => {
+    const { batch, rest } = encodeElements(tx(c.ops));
+    expect(batch !== undefined).toBe(c.encoded);
+    expect(rest.length).toBe(c.encoded ? c.ops.length - 1 : c.ops.length);
+  });
+
+  test("IPv6 text in every spelling the kernel reads the same", () => {
+    const spellings = ["2001:db8::1", "2001:0db8:0:0:0:0:0:1", "2001:DB8::0:1", "::ffff:198.18.0.1", "::", "::1", "1::"];
+    const want = ["20010db8000000000000000000000001", "20010db8000000000000000000000001", "20010db8000000000000000000000001"];
+    want.push("00000000000000000000ffffc6120001", "0".repeat(32), `${"0".repeat(31)}1`, `0001${"0".repeat(28)}`);
+    const got = spellings.map((key) => {
+      const { batch } = encodeElements(
+        tx([
+          { kind: "set", verb: "add", family: "ip6", set: { name: "s", type: "ipv6_addr" } },
+          { kind: "elements", verb: "add", family: "ip6", set: "s", items: [{ key }] },
+        ]),
+      );
+      // the key's NFTA_DATA_VALUE: the last 16 bytes before the batch end
+      const b = Buffer.from(batch!.bytes);
+      return b.subarray(b.length - 20 - 16, b.length - 20).toString("hex");
+    });
+    expect(got).toEqual(want);
+  });
+});
+
+describe("netlink element batch: the kernel's answers", () => {
+  test("an error names the element at the offset the kernel gave", () => {
+    const items = Array.from({ length: 6000 }, (_, i) => ({ key: `198.18.${i >> 8}.${i & 255}` }));
+    const { batch } = encodeElements(
+      tx([
+        { kind: "set", verb: "add", family: "ip", set: { name: "s", type: "ipv4_addr" } },
+        { kind: "elements", verb: "add", family: "ip", set: "s", items },
+      ]),
+    );
+    const msg = batch!.messages[1];
+    // an NLMSG_ERROR (capped, with TLVs) for the second message, pointing at its 11th element
+    const err = Buffer.alloc(16 + 4 + 16 + 8);
+    err.writeUInt32LE(err.length, 0);
+    err.writeUInt16LE(2, 4); // NLMSG_ERROR
+    err.writeUInt16LE(0x300, 6); // NLM_F_CAPPED | NLM_F_ACK_TLVS
+    err.writeInt32LE(-17, 16); // -EEXIST
+    err.writeUInt32LE(200, 20);
+    err.writeUInt32LE(msg.seq, 28);
+    err.writeUInt16LE(8, 36);
+    err.writeUInt16LE(2, 38); // NLMSGERR_ATTR_OFFS
+    err.writeUInt32LE(msg.offsets[10] + 4, 40);
+    const [reply] = parseReplies(new Uint8Array(err));
+    expect(reply).toEqual({ seq: msg.seq, error: -17, offset: msg.offsets[10] + 4 });
+    expect(refusedElement(batch!, reply)).toBe(`add element ip kpng s { ${items[msg.first + 10].key} }`);
+    expect(refusedElement(batch!, { seq: msg.seq, error: -2 })).toBe("add element ip kpng s");
+  });
+});
+
+describe("NftRunner: a first load's elements", () => {
+  const load = () =>
+    tx([
+      { kind: "table", verb: "add", family: "ip" },
+      { kind: "map", verb: "add", family: "ip", set: { name: "m", type: "ipv4_addr : verdict" } },
+      { kind: "elements", verb: "add", family: "ip", set: "m", items: [{ key: "198.18.0.1", value: "drop" }] },
+    ]);
+  const scripts = (calls: { argv: string[]; stdin?: string }[]) => calls.filter(isTransaction).map((c) => c.stdin ?? "");
+
+  test("go on the socket, the rest through nft -f first", async () => {
+    const { exec, calls } = recorder();
+    const sent: Uint8Array[] = [];
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, () => ({ send: (b) => (sent.push(b), []), close() {} }));
+    await runner.apply(load(), { full: true, fresh: true });
+    expect(scripts(calls)).toEqual(["add table ip kpng\nadd map ip kpng m { type ipv4_addr : verdict; }\n"]);
+    expect(sent.length).toBe(1);
+  });
+
+  test("only on a first load: a full sync over tables in place goes through nft -f whole", async () => {
+    const { exec, calls } = recorder();
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, () => {
+      throw new Error("not opened for this");
+    });
+    await runner.apply(load(), { full: true });
+    expect(scripts(calls)).toEqual([load().print()]);
+  });
+
+  test("a socket that cannot be opened: nft -f, said once", async () => {
+    const { exec, calls } = recorder();
+    const log = memoryLogger();
+    const runner = new NftRunner(exec, undefined, log, undefined, () => {
+      throw new KpngError("unavailable", "netlink: socket(AF_NETLINK, NETLINK_NETFILTER) failed (errno 1)");
+    });
+    await runner.apply(load(), { full: true, fresh: true });
+    await runner.apply(load(), { full: true, fresh: true });
+    expect(scripts(calls)).toEqual([load().print(), load().print()]);
+    expect(log.lines.filter((l) => l.includes("netlink")).length).toBe(1);
+  });
+
+  test("a batch that cannot be sent: its elements through nft -f after the skeleton", async () => {
+    const { exec, calls } = recorder();
+    const log = memoryLogger();
+    const runner = new NftRunner(exec, undefined, log, undefined, () => ({
+      send: () => {
+        throw new KpngError("unavailable", "netlink send of 96 bytes failed: Message too long");
+      },
+      close() {},
+    }));
+    await runner.apply(load(), { full: true, fresh: true });
+    expect(scripts(calls)).toEqual([
+      "add table ip kpng\nadd map ip kpng m { type ipv4_addr : verdict; }\n",
+      "add element ip kpng m { 198.18.0.1 : drop }\n",
+    ]);
+    expect(log.lines.filter((l) => l.includes("Message too long")).length).toBe(1);
+  });
+});
