@@ -162,8 +162,8 @@ interface ServiceRender {
   out: ServiceObjects;
   /** out.slots, writable */
   slotOf: Map<string, number>;
-  /** local endpoints a dispatch list holds */
-  hairpin: Set<string>;
+  /** local endpoints a dispatch list holds (made for the first: most services have none) */
+  hairpin: Set<string> | undefined;
 }
 
 /** what the rules of one service port are made of, worked out once for all of them */
@@ -192,14 +192,14 @@ export function renderService(
   /** what the previous render of this service gave: its dispatch lists keep their order */
   prev?: ServiceObjects,
 ): ServiceObjects {
-  const slotOf = new Map<string, number>();
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: [], lists: [] };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
   const af = addressFamily(f);
-  if (!servedInFamily(svc, af)) return compact(out);
-
+  // most services are single-stack: nothing at all in the other family
+  if (!servedInFamily(svc, af)) return NOTHING;
+  const slotOf = new Map<string, number>();
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: [], lists: [] };
   const firewalls = renderFirewalls(key, svc, fc, out);
   const s: ServiceRender = {
     key,
@@ -215,14 +215,14 @@ export function renderService(
     prev,
     out,
     slotOf,
-    hairpin: new Set<string>(),
+    hairpin: undefined,
   };
   const epList = endpointsOfFamily(f, endpoints);
-  for (const [index, port] of svc.Ports.entries()) {
-    const p = portFacts(s, index, port, epList);
+  for (let index = 0; index < svc.Ports.length; index++) {
+    const p = portFacts(s, index, svc.Ports[index], epList);
     if (p) renderPort(s, p);
   }
-  for (const h of [...s.hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}`, owner: key });
+  if (s.hairpin) for (const h of [...s.hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}`, owner: key });
   return compact(out);
 }
 
@@ -372,10 +372,10 @@ const inOrder = (s: ServiceRender, targets: Target[], at: number, id: (t: Target
 
 /** the first MAX_DISPATCH of a dispatch list (the rest counted in `truncated`), its local endpoints noted for hairpin */
 function dispatchable(s: ServiceRender, all: Target[]): Target[] {
-  const list = all.slice(0, N.MAX_DISPATCH);
+  const list = all.length > N.MAX_DISPATCH ? all.slice(0, N.MAX_DISPATCH) : all;
   if (all.length > list.length) s.out.truncated = (s.out.truncated ?? 0) + all.length - list.length;
   // Only a pod on this node can reach itself through this node's rules.
-  for (const t of list) if (t.local) s.hairpin.add(t.ip);
+  for (const t of list) if (t.local) (s.hairpin ??= new Set()).add(t.ip);
   return list;
 }
 
@@ -408,6 +408,18 @@ function renderUdpFrontends(s: ServiceRender, p: PortFacts) {
 // Frozen, so a push into one fails loudly instead of reaching every service.
 const NONE: never[] = Object.freeze([]) as never[];
 const NO_SLOTS: ReadonlyMap<string, number> = new Map();
+
+/** what a service has in a family it is not served in */
+const NOTHING: ServiceObjects = Object.freeze({
+  sets: NONE,
+  chains: NONE,
+  elements: NONE,
+  udp: NONE,
+  slots: NO_SLOTS,
+  maps: NONE,
+  shared: NONE,
+  lists: NONE,
+});
 
 function compact(out: ServiceObjects): ServiceObjects {
   for (const k of ["sets", "chains", "elements", "udp", "maps", "shared", "lists"] as const) if (!out[k].length) out[k] = NONE;

@@ -151,7 +151,7 @@ class FamilySync {
         p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
       }
     // Most services have neither sets nor chains of their own: no lookups built for them.
-    const flushed = new Set<string>();
+    let flushed: Set<string> | undefined;
     if (old?.sets.length || next?.sets.length) {
       const oldSets = new Map(old?.sets.map((s) => [s.name, s]));
       const newSets = new Set(next?.sets.map((s) => s.name));
@@ -165,8 +165,8 @@ class FamilySync {
         // and written again after it (the full sync in place does the same).
         if (before) {
           for (const c of old!.chains)
-            if (!flushed.has(c.name) && c.rules.some((r) => r.rule.includes(`@${s.name} `) || r.rule.endsWith(`@${s.name}`))) {
-              flushed.add(c.name);
+            if (!flushed?.has(c.name) && c.rules.some((r) => r.rule.includes(`@${s.name} `) || r.rule.endsWith(`@${s.name}`))) {
+              (flushed ??= new Set()).add(c.name);
               p.unref.push({ kind: "chain", verb: "flush", family: f, name: c.name });
             }
           p.redefine.push({ kind: "set", verb: "delete", family: f, name: s.name });
@@ -176,12 +176,20 @@ class FamilySync {
       for (const s of old?.sets ?? []) if (!newSets.has(s.name)) p.delSets.push({ kind: "set", verb: "delete", family: f, name: s.name });
     }
     if (!old?.chains.length && !next?.chains.length) return;
+    if (!old?.chains.length) {
+      // all new (a full sync, or a new service): nothing to compare with
+      for (const c of next!.chains) {
+        p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
+        for (const r of c.rules) p.rules.push({ kind: "rule", family: f, chain: c.name, rule: r.rule, comment: r.comment });
+      }
+      return;
+    }
     const oldChains = new Map(old?.chains.map((c) => [c.name, c]));
     const newChains = new Set(next?.chains.map((c) => c.name));
     for (const c of next?.chains ?? []) {
       const before = oldChains.get(c.name);
       if (!before) p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
-      else if (flushed.has(c.name)) {
+      else if (flushed?.has(c.name)) {
         // emptied above: written whole
       } else if (sameRules(before, c)) continue;
       else p.rules.push({ kind: "chain", verb: "flush", family: f, name: c.name });

@@ -24,8 +24,10 @@ export const isPort = (n: number) => n > 0 && n < 65536;
  * service's numeric targetPort, else the service port itself.
  */
 export function targetPort(ep: Endpoint, pm: PortMapping): number {
-  const o = ep.PortOverrides.find((p) => p.Name === pm.Name);
-  return o?.Port || pm.TargetPort || pm.Port;
+  // a loop, not find(): once per endpoint and port of every render (100,000s at scale)
+  const overrides = ep.PortOverrides;
+  for (let i = 0; i < overrides.length; i++) if (overrides[i].Name === pm.Name) return overrides[i].Port || pm.TargetPort || pm.Port;
+  return pm.TargetPort || pm.Port;
 }
 
 /**
