@@ -145,7 +145,8 @@ const isLocalFallback = (c: Candidate) => c.local && c.serving && c.terminating;
  */
 export function usable(cands: readonly Candidate[], local: boolean, node: NodeInfo): (c: Candidate) => boolean {
   if (local) return cands.some(isLocalReady) ? isLocalReady : isLocalFallback;
-  const ready = cands.filter(isReady);
+  // nearly always all of them: no copy then
+  const ready = cands.every(isReady) ? cands : cands.filter(isReady);
   if (!ready.length) return isFallback; // terminating fallback: better a draining endpoint than a dropped connection
   const narrowed = narrowByTopology(ready, node);
   if (narrowed === ready) return isReady;
