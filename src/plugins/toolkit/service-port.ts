@@ -57,9 +57,10 @@ export function servedInFamily(svc: Service, family: Family): boolean {
  * load-balancer IP of the family. `nodePorts: false` when node ports answer
  * on no address of this node (nft with an empty --nodeport-addresses match).
  */
-export function externallyAccessible(svc: Service, pm: PortMapping, family: Family, nodePorts = true): boolean {
+export function externallyAccessible(svc: Service, pm: PortMapping, family: Family, nodePorts?: boolean): boolean {
+  // `nodePorts` is optional rather than defaulted: JSC optimises a function with a default parameter far less (ip.ts)
   return (
-    (nodePorts && isPort(pm.NodePort)) ||
+    (nodePorts !== false && isPort(pm.NodePort)) ||
     ipsOf(svc.IPs?.ExternalIPs, family).length > 0 ||
     ipsOf(svc.IPs?.LoadBalancerIPs, family).length > 0
   );
