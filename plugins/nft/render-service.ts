@@ -138,10 +138,10 @@ interface Target {
   local: boolean;
 }
 
-/** an endpoint and its first address of the family being rendered */
-interface FamilyEndpoint {
-  ep: Endpoint;
-  addr: string;
+/** the endpoints with an address of the family being rendered, and that address (`addrs[i]` is `eps[i]`'s first): two lists, not an object per endpoint */
+interface FamilyEndpoints {
+  eps: Endpoint[];
+  addrs: string[];
 }
 
 /** one service's render in progress: the facts its parts read, and the objects they add to */
@@ -227,18 +227,21 @@ export function renderService(
 }
 
 /** an endpoint's first address of the family, for each endpoint that has one (plain loops: 100,000s of endpoints at scale) */
-function endpointsOfFamily(f: N.TableFamily, endpoints: ReadonlyMap<string, Endpoint>): FamilyEndpoint[] {
+function endpointsOfFamily(f: N.TableFamily, endpoints: ReadonlyMap<string, Endpoint>): FamilyEndpoints {
   const fam = f === "ip" ? "V4" : "V6";
-  const epList: FamilyEndpoint[] = [];
+  const eps: Endpoint[] = [];
+  const addrs: string[] = [];
   for (const ep of endpoints.values()) {
     const addr = firstOfFamily(f, ep.IPs?.[fam]);
-    if (addr !== undefined) epList.push({ ep, addr });
+    if (addr === undefined) continue;
+    eps.push(ep);
+    addrs.push(addr);
   }
-  return epList;
+  return { eps, addrs };
 }
 
 /** undefined for a port no rule can serve (unknown protocol, no port number) */
-function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: FamilyEndpoint[]): PortFacts | undefined {
+function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: FamilyEndpoints): PortFacts | undefined {
   const proto = protocolName(port.Protocol);
   if (!proto || !isPort(port.Port)) return undefined;
   const targets = targetsOf(port, epList);
@@ -434,26 +437,36 @@ const t0 = <T>(list: T[]): T => list[0];
  * a scan while the list is short (the usual handful of endpoints: cheaper
  * than a Map), by a Map keyed by the address string beyond.
  */
-function targetsOf(port: PortMapping, epList: FamilyEndpoint[]): Target[] {
+function targetsOf(port: PortMapping, { eps, addrs }: FamilyEndpoints): Target[] {
   const out: Target[] = [];
-  const byAddr = epList.length > 16 ? new Map<string, Target>() : undefined;
-  for (const { ep, addr } of epList) {
+  const byAddr = eps.length > 16 ? new Map<string, Target>() : undefined;
+  for (let i = 0; i < eps.length; i++) {
+    const ep = eps[i];
+    const addr = addrs[i];
     const tp = targetPort(ep, port);
     if (!isPort(tp)) continue;
+    const local = ep.Local;
+    const internal = !!ep.Scopes?.Internal;
+    const external = !!ep.Scopes?.External;
     let t = byAddr?.get(addr);
     // rare: one address with several target ports
     if (!byAddr || (t && t.port !== tp)) {
       t = undefined;
-      for (const x of out) if (x.ip === addr && x.port === tp) t = x;
+      for (let j = 0; j < out.length; j++)
+        if (out[j].ip === addr && out[j].port === tp) {
+          t = out[j];
+          break;
+        }
     }
     if (!t) {
-      t = { ip: addr, port: tp, internal: false, external: false, local: false };
+      t = { ip: addr, port: tp, internal, external, local };
       out.push(t);
       if (byAddr && !byAddr.has(addr)) byAddr.set(addr, t);
+      continue;
     }
-    t.local ||= ep.Local;
-    t.internal ||= !!ep.Scopes?.Internal;
-    t.external ||= !!ep.Scopes?.External;
+    t.local ||= local;
+    t.internal ||= internal;
+    t.external ||= external;
   }
   return out;
 }
