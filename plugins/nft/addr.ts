@@ -9,15 +9,16 @@ import type { TableFamily } from "./names.ts";
 const checkOf = (family: TableFamily) => (family === "ip" ? isIPv4 : isIPv6);
 
 /**
- * Keeps the addresses of one family from the lists, in order, without duplicates. IPv6 text
+ * Keeps the addresses of one family from the list (and the next), in order, without duplicates. IPv6 text
  * is used as spelled (canonicalising 100,000 endpoint addresses costs as much
  * as the rest of a render); the API server holds one spelling per object.
  */
-export function ofFamily(family: TableFamily, ...lists: (readonly string[] | undefined)[]): string[] {
+export function ofFamily(family: TableFamily, list: readonly string[] | undefined, more?: readonly string[]): string[] {
   const out: string[] = [];
-  // called per service and family: plain loops, no Set for the usual 0-2 items
+  // called per service and family: plain loops, no Set for the usual 0-2 items, no array of the lists
   const ok = checkOf(family);
-  for (const list of lists) if (list) for (const s of list) if (ok(s) && !out.includes(s)) out.push(s);
+  if (list) for (const s of list) if (ok(s) && !out.includes(s)) out.push(s);
+  if (more) for (const s of more) if (ok(s) && !out.includes(s)) out.push(s);
   return out;
 }
 

@@ -199,7 +199,8 @@ export function renderService(
   // most services are single-stack: nothing at all in the other family
   if (!servedInFamily(svc, af)) return NOTHING;
   const slotOf = new Map<string, number>();
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: [], lists: [] };
+  // `shared` is replaced, never pushed to (sharedDispatch)
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: NONE, lists: [] };
   const firewalls = renderFirewalls(key, svc, fc, out);
   const s: ServiceRender = {
     key,
@@ -424,8 +425,10 @@ const NOTHING: ServiceObjects = Object.freeze({
   lists: NONE,
 });
 
+const LISTS = ["sets", "chains", "elements", "udp", "maps", "shared", "lists"] as const;
+
 function compact(out: ServiceObjects): ServiceObjects {
-  for (const k of ["sets", "chains", "elements", "udp", "maps", "shared", "lists"] as const) if (!out[k].length) out[k] = NONE;
+  for (const k of LISTS) if (!out[k].length) out[k] = NONE;
   if (!out.slots.size) out.slots = NO_SLOTS;
   return out;
 }
@@ -524,10 +527,13 @@ interface Firewall {
   targets: string[];
 }
 
+const NO_FIREWALLS: Firewall[] = NONE;
+
 /** one firewall chain per IPFilter with targets in this family: drop sources outside its ranges */
 function renderFirewalls(key: string, svc: Service, fc: FamilyConfig, out: ServiceObjects): Firewall[] {
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
+  if (!svc.IPFilters.length) return NO_FIREWALLS;
   const result: Firewall[] = [];
   svc.IPFilters.forEach((filter, i) => {
     const targets = ofFamily(f, filter.TargetIPs?.[fam]);
