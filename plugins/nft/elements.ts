@@ -55,6 +55,9 @@ interface SetClaims<W> {
    */
   settled: boolean;
   fresh: string[];
+  /** the first claim of each key of `fresh`, and how many of those keys got an entry since (none: `fresh` is read without lookups) */
+  firstClaims: W[];
+  entered: number;
 }
 
 /** claims on keys of named sets, by service (`W.owner`); `settle` hands out the keys touched since the last one */
@@ -69,7 +72,10 @@ class Claims<W extends { owner: string }> {
   private touch(s: SetClaims<W>, key: string, v: W | Entry<W> | undefined): Entry<W> {
     let e: Entry<W>;
     if (v instanceof Entry) e = v;
-    else s.entries.set(key, (e = new Entry<W>(key, v?.owner, v, s.settled ? v : undefined)));
+    else {
+      s.entries.set(key, (e = new Entry<W>(key, v?.owner, v, s.settled ? v : undefined)));
+      if (!s.settled) s.entered++;
+    }
     if (!e.dirty) {
       e.dirty = true;
       // an unsettled set's keys are all in `fresh` already
@@ -80,11 +86,12 @@ class Claims<W extends { owner: string }> {
 
   claim(set: string, key: string, w: W) {
     let s = this.sets.get(set);
-    if (!s) this.sets.set(set, (s = { entries: new Map(), dirty: [], settled: false, fresh: [] }));
+    if (!s) this.sets.set(set, (s = { entries: new Map(), dirty: [], settled: false, fresh: [], firstClaims: [], entered: 0 }));
     const v = s.entries.get(key);
     if (v === undefined && !s.settled) {
       s.entries.set(key, w);
       s.fresh.push(key);
+      s.firstClaims.push(w);
       return;
     }
     const e = this.touch(s, key, v);
@@ -117,13 +124,15 @@ class Claims<W extends { owner: string }> {
     const s = this.sets.get(set);
     if (!s) return;
     if (!s.settled) {
-      for (const key of s.fresh) {
-        const v = s.entries.get(key)!;
+      for (let i = 0; i < s.fresh.length; i++) {
+        const key = s.fresh[i];
+        const v = s.entered ? s.entries.get(key)! : s.firstClaims[i];
         if (v instanceof Entry) settleEntry(s, v, fn);
         else fn(key, undefined, v);
       }
       s.settled = true;
       s.fresh = [];
+      s.firstClaims = [];
       return;
     }
     for (const e of s.dirty) settleEntry(s, e, fn);
