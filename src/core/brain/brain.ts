@@ -218,7 +218,8 @@ export class NodeView {
   /** keys null = every service (first state, or this node's zone changed) */
   recompute(keys: StateChange): void {
     const prev = this.state;
-    const todo = keys ?? new Set([...this.brain.cluster.services.keys(), ...(prev?.services.keys() ?? [])]);
+    const known = this.brain.cluster.services;
+    const todo = keys ?? (prev ? new Set([...known.keys(), ...prev.services.keys()]) : known.keys());
     const node = this.brain.nodeInfo(this.nodeName);
     this.zone = node.zone;
     const ips = this.brain.nodeIPs(this.nodeName);
