@@ -136,6 +136,9 @@ interface Target {
   internal: boolean;
   external: boolean;
   local: boolean;
+  /** with affinity: its endpoint chain and affinity set, named on first use */
+  chain: string | undefined;
+  affinitySet: string | undefined;
 }
 
 /** the endpoints with an address of the family being rendered, and that address (`addrs[i]` is `eps[i]`'s first): two lists, not an object per endpoint */
@@ -462,7 +465,7 @@ function targetsOf(port: PortMapping, { eps, addrs }: FamilyEndpoints): Target[]
         }
     }
     if (!t) {
-      t = { ip: addr, port: tp, internal, external, local };
+      t = { ip: addr, port: tp, internal, external, local, chain: undefined, affinitySet: undefined };
       out.push(t);
       if (byAddr && !byAddr.has(addr)) byAddr.set(addr, t);
       continue;
@@ -479,8 +482,9 @@ const addressOf = (t: Target) => t.ip;
 /** the value of a target's element in an endpoints map */
 const endpointKey = (t: Target) => `${t.ip} . ${t.port}`;
 const endpointAddress = (t: Target) => hostPort(t.ip, t.port);
-const endpointChainOf = (p: PortFacts, t: Target) => N.endpointChain(p.id, t.ip, t.port);
-const affinitySetOf = (p: PortFacts, t: Target) => N.affinitySet(p.id, t.ip, t.port);
+// names are hashed: made once per target (a target belongs to one port), however many lists and rules name it
+const endpointChainOf = (p: PortFacts, t: Target) => (t.chain ??= N.endpointChain(p.id, t.ip, t.port));
+const affinitySetOf = (p: PortFacts, t: Target) => (t.affinitySet ??= N.affinitySet(p.id, t.ip, t.port));
 
 /**
  * The elements that send a service port's cluster IPs through the shared
