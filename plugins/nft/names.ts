@@ -218,7 +218,7 @@ const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
 /** First 8 base32 characters of sha256(id): 40 bits, ample for one node's names. */
 export function hash8(id: string): string {
-  // Bun's one-shot digest: node:crypto's createHash builds a stream object per call, several times the cost (a full sync names 10,000s of chains and sets)
+  // Bun's one-shot digest: node:crypto's createHash builds a stream object per call (a full sync names 10,000s of chains and sets; README, Performance)
   const d = Bun.SHA256.hash(id) as Uint8Array;
   let out = "";
   let bits = 0;
