@@ -5,23 +5,28 @@
 import { cidrsOf, type Family, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
 import type { TableFamily } from "./names.ts";
 
-export const isFamilyIP = (family: TableFamily, s: string) => (family === "ip" ? isIPv4(s) : isIPv6(s));
+/** the address check of a family, chosen once for a loop (a render checks 100,000s of endpoint addresses) */
+const checkOf = (family: TableFamily) => (family === "ip" ? isIPv4 : isIPv6);
 
 /**
- * Keeps the addresses of one family from the lists, in order, without duplicates. IPv6 text
+ * Keeps the addresses of one family from the list (and the next), in order, without duplicates. IPv6 text
  * is used as spelled (canonicalising 100,000 endpoint addresses costs as much
  * as the rest of a render); the API server holds one spelling per object.
  */
-export function ofFamily(family: TableFamily, ...lists: (readonly string[] | undefined)[]): string[] {
+export function ofFamily(family: TableFamily, list: readonly string[] | undefined, more?: readonly string[]): string[] {
   const out: string[] = [];
-  // called per service and family: plain loops, no Set for the usual 0-2 items
-  for (const list of lists) if (list) for (const s of list) if (isFamilyIP(family, s) && !out.includes(s)) out.push(s);
+  // called per service and family: plain loops, no Set for the usual 0-2 items, no array of the lists
+  const ok = checkOf(family);
+  if (list) for (const s of list) if (ok(s) && !out.includes(s)) out.push(s);
+  if (more) for (const s of more) if (ok(s) && !out.includes(s)) out.push(s);
   return out;
 }
 
 /** the first address of the family in the list */
 export function firstOfFamily(family: TableFamily, list: readonly string[] | undefined): string | undefined {
-  if (list) for (const s of list) if (isFamilyIP(family, s)) return s;
+  if (!list) return undefined;
+  const ok = checkOf(family);
+  for (let i = 0; i < list.length; i++) if (ok(list[i])) return list[i];
   return undefined;
 }
 

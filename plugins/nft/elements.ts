@@ -46,6 +46,18 @@ class Entry<W> {
 interface SetClaims<W> {
   entries: Map<string, W | Entry<W>>;
   dirty: Entry<W>[];
+  /**
+   * Until its first settle the kernel holds nothing of the set (a full sync
+   * claims every key of every set from scratch): a key's first claim stores
+   * the claimant's object as it is, with no entry, and `fresh` keeps the
+   * keys in the order they came. A second claim or an unclaim still makes an
+   * entry (one that wrote nothing).
+   */
+  settled: boolean;
+  fresh: string[];
+  /** the first claim of each key of `fresh`, and how many of those keys got an entry since (none: `fresh` is read without lookups) */
+  firstClaims: W[];
+  entered: number;
 }
 
 /** claims on keys of named sets, by service (`W.owner`); `settle` hands out the keys touched since the last one */
@@ -60,18 +72,29 @@ class Claims<W extends { owner: string }> {
   private touch(s: SetClaims<W>, key: string, v: W | Entry<W> | undefined): Entry<W> {
     let e: Entry<W>;
     if (v instanceof Entry) e = v;
-    else s.entries.set(key, (e = new Entry<W>(key, v?.owner, v, v)));
+    else {
+      s.entries.set(key, (e = new Entry<W>(key, v?.owner, v, s.settled ? v : undefined)));
+      if (!s.settled) s.entered++;
+    }
     if (!e.dirty) {
       e.dirty = true;
-      s.dirty.push(e);
+      // an unsettled set's keys are all in `fresh` already
+      if (s.settled) s.dirty.push(e);
     }
     return e;
   }
 
   claim(set: string, key: string, w: W) {
     let s = this.sets.get(set);
-    if (!s) this.sets.set(set, (s = { entries: new Map(), dirty: [] }));
-    const e = this.touch(s, key, s.entries.get(key));
+    if (!s) this.sets.set(set, (s = { entries: new Map(), dirty: [], settled: false, fresh: [], firstClaims: [], entered: 0 }));
+    const v = s.entries.get(key);
+    if (v === undefined && !s.settled) {
+      s.entries.set(key, w);
+      s.fresh.push(key);
+      s.firstClaims.push(w);
+      return;
+    }
+    const e = this.touch(s, key, v);
     if (e.owner === undefined || e.owner === w.owner) {
       e.owner = w.owner;
       e.want = w;
@@ -90,24 +113,41 @@ class Claims<W extends { owner: string }> {
 
   /** the sets with keys touched since the last settle */
   touched(): string[] {
-    return [...this.sets.keys()].filter((set) => this.sets.get(set)!.dirty.length);
+    return [...this.sets.keys()].filter((set) => {
+      const s = this.sets.get(set)!;
+      return s.dirty.length || s.fresh.length;
+    });
   }
 
   /** for each key of `set` touched since the last settle: what the kernel holds and what the claims want; the latter is then written */
   settle(set: string, fn: (key: string, had: W | undefined, want: W | undefined) => void) {
     const s = this.sets.get(set);
     if (!s) return;
-    for (const e of s.dirty) {
-      e.dirty = false;
-      const want = current(e);
-      fn(e.key, e.written, want);
-      e.written = want;
-      if (!want) s.entries.delete(e.key);
-      // one claimant left: its object alone (its owner is the entry's)
-      else if (!e.more?.size) s.entries.set(e.key, want);
+    if (!s.settled) {
+      for (let i = 0; i < s.fresh.length; i++) {
+        const key = s.fresh[i];
+        const v = s.entered ? s.entries.get(key)! : s.firstClaims[i];
+        if (v instanceof Entry) settleEntry(s, v, fn);
+        else fn(key, undefined, v);
+      }
+      s.settled = true;
+      s.fresh = [];
+      s.firstClaims = [];
+      return;
     }
+    for (const e of s.dirty) settleEntry(s, e, fn);
     s.dirty = [];
   }
+}
+
+function settleEntry<W>(s: SetClaims<W>, e: Entry<W>, fn: (key: string, had: W | undefined, want: W | undefined) => void) {
+  e.dirty = false;
+  const want = current(e);
+  fn(e.key, e.written, want);
+  e.written = want;
+  if (!want) s.entries.delete(e.key);
+  // one claimant left: its object alone (its owner is the entry's)
+  else if (!e.more?.size) s.entries.set(e.key, want);
 }
 
 export class ElementStore {
@@ -166,7 +206,8 @@ function diffSegment(first: string, had: PositionList | undefined, want: Positio
   if (h === w) return;
   const l = (want ?? had)!;
   const ip = l.ips === undefined ? undefined : l.ips.length === 1 ? l.ips[0] : l.ips.find((ip) => listKey(ip, l.base, 0) === first);
-  for (let i = 0; i < Math.max(h?.length ?? 0, w?.length ?? 0); i++) {
+  const n = Math.max(h?.length ?? 0, w?.length ?? 0);
+  for (let i = 0; i < n; i++) {
     const a = h?.[i];
     const b = w?.[i];
     if (a === b) continue;

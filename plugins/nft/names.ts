@@ -6,8 +6,6 @@
 // (pkg/proxy/nftables/proxier.go): one table per family, verdict maps for
 // O(1) dispatch, a chain per service port and per endpoint.
 
-import { createHash } from "node:crypto";
-
 /** kpng's own tables: `ip kpng` and `ip6 kpng`. Nothing else is ever touched. */
 export const TABLE = "kpng";
 export const FAMILIES = ["ip", "ip6"] as const;
@@ -220,7 +218,8 @@ const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
 /** First 8 base32 characters of sha256(id): 40 bits, ample for one node's names. */
 export function hash8(id: string): string {
-  const d = createHash("sha256").update(id).digest();
+  // Bun's one-shot digest: node:crypto's createHash builds a stream object per call (a full sync names 10,000s of chains and sets; README, Performance)
+  const d = Bun.SHA256.hash(id) as Uint8Array;
   let out = "";
   let bits = 0;
   let acc = 0;

@@ -136,12 +136,15 @@ interface Target {
   internal: boolean;
   external: boolean;
   local: boolean;
+  /** with affinity: its endpoint chain and affinity set, named on first use */
+  chain: string | undefined;
+  affinitySet: string | undefined;
 }
 
-/** an endpoint and its first address of the family being rendered */
-interface FamilyEndpoint {
-  ep: Endpoint;
-  addr: string;
+/** the endpoints with an address of the family being rendered, and that address (`addrs[i]` is `eps[i]`'s first): two lists, not an object per endpoint */
+interface FamilyEndpoints {
+  eps: Endpoint[];
+  addrs: string[];
 }
 
 /** one service's render in progress: the facts its parts read, and the objects they add to */
@@ -162,8 +165,8 @@ interface ServiceRender {
   out: ServiceObjects;
   /** out.slots, writable */
   slotOf: Map<string, number>;
-  /** local endpoints a dispatch list holds */
-  hairpin: Set<string>;
+  /** local endpoints a dispatch list holds (made for the first: most services have none) */
+  hairpin: Set<string> | undefined;
 }
 
 /** what the rules of one service port are made of, worked out once for all of them */
@@ -192,14 +195,15 @@ export function renderService(
   /** what the previous render of this service gave: its dispatch lists keep their order */
   prev?: ServiceObjects,
 ): ServiceObjects {
-  const slotOf = new Map<string, number>();
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: [], lists: [] };
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
   const ips = svc.IPs;
   const af = addressFamily(f);
-  if (!servedInFamily(svc, af)) return compact(out);
-
+  // most services are single-stack: nothing at all in the other family
+  if (!servedInFamily(svc, af)) return NOTHING;
+  const slotOf = new Map<string, number>();
+  // `shared` is replaced, never pushed to (sharedDispatch)
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: NONE, lists: [] };
   const firewalls = renderFirewalls(key, svc, fc, out);
   const s: ServiceRender = {
     key,
@@ -215,30 +219,33 @@ export function renderService(
     prev,
     out,
     slotOf,
-    hairpin: new Set<string>(),
+    hairpin: undefined,
   };
   const epList = endpointsOfFamily(f, endpoints);
-  for (const [index, port] of svc.Ports.entries()) {
-    const p = portFacts(s, index, port, epList);
+  for (let index = 0; index < svc.Ports.length; index++) {
+    const p = portFacts(s, index, svc.Ports[index], epList);
     if (p) renderPort(s, p);
   }
-  for (const h of [...s.hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}`, owner: key });
+  if (s.hairpin) for (const h of [...s.hairpin].sort()) out.elements.push({ set: N.HAIRPIN_SET, key: `${h} . ${h}`, owner: key });
   return compact(out);
 }
 
 /** an endpoint's first address of the family, for each endpoint that has one (plain loops: 100,000s of endpoints at scale) */
-function endpointsOfFamily(f: N.TableFamily, endpoints: ReadonlyMap<string, Endpoint>): FamilyEndpoint[] {
+function endpointsOfFamily(f: N.TableFamily, endpoints: ReadonlyMap<string, Endpoint>): FamilyEndpoints {
   const fam = f === "ip" ? "V4" : "V6";
-  const epList: FamilyEndpoint[] = [];
+  const eps: Endpoint[] = [];
+  const addrs: string[] = [];
   for (const ep of endpoints.values()) {
     const addr = firstOfFamily(f, ep.IPs?.[fam]);
-    if (addr !== undefined) epList.push({ ep, addr });
+    if (addr === undefined) continue;
+    eps.push(ep);
+    addrs.push(addr);
   }
-  return epList;
+  return { eps, addrs };
 }
 
 /** undefined for a port no rule can serve (unknown protocol, no port number) */
-function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: FamilyEndpoint[]): PortFacts | undefined {
+function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: FamilyEndpoints): PortFacts | undefined {
   const proto = protocolName(port.Protocol);
   if (!proto || !isPort(port.Port)) return undefined;
   const targets = targetsOf(port, epList);
@@ -372,10 +379,10 @@ const inOrder = (s: ServiceRender, targets: Target[], at: number, id: (t: Target
 
 /** the first MAX_DISPATCH of a dispatch list (the rest counted in `truncated`), its local endpoints noted for hairpin */
 function dispatchable(s: ServiceRender, all: Target[]): Target[] {
-  const list = all.slice(0, N.MAX_DISPATCH);
+  const list = all.length > N.MAX_DISPATCH ? all.slice(0, N.MAX_DISPATCH) : all;
   if (all.length > list.length) s.out.truncated = (s.out.truncated ?? 0) + all.length - list.length;
   // Only a pod on this node can reach itself through this node's rules.
-  for (const t of list) if (t.local) s.hairpin.add(t.ip);
+  for (const t of list) if (t.local) (s.hairpin ??= new Set()).add(t.ip);
   return list;
 }
 
@@ -409,8 +416,22 @@ function renderUdpFrontends(s: ServiceRender, p: PortFacts) {
 const NONE: never[] = Object.freeze([]) as never[];
 const NO_SLOTS: ReadonlyMap<string, number> = new Map();
 
+/** what a service has in a family it is not served in */
+const NOTHING: ServiceObjects = Object.freeze({
+  sets: NONE,
+  chains: NONE,
+  elements: NONE,
+  udp: NONE,
+  slots: NO_SLOTS,
+  maps: NONE,
+  shared: NONE,
+  lists: NONE,
+});
+
+const LISTS = ["sets", "chains", "elements", "udp", "maps", "shared", "lists"] as const;
+
 function compact(out: ServiceObjects): ServiceObjects {
-  for (const k of ["sets", "chains", "elements", "udp", "maps", "shared", "lists"] as const) if (!out[k].length) out[k] = NONE;
+  for (const k of LISTS) if (!out[k].length) out[k] = NONE;
   if (!out.slots.size) out.slots = NO_SLOTS;
   return out;
 }
@@ -422,26 +443,36 @@ const t0 = <T>(list: T[]): T => list[0];
  * a scan while the list is short (the usual handful of endpoints: cheaper
  * than a Map), by a Map keyed by the address string beyond.
  */
-function targetsOf(port: PortMapping, epList: FamilyEndpoint[]): Target[] {
+function targetsOf(port: PortMapping, { eps, addrs }: FamilyEndpoints): Target[] {
   const out: Target[] = [];
-  const byAddr = epList.length > 16 ? new Map<string, Target>() : undefined;
-  for (const { ep, addr } of epList) {
+  const byAddr = eps.length > 16 ? new Map<string, Target>() : undefined;
+  for (let i = 0; i < eps.length; i++) {
+    const ep = eps[i];
+    const addr = addrs[i];
     const tp = targetPort(ep, port);
     if (!isPort(tp)) continue;
+    const local = ep.Local;
+    const internal = !!ep.Scopes?.Internal;
+    const external = !!ep.Scopes?.External;
     let t = byAddr?.get(addr);
     // rare: one address with several target ports
     if (!byAddr || (t && t.port !== tp)) {
       t = undefined;
-      for (const x of out) if (x.ip === addr && x.port === tp) t = x;
+      for (let j = 0; j < out.length; j++)
+        if (out[j].ip === addr && out[j].port === tp) {
+          t = out[j];
+          break;
+        }
     }
     if (!t) {
-      t = { ip: addr, port: tp, internal: false, external: false, local: false };
+      t = { ip: addr, port: tp, internal, external, local, chain: undefined, affinitySet: undefined };
       out.push(t);
       if (byAddr && !byAddr.has(addr)) byAddr.set(addr, t);
+      continue;
     }
-    t.local ||= ep.Local;
-    t.internal ||= !!ep.Scopes?.Internal;
-    t.external ||= !!ep.Scopes?.External;
+    t.local ||= local;
+    t.internal ||= internal;
+    t.external ||= external;
   }
   return out;
 }
@@ -451,8 +482,9 @@ const addressOf = (t: Target) => t.ip;
 /** the value of a target's element in an endpoints map */
 const endpointKey = (t: Target) => `${t.ip} . ${t.port}`;
 const endpointAddress = (t: Target) => hostPort(t.ip, t.port);
-const endpointChainOf = (p: PortFacts, t: Target) => N.endpointChain(p.id, t.ip, t.port);
-const affinitySetOf = (p: PortFacts, t: Target) => N.affinitySet(p.id, t.ip, t.port);
+// names are hashed: made once per target (a target belongs to one port), however many lists and rules name it
+const endpointChainOf = (p: PortFacts, t: Target) => (t.chain ??= N.endpointChain(p.id, t.ip, t.port));
+const affinitySetOf = (p: PortFacts, t: Target) => (t.affinitySet ??= N.affinitySet(p.id, t.ip, t.port));
 
 /**
  * The elements that send a service port's cluster IPs through the shared
@@ -499,10 +531,13 @@ interface Firewall {
   targets: string[];
 }
 
+const NO_FIREWALLS: Firewall[] = NONE;
+
 /** one firewall chain per IPFilter with targets in this family: drop sources outside its ranges */
 function renderFirewalls(key: string, svc: Service, fc: FamilyConfig, out: ServiceObjects): Firewall[] {
   const f = fc.family;
   const fam = f === "ip" ? "V4" : "V6";
+  if (!svc.IPFilters.length) return NO_FIREWALLS;
   const result: Firewall[] = [];
   svc.IPFilters.forEach((filter, i) => {
     const targets = ofFamily(f, filter.TargetIPs?.[fam]);

@@ -17,7 +17,7 @@
 // same transaction: replaced at once, without a window where services are
 // missing, but affinity starts over.
 
-import type { Config, NodeState, StateChange, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import type { Config, NodeState, ServiceEndpoints, StateChange, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
 import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
@@ -98,22 +98,27 @@ class FamilySync {
     this.shared.clear();
   }
 
-  udpOf(key: string): UdpFrontend[] {
-    return this.records.get(key)?.udp ?? [];
-  }
-
-  /** diff the given services against their records, updating the records */
-  plan(state: NodeState, keys: Iterable<string>, p: Phases) {
+  /**
+   * diff the given services (absent: deleted) against their records, updating the records;
+   * adds the UDP frontends of those services, as recorded now, to `udp`
+   */
+  plan(services: readonly [string, ServiceEndpoints | undefined][], p: Phases, udp: Map<string, UdpFrontend[]>) {
     const sharedTouched = new Set<string>();
-    for (const key of keys) {
-      const old = this.records.get(key);
-      const se = state.services.get(key);
+    // a full sync starts from no record: no lookups then
+    const none = this.records.size === 0;
+    for (const [key, se] of services) {
+      const old = none ? undefined : this.records.get(key);
       const oldSlots = old?.slots;
       const next = se
         ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take(), old)
         : undefined;
-      if (next && (next.chains.length || next.elements.length || next.lists.length)) this.records.set(key, next);
-      else this.records.delete(key);
+      if (next && (next.chains.length || next.elements.length || next.lists.length)) {
+        this.records.set(key, next);
+        if (next.udp.length) {
+          const other = udp.get(key);
+          udp.set(key, other ? [...other, ...next.udp] : next.udp);
+        }
+      } else if (old) this.records.delete(key);
       if (oldSlots) for (const [c, slot] of oldSlots) if (next?.slots.get(c) !== slot) this.slots.release(slot);
       this.truncated += next?.truncated ?? 0;
       this.diffObjects(old, next, p);
@@ -151,7 +156,7 @@ class FamilySync {
         p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
       }
     // Most services have neither sets nor chains of their own: no lookups built for them.
-    const flushed = new Set<string>();
+    let flushed: Set<string> | undefined;
     if (old?.sets.length || next?.sets.length) {
       const oldSets = new Map(old?.sets.map((s) => [s.name, s]));
       const newSets = new Set(next?.sets.map((s) => s.name));
@@ -165,8 +170,8 @@ class FamilySync {
         // and written again after it (the full sync in place does the same).
         if (before) {
           for (const c of old!.chains)
-            if (!flushed.has(c.name) && c.rules.some((r) => r.rule.includes(`@${s.name} `) || r.rule.endsWith(`@${s.name}`))) {
-              flushed.add(c.name);
+            if (!flushed?.has(c.name) && c.rules.some((r) => r.rule.includes(`@${s.name} `) || r.rule.endsWith(`@${s.name}`))) {
+              (flushed ??= new Set()).add(c.name);
               p.unref.push({ kind: "chain", verb: "flush", family: f, name: c.name });
             }
           p.redefine.push({ kind: "set", verb: "delete", family: f, name: s.name });
@@ -176,12 +181,20 @@ class FamilySync {
       for (const s of old?.sets ?? []) if (!newSets.has(s.name)) p.delSets.push({ kind: "set", verb: "delete", family: f, name: s.name });
     }
     if (!old?.chains.length && !next?.chains.length) return;
+    if (!old?.chains.length) {
+      // all new (a full sync, or a new service): nothing to compare with
+      for (const c of next!.chains) {
+        p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
+        for (const r of c.rules) p.rules.push({ kind: "rule", family: f, chain: c.name, rule: r.rule, comment: r.comment });
+      }
+      return;
+    }
     const oldChains = new Map(old?.chains.map((c) => [c.name, c]));
     const newChains = new Set(next?.chains.map((c) => c.name));
     for (const c of next?.chains ?? []) {
       const before = oldChains.get(c.name);
       if (!before) p.addChains.push({ kind: "chain", verb: "add", family: f, chain: { name: c.name } });
-      else if (flushed.has(c.name)) {
+      else if (flushed?.has(c.name)) {
         // emptied above: written whole
       } else if (sameRules(before, c)) continue;
       else p.rules.push({ kind: "chain", verb: "flush", family: f, name: c.name });
@@ -289,14 +302,21 @@ export class NftSync {
     // a plan after a full sync, without a reset between: that sync was applied
     if (this.fullOutstanding) this.inPlaceFailed = false;
     this.fullOutstanding = undefined;
-    const keys = [...(full ? state.services.keys() : change)].sort();
+    // each service looked up once, for both families
+    const services: [string, ServiceEndpoints | undefined][] = full
+      ? [...state.services].sort(byKey)
+      : [...change].sort().map((k) => [k, state.services.get(k)]);
+    const keys = services.map(([k]) => k);
     const tx = new Transaction();
     if (full) this.forget();
     const p = new Phases();
+    const byFamily = new Map<string, UdpFrontend[]>();
     for (const fs of this.families) {
       fs.truncated = 0;
-      fs.plan(state, keys, p);
+      fs.plan(services, p, byFamily);
     }
+    // in key order, as the services (the second family may add keys after the first's)
+    const udp = new Map([...byFamily].sort(byKey));
     const inPlace = full && held !== undefined && !this.inPlaceFailed;
     if (full) {
       for (const fs of this.families) {
@@ -315,19 +335,12 @@ export class NftSync {
       this.fullOutstanding = { inPlace };
     }
     for (const op of p.all()) tx.add(op);
-    const udp = new Map<string, UdpFrontend[]>();
-    for (const k of keys) {
-      let list: UdpFrontend[] | undefined;
-      for (const fs of this.families) {
-        const u = fs.udpOf(k);
-        if (u.length) list = list ? [...list, ...u] : u;
-      }
-      if (list) udp.set(k, list);
-    }
     const fresh = inPlace && FAMILIES.every((f) => !held[f].chains.size && !held[f].sets.size);
     return { tx, full, fresh, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
   }
 }
+
+const byKey = (a: [string, unknown], b: [string, unknown]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
 
 const TABLE_COMMENT = "rules for kpng, the Kubernetes service proxy";
 

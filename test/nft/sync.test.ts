@@ -348,6 +348,39 @@ describe("nft element ownership", () => {
       /^add element ip kpng service-ips \{ 198\.18\.64\.1 \. tcp \. 80 comment "default\/b\/tcp\/http" : goto ext-[A-Z2-7]{8}-default\/b\//m,
     );
   });
+
+  test("a set first written by a partial sync, two services claiming one key: the lower key wins, the other takes over when it leaves", async () => {
+    const ctx = context(nodeConfig({ dryRun: true }));
+    const backend = createNftBackend(ctx);
+    // the full sync writes nothing to firewall-ips: the two services come later, in one change
+    const before = nodeState([shared("z", 3)]);
+    await backend.apply(before, null);
+    expect(ctx.printed[0]).not.toMatch(/element ip kpng firewall-ips/);
+    const guarded = (name: string, endpoint: number) =>
+      entry(
+        svc({
+          name,
+          clusterIPs: [v4.clusterIP(endpoint)],
+          lbIPs: [v4.external(9)],
+          sourceRanges: ["198.18.128.0/24"],
+          ports: [{ name: "http", port: 80 }],
+        }),
+        { a: epAt(endpoint) },
+      );
+    const both = nextState(before, [guarded("d", 4), guarded("c", 5)]);
+    await backend.apply(both.state, both.change);
+    const firewall = (text: string, verb: string) =>
+      new RegExp(`^${verb} element ip kpng firewall-ips \\{ ([^}]*) \\}$`, "m").exec(text)?.[1];
+    expect(firewall(ctx.printed[1], "add")).toMatch(
+      /^198\.18\.64\.9 \. tcp \. 80 comment "default\/c\/tcp\/http" : goto fw-[A-Z2-7]{8}-default\/c\/0$/,
+    );
+    const { state, change } = nextState(both.state, [], ["default/c"]);
+    await backend.apply(state, change);
+    expect(firewall(ctx.printed[2], "delete")).toBe("198.18.64.9 . tcp . 80");
+    expect(firewall(ctx.printed[2], "add")).toMatch(
+      /^198\.18\.64\.9 \. tcp \. 80 comment "default\/d\/tcp\/http" : goto fw-[A-Z2-7]{8}-default\/d\/0$/,
+    );
+  });
 });
 
 describe("nft dry-run", () => {

@@ -218,7 +218,8 @@ export class NodeView {
   /** keys null = every service (first state, or this node's zone changed) */
   recompute(keys: StateChange): void {
     const prev = this.state;
-    const todo = keys ?? new Set([...this.brain.cluster.services.keys(), ...(prev?.services.keys() ?? [])]);
+    const known = this.brain.cluster.services;
+    const todo = keys ?? (prev ? new Set([...known.keys(), ...prev.services.keys()]) : known.keys());
     const node = this.brain.nodeInfo(this.nodeName);
     this.zone = node.zone;
     const ips = this.brain.nodeIPs(this.nodeName);
@@ -253,7 +254,9 @@ export class NodeView {
     if (!e) return null;
     const cands = candidates(this.brain.cluster.slices.get(key) ?? [], e.families, this.nodeName);
     // the last result's endpoints are reused where they come out the same
-    return { service: e.model, endpoints: endpointsModel(e.model, cands, { ...e, node }, this.state?.services.get(key)?.endpoints) };
+    // the options as a literal: a spread of the entry per service costs more than the fields it copies
+    const opts = { internalLocal: e.internalLocal, externalLocal: e.externalLocal, external: e.external, node };
+    return { service: e.model, endpoints: endpointsModel(e.model, cands, opts, this.state?.services.get(key)?.endpoints) };
   }
 }
 

@@ -24,8 +24,10 @@ export const isPort = (n: number) => n > 0 && n < 65536;
  * service's numeric targetPort, else the service port itself.
  */
 export function targetPort(ep: Endpoint, pm: PortMapping): number {
-  const o = ep.PortOverrides.find((p) => p.Name === pm.Name);
-  return o?.Port || pm.TargetPort || pm.Port;
+  // a loop, not find(): once per endpoint and port of every render (100,000s at scale)
+  const overrides = ep.PortOverrides;
+  for (let i = 0; i < overrides.length; i++) if (overrides[i].Name === pm.Name) return overrides[i].Port || pm.TargetPort || pm.Port;
+  return pm.TargetPort || pm.Port;
 }
 
 /**
@@ -55,9 +57,10 @@ export function servedInFamily(svc: Service, family: Family): boolean {
  * load-balancer IP of the family. `nodePorts: false` when node ports answer
  * on no address of this node (nft with an empty --nodeport-addresses match).
  */
-export function externallyAccessible(svc: Service, pm: PortMapping, family: Family, nodePorts = true): boolean {
+export function externallyAccessible(svc: Service, pm: PortMapping, family: Family, nodePorts?: boolean): boolean {
+  // `nodePorts` is optional rather than defaulted: JSC optimises a function with a default parameter far less (ip.ts)
   return (
-    (nodePorts && isPort(pm.NodePort)) ||
+    (nodePorts !== false && isPort(pm.NodePort)) ||
     ipsOf(svc.IPs?.ExternalIPs, family).length > 0 ||
     ipsOf(svc.IPs?.LoadBalancerIPs, family).length > 0
   );

@@ -145,6 +145,8 @@ describe("addresses", () => {
     expect(ipsOf(clean, "v4")).toBe((clean as { V4: string[] }).V4);
     expect(ipsOf({ V4: ["198.18.0.1", "2001:db8::1", "not-an-ip"], V6: [] } as never, "v4")).toEqual(["198.18.0.1"]);
     expect(ipsOf(undefined, "v6")).toEqual([]);
+    // every address checked whole, wherever it sits in the list (not from the character at its index)
+    expect(ipsOf({ V4: ["not-an-ip", "1.2.3.4", "10.0.0.1"], V6: [] } as never, "v4")).toEqual(["1.2.3.4", "10.0.0.1"]);
   });
 
   test.each([

@@ -13,7 +13,14 @@ const isDigit = (c: number) => c >= 48 && c <= 57;
 const isHex = (c: number) => isDigit(c) || (c >= 97 && c <= 102) || (c >= 65 && c <= 70);
 
 /** dotted quad, no leading zeros (as node:net) */
-export function isIPv4(s: string, from = 0): boolean {
+export const isIPv4 = (s: string): boolean => isIPv4At(s, 0);
+
+// The offset is a parameter of its own, not a default one of isIPv4's: JSC
+// optimises a function with a default parameter far less (every endpoint
+// address of a render goes through here; README, Performance), and a
+// callback given to filter() would have taken the element's index for it.
+/** a dotted quad from `from` to the end of `s` */
+function isIPv4At(s: string, from: number): boolean {
   let dots = 0;
   let digits = 0;
   let value = 0;
@@ -47,7 +54,7 @@ export function isIPv6(s: string): boolean {
     let j = i;
     while (j < n && isHex(s.charCodeAt(j))) j++;
     if (j < n && s.charCodeAt(j) === 46) {
-      if (!isIPv4(s, i)) return false;
+      if (!isIPv4At(s, i)) return false;
       groups += 2;
       break;
     }

@@ -145,7 +145,8 @@ const isLocalFallback = (c: Candidate) => c.local && c.serving && c.terminating;
  */
 export function usable(cands: readonly Candidate[], local: boolean, node: NodeInfo): (c: Candidate) => boolean {
   if (local) return cands.some(isLocalReady) ? isLocalReady : isLocalFallback;
-  const ready = cands.filter(isReady);
+  // nearly always all of them: no copy then
+  const ready = cands.every(isReady) ? cands : cands.filter(isReady);
   if (!ready.length) return isFallback; // terminating fallback: better a draining endpoint than a dropped connection
   const narrowed = narrowByTopology(ready, node);
   if (narrowed === ready) return isReady;
@@ -155,11 +156,20 @@ export function usable(cands: readonly Candidate[], local: boolean, node: NodeIn
 
 const never = () => false;
 
-/** `cands` of one family: the list itself when it holds no other (most services are single-stack) */
+const NO_CANDIDATES: readonly Candidate[] = Object.freeze([]);
+
+/** `cands` of one family: the list itself when it holds no other, nothing when it holds none of it (most services are single-stack) */
 function ofFamily(cands: readonly Candidate[], family: Family): readonly Candidate[] {
-  for (const c of cands) if (c.family !== family) return cands.filter((x) => x.family === family);
-  return cands;
+  let some = false;
+  let all = true;
+  for (const c of cands) {
+    if (c.family === family) some = true;
+    else all = false;
+  }
+  return all ? cands : some ? cands.filter((x) => x.family === family) : NO_CANDIDATES;
 }
+
+const BOTH_FAMILIES = ["v4", "v6"] as const;
 
 /**
  * Endpoints of one service with scopes, keyed by endpoint key; endpoints no
@@ -182,7 +192,7 @@ export function endpointsModel(
     if (!o) overrides.set(ports, (o = portOverrides(service, ports)));
     return o;
   };
-  for (const family of ["v4", "v6"] as const) {
+  for (const family of BOTH_FAMILIES) {
     const fam = ofFamily(cands, family);
     if (!fam.length) continue;
     const internal = usable(fam, opts.internalLocal, opts.node);
