@@ -3,9 +3,7 @@
 // listed in `baseJumps`, and the ipsets in `hairpinSets`; everything else in
 // the tables belongs to someone else and is never read back, flushed or deleted.
 
-import { createHash } from "node:crypto";
-
-import type { Family } from "../../src/plugins/toolkit/index.ts";
+import { type Family, hashBase32 } from "../../src/plugins/toolkit/index.ts";
 export type Table = "filter" | "nat" | "mangle";
 
 /** Every chain kpng creates starts with this; cleanup and stale-chain removal key on it. */
@@ -124,30 +122,12 @@ export const tables: readonly Table[] = ["mangle", "filter", "nat"];
 /** iptables' limit on chain names (XT_EXTENSION_MAXNAMELEN 29, minus the NUL). */
 export const maxChainName = 28;
 
-const base32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-
 /**
- * A stable 16-character name part: sha256 of `input`, RFC 4648 base32 (A-Z, 2-7),
+ * A stable 16-character name part: sha256 of `input`, RFC 4648 base32,
  * first 16 characters = 80 bits, as upstream kube-proxy does. With the longest
  * prefix ("KPNG-SVC-", 9 characters) a name is 25 characters, under the 28 limit.
  */
-export function hashName(input: string): string {
-  const digest = createHash("sha256").update(input).digest();
-  let out = "";
-  let bits = 0;
-  let acc = 0;
-  for (const byte of digest) {
-    acc = (acc << 8) | byte;
-    bits += 8;
-    while (bits >= 5 && out.length < 16) {
-      out += base32[(acc >>> (bits - 5)) & 31];
-      bits -= 5;
-    }
-    acc &= (1 << bits) - 1;
-    if (out.length === 16) break;
-  }
-  return out;
-}
+export const hashName = (input: string): string => hashBase32(input, 16);
 
 /** `ns/name/proto/port`: the identity of one service port, stable across unrelated edits. */
 export const servicePortId = (ns: string, name: string, proto: string, port: number) => `${ns}/${name}/${proto}/${port}`;

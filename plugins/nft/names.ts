@@ -6,6 +6,8 @@
 // (pkg/proxy/nftables/proxier.go): one table per family, verdict maps for
 // O(1) dispatch, a chain per service port and per endpoint.
 
+import { hashBase32 } from "../../src/plugins/toolkit/index.ts";
+
 /** kpng's own tables: `ip kpng` and `ip6 kpng`. Nothing else is ever touched. */
 export const TABLE = "kpng";
 export const FAMILIES = ["ip", "ip6"] as const;
@@ -214,25 +216,8 @@ export const BASE_CHAINS: readonly BaseChain[] = [
 // under 210, and anything longer is cut after the hash.
 
 const MAX_NAME = 255;
-const BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-
 /** First 8 base32 characters of sha256(id): 40 bits, ample for one node's names. */
-export function hash8(id: string): string {
-  // Bun's one-shot digest: node:crypto's createHash builds a stream object per call (a full sync names 10,000s of chains and sets; README, Performance)
-  const d = Bun.SHA256.hash(id) as Uint8Array;
-  let out = "";
-  let bits = 0;
-  let acc = 0;
-  for (let i = 0; out.length < 8; i++) {
-    acc = (acc << 8) | d[i];
-    bits += 8;
-    while (bits >= 5 && out.length < 8) {
-      bits -= 5;
-      out += BASE32[(acc >> bits) & 31];
-    }
-  }
-  return out;
-}
+export const hash8 = (id: string): string => hashBase32(id, 8);
 
 const sanitize = (s: string) => s.replace(/:/g, ".").replace(/[^A-Za-z0-9_./-]/g, "_");
 

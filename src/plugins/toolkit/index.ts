@@ -49,3 +49,4 @@ export * from "./node-addresses.ts";
 export * from "./service-port.ts";
 export * from "./conntrack.ts";
 export * from "./command.ts";
+export * from "./names.ts";
