@@ -5,7 +5,6 @@
 // endpoints; topology hints narrow Cluster-policy traffic. Each IP family is
 // computed on its own.
 
-import { createHash } from "node:crypto";
 import type { Endpoint, EndpointScopes, PortName, Service } from "../../../gen/localv1/services_pb.ts";
 import { EndpointMap } from "../endpoint-map.ts";
 import type { Family } from "../k8s/ip.ts";
@@ -41,7 +40,7 @@ export interface ScopeOptions {
 }
 
 /** Stable key for an endpoint without a pod: a hash of its address (no `/`, safe in API paths). */
-export const addressKey = (ip: string) => "ip-" + createHash("sha256").update(ip).digest("hex").slice(0, 16);
+export const addressKey = (ip: string) => "ip-" + (Bun.SHA256.hash(ip, "hex") as string).slice(0, 16);
 
 /** A slice is read only if it belongs to a service, is not headless, and carries IPs. */
 export function sliceFamily(slice: K8sEndpointSlice): Family | null {
