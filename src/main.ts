@@ -169,8 +169,9 @@ const runCommand = command({
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
     // The lists go out first: the health and metrics servers, the OOM score and the backends'
-    // setup then run while the API server answers. What the source reports before the metrics
-    // exist (a request, the agent's stream) is held for them.
+    // setup then run while the API server answers, each in its own turn of the event loop so
+    // that the connections' TLS handshakes move on in between. What the source reports before
+    // the metrics exist (a request, the agent's stream) is held for them.
     const restClient = args.once ? undefined : new HeldRestClient();
     let servers: ProxyServers | undefined;
     let globalStats: GlobalSourceStats | undefined;
@@ -180,17 +181,19 @@ const runCommand = command({
     };
     const starting = startSource({ ...sources, onGlobalStats, restClient }, cfg, brain, log);
     starting.catch(() => {}); // awaited below, after the servers are up
-    await new Promise((resolve) => setImmediate(resolve)); // the lists' requests are on their way
+    await nextTurn(); // the lists' requests are on their way
     // Health and metrics answer from the start, also while the API server is still unreachable.
     if (!args.once) {
       const { startProxyServers } = await import("./core/node/proxy-servers.ts");
       servers = startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
       restClient?.attach(servers.metrics.restClient);
       if (globalStats) servers.metrics.followGlobal(globalStats);
+      await nextTurn();
     }
     ctx.metrics = servers?.metrics;
     const { applyOOMScoreAdj } = await import("./core/node/node-setup.ts");
     if (!args.once) applyOOMScoreAdj(cfg, log);
+    await nextTurn();
     // Backends get ready while the lists run (nft loads its skeleton with --check, which
     // used to follow the first compute); one that cannot work stops kpng at once.
     // Then the conntrack sysctls, as kube-proxy sets them before its proxier starts.
@@ -371,6 +374,9 @@ const localCommand = command({
     process.stdout.write(formatLocalState(state, output));
   },
 });
+
+/** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** `work`'s value, or undefined if `stopped` (a signal) comes first; `work` then goes on until the process exits. */
 async function untilStopped<T>(work: Promise<T>, stopped: Promise<void> | undefined): Promise<T | undefined> {
