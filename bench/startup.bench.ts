@@ -45,9 +45,12 @@
 // runs `--backend iptables` instead of nft (the node's tables and ipsets are
 // emptied before each run instead of kpng's nft tables deleted). Each run also
 // prints the median of the 20 changes' latency: the bench's write of the
-// change to the API server -> kpng's `synced` line.
+// change to the API server -> kpng's `synced` line. KPNG_BENCH_LOG=FILE
+// appends each run's kpng log (debug level) to FILE, every line prefixed with
+// its offset from kpng's start (ms, when the bench read it): the timeline
+// behind the phases.
 
-import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildBinary } from "../build.ts";
@@ -231,7 +234,14 @@ function emptyIptables(ns: string) {
   Bun.spawnSync(["ip", "netns", "exec", ns, "ipset", "destroy"], { stderr: "ignore" });
 }
 
-async function once(topo: Topology, services: number, dir: string, kpngArgv: string[]): Promise<Run> {
+/** KPNG_BENCH_LOG: a run's kpng log, each line with its offset from `t0` */
+function saveLog(title: string, t0: number, all: ReadonlyArray<{ line: string; at: number }>) {
+  const file = process.env.KPNG_BENCH_LOG;
+  if (!file) return;
+  appendFileSync(file, `== ${title}\n${all.map((l) => `+${String(l.at - t0).padStart(5)} ${l.line}\n`).join("")}`);
+}
+
+async function once(topo: Topology, services: number, dir: string, kpngArgv: string[], title: string): Promise<Run> {
   const api = Bun.spawn(
     ["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir],
     {
@@ -339,6 +349,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     } finally {
       kpng.kill("SIGTERM");
       await kpng.exited;
+      saveLog(title, t0, log.all);
     }
   } finally {
     api.kill();
@@ -375,7 +386,13 @@ export default async function startupBench() {
       );
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
-        const x = await once(topo, services, dir, kpngArgv);
+        const x = await once(
+          topo,
+          services,
+          dir,
+          kpngArgv,
+          `${services} services, run ${r} (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`,
+        );
         all.push(x);
         const p = x.phases;
         console.log(

@@ -4,7 +4,7 @@
 
 import { defineCommand, type ArgsDef, type CommandContext, type CommandDef, type ParsedArgs } from "citty";
 import pkg from "../package.json" with { type: "json" };
-import { Brain, type NodeView, type Revision } from "./core/brain/brain.ts";
+import type { Brain, NodeView, Revision } from "./core/brain/brain.ts";
 import { formatUsage, parseArgv, type FlagDefs, type ParsedArgv } from "./core/config/argv.ts";
 import type { Config } from "./core/config/config.ts";
 import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
@@ -13,27 +13,34 @@ import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
 import { apiClientArgs, backendNames, listenArgs, modeSource, proxyArgs, repeated, sourceArgs, type Args } from "./core/config/flags.ts";
 import { createLogger, jsonLine, logFormat } from "./core/log.ts";
-import { formatLocalState } from "./core/brain/output.ts";
-import { applyOOMScoreAdj, setConntrack } from "./core/node/node-setup.ts";
-import { startProxyServers, type ProxyServers } from "./core/node/proxy-servers.ts";
-import { recordStartWarnings } from "./core/node/start-warnings.ts";
-import { nodeIPsBeforeFirstSync, startSource } from "./core/sources/index.ts";
+import { HeldRestClient } from "./core/node/held-requests.ts";
+import type { ProxyServers } from "./core/node/proxy-servers.ts";
 import type { GlobalSourceStats } from "./core/sources/global.ts";
-import { memoryRelease } from "./core/release-memory.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
-import { cleanupBackends, removeKubeProxyRules } from "./plugins/cleanup.ts";
-import { feedAll } from "./plugins/feed-all.ts";
-import { loadBackends } from "./plugins/loader.ts";
-// The API server and client (Connect, HTTP/2) load only when a command uses them: a
-// node proxy without --listen never pays their start-up time and memory.
+// Everything else loads when a command needs it: `--version` and `--help` evaluate none of
+// it (protobuf-es' registries, prom-client, the backends), and the run command starts its
+// lists before it loads what they do not need. The API server and client (Connect, HTTP/2)
+// load only when a command uses them: a node proxy without --listen never pays their
+// start-up time and memory.
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
 import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
 const log = createLogger("kpng");
 
-const newBrain = (cfg: Config) =>
-  new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
+async function newBrain(cfg: Config): Promise<Brain> {
+  const { Brain } = await import("./core/brain/brain.ts");
+  return new Brain({ serviceProxyName: cfg.serviceProxyName, nodeIPOverride: { node: cfg.nodeName, ips: cfg.nodeIPs } });
+}
+
+const startSource: typeof import("./core/sources/index.ts").startSource = async (...args) =>
+  (await import("./core/sources/index.ts")).startSource(...args);
+
+const setConntrack: typeof import("./core/node/node-setup.ts").setConntrack = async (...args) =>
+  (await import("./core/node/node-setup.ts")).setConntrack(...args);
+
+const cleanupBackends: typeof import("./plugins/cleanup.ts").cleanupBackends = async (...args) =>
+  (await import("./plugins/cleanup.ts")).cleanupBackends(...args);
 
 /** Where cluster objects come from: --input, --api (node agent) or the API server. */
 const sourceOptions = (args: Args, rawArgs: string[]) => {
@@ -48,7 +55,7 @@ const sourceOptions = (args: Args, rawArgs: string[]) => {
 };
 
 async function startBrain(args: Args, rawArgs: string[], cfg: Config, opts: { allNodes?: boolean } = {}) {
-  const brain = newBrain(cfg);
+  const brain = await newBrain(cfg);
   const source = await startSource({ ...sourceOptions(args, rawArgs), ...opts }, cfg, brain, log);
   return { brain, source };
 }
@@ -57,8 +64,10 @@ async function startBrain(args: Args, rawArgs: string[], cfg: Config, opts: { al
 const backendContext = (cfg: Config): BackendContext => ({ config: cfg, log, out: (t) => process.stdout.write(t) });
 
 /** --backend/--proxy-mode (kube-proxy's mode names too), else the config file's mode, else the default; then every --plugin. */
-const loadAskedBackends = (rawArgs: string[], ctx: BackendContext) =>
-  loadBackends({ builtins: backendNames(rawArgs, ctx.config), plugins: repeated(rawArgs, "plugin") }, ctx);
+async function loadAskedBackends(rawArgs: string[], ctx: BackendContext): Promise<Backend[]> {
+  const { loadBackends } = await import("./plugins/loader.ts");
+  return loadBackends({ builtins: backendNames(rawArgs, ctx.config), plugins: repeated(rawArgs, "plugin") }, ctx);
+}
 
 /** The revisions' own log lines: each full computation, and the node's IPs whenever they change. */
 function logRevisions(nodeName: string): (rev: Revision) => void {
@@ -76,12 +85,17 @@ function logRevisions(nodeName: string): (rev: Revision) => void {
  * health and metrics servers. Resolves once every backend holds its first
  * sync and, after it, kube-proxy's rules are gone.
  */
-function feedFromView(
+async function feedFromView(
   view: NodeView,
   backends: readonly Backend[],
   opts: { cfg: Config; servers: ProxyServers | undefined },
-): Promise<void> {
+): Promise<{ startedUp: Promise<void> }> {
   const { cfg, servers } = opts;
+  const [{ memoryRelease }, { feedAll }, { removeKubeProxyRules }] = await Promise.all([
+    import("./core/release-memory.ts"),
+    import("./plugins/feed-all.ts"),
+    import("./plugins/cleanup.ts"),
+  ]);
   const startedUp = Promise.withResolvers<void>();
   let migrated: Promise<void> | undefined;
   const memory = memoryRelease(log);
@@ -109,7 +123,7 @@ function feedFromView(
     servers?.queued(rev);
     feeds.push(rev);
   });
-  return startedUp.promise.then(() => migrated);
+  return { startedUp: startedUp.promise.then(() => migrated) };
 }
 
 /** A command as the dispatcher at the bottom runs it: its description and flags (--help, argv.ts), and its run on the parsed flags. */
@@ -151,26 +165,42 @@ const runCommand = command({
     const listen = repeated(rawArgs, "listen");
     const sources = sourceOptions(args, rawArgs);
     const security = serveSecurity(args, listen, sources);
-    const brain = newBrain(cfg);
+    const brain = await newBrain(cfg);
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
+    // The lists go out first: the health and metrics servers, the OOM score and the backends'
+    // setup then run while the API server answers, each in its own turn of the event loop so
+    // that the connections' TLS handshakes move on in between. What the source reports before
+    // the metrics exist (a request, the agent's stream) is held for them.
+    const restClient = args.once ? undefined : new HeldRestClient();
+    let servers: ProxyServers | undefined;
+    let globalStats: GlobalSourceStats | undefined;
+    const onGlobalStats = (stats: GlobalSourceStats) => {
+      globalStats = stats;
+      servers?.metrics.followGlobal(stats);
+    };
+    const starting = startSource({ ...sources, onGlobalStats, restClient }, cfg, brain, log);
+    starting.catch(() => {}); // awaited below, after the servers are up
+    await nextTurn(); // the lists' requests are on their way
     // Health and metrics answer from the start, also while the API server is still unreachable.
-    const servers = args.once
-      ? undefined
-      : startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
+    if (!args.once) {
+      const { startProxyServers } = await import("./core/node/proxy-servers.ts");
+      servers = startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
+      restClient?.attach(servers.metrics.restClient);
+      if (globalStats) servers.metrics.followGlobal(globalStats);
+      await nextTurn();
+    }
     ctx.metrics = servers?.metrics;
+    const { applyOOMScoreAdj } = await import("./core/node/node-setup.ts");
     if (!args.once) applyOOMScoreAdj(cfg, log);
+    await nextTurn();
     // Backends get ready while the lists run (nft loads its skeleton with --check, which
     // used to follow the first compute); one that cannot work stops kpng at once.
     // Then the conntrack sysctls, as kube-proxy sets them before its proxier starts.
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx))).then(() => setConntrack(cfg, names, log));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const onGlobalStats = (stats: GlobalSourceStats) => servers?.metrics.followGlobal(stats);
-    const source = await untilStopped(
-      Promise.race([startSource({ ...sources, onGlobalStats, restClient: servers?.metrics.restClient }, cfg, brain, log), unready]),
-      stopped,
-    );
+    const source = await untilStopped(Promise.race([starting, unready]), stopped);
     if (!source) return servers?.close();
     // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
     log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
@@ -178,8 +208,10 @@ const runCommand = command({
     const api = listen.length ? await serveApi(brain, cfg, listen, security, args) : undefined;
     if (api) servers?.metrics.followApi(api);
     const view = brain.view(cfg.nodeName);
+    const { nodeIPsBeforeFirstSync } = await import("./core/sources/index.ts");
     await nodeIPsBeforeFirstSync(view, { input: sources.input, nodeIPs: cfg.nodeIPs, stopped, log });
     await ready;
+    const { recordStartWarnings } = await import("./core/node/start-warnings.ts");
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const fromCluster = args.input === undefined && args.api === undefined;
     const warned = fromCluster
@@ -194,7 +226,7 @@ const runCommand = command({
           },
         )
       : undefined;
-    const startedUp = feedFromView(view, backends, { cfg, servers });
+    const { startedUp } = await feedFromView(view, backends, { cfg, servers });
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
     if (args.once) await startedUp.then(() => warned);
@@ -338,9 +370,13 @@ const localCommand = command({
     const { brain, source } = await startBrain(args, rawArgs, cfg);
     const state = await brain.view(cfg.nodeName).next(0);
     source.close();
+    const { formatLocalState } = await import("./core/brain/output.ts");
     process.stdout.write(formatLocalState(state, output));
   },
 });
+
+/** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** `work`'s value, or undefined if `stopped` (a signal) comes first; `work` then goes on until the process exits. */
 async function untilStopped<T>(work: Promise<T>, stopped: Promise<void> | undefined): Promise<T | undefined> {

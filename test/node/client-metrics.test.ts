@@ -4,6 +4,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { Registry } from "prom-client";
 import { buildInfoLabels, registerBuildInfo, REST_CLIENT_BUCKETS, RestClientMetrics } from "../../src/core/node/client-metrics.ts";
+import { HeldRestClient } from "../../src/core/node/held-requests.ts";
 import { kubeRequest, readBody, serverHost } from "../../src/core/sources/kube-http.ts";
 import type { KubeAccess } from "../../src/core/sources/kubeconfig.ts";
 import pkg from "../../package.json" with { type: "json" };
@@ -73,6 +74,24 @@ describe("rest_client_* (client-go's restclient metrics)", () => {
     expect(value(t, `rest_client_request_duration_seconds_count{verb="GET",host="${host}"}`)).toBeUndefined();
     res.destroy();
     ctl.abort();
+  });
+
+  test("requests answered before the metrics exist (the lists start first) are counted once they do, then each as it comes", async () => {
+    const held = new HeldRestClient();
+    const url = `http://127.0.0.1:${server.port}`;
+    const access: KubeAccess = { server: url, tls: { insecure: false }, credentials: async () => ({ refused() {} }), observe: held };
+    const request = kubeRequest(access);
+    await readBody(await request({ path: "/ok" }));
+    await readBody(await request({ path: "/missing" }));
+    const registry = new Registry();
+    held.attach(new RestClientMetrics([registry]));
+    const host = new URL(url).host;
+    expect(value(await registry.metrics(), `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBe(1);
+    expect(value(await registry.metrics(), `rest_client_requests_total{code="404",method="GET",host="${host}"}`)).toBe(1);
+    await readBody(await request({ path: "/ok" }));
+    const t = await registry.metrics();
+    expect(value(t, `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBe(2);
+    expect(value(t, `rest_client_request_duration_seconds_count{verb="GET",host="${host}"}`)).toBe(3);
   });
 });
 

@@ -348,14 +348,11 @@ export class Reflector {
     let open = false;
     const list: ListStats | null = listing ? { items: 0, pages: 0, ms: 0, decodeMs: 0, encoding: "", via: "watch" } : null;
     let initial = listing;
-    // A silent half-open connection is cut a minute after the server should have ended it.
-    let idle: ReturnType<typeof setTimeout> | undefined;
-    const resetIdle = () => {
-      clearTimeout(idle);
-      idle = setTimeout(() => ctl.abort(new DOMException("watch idle", "TimeoutError")), (timeoutSeconds + 60) * 1000);
-    };
+    // A silent half-open connection is cut a minute after the server should have ended it:
+    // the timer starts over with every chunk that arrives (a refresh, not a new timer per
+    // event: a streamed list is thousands of events).
+    const idle = setTimeout(() => ctl.abort(new DOMException("watch idle", "TimeoutError")), (timeoutSeconds + 60) * 1000);
     try {
-      resetIdle();
       const query = {
         ...this.selectors(),
         watch: "true",
@@ -377,36 +374,39 @@ export class Reflector {
       const encoding = encodingOf(res.headers["content-type"]);
       if (!encoding) throw new Error(`${this.spec.path}: watch answered in ${res.headers["content-type"]}, which kpng does not read`);
       if (list) list.encoding = encoding;
-      for await (const ev of watchEvents(res, encoding, list)) {
-        resetIdle();
-        if (!ev?.type || !ev.object || typeof ev.object !== "object") continue;
-        if (ev.type === "ERROR") {
-          const status = ev.object as { code?: unknown; message?: unknown };
-          if (status.code === 410) gone = true;
-          else this.log.warn("watch error event", { kind: this.kind, code: String(status.code), message: String(status.message ?? "") });
-          continue;
-        }
-        events++;
-        const meta = ev.object.metadata as { resourceVersion?: unknown; annotations?: Record<string, string> } | undefined;
-        const rv = meta?.resourceVersion;
-        if (initial) {
-          if (ev.type === "ADDED") {
-            this.sink.page([ev.object], list!.items++ === 0);
+      // Events come in batches, one per chunk read: one await per chunk, not per event.
+      for await (const batch of watchEvents(res, encoding, list)) {
+        idle.refresh();
+        for (const ev of batch) {
+          if (!ev?.type || !ev.object || typeof ev.object !== "object") continue;
+          if (ev.type === "ERROR") {
+            const status = ev.object as { code?: unknown; message?: unknown };
+            if (status.code === 410) gone = true;
+            else this.log.warn("watch error event", { kind: this.kind, code: String(status.code), message: String(status.message ?? "") });
             continue;
           }
-          if (ev.type === "BOOKMARK" && meta?.annotations?.[INITIAL_EVENTS_END] === "true") {
-            initial = false;
-            if (list!.items === 0) this.sink.page([], true);
-            list!.ms = performance.now() - started;
-            this.sink.listed(list!);
-            if (typeof rv === "string") this.resourceVersion = rv;
-            this.failures = 0;
-            this.listedOnce.resolve();
-            continue;
+          events++;
+          const meta = ev.object.metadata as { resourceVersion?: unknown; annotations?: Record<string, string> } | undefined;
+          const rv = meta?.resourceVersion;
+          if (initial) {
+            if (ev.type === "ADDED") {
+              this.sink.page([ev.object], list!.items++ === 0);
+              continue;
+            }
+            if (ev.type === "BOOKMARK" && meta?.annotations?.[INITIAL_EVENTS_END] === "true") {
+              initial = false;
+              if (list!.items === 0) this.sink.page([], true);
+              list!.ms = performance.now() - started;
+              this.sink.listed(list!);
+              if (typeof rv === "string") this.resourceVersion = rv;
+              this.failures = 0;
+              this.listedOnce.resolve();
+              continue;
+            }
           }
+          if (ev.type !== "BOOKMARK") this.sink.event(ev.type, ev.object);
+          if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
         }
-        if (ev.type !== "BOOKMARK") this.sink.event(ev.type, ev.object);
-        if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
       }
       if (gone) return { type: "gone" };
       if (initial)
@@ -458,12 +458,12 @@ interface FetchedPage {
   next?: { token: string; page: FetchedPage };
 }
 
-/** The events of a watch answer: JSON lines, or protobuf frames; decoding time added to `stats` while it is a list. */
+/** The events of a watch answer, those each chunk completes: JSON lines, or protobuf frames; decoding time added to `stats` while it is a list. */
 async function* watchEvents(
   res: IncomingMessage,
   encoding: "json" | "protobuf",
   stats: ListStats | null,
-): AsyncGenerator<Partial<WatchEvent> | undefined> {
+): AsyncGenerator<Array<Partial<WatchEvent> | undefined>> {
   const timed = <T>(f: () => T): T => {
     if (!stats) return f();
     const t0 = performance.now();
@@ -473,7 +473,7 @@ async function* watchEvents(
   };
   if (encoding === "protobuf") {
     const decoder = new WatchDecoder();
-    for await (const chunk of res) yield* timed(() => decoder.push(chunk as Buffer));
+    for await (const chunk of res) yield timed(() => decoder.push(chunk as Buffer));
     return;
   }
   let rest = "";
@@ -481,9 +481,9 @@ async function* watchEvents(
   for await (const chunk of res) {
     const lines = (rest + text.write(chunk as Buffer)).split("\n");
     rest = lines.pop()!;
-    yield* timed(() => lines.filter((l) => l.trim()).map((l) => safeJSON(l) as Partial<WatchEvent> | undefined));
+    yield timed(() => lines.filter((l) => l.trim()).map((l) => safeJSON(l) as Partial<WatchEvent> | undefined));
   }
-  if (rest.trim()) yield safeJSON(rest) as Partial<WatchEvent> | undefined;
+  if (rest.trim()) yield [safeJSON(rest) as Partial<WatchEvent> | undefined];
 }
 
 /**
