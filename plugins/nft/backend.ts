@@ -52,7 +52,7 @@ export interface NftOptions {
 export interface SyncStats {
   full: boolean;
   statements: number;
-  /** reading what the tables hold before a full sync (held.ts) */
+  /** waiting, once the services are rendered, for the listing of what the tables hold (a full sync's; held.ts) */
   listMs: number;
   renderMs: number;
   applyMs: number;
@@ -113,13 +113,18 @@ export class NftBackend implements FullStateBackend {
       this.sync = new NftSync({ ...this.ctx.config, nodeIPs: [...ips] });
       this.needFull = true;
     }
-    const tl = performance.now();
-    const held = this.needFull || change === null ? await this.held() : undefined;
+    // A full sync lists what the tables hold (another process) while the services render here.
+    const listing = this.needFull || change === null ? this.held() : undefined;
     const t0 = performance.now();
-    let plan = this.sync.plan(state, this.needFull ? null : change, held);
+    const rendered = this.sync.render(state, this.needFull ? null : change);
+    const t1 = performance.now();
+    const held = await listing;
+    const t2 = performance.now();
+    let plan = this.sync.finish(rendered, held);
     // part of rendering, kept by the transaction; a first load whose elements kpng encodes prints only the rest (executor.ts)
     if (!(plan.full && plan.fresh && this.runner.encodesFirstLoads)) plan.tx.print();
-    const renderMs = performance.now() - t0;
+    const renderMs = t1 - t0 + (performance.now() - t2);
+    const listMs = t2 - t1;
     if (plan.truncated) this.log.warn("endpoints beyond the per-service limit left out", { count: plan.truncated });
     if (this.ctx.config.dryRun) {
       const flows = this.staleFlows(plan);
@@ -129,7 +134,7 @@ export class NftBackend implements FullStateBackend {
       this.commit(plan, { renderMs, applyMs: 0, listMs: 0, conntrackDeletes: 0 });
       return;
     }
-    const t1 = performance.now();
+    const t3 = performance.now();
     try {
       await this.transaction(plan);
     } catch (err) {
@@ -145,9 +150,9 @@ export class NftBackend implements FullStateBackend {
       await this.transaction(plan);
     }
     this.needFull = false;
-    const applyMs = performance.now() - t1;
+    const applyMs = performance.now() - t3;
     const deletes = await this.clearConntrack(plan);
-    this.commit(plan, { renderMs, applyMs, listMs: t0 - tl, conntrackDeletes: deletes });
+    this.commit(plan, { renderMs, applyMs, listMs, conntrackDeletes: deletes });
   }
 
   /**

@@ -269,6 +269,15 @@ export interface SyncPlan {
   truncated: number;
 }
 
+/** What `NftSync.render` made, for `finish` */
+export interface RenderedServices {
+  full: boolean;
+  phases: Phases;
+  keys: string[];
+  udp: Map<string, UdpFrontend[]>;
+  truncated: number;
+}
+
 export class NftSync {
   private families: FamilySync[];
   /** the last plan was a full sync, and no reset (its failure) followed yet: whether it was in place */
@@ -298,6 +307,15 @@ export class NftSync {
    * without it a full sync deletes and re-creates them.
    */
   plan(state: NodeState, change: StateChange, held?: Holdings): SyncPlan {
+    return this.finish(this.render(state, change), held);
+  }
+
+  /**
+   * A plan's services, rendered: most of a plan's work, and none of it
+   * needs what the tables hold, so a full sync lists them (held.ts, another
+   * process) while this runs. Records are updated here: `finish` must follow.
+   */
+  render(state: NodeState, change: StateChange): RenderedServices {
     const full = change === null;
     // a plan after a full sync, without a reset between: that sync was applied
     if (this.fullOutstanding) this.inPlaceFailed = false;
@@ -306,17 +324,27 @@ export class NftSync {
     const services: [string, ServiceEndpoints | undefined][] = full
       ? [...state.services].sort(byKey)
       : [...change].sort().map((k) => [k, state.services.get(k)]);
-    const keys = services.map(([k]) => k);
-    const tx = new Transaction();
     if (full) this.forget();
-    const p = new Phases();
+    const phases = new Phases();
     const byFamily = new Map<string, UdpFrontend[]>();
     for (const fs of this.families) {
       fs.truncated = 0;
-      fs.plan(services, p, byFamily);
+      fs.plan(services, phases, byFamily);
     }
-    // in key order, as the services (the second family may add keys after the first's)
-    const udp = new Map([...byFamily].sort(byKey));
+    return {
+      full,
+      phases,
+      keys: services.map(([k]) => k),
+      // in key order, as the services (the second family may add keys after the first's)
+      udp: new Map([...byFamily].sort(byKey)),
+      truncated: this.families.reduce((n, fs) => n + fs.truncated, 0),
+    };
+  }
+
+  /** The transaction of rendered services; a full sync's first clears what the tables hold (`held`, as in `plan`). */
+  finish(rendered: RenderedServices, held?: Holdings): SyncPlan {
+    const { full, phases: p, keys, udp, truncated } = rendered;
+    const tx = new Transaction();
     const inPlace = full && held !== undefined && !this.inPlaceFailed;
     if (full) {
       for (const fs of this.families) {
@@ -336,7 +364,7 @@ export class NftSync {
     }
     for (const op of p.all()) tx.add(op);
     const fresh = inPlace && FAMILIES.every((f) => !held[f].chains.size && !held[f].sets.size);
-    return { tx, full, fresh, keys, udp, truncated: this.families.reduce((n, fs) => n + fs.truncated, 0) };
+    return { tx, full, fresh, keys, udp, truncated };
   }
 }
 
