@@ -14,6 +14,7 @@ import { NftSync } from "../../plugins/nft/sync.ts";
 import { printOp, Transaction, type Op, type SetSpec } from "../../plugins/nft/transaction.ts";
 import { nodeConfig } from "./fixtures.ts";
 import { batchCaptureState } from "./netlink-batch-cases.ts";
+import { sh } from "./netlink-capture.ts";
 
 export interface CapturedCase {
   name: string;
@@ -60,14 +61,6 @@ if (import.meta.main) {
     if ((op.kind === "set" || op.kind === "map") && op.verb === "add") sets.set(`${op.family} ${op.set.name}`, op);
   }
   const ns = `kpbc-${Math.random().toString(36).slice(2, 8)}`;
-  const sh = (argv: string[], stdin?: string) => {
-    const r = Bun.spawnSync(argv, {
-      stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
-      env: { ...process.env, HOME: "/dev/null" },
-    });
-    if (r.exitCode !== 0) throw new Error(`${argv.join(" ")}: ${r.stderr.toString()}`);
-    return r.stderr.toString();
-  };
   sh(["ip", "netns", "add", ns]);
   const cases: CapturedCase[] = [];
   try {

@@ -32,15 +32,18 @@ export const SCRIPTS: Record<string, string> = {
   "a firewall reload: flush ruleset": "flush ruleset",
 };
 
+/** runs a command of a capture script to its end; throws with its stderr, else returns it (strace writes there) */
+export function sh(argv: string[], stdin?: string): string {
+  const r = Bun.spawnSync(argv, {
+    stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
+    env: { ...process.env, HOME: "/dev/null" },
+  });
+  if (r.exitCode !== 0) throw new Error(`${argv.join(" ")}: ${r.stderr.toString()}`);
+  return r.stderr.toString();
+}
+
 if (import.meta.main) {
   const ns = `kpcap-${Math.random().toString(36).slice(2, 8)}`;
-  const sh = (argv: string[], stdin?: string) => {
-    const r = Bun.spawnSync(argv, {
-      stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
-      env: { ...process.env, HOME: "/dev/null" },
-    });
-    if (r.exitCode !== 0) throw new Error(`${argv.join(" ")}: ${r.stderr.toString()}`);
-  };
   sh(["ip", "netns", "add", ns]);
   const captured: Record<string, string[]> = {};
   try {
