@@ -234,11 +234,20 @@ export class NftRunner {
       const skeleton = transactionOf(rest);
       // nft loads the skeleton in its own process while this one encodes the elements
       const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
-      let encoded: ReturnType<typeof encodeBatch>;
+      let encoded: ReturnType<typeof encodeBatch> | undefined;
+      let encodeFailed: unknown;
       try {
         encoded = encodeBatch(elements);
+      } catch (err) {
+        encodeFailed = err;
       } finally {
         await loading;
+      }
+      if (!encoded) {
+        // kpng's own encoder failed on this input: nft reads the same statements
+        this.netlinkUnusable(encodeFailed);
+        await this.loadSideBySide(splitFirstLoad(transactionOf(elements.map((e) => e.op)), FIRST_LOAD_PARTS, 0).slice(1));
+        return true;
       }
       const { batch, unencoded } = encoded;
       if (unencoded.length) await this.exec.run(["nft", "-f", "-"], transactionOf(unencoded).print());
@@ -253,7 +262,14 @@ export class NftRunner {
         await this.loadSideBySide(splitFirstLoad(transactionOf(batch.ops), FIRST_LOAD_PARTS, 0).slice(1));
         return true;
       }
-      refused(batch, answers);
+      try {
+        refused(batch, answers);
+      } catch (err) {
+        // Whether kpng's encoding or the input is at fault, the retry (a full sync over what the
+        // skeleton left, so not a first load) goes through nft, and so do later first loads.
+        this.netlinkUnusable(err);
+        throw err;
+      }
       return true;
     } finally {
       socket.close();
