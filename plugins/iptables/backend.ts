@@ -35,9 +35,16 @@ import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./nam
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
 import { renderFixed } from "./render-fixed.ts";
-import { printRestore, Transaction } from "./render-restore.ts";
+import { printRestore, streamRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
-import { compact, fullTransaction, partialTransaction, type ServiceChange, type WrittenService } from "./render-sync.ts";
+import {
+  compact,
+  fullTransaction,
+  fullTransactionSteps,
+  partialTransaction,
+  type ServiceChange,
+  type WrittenService,
+} from "./render-sync.ts";
 import { parseSave, type SavedState } from "./saved.ts";
 import { ChangeTracker } from "./tracker.ts";
 
@@ -236,29 +243,11 @@ export class IptablesBackend implements IncrementalBackend {
         stats.rendered += keys.size;
         const next = new Map<string, WrittenService | undefined>();
         const saved = full && !this.ctx.config.dryRun ? parseSave(await this.ipt.save(family)) : undefined;
-        const tr = performance.now();
-        const tx = full ? this.fullTx(family, keys, next, saved) : this.partialTx(family, keys, next);
-        if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
-        const text = printRestore(tx);
-        stats.bytes[family] = text.length;
-        const set = this.hairpinEdits(family, full, next);
-        const ta = performance.now();
-        stats.renderMs += ta - tr;
-        await this.runIpset(set.before);
-        const jobs: Promise<void>[] = [];
-        if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-        else if (text)
-          jobs.push(
-            this.restore(family, tx, text).catch((err) => {
-              this.ctx.metrics?.transactionFailed(this.name, ipVersion(family), !full);
-              throw err;
-            }),
-          );
-        jobs.push(this.runIpset(set.alongside));
-        // Both finish before the next sync may start, even when one fails.
-        for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
+        const { tx, set } =
+          saved && holdsNothing(saved) && this.exec.stream
+            ? await this.streamedFirst(family, keys, next, saved, stats)
+            : await this.printedSync(family, full, keys, next, saved, stats);
         this.deferIpset(set.after);
-        stats.applyMs += performance.now() - ta;
         set.commit();
         this.countRules(family, tx, full, next);
         this.commit(family, next, full, stale);
@@ -288,6 +277,102 @@ export class IptablesBackend implements IncrementalBackend {
       await reconcileConntrack(this.exec, stale, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
   }
 
+  /** A sync's restore printed whole, then run (dry-run prints it), with the hairpin set's input before and alongside it. */
+  private async printedSync(
+    family: Family,
+    full: boolean,
+    keys: Set<string>,
+    next: Map<string, WrittenService | undefined>,
+    saved: SavedState | undefined,
+    stats: SyncStats,
+  ) {
+    const tr = performance.now();
+    const tx = full ? this.fullTx(family, keys, next, saved) : this.partialTx(family, keys, next);
+    if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
+    const text = printRestore(tx);
+    stats.bytes[family] = text.length;
+    const set = this.hairpinEdits(family, full, next);
+    const ta = performance.now();
+    stats.renderMs += ta - tr;
+    await this.runIpset(set.before);
+    const jobs: Promise<void>[] = [];
+    if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
+    else if (text) jobs.push(this.failedCounted(family, full, this.restore(family, tx, text)));
+    jobs.push(this.runIpset(set.alongside));
+    await allSettled(jobs);
+    stats.applyMs += performance.now() - ta;
+    return { tx, set };
+  }
+
+  /**
+   * The first restore (kpng holds nothing in the tables yet) streamed to
+   * iptables-restore as its services render (streamRestore): iptables-restore
+   * parses as it reads, so its parsing overlaps the rendering instead of
+   * following it. The hairpin set is created first, and filled alongside the
+   * restore once every service is rendered (its members are known then).
+   */
+  private async streamedFirst(
+    family: Family,
+    keys: Set<string>,
+    next: Map<string, WrittenService | undefined>,
+    saved: SavedState | undefined,
+    stats: SyncStats,
+  ) {
+    const t0 = performance.now();
+    if (this.hairpinSet) await this.runIpset(ipsetCreate(family));
+    const tx = new Transaction();
+    const steps = fullTransactionSteps(
+      { fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }), services: this.rendered(family, keys, next), saved },
+      tx,
+    );
+    let set: HairpinInput | undefined;
+    let filling: Promise<void> = Promise.resolve();
+    let renderMs = 0;
+    let bytes = 0;
+    const timed = function* (this: IptablesBackend): Generator<void> {
+      for (;;) {
+        const t = performance.now();
+        const step = steps.next();
+        renderMs += performance.now() - t;
+        if (step.done) break;
+        yield;
+      }
+      set = this.hairpinEdits(family, true, next);
+      filling = this.runIpset(set.alongside);
+    }.call(this);
+    const chunks = function* () {
+      for (const chunk of streamRestore(tx, timed)) {
+        bytes += chunk.length;
+        yield chunk;
+      }
+    };
+    const restoring = this.ipt.restore(family, chunks()).catch(async (err) => {
+      if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
+      // As restore(): the bulk preamble's -S may be what failed, maybe before the
+      // restore read the rest. The same restore whole without it, once rendered.
+      for (const _ of timed);
+      if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
+      this.log.warn("bulk restore failed, retrying without the bulk preamble", { family, error: errorMessage(err) });
+      await this.ipt.restore(family, printRestore(tx, { bulk: false }));
+    });
+    // the stream ends once every service is rendered, and the set's fill has started by then
+    const [restored] = await Promise.allSettled([this.failedCounted(family, true, restoring)]);
+    const [filled] = await Promise.allSettled([filling]);
+    for (const r of [restored, filled]) if (r.status === "rejected") throw r.reason;
+    stats.bytes[family] = bytes;
+    stats.renderMs += renderMs;
+    stats.applyMs += performance.now() - t0 - renderMs;
+    return { tx, set: set! };
+  }
+
+  /** counts a refused restore in kube-proxy's sync failure metric */
+  private failedCounted(family: Family, full: boolean, restoring: Promise<void>): Promise<void> {
+    return restoring.catch((err) => {
+      this.ctx.metrics?.transactionFailed(this.name, ipVersion(family), !full);
+      throw err;
+    });
+  }
+
   private async restore(family: Family, tx: Transaction, text: string) {
     try {
       await this.ipt.restore(family, text);
@@ -308,7 +393,7 @@ export class IptablesBackend implements IncrementalBackend {
    * Partial: members added before the restore, deleted after it (deferIpset). `commit`
    * records them once everything applied.
    */
-  private hairpinEdits(family: Family, full: boolean, next: Map<string, WrittenService | undefined>) {
+  private hairpinEdits(family: Family, full: boolean, next: Map<string, WrittenService | undefined>): HairpinInput {
     const none = { before: "", alongside: "", after: "", commit: () => {} };
     if (!this.hairpinSet) return none;
     if (full) {
@@ -370,15 +455,20 @@ export class IptablesBackend implements IncrementalBackend {
     next: Map<string, WrittenService | undefined>,
     saved: SavedState | undefined,
   ): Transaction {
-    const render = (key: string) => this.render(key, family);
-    function* services() {
-      for (const key of keys) {
-        const rules = render(key);
-        next.set(key, rules && compact(rules));
-        if (rules) yield rules;
-      }
+    return fullTransaction({
+      fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }),
+      services: this.rendered(family, keys, next),
+      saved,
+    });
+  }
+
+  /** Each service rendered as it is asked for, its compact record kept in `next`. */
+  private *rendered(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Generator<ServiceRules> {
+    for (const key of keys) {
+      const rules = this.render(key, family);
+      next.set(key, rules && compact(rules));
+      if (rules) yield rules;
     }
-    return fullTransaction({ fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }), services: services(), saved });
   }
 
   private partialTx(family: Family, keys: Set<string>, next: Map<string, WrittenService | undefined>): Transaction {
@@ -459,4 +549,20 @@ export class IptablesBackend implements IncrementalBackend {
     this.hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
     this.needFull = true;
   }
+}
+
+/** no KPNG- chain and no jump to one: the tables hold nothing of kpng's (a first start) */
+const holdsNothing = (saved: SavedState) => saved.jumps.length === 0 && [...saved.chains.values()].every((c) => c.size === 0);
+
+/** `ipset restore` inputs of one sync's hairpin set, by when they run, and what records them once applied */
+interface HairpinInput {
+  before: string;
+  alongside: string;
+  after: string;
+  commit: () => void;
+}
+
+/** waits for every job, then throws the first failure: both finish before the next sync may start, even when one fails */
+async function allSettled(jobs: Promise<void>[]) {
+  for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
 }

@@ -6,8 +6,8 @@ import { type Executor, type Family, KpngError, runCommand } from "../../src/plu
 import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Table } from "./names.ts";
 
 export interface IptablesExecutor {
-  /** `iptables-restore --noflush` (or ip6tables-restore) with this input */
-  restore(family: Family, input: string): Promise<void>;
+  /** `iptables-restore --noflush` (or ip6tables-restore) with this input, whole or streamed (Executor.stream) */
+  restore(family: Family, input: string | Iterable<string>): Promise<void>;
   /** `iptables-save`: every table */
   save(family: Family): Promise<string>;
   chainExists(family: Family, table: Table, chain: string): Promise<boolean>;
@@ -19,7 +19,10 @@ export function iptablesExecutor(exec: Executor): IptablesExecutor {
   return {
     async restore(family, input) {
       // -w: wait for the xtables lock held by another legacy-iptables user instead of failing.
-      await exec.run([restoreCommand(family), "--noflush", "-w", "5"], input);
+      const argv = [restoreCommand(family), "--noflush", "-w", "5"];
+      if (typeof input === "string") await exec.run(argv, input);
+      else if (exec.stream) await exec.stream(argv, input);
+      else await exec.run(argv, [...input].join(""));
     },
     save: (family) => exec.run([saveCommand(family)]),
     async ipset(input) {
@@ -40,15 +43,14 @@ export function iptablesExecutor(exec: Executor): IptablesExecutor {
  * Runs programs on this host; throws with argv and stderr when the exit code
  * is not 0. `prefix` goes in front of every argv (e.g. `ip netns exec NS`).
  */
-export function spawnExecutor(prefix: readonly string[] = []): Executor {
-  return {
-    async run(command, stdin) {
-      const argv = [...prefix, ...command];
-      const { code, stdout, stderr } = await runCommand(argv, stdin);
-      if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
-      return stdout;
-    },
+export function spawnExecutor(prefix: readonly string[] = []): Required<Executor> {
+  const run = async (command: string[], stdin?: string | Iterable<string>) => {
+    const argv = [...prefix, ...command];
+    const { code, stdout, stderr } = await runCommand(argv, stdin);
+    if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
+    return stdout;
   };
+  return { run, stream: run };
 }
 
 export interface RecordedCall {

@@ -110,6 +110,10 @@ export class Transaction {
   tableLines(table: Table): string[] {
     return this.lines.get(table)!.flat();
   }
+  /** one table's lines by group, as they grow (streamRestore reads the body while it is written) */
+  groups(table: Table): readonly (readonly string[])[] {
+    return this.lines.get(table)!;
+  }
 }
 
 const cleanComment = (c: string) => c.replace(/["\\\n\r]/g, "").slice(0, 250);
@@ -155,15 +159,67 @@ export const bulkPreamble = (table: Table) => [...builtinsOf(table).map((c) => `
 
 /** The restore input; "" when the transaction is empty (nothing to run). `bulk: false` never adds the bulk preamble. */
 export function printRestore(tx: Transaction, opts: { bulk?: boolean } = {}): string {
-  const bulk = opts.bulk ?? true;
   const out: string[] = [];
-  for (const table of tables) {
-    const lines = tx.tableLines(table);
-    if (!lines.length) continue;
-    out.push(`*${table}`);
-    if (bulk && lines.length > bulkThreshold) out.push(...bulkPreamble(table));
-    for (const l of lines) out.push(l);
-    out.push("COMMIT");
-  }
+  for (const table of tables) printTable(tx, table, opts.bulk ?? true, out);
   return out.length ? out.join("\n") + "\n" : "";
+}
+
+/** One table's block, unless it is empty; `bulk`: with the preamble above bulkThreshold operations. */
+function printTable(tx: Transaction, table: Table, bulk: boolean, out: string[]) {
+  const lines = tx.tableLines(table);
+  if (!lines.length) return;
+  out.push(`*${table}`);
+  if (bulk && lines.length > bulkThreshold) out.push(...bulkPreamble(table));
+  for (const l of lines) out.push(l);
+  out.push("COMMIT");
+}
+
+/** lines of the nat table's body sent at a time while services render (~100 KB) */
+const STREAM_LINES = 1000;
+
+/**
+ * A first restore's input as it is built: `building` adds to `tx` a step at a
+ * time (render-sync.ts fullTransactionSteps), and the nat table's lines go
+ * out as they come, since nat holds nearly all of them: its block first,
+ * with the bulk preamble (the count is not known yet; a small block loses
+ * nothing by it), then the other tables as printRestore prints them. Each
+ * table commits at its own COMMIT, so this order is for a first restore only,
+ * over tables kpng holds nothing in: a restore over rules in place keeps
+ * printRestore's (filter first, so that a service losing its last endpoint
+ * rejects before its DNAT goes). Invalid rules (tx.error) throw before nat's
+ * COMMIT: nothing of the restore commits.
+ */
+export function* streamRestore(tx: Transaction, building: Iterator<unknown>): Generator<string> {
+  const [savedDeletes, deletes, body, chainDeletes] = tx.groups("nat");
+  const out = ["*nat", ...bulkPreamble("nat")];
+  let sent = 0;
+  const take = (lines: readonly string[], from = 0) => {
+    for (let i = from; i < lines.length; i++) out.push(lines[i]);
+  };
+  const flush = () => {
+    const text = `${out.join("\n")}\n`;
+    out.length = 0;
+    return text;
+  };
+  for (let step = building.next(); !step.done; step = building.next()) {
+    if (body.length - sent < STREAM_LINES) continue;
+    // the deletions of saved rules come first, and are all known before the first service (fullTransactionSteps)
+    if (sent === 0) {
+      take(savedDeletes);
+      take(deletes);
+    }
+    take(body, sent);
+    sent = body.length;
+    yield flush();
+  }
+  if (tx.error) throw new Error(tx.error);
+  if (sent === 0) {
+    take(savedDeletes);
+    take(deletes);
+  }
+  take(body, sent);
+  take(chainDeletes);
+  out.push("COMMIT");
+  for (const table of tables) if (table !== "nat") printTable(tx, table, true, out);
+  yield flush();
 }

@@ -62,8 +62,19 @@ export interface FullInput {
   saved?: SavedState;
 }
 
-export function fullTransaction({ fixed, services, saved }: FullInput): Transaction {
+export function fullTransaction(input: FullInput): Transaction {
   const tx = new Transaction();
+  for (const _ of fullTransactionSteps(input, tx));
+  return tx;
+}
+
+/**
+ * The full restore built into `tx` a step at a time: one step per service,
+ * so that a streamed restore (streamRestore) sends each service's chains as
+ * they come. What depends on no service (the fixed chains, the host's
+ * duplicate jumps to delete) is added before the first.
+ */
+export function* fullTransactionSteps({ fixed, services, saved }: FullInput, tx: Transaction): Generator<void, void> {
   const wanted = new Set<string>();
   const declare = (table: Table, name: string) => {
     const k = chainKey(table, name);
@@ -72,17 +83,6 @@ export function fullTransaction({ fixed, services, saved }: FullInput): Transact
     tx.declare(table, name);
   };
   for (const t of tables) for (const c of fixedChains[t]) declare(t, c);
-  const shared: Rule[] = [];
-  for (const svc of services) {
-    for (const c of svc.chains.values()) {
-      declare(c.table, c.name);
-      appendChain(tx, c);
-    }
-    shared.push(...svc.shared);
-  }
-  for (const r of shared) tx.append(r);
-  for (const r of fixed.rules) tx.append(r);
-  for (const r of fixed.tails) tx.append(r);
 
   // Built-in jumps: one of each, inserted at the head (upstream kube-proxy
   // prepends too, so other firewalls' ACCEPTs cannot bypass services).
@@ -93,6 +93,20 @@ export function fullTransaction({ fixed, services, saved }: FullInput): Transact
     if (expected.has(k) && !seen.has(k)) seen.add(k);
     else tx.removeSaved(j.table, j.line); // a duplicate, or a jump an older kpng made
   }
+
+  const shared: Rule[] = [];
+  for (const svc of services) {
+    for (const c of svc.chains.values()) {
+      declare(c.table, c.name);
+      appendChain(tx, c);
+    }
+    for (const r of svc.shared) shared.push(r);
+    yield;
+  }
+  for (const r of shared) tx.append(r);
+  for (const r of fixed.rules) tx.append(r);
+  for (const r of fixed.tails) tx.append(r);
+
   // Reversed: each `-I 1` lands above the previous one, leaving the listed order.
   for (const j of [...baseJumps].reverse()) {
     if (seen.has(`${j.table}/${j.from}/${j.to}`)) continue;
@@ -106,7 +120,6 @@ export function fullTransaction({ fixed, services, saved }: FullInput): Transact
       tx.deleteChain(table, name);
     }
   }
-  return tx;
 }
 
 export interface ServiceChange {

@@ -16,6 +16,12 @@ import type * as Toolkit from "./toolkit/index.ts";
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
 export interface Executor {
   run(argv: string[], stdin?: string): Promise<string>;
+  /**
+   * As `run`, with stdin written as `chunks` yields them, each made when the
+   * program has read the one before (a big iptables restore parses while
+   * kpng still renders). Optional: without it, callers join the chunks and `run`.
+   */
+  stream?(argv: string[], chunks: Iterable<string>): Promise<string>;
 }
 
 export interface BackendContext {

@@ -29,6 +29,7 @@
 
 import { join } from "node:path";
 import type { Executor } from "../../src/plugins/backend.ts";
+import { runCommand } from "../../src/plugins/toolkit/command.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 
 export interface Host {
@@ -188,7 +189,16 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
     client,
     pods,
     exec,
-    executor: (ns) => ({ run: (argv, stdin) => exec(ns, argv, stdin) }),
+    executor: (ns) => ({
+      run: (argv, stdin) => exec(ns, argv, stdin),
+      // as deployed: the program reads while the caller still writes (Executor.stream)
+      stream: async (argv, chunks) => {
+        const full = ["ip", "netns", "exec", ns, ...argv];
+        const r = await runCommand(full, chunks);
+        if (r.code !== 0) throw new NetnsError(`${full.join(" ")}: exit ${r.code}: ${r.stderr.trim()}`);
+        return r.stdout;
+      },
+    }),
     async serve(pod, ports) {
       await stopServer(pod);
       const specs = (["tcp", "udp", "sctp"] as const).flatMap((p) => (ports[p] ?? []).map((n) => `${p}:${n}`));

@@ -10,17 +10,46 @@ export interface CommandResult {
   stderr: string;
 }
 
-/** Runs argv to its end, stdin fed whole; a program that cannot be started at all is `unavailable`. */
-export async function runCommand(argv: readonly string[], stdin?: string): Promise<CommandResult> {
-  const p = start(argv, stdin);
+/**
+ * Runs argv to its end; a program that cannot be started at all is
+ * `unavailable`. `stdin` is fed whole, or written as an iterable yields its
+ * chunks: each is made when the program has taken the one before, so a
+ * program that reads as it goes (iptables-restore) works while the caller
+ * still produces. A chunk that throws ends stdin there and is what this throws.
+ */
+export async function runCommand(argv: readonly string[], stdin?: string | Iterable<string>): Promise<CommandResult> {
+  let failed: { err: unknown } | undefined;
+  const p = start(argv, typeof stdin === "string" || stdin === undefined ? stdin : pulled(stdin, (err) => (failed = { err })));
   const [stdout, stderr, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  if (failed) throw failed.err;
   return { code, stdout, stderr };
 }
 
-function start(argv: readonly string[], stdin: string | undefined) {
+/** The chunks as a stream read one at a time, when the reader wants the next (no read-ahead). */
+function pulled(chunks: Iterable<string>, onError: (err: unknown) => void): ReadableStream<Uint8Array> {
+  const it = chunks[Symbol.iterator]();
+  const encoder = new TextEncoder();
+  return new ReadableStream<Uint8Array>(
+    {
+      pull(controller) {
+        try {
+          const r = it.next();
+          if (r.done) controller.close();
+          else controller.enqueue(encoder.encode(r.value));
+        } catch (err) {
+          onError(err);
+          controller.error(err);
+        }
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+function start(argv: readonly string[], stdin: string | ReadableStream<Uint8Array> | undefined) {
   try {
     return Bun.spawn([...argv], {
-      stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
+      stdin: stdin === undefined ? "ignore" : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin,
       stdout: "pipe",
       stderr: "pipe",
     });

@@ -1,0 +1,128 @@
+// The first restore streams: iptables-restore reads the nat table's lines
+// while the services still render (render-restore.ts streamRestore). Its
+// text is the printed restore with the nat block first (bulk preamble
+// always); a restore over rules kpng already holds is printed whole, in the
+// printed order; invalid rules stop the stream before any COMMIT; and in the
+// kernel a streamed first restore leaves exactly what a printed one leaves.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Executor } from "../../src/plugins/backend.ts";
+import { recordingExecutor, spawnExecutor } from "../../plugins/iptables/executor.ts";
+import { IptablesBackend } from "../../plugins/iptables/index.ts";
+import { bulkPreamble, streamRestore, Transaction } from "../../plugins/iptables/render-restore.ts";
+import { createTopology, type Topology } from "../harness/netns.ts";
+import { ep, svc, testContext, v4 } from "./fixtures.ts";
+
+/** 300 services x 10 endpoints: past one streamed chunk of the nat body */
+function fill(b: IptablesBackend) {
+  for (let i = 0; i < 300; i++) {
+    b.setService(svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(i + 1)], ports: [{ name: "http", port: 80 }] }));
+    for (let e = 0; e < 10; e++) b.setEndpoint("default", `s${i}`, `e${e}`, ep({ ips: [v4.pod(i & 255, e)], ports: { http: 8080 } }));
+  }
+}
+
+/** a recorder that also takes streamed input, keeping each chunk */
+function streamingRecorder() {
+  const rec = recordingExecutor();
+  const chunks: string[][] = [];
+  const exec: Required<Executor> = {
+    run: rec.run,
+    async stream(argv, input) {
+      const got = [...input];
+      chunks.push(got);
+      return rec.run(argv, got.join(""));
+    },
+  };
+  return { rec, exec, chunks };
+}
+
+/** a restore's table blocks by table name */
+const blocks = (text: string) => new Map(text.split(/(?=^\*)/m).map((b) => [b.slice(1, b.indexOf("\n")), b]));
+
+describe("a first restore, streamed", () => {
+  test("its chunks joined are the printed restore with the nat block first, its bulk preamble always", async () => {
+    const plain = recordingExecutor();
+    const printed = new IptablesBackend(testContext(), { executor: plain, families: ["v4"], monitorPeriodMs: 0 });
+    const { rec, exec, chunks } = streamingRecorder();
+    const streamed = new IptablesBackend(testContext(), { executor: exec, families: ["v4"], monitorPeriodMs: 0 });
+    fill(printed);
+    fill(streamed);
+    await printed.sync();
+    await streamed.sync();
+    const want = plain.restores("v4")[0];
+    const got = rec.restores("v4")[0];
+    expect(chunks[0].length).toBeGreaterThan(1); // the nat body went out in more than one piece
+    expect(got.startsWith(["*nat", ...bulkPreamble("nat"), ""].join("\n"))).toBe(true);
+    const [w, g] = [blocks(want), blocks(got)];
+    expect([...g.keys()]).toEqual(["nat", "mangle", "filter"]);
+    for (const table of ["nat", "filter", "mangle"]) expect(g.get(table)).toBe(w.get(table)!);
+  });
+
+  test("over rules kpng already holds, the full restore is printed whole, filter first", async () => {
+    const { rec, exec, chunks } = streamingRecorder();
+    const held = (c: { argv: string[] }) => (c.argv[0] === "iptables-save" ? "*nat\n:KPNG-SERVICES - [0:0]\nCOMMIT\n" : "");
+    const inner = recordingExecutor(held);
+    const b = new IptablesBackend(testContext(), {
+      executor: { run: inner.run, stream: exec.stream },
+      families: ["v4"],
+      monitorPeriodMs: 0,
+    });
+    fill(b);
+    await b.sync();
+    expect(chunks).toEqual([]);
+    const text = inner.restores("v4")[0];
+    expect(text.indexOf("*filter")).toBeLessThan(text.indexOf("*nat"));
+    expect(rec.calls).toEqual([]);
+  });
+
+  test("an invalid rule stops the stream before any COMMIT: nothing of the restore commits", () => {
+    const tx = new Transaction();
+    function* building() {
+      for (let i = 0; i < 2000; i++) {
+        tx.declare("nat", `KPNG-OK-${i}`);
+        yield;
+      }
+      tx.declare("nat", "KPNG BAD NAME");
+      yield;
+    }
+    const sent: string[] = [];
+    expect(() => {
+      for (const chunk of streamRestore(tx, building())) sent.push(chunk);
+    }).toThrow(/KPNG BAD NAME/);
+    expect(sent.length).toBeGreaterThan(0);
+    expect(sent.join("")).not.toContain("COMMIT");
+  });
+});
+
+describe("a first restore, streamed, in the kernel", () => {
+  let topo: Topology;
+  beforeAll(async () => {
+    topo = await createTopology({ pods: 0, prefix: "kpst" });
+  });
+  afterAll(async () => {
+    await topo?.destroy();
+  });
+
+  const saved = async () =>
+    (await topo.exec(topo.node.ns, ["iptables-save"]))
+      .split("\n")
+      .filter((l) => !l.startsWith("#"))
+      .join("\n");
+
+  test("leaves exactly what the printed restore leaves", async () => {
+    const inner = spawnExecutor(["ip", "netns", "exec", topo.node.ns]);
+    const load = async (exec: Executor) => {
+      const b = new IptablesBackend(testContext(), { executor: exec, families: ["v4"], monitorPeriodMs: 0 });
+      await b.setup();
+      fill(b);
+      await b.sync();
+      return b;
+    };
+    const printed = await load({ run: inner.run });
+    const want = await saved();
+    await printed.cleanup();
+    expect(await saved()).not.toContain("KPNG-");
+    await load(inner);
+    expect(await saved()).toBe(want);
+  });
+});
