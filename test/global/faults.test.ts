@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 const dir = tempDir("kpng-faults-");
 const input = join(dir.path, "cluster.yaml");
@@ -40,15 +40,6 @@ const agent = () => {
 };
 const syncs = (p: KpngProcess) => p.stderr.filter((l) => /synced backend=nft/.test(l)).map((l) => /changed=(\S+)/.exec(l)![1]);
 
-/** The number of lines once no new one came for 200 ms. */
-async function settled(lines: string[]): Promise<number> {
-  for (let n = -1; n !== lines.length; ) {
-    n = lines.length;
-    await Bun.sleep(200);
-  }
-  return lines.length;
-}
-
 /** Moves one endpoint of shop/web to a new address (one service changes). */
 const moveEndpoint = (from: string, to: string) =>
   writeFileSync(input, readFileSync(input, "utf8").replace(new RegExp(`${from.replaceAll(".", "\\.")}$`, "m"), to));
@@ -80,6 +71,7 @@ describe("node agent faults", () => {
     // and it follows the new brain: one endpoint change is one partial sync
     moveEndpoint("198.19.1.10", "198.19.1.11");
     await ag.waitFor(/synced backend=nft rev=2 .*changed=1/);
+    await settled(ag.stdout); // the log line (stderr) can overtake the transaction (stdout)
     expect(ag.stdout.join("\n")).toContain("198.19.1.11");
   }, 15_000);
 
@@ -125,6 +117,7 @@ describe("node agent faults", () => {
     await ag.waitFor(new RegExp(`following brain api=unix://${sockA.replaceAll(".", "\\.")} resync=true changed=1 `), 8000);
     await ag.waitFor(/synced backend=nft rev=2 .*changed=1/);
     expect(syncs(ag)).toEqual(["all", "1"]);
+    await settled(ag.stdout); // as above: the log line can overtake the transaction
     const diff = ag.stdout.slice(printed).join("\n");
     expect(diff).toContain("198.19.1.12");
     expect(diff).not.toContain("add table");
@@ -182,6 +175,7 @@ describe("node agent faults", () => {
     await brain(sockB);
     // the agent's backoff has reached up to 5 s by now, and the brain starts on a loaded machine
     await ag.waitFor(/synced backend=nft rev=1 .*changed=all/, 20_000);
+    await settled(ag.stdout); // the log line (stderr) can overtake the transaction (stdout)
     expect(ag.stdout.join("\n")).toContain("add table");
   }, 40_000);
 });

@@ -9,7 +9,7 @@ import { copyFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
 import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
-import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { BUF, ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { FakeApiServer, makeClientCert, makeTestCert } from "../harness/api-server.ts";
 
 setDefaultTimeout(60_000);
@@ -228,7 +228,7 @@ describe("an agent its brain starts refusing", () => {
     ]);
     try {
       await agent.waitFor(/synced backend=nft rev=1 /, 30_000);
-      const printed = agent.stdout.length;
+      const printed = await settled(agent.stdout); // the log line (stderr) can overtake the transaction (stdout)
       const syncs = () => agent.stderr.filter((l) => /synced backend=nft/.test(l)).length;
       const synced = syncs();
       // the same brain, restarted trusting another CA only: this agent's certificate is refused

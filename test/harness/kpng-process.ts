@@ -119,3 +119,15 @@ export function tempDir(prefix = "kpng-api-"): { path: string; create(): string;
     remove: () => rmSync(path, { recursive: true, force: true }),
   };
 }
+
+/**
+ * The number of lines once no new one came for 200 ms. A process's stdout and
+ * stderr are two pipes: a log line can arrive before output written ahead of it.
+ */
+export async function settled(lines: string[]): Promise<number> {
+  for (let n = -1; n !== lines.length; ) {
+    n = lines.length;
+    await Bun.sleep(200);
+  }
+  return lines.length;
+}
