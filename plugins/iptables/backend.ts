@@ -347,13 +347,11 @@ export class IptablesBackend implements IncrementalBackend {
       }
     };
     const restoring = this.ipt.restore(family, chunks()).catch(async (err) => {
-      if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
-      // As restore(): the bulk preamble's -S may be what failed, maybe before the
-      // restore read the rest. The same restore whole without it, once rendered.
+      // The preamble may be what failed, maybe before the restore read the rest:
+      // the services rendered to the end, then the same restore whole without it.
       for (const _ of timed);
       if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
-      this.log.warn("bulk restore failed, retrying without the bulk preamble", { family, error: errorMessage(err) });
-      await this.ipt.restore(family, printRestore(tx, { bulk: false }));
+      await this.restoreWithoutBulk(family, tx, err);
     });
     // the stream ends once every service is rendered, and the set's fill has started by then
     const [restored] = await Promise.allSettled([this.failedCounted(family, true, restoring)]);
@@ -377,14 +375,21 @@ export class IptablesBackend implements IncrementalBackend {
     try {
       await this.ipt.restore(family, text);
     } catch (err) {
-      // The bulk preamble's `-S` makes iptables-nft read every chain of the
-      // table; one it cannot parse (written by nft into iptables' own table)
-      // fails the restore. Slow but correct: the same restore without it.
-      const plain = printRestore(tx, { bulk: false });
-      if (plain === text) throw err;
-      this.log.warn("bulk restore failed, retrying without the bulk preamble", { family, error: errorMessage(err) });
-      await this.ipt.restore(family, plain);
+      await this.restoreWithoutBulk(family, tx, err, text);
     }
+  }
+
+  /**
+   * After `failed`: the bulk preamble's `-S` makes iptables-nft read every
+   * chain of the table, and one it cannot parse (written by nft into
+   * iptables' own table) fails the restore. Slow but correct: the same
+   * restore without it, unless `sent` already was that.
+   */
+  private async restoreWithoutBulk(family: Family, tx: Transaction, failed: unknown, sent?: string) {
+    const plain = printRestore(tx, { bulk: false });
+    if (plain === sent) throw failed;
+    this.log.warn("bulk restore failed, retrying without the bulk preamble", { family, error: errorMessage(failed) });
+    await this.ipt.restore(family, plain);
   }
 
   /**

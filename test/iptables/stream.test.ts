@@ -75,6 +75,25 @@ describe("a first restore, streamed", () => {
     expect(rec.calls).toEqual([]);
   });
 
+  test("a streamed restore that fails (the preamble's -S, before the rest was read) runs again whole, without the preamble", async () => {
+    const rec = recordingExecutor();
+    const ctx = testContext();
+    const exec: Required<Executor> = {
+      run: rec.run,
+      async stream(argv, input) {
+        input[Symbol.iterator]().next(); // read the first chunk only, then fail, as iptables-nft on a chain it cannot parse
+        throw new Error(`${argv[0]}: exit 1: line 5 failed`);
+      },
+    };
+    const b = new IptablesBackend(ctx, { executor: exec, families: ["v4"], monitorPeriodMs: 0 });
+    fill(b);
+    await b.sync();
+    const [whole] = rec.restores("v4");
+    expect(whole).not.toContain("\n-S\n");
+    expect(whole.match(/^:KPNG-SVC-/gm)).toHaveLength(300); // every service rendered, to the end
+    expect(ctx.log.lines.some((l) => l.includes("bulk restore failed, retrying without the bulk preamble"))).toBe(true);
+  });
+
   test("an invalid rule stops the stream before any COMMIT: nothing of the restore commits", () => {
     const tx = new Transaction();
     function* building() {
