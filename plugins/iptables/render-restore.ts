@@ -201,22 +201,17 @@ export function* streamRestore(tx: Transaction, building: Iterator<unknown>): Ge
     out.length = 0;
     return text;
   };
-  for (let step = building.next(); !step.done; step = building.next()) {
+  let step = building.next();
+  // the deletions of saved rules come first; all are known once the first step is taken (fullTransactionSteps)
+  take(savedDeletes);
+  take(deletes);
+  for (; !step.done; step = building.next()) {
     if (body.length - sent < STREAM_LINES) continue;
-    // the deletions of saved rules come first, and are all known before the first service (fullTransactionSteps)
-    if (sent === 0) {
-      take(savedDeletes);
-      take(deletes);
-    }
     take(body, sent);
     sent = body.length;
     yield flush();
   }
   if (tx.error) throw new Error(tx.error);
-  if (sent === 0) {
-    take(savedDeletes);
-    take(deletes);
-  }
   take(body, sent);
   take(chainDeletes);
   out.push("COMMIT");

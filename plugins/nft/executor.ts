@@ -246,7 +246,7 @@ export class NftRunner {
       if (!encoded) {
         // kpng's own encoder failed on this input: nft reads the same statements
         this.netlinkUnusable(encodeFailed);
-        await this.loadSideBySide(splitFirstLoad(transactionOf(elements.map((e) => e.op)), FIRST_LOAD_PARTS, 0).slice(1));
+        await this.elementsThroughNft(elements.map((e) => e.op));
         return true;
       }
       const { batch, unencoded } = encoded;
@@ -259,7 +259,7 @@ export class NftRunner {
         if (!isUnavailable(err)) throw err;
         // nothing of the batch reached the kernel: its elements go through nft, in batches side by side
         this.netlinkUnusable(err);
-        await this.loadSideBySide(splitFirstLoad(transactionOf(batch.ops), FIRST_LOAD_PARTS, 0).slice(1));
+        await this.elementsThroughNft(batch.ops);
         return true;
       }
       try {
@@ -281,6 +281,11 @@ export class NftRunner {
     this.log?.warn("cannot load elements through kpng's netlink socket: first loads go through nft -f", {
       err: err instanceof Error ? err.message : String(err),
     });
+  }
+
+  /** a first load's elements, over its loaded skeleton, through `nft -f` in batches side by side (the socket's fallback) */
+  private elementsThroughNft(ops: readonly Op[]): Promise<void> {
+    return this.loadSideBySide(splitFirstLoad(transactionOf(ops), FIRST_LOAD_PARTS, 0).slice(1));
   }
 
   /** element batches over a loaded skeleton, at the same time: all settle before the outcome is known (a retry must not race a batch still loading) */
