@@ -114,11 +114,10 @@ export async function pythonPath(): Promise<string> {
 }
 
 /** Runs a command and returns stdout; throws with argv and stderr on failure. */
-export async function run(argv: string[], stdin?: string): Promise<string> {
-  const p = Bun.spawn(argv, { stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin), stdout: "pipe", stderr: "pipe" });
-  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-  if (code !== 0) throw new NetnsError(`${argv.join(" ")}: exit ${code}: ${err.trim()}`);
-  return out;
+export async function run(argv: string[], stdin?: string | Iterable<string>): Promise<string> {
+  const { code, stdout, stderr } = await runCommand(argv, stdin);
+  if (code !== 0) throw new NetnsError(`${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
+  return stdout;
 }
 
 /** RFC 5952 text of an IPv6 address, as servers print the peers they see */
@@ -192,12 +191,7 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
     executor: (ns) => ({
       run: (argv, stdin) => exec(ns, argv, stdin),
       // as deployed: the program reads while the caller still writes (Executor.stream)
-      stream: async (argv, chunks) => {
-        const full = ["ip", "netns", "exec", ns, ...argv];
-        const r = await runCommand(full, chunks);
-        if (r.code !== 0) throw new NetnsError(`${full.join(" ")}: exit ${r.code}: ${r.stderr.trim()}`);
-        return r.stdout;
-      },
+      stream: (argv, chunks) => run(["ip", "netns", "exec", ns, ...argv], chunks),
     }),
     async serve(pod, ports) {
       await stopServer(pod);
