@@ -48,7 +48,8 @@
 // change to the API server -> kpng's `synced` line. KPNG_BENCH_LOG=FILE
 // appends each run's kpng log (debug level) to FILE, every line prefixed with
 // its offset from kpng's start (ms, when the bench read it): the timeline
-// behind the phases.
+// behind the phases. KPNG_BENCH_KPNG_ENV="A=1 B=2" sets variables for the
+// measured kpng alone (BUN_JSC_* options, BUN_OPTIONS=--cpu-prof-md...).
 
 import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -60,6 +61,14 @@ import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
 const ROOT = join(import.meta.dir, "..");
 const MODE = process.env.KPNG_BENCH_MODE === "iptables" ? "iptables" : "nft";
 const BUN = process.execPath;
+/** variables for the measured kpng only, not the API server or the warm-up */
+const kpngEnv = () =>
+  Object.fromEntries(
+    (process.env.KPNG_BENCH_KPNG_ENV ?? "")
+      .split(/\s+/)
+      .filter(Boolean)
+      .map((kv) => kv.split("=", 2)),
+  );
 const CHANGES = 20;
 
 /** Lines of a child's stream, with a way to wait for one matching a pattern. */
@@ -290,7 +299,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         cwd: ROOT,
         stdout: "ignore",
         stderr: "pipe",
-        env: { ...process.env, KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
+        env: { ...process.env, ...kpngEnv(), KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
       },
     );
     const log = lines(kpng.stderr);
