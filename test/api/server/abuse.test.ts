@@ -22,6 +22,7 @@ setDefaultTimeout(30_000);
 const dir = tempDir("kpng-abuse-");
 const log = memoryLogger();
 const STUCK_MS = 300;
+const HANDSHAKE_MS = 1000;
 let plain: ApiServer;
 let secure: ApiServer;
 let cert: TestCert;
@@ -32,7 +33,7 @@ beforeAll(async () => {
   cert = makeTestCert(dir.path);
   // A whole model of ~0.5 MB: more than a stuck client's flow-control window takes.
   const brain = brainWith({ services: 400, endpoints: 10, nodes: 3 });
-  const common = { brain, listen: ["tcp://127.0.0.1:0"], defaultNodeName: "node-1", log, stuckMs: STUCK_MS };
+  const common = { brain, listen: ["tcp://127.0.0.1:0"], defaultNodeName: "node-1", log, stuckMs: STUCK_MS, handshakeMs: HANDSHAKE_MS };
   plain = await startApiServer(common);
   secure = await startApiServer({ ...common, tls: { files: { crt: join(dir.path, "server.crt"), key: join(dir.path, "server.key") } } });
 });
@@ -227,6 +228,30 @@ describe("malformed Connect requests (HTTP/1.1): an error, the brain keeps servi
     sock.write("\x00\x01 NOT HTTP AT ALL\r\n\r\n");
     expect(await closedWithin(sock)).toBe(true);
     expect(got === "" || got.startsWith("HTTP/1.1 400")).toBe(true);
+    await stillServing();
+  });
+});
+
+describe(`a connection that has not shown its protocol within ${HANDSHAKE_MS} ms is closed`, () => {
+  test.each([
+    ["nothing", Buffer.alloc(0)],
+    ["half the HTTP/2 preface", PREFACE.subarray(0, 10)],
+  ])("the plaintext port, a client that sends %s", async (_what, bytes) => {
+    const sock = net.connect(portOf(plain), "127.0.0.1");
+    sock.on("error", () => {});
+    await new Promise((r) => sock.once("connect", r));
+    if (bytes.length) sock.write(bytes);
+    const t0 = performance.now();
+    expect(await closedWithin(sock, 15_000)).toBe(true);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(HANDSHAKE_MS * 0.9);
+    await stillServing();
+  });
+
+  test("the TLS port, a client that connects and never starts its handshake", async () => {
+    const sock = net.connect(portOf(secure), "127.0.0.1");
+    sock.on("error", () => {});
+    await new Promise((r) => sock.once("connect", r));
+    expect(await closedWithin(sock, 15_000)).toBe(true);
     await stillServing();
   });
 });

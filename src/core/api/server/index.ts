@@ -52,6 +52,8 @@ export interface ApiServerOptions extends ApiOptions {
   listen: readonly string[];
   /** allow plaintext on non-loopback TCP addresses */
   listenAny?: boolean;
+  /** a new connection that has not finished its TLS handshake and shown its protocol by then is closed (default listener.ts HANDSHAKE_MS) */
+  handshakeMs?: number;
   /** TLS on every TCP listener: the server's certificate and key, and the client CA (mutual TLS) */
   tls?: ApiTlsOptions;
   /** who may connect over TLS (client certificates need `tls.files.ca`) */
@@ -251,7 +253,8 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   };
   const listeners: Listener[] = [];
   try {
-    for (const a of addrs) listeners.push(await listen(a, a.kind === "tcp" && tls ? secured : handler, { tls }));
+    for (const a of addrs)
+      listeners.push(await listen(a, a.kind === "tcp" && tls ? secured : handler, { tls, handshakeMs: opts.handshakeMs }));
   } catch (err) {
     await Promise.all(listeners.map((l) => l.close()));
     throw err;

@@ -32,6 +32,14 @@ export interface Listener {
   close(): Promise<void>;
 }
 
+/**
+ * How long a new connection has to show what it speaks (the TLS handshake,
+ * then the first bytes the sniffer reads) before it is closed: grpc-go's
+ * default connection timeout. Without it a client that connects and sends
+ * nothing holds a socket, and the brain's file descriptors, for good.
+ */
+export const HANDSHAKE_MS = 120_000;
+
 export interface ListenTls {
   material: TlsMaterial;
   /** a handshake that failed (ECONNRESET before any byte: a TCP probe, or a client that does not trust us) */
@@ -55,7 +63,8 @@ const SOCKET_MODE = 0o660;
 /** Request headers (HTTP/1.1 and HTTP/2 alike): kpng's requests carry a few hundred bytes, a bearer token ~1 KB. */
 export const MAX_HEADER_LIST = 16 << 10;
 
-export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: ListenTls } = {}): Promise<Listener> {
+export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: ListenTls; handshakeMs?: number } = {}): Promise<Listener> {
+  const handshakeMs = opts.handshakeMs ?? HANDSHAKE_MS;
   const h2 = http2.createServer(
     { settings: { maxHeaderListSize: MAX_HEADER_LIST } },
     handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
@@ -70,16 +79,19 @@ export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: L
     sock.once("close", () => sockets.delete(sock));
     sock.on("error", () => sock.destroy());
   };
-  const route = (sock: net.Socket) => sniff(sock, (isH2) => (isH2 ? h2 : h1).emit("connection", sock));
+  const route = (sock: net.Socket) => sniff(sock, handshakeMs, (isH2) => (isH2 ? h2 : h1).emit("connection", sock));
   const useTls = opts.tls && addr.kind === "tcp" ? opts.tls : undefined;
   let server: net.Server;
   if (useTls) {
-    const ts = tls.createServer({ ...secureOptions(useTls.material), ALPNProtocols: ["h2", "http/1.1"] }, (sock) => {
-      track(sock);
-      if (sock.alpnProtocol === "h2") h2.emit("connection", sock);
-      else if (sock.alpnProtocol === "http/1.1") h1.emit("connection", sock);
-      else route(sock);
-    });
+    const ts = tls.createServer(
+      { ...secureOptions(useTls.material), ALPNProtocols: ["h2", "http/1.1"], handshakeTimeout: handshakeMs },
+      (sock) => {
+        track(sock);
+        if (sock.alpnProtocol === "h2") h2.emit("connection", sock);
+        else if (sock.alpnProtocol === "http/1.1") h1.emit("connection", sock);
+        else route(sock);
+      },
+    );
     ts.on("connection", track);
     ts.on("tlsClientError", (err, sock) => {
       useTls.onHandshakeError(err, sock.remoteAddress);
@@ -118,9 +130,11 @@ export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: L
   };
 }
 
-/** Reads until the bytes seen either are a prefix of the HTTP/2 preface or are not. */
-function sniff(sock: net.Socket, route: (isH2: boolean) => void) {
+/** Reads until the bytes seen either are a prefix of the HTTP/2 preface or are not; closes the socket if that takes over `ms`. */
+function sniff(sock: net.Socket, ms: number, route: (isH2: boolean) => void) {
   let seen: Buffer = Buffer.alloc(0);
+  const deadline = setTimeout(() => sock.destroy(), ms);
+  sock.once("close", () => clearTimeout(deadline));
   const onReadable = () => {
     const chunk = sock.read() as Buffer | null;
     if (chunk === null) return;
@@ -129,6 +143,7 @@ function sniff(sock: net.Socket, route: (isH2: boolean) => void) {
     const matches = seen.subarray(0, n).equals(PREFACE.subarray(0, n));
     if (matches && n < PREFACE.length) return;
     sock.off("readable", onReadable);
+    clearTimeout(deadline);
     sock.unshift(seen);
     route(matches);
   };
