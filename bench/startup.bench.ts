@@ -50,6 +50,8 @@
 // its offset from kpng's start (ms, when the bench read it): the timeline
 // behind the phases. KPNG_BENCH_KPNG_ENV="A=1 B=2" sets variables for the
 // measured kpng alone (BUN_JSC_* options, BUN_OPTIONS=--cpu-prof-md...).
+// "kpng main JIT other": the CPU kpng's main thread, JavaScriptCore's JIT
+// compiler threads and its other threads had used when the rules were in.
 
 import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -212,6 +214,28 @@ function processCpuMs(pid: number): number {
   }
 }
 
+/**
+ * CPU time (ms) of kpng's threads so far, from /proc/PID/task/TID/schedstat
+ * (nanoseconds): the main thread, JSC's JIT compiler threads, and the rest
+ * (GC helpers, Bun's pools). At start-up the JIT threads use a large share
+ * of what the main thread does, on the same two cores.
+ */
+function threadCpuMs(pid: number): { main: number; jit: number; other: number } {
+  const out = { main: 0, jit: 0, other: 0 };
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const ms = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
+      if (tid === String(pid)) out.main += ms;
+      else if (name.startsWith("JIT")) out.jit += ms;
+      else out.other += ms;
+    }
+  } catch {
+    // gone meanwhile
+  }
+  return out;
+}
+
 const field = (line: string, key: string) => Number(new RegExp(`\\b${key}[= ]([\\d.]+)`).exec(line)?.[1] ?? NaN);
 const stamp = (line: string) => Date.parse(line.slice(0, line.indexOf(" ")));
 
@@ -229,6 +253,8 @@ interface Run {
   listeners: number;
   /** median latency of the changes, API server -> synced */
   changeMs: number;
+  /** kpng's own threads' CPU from start to rules (threadCpuMs) */
+  threads: { main: number; jit: number; other: number };
   /** CPU ms the rest of the host (not kpng, its nft runs or the API server) used from start to rules: what competed */
   othersMs: number;
 }
@@ -307,6 +333,8 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
       const syncedRe = new RegExp(` synced backend=${MODE} `);
       const synced = await log.wait(syncedRe);
       const totalMs = synced.at - t0;
+      const kpngPid = processTree(kpng.pid).find((p) => comm(p) === "kpng");
+      const threads = kpngPid ? threadCpuMs(kpngPid) : { main: NaN, jit: NaN, other: NaN };
       // `ip netns exec` runs kpng as its child: the tree's CPU is the netns exec's own plus its reaped children
       const othersMs =
         hostBusyMs() - busy0 - processTree(kpng.pid).reduce((n, p) => n + processCpuMs(p), 0) - (processCpuMs(api.pid) - api0);
@@ -351,6 +379,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         listeners,
         changeMs: median(changeMs),
         othersMs,
+        threads,
         rssParts: parts
           .map((p) => `${p.name} ${p.rss.toFixed(0)}${p.name === "kpng" ? ` = anon ${p.anon.toFixed(0)} + file ${p.file.toFixed(0)}` : ""}`)
           .join(" + "),
@@ -391,7 +420,7 @@ export default async function startupBench() {
         `\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`,
       );
       console.log(
-        "  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | others (CPU ms) | connect | RSS MB after 20 changes | change latency",
+        "  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | kpng main JIT other | others (CPU ms) | connect | RSS MB after 20 changes | change latency",
       );
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
@@ -405,7 +434,7 @@ export default async function startupBench() {
         all.push(x);
         const p = x.phases;
         console.log(
-          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | change ${x.changeMs} ms${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
+          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.threads.main).padStart(10)} ${f0(x.threads.jit).padStart(3)} ${f0(x.threads.other)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | change ${x.changeMs} ms${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
         );
       }
       const tot = all.map((x) => x.totalMs);
