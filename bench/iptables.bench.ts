@@ -5,7 +5,14 @@
 // wall time), the periodic full restore and a canary check. Then the same
 // first and one-change inputs fed by hand to each iptables-restore flavour
 // installed (nf_tables, legacy) in fresh namespaces: the floor inside the
-// tool. Prints figures, asserts nothing. `bun run bench iptables`.
+// tool. Beside the one-change input, the floor of any change of the nat
+// table: one rule added to a new chain nothing jumps to (the kernel validates
+// every rule reachable from the table's base chains at each commit that adds
+// a rule; this rule adds nothing to that walk), a new chain alone (no rule:
+// no validation) and the same rule in the filter table. The by-hand first
+// restore waits for a host without nftables event listeners (the kernel
+// builds an event per rule while one exists anywhere on the host) and prints
+// how many were left. Prints figures, asserts nothing. `bun run bench iptables`.
 
 import { create } from "@bufbuild/protobuf";
 import { defaultConfig } from "../src/core/config/config.ts";
@@ -15,8 +22,10 @@ import type { Executor } from "../src/plugins/backend.ts";
 import { spawnExecutor } from "../plugins/iptables/executor.ts";
 import { IptablesBackend } from "../plugins/iptables/index.ts";
 import { plan, v4 } from "../test/fixtures/addresses.ts";
+import { quietNft } from "./startup.bench.ts";
 
-const sizes = [1_000, 10_000];
+/** KPNG_BENCH_SIZES (default "1000,10000"): the cluster sizes, in services */
+const sizes = (process.env.KPNG_BENCH_SIZES ?? "1000,10000").split(",").map(Number);
 const endpointsPer = 10;
 
 // The plan's service range holds 4,096 cluster IPs: past that, services
@@ -80,17 +89,31 @@ async function feed(ns: string, command: string, input: string) {
   return { wall, cpu: cpu ? Number(cpu.user + cpu.system) / 1000 : NaN };
 }
 
-/** The first restore's input (after the hairpin set it matches), then the one-change input `repeats` times (it is idempotent), fed by hand in a fresh namespace. */
+/** Inputs that change the nat table as little as possible: the floor under any one-change restore (see the header). */
+const floors = [
+  { name: "one rule in a new nat chain", input: "*nat\n:KPNG-FLOOR - [0:0]\n-A KPNG-FLOOR -j RETURN\nCOMMIT\n" },
+  { name: "a new nat chain, no rule", input: "*nat\n:KPNG-FLOOR-EMPTY - [0:0]\nCOMMIT\n" },
+  { name: "one rule in a new filter chain", input: "*filter\n:KPNG-FLOOR - [0:0]\n-A KPNG-FLOOR -j RETURN\nCOMMIT\n" },
+];
+
+/** `input` fed `repeats` times (each is idempotent): wall and CPU spreads. */
+async function repeated(ns: string, command: string, input: string) {
+  const runs = [];
+  for (let i = 0; i < repeats; i++) runs.push(await feed(ns, command, input));
+  return `wall ${spread(runs.map((c) => c.wall))}, CPU ${spread(runs.map((c) => c.cpu))}`;
+}
+
+/** The first restore's input (after the hairpin set it matches), then the one-change input and the floors `repeats` times each, fed by hand in a fresh namespace. */
 async function byHand(command: string, set: string, first: string, one: string) {
   const ns = await newNs();
   try {
     if (set) await spawnExecutor(["ip", "netns", "exec", ns]).run(["ipset", "restore"], set);
+    const listeners = await quietNft(60_000);
     const full = await feed(ns, command, first);
-    const changes = [];
-    for (let i = 0; i < repeats; i++) changes.push(await feed(ns, command, one));
     console.log(
-      `  by hand, ${command}: first ${ms(full.wall)} (CPU ${ms(full.cpu)}); one endpoint added: wall ${spread(changes.map((c) => c.wall))}, CPU ${spread(changes.map((c) => c.cpu))}`,
+      `  by hand, ${command}: first ${ms(full.wall)} (CPU ${ms(full.cpu)}${listeners ? `; ${listeners} nftables listeners on the host: an event built per rule` : ""}); one endpoint added: ${await repeated(ns, command, one)}`,
     );
+    for (const f of floors) console.log(`    floor, ${f.name}: ${await repeated(ns, command, f.input)}`);
   } finally {
     await sh(["ip", "netns", "del", ns]);
   }

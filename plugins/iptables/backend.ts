@@ -71,7 +71,7 @@ export interface SyncStats {
   rendered: number;
   /** building the restore inputs (JS) */
   renderMs: number;
-  /** running iptables-restore and ipset */
+  /** the rest of the sync's wall time: reading the rules back (full syncs), iptables-restore and ipset */
   applyMs: number;
   ms: number;
 }
@@ -238,32 +238,25 @@ export class IptablesBackend implements IncrementalBackend {
     const stats: SyncStats = { full, bytes: {}, rendered: 0, renderMs: 0, applyMs: 0, ms: 0 };
     const stale: StaleFlow[] = [];
     try {
-      for (const family of this.families) {
-        const keys = full ? new Set([...this.tracker.keys(), ...this.written[family].keys()]) : dirty;
-        stats.rendered += keys.size;
-        const next = new Map<string, WrittenService | undefined>();
-        const saved = full && !this.ctx.config.dryRun ? parseSave(await this.ipt.save(family)) : undefined;
-        const { tx, set } =
-          saved && holdsNothing(saved) && this.exec.stream
-            ? await this.streamedFirst(family, keys, next, saved, stats)
-            : await this.printedSync(family, full, keys, next, saved, stats);
-        this.deferIpset(set.after);
-        set.commit();
-        this.countRules(family, tx, full, next);
-        this.commit(family, next, full, stale);
-      }
+      // The families' tables are independent, so their syncs run side by side:
+      // a first sync's big family no longer waits for the other's save,
+      // restore and hairpin set to start its own restore (the kernel still
+      // commits one batch at a time). A dry run prints them one after the other.
+      if (this.ctx.config.dryRun) for (const family of this.families) await this.syncFamily(family, full, dirty, stats, stale);
+      else await allSettled(this.families.map((family) => this.syncFamily(family, full, dirty, stats, stale)));
       if (full) {
         this.needFull = false;
         this.lastFull = this.now();
       }
       const round = (ms: number) => Math.round(ms);
+      const ms = performance.now() - t0;
       this.log.debug("synced", {
         full,
         bytes: stats.bytes,
         services: stats.rendered,
         renderMs: round(stats.renderMs),
-        applyMs: round(stats.applyMs),
-        ms: round(performance.now() - t0),
+        applyMs: round(ms - stats.renderMs),
+        ms: round(ms),
       });
     } catch (err) {
       // After a failed restore the kernel may hold anything: only a full restore is safe.
@@ -271,10 +264,27 @@ export class IptablesBackend implements IncrementalBackend {
       throw err instanceof KpngError ? err : new KpngError("internal", `iptables sync failed: ${errorMessage(err)}`);
     } finally {
       stats.ms = performance.now() - t0;
+      stats.applyMs = stats.ms - stats.renderMs;
       this.lastSync = stats;
     }
     if (!this.ctx.config.dryRun)
       await reconcileConntrack(this.exec, stale, this.log, (f, secs, n) => this.ctx.metrics?.conntrackReconciled(f, secs, n));
+  }
+
+  /** One family's sync: its rules read back (full syncs), its restore and hairpin set, what it now holds recorded. */
+  private async syncFamily(family: Family, full: boolean, dirty: Set<string>, stats: SyncStats, stale: StaleFlow[]) {
+    const keys = full ? new Set([...this.tracker.keys(), ...this.written[family].keys()]) : dirty;
+    stats.rendered += keys.size;
+    const next = new Map<string, WrittenService | undefined>();
+    const saved = full && !this.ctx.config.dryRun ? parseSave(await this.ipt.save(family)) : undefined;
+    const { tx, set } =
+      saved && holdsNothing(saved) && this.exec.stream
+        ? await this.streamedFirst(family, keys, next, saved, stats)
+        : await this.printedSync(family, full, keys, next, saved, stats);
+    this.deferIpset(set.after);
+    set.commit();
+    this.countRules(family, tx, full, next);
+    this.commit(family, next, full, stale);
   }
 
   /** A sync's restore printed whole, then run (dry-run prints it), with the hairpin set's input before and alongside it. */
@@ -292,15 +302,13 @@ export class IptablesBackend implements IncrementalBackend {
     const text = printRestore(tx);
     stats.bytes[family] = text.length;
     const set = this.hairpinEdits(family, full, next);
-    const ta = performance.now();
-    stats.renderMs += ta - tr;
+    stats.renderMs += performance.now() - tr;
     await this.runIpset(set.before);
     const jobs: Promise<void>[] = [];
     if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
     else if (text) jobs.push(this.failedCounted(family, full, this.restore(family, tx, text)));
     jobs.push(this.runIpset(set.alongside));
     await allSettled(jobs);
-    stats.applyMs += performance.now() - ta;
     return { tx, set };
   }
 
@@ -318,7 +326,6 @@ export class IptablesBackend implements IncrementalBackend {
     saved: SavedState | undefined,
     stats: SyncStats,
   ) {
-    const t0 = performance.now();
     if (this.hairpinSet) await this.runIpset(ipsetCreate(family));
     const tx = new Transaction();
     const steps = fullTransactionSteps(
@@ -359,7 +366,6 @@ export class IptablesBackend implements IncrementalBackend {
     for (const r of [restored, filled]) if (r.status === "rejected") throw r.reason;
     stats.bytes[family] = bytes;
     stats.renderMs += renderMs;
-    stats.applyMs += performance.now() - t0 - renderMs;
     return { tx, set: set! };
   }
 

@@ -327,18 +327,46 @@ function endpointRules(p: PortPlan, own: PortContext["own"]) {
   }
 }
 
+/**
+ * The masquerade rule for traffic to a cluster IP (`to`: the destination
+ * match, or none), or none when nothing is masqueraded (no cluster CIDR, no
+ * masquerade-all). Traffic from outside the pod network gets masqueraded, or
+ * the reply would bypass the node's un-DNAT.
+ */
+function clusterIPMasquerade(p: PortPlan, to: string[]): Pick<Rule, "match" | "target"> | undefined {
+  if (p.config.masqueradeAll) return { match: to, target: ["-j", chains.markMasq] };
+  if (p.podCIDRs.length === 1) return { match: ["!", "-s", p.podCIDRs[0], ...to], target: ["-j", chains.markMasq] };
+  if (p.podCIDRs.length > 1) return { match: to, target: ["-j", chains.markNonPod] };
+  return undefined;
+}
+
+/**
+ * Whether everything entering the balancing chain unmarked came through the
+ * cluster-IP dispatch, which matched the cluster IP and port already: then
+ * its masquerade rule need not match them again (upstream's does). The EXT
+ * chain marks all traffic before it jumps here under eTP=Cluster, and sends
+ * only pod and node-local traffic here under eTP=Local, except when the
+ * external endpoints are this very chain's (outside clients, unmarked), and
+ * except pod traffic under masquerade-all (which the destination match
+ * kept unmarked). iptables-nft turns the destination, protocol and port
+ * into six more expressions per rule, each looked up by name in the kernel
+ * and walked at every commit (see README, The iptables backend).
+ */
+const enteredByDispatch = (p: PortPlan) =>
+  !(p.usesExt && p.svc.ExternalTrafficToLocal && (p.config.masqueradeAll || (p.external.length > 0 && p.svxChain === p.svcChain)));
+
 function clusterIPRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) {
   const comment = natComment(p, `${p.label} cluster IP`);
   if (p.svcNeeded) {
     const rules = own("nat", p.svcChain);
+    const masq = (to: string[]) => {
+      const m = clusterIPMasquerade(p, to);
+      if (m) rules.push({ table: "nat", chain: p.svcChain, comment, ...m });
+    };
+    if (p.clusterIPs.length && enteredByDispatch(p)) masq([]);
     for (const ip of p.clusterIPs) {
       const to = ["-d", ip, ...p.dport];
-      // Traffic from outside the pod network gets masqueraded, or the reply would bypass the node's un-DNAT.
-      if (p.config.masqueradeAll) rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markMasq] });
-      else if (p.podCIDRs.length === 1)
-        rules.push({ table: "nat", chain: p.svcChain, comment, match: ["!", "-s", p.podCIDRs[0], ...to], target: ["-j", chains.markMasq] });
-      else if (p.podCIDRs.length > 1)
-        rules.push({ table: "nat", chain: p.svcChain, comment, match: to, target: ["-j", chains.markNonPod] });
+      if (!enteredByDispatch(p)) masq(to);
       out.shared.push({ table: "nat", chain: chains.services, comment, match: to, target: ["-j", p.svcChain] });
     }
     balance(p, out, rules, p.svcChain, p.internal);

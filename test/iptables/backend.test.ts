@@ -36,19 +36,50 @@ describe("iptables backend life cycle", () => {
     await b.sync();
     expect(b.lastSync?.full).toBe(true);
     // then conntrack: UDP flows to service IPs that had no rules before (this process never programmed them)
-    // the hairpin set created first (the restore's KPNG-POSTROUTING rule names it), filled alongside the restore
-    const sequence = ["iptables-save", "ipset", "iptables-restore", "ipset", "ip6tables-save", "ipset", "ip6tables-restore", "ipset"];
-    expect(argv0(rec).filter((a) => a !== "conntrack")).toEqual(sequence);
-    expect(rec.calls[1]).toEqual({
+    expect(argv0(rec).filter((a) => a !== "conntrack")).toHaveLength(8);
+    // Per family, in this order (the families side by side): the rules read back, the hairpin set
+    // created (the restore's KPNG-POSTROUTING rule names it), the restore, the set filled alongside it.
+    const family = (save: string, restore: string, set: string) =>
+      rec.calls.filter((c) => c.argv[0] === save || c.argv[0] === restore || c.stdin?.includes(`${set} `));
+    const v4calls = family("iptables-save", "iptables-restore", "KPNG-HAIRPIN-V4");
+    const v6calls = family("ip6tables-save", "ip6tables-restore", "KPNG-HAIRPIN-V6");
+    expect(v4calls.map((c) => c.argv[0])).toEqual(["iptables-save", "ipset", "iptables-restore", "ipset"]);
+    expect(v6calls.map((c) => c.argv[0])).toEqual(["ip6tables-save", "ipset", "ip6tables-restore", "ipset"]);
+    expect(v4calls[1]).toEqual({
       argv: ["ipset", "restore"],
       stdin: "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet maxelem 1048576 -exist\n",
     });
-    expect(rec.calls[3].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
-    expect(rec.calls[5].stdin).toContain("create KPNG-HAIRPIN-V6 hash:ip,port,ip family inet6 ");
-    expect(rec.calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
+    expect(v4calls[3].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
+    expect(v6calls[1].stdin).toContain("create KPNG-HAIRPIN-V6 hash:ip,port,ip family inet6 ");
+    expect(v4calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
     expect(rec.restores("v6")[0]).toContain("--to-destination [2001:db8:2:0::1]:8080");
     expect(rec.restores("v6")[0]).not.toContain("198.");
     expect(rec.restores("v4")[0]).not.toContain("2001:");
+  });
+
+  test("the families sync side by side: one family's restore does not wait for the other's", async () => {
+    // The IPv4 restore finishes only once the IPv6 one has started: one after the other, it would time out.
+    const v6Started = Promise.withResolvers<void>();
+    const rec = recordingExecutor();
+    const executor = {
+      async run(argv: string[], stdin?: string) {
+        if (argv[0] === "ip6tables-restore") v6Started.resolve();
+        if (argv[0] === "iptables-restore") {
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          const alone = new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(new Error("the IPv4 restore ran alone for 10 s")), 10_000);
+          });
+          await Promise.race([v6Started.promise, alone]).finally(() => clearTimeout(timer));
+        }
+        return rec.run(argv, stdin);
+      },
+    };
+    const b = new IptablesBackend(testContext(testConfig({})), { executor, monitorPeriodMs: 0 });
+    b.setService(web);
+    b.setEndpoint("default", "web", "a", pod(1));
+    await b.sync();
+    expect(rec.restores("v4")).toHaveLength(1);
+    expect(rec.restores("v6")).toHaveLength(1);
   });
 
   test("a failed restore makes the next sync full, even without changes", async () => {
