@@ -234,6 +234,8 @@ export class NftRunner {
       const skeleton = transactionOf(rest);
       // nft loads the skeleton in its own process while this one encodes the elements
       const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
+      loading.catch(() => {}); // awaited below
+      await inputWritten();
       let encoded: ReturnType<typeof encodeBatch> | undefined;
       let encodeFailed: unknown;
       try {
@@ -330,3 +332,12 @@ function refused(batch: EncodedBatch, answers: Uint8Array[]) {
         throw new KpngError("internal", `netlink batch of ${batch.elements} elements refused: ${refusedElement(batch, r)}: ${why}`);
       }
 }
+
+/**
+ * One turn of the event loop, in which a process just started gets its
+ * input: the executor writes stdin from the loop (node:child_process), so
+ * a process started before a long synchronous step (an encoding, a render)
+ * would read nothing until that step ends. One turn writes what a pipe
+ * holds at once (64 KB), more than a skeleton.
+ */
+const inputWritten = () => new Promise<void>((r) => setImmediate(r));
