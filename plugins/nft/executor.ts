@@ -162,7 +162,6 @@ export class NftRunner {
    */
   async startFirstLoad(base: () => { tx: Transaction; covers: ReadonlySet<Op> } | undefined): Promise<AheadLoad | undefined> {
     if (!this.encodesFirstLoads) return undefined;
-    await this.proving;
     let socket: BatchSocket;
     try {
       socket = this.batchSocket!();
@@ -179,9 +178,11 @@ export class NftRunner {
     } finally {
       socket.close();
     }
-    const ahead = found.size ? undefined : base();
+    if (found.size) return undefined;
+    // the load is kpng's full sync, begun: after the last one's proof, with the watch paused, as apply() does
+    await this.proving;
+    const ahead = base();
     if (!ahead) return undefined;
-    // the load is kpng's full sync, begun: the watch pauses for it as apply() pauses it
     this.watch?.stop();
     const loading = this.exec.run(["nft", "-f", "-"], ahead.tx.print());
     loading.catch(() => {}); // awaited by apply(), which reports a failure; the render may throw first
