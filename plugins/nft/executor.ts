@@ -227,7 +227,10 @@ export class NftRunner {
     // the netlink socket listens once open; the monitor first fetches the ruleset, about as long as the load took
     let wait = Math.min(PROOF_FIRST_WAIT_MS.max, Math.max(PROOF_FIRST_WAIT_MS.min, loadMs));
     for (let i = 0; i < PROOF_TRIES && watch.running; i++, wait *= 2) {
+      // A socket listens at once; still, the first proof (and the `nft -i` it may start) waits a turn of
+      // the loop: the caller's sync is done, and it says so first.
       if (i > 0 || !watch.listensAtOnce) await new Promise((r) => setTimeout(r, wait));
+      else await new Promise<void>((r) => setImmediate(r));
       if (!watch.running) return;
       let value: string;
       try {
