@@ -161,14 +161,8 @@ export class NftRunner {
    * the full sync lists the tables as before.
    */
   async startFirstLoad(base: () => { tx: Transaction; covers: ReadonlySet<Op> } | undefined): Promise<AheadLoad | undefined> {
-    if (!this.encodesFirstLoads) return undefined;
-    let socket: BatchSocket;
-    try {
-      socket = this.batchSocket!();
-    } catch (err) {
-      this.netlinkUnusable(err);
-      return undefined;
-    }
+    const socket = this.encodesFirstLoads ? this.openSocket() : undefined;
+    if (!socket) return undefined;
     let found: Set<TableFamily>;
     try {
       found = tablesFound(FAMILIES, socket.send(tableQuery(FAMILIES)));
@@ -282,13 +276,8 @@ export class NftRunner {
   private async netlinkLoad(tx: Transaction, stamp: Transaction | undefined, sent?: ReadonlySet<Op>): Promise<boolean> {
     const { elements, rest } = batchable(tx);
     if (!elements.length) return false;
-    let socket: BatchSocket;
-    try {
-      socket = this.batchSocket!();
-    } catch (err) {
-      this.netlinkUnusable(err);
-      return false;
-    }
+    const socket = this.openSocket();
+    if (!socket) return false;
     try {
       // the sets' declarations (for their layouts) come with the transaction, even those sent ahead
       const skeleton = transactionOf(sent ? rest.filter((op) => !sent.has(op)) : rest);
@@ -335,6 +324,16 @@ export class NftRunner {
       return true;
     } finally {
       socket.close();
+    }
+  }
+
+  /** kpng's netlink socket for first loads; undefined, said once, when it cannot be opened */
+  private openSocket(): BatchSocket | undefined {
+    try {
+      return this.batchSocket!();
+    } catch (err) {
+      this.netlinkUnusable(err);
+      return undefined;
     }
   }
 
