@@ -11,7 +11,9 @@
 //   4. a first load into empty tables at 1,000 and 10,000 services, its
 //      apply both ways, interleaved: elements through `nft -f` (in
 //      batches side by side at 10,000) and through kpng's own netlink batch
-//      (plugins/nft/netlink-batch.ts), with the encoding's own time
+//      (plugins/nft/netlink-batch.ts), with the encoding's own time; and the
+//      whole sync (the netlink way loads the tables' base while it renders,
+//      so its apply alone leaves that out)
 //
 // The services are IPv6 single-stack: the address plan's IPv4 service range
 // (/20) holds only 4,096 cluster IPs. Endpoints sit on 100 nodes, so 1% of
@@ -104,11 +106,14 @@ async function firstLoads(topo: Topology) {
   for (const n of [1000, 10_000]) {
     const state = cluster(n, topo);
     const apply: Record<"nft" | "netlink", number[]> = { nft: [], netlink: [] };
+    const whole: Record<"nft" | "netlink", number[]> = { nft: [], netlink: [] };
     for (let r = 0; r < FIRST_LOAD_ROUNDS; r++)
       for (const mode of ["nft", "netlink"] as const) {
         await topo.exec(topo.node.ns, ["nft", "-f", "-"], "table ip kpng\ndelete table ip kpng\ntable ip6 kpng\ndelete table ip6 kpng\n");
         const b = backend(topo, { firstLoad: mode });
+        const t = performance.now();
         await b.apply(state, null);
+        whole[mode].push(performance.now() - t);
         apply[mode].push(b.last!.applyMs);
         await b.close();
       }
@@ -121,6 +126,7 @@ async function firstLoads(topo: Topology) {
     console.log(
       `first load, ${n} services x ${ENDPOINTS} endpoints, apply: nft -f ${ms(median(apply.nft))} (${each(apply.nft)}), ` +
         `elements on kpng's netlink socket ${ms(median(apply.netlink))} (${each(apply.netlink)}); ` +
+        `whole sync (render and apply): ${ms(median(whole.nft))} (${each(whole.nft)}) and ${ms(median(whole.netlink))} (${each(whole.netlink)}); ` +
         `medians of ${FIRST_LOAD_ROUNDS}, interleaved; encoding ${batch?.elements} elements, ${batch?.bytes.byteLength} bytes: ${ms(encodeMs)}`,
     );
   }

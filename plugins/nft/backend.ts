@@ -27,7 +27,7 @@ import {
   type StateChange,
   type UdpFrontend,
 } from "../../src/plugins/toolkit/index.ts";
-import { NftRunner, processExecutor, processSpawner } from "./executor.ts";
+import { type AheadLoad, NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
 import { listHoldings, type Holdings } from "./held.ts";
@@ -113,12 +113,15 @@ export class NftBackend implements FullStateBackend {
       this.sync = new NftSync({ ...this.ctx.config, nodeIPs: [...ips] });
       this.needFull = true;
     }
-    // A full sync lists what the tables hold (another process) while the services render here.
-    const listing = this.needFull || change === null ? this.held() : undefined;
+    const full = this.needFull || change === null;
+    // Into tables that do not exist, a full sync's base loads while the services render here (a first
+    // load, executor.ts); else it lists what the tables hold (another process) meanwhile.
+    const ahead = full && !this.ctx.config.dryRun ? await this.runner.startFirstLoad(() => this.sync.firstLoadBase()) : undefined;
+    const listing = full && !ahead ? this.held() : undefined;
     const t0 = performance.now();
-    const rendered = this.sync.render(state, this.needFull ? null : change);
+    const rendered = this.sync.render(state, full ? null : change);
     const t1 = performance.now();
-    const held = await listing;
+    const held = ahead ? NOTHING_HELD : await listing;
     const t2 = performance.now();
     let plan = this.sync.finish(rendered, held);
     // part of rendering, kept by the transaction; a first load whose elements kpng encodes prints only the rest (executor.ts)
@@ -136,7 +139,7 @@ export class NftBackend implements FullStateBackend {
     }
     const t3 = performance.now();
     try {
-      await this.transaction(plan);
+      await this.transaction(plan, ahead);
     } catch (err) {
       // The kernel refused the batch (nothing of it was applied), or the
       // `nft -i` running it died (applied or not), and our records may not
@@ -212,9 +215,9 @@ export class NftBackend implements FullStateBackend {
   }
 
   /** One transaction, both families' tables: a refusal counts for both (kube-proxy's nftables_sync_failures_total). */
-  private async transaction(plan: SyncPlan): Promise<void> {
+  private async transaction(plan: SyncPlan, ahead?: AheadLoad): Promise<void> {
     try {
-      await this.runner.apply(plan.tx, { full: plan.full, fresh: plan.fresh });
+      await this.runner.apply(plan.tx, { full: plan.full, fresh: plan.fresh, ahead });
     } catch (err) {
       for (const family of [4, 6] as const) this.ctx.metrics?.transactionFailed(this.name, family, !plan.full);
       throw err;
@@ -238,5 +241,8 @@ export class NftBackend implements FullStateBackend {
     this.log.debug("synced", { ...this.last });
   }
 }
+
+/** what tables that do not exist hold */
+const NOTHING_HELD: Holdings = { ip: { chains: new Map(), sets: new Map() }, ip6: { chains: new Map(), sets: new Map() } };
 
 export const createNftBackend = (ctx: BackendContext, opts: NftOptions = {}) => new NftBackend(ctx, opts);

@@ -7,8 +7,9 @@
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
-import { batchable, encodeBatch, parseReplies, refusedElement, type EncodedBatch } from "./netlink-batch.ts";
+import { errorMessage, type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
+import { batchable, encodeBatch, parseReplies, refusedElement, tableQuery, tablesFound, type EncodedBatch } from "./netlink-batch.ts";
+import { FAMILIES, type TableFamily } from "./names.ts";
 import { type BatchSocket, errnoText } from "./netlink-socket.ts";
 import type { NftSession, Spawner } from "./session.ts";
 import { splitFirstLoad, Transaction, type Op } from "./transaction.ts";
@@ -98,6 +99,16 @@ export interface ApplyOptions {
   unstamped?: boolean;
   /** a full sync over tables that held nothing: a big one loads in batches side by side */
   fresh?: boolean;
+  /** the part of this first load sent ahead (startFirstLoad): its ops are not sent again */
+  ahead?: AheadLoad;
+}
+
+/** a first load's base, sent before its services were rendered (NftRunner.startFirstLoad) */
+export interface AheadLoad {
+  /** the ops of the full sync's transaction it stands for */
+  covers: ReadonlySet<Op>;
+  /** settles when `nft -f` has loaded it (or failed to) */
+  loading: Promise<unknown>;
 }
 
 /** opens the socket a first load sends its elements on (netlink-socket.ts openBatchSocket, in kpng's tables' namespace) */
@@ -139,6 +150,40 @@ export class NftRunner {
     if (opts.full) this.proving = this.resumeWatch(watch, performance.now() - t0).finally(() => (this.proving = undefined));
   }
 
+  /**
+   * Starts a first load before its services are rendered: when neither of
+   * kpng's tables exists (asked on kpng's netlink socket, a fraction of a
+   * millisecond, where a listing takes nft processes), `base()` (tables and
+   * base objects, NftSync.firstLoadBase) goes to `nft -f` now, and loads on
+   * another core while this thread renders. The full sync's apply then sends
+   * only the rest (`ahead`). Undefined, with nothing sent, when a table
+   * exists, kpng cannot tell, or first loads do not go through kpng's socket:
+   * the full sync lists the tables as before.
+   */
+  async startFirstLoad(base: () => { tx: Transaction; covers: ReadonlySet<Op> } | undefined): Promise<AheadLoad | undefined> {
+    const socket = this.encodesFirstLoads ? this.openSocket() : undefined;
+    if (!socket) return undefined;
+    let found: Set<TableFamily>;
+    try {
+      found = tablesFound(FAMILIES, socket.send(tableQuery(FAMILIES)));
+    } catch (err) {
+      this.log?.debug("cannot ask whether kpng's tables exist: the full sync lists them", { err: errorMessage(err) });
+      return undefined;
+    } finally {
+      socket.close();
+    }
+    if (found.size) return undefined;
+    // the load is kpng's full sync, begun: after the last one's proof, with the watch paused, as apply() does
+    await this.proving;
+    const ahead = base();
+    if (!ahead) return undefined;
+    this.watch?.stop();
+    const loading = this.exec.run(["nft", "-f", "-"], ahead.tx.print());
+    loading.catch(() => {}); // awaited by apply(), which reports a failure; the render may throw first
+    await inputWritten();
+    return { covers: ahead.covers, loading };
+  }
+
   /** a first load's elements go on kpng's own socket, unprinted (unless that socket turns out unusable) */
   get encodesFirstLoads(): boolean {
     return this.batchSocket !== undefined && !this.netlinkFailed;
@@ -176,7 +221,10 @@ export class NftRunner {
     // the netlink socket listens once open; the monitor first fetches the ruleset, about as long as the load took
     let wait = Math.min(PROOF_FIRST_WAIT_MS.max, Math.max(PROOF_FIRST_WAIT_MS.min, loadMs));
     for (let i = 0; i < PROOF_TRIES && watch.running; i++, wait *= 2) {
+      // A socket listens at once; still, the first proof (and the `nft -i` it may start) waits a turn of
+      // the loop: the caller's sync is done, and it says so first.
       if (i > 0 || !watch.listensAtOnce) await new Promise((r) => setTimeout(r, wait));
+      else await new Promise<void>((r) => setImmediate(r));
       if (!watch.running) return;
       let value: string;
       try {
@@ -191,7 +239,11 @@ export class NftRunner {
   }
 
   private async send(tx: Transaction, opts: ApplyOptions, stamp?: Transaction): Promise<void> {
-    if (opts.full && opts.fresh && this.encodesFirstLoads && (await this.netlinkLoad(tx, stamp))) return;
+    // the base sent while the services rendered is in (or this fails, as the whole transaction would have)
+    const sent = opts.ahead?.covers;
+    if (opts.ahead) await opts.ahead.loading;
+    if (opts.full && opts.fresh && this.encodesFirstLoads && (await this.netlinkLoad(tx, stamp, sent))) return;
+    if (sent) tx = transactionOf(tx.ops.filter((op) => !sent.has(op)));
     if (opts.full && opts.fresh) {
       const [skeleton, ...batches] = splitFirstLoad(tx, FIRST_LOAD_PARTS, FIRST_LOAD_SPLIT_ELEMENTS);
       if (batches.length) {
@@ -218,22 +270,21 @@ export class NftRunner {
    * this skips; the kernel's work stays. Over empty tables, as
    * splitFirstLoad: until the elements commit, services have no rules,
    * which is no worse than before the load. False (nothing sent) when the
-   * socket cannot be opened: said once, and today's path is taken.
+   * socket cannot be opened: said once, and today's path is taken. `sent`:
+   * ops of `tx` already loaded (a base sent ahead), not sent again.
    */
-  private async netlinkLoad(tx: Transaction, stamp: Transaction | undefined): Promise<boolean> {
+  private async netlinkLoad(tx: Transaction, stamp: Transaction | undefined, sent?: ReadonlySet<Op>): Promise<boolean> {
     const { elements, rest } = batchable(tx);
     if (!elements.length) return false;
-    let socket: BatchSocket;
+    const socket = this.openSocket();
+    if (!socket) return false;
     try {
-      socket = this.batchSocket!();
-    } catch (err) {
-      this.netlinkUnusable(err);
-      return false;
-    }
-    try {
-      const skeleton = transactionOf(rest);
+      // the sets' declarations (for their layouts) come with the transaction, even those sent ahead
+      const skeleton = transactionOf(sent ? rest.filter((op) => !sent.has(op)) : rest);
       // nft loads the skeleton in its own process while this one encodes the elements
       const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
+      loading.catch(() => {}); // awaited below
+      await inputWritten();
       let encoded: ReturnType<typeof encodeBatch> | undefined;
       let encodeFailed: unknown;
       try {
@@ -276,11 +327,19 @@ export class NftRunner {
     }
   }
 
+  /** kpng's netlink socket for first loads; undefined, said once, when it cannot be opened */
+  private openSocket(): BatchSocket | undefined {
+    try {
+      return this.batchSocket!();
+    } catch (err) {
+      this.netlinkUnusable(err);
+      return undefined;
+    }
+  }
+
   private netlinkUnusable(err: unknown) {
     this.netlinkFailed = true;
-    this.log?.warn("cannot load elements through kpng's netlink socket: first loads go through nft -f", {
-      err: err instanceof Error ? err.message : String(err),
-    });
+    this.log?.warn("cannot load elements through kpng's netlink socket: first loads go through nft -f", { err: errorMessage(err) });
   }
 
   /** a first load's elements, over its loaded skeleton, through `nft -f` in batches side by side (the socket's fallback) */
@@ -330,3 +389,12 @@ function refused(batch: EncodedBatch, answers: Uint8Array[]) {
         throw new KpngError("internal", `netlink batch of ${batch.elements} elements refused: ${refusedElement(batch, r)}: ${why}`);
       }
 }
+
+/**
+ * One turn of the event loop, in which a process just started gets its
+ * input: the executor writes stdin from the loop (node:child_process), so
+ * a process started before a long synchronous step (an encoding, a render)
+ * would read nothing until that step ends. One turn writes what a pipe
+ * holds at once (64 KB), more than a skeleton.
+ */
+const inputWritten = () => new Promise<void>((r) => setImmediate(r));

@@ -34,7 +34,11 @@ const NLM_F_ACK_TLVS = 0x200;
 const NFNL_SUBSYS_NFTABLES = 10;
 const NFNL_MSG_BATCH_BEGIN = 0x10;
 const NFNL_MSG_BATCH_END = 0x11;
+const NFT_MSG_NEWTABLE = 0;
+const NFT_MSG_GETTABLE = 1;
 const NFT_MSG_NEWSETELEM = 12;
+const NFTA_TABLE_NAME = 1;
+const ENOENT = 2;
 const NLA_F_NESTED = 0x8000;
 const NFTA_SET_ELEM_LIST_TABLE = 1;
 const NFTA_SET_ELEM_LIST_SET = 2;
@@ -211,14 +215,14 @@ export function encodeElements(tx: Transaction): { batch: EncodedBatch | undefin
   return { batch, rest: [...rest, ...unencoded] };
 }
 
-/** nlmsghdr (its length set by the caller) and nfgenmsg */
-function header(w: Writer, type: number, seq: number, family: number) {
+/** nlmsghdr (its length set by the caller) and nfgenmsg; a change asks to create (NLM_F_CREATE), a question does not */
+function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
   w.room(NLMSG_HDRLEN + 4);
   const start = w.at;
   w.u32(NLMSG_HDRLEN + 4);
   const batchMsg = type === NFNL_MSG_BATCH_BEGIN || type === NFNL_MSG_BATCH_END;
   w.u16(batchMsg ? type : (NFNL_SUBSYS_NFTABLES << 8) | type);
-  w.u16(batchMsg ? NLM_F_REQUEST : NLM_F_REQUEST | NLM_F_CREATE);
+  w.u16(batchMsg ? NLM_F_REQUEST : flags);
   w.u32(seq);
   w.u32(0);
   w.u8(family);
@@ -358,4 +362,36 @@ export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
   if (i < 0) return head;
   const e = op.items[msg.first + i];
   return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;
+}
+
+/**
+ * Asks whether kpng's table of each family exists: one NFT_MSG_GETTABLE per
+ * family, outside any batch (a question commits nothing), `seq` numbering
+ * them from 1 in `families`' order. The kernel answers each within the send
+ * that carries it (netlink-socket.ts BatchSocket): the table, or an error.
+ */
+export function tableQuery(families: readonly TableFamily[]): Uint8Array {
+  const w = new Writer();
+  families.forEach((family, i) => {
+    const start = header(w, NFT_MSG_GETTABLE, i + 1, NFPROTO[family], NLM_F_REQUEST);
+    w.strz(NFTA_TABLE_NAME, TABLE);
+    w.put32(start, w.at - start);
+  });
+  return w.buf.slice(0, w.at);
+}
+
+/** The families (of tableQuery's `families`) whose table the kernel's answers show; throws on any error but "no such table". */
+export function tablesFound(families: readonly TableFamily[], answers: readonly Uint8Array[]): Set<TableFamily> {
+  const found = new Set<TableFamily>();
+  for (const a of answers) {
+    for (const [type, , body] of messages(a))
+      if (type === ((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWTABLE) && body.byteLength >= 4) {
+        const family = families.find((f) => NFPROTO[f] === body[0]);
+        if (family) found.add(family);
+      }
+    for (const r of parseReplies(a))
+      if (r.error < 0 && r.error !== -ENOENT)
+        throw new Error(`asking for table ${families[r.seq - 1] ?? "?"} ${TABLE}: errno ${-r.error}${r.message ? ` (${r.message})` : ""}`);
+  }
+  return found;
 }

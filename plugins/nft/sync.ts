@@ -85,9 +85,14 @@ class FamilySync {
    */
   private shared = new Map<string, { chain: RuleChainSpec; users: number; written: boolean }>();
   truncated = 0;
+  /** `add table`, with its comment, and the base objects (render-base.ts): the same ops at every full sync, so a first load's base sent ahead is known by them (NftSync.firstLoadBase) */
+  readonly table: Extract<Op, { kind: "table" }>;
+  readonly base: readonly Op[];
 
   constructor(config: Config, family: TableFamily) {
     this.fc = familyConfig(config, family);
+    this.table = { kind: "table", verb: "add", family, comment: TABLE_COMMENT };
+    this.base = renderBase(this.fc);
   }
 
   reset() {
@@ -341,6 +346,30 @@ export class NftSync {
     };
   }
 
+  /**
+   * The part of a full sync into tables that do not exist yet that needs no
+   * service: both tables and their base objects, which a first load sends
+   * while the services render (executor.ts). It creates the tables (`create`
+   * fails if either exists, committing nothing: a table that appeared since
+   * kpng looked is never written twice), and stands for the ops `covers` of
+   * the full sync's transaction (`finish` with tables holding nothing).
+   * Undefined when that sync would not be in place (its last one was refused).
+   */
+  firstLoadBase(): { tx: Transaction; covers: ReadonlySet<Op> } | undefined {
+    if (this.inPlaceFailed) return undefined;
+    const tx = new Transaction();
+    const covers = new Set<Op>();
+    for (const fs of this.families) {
+      tx.add({ ...fs.table, verb: "create" });
+      covers.add(fs.table);
+      for (const op of fs.base) {
+        tx.add(op);
+        covers.add(op);
+      }
+    }
+    return { tx, covers };
+  }
+
   /** The transaction of rendered services; a full sync's first clears what the tables hold (`held`, as in `plan`). */
   finish(rendered: RenderedServices, held?: Holdings): SyncPlan {
     const { full, phases: p, keys, udp, truncated } = rendered;
@@ -348,17 +377,16 @@ export class NftSync {
     const inPlace = full && held !== undefined && !this.inPlaceFailed;
     if (full) {
       for (const fs of this.families) {
-        const family = fs.fc.family;
-        const base = renderBase(fs.fc);
+        const { family } = fs.fc;
         if (inPlace) {
-          tx.add({ kind: "table", verb: "add", family, comment: TABLE_COMMENT });
-          for (const op of clearHeld(family, held[family], [...base, ...p.addSets, ...p.addChains])) tx.add(op);
+          tx.add(fs.table);
+          for (const op of clearHeld(family, held[family], [...fs.base, ...p.addSets, ...p.addChains])) tx.add(op);
         } else {
           tx.add({ kind: "table", verb: "add", family });
           tx.add({ kind: "table", verb: "delete", family });
-          tx.add({ kind: "table", verb: "add", family, comment: TABLE_COMMENT });
+          tx.add(fs.table);
         }
-        for (const op of base) tx.add(op);
+        for (const op of fs.base) tx.add(op);
       }
       this.fullOutstanding = { inPlace };
     }

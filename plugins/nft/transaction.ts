@@ -36,7 +36,8 @@ export interface ChainSpec {
 }
 
 export type Op =
-  | { kind: "table"; verb: "add" | "delete"; family: TableFamily; comment?: string }
+  /** `create` fails when the table exists (EEXIST), where `add` leaves it as it is */
+  | { kind: "table"; verb: "add" | "create" | "delete"; family: TableFamily; comment?: string }
   | { kind: "chain"; verb: "add"; family: TableFamily; chain: ChainSpec }
   | { kind: "chain"; verb: "flush" | "delete"; family: TableFamily; name: string }
   | { kind: "rule"; family: TableFamily; chain: string; rule: string; comment?: string }
@@ -62,7 +63,7 @@ export function printOp(op: Op): string {
   const t = `${op.family} ${TABLE}`;
   switch (op.kind) {
     case "table":
-      return op.verb === "add" && op.comment ? `add table ${t} { comment ${quote(op.comment)}; }` : `${op.verb} table ${t}`;
+      return op.verb !== "delete" && op.comment ? `${op.verb} table ${t} { comment ${quote(op.comment)}; }` : `${op.verb} table ${t}`;
     case "chain":
       if (op.verb !== "add") return `${op.verb} chain ${t} ${op.name}`;
       if (op.chain.base) {

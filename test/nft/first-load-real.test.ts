@@ -1,8 +1,10 @@
 // A first load into empty tables sends its elements on kpng's own netlink
-// socket (plugins/nft/netlink-batch.ts, executor.ts): against the real
+// socket (plugins/nft/netlink-batch.ts, executor.ts), and, when kpng's
+// tables do not exist, its base ahead of the services: against the real
 // kernel, in namespaces, it must leave exactly what `nft -f` of the same plan
-// leaves, packets must flow through it, and a batch the kernel refuses must
-// fail the apply naming the element, with nothing of it committed.
+// leaves, packets must flow through it, a restart over the tables rewrites
+// them in one transaction, and a batch the kernel refuses must fail the
+// apply naming the element, with nothing of it committed.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { NftRunner } from "../../plugins/nft/executor.ts";
@@ -30,16 +32,18 @@ afterAll(async () => {
   await ref?.destroy();
 });
 
-/** an executor that keeps every `nft -f` script it ran */
+/** an executor that keeps every `nft -f` script it ran (not conntrack's `-f`), and every command */
 function recording(exec: Executor) {
   const scripts: string[] = [];
+  const commands: string[][] = [];
   const rec: Executor = {
     run: (argv, stdin) => {
-      if (argv.includes("-f")) scripts.push(stdin ?? "");
+      commands.push(argv);
+      if (argv[0] === "nft" && argv.includes("-f")) scripts.push(stdin ?? "");
       return exec.run(argv, stdin);
     },
   };
-  return { exec: rec, scripts };
+  return { exec: rec, scripts, commands };
 }
 
 /** removes kpng's tables, so that the next full sync is a first load */
@@ -70,6 +74,65 @@ describe("nft first load through kpng's netlink socket (real kernel)", () => {
     expect(got.split("\n").filter((l) => l.startsWith("elem")).length).toBeGreaterThan(50);
     expect(got).toBe(want);
     await Promise.all([a.close(), b.close()]);
+  });
+
+  test("no table: the base loads ahead of the services, unlisted; a restart over the tables lists them and rewrites them in one transaction", async () => {
+    const state = nodeState([...shapes(["v4", "v6"]).map((x) => x.entry), bigService()]);
+    await Promise.all([empty(topo), empty(ref)]);
+    const first = recording(topo.executor(topo.node.ns));
+    const a = createNftBackend(context(nodeConfig()), { exec: first.exec, netns: topo.node.ns });
+    const b = createNftBackend(context(nodeConfig()), { exec: ref.executor(ref.node.ns), netns: ref.node.ns, firstLoad: "nft" });
+    await Promise.all([a.apply(state, null), b.apply(state, null)]);
+    // kpng's socket said no table exists: nothing listed; the base (both tables) first, then the services' objects
+    expect(first.commands.filter((c) => c.includes("list"))).toEqual([]);
+    const [base, rest] = first.scripts;
+    expect(base.match(/^create table .*/gm)?.map((l) => l.split(" ").slice(0, 4).join(" "))).toEqual([
+      "create table ip kpng",
+      "create table ip6 kpng",
+    ]);
+    expect(base).not.toContain("dispatch-");
+    expect(rest).not.toMatch(/^(add|create) table/m);
+    expect(rest).toContain("add chain ip6 kpng dispatch-");
+    expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
+    await a.close();
+
+    const again = recording(topo.executor(topo.node.ns));
+    const restarted = createNftBackend(context(nodeConfig()), { exec: again.exec, netns: topo.node.ns });
+    await restarted.apply(state, null);
+    expect(again.commands.filter((c) => c.includes("list")).length).toBeGreaterThan(0);
+    // in place, everything at once: no moment without rules (then the watch's proofs, stamps only)
+    const txs = again.scripts.filter(
+      (t) =>
+        !t
+          .trim()
+          .split("\n")
+          .every((l) => l.includes(" sync-stamp")),
+    );
+    expect(txs).toHaveLength(1);
+    expect(txs[0]).toStartWith("add table ip kpng");
+    expect(txs[0]).toContain("add element ip6 kpng service-ips");
+    expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
+    await Promise.all([restarted.close(), b.close()]);
+  });
+
+  test("a table that appears between kpng's question and the base: the base is refused whole, nothing is written twice, the next full sync leaves the same rules", async () => {
+    const state = nodeState(shapes(["v4", "v6"]).map((x) => x.entry));
+    await Promise.all([empty(topo), empty(ref)]);
+    const real = topo.executor(topo.node.ns);
+    const intruding: Executor = {
+      run: async (argv, stdin) => {
+        if (stdin?.startsWith("create table")) await real.run(["nft", "-f", "-"], "add table ip kpng\nadd chain ip kpng theirs\n");
+        return real.run(argv, stdin);
+      },
+    };
+    const a = createNftBackend(context(nodeConfig()), { exec: intruding, netns: topo.node.ns });
+    await expect(a.apply(state, null)).rejects.toThrow("File exists");
+    // the base was refused whole: the other process's table as it made it, no IPv6 table
+    expect(await topo.exec(topo.node.ns, ["nft", "list", "ruleset"])).toMatch(/^table ip kpng \{\n\tchain theirs \{\n\t\}\n\}\n$/);
+    await a.apply(state, null);
+    await createNftBackend(context(nodeConfig()), { exec: ref.executor(ref.node.ns), netns: ref.node.ns }).apply(state, null);
+    expect(await canonicalRuleset(topo, topo.node.ns)).toBe(await canonicalRuleset(ref, ref.node.ns));
+    await a.close();
   });
 
   test("packets flow through what the batch loaded", async () => {

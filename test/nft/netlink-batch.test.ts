@@ -8,7 +8,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { NftRunner } from "../../plugins/nft/executor.ts";
-import { encodeElements, parseReplies, refusedElement, setLayout } from "../../plugins/nft/netlink-batch.ts";
+import { encodeElements, parseReplies, refusedElement, setLayout, tableQuery, tablesFound } from "../../plugins/nft/netlink-batch.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { KpngError } from "../../src/plugins/toolkit/index.ts";
@@ -212,5 +212,126 @@ describe("NftRunner: a first load's elements", () => {
       "add element ip kpng m { 198.18.0.1 : drop }\n",
     ]);
     expect(log.lines.filter((l) => l.includes("Message too long")).length).toBe(1);
+  });
+});
+
+/** a kernel's answer: NLMSG_ERROR `errno` for the message `seq`, capped */
+function errorAnswer(seq: number, errno: number): Uint8Array {
+  const b = Buffer.alloc(16 + 4 + 16);
+  b.writeUInt32LE(b.length, 0);
+  b.writeUInt16LE(2, 4); // NLMSG_ERROR
+  b.writeUInt16LE(0x100, 6); // NLM_F_CAPPED
+  b.writeInt32LE(-errno, 16);
+  b.writeUInt32LE(seq, 28);
+  return new Uint8Array(b);
+}
+
+/** a kernel's answer: NFT_MSG_NEWTABLE for `family` (NFPROTO_*), kpng's table */
+function tableAnswer(seq: number, family: number): Uint8Array {
+  const b = Buffer.alloc(16 + 4 + 12);
+  b.writeUInt32LE(b.length, 0);
+  b.writeUInt16LE((10 << 8) | 0, 4);
+  b.writeUInt32LE(seq, 8);
+  b.writeUInt8(family, 16);
+  b.writeUInt16LE(9, 20); // NFTA_TABLE_NAME, "kpng\0"
+  b.writeUInt16LE(1, 22);
+  b.write("kpng\0", 24);
+  return new Uint8Array(b);
+}
+
+describe("netlink: do kpng's tables exist", () => {
+  test("one NFT_MSG_GETTABLE per family, numbered from 1, naming kpng's table, asking nothing to be created", () => {
+    const msgs = messages(tableQuery(["ip", "ip6"]));
+    expect(msgs.map((m) => Buffer.from(m.bytes).toString("hex"))).toEqual([
+      // len 32, type NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE, NLM_F_REQUEST, seq, pid 0; nfgenmsg family; NFTA_TABLE_NAME "kpng"
+      "20000000" + "010a" + "0100" + "01000000" + "00000000" + "02000000" + "0900" + "0100" + "6b706e6700000000",
+      "20000000" + "010a" + "0100" + "02000000" + "00000000" + "0a000000" + "0900" + "0100" + "6b706e6700000000",
+    ]);
+  });
+
+  const cases: { name: string; answers: Uint8Array[]; found: string[] }[] = [
+    { name: "neither", answers: [errorAnswer(1, 2), errorAnswer(2, 2)], found: [] },
+    { name: "the IPv6 table only", answers: [errorAnswer(1, 2), tableAnswer(2, 10)], found: ["ip6"] },
+    { name: "both, in one datagram", answers: [new Uint8Array([...tableAnswer(1, 2), ...tableAnswer(2, 10)])], found: ["ip", "ip6"] },
+  ];
+  for (const c of cases)
+    test(`the kernel's answers: ${c.name}`, () => {
+      expect([...tablesFound(["ip", "ip6"], c.answers)].sort() as string[]).toEqual(c.found);
+    });
+
+  test("an answer other than the table or 'no such table' is no answer", () => {
+    expect(() => tablesFound(["ip", "ip6"], [errorAnswer(1, 2), errorAnswer(2, 1)])).toThrow("asking for table ip6 kpng: errno 1");
+  });
+});
+
+describe("NftRunner: a first load's base, sent ahead of its services", () => {
+  const base = () => ({
+    tx: tx([
+      { kind: "table", verb: "create", family: "ip" },
+      { kind: "map", verb: "add", family: "ip", set: { name: "m", type: "ipv4_addr : verdict" } },
+    ]),
+  });
+  /** the full sync's transaction: the base's ops (the same objects), a chain, elements of the base's map */
+  function load() {
+    const table: Op = { kind: "table", verb: "add", family: "ip" };
+    const map: Op = { kind: "map", verb: "add", family: "ip", set: { name: "m", type: "ipv4_addr : verdict" } };
+    const all = tx([
+      table,
+      map,
+      { kind: "chain", verb: "add", family: "ip", chain: { name: "c" } },
+      { kind: "elements", verb: "add", family: "ip", set: "m", items: [{ key: "198.18.0.1", value: "goto c" }] },
+    ]);
+    return { all, ahead: { ...base(), covers: new Set([table, map]) } };
+  }
+  const scripts = (calls: { argv: string[]; stdin?: string }[]) => calls.filter(isTransaction).map((c) => c.stdin ?? "");
+  /** a socket whose kernel has kpng's tables of `families` */
+  const kernel =
+    (families: number[], sent: Uint8Array[] = []) =>
+    () => ({
+      send: (b: Uint8Array) => {
+        sent.push(b);
+        if (b.length && new DataView(b.buffer, b.byteOffset).getUint16(4, true) !== ((10 << 8) | 1)) return [];
+        return [1, 2].map((seq, i) => (families.includes([2, 10][i]) ? tableAnswer(seq, [2, 10][i]) : errorAnswer(seq, 2)));
+      },
+      close() {},
+    });
+
+  test("no table: the base goes to nft -f at once; the apply sends the rest, the elements on the socket", async () => {
+    const { exec, calls } = recorder();
+    const sent: Uint8Array[] = [];
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, kernel([], sent));
+    const { all, ahead } = load();
+    const started = await runner.startFirstLoad(() => ahead);
+    expect(scripts(calls)).toEqual(["create table ip kpng\nadd map ip kpng m { type ipv4_addr : verdict; }\n"]);
+    // no listing of the tables: the kernel said they do not exist
+    expect(calls.filter((c) => c.argv.includes("list"))).toEqual([]);
+    await runner.apply(all, { full: true, fresh: true, ahead: started });
+    expect(scripts(calls).slice(1)).toEqual(["add chain ip kpng c\n"]);
+    expect(sent.length).toBe(2); // the question, then the elements
+  });
+
+  test("a table exists: nothing is sent ahead", async () => {
+    const { exec, calls } = recorder();
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, kernel([10]));
+    expect(await runner.startFirstLoad(() => load().ahead)).toBeUndefined();
+    expect(calls).toEqual([]);
+  });
+
+  test("first loads not through kpng's socket: nothing is asked or sent ahead", async () => {
+    const { exec, calls } = recorder();
+    const runner = new NftRunner(exec, undefined, memoryLogger());
+    expect(await runner.startFirstLoad(() => load().ahead)).toBeUndefined();
+    expect(calls).toEqual([]);
+  });
+
+  test("a base nft refuses fails the apply, and nothing more is sent", async () => {
+    const { exec, calls } = recorder((_, stdin) => (stdin?.startsWith("create table") ? "File exists" : undefined));
+    const sent: Uint8Array[] = [];
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, kernel([], sent));
+    const { all, ahead } = load();
+    const started = await runner.startFirstLoad(() => ahead);
+    await expect(runner.apply(all, { full: true, fresh: true, ahead: started })).rejects.toThrow("File exists");
+    expect(scripts(calls)).toHaveLength(1);
+    expect(sent).toHaveLength(1); // the question only
   });
 });

@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { NftRunner } from "../../plugins/nft/executor.ts";
+import { NftSync } from "../../plugins/nft/sync.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
@@ -416,5 +417,35 @@ describe("nft dry-run", () => {
     const ctx = context(nodeConfig({ dryRun: true }));
     await createNftBackend(ctx).cleanup();
     expect(ctx.printed[0]).toBe("add table ip kpng\ndelete table ip kpng\nadd table ip6 kpng\ndelete table ip6 kpng\n");
+  });
+});
+
+describe("a first load's base, sent ahead (NftSync.firstLoadBase)", () => {
+  const nothing = { ip: { chains: new Map(), sets: new Map() }, ip6: { chains: new Map(), sets: new Map() } };
+
+  test("creates both tables and their base objects: the ops of a full sync over nothing that no service needs", () => {
+    const sync = new NftSync(nodeConfig());
+    const ahead = sync.firstLoadBase()!;
+    const plan = sync.finish(sync.render(cluster(3), null), nothing);
+    const covered = plan.tx.ops.filter((op) => ahead.covers.has(op));
+    expect(covered).toHaveLength(ahead.covers.size);
+    // the same statements, but that the tables are created (failing if one exists) rather than added
+    const printed = covered.reduce((t, op) => t.add(op), new Transaction()).print();
+    expect(ahead.tx.print()).toBe(printed.replaceAll(/^add table /gm, "create table "));
+    expect(ahead.tx.print().match(/^create table .*$/gm)).toEqual([
+      'create table ip kpng { comment "rules for kpng, the Kubernetes service proxy"; }',
+      'create table ip6 kpng { comment "rules for kpng, the Kubernetes service proxy"; }',
+    ]);
+    // what is left: the services' objects and elements, no table
+    const rest = plan.tx.ops.filter((op) => !ahead.covers.has(op));
+    expect(rest.some((op) => op.kind === "table")).toBe(false);
+    expect(rest.some((op) => op.kind === "elements" && op.set === "service-ips")).toBe(true);
+  });
+
+  test("none after a refused full sync in place: the next one replaces the tables whole", () => {
+    const sync = new NftSync(nodeConfig());
+    sync.plan(cluster(3), null, nothing);
+    sync.reset();
+    expect(sync.firstLoadBase()).toBeUndefined();
   });
 });
