@@ -14,7 +14,9 @@ export async function buildBinary(outfile: string): Promise<void> {
   ensureGenerated(); // the ebpf backend's BPF object, embedded as a string
   const res = await Bun.build({
     entrypoints: [join(ROOT, "src/main.ts")],
-    compile: { outfile },
+    // JavaScriptCore's tier-up thresholds x8 until start-up is over (src/main.ts normalJIT): code that runs once
+    // is not compiled. See README, Performance.
+    compile: { outfile, jitPolicy: 8 },
     bytecode: true,
     format: "esm",
     target: "bun",

@@ -11,6 +11,9 @@
 //     the API server's own time writing the answers), compute (the brain's
 //     first state),
 //     render and apply (nft);
+//   - kpng's own CPU time from start to rules, by thread: the main thread,
+//     JavaScriptCore's JIT workers (compiling on other threads, so beside
+//     the main thread and the API server on a 2-core node), the rest;
 //   - the CPU time the rest of the host used meanwhile (not kpng, its nft
 //     runs or the API server): on a shared 2-core machine, what competed;
 //   - RSS of kpng's whole process tree (nft children included) after 20
@@ -50,8 +53,6 @@
 // its offset from kpng's start (ms, when the bench read it): the timeline
 // behind the phases. KPNG_BENCH_KPNG_ENV="A=1 B=2" sets variables for the
 // measured kpng alone (BUN_JSC_* options, BUN_OPTIONS=--cpu-prof-md...).
-// "kpng main JIT other": the CPU kpng's main thread, JavaScriptCore's JIT
-// compiler threads and its other threads had used when the rules were in.
 
 import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -215,23 +216,28 @@ function processCpuMs(pid: number): number {
 }
 
 /**
- * CPU time (ms) of kpng's threads so far, from /proc/PID/task/TID/schedstat
- * (nanoseconds): the main thread, JSC's JIT compiler threads, and the rest
- * (GC helpers, Bun's pools). At start-up the JIT threads use a large share
- * of what the main thread does, on the same two cores.
+ * CPU time of kpng's own threads (not its nft children), split into the
+ * main thread, JavaScriptCore's JIT workers and the rest (GC helpers, Bun's
+ * pool): the JIT compiles on other threads, which on a 2-core node compete
+ * with the main thread and the API server.
  */
-function threadCpuMs(pid: number): { main: number; jit: number; other: number } {
+function kpngThreadsCpuMs(root: number): { main: number; jit: number; other: number } {
   const out = { main: 0, jit: 0, other: 0 };
-  try {
+  for (const pid of processTree(root)) {
+    if (!["kpng", "bun"].includes(comm(pid))) continue; // the binary, or bun src/main.ts (KPNG_BENCH_SOURCE)
     for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      const ms = Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
-      const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim();
-      if (tid === String(pid)) out.main += ms;
-      else if (name.startsWith("JIT")) out.jit += ms;
-      else out.other += ms;
+      try {
+        const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+        const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+        const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+        const ms = (Number(f[11]) + Number(f[12])) * TICK_MS;
+        if (tid === String(pid)) out.main += ms;
+        else if (name.startsWith("JITWorker")) out.jit += ms;
+        else out.other += ms;
+      } catch {
+        // gone meanwhile
+      }
     }
-  } catch {
-    // gone meanwhile
   }
   return out;
 }
@@ -253,10 +259,10 @@ interface Run {
   listeners: number;
   /** median latency of the changes, API server -> synced */
   changeMs: number;
-  /** kpng's own threads' CPU from start to rules (threadCpuMs) */
-  threads: { main: number; jit: number; other: number };
   /** CPU ms the rest of the host (not kpng, its nft runs or the API server) used from start to rules: what competed */
   othersMs: number;
+  /** CPU ms of kpng's threads from start to rules: main thread, JIT workers, the rest */
+  threads: { main: number; jit: number; other: number };
 }
 
 /** A first start in iptables mode: nothing of a previous run's rules or hairpin sets left in the node. */
@@ -333,9 +339,8 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
       const syncedRe = new RegExp(` synced backend=${MODE} `);
       const synced = await log.wait(syncedRe);
       const totalMs = synced.at - t0;
-      const kpngPid = processTree(kpng.pid).find((p) => comm(p) === "kpng");
-      const threads = kpngPid ? threadCpuMs(kpngPid) : { main: NaN, jit: NaN, other: NaN };
       // `ip netns exec` runs kpng as its child: the tree's CPU is the netns exec's own plus its reaped children
+      const threads = kpngThreadsCpuMs(kpng.pid);
       const othersMs =
         hostBusyMs() - busy0 - processTree(kpng.pid).reduce((n, p) => n + processCpuMs(p), 0) - (processCpuMs(api.pid) - api0);
       const probe = await topo.probe(topo.client.ns, { ip: lastServiceIP(services), port: 80 });
@@ -420,7 +425,7 @@ export default async function startupBench() {
         `\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`,
       );
       console.log(
-        "  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | kpng main JIT other | others (CPU ms) | connect | RSS MB after 20 changes | change latency",
+        "  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | kpng main jit other | others (CPU ms) | connect | RSS MB after 20 changes | change latency",
       );
       const all: Run[] = [];
       for (let r = 1; r <= runs; r++) {
@@ -434,7 +439,7 @@ export default async function startupBench() {
         all.push(x);
         const p = x.phases;
         console.log(
-          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.threads.main).padStart(10)} ${f0(x.threads.jit).padStart(3)} ${f0(x.threads.other)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | change ${x.changeMs} ms${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
+          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.threads.main).padStart(9)} ${f0(x.threads.jit).padStart(3)} ${f0(x.threads.other).padStart(5)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | change ${x.changeMs} ms${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
         );
       }
       const tot = all.map((x) => x.totalMs);

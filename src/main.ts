@@ -106,6 +106,7 @@ async function feedFromView(
       memory.synced();
     },
     onStartedUp: () => {
+      normalJIT();
       startedUp.resolve();
       if (!cfg.dryRun)
         migrated = removeKubeProxyRules(
@@ -303,6 +304,7 @@ const serveCommand = command({
     if (!started) return;
     const { brain, source } = started;
     const api = await serveApi(brain, cfg, listen, security, args);
+    normalJIT();
     const metrics = typeof args["metrics-bind-address"] === "string" ? await serveBrainMetrics(brain, cfg, source, api) : undefined;
     await stopped;
     metrics?.close();
@@ -338,6 +340,7 @@ const backendCommand = command({
     const stop = new AbortController();
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
+    normalJIT();
     const { runSidecar } = await import("./plugins/sidecar.ts");
     await runSidecar({
       backends,
@@ -374,6 +377,15 @@ const localCommand = command({
     process.stdout.write(formatLocalState(state, output));
   },
 });
+
+/**
+ * The compiled binary starts with the JIT reluctant to compile (build.ts
+ * jitPolicy): start-up code runs once, and compiling it took as much CPU as
+ * running it, on a node's two cores beside the API server's answers. Once
+ * start-up is over (the first sync, or the brain serving), the JIT works as
+ * usual for what runs again and again.
+ */
+const normalJIT = () => Bun.unsafe.setJITPolicy?.(1);
 
 /** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));

@@ -13,6 +13,7 @@
 import { writeFile } from "node:fs/promises";
 import * as v from "valibot";
 import { parseDocument, stringify } from "yaml";
+import { fastYaml } from "./yaml-fast.ts";
 import { defaultConfig, type Config } from "./config.ts";
 import { parseGoDuration } from "./duration.ts";
 import { errorMessage, invalid } from "../errors.ts";
@@ -82,17 +83,22 @@ function dropField(raw: Record<string, unknown>, path: ReadonlyArray<string | nu
   else delete (node as Record<string, unknown>)[last];
 }
 
-/** Parses and validates file contents; throws a one-line KpngError naming the file and field. */
-export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
+/** The `yaml` library's reading of the file: what the fast path leaves (an error to name, a key that may repeat). */
+function parseYaml(file: string, text: string, warnings: string[]): unknown {
   let parsed = parseDocument(text, { uniqueKeys: true });
-  const warnings: string[] = [];
   const err = parsed.errors[0];
   if (err?.code === "DUPLICATE_KEY" && /apiVersion:\s*["']?kubeproxy\.config\.k8s\.io\/v1alpha1/.test(text)) {
     // kube-proxy's strict decoding refuses a repeated field; its lenient v1alpha1 decoding keeps the last one.
     parsed = parseDocument(text, { uniqueKeys: false });
     warnings.push(`${file}: using lenient decoding as strict decoding failed: ${err.message.split("\n")[0]} (the last value is used)`);
   } else if (err) throw invalid(`${file}: not valid YAML or JSON: ${err.message.split("\n")[0]}`);
-  const raw = parsed.toJS() as unknown;
+  return parsed.toJS() as unknown;
+}
+
+/** Parses and validates file contents; throws a one-line KpngError naming the file and field. */
+export function parseKubeProxyConfig(file: string, text: string): LoadedConfig {
+  const warnings: string[] = [];
+  const raw = fastYaml(text) ?? parseYaml(file, text, warnings);
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw invalid(`${file}: not a KubeProxyConfiguration mapping`);
   const doc = raw as Record<string, unknown>;
   if (doc.apiVersion !== V1ALPHA1 && doc.apiVersion !== V1ALPHA2) {

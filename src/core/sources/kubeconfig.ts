@@ -15,6 +15,7 @@ import { readFileSync } from "node:fs";
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import * as v from "valibot";
 import { parseDocument } from "yaml";
+import { fastYaml } from "../config/yaml-fast.ts";
 import { errorMessage, invalid } from "../errors.ts";
 import { issuePath, issueProblem } from "../issues.ts";
 import type { RestClientObserver } from "../node/client-metrics.ts";
@@ -114,8 +115,13 @@ export type Kubeconfig = v.InferOutput<typeof KubeconfigSchema>;
 type ClusterEntry = v.InferOutput<typeof ClusterSchema>;
 type UserEntry = v.InferOutput<typeof UserSchema>;
 
-/** Parses and validates a kubeconfig's text; errors start with `where` (`--kubeconfig PATH`). */
-export function parseKubeconfig(where: string, text: string): Kubeconfig {
+/**
+ * The `yaml` library's reading of a kubeconfig: what the fast path leaves
+ * (an error to name, a key that may repeat). client-go's decoder takes the
+ * last of repeated keys without a word (sigs.k8s.io/yaml's non-strict
+ * YAMLToJSON); a person typed this file, so kpng says which key repeats.
+ */
+function parseYaml(where: string, text: string): unknown {
   const parsed = parseDocument(text, { uniqueKeys: true });
   const err = parsed.errors[0];
   if (err) {
@@ -123,7 +129,12 @@ export function parseKubeconfig(where: string, text: string): Kubeconfig {
     const why = err.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
     throw invalid(`${where}: not valid YAML${line ? ` (line ${line})` : ""}: ${why}`);
   }
-  const raw = parsed.toJS() as unknown;
+  return parsed.toJS() as unknown;
+}
+
+/** Parses and validates a kubeconfig's text; errors start with `where` (`--kubeconfig PATH`). */
+export function parseKubeconfig(where: string, text: string): Kubeconfig {
+  const raw = fastYaml(text) ?? parseYaml(where, text);
   if (raw === null || raw === undefined) throw invalid(`${where}: the file is empty`);
   if (typeof raw !== "object" || Array.isArray(raw))
     throw invalid(`${where}: not a kubeconfig (a mapping with clusters, contexts and users)`);
