@@ -14,6 +14,7 @@
 import {
   type BackendContext,
   type Config,
+  allDone,
   type Endpoint,
   errorMessage,
   type Executor,
@@ -243,7 +244,7 @@ export class IptablesBackend implements IncrementalBackend {
       // restore and hairpin set to start its own restore (the kernel still
       // commits one batch at a time). A dry run prints them one after the other.
       if (this.ctx.config.dryRun) for (const family of this.families) await this.syncFamily(family, full, dirty, stats, stale);
-      else await allSettled(this.families.map((family) => this.syncFamily(family, full, dirty, stats, stale)));
+      else await allDone(this.families.map((family) => this.syncFamily(family, full, dirty, stats, stale)));
       if (full) {
         this.needFull = false;
         this.lastFull = this.now();
@@ -308,7 +309,7 @@ export class IptablesBackend implements IncrementalBackend {
     if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
     else if (text) jobs.push(this.failedCounted(family, full, this.restore(family, tx, text)));
     jobs.push(this.runIpset(set.alongside));
-    await allSettled(jobs);
+    await allDone(jobs);
     return { tx, set };
   }
 
@@ -571,9 +572,4 @@ interface HairpinInput {
   alongside: string;
   after: string;
   commit: () => void;
-}
-
-/** waits for every job, then throws the first failure: both finish before the next sync may start, even when one fails */
-async function allSettled(jobs: Promise<void>[]) {
-  for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
 }

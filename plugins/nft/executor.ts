@@ -7,7 +7,7 @@
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { errorMessage, type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
+import { allDone, errorMessage, type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
 import { batchable, encodeBatch, parseReplies, refusedElement, tableQuery, tablesFound, type EncodedBatch } from "./netlink-batch.ts";
 import { FAMILIES, type TableFamily } from "./names.ts";
 import { type BatchSocket, errnoText } from "./netlink-socket.ts";
@@ -349,9 +349,7 @@ export class NftRunner {
 
   /** element batches over a loaded skeleton, at the same time: all settle before the outcome is known (a retry must not race a batch still loading) */
   private async loadSideBySide(batches: Transaction[]): Promise<void> {
-    const done = await Promise.allSettled(batches.map((b) => this.exec.run(["nft", "-f", "-"], b.print())));
-    const failed = done.find((d) => d.status === "rejected");
-    if (failed) throw failed.reason;
+    await allDone(batches.map((b) => this.exec.run(["nft", "-f", "-"], b.print())));
   }
 
   /** asks the kernel to validate without committing (nft --check runs the batch and aborts it) */

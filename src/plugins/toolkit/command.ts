@@ -25,6 +25,15 @@ export async function runCommand(argv: readonly string[], stdin?: string | Itera
   return { code, stdout, stderr };
 }
 
+/**
+ * Waits for every job (programs run side by side), then throws the first
+ * failure in `jobs`' order: none is still running when the caller goes on,
+ * to a retry say, even when one failed early.
+ */
+export async function allDone(jobs: readonly Promise<unknown>[]): Promise<void> {
+  for (const r of await Promise.allSettled(jobs)) if (r.status === "rejected") throw r.reason;
+}
+
 /** The chunks as a stream read one at a time, when the reader wants the next (no read-ahead). */
 function pulled(chunks: Iterable<string>, onError: (err: unknown) => void): ReadableStream<Uint8Array> {
   const it = chunks[Symbol.iterator]();
