@@ -147,7 +147,16 @@ export class NftRunner {
     const t0 = performance.now();
     await this.stamped(watch, tx, opts);
     // The rules are in: the caller goes on while the new monitor gets ready.
-    if (opts.full) this.proving = this.resumeWatch(watch, performance.now() - t0).finally(() => (this.proving = undefined));
+    if (opts.full) this.prove(watch, performance.now() - t0);
+  }
+
+  /**
+   * Not inline in apply(): a closure made there would keep apply's scope,
+   * and with it the whole transaction, alive until the proof ends, past
+   * start-up's collection of the heap (src/core/release-memory.ts).
+   */
+  private prove(watch: RulesWatch, loadMs: number) {
+    this.proving = this.resumeWatch(watch, loadMs).finally(() => (this.proving = undefined));
   }
 
   /**

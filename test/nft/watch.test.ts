@@ -126,6 +126,26 @@ describe("watch on kpng's tables (fake nft monitor)", () => {
     expect(w.monitors.map((m) => m.alive)).toEqual([false, true]);
   });
 
+  test("the monitor's proof after a full sync does not keep the sync's transaction alive (start-up collects the heap meanwhile)", async () => {
+    // a monitor that prints nothing: the proof keeps waiting, as a real one does for its first fetch
+    const spawner: Spawner = { spawn: () => ({ write() {}, kill() {} }) };
+    const log = memoryLogger();
+    const runner = new NftRunner({ run: async () => "" }, undefined, log, new RulesWatch({ spawner, log, onForeign() {} }));
+    let proved = false;
+    const applied = async () => {
+      const t = tx(...Array.from({ length: 1000 }, (_, i) => `c${i}`));
+      await runner.apply(t, { full: true });
+      return new WeakRef(t);
+    };
+    const ref = await applied();
+    void runner.settled().then(() => (proved = true));
+    await new Promise((r) => setImmediate(r));
+    Bun.gc(true);
+    expect(proved).toBe(false);
+    expect(ref.deref()).toBeUndefined();
+    runner.close();
+  });
+
   test("the stamp gone when the new monitor starts (the tables went meanwhile): reported", async () => {
     const w = world({ refuse: (s) => s.startsWith(`add set ip kpng ${SYNC_STAMP_SET}`) && s.includes("delete element") });
     await w.runner.apply(tx("a"), { full: true });
