@@ -1,14 +1,23 @@
 // The only code of the nft backend that reaches the kernel: it hands a
 // printed transaction to `nft -f -` (one atomic batch) through an Executor,
 // or, for small partial syncs, to a running `nft -i` (session.ts) through a
-// Spawner; a first load's elements go as a batch kpng encodes itself
+// Spawner; a first load's elements go as batches kpng encodes itself
 // (netlink-batch.ts) on its own socket (netlink-socket.ts). Tests replace
 // all three with recorders and fakes or point them into a network namespace.
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { allDone, errorMessage, type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
-import { batchable, encodeBatch, parseReplies, refusedElement, tableQuery, tablesFound, type EncodedBatch } from "./netlink-batch.ts";
+import {
+  batchable,
+  encodeBatch,
+  fillRounds,
+  parseReplies,
+  refusedElement,
+  tableQuery,
+  tablesFound,
+  type EncodedBatch,
+} from "./netlink-batch.ts";
 import { FAMILIES, type TableFamily } from "./names.ts";
 import { type BatchSocket, errnoText } from "./netlink-socket.ts";
 import type { NftSession, Spawner } from "./session.ts";
@@ -265,11 +274,14 @@ export class NftRunner {
   /**
    * A first load with its elements encoded by kpng: everything else (tables,
    * chains, rules, sets, the elements nft alone encodes, the stamp) through
-   * `nft -f`, then the elements in one batch of kpng's own. Most of nft's
-   * time on a big load goes to parsing and evaluating elements, which
-   * this skips; the kernel's work stays. Over empty tables, as
-   * splitFirstLoad: until the elements commit, services have no rules,
-   * which is no worse than before the load. False (nothing sent) when the
+   * `nft -f`, then the elements in batches of kpng's own, one per round of
+   * fillRounds (each round commits on its own). Most of nft's time on a big
+   * load goes to parsing and evaluating elements, which this skips; the
+   * kernel's work stays. Over empty tables, as splitFirstLoad: until the
+   * last round commits, some services have no rules, which is no worse than
+   * before the load. A refused round fails the apply, the rounds before it
+   * committed (the full sync that follows rewrites the tables in place, as
+   * after any failure). False (nothing sent) when the
    * socket cannot be opened: said once, and today's path is taken. `sent`:
    * ops of `tx` already loaded (a base sent ahead), not sent again.
    */
@@ -285,10 +297,10 @@ export class NftRunner {
       const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
       loading.catch(() => {}); // awaited below
       await inputWritten();
-      let encoded: ReturnType<typeof encodeBatch> | undefined;
+      let encoded: ReturnType<typeof encodeBatch>[] | undefined;
       let encodeFailed: unknown;
       try {
-        encoded = encodeBatch(elements);
+        encoded = fillRounds(elements).map((round) => encodeBatch(round));
       } catch (err) {
         encodeFailed = err;
       } finally {
@@ -300,26 +312,30 @@ export class NftRunner {
         await this.elementsThroughNft(elements.map((e) => e.op));
         return true;
       }
-      const { batch, unencoded } = encoded;
+      const unencoded = encoded.flatMap((e) => e.unencoded);
       if (unencoded.length) await this.exec.run(["nft", "-f", "-"], transactionOf(unencoded).print());
-      if (!batch) return true;
-      let answers: Uint8Array[];
-      try {
-        answers = socket.send(batch.bytes);
-      } catch (err) {
-        if (!isUnavailable(err)) throw err;
-        // nothing of the batch reached the kernel: its elements go through nft, in batches side by side
-        this.netlinkUnusable(err);
-        await this.elementsThroughNft(batch.ops);
-        return true;
-      }
-      try {
-        refused(batch, answers);
-      } catch (err) {
-        // Whether kpng's encoding or the input is at fault, the retry (a full sync over what the
-        // skeleton left, so not a first load) goes through nft, and so do later first loads.
-        this.netlinkUnusable(err);
-        throw err;
+      const batches = encoded.flatMap((e) => (e.batch ? [e.batch] : []));
+      for (let i = 0; i < batches.length; i++) {
+        let answers: Uint8Array[];
+        try {
+          answers = socket.send(batches[i].bytes);
+        } catch (err) {
+          if (!isUnavailable(err)) throw err;
+          // nothing of this batch reached the kernel (the rounds before it did): its elements and the later
+          // rounds' go through nft, in batches side by side
+          this.netlinkUnusable(err);
+          await this.elementsThroughNft(batches.slice(i).flatMap((b) => b.ops));
+          return true;
+        }
+        try {
+          refused(batches[i], answers);
+        } catch (err) {
+          // Whether kpng's encoding or the input is at fault, the retry (a full sync over what the
+          // skeleton and the rounds before left, so not a first load) goes through nft, and so do later
+          // first loads.
+          this.netlinkUnusable(err);
+          throw err;
+        }
       }
       return true;
     } finally {

@@ -178,6 +178,50 @@ export function batchable(tx: Transaction): Batchable {
 }
 
 /**
+ * How many elements the first round gives a set; each later round gives it
+ * at most what it holds after the rounds before (fillRounds).
+ */
+export const FIRST_ROUND = 256;
+
+/**
+ * A first load's elements in rounds, each to be sent as a batch (and
+ * committed) of its own: a round adds to a set at most what the set holds
+ * after the rounds before it, FIRST_ROUND at first. Why: kpng's sets are
+ * kernel hash tables (nft_set_rhash) created for a handful of elements,
+ * and the kernel inserts a batch's elements inside the send that carries
+ * it. A table filled past its size within one send gets a bigger one
+ * chained behind it, and another behind that, since the resize worker runs
+ * only once the send returns; every insert meanwhile takes rhashtable's slow
+ * path through all of them (Linux 6.18, rhashtable_insert_slow). Rounds that
+ * at most double a set let the worker grow its table between sends, so the
+ * inserts stay on the fast path. Elements keep their order; an op split
+ * between rounds becomes pieces of the same set and verb.
+ */
+export function fillRounds(elements: Batchable["elements"], first = FIRST_ROUND): Batchable["elements"][] {
+  const rounds: Batchable["elements"][] = [];
+  // per set: the round its next elements go to, the room left there, what the rounds so far add
+  const sets = new Map<string, { round: number; room: number; held: number }>();
+  for (const { op, layout } of elements) {
+    const name = `${op.family} ${op.set}`;
+    let s = sets.get(name);
+    if (!s) sets.set(name, (s = { round: 0, room: first, held: 0 }));
+    for (let from = 0; from < op.items.length; ) {
+      if (s.room === 0) {
+        s.round++;
+        s.room = Math.max(first, s.held);
+      }
+      const n = Math.min(s.room, op.items.length - from);
+      const piece = n === op.items.length ? op : { ...op, items: op.items.slice(from, from + n) };
+      (rounds[s.round] ??= []).push({ op: piece, layout });
+      from += n;
+      s.room -= n;
+      s.held += n;
+    }
+  }
+  return rounds;
+}
+
+/**
  * The batch of those elements (none when there are none); an op with an
  * element whose text does not fit its set's type (nothing kpng renders) is
  * left out whole, in `unencoded`, for nft. `seq` numbers the messages.

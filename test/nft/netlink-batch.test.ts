@@ -8,7 +8,17 @@
 
 import { describe, expect, test } from "bun:test";
 import { NftRunner } from "../../plugins/nft/executor.ts";
-import { encodeElements, parseReplies, refusedElement, setLayout, tableQuery, tablesFound } from "../../plugins/nft/netlink-batch.ts";
+import {
+  batchable,
+  encodeElements,
+  FIRST_ROUND,
+  fillRounds,
+  parseReplies,
+  refusedElement,
+  setLayout,
+  tableQuery,
+  tablesFound,
+} from "../../plugins/nft/netlink-batch.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { KpngError } from "../../src/plugins/toolkit/index.ts";
@@ -158,6 +168,41 @@ describe("netlink element batch: the kernel's answers", () => {
   });
 });
 
+describe("netlink element batch: rounds", () => {
+  const items = (n: number, third = 0) => Array.from({ length: n }, (_, i) => ({ key: `198.${18 + third}.${i >> 8}.${i & 255}` }));
+  const elementsOf = (ops: Op[]) => batchable(tx([{ kind: "table", verb: "add", family: "ip" }, ...ops])).elements;
+  const set = (name: string): Op => ({ kind: "set", verb: "add", family: "ip", set: { name, type: "ipv4_addr" } });
+  const add = (name: string, n: number, third = 0): Op => ({
+    kind: "elements",
+    verb: "add",
+    family: "ip",
+    set: name,
+    items: items(n, third),
+  });
+
+  test("no round adds to a set more than it holds after the rounds before (FIRST_ROUND at first); order kept", () => {
+    // big: 256, then 256 (holds 256), then 512 (holds 512), then the last 76; small fits the first round
+    const ops = [set("big"), set("small"), add("big", 1100), add("small", 10, 1)];
+    const rounds = fillRounds(elementsOf(ops));
+    const sizes = rounds.map((r) => r.map((e) => `${e.op.set} ${e.op.items.length}`));
+    expect(sizes).toEqual([[`big ${FIRST_ROUND}`, "small 10"], ["big 256"], ["big 512"], ["big 76"]]);
+    const big = rounds.flatMap((r) => r.filter((e) => e.op.set === "big").flatMap((e) => e.op.items));
+    expect(big).toEqual(items(1100));
+  });
+
+  test("a set's second op goes on from where its first left, in the same rounds", () => {
+    const rounds = fillRounds(elementsOf([set("s"), add("s", 200), add("s", 400, 1)]));
+    expect(rounds.map((r) => r.map((e) => e.op.items.length))).toEqual([[200, 56], [256], [88]]);
+  });
+
+  test("a first load of few elements is one round, its ops as they were", () => {
+    const elements = elementsOf([set("s"), add("s", 3)]);
+    const rounds = fillRounds(elements);
+    expect(rounds).toHaveLength(1);
+    expect(rounds[0][0].op).toBe(elements[0].op);
+  });
+});
+
 describe("NftRunner: a first load's elements", () => {
   const load = () =>
     tx([
@@ -166,6 +211,18 @@ describe("NftRunner: a first load's elements", () => {
       { kind: "elements", verb: "add", family: "ip", set: "m", items: [{ key: "198.18.0.1", value: "drop" }] },
     ]);
   const scripts = (calls: { argv: string[]; stdin?: string }[]) => calls.filter(isTransaction).map((c) => c.stdin ?? "");
+  const bigLoad = (n: number) =>
+    tx([
+      { kind: "table", verb: "add", family: "ip" },
+      { kind: "map", verb: "add", family: "ip", set: { name: "m", type: "ipv4_addr : verdict" } },
+      {
+        kind: "elements",
+        verb: "add",
+        family: "ip",
+        set: "m",
+        items: Array.from({ length: n }, (_, i) => ({ key: `198.18.${i >> 8}.${i & 255}`, value: "drop" })),
+      },
+    ]);
 
   test("go on the socket, the rest through nft -f first", async () => {
     const { exec, calls } = recorder();
@@ -195,6 +252,37 @@ describe("NftRunner: a first load's elements", () => {
     await runner.apply(load(), { full: true, fresh: true });
     expect(scripts(calls)).toEqual([load().print(), load().print()]);
     expect(log.lines.filter((l) => l.includes("netlink")).length).toBe(1);
+  });
+
+  test("a load of many elements: one batch per round, sent in turn", async () => {
+    const { exec } = recorder();
+    const sent: Uint8Array[] = [];
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, () => ({ send: (b) => (sent.push(b), []), close() {} }));
+    await runner.apply(bigLoad(1100), { full: true, fresh: true });
+    // 256 + 256 + 512 + 76 elements
+    expect(sent.length).toBe(4);
+  });
+
+  test("a round that cannot be sent after others went: its elements and the later rounds' through nft -f", async () => {
+    const { exec, calls } = recorder();
+    const log = memoryLogger();
+    let sends = 0;
+    const runner = new NftRunner(exec, undefined, log, undefined, () => ({
+      send: () => {
+        if (++sends === 2) throw new KpngError("unavailable", "netlink send of 9999 bytes failed: No buffer space available");
+        return [];
+      },
+      close() {},
+    }));
+    await runner.apply(bigLoad(1100), { full: true, fresh: true });
+    const [skeleton, ...rest] = scripts(calls);
+    expect(skeleton).not.toContain("add element");
+    // the first round (256 elements) went on the socket; the other 844, through nft
+    const keys = rest.join("").match(/198\.18\.\d+\.\d+/g) ?? [];
+    expect(keys.length).toBe(1100 - 256);
+    expect(keys[0]).toBe("198.18.1.0");
+    expect(sends).toBe(2);
+    expect(log.lines.filter((l) => l.includes("No buffer space")).length).toBe(1);
   });
 
   test("a batch that cannot be sent: its elements through nft -f after the skeleton", async () => {
