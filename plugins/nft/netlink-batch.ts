@@ -22,7 +22,8 @@
 import { comment as commentText, TABLE, type TableFamily } from "./names.ts";
 import type { ElementSpec, Op, SetSpec, Transaction } from "./transaction.ts";
 import { list, messages, text } from "./netlink.ts";
-import { type Field, HOST_LE, Unencodable, value, valueLength, Writer } from "./netlink-values.ts";
+import { address, type Field, HOST_LE, Unencodable, value, valueLength, Writer } from "./netlink-values.ts";
+import { ListElement } from "./render-service.ts";
 
 const NLMSG_HDRLEN = 16;
 const NLMSG_ERROR = 2;
@@ -76,6 +77,8 @@ export interface SetLayout {
   keyHeaders: [number, number];
   /** absent for a set, "verdict" for a verdict map */
   data?: Field[] | "verdict";
+  /** the key is a dispatch list's (render-service.ts ListElement): a position, after a cluster IP or alone */
+  positions: boolean;
 }
 
 /** one element of a type the set's declaration names, or a `typeof` expression */
@@ -113,10 +116,11 @@ export function setLayout(spec: SetSpec): SetLayout | undefined {
     attrHeader(4 + ((4 + keyLength + 3) & ~3), NFTA_SET_ELEM_KEY | NLA_F_NESTED),
     attrHeader(4 + keyLength, NFTA_DATA_VALUE),
   ];
-  if (d === undefined) return { key, keyLength, keyHeaders };
-  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict" };
+  const positions = key.at(-1) === "u32" && (key.length === 1 || (key.length === 2 && (key[0] === "ipv4" || key[0] === "ipv6")));
+  if (d === undefined) return { key, keyLength, keyHeaders, positions };
+  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict", positions };
   const data = fields(d);
-  return data ? { key, keyLength, keyHeaders, data } : undefined;
+  return data ? { key, keyLength, keyHeaders, data, positions } : undefined;
 }
 
 function verdict(w: Writer, text: string) {
@@ -150,9 +154,13 @@ export interface EncodedBatch {
   elements: number;
 }
 
-/** a generous bound on one element's bytes, checked before writing it (names and comments are at most 255 bytes) */
-const elementBound = (key: string, value: string | undefined, comment: string | undefined) =>
-  96 + key.length * 4 + (value?.length ?? 0) * 4 + (comment?.length ?? 0) * 3;
+/**
+ * A generous bound on one element's bytes, checked before writing it (names and comments are at most 255
+ * bytes). A key writes at most the set's key length: each field is parsed whole before its bytes are
+ * written, or refused.
+ */
+const elementBound = (layout: SetLayout, e: ElementSpec) =>
+  96 + layout.keyLength + (e.value?.length ?? 0) * 4 + (e.comment?.length ?? 0) * 3;
 
 type ElementsOp = Extract<Op, { kind: "elements" }>;
 
@@ -289,7 +297,7 @@ function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBa
     const msg: BatchMessage = { seq, op: opIndex, first: i, offsets: [] };
     for (; i < op.items.length; i++) {
       const e = op.items[i];
-      w.room(elementBound(e.key, e.value, e.comment));
+      w.room(elementBound(layout, e));
       const start = w.at;
       // each element's attribute type is its place in the message, from 1, as libnftnl numbers them (the kernel reads any)
       element(w, layout, msg.offsets.length + 1, e);
@@ -322,17 +330,31 @@ function verdictData(w: Writer, text: string) {
   w.bytes(bytes);
 }
 
-function element(w: Writer, layout: SetLayout, index: number, { key, value: data, comment }: ElementSpec) {
+/** a list position's key from its parts: the cluster IP's bytes (parsed once a segment), then the position, as numgen gives it */
+function positionKey(w: Writer, layout: SetLayout, e: ListElement) {
+  const [first] = layout.key;
+  if (e.position >>> 0 !== e.position) throw new Unencodable(e.key);
+  if (e.ip !== undefined) {
+    if (first !== "ipv4" && first !== "ipv6") throw new Unencodable(e.key);
+    address(w, first, e.ip);
+    w.pad();
+  } else if (layout.key.length !== 1) throw new Unencodable(e.key);
+  w.u32(e.position);
+}
+
+function element(w: Writer, layout: SetLayout, index: number, e: ElementSpec) {
   const el = w.begin(index | NLA_F_NESTED);
   // the key's length is the set's: its two headers are known before it is written
   w.u32(layout.keyHeaders[0]);
   w.u32(layout.keyHeaders[1]);
   const kv = w.at;
-  value(w, layout.key, key);
-  if (w.at - kv !== layout.keyLength) throw new Unencodable(key);
+  if (layout.positions && e instanceof ListElement) positionKey(w, layout, e);
+  else value(w, layout.key, e.key);
+  if (w.at - kv !== layout.keyLength) throw new Unencodable(e.key);
   w.pad();
+  const { value: data, comment } = e;
   if (layout.data) {
-    if (data === undefined) throw new Unencodable(key);
+    if (data === undefined) throw new Unencodable(e.key);
     if (layout.data === "verdict") verdictData(w, data);
     else {
       const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
@@ -341,7 +363,7 @@ function element(w: Writer, layout: SetLayout, index: number, { key, value: data
       w.end(dv);
       w.end(d);
     }
-  } else if (data !== undefined) throw new Unencodable(key);
+  } else if (data !== undefined) throw new Unencodable(e.key);
   if (comment) {
     const text = commentText(comment);
     const u = w.begin(NFTA_SET_ELEM_USERDATA);

@@ -10,6 +10,7 @@ import { describe, expect, test } from "bun:test";
 import { NftRunner } from "../../plugins/nft/executor.ts";
 import {
   batchable,
+  encodeBatch,
   encodeElements,
   FIRST_ROUND,
   fillRounds,
@@ -19,10 +20,13 @@ import {
   tableQuery,
   tablesFound,
 } from "../../plugins/nft/netlink-batch.ts";
+import { ListElement } from "../../plugins/nft/render-service.ts";
+import { NftSync } from "../../plugins/nft/sync.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { KpngError } from "../../src/plugins/toolkit/index.ts";
-import { isTransaction, recorder } from "./fixtures.ts";
+import { isTransaction, nodeConfig, recorder } from "./fixtures.ts";
+import { batchCaptureState } from "./netlink-batch-cases.ts";
 import { CAPTURED } from "./netlink-batch-captured.ts";
 
 const NFTA_SET_ELEM_LIST_SET_ID = 4;
@@ -76,6 +80,7 @@ function messages(batch: Uint8Array): { type: number; bytes: Uint8Array }[] {
 }
 
 const tx = (ops: Op[]) => ops.reduce((t, op) => t.add(op), new Transaction());
+const EMPTY = { chains: new Map(), sets: new Map() };
 
 describe("netlink element batch: the bytes nft sends", () => {
   test("the capture covers every kind of set kpng fills, and one statement split over messages", () => {
@@ -98,6 +103,36 @@ describe("netlink element batch: the bytes nft sends", () => {
     expect(sent.at(-1)!.type).toBe(0x11); // NFNL_MSG_BATCH_END
     expect(sent.slice(1, -1).every((m) => m.type === NEWSETELEM)).toBe(true);
     expect(sent.slice(1, -1).map((m) => comparable(m.bytes))).toEqual(c.messages.map((m) => comparable(Buffer.from(m, "base64"))));
+  });
+});
+
+describe("netlink element batch: a dispatch list's positions", () => {
+  test("encoded from their parts, the same bytes as from their key text (the text nft was captured with)", () => {
+    const plan = new NftSync(nodeConfig()).plan(batchCaptureState(), null, { ip: EMPTY, ip6: EMPTY });
+    const { elements } = batchable(plan.tx);
+    const positions = elements.flatMap((e) => e.op.items).filter((e) => e instanceof ListElement);
+    // every kind of list: under a cluster IP of each family, and in a slot of a shard map
+    expect(new Set(positions.map((e) => (e.ip === undefined ? "slot" : e.ip.includes(":") ? "v6" : "v4")))).toEqual(
+      new Set(["slot", "v4", "v6"]),
+    );
+    const asText = elements.map(({ op, layout }) => ({
+      op: { ...op, items: op.items.map(({ key, value, comment }) => ({ key, value, comment })) },
+      layout,
+    }));
+    expect(Buffer.from(encodeBatch(elements).batch!.bytes).toString("hex")).toBe(
+      Buffer.from(encodeBatch(asText).batch!.bytes).toString("hex"),
+    );
+  });
+
+  const layout = setLayout({ name: "m", type: "ip6 daddr . numgen random mod 2 : ip6 daddr", typeOf: true })!;
+  const cases: { name: string; e: ListElement }[] = [
+    { name: "a position with no cluster IP in a map keyed by one", e: new ListElement(undefined, 1, "2001:db8::1") },
+    { name: "a cluster IP of the other family", e: new ListElement("198.18.0.1", 1, "2001:db8::1") },
+    { name: "a position beyond 32 bits", e: new ListElement("2001:db8::10", 2 ** 32, "2001:db8::1") },
+  ];
+  test.each(cases.map((c) => [c.name, c] as const))("%s: left to nft, as its text would be", (_, c) => {
+    const op: Op = { kind: "elements", verb: "add", family: "ip6", set: "m", items: [c.e] };
+    expect(encodeBatch([{ op: op as Extract<Op, { kind: "elements" }>, layout }]).unencoded).toEqual([op]);
   });
 });
 
