@@ -7,7 +7,15 @@
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { allDone, errorMessage, type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
+import {
+  allDone,
+  errorMessage,
+  type Executor,
+  isUnavailable,
+  KpngError,
+  type Logger,
+  runCommand,
+} from "../../src/plugins/toolkit/index.ts";
 import {
   batchable,
   encodeBatch,
@@ -24,23 +32,14 @@ import type { NftSession, Spawner } from "./session.ts";
 import { splitFirstLoad, Transaction, type Op } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";
 
-/** Runs real programs. Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
+/** Runs real programs (the toolkit's runCommand). Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
 export function processExecutor(): Executor {
   return {
-    run: (argv, stdin) =>
-      new Promise((resolve, reject) => {
-        const p = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
-        let out = "";
-        let err = "";
-        p.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
-        p.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
-        p.on("error", (e) => reject(new KpngError("unavailable", `${argv[0]}: ${e.message}`)));
-        p.on("close", (code) =>
-          code === 0 ? resolve(out) : reject(new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${err.trim()}`)),
-        );
-        p.stdin.on("error", () => {}); // the close handler reports the failure
-        p.stdin.end(stdin ?? "");
-      }),
+    async run(argv, stdin) {
+      const { code, stdout, stderr } = await runCommand(argv, stdin ?? "");
+      if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
+      return stdout;
+    },
   };
 }
 
@@ -406,9 +405,10 @@ function refused(batch: EncodedBatch, answers: Uint8Array[]) {
 
 /**
  * One turn of the event loop, in which a process just started gets its
- * input: the executor writes stdin from the loop (node:child_process), so
- * a process started before a long synchronous step (an encoding, a render)
- * would read nothing until that step ends. One turn writes what a pipe
- * holds at once (64 KB), more than a skeleton.
+ * input: an executor may write stdin from the loop (node:child_process
+ * does; processExecutor's Bun.spawn writes at once), so a process started
+ * before a long synchronous step (an encoding, a render) would read nothing
+ * until that step ends. One turn writes what a pipe holds at once (64 KB),
+ * more than a skeleton.
  */
 const inputWritten = () => new Promise<void>((r) => setImmediate(r));
