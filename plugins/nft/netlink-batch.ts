@@ -77,6 +77,15 @@ export interface SetLayout {
   keyHeaders: [number, number];
   /** absent for a set, "verdict" for a verdict map */
   data?: Field[] | "verdict";
+  /** a map's values other than verdicts: their bytes, and their NFTA_SET_ELEM_DATA and NFTA_DATA_VALUE headers, as the key's */
+  dataLength?: number;
+  dataHeaders?: [number, number];
+  /**
+   * A bound on one element's bytes but a verdict's (verdictData makes room for its own), made room for
+   * before each: a key or value writes at most its length (each field is parsed whole before its bytes
+   * are written, or refused), a comment at most 128 characters of UTF-8.
+   */
+  elementRoom: number;
   /** the key is a dispatch list's (render-service.ts ListElement): a position, after a cluster IP or alone */
   positions: boolean;
 }
@@ -104,6 +113,15 @@ function fields(part: string): Field[] | undefined {
 /** struct nlattr { u16 nla_len; u16 nla_type } read as one host-order word */
 const attrHeader = (len: number, type: number) => (HOST_LE ? (len | (type << 16)) >>> 0 : ((len << 16) | type) >>> 0);
 
+/** an element's headers and padding, and a comment (at most 128 characters: 3 bytes each in UTF-8) with its headers, generously */
+const ELEMENT_ROOM = 96 + 3 * 128 + 16;
+
+/** the headers of a nest `type` holding one NFTA_DATA_VALUE of `length` bytes, known before the value is written (cold code runs a first load: a call less per attribute counts) */
+const valueHeaders = (type: number, length: number): [number, number] => [
+  attrHeader(4 + ((4 + length + 3) & ~3), type | NLA_F_NESTED),
+  attrHeader(4 + length, NFTA_DATA_VALUE),
+];
+
 /** the layout of a set kpng declares, or undefined when its elements stay with nft (intervals, a type this file does not know) */
 export function setLayout(spec: SetSpec): SetLayout | undefined {
   if (spec.flags?.includes("interval")) return undefined;
@@ -112,15 +130,16 @@ export function setLayout(spec: SetSpec): SetLayout | undefined {
   const key = fields(k);
   if (!key) return undefined;
   const keyLength = valueLength(key);
-  const keyHeaders: [number, number] = [
-    attrHeader(4 + ((4 + keyLength + 3) & ~3), NFTA_SET_ELEM_KEY | NLA_F_NESTED),
-    attrHeader(4 + keyLength, NFTA_DATA_VALUE),
-  ];
+  const keyHeaders = valueHeaders(NFTA_SET_ELEM_KEY, keyLength);
   const positions = key.at(-1) === "u32" && (key.length === 1 || (key.length === 2 && (key[0] === "ipv4" || key[0] === "ipv6")));
-  if (d === undefined) return { key, keyLength, keyHeaders, positions };
-  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict", positions };
+  const elementRoom = ELEMENT_ROOM + keyLength;
+  if (d === undefined) return { key, keyLength, keyHeaders, positions, elementRoom };
+  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict", positions, elementRoom };
   const data = fields(d);
-  return data ? { key, keyLength, keyHeaders, data, positions } : undefined;
+  if (!data) return undefined;
+  const dataLength = valueLength(data);
+  const dataHeaders = valueHeaders(NFTA_SET_ELEM_DATA, dataLength);
+  return { key, keyLength, keyHeaders, data, dataLength, dataHeaders, positions, elementRoom: elementRoom + dataLength };
 }
 
 function verdict(w: Writer, text: string) {
@@ -141,8 +160,8 @@ export interface BatchMessage {
   /** the op (in `EncodedBatch.ops`) its elements come from, and the index of its first element there */
   op: number;
   first: number;
-  /** each element's NFTA_LIST_ELEM offset from the start of the message */
-  offsets: number[];
+  /** where the message starts in the batch's bytes (its elements' offsets are read from there on a refusal: elementOffsets) */
+  at: number;
 }
 
 export interface EncodedBatch {
@@ -153,14 +172,6 @@ export interface EncodedBatch {
   /** how many elements the batch adds */
   elements: number;
 }
-
-/**
- * A generous bound on one element's bytes, checked before writing it (names and comments are at most 255
- * bytes). A key writes at most the set's key length: each field is parsed whole before its bytes are
- * written, or refused.
- */
-const elementBound = (layout: SetLayout, e: ElementSpec) =>
-  96 + layout.keyLength + (e.value?.length ?? 0) * 4 + (e.comment?.length ?? 0) * 3;
 
 type ElementsOp = Extract<Op, { kind: "elements" }>;
 
@@ -294,19 +305,18 @@ function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBa
     w.strz(NFTA_SET_ELEM_LIST_TABLE, TABLE);
     w.strz(NFTA_SET_ELEM_LIST_SET, op.set);
     const nest = w.begin(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED);
-    const msg: BatchMessage = { seq, op: opIndex, first: i, offsets: [] };
+    const msg: BatchMessage = { seq, op: opIndex, first: i, at: msgStart };
     for (; i < op.items.length; i++) {
       const e = op.items[i];
-      w.room(elementBound(layout, e));
+      w.room(layout.elementRoom);
       const start = w.at;
       // each element's attribute type is its place in the message, from 1, as libnftnl numbers them (the kernel reads any)
-      element(w, layout, msg.offsets.length + 1, e);
+      element(w, layout, i - msg.first + 1, e);
       if (w.at - nest > MAX_NEST) {
-        if (!msg.offsets.length) throw new Unencodable(e.key);
+        if (i === msg.first) throw new Unencodable(e.key);
         w.at = start;
         break;
       }
-      msg.offsets.push(start - msgStart);
     }
     w.end(nest);
     w.put32(msgStart, w.at - msgStart);
@@ -320,6 +330,7 @@ function verdictData(w: Writer, text: string) {
   const cache = w.verdicts;
   let bytes = cache.get(text);
   if (!bytes) {
+    w.room(32 + 3 * text.length);
     const start = w.at;
     const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
     verdict(w, text);
@@ -327,6 +338,7 @@ function verdictData(w: Writer, text: string) {
     cache.set(text, (bytes = w.buf.slice(start, w.at)));
     w.at = start;
   }
+  w.room(bytes.length);
   w.bytes(bytes);
 }
 
@@ -357,11 +369,12 @@ function element(w: Writer, layout: SetLayout, index: number, e: ElementSpec) {
     if (data === undefined) throw new Unencodable(e.key);
     if (layout.data === "verdict") verdictData(w, data);
     else {
-      const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
-      const dv = w.begin(NFTA_DATA_VALUE);
+      w.u32(layout.dataHeaders![0]);
+      w.u32(layout.dataHeaders![1]);
+      const dv = w.at;
       value(w, layout.data, data);
-      w.end(dv);
-      w.end(d);
+      if (w.at - dv !== layout.dataLength) throw new Unencodable(data);
+      w.pad();
     }
   } else if (data !== undefined) throw new Unencodable(e.key);
   if (comment) {
@@ -412,6 +425,21 @@ export function parseReplies(datagram: Uint8Array): BatchReply[] {
   return out;
 }
 
+/** each element's NFTA_LIST_ELEM offset from the start of its message, read back from the batch (only a refusal asks) */
+export function elementOffsets(batch: EncodedBatch, msg: BatchMessage): number[] {
+  const v = new DataView(batch.bytes.buffer, batch.bytes.byteOffset + msg.at, batch.bytes.byteLength - msg.at);
+  const out: number[] = [];
+  const end = v.getUint32(0, HOST_LE);
+  // the message's attributes: the table, the set, then the nest of elements
+  for (let at = NLMSG_HDRLEN + 4; at + 4 <= end; ) {
+    const len = v.getUint16(at, HOST_LE);
+    if ((v.getUint16(at + 2, HOST_LE) & ~NLA_F_NESTED) === NFTA_SET_ELEM_LIST_ELEMENTS)
+      for (let e = at + 4; e + 4 <= at + len; e += (v.getUint16(e, HOST_LE) + 3) & ~3) out.push(e);
+    at += (len + 3) & ~3;
+  }
+  return out;
+}
+
 /**
  * What a refusal is about, as nft would point at it: the element at the
  * refused offset of the refused message, else the statement of that message,
@@ -423,8 +451,9 @@ export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
   const op = batch.ops[msg.op];
   const head = `add element ${op.family} ${TABLE} ${op.set}`;
   if (reply.offset === undefined) return head;
+  const offsets = elementOffsets(batch, msg);
   let i = -1;
-  for (let j = 0; j < msg.offsets.length && msg.offsets[j] <= reply.offset; j++) i = j;
+  for (let j = 0; j < offsets.length && offsets[j] <= reply.offset; j++) i = j;
   if (i < 0) return head;
   const e = op.items[msg.first + i];
   return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;

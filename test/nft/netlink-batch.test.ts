@@ -10,6 +10,7 @@ import { describe, expect, test } from "bun:test";
 import { NftRunner } from "../../plugins/nft/executor.ts";
 import {
   batchable,
+  elementOffsets,
   encodeBatch,
   encodeElements,
   FIRST_ROUND,
@@ -185,6 +186,11 @@ describe("netlink element batch: the kernel's answers", () => {
       ]),
     );
     const msg = batch!.messages[1];
+    // read back from the bytes: one offset per element of the message, each at the attribute numbered by its place
+    const offsets = elementOffsets(batch!, msg);
+    const bytes = Buffer.from(batch!.bytes.subarray(msg.at));
+    expect(offsets).toHaveLength((batch!.messages[2]?.first ?? items.length) - msg.first);
+    expect(offsets.map((o) => bytes.readUInt16LE(o + 2) & 0x7fff)).toEqual(offsets.map((_, i) => i + 1));
     // an NLMSG_ERROR (capped, with TLVs) for the second message, pointing at its 11th element
     const err = Buffer.alloc(16 + 4 + 16 + 8);
     err.writeUInt32LE(err.length, 0);
@@ -195,9 +201,9 @@ describe("netlink element batch: the kernel's answers", () => {
     err.writeUInt32LE(msg.seq, 28);
     err.writeUInt16LE(8, 36);
     err.writeUInt16LE(2, 38); // NLMSGERR_ATTR_OFFS
-    err.writeUInt32LE(msg.offsets[10] + 4, 40);
+    err.writeUInt32LE(offsets[10] + 4, 40);
     const [reply] = parseReplies(new Uint8Array(err));
-    expect(reply).toEqual({ seq: msg.seq, error: -17, offset: msg.offsets[10] + 4 });
+    expect(reply).toEqual({ seq: msg.seq, error: -17, offset: offsets[10] + 4 });
     expect(refusedElement(batch!, reply)).toBe(`add element ip kpng s { ${items[msg.first + 10].key} }`);
     expect(refusedElement(batch!, { seq: msg.seq, error: -2 })).toBe("add element ip kpng s");
   });
