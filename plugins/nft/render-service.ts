@@ -438,7 +438,7 @@ const NONE: never[] = Object.freeze([]) as never[];
 const NO_SLOTS: ReadonlyMap<string, number> = new Map();
 
 /** what a service has in a family it is not served in */
-const NOTHING: ServiceObjects = Object.freeze({
+export const NOTHING: ServiceObjects = Object.freeze({
   sets: NONE,
   chains: NONE,
   elements: NONE,
