@@ -12,7 +12,7 @@
 // changed. Two services with the same cluster IP and port index claim the
 // same segment; the lowest service key wins it whole, as for an element.
 
-import { listKey, type PositionList } from "./render-service.ts";
+import { ListElement, listKey, type PositionList } from "./render-service.ts";
 import type { ElementSpec } from "./transaction.ts";
 
 /** what the kernel should hold under a key, and who wants it (the renderer's own object: no copy per element) */
@@ -211,9 +211,8 @@ function diffSegment(first: string, had: PositionList | undefined, want: Positio
     const a = h?.[i];
     const b = w?.[i];
     if (a === b) continue;
-    const key = listKey(ip, l.base, i);
-    if (a !== undefined) change.removes.push({ key });
-    if (b !== undefined) change.adds.push({ key, value: b });
+    if (a !== undefined) change.removes.push(new ListElement(ip, l.base + i));
+    if (b !== undefined) change.adds.push(new ListElement(ip, l.base + i, b));
   }
 }
 

@@ -1,37 +1,45 @@
 // The only code of the nft backend that reaches the kernel: it hands a
 // printed transaction to `nft -f -` (one atomic batch) through an Executor,
 // or, for small partial syncs, to a running `nft -i` (session.ts) through a
-// Spawner; a first load's elements go as a batch kpng encodes itself
+// Spawner; a first load's elements go as batches kpng encodes itself
 // (netlink-batch.ts) on its own socket (netlink-socket.ts). Tests replace
 // all three with recorders and fakes or point them into a network namespace.
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { allDone, errorMessage, type Executor, isUnavailable, KpngError, type Logger } from "../../src/plugins/toolkit/index.ts";
-import { batchable, encodeBatch, parseReplies, refusedElement, tableQuery, tablesFound, type EncodedBatch } from "./netlink-batch.ts";
+import {
+  allDone,
+  errorMessage,
+  type Executor,
+  isUnavailable,
+  KpngError,
+  type Logger,
+  runCommand,
+} from "../../src/plugins/toolkit/index.ts";
+import {
+  batchable,
+  encodeBatch,
+  fillRounds,
+  parseReplies,
+  refusedElement,
+  tableQuery,
+  tablesFound,
+  type EncodedBatch,
+} from "./netlink-batch.ts";
 import { FAMILIES, type TableFamily } from "./names.ts";
 import { type BatchSocket, errnoText } from "./netlink-socket.ts";
 import type { NftSession, Spawner } from "./session.ts";
 import { splitFirstLoad, Transaction, type Op } from "./transaction.ts";
 import type { RulesWatch } from "./watch.ts";
 
-/** Runs real programs. Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
+/** Runs real programs (the toolkit's runCommand). Fails with the program's stderr, so callers can see "0 flow entries" and the like. */
 export function processExecutor(): Executor {
   return {
-    run: (argv, stdin) =>
-      new Promise((resolve, reject) => {
-        const p = spawn(argv[0], argv.slice(1), { stdio: ["pipe", "pipe", "pipe"] });
-        let out = "";
-        let err = "";
-        p.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
-        p.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
-        p.on("error", (e) => reject(new KpngError("unavailable", `${argv[0]}: ${e.message}`)));
-        p.on("close", (code) =>
-          code === 0 ? resolve(out) : reject(new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${err.trim()}`)),
-        );
-        p.stdin.on("error", () => {}); // the close handler reports the failure
-        p.stdin.end(stdin ?? "");
-      }),
+    async run(argv, stdin) {
+      const { code, stdout, stderr } = await runCommand(argv, stdin ?? "");
+      if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
+      return stdout;
+    },
   };
 }
 
@@ -274,11 +282,14 @@ export class NftRunner {
   /**
    * A first load with its elements encoded by kpng: everything else (tables,
    * chains, rules, sets, the elements nft alone encodes, the stamp) through
-   * `nft -f`, then the elements in one batch of kpng's own. Most of nft's
-   * time on a big load goes to parsing and evaluating elements, which
-   * this skips; the kernel's work stays. Over empty tables, as
-   * splitFirstLoad: until the elements commit, services have no rules,
-   * which is no worse than before the load. False (nothing sent) when the
+   * `nft -f`, then the elements in batches of kpng's own, one per round of
+   * fillRounds (each round commits on its own). Most of nft's time on a big
+   * load goes to parsing and evaluating elements, which this skips; the
+   * kernel's work stays. Over empty tables, as splitFirstLoad: until the
+   * last round commits, some services have no rules, which is no worse than
+   * before the load. A refused round fails the apply, the rounds before it
+   * committed (the full sync that follows rewrites the tables in place, as
+   * after any failure). False (nothing sent) when the
    * socket cannot be opened: said once, and today's path is taken. `sent`:
    * ops of `tx` already loaded (a base sent ahead), not sent again.
    */
@@ -294,10 +305,10 @@ export class NftRunner {
       const loading = this.exec.run(["nft", "-f", "-"], skeleton.print() + (stamp?.print() ?? ""));
       loading.catch(() => {}); // awaited below
       await inputWritten();
-      let encoded: ReturnType<typeof encodeBatch> | undefined;
+      let encoded: ReturnType<typeof encodeBatch>[] | undefined;
       let encodeFailed: unknown;
       try {
-        encoded = encodeBatch(elements);
+        encoded = fillRounds(elements).map((round) => encodeBatch(round));
       } catch (err) {
         encodeFailed = err;
       } finally {
@@ -309,26 +320,30 @@ export class NftRunner {
         await this.elementsThroughNft(elements.map((e) => e.op));
         return true;
       }
-      const { batch, unencoded } = encoded;
+      const unencoded = encoded.flatMap((e) => e.unencoded);
       if (unencoded.length) await this.exec.run(["nft", "-f", "-"], transactionOf(unencoded).print());
-      if (!batch) return true;
-      let answers: Uint8Array[];
-      try {
-        answers = socket.send(batch.bytes);
-      } catch (err) {
-        if (!isUnavailable(err)) throw err;
-        // nothing of the batch reached the kernel: its elements go through nft, in batches side by side
-        this.netlinkUnusable(err);
-        await this.elementsThroughNft(batch.ops);
-        return true;
-      }
-      try {
-        refused(batch, answers);
-      } catch (err) {
-        // Whether kpng's encoding or the input is at fault, the retry (a full sync over what the
-        // skeleton left, so not a first load) goes through nft, and so do later first loads.
-        this.netlinkUnusable(err);
-        throw err;
+      const batches = encoded.flatMap((e) => (e.batch ? [e.batch] : []));
+      for (let i = 0; i < batches.length; i++) {
+        let answers: Uint8Array[];
+        try {
+          answers = socket.send(batches[i].bytes);
+        } catch (err) {
+          if (!isUnavailable(err)) throw err;
+          // nothing of this batch reached the kernel (the rounds before it did): its elements and the later
+          // rounds' go through nft, in batches side by side
+          this.netlinkUnusable(err);
+          await this.elementsThroughNft(batches.slice(i).flatMap((b) => b.ops));
+          return true;
+        }
+        try {
+          refused(batches[i], answers);
+        } catch (err) {
+          // Whether kpng's encoding or the input is at fault, the retry (a full sync over what the
+          // skeleton and the rounds before left, so not a first load) goes through nft, and so do later
+          // first loads.
+          this.netlinkUnusable(err);
+          throw err;
+        }
       }
       return true;
     } finally {
@@ -399,9 +414,10 @@ function refused(batch: EncodedBatch, answers: Uint8Array[]) {
 
 /**
  * One turn of the event loop, in which a process just started gets its
- * input: the executor writes stdin from the loop (node:child_process), so
- * a process started before a long synchronous step (an encoding, a render)
- * would read nothing until that step ends. One turn writes what a pipe
- * holds at once (64 KB), more than a skeleton.
+ * input: an executor may write stdin from the loop (node:child_process
+ * does; processExecutor's Bun.spawn writes at once), so a process started
+ * before a long synchronous step (an encoding, a render) would read nothing
+ * until that step ends. One turn writes what a pipe holds at once (64 KB),
+ * more than a skeleton.
  */
 const inputWritten = () => new Promise<void>((r) => setImmediate(r));

@@ -22,7 +22,8 @@
 import { comment as commentText, TABLE, type TableFamily } from "./names.ts";
 import type { ElementSpec, Op, SetSpec, Transaction } from "./transaction.ts";
 import { list, messages, text } from "./netlink.ts";
-import { type Field, HOST_LE, Unencodable, value, valueLength, Writer } from "./netlink-values.ts";
+import { address, type Field, HOST_LE, Unencodable, value, valueLength, Writer } from "./netlink-values.ts";
+import { ListElement } from "./render-service.ts";
 
 const NLMSG_HDRLEN = 16;
 const NLMSG_ERROR = 2;
@@ -76,6 +77,17 @@ export interface SetLayout {
   keyHeaders: [number, number];
   /** absent for a set, "verdict" for a verdict map */
   data?: Field[] | "verdict";
+  /** a map's values other than verdicts: their bytes, and their NFTA_SET_ELEM_DATA and NFTA_DATA_VALUE headers, as the key's */
+  dataLength?: number;
+  dataHeaders?: [number, number];
+  /**
+   * A bound on one element's bytes but a verdict's (verdictData makes room for its own), made room for
+   * before each: a key or value writes at most its length (each field is parsed whole before its bytes
+   * are written, or refused), a comment at most 128 characters of UTF-8.
+   */
+  elementRoom: number;
+  /** the key is a dispatch list's (render-service.ts ListElement): a position, after a cluster IP or alone */
+  positions: boolean;
 }
 
 /** one element of a type the set's declaration names, or a `typeof` expression */
@@ -101,6 +113,15 @@ function fields(part: string): Field[] | undefined {
 /** struct nlattr { u16 nla_len; u16 nla_type } read as one host-order word */
 const attrHeader = (len: number, type: number) => (HOST_LE ? (len | (type << 16)) >>> 0 : ((len << 16) | type) >>> 0);
 
+/** an element's headers and padding, and a comment (at most 128 characters: 3 bytes each in UTF-8) with its headers, generously */
+const ELEMENT_ROOM = 96 + 3 * 128 + 16;
+
+/** the headers of a nest `type` holding one NFTA_DATA_VALUE of `length` bytes, known before the value is written (cold code runs a first load: a call less per attribute counts) */
+const valueHeaders = (type: number, length: number): [number, number] => [
+  attrHeader(4 + ((4 + length + 3) & ~3), type | NLA_F_NESTED),
+  attrHeader(4 + length, NFTA_DATA_VALUE),
+];
+
 /** the layout of a set kpng declares, or undefined when its elements stay with nft (intervals, a type this file does not know) */
 export function setLayout(spec: SetSpec): SetLayout | undefined {
   if (spec.flags?.includes("interval")) return undefined;
@@ -109,14 +130,16 @@ export function setLayout(spec: SetSpec): SetLayout | undefined {
   const key = fields(k);
   if (!key) return undefined;
   const keyLength = valueLength(key);
-  const keyHeaders: [number, number] = [
-    attrHeader(4 + ((4 + keyLength + 3) & ~3), NFTA_SET_ELEM_KEY | NLA_F_NESTED),
-    attrHeader(4 + keyLength, NFTA_DATA_VALUE),
-  ];
-  if (d === undefined) return { key, keyLength, keyHeaders };
-  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict" };
+  const keyHeaders = valueHeaders(NFTA_SET_ELEM_KEY, keyLength);
+  const positions = key.at(-1) === "u32" && (key.length === 1 || (key.length === 2 && (key[0] === "ipv4" || key[0] === "ipv6")));
+  const elementRoom = ELEMENT_ROOM + keyLength;
+  if (d === undefined) return { key, keyLength, keyHeaders, positions, elementRoom };
+  if (d.trim() === "verdict") return { key, keyLength, keyHeaders, data: "verdict", positions, elementRoom };
   const data = fields(d);
-  return data ? { key, keyLength, keyHeaders, data } : undefined;
+  if (!data) return undefined;
+  const dataLength = valueLength(data);
+  const dataHeaders = valueHeaders(NFTA_SET_ELEM_DATA, dataLength);
+  return { key, keyLength, keyHeaders, data, dataLength, dataHeaders, positions, elementRoom: elementRoom + dataLength };
 }
 
 function verdict(w: Writer, text: string) {
@@ -137,8 +160,8 @@ export interface BatchMessage {
   /** the op (in `EncodedBatch.ops`) its elements come from, and the index of its first element there */
   op: number;
   first: number;
-  /** each element's NFTA_LIST_ELEM offset from the start of the message */
-  offsets: number[];
+  /** where the message starts in the batch's bytes (its elements' offsets are read from there on a refusal: elementOffsets) */
+  at: number;
 }
 
 export interface EncodedBatch {
@@ -149,10 +172,6 @@ export interface EncodedBatch {
   /** how many elements the batch adds */
   elements: number;
 }
-
-/** a generous bound on one element's bytes, checked before writing it (names and comments are at most 255 bytes) */
-const elementBound = (key: string, value: string | undefined, comment: string | undefined) =>
-  96 + key.length * 4 + (value?.length ?? 0) * 4 + (comment?.length ?? 0) * 3;
 
 type ElementsOp = Extract<Op, { kind: "elements" }>;
 
@@ -175,6 +194,50 @@ export function batchable(tx: Transaction): Batchable {
     else out.rest.push(op);
   }
   return out;
+}
+
+/**
+ * How many elements the first round gives a set; each later round gives it
+ * at most what it holds after the rounds before (fillRounds).
+ */
+export const FIRST_ROUND = 256;
+
+/**
+ * A first load's elements in rounds, each to be sent as a batch (and
+ * committed) of its own: a round adds to a set at most what the set holds
+ * after the rounds before it, FIRST_ROUND at first. Why: kpng's sets are
+ * kernel hash tables (nft_set_rhash) created for a handful of elements,
+ * and the kernel inserts a batch's elements inside the send that carries
+ * it. A table filled past its size within one send gets a bigger one
+ * chained behind it, and another behind that, since the resize worker runs
+ * only once the send returns; every insert meanwhile takes rhashtable's slow
+ * path through all of them (Linux 6.18, rhashtable_insert_slow). Rounds that
+ * at most double a set let the worker grow its table between sends, so the
+ * inserts stay on the fast path. Elements keep their order; an op split
+ * between rounds becomes pieces of the same set and verb.
+ */
+export function fillRounds(elements: Batchable["elements"], first = FIRST_ROUND): Batchable["elements"][] {
+  const rounds: Batchable["elements"][] = [];
+  // per set: the round its next elements go to, the room left there, what the rounds so far add
+  const sets = new Map<string, { round: number; room: number; held: number }>();
+  for (const { op, layout } of elements) {
+    const name = `${op.family} ${op.set}`;
+    let s = sets.get(name);
+    if (!s) sets.set(name, (s = { round: 0, room: first, held: 0 }));
+    for (let from = 0; from < op.items.length; ) {
+      if (s.room === 0) {
+        s.round++;
+        s.room = Math.max(first, s.held);
+      }
+      const n = Math.min(s.room, op.items.length - from);
+      const piece = n === op.items.length ? op : { ...op, items: op.items.slice(from, from + n) };
+      (rounds[s.round] ??= []).push({ op: piece, layout });
+      from += n;
+      s.room -= n;
+      s.held += n;
+    }
+  }
+  return rounds;
 }
 
 /**
@@ -242,19 +305,18 @@ function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBa
     w.strz(NFTA_SET_ELEM_LIST_TABLE, TABLE);
     w.strz(NFTA_SET_ELEM_LIST_SET, op.set);
     const nest = w.begin(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED);
-    const msg: BatchMessage = { seq, op: opIndex, first: i, offsets: [] };
+    const msg: BatchMessage = { seq, op: opIndex, first: i, at: msgStart };
     for (; i < op.items.length; i++) {
       const e = op.items[i];
-      w.room(elementBound(e.key, e.value, e.comment));
+      w.room(layout.elementRoom);
       const start = w.at;
       // each element's attribute type is its place in the message, from 1, as libnftnl numbers them (the kernel reads any)
-      element(w, layout, msg.offsets.length + 1, e);
+      element(w, layout, i - msg.first + 1, e);
       if (w.at - nest > MAX_NEST) {
-        if (!msg.offsets.length) throw new Unencodable(e.key);
+        if (i === msg.first) throw new Unencodable(e.key);
         w.at = start;
         break;
       }
-      msg.offsets.push(start - msgStart);
     }
     w.end(nest);
     w.put32(msgStart, w.at - msgStart);
@@ -268,6 +330,7 @@ function verdictData(w: Writer, text: string) {
   const cache = w.verdicts;
   let bytes = cache.get(text);
   if (!bytes) {
+    w.room(32 + 3 * text.length);
     const start = w.at;
     const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
     verdict(w, text);
@@ -275,29 +338,45 @@ function verdictData(w: Writer, text: string) {
     cache.set(text, (bytes = w.buf.slice(start, w.at)));
     w.at = start;
   }
+  w.room(bytes.length);
   w.bytes(bytes);
 }
 
-function element(w: Writer, layout: SetLayout, index: number, { key, value: data, comment }: ElementSpec) {
+/** a list position's key from its parts: the cluster IP's bytes (parsed once a segment), then the position, as numgen gives it */
+function positionKey(w: Writer, layout: SetLayout, e: ListElement) {
+  const [first] = layout.key;
+  if (e.position >>> 0 !== e.position) throw new Unencodable(e.key);
+  if (e.ip !== undefined) {
+    if (first !== "ipv4" && first !== "ipv6") throw new Unencodable(e.key);
+    address(w, first, e.ip);
+    w.pad();
+  } else if (layout.key.length !== 1) throw new Unencodable(e.key);
+  w.u32(e.position);
+}
+
+function element(w: Writer, layout: SetLayout, index: number, e: ElementSpec) {
   const el = w.begin(index | NLA_F_NESTED);
   // the key's length is the set's: its two headers are known before it is written
   w.u32(layout.keyHeaders[0]);
   w.u32(layout.keyHeaders[1]);
   const kv = w.at;
-  value(w, layout.key, key);
-  if (w.at - kv !== layout.keyLength) throw new Unencodable(key);
+  if (layout.positions && e instanceof ListElement) positionKey(w, layout, e);
+  else value(w, layout.key, e.key);
+  if (w.at - kv !== layout.keyLength) throw new Unencodable(e.key);
   w.pad();
+  const { value: data, comment } = e;
   if (layout.data) {
-    if (data === undefined) throw new Unencodable(key);
+    if (data === undefined) throw new Unencodable(e.key);
     if (layout.data === "verdict") verdictData(w, data);
     else {
-      const d = w.begin(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
-      const dv = w.begin(NFTA_DATA_VALUE);
+      w.u32(layout.dataHeaders![0]);
+      w.u32(layout.dataHeaders![1]);
+      const dv = w.at;
       value(w, layout.data, data);
-      w.end(dv);
-      w.end(d);
+      if (w.at - dv !== layout.dataLength) throw new Unencodable(data);
+      w.pad();
     }
-  } else if (data !== undefined) throw new Unencodable(key);
+  } else if (data !== undefined) throw new Unencodable(e.key);
   if (comment) {
     const text = commentText(comment);
     const u = w.begin(NFTA_SET_ELEM_USERDATA);
@@ -346,6 +425,21 @@ export function parseReplies(datagram: Uint8Array): BatchReply[] {
   return out;
 }
 
+/** each element's NFTA_LIST_ELEM offset from the start of its message, read back from the batch (only a refusal asks) */
+export function elementOffsets(batch: EncodedBatch, msg: BatchMessage): number[] {
+  const v = new DataView(batch.bytes.buffer, batch.bytes.byteOffset + msg.at, batch.bytes.byteLength - msg.at);
+  const out: number[] = [];
+  const end = v.getUint32(0, HOST_LE);
+  // the message's attributes: the table, the set, then the nest of elements
+  for (let at = NLMSG_HDRLEN + 4; at + 4 <= end; ) {
+    const len = v.getUint16(at, HOST_LE);
+    if ((v.getUint16(at + 2, HOST_LE) & ~NLA_F_NESTED) === NFTA_SET_ELEM_LIST_ELEMENTS)
+      for (let e = at + 4; e + 4 <= at + len; e += (v.getUint16(e, HOST_LE) + 3) & ~3) out.push(e);
+    at += (len + 3) & ~3;
+  }
+  return out;
+}
+
 /**
  * What a refusal is about, as nft would point at it: the element at the
  * refused offset of the refused message, else the statement of that message,
@@ -357,8 +451,9 @@ export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
   const op = batch.ops[msg.op];
   const head = `add element ${op.family} ${TABLE} ${op.set}`;
   if (reply.offset === undefined) return head;
+  const offsets = elementOffsets(batch, msg);
   let i = -1;
-  for (let j = 0; j < msg.offsets.length && msg.offsets[j] <= reply.offset; j++) i = j;
+  for (let j = 0; j < offsets.length && offsets[j] <= reply.offset; j++) i = j;
   if (i < 0) return head;
   const e = op.items[msg.first + i];
   return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;

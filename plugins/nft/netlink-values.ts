@@ -29,6 +29,8 @@ export class Writer {
   private text = new TextEncoder();
   /** the NFTA_SET_ELEM_DATA of each verdict written so far: a batch has few (a chain per service port at most) */
   readonly verdicts = new Map<string, Uint8Array>();
+  /** the last address written by address(), and its bytes */
+  lastAddress: { text: string; field: Field; bytes: Uint8Array } | undefined;
 
   room(n: number) {
     if (this.at + n <= this.buf.byteLength) return;
@@ -218,6 +220,20 @@ function ipv6(w: Writer, s: string, from: number, to: number) {
     }
   }
   w.at = at;
+}
+
+/**
+ * One address as the kernel holds it; the bytes of the last one are kept and
+ * copied when the same text comes again (a list segment's positions share
+ * their cluster IP).
+ */
+export function address(w: Writer, f: "ipv4" | "ipv6", text: string) {
+  const last = w.lastAddress;
+  if (last && last.text === text && last.field === f) return w.bytes(last.bytes);
+  const at = w.at;
+  if (f === "ipv4") ipv4(w, text, 0, text.length);
+  else ipv6(w, text, 0, text.length);
+  w.lastAddress = { text, field: f, bytes: w.buf.slice(at, w.at) };
 }
 
 /** one value (key or data) as the kernel holds it */

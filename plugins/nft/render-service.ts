@@ -39,7 +39,7 @@ import { addressFamily, addrKw, addrType, cidrsOfFamily, firstOfFamily, ofFamily
 import * as N from "./names.ts";
 import { place } from "./positions.ts";
 import { shardMapSpec, type FamilyConfig } from "./render-base.ts";
-import type { SetSpec } from "./transaction.ts";
+import type { ElementSpec, SetSpec } from "./transaction.ts";
 
 // Values rendered for the transaction end in Spec (as transaction.ts's
 // SetSpec, ChainSpec, ElementSpec): a rule, a chain with its rules, an
@@ -111,6 +111,27 @@ export interface PositionList {
 
 /** the key of position `i` of a list segment (`ip` undefined: a slot of a shard map) */
 export const listKey = (ip: string | undefined, base: number, i: number) => (ip === undefined ? String(base + i) : `${ip} . ${base + i}`);
+
+/**
+ * One position of a list segment as an element to write: the netlink encoder
+ * (netlink-batch.ts) reads its parts, the segment's cluster IP (the same
+ * object for the whole segment) and the position as a number, and its key
+ * text is made only when it is printed. A first load writes every position
+ * (10 of 13 elements a service at 10 endpoints): text built to be parsed
+ * back was most of the encoder's work.
+ */
+export class ListElement implements ElementSpec {
+  constructor(
+    /** the segment's cluster IP; undefined for a slot of a shard map */
+    readonly ip: string | undefined,
+    /** base + i: the numgen result this position answers */
+    readonly position: number,
+    readonly value?: string,
+  ) {}
+  get key(): string {
+    return listKey(this.ip, this.position, 0);
+  }
+}
 
 /** a list's elements, segment after segment (for tests and debugging; the sync never builds them all) */
 export function listElements(l: PositionList): ServiceElementSpec[] {
@@ -417,7 +438,7 @@ const NONE: never[] = Object.freeze([]) as never[];
 const NO_SLOTS: ReadonlyMap<string, number> = new Map();
 
 /** what a service has in a family it is not served in */
-const NOTHING: ServiceObjects = Object.freeze({
+export const NOTHING: ServiceObjects = Object.freeze({
   sets: NONE,
   chains: NONE,
   elements: NONE,

@@ -22,7 +22,7 @@ import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { clearHeld, type Holdings } from "./held.ts";
-import { renderService, type RuleChainSpec, type ServiceObjects } from "./render-service.ts";
+import { NOTHING, renderService, type RuleChainSpec, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
 /** The phases of a transaction, in the order nft needs them: things exist before they are referenced, and stop being referenced before they go. */
@@ -117,6 +117,8 @@ class FamilySync {
       const next = se
         ? renderService(key, se.service, se.endpoints, this.fc, (c) => oldSlots?.get(c) ?? this.slots.take(), old)
         : undefined;
+      // not served in this family, and not before either (the other family of a single-stack service): nothing to diff or claim
+      if (next === NOTHING && !old) continue;
       if (next && (next.chains.length || next.elements.length || next.lists.length)) {
         this.records.set(key, next);
         if (next.udp.length) {

@@ -98,7 +98,7 @@ export class Transaction {
       if (bad) this.error = bad;
     }
     this.ops.push(op);
-    this.memo = this.printed = undefined;
+    this.printed = undefined;
     return this;
   }
 
@@ -111,26 +111,22 @@ export class Transaction {
     return !this.ops.some((op) => op.kind !== "note" && !(op.kind === "elements" && !op.items.length));
   }
 
-  /** statements sent to nft */
+  /** statements sent to nft: one per op but empty element lists (counted, not printed: a first load whose elements go on kpng's socket prints none of them) */
   get statements(): number {
-    return this.lines().length;
+    let n = 0;
+    for (const op of this.ops) if (!(op.kind === "elements" && !op.items.length)) n++;
+    return n;
   }
 
   print(): string {
     if (this.printed === undefined) {
-      const lines = this.lines();
+      const lines = this.build();
       this.printed = lines.join("\n") + (lines.length ? "\n" : "");
     }
     return this.printed;
   }
 
   private printed: string | undefined;
-
-  private memo: string[] | undefined;
-
-  private lines(): string[] {
-    return (this.memo ??= this.build());
-  }
 
   private build(): string[] {
     const out: string[] = [];

@@ -8,11 +8,26 @@
 
 import { describe, expect, test } from "bun:test";
 import { NftRunner } from "../../plugins/nft/executor.ts";
-import { encodeElements, parseReplies, refusedElement, setLayout, tableQuery, tablesFound } from "../../plugins/nft/netlink-batch.ts";
+import {
+  batchable,
+  elementOffsets,
+  encodeBatch,
+  encodeElements,
+  FIRST_ROUND,
+  fillRounds,
+  parseReplies,
+  refusedElement,
+  setLayout,
+  tableQuery,
+  tablesFound,
+} from "../../plugins/nft/netlink-batch.ts";
+import { ListElement } from "../../plugins/nft/render-service.ts";
+import { NftSync } from "../../plugins/nft/sync.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { KpngError } from "../../src/plugins/toolkit/index.ts";
-import { isTransaction, recorder } from "./fixtures.ts";
+import { isTransaction, nodeConfig, recorder } from "./fixtures.ts";
+import { batchCaptureState } from "./netlink-batch-cases.ts";
 import { CAPTURED } from "./netlink-batch-captured.ts";
 
 const NFTA_SET_ELEM_LIST_SET_ID = 4;
@@ -66,6 +81,7 @@ function messages(batch: Uint8Array): { type: number; bytes: Uint8Array }[] {
 }
 
 const tx = (ops: Op[]) => ops.reduce((t, op) => t.add(op), new Transaction());
+const EMPTY = { chains: new Map(), sets: new Map() };
 
 describe("netlink element batch: the bytes nft sends", () => {
   test("the capture covers every kind of set kpng fills, and one statement split over messages", () => {
@@ -88,6 +104,36 @@ describe("netlink element batch: the bytes nft sends", () => {
     expect(sent.at(-1)!.type).toBe(0x11); // NFNL_MSG_BATCH_END
     expect(sent.slice(1, -1).every((m) => m.type === NEWSETELEM)).toBe(true);
     expect(sent.slice(1, -1).map((m) => comparable(m.bytes))).toEqual(c.messages.map((m) => comparable(Buffer.from(m, "base64"))));
+  });
+});
+
+describe("netlink element batch: a dispatch list's positions", () => {
+  test("encoded from their parts, the same bytes as from their key text (the text nft was captured with)", () => {
+    const plan = new NftSync(nodeConfig()).plan(batchCaptureState(), null, { ip: EMPTY, ip6: EMPTY });
+    const { elements } = batchable(plan.tx);
+    const positions = elements.flatMap((e) => e.op.items).filter((e) => e instanceof ListElement);
+    // every kind of list: under a cluster IP of each family, and in a slot of a shard map
+    expect(new Set(positions.map((e) => (e.ip === undefined ? "slot" : e.ip.includes(":") ? "v6" : "v4")))).toEqual(
+      new Set(["slot", "v4", "v6"]),
+    );
+    const asText = elements.map(({ op, layout }) => ({
+      op: { ...op, items: op.items.map(({ key, value, comment }) => ({ key, value, comment })) },
+      layout,
+    }));
+    expect(Buffer.from(encodeBatch(elements).batch!.bytes).toString("hex")).toBe(
+      Buffer.from(encodeBatch(asText).batch!.bytes).toString("hex"),
+    );
+  });
+
+  const layout = setLayout({ name: "m", type: "ip6 daddr . numgen random mod 2 : ip6 daddr", typeOf: true })!;
+  const cases: { name: string; e: ListElement }[] = [
+    { name: "a position with no cluster IP in a map keyed by one", e: new ListElement(undefined, 1, "2001:db8::1") },
+    { name: "a cluster IP of the other family", e: new ListElement("198.18.0.1", 1, "2001:db8::1") },
+    { name: "a position beyond 32 bits", e: new ListElement("2001:db8::10", 2 ** 32, "2001:db8::1") },
+  ];
+  test.each(cases.map((c) => [c.name, c] as const))("%s: left to nft, as its text would be", (_, c) => {
+    const op: Op = { kind: "elements", verb: "add", family: "ip6", set: "m", items: [c.e] };
+    expect(encodeBatch([{ op: op as Extract<Op, { kind: "elements" }>, layout }]).unencoded).toEqual([op]);
   });
 });
 
@@ -140,6 +186,11 @@ describe("netlink element batch: the kernel's answers", () => {
       ]),
     );
     const msg = batch!.messages[1];
+    // read back from the bytes: one offset per element of the message, each at the attribute numbered by its place
+    const offsets = elementOffsets(batch!, msg);
+    const bytes = Buffer.from(batch!.bytes.subarray(msg.at));
+    expect(offsets).toHaveLength((batch!.messages[2]?.first ?? items.length) - msg.first);
+    expect(offsets.map((o) => bytes.readUInt16LE(o + 2) & 0x7fff)).toEqual(offsets.map((_, i) => i + 1));
     // an NLMSG_ERROR (capped, with TLVs) for the second message, pointing at its 11th element
     const err = Buffer.alloc(16 + 4 + 16 + 8);
     err.writeUInt32LE(err.length, 0);
@@ -150,11 +201,46 @@ describe("netlink element batch: the kernel's answers", () => {
     err.writeUInt32LE(msg.seq, 28);
     err.writeUInt16LE(8, 36);
     err.writeUInt16LE(2, 38); // NLMSGERR_ATTR_OFFS
-    err.writeUInt32LE(msg.offsets[10] + 4, 40);
+    err.writeUInt32LE(offsets[10] + 4, 40);
     const [reply] = parseReplies(new Uint8Array(err));
-    expect(reply).toEqual({ seq: msg.seq, error: -17, offset: msg.offsets[10] + 4 });
+    expect(reply).toEqual({ seq: msg.seq, error: -17, offset: offsets[10] + 4 });
     expect(refusedElement(batch!, reply)).toBe(`add element ip kpng s { ${items[msg.first + 10].key} }`);
     expect(refusedElement(batch!, { seq: msg.seq, error: -2 })).toBe("add element ip kpng s");
+  });
+});
+
+describe("netlink element batch: rounds", () => {
+  const items = (n: number, third = 0) => Array.from({ length: n }, (_, i) => ({ key: `198.${18 + third}.${i >> 8}.${i & 255}` }));
+  const elementsOf = (ops: Op[]) => batchable(tx([{ kind: "table", verb: "add", family: "ip" }, ...ops])).elements;
+  const set = (name: string): Op => ({ kind: "set", verb: "add", family: "ip", set: { name, type: "ipv4_addr" } });
+  const add = (name: string, n: number, third = 0): Op => ({
+    kind: "elements",
+    verb: "add",
+    family: "ip",
+    set: name,
+    items: items(n, third),
+  });
+
+  test("no round adds to a set more than it holds after the rounds before (FIRST_ROUND at first); order kept", () => {
+    // big: 256, then 256 (holds 256), then 512 (holds 512), then the last 76; small fits the first round
+    const ops = [set("big"), set("small"), add("big", 1100), add("small", 10, 1)];
+    const rounds = fillRounds(elementsOf(ops));
+    const sizes = rounds.map((r) => r.map((e) => `${e.op.set} ${e.op.items.length}`));
+    expect(sizes).toEqual([[`big ${FIRST_ROUND}`, "small 10"], ["big 256"], ["big 512"], ["big 76"]]);
+    const big = rounds.flatMap((r) => r.filter((e) => e.op.set === "big").flatMap((e) => e.op.items));
+    expect(big).toEqual(items(1100));
+  });
+
+  test("a set's second op goes on from where its first left, in the same rounds", () => {
+    const rounds = fillRounds(elementsOf([set("s"), add("s", 200), add("s", 400, 1)]));
+    expect(rounds.map((r) => r.map((e) => e.op.items.length))).toEqual([[200, 56], [256], [88]]);
+  });
+
+  test("a first load of few elements is one round, its ops as they were", () => {
+    const elements = elementsOf([set("s"), add("s", 3)]);
+    const rounds = fillRounds(elements);
+    expect(rounds).toHaveLength(1);
+    expect(rounds[0][0].op).toBe(elements[0].op);
   });
 });
 
@@ -166,6 +252,18 @@ describe("NftRunner: a first load's elements", () => {
       { kind: "elements", verb: "add", family: "ip", set: "m", items: [{ key: "198.18.0.1", value: "drop" }] },
     ]);
   const scripts = (calls: { argv: string[]; stdin?: string }[]) => calls.filter(isTransaction).map((c) => c.stdin ?? "");
+  const bigLoad = (n: number) =>
+    tx([
+      { kind: "table", verb: "add", family: "ip" },
+      { kind: "map", verb: "add", family: "ip", set: { name: "m", type: "ipv4_addr : verdict" } },
+      {
+        kind: "elements",
+        verb: "add",
+        family: "ip",
+        set: "m",
+        items: Array.from({ length: n }, (_, i) => ({ key: `198.18.${i >> 8}.${i & 255}`, value: "drop" })),
+      },
+    ]);
 
   test("go on the socket, the rest through nft -f first", async () => {
     const { exec, calls } = recorder();
@@ -195,6 +293,37 @@ describe("NftRunner: a first load's elements", () => {
     await runner.apply(load(), { full: true, fresh: true });
     expect(scripts(calls)).toEqual([load().print(), load().print()]);
     expect(log.lines.filter((l) => l.includes("netlink")).length).toBe(1);
+  });
+
+  test("a load of many elements: one batch per round, sent in turn", async () => {
+    const { exec } = recorder();
+    const sent: Uint8Array[] = [];
+    const runner = new NftRunner(exec, undefined, memoryLogger(), undefined, () => ({ send: (b) => (sent.push(b), []), close() {} }));
+    await runner.apply(bigLoad(1100), { full: true, fresh: true });
+    // 256 + 256 + 512 + 76 elements
+    expect(sent.length).toBe(4);
+  });
+
+  test("a round that cannot be sent after others went: its elements and the later rounds' through nft -f", async () => {
+    const { exec, calls } = recorder();
+    const log = memoryLogger();
+    let sends = 0;
+    const runner = new NftRunner(exec, undefined, log, undefined, () => ({
+      send: () => {
+        if (++sends === 2) throw new KpngError("unavailable", "netlink send of 9999 bytes failed: No buffer space available");
+        return [];
+      },
+      close() {},
+    }));
+    await runner.apply(bigLoad(1100), { full: true, fresh: true });
+    const [skeleton, ...rest] = scripts(calls);
+    expect(skeleton).not.toContain("add element");
+    // the first round (256 elements) went on the socket; the other 844, through nft
+    const keys = rest.join("").match(/198\.18\.\d+\.\d+/g) ?? [];
+    expect(keys.length).toBe(1100 - 256);
+    expect(keys[0]).toBe("198.18.1.0");
+    expect(sends).toBe(2);
+    expect(log.lines.filter((l) => l.includes("No buffer space")).length).toBe(1);
   });
 
   test("a batch that cannot be sent: its elements through nft -f after the skeleton", async () => {

@@ -74,3 +74,11 @@ describe("splitFirstLoad", () => {
       expect(lines(split).sort()).toEqual(lines([whole]).sort());
     });
 });
+
+describe("Transaction.statements", () => {
+  test("the lines print() gives, counted without printing: an empty element list is no statement, a note is one", () => {
+    const t = tx([...skeleton, els("a", keys("a", 3)), els("b", []), { kind: "note", text: "why" }]);
+    expect(t.statements).toBe(6);
+    expect(t.print().trimEnd().split("\n")).toHaveLength(t.statements);
+  });
+});
