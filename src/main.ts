@@ -185,11 +185,13 @@ const runCommand = command({
     const starting = startSource({ ...sources, onGlobalStats, restClient }, cfg, brain, log);
     starting.catch(() => {}); // awaited below, after the servers are up
     await nextTurn(); // the lists' requests are on their way
-    // The backends' code (the nft backend's is the biggest part kpng loads) evaluates while the API server answers.
+    // The backends' code evaluates while the API server answers.
     const backends = await loadAskedBackends(rawArgs, ctx);
+    await nextTurn(); // the connections' TCP connects are seen here, their TLS handshakes start
     // Health and metrics answer from the start, also while the API server is still unreachable.
     if (!args.once) {
       const { startProxyServers } = await import("./core/node/proxy-servers.ts");
+      await nextTurn(); // the handshakes end and the requests are written: the API server works while the servers start
       servers = startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
       restClient?.attach(servers.metrics.restClient);
       if (globalStats) servers.metrics.followGlobal(globalStats);
