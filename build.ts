@@ -17,6 +17,10 @@ export async function buildBinary(outfile: string): Promise<void> {
     // JavaScriptCore's tier-up thresholds x8 until start-up is over (src/main.ts normalJIT): code that runs once
     // is not compiled. See README, Performance.
     compile: { outfile, jitPolicy: 8 },
+    // One chunk per lazily imported part (each backend, the API server, the sources...), each embedded in the
+    // binary and loaded by its first import(): a process loads and evaluates only the code it runs, where one
+    // bundle was loaded whole at every start (`kpng --version` too). See README, Performance.
+    splitting: true,
     bytecode: true,
     format: "esm",
     target: "bun",

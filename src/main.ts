@@ -17,6 +17,7 @@ import { HeldRestClient } from "./core/node/held-requests.ts";
 import type { ProxyServers } from "./core/node/proxy-servers.ts";
 import type { GlobalSourceStats } from "./core/sources/global.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
+import { builtinBackend } from "./plugins/registry.ts";
 // Everything else loads when a command needs it: `--version` and `--help` evaluate none of
 // it (protobuf-es' registries, prom-client, the backends), and the run command starts its
 // lists before it loads what they do not need. The API server and client (Connect, HTTP/2)
@@ -161,16 +162,17 @@ const runCommand = command({
     const names = backendNames(rawArgs, cfg);
     if (args["init-only"]) return setConntrack(cfg, names, log);
     const ctx = backendContext(cfg);
-    const backends = await loadAskedBackends(rawArgs, ctx);
-    if (args.cleanup) return cleanupBackends(backends, ctx);
+    if (args.cleanup) return cleanupBackends(await loadAskedBackends(rawArgs, ctx), ctx);
+    // The backends load once the lists are asked for (below); a name that is no backend stops kpng before that.
+    for (const name of names) builtinBackend(name);
     const listen = repeated(rawArgs, "listen");
     const sources = sourceOptions(args, rawArgs);
     const security = serveSecurity(args, listen, sources);
     const brain = await newBrain(cfg);
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
-    // The lists go out first: the health and metrics servers, the OOM score and the backends'
-    // setup then run while the API server answers, each in its own turn of the event loop so
+    // The lists go out first: the backends' loading, the health and metrics servers, the OOM score
+    // and the backends' setup then run while the API server answers, each in its own turn of the event loop so
     // that the connections' TLS handshakes move on in between. What the source reports before
     // the metrics exist (a request, the agent's stream) is held for them.
     const restClient = args.once ? undefined : new HeldRestClient();
@@ -183,9 +185,13 @@ const runCommand = command({
     const starting = startSource({ ...sources, onGlobalStats, restClient }, cfg, brain, log);
     starting.catch(() => {}); // awaited below, after the servers are up
     await nextTurn(); // the lists' requests are on their way
+    // The backends' code evaluates while the API server answers.
+    const backends = await loadAskedBackends(rawArgs, ctx);
+    await nextTurn(); // the connections' TCP connects are seen here, their TLS handshakes start
     // Health and metrics answer from the start, also while the API server is still unreachable.
     if (!args.once) {
       const { startProxyServers } = await import("./core/node/proxy-servers.ts");
+      await nextTurn(); // the handshakes end and the requests are written: the API server works while the servers start
       servers = startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
       restClient?.attach(servers.metrics.restClient);
       if (globalStats) servers.metrics.followGlobal(globalStats);

@@ -3,8 +3,7 @@
 // what is already known (a brain restart re-sending every set) marks
 // nothing: unchanged services are never rewritten.
 
-import { equals } from "@bufbuild/protobuf";
-import { type Endpoint, EndpointSchema, type Service, serviceKey, ServiceSchema } from "../../src/plugins/toolkit/index.ts";
+import { type Endpoint, sameEndpoint, sameService, type Service, serviceKey } from "../../src/plugins/toolkit/index.ts";
 
 export interface TrackedService {
   service: Service;
@@ -20,7 +19,7 @@ export class ChangeTracker {
   setService(service: Service) {
     const key = serviceKey(service.Namespace, service.Name);
     const old = this.services.get(key);
-    if (old && (old === service || equals(ServiceSchema, old, service))) return;
+    if (old && (old === service || sameService(old, service))) return;
     this.services.set(key, service);
     this.dirty.add(key);
   }
@@ -39,7 +38,7 @@ export class ChangeTracker {
     let eps = this.endpoints.get(sk);
     if (!eps) this.endpoints.set(sk, (eps = new Map()));
     const old = eps.get(key);
-    if (old && (old === endpoint || equals(EndpointSchema, old, endpoint))) return;
+    if (old && (old === endpoint || sameEndpoint(old, endpoint))) return;
     if (!old) this.endpointCount++;
     eps.set(key, endpoint);
     this.dirty.add(sk);

@@ -8,7 +8,7 @@ import { pathToFileURL } from "node:url";
 import * as v from "valibot";
 import { errorMessage, invalid, KpngError } from "../core/errors.ts";
 import type { Backend, BackendContext, BackendFactory } from "./backend.ts";
-import { builtinBackendNames, builtinBackends } from "./registry.ts";
+import { builtinBackend } from "./registry.ts";
 import * as toolkit from "./toolkit/index.ts";
 
 const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
@@ -75,8 +75,7 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
   let what: string;
   let exported: unknown;
   if (spec.builtin !== undefined) {
-    const load = builtinBackends[spec.builtin];
-    if (!load) throw invalid(`--backend ${spec.builtin}: unknown backend (known: ${builtinBackendNames.join(", ")})`);
+    const load = builtinBackend(spec.builtin);
     what = `backend ${spec.builtin}`;
     exported = (await load()).default;
   } else {

@@ -4,8 +4,7 @@
 // the change: an event marks the services it touched, and a flush recomputes
 // only those, for every node name being served.
 
-import { equals } from "@bufbuild/protobuf";
-import { ServiceSchema, type Endpoint, type Service } from "../../gen/localv1/services_pb.ts";
+import type { Endpoint, Service } from "../../gen/localv1/services_pb.ts";
 import { ClusterIndex, newTouched, type ClusterEvent, type ClusterView, type Touched } from "./cluster.ts";
 import type { Family } from "./k8s/ip.ts";
 import { DropCounts, kinds, type K8sService, type Kind } from "./k8s/objects.ts";
@@ -14,6 +13,7 @@ import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
 import type { NodeInfo } from "./model/topology.ts";
 import { nodeIPs, sameIPs } from "./node-ips.ts";
+import { sameService } from "./same-service.ts";
 import { ShardedMap } from "./sharded-map.ts";
 import { serviceKey, type NodeState, type ServiceEndpoints, type StateChange } from "./state.ts";
 
@@ -266,7 +266,7 @@ export class NodeView {
  * reference). Returns `old` itself when nothing changed.
  */
 function shareUnchanged(old: ServiceEndpoints, next: ServiceEndpoints): ServiceEndpoints {
-  const sameSvc = equals(ServiceSchema, old.service, next.service);
+  const sameSvc = sameService(old.service, next.service);
   let changed = !sameSvc || old.endpoints.size !== next.endpoints.size;
   const keys: string[] = [];
   const eps: Endpoint[] = [];

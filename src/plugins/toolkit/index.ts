@@ -6,7 +6,8 @@
 // - the contract: the Backend interface, its context, config and logger types,
 //   the executor seam, the metrics hooks;
 // - the node-local types: NodeState, Service, Endpoint, ... (the generated
-//   localv1 messages);
+//   localv1 messages), the Protocol enum, and their equality (sameService,
+//   sameEndpoint);
 // - families and addresses (family.ts), the node's addresses (node-addresses.ts);
 // - the questions every backend asks of a service port (service-port.ts);
 // - stale UDP conntrack cleanup (conntrack.ts);
@@ -31,18 +32,12 @@ export type { Config } from "../../core/config/config.ts";
 export type { Logger } from "../../core/log.ts";
 export type { NodeState, ServiceEndpoints, StateChange } from "../../core/brain/state.ts";
 export { serviceKey, splitServiceKey } from "../../core/brain/state.ts";
-export {
-  EndpointSchema,
-  Protocol,
-  ServiceSchema,
-  type ClientIPAffinity,
-  type Endpoint,
-  type EndpointScopes,
-  type IPFilter,
-  type IPSet,
-  type PortMapping,
-  type Service,
-} from "../../gen/localv1/services_pb.ts";
+export type { ClientIPAffinity, Endpoint, EndpointScopes, IPFilter, IPSet, PortMapping, Service } from "../../gen/localv1/services_pb.ts";
+// The generated enum's twin, and equality of two services or endpoints: no value of the generated
+// file is imported, whose descriptor registry a node would otherwise build at every start.
+export { Protocol } from "../../core/protocol.ts";
+export { sameService } from "../../core/brain/same-service.ts";
+export { sameEndpoint } from "../../core/brain/model/endpoints.ts";
 export { errorMessage, invalid, isInvalidArgument, isUnavailable, KpngError, type ErrorCode } from "../../core/errors.ts";
 export * from "./family.ts";
 export * from "./node-addresses.ts";

@@ -4,7 +4,8 @@
 // policies, topology and terminating fallback to the endpoints' scopes; what
 // is left is how to read a port and where the service lives.
 
-import { Protocol, type Endpoint, type PortMapping, type Service } from "../../gen/localv1/services_pb.ts";
+import type { Endpoint, PortMapping, Service } from "../../gen/localv1/services_pb.ts";
+import { Protocol } from "../../core/protocol.ts";
 import { DEFAULT_AFFINITY_TIMEOUT_SECONDS } from "../../core/brain/model/service.ts";
 import { ipsOf, type Family } from "./family.ts";
 

@@ -2,7 +2,8 @@
 // node-independent half of their model (IPs per family, ports, policies,
 // affinity, source ranges).
 
-import { Protocol, type IPSet, type Service } from "../../../gen/localv1/services_pb.ts";
+import type { IPSet, Service } from "../../../gen/localv1/services_pb.ts";
+import { Protocol } from "../../protocol.ts";
 import { byFamily } from "../k8s/ip.ts";
 import type { K8sService } from "../k8s/objects.ts";
 import { clusterIPsByFamily } from "../k8s/read.ts";
