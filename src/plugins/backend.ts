@@ -11,6 +11,7 @@ import type { Config } from "../core/config/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Endpoint, NodeState, Service, StateChange } from "../core/brain/state.ts";
 import type { IPVersion } from "./toolkit/family.ts";
+import type { EndpointSchema, ServiceSchema } from "../gen/localv1/services_pb.ts";
 import type * as Toolkit from "./toolkit/index.ts";
 
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
@@ -37,7 +38,18 @@ export interface BackendContext {
    * can import kpng's types only, and finds the functions here. Built-in
    * backends import the toolkit instead.
    */
-  toolkit?: typeof Toolkit;
+  toolkit?: typeof Toolkit & PluginSchemas;
+}
+
+/**
+ * protobuf-es' schemas of the node-local messages, which the toolkit module
+ * exported until it stopped loading the generated file at start-up (its
+ * descriptor registry is built on import): a plugin written against that
+ * toolkit still finds them in `ctx.toolkit`, built on its first read.
+ */
+export interface PluginSchemas {
+  readonly ServiceSchema: typeof ServiceSchema;
+  readonly EndpointSchema: typeof EndpointSchema;
 }
 
 /**

@@ -7,9 +7,20 @@ import { extname, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import * as v from "valibot";
 import { errorMessage, invalid, KpngError } from "../core/errors.ts";
-import type { Backend, BackendContext, BackendFactory } from "./backend.ts";
+import type { Backend, BackendContext, BackendFactory, PluginSchemas } from "./backend.ts";
 import { builtinBackend } from "./registry.ts";
 import * as toolkit from "./toolkit/index.ts";
+
+/** the toolkit as `ctx.toolkit`: its module's functions, and the generated schemas a plugin may still read (PluginSchemas) */
+const contextToolkit = Object.defineProperties(
+  { ...toolkit },
+  {
+    // require, not import: read synchronously, and the generated file evaluated only when a plugin reads one
+    ServiceSchema: { enumerable: true, get: () => generated().ServiceSchema },
+    EndpointSchema: { enumerable: true, get: () => generated().EndpointSchema },
+  },
+) as typeof toolkit & PluginSchemas;
+const generated = () => require("../gen/localv1/services_pb.ts") as PluginSchemas;
 
 const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
 const optionalFn = v.optional(fn);
@@ -86,7 +97,7 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
   }
   let made: unknown = exported;
   // set on the caller's context, not a copy: fields set later (metrics) must reach the backend
-  ctx.toolkit ??= toolkit;
+  ctx.toolkit ??= contextToolkit;
   if (typeof exported === "function") {
     try {
       made = await (exported as BackendFactory)(ctx);

@@ -156,6 +156,23 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
     });
   });
 
+  test(`${label}: a plugin reads the generated schemas the toolkit exported before (ctx.toolkit.ServiceSchema)`, async () => {
+    const dir = tempDir("kpng-schemaplugin-");
+    dir.create();
+    try {
+      const path = join(dir.path, "schemas.ts");
+      writeFileSync(
+        path,
+        'export default (ctx) => { ctx.out(`schemas ${ctx.toolkit.ServiceSchema.typeName} ${ctx.toolkit.EndpointSchema.typeName}\\n`); return { name: "s", kind: "full", apply: async () => {} }; };\n',
+      );
+      const p = startKpng(["--input", join(ROOT, "examples/cluster.yaml"), "--plugin", path, "--once"], { bin: bin() });
+      expect(await p.proc.exited).toBe(0);
+      expect(p.stdout).toContain("schemas localv1.Service localv1.Endpoint");
+    } finally {
+      dir.remove();
+    }
+  });
+
   describe(`${label}: a plugin that is not a Backend is refused with one clear line (exit 2)`, () => {
     const dir = tempDir("kpng-badplugin-");
     beforeAll(() => dir.create());

@@ -88,7 +88,28 @@ describe("a plugin sees the same toolkit", () => {
       const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
       const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: string };
       expect(b.seen).toBe("[2001:db8::1]:80");
-      expect(ctx.toolkit).toBe(toolkit);
+      expect({ ...ctx.toolkit }).toMatchObject({ ...toolkit });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("the schemas a plugin written against the earlier toolkit reads", () => {
+  test("ctx.toolkit still has protobuf-es' ServiceSchema and EndpointSchema, the generated file's own", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "kpng-toolkit-"));
+    try {
+      const file = join(dir, "plugin.ts");
+      writeFileSync(
+        file,
+        `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: [ctx.toolkit.ServiceSchema.typeName, ctx.toolkit.EndpointSchema.typeName] });\n`,
+      );
+      const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
+      const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: string[] };
+      const gen = await import("../../../src/gen/localv1/services_pb.ts");
+      expect(b.seen).toEqual([gen.ServiceSchema.typeName, gen.EndpointSchema.typeName]);
+      expect(ctx.toolkit!.ServiceSchema).toBe(gen.ServiceSchema);
+      expect(ctx.toolkit!.EndpointSchema).toBe(gen.EndpointSchema);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
