@@ -163,7 +163,7 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       const path = join(dir.path, "schemas.ts");
       writeFileSync(
         path,
-        'export default (ctx) => { ctx.out(`schemas ${ctx.toolkit.ServiceSchema.typeName} ${ctx.toolkit.EndpointSchema.typeName}\\n`); return { name: "s", kind: "full", apply: async () => {} }; };\n',
+        'export default (ctx) => { ctx.out(["schemas", ctx.toolkit.ServiceSchema.typeName, ctx.toolkit.EndpointSchema.typeName].join(" ") + "\\n"); return { name: "s", kind: "full", apply: async () => {} }; };\n',
       );
       const p = startKpng(["--input", join(ROOT, "examples/cluster.yaml"), "--plugin", path, "--once"], { bin: bin() });
       expect(await p.proc.exited).toBe(0);
