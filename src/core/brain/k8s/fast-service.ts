@@ -63,7 +63,8 @@ const LISTS = Object.keys(lists) as Array<keyof typeof lists>;
 
 /** "None" (headless), "" (not allocated yet) or an IP; a list of them holds no "" */
 const clusterIP = stringWhere((s) => s === "None" || s === "" || isCanonicalIP(s));
-const affinityConfig = objectWith("clientIP", objectWith("timeoutSeconds", intIn(1, 86400)));
+/** sessionAffinityConfig (shared by the protobuf reader: objectWith shares its empty outputs) */
+export const affinityConfig = objectWith("clientIP", objectWith("timeoutSeconds", intIn(1, 86400)));
 
 function spec(x: unknown): Out<Obj> {
   if (!isObj(x)) return FAIL;
@@ -88,7 +89,8 @@ const ingress = listOf((x): Out<Obj> => {
   const out: Obj = {};
   return isObj(x) && opt(x, "ip", out, ip) && optString(x, "hostname", out) && opt(x, "ipMode", out, ipMode) ? out : FAIL;
 });
-const status = objectWith("loadBalancer", objectWith("ingress", nullable(ingress)));
+/** status (shared by the protobuf reader, as affinityConfig) */
+export const status = objectWith("loadBalancer", objectWith("ingress", nullable(ingress)));
 
 /**
  * ServiceSchema's output for `raw`, or null when it is not valid (valibot

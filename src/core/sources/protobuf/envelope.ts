@@ -7,6 +7,8 @@
 // big-endian length and a body as above holding a metav1.WatchEvent
 // { type 1, object 2: RawExtension { raw 1 } }, whose raw is again a body.
 
+import { Checked } from "../../brain/k8s/objects.ts";
+import { checkedReaders } from "./checked.ts";
 import { decoders, nameOf, type Raw } from "./objects.ts";
 import { asBuffer, LEN, ProtoError, Reader } from "./wire.ts";
 
@@ -65,6 +67,26 @@ export function decodeObject(kind: string, buf: Buffer, start: number, end: numb
     if (!(err instanceof ProtoError)) throw err;
     return { metadata: nameOf(buf, start, end), [UNDECODABLE]: err.message };
   }
+}
+
+/**
+ * A Service or EndpointSlice of a list or a watch: read straight into its
+ * checked object (checked.ts) when it is well-formed, which parseObject then
+ * takes as it is; any other object as decodeObject reads it.
+ */
+export function decodeItem(kind: string, buf: Buffer, start: number, end: number): Raw {
+  const read = checkedReaders[kind];
+  if (read) {
+    try {
+      const checked = read(new Reader(buf, start), end);
+      // a Checked stands in for the item: the sources read only its metadata, and parseObject the rest
+      if (checked) return checked as unknown as Raw;
+    } catch (err) {
+      // bad bytes: decodeObject says what is wrong with them
+      if (!(err instanceof ProtoError)) throw err;
+    }
+  }
+  return decodeObject(kind, buf, start, end);
 }
 
 /** A whole body (a Status, say): its kind and object. */
@@ -156,7 +178,7 @@ export class ListDecoder {
       if (this.phase === "list" && this.base + stop > this.listEnd) throw new ProtoError("an item runs past the end of the List");
       if (stop > end) break;
       if (this.phase === "list") {
-        if (field === 2) items.push(decodeObject(this.kind, buf, start, stop));
+        if (field === 2) items.push(decodeItem(this.kind, buf, start, stop));
         else if (field === 1) this.listMeta(buf, start, stop);
       } else if (field === 3 && stop > start) throw new ProtoError("unsupported contentEncoding");
       pos = stop;
@@ -243,9 +265,11 @@ export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent 
         if (k === 10) {
           const oend = r.sub(xend);
           const inner = unwrap(buf, r.pos, oend);
-          object = decodeObject(inner.kind, buf, inner.start, inner.end);
-          object.kind = inner.kind;
-          if (inner.apiVersion) object.apiVersion = inner.apiVersion;
+          object = decodeItem(inner.kind, buf, inner.start, inner.end);
+          if (!(object instanceof Checked)) {
+            object.kind = inner.kind;
+            if (inner.apiVersion) object.apiVersion = inner.apiVersion;
+          }
           r.pos = oend;
         } else r.skip(k, xend);
       }

@@ -42,7 +42,7 @@ function push(o: Raw, name: string, value: unknown) {
 }
 
 /** map<string,string> entry: key = 1, value = 2, added to `map` */
-function mapEntry(map: Record<string, string>, r: Reader, end: number) {
+export function mapEntry(map: Record<string, string>, r: Reader, end: number) {
   let k = "";
   let value = "";
   while (r.pos < end) {
@@ -221,7 +221,7 @@ function servicePort(r: Reader, end: number): Raw {
 }
 
 /** SessionAffinityConfig { clientIP 1: ClientIPConfig { timeoutSeconds 1 (*int32) } } */
-function sessionAffinityConfig(r: Reader, end: number): Raw {
+export function sessionAffinityConfig(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
@@ -303,7 +303,7 @@ const ingress = strings({ 1: "ip", 2: "hostname", 3: "ipMode" }, ["ipMode"], ["i
 const loadBalancerStatus = listOf(1, "ingress", ingress);
 
 /** ServiceStatus { loadBalancer 1 } */
-function serviceStatus(r: Reader, end: number): Raw {
+export function serviceStatus(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
