@@ -3,7 +3,7 @@
 // sends (bench/startup-api-server.ts: the same objects, pages of 500) decoded
 // as the reflector does (ListDecoder, fed 16 KB TLS records), each item
 // validated and handed to the ingest as the Kubernetes source does
-// (parseObject, Ingest.upsert), then the brain's first compute (the flush
+// (parseObject, Ingest.add), then the brain's first compute (the flush
 // after the last list). All of it runs once at start-up, cold, under the
 // compiled binary's reluctant JIT (build.ts jitPolicy; set here with
 // Bun.unsafe.setJITPolicy): so each figure is the first run in a fresh
@@ -128,7 +128,7 @@ function run(dir: string, via: string, baseline: boolean): Figures | null {
     if (res.ok) objects.push(res.object);
   }
   const c2 = threadCpu();
-  for (const o of objects) ingest.upsert(o);
+  for (const o of objects) ingest.add(o); // as the Kubernetes source hands over a first list
   const c3 = threadCpu();
   const view = brain.view(NODE_NAME);
   for (const kind of kinds) ingest.synced(kind);

@@ -164,8 +164,12 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (first) present = ingest.count(kind) ? new Set() : null;
           stats.events[kind] += items.length;
           for (const raw of items) {
-            present?.add(idOf(kind, raw));
             const obj = parse(kind, raw);
+            if (!present) {
+              if (obj) ingest.add(obj);
+              continue;
+            }
+            present.add(idOf(kind, raw));
             if (obj) ingest.upsert(obj);
           }
         },

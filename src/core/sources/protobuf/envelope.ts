@@ -234,12 +234,28 @@ export class WatchDecoder {
   static readonly MAX_FRAME = 64 << 20;
 
   push(chunk: Uint8Array): WatchEvent[] {
-    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
     const events: WatchEvent[] = [];
+    let buf = asBuffer(chunk);
+    if (this.pending.length) {
+      // Only the frame under way is put together: copying every chunk behind it
+      // would copy the whole stream once more (a streamed list is megabytes).
+      const head = this.pending.length < 4 ? concat(this.pending, buf.subarray(0, 4 - this.pending.length)) : this.pending;
+      if (head.length < 4) {
+        this.pending = head;
+        return events;
+      }
+      const missing = 4 + frameLength(head, 0) - this.pending.length;
+      if (buf.length < missing) {
+        this.pending = concat(this.pending, buf);
+        return events;
+      }
+      const frame = concat(this.pending, buf.subarray(0, missing));
+      events.push(watchEvent(frame, 4, frame.length));
+      buf = buf.subarray(missing);
+    }
     let pos = 0;
     while (buf.length - pos >= 4) {
-      const len = ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
-      if (len > WatchDecoder.MAX_FRAME) throw new ProtoError(`a watch frame of ${len} bytes`);
+      const len = frameLength(buf, pos);
       if (buf.length - pos - 4 < len) break;
       events.push(watchEvent(buf, pos + 4, pos + 4 + len));
       pos += 4 + len;
@@ -247,6 +263,13 @@ export class WatchDecoder {
     this.pending = pos === buf.length ? Buffer.alloc(0) : copy(buf, pos);
     return events;
   }
+}
+
+/** the length of the frame at `pos` (its 4-byte big-endian prefix), refused past MAX_FRAME */
+function frameLength(buf: Buffer, pos: number): number {
+  const len = ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+  if (len > WatchDecoder.MAX_FRAME) throw new ProtoError(`a watch frame of ${len} bytes`);
+  return len;
 }
 
 /** One frame: a WatchEvent body whose object is a body of its own. */
