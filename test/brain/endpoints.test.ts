@@ -266,6 +266,25 @@ describe("endpoint identity", () => {
   });
 });
 
+test("each slice's endpoints get the overrides of that slice's ports (a service of several slices)", () => {
+  const C = v4.pod(3, 1);
+  const st = localState([
+    svc({ ports: [{ name: "http", port: 80, targetPort: "web" }] }),
+    slice({ name: "web-1", ports: [{ name: "http", port: 8080 }], endpoints: [ep(A), ep(B)] }),
+    slice({ name: "web-2", ports: [{ name: "http", port: 8081 }], endpoints: [ep(C)] }),
+    slice({ name: "web-3", ports: [{ name: "http", port: 8082 }], endpoints: [ep(v4.pod(4, 1))] }),
+  ]);
+  const byIP = new Map([...st.services.get("default/web")!.endpoints.values()].map((e) => [e.IPs!.V4[0], e.PortOverrides]));
+  expect([...byIP].map(([ip, o]) => [ip, o.map((p) => p.Port)])).toEqual([
+    [A, [8080]],
+    [B, [8080]],
+    [C, [8081]],
+    [v4.pod(4, 1), [8082]],
+  ]);
+  // one list per slice, shared by its endpoints
+  expect(byIP.get(A)).toBe(byIP.get(B)!);
+});
+
 describe("endpoint equality (sameEndpoint: what keeps an unchanged endpoint's identity)", () => {
   const base = () =>
     create(EndpointSchema, {

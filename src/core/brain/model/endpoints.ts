@@ -155,20 +155,16 @@ export function usable(cands: readonly Candidate[], local: boolean, node: NodeIn
 
 const never = () => false;
 
-const NO_CANDIDATES: readonly Candidate[] = Object.freeze([]);
-
-/** `cands` of one family: the list itself when it holds no other, nothing when it holds none of it (most services are single-stack) */
-function ofFamily(cands: readonly Candidate[], family: Family): readonly Candidate[] {
-  let some = false;
-  let all = true;
-  for (const c of cands) {
-    if (c.family === family) some = true;
-    else all = false;
-  }
-  return all ? cands : some ? cands.filter((x) => x.family === family) : NO_CANDIDATES;
-}
-
 const BOTH_FAMILIES = ["v4", "v6"] as const;
+const ONLY: Record<Family, readonly Family[]> = { v4: ["v4"], v6: ["v6"] };
+
+/** the families `cands` holds, in BOTH_FAMILIES' order (most services are single-stack: one look at each) */
+function familiesOf(cands: readonly Candidate[]): readonly Family[] {
+  if (!cands.length) return [];
+  const first = cands[0].family;
+  for (let i = 1; i < cands.length; i++) if (cands[i].family !== first) return BOTH_FAMILIES;
+  return ONLY[first];
+}
 
 /**
  * Endpoints of one service with scopes, keyed by endpoint key; endpoints no
@@ -184,25 +180,35 @@ export function endpointsModel(
 ): EndpointMap {
   const keys: string[] = [];
   const eps: Endpoint[] = [];
-  // The endpoints of one slice share its port map, hence one overrides list.
-  const overrides = new Map<ReadonlyMap<string, number>, PortName[]>();
-  const overridesOf = (ports: ReadonlyMap<string, number>) => {
-    let o = overrides.get(ports);
-    if (!o) overrides.set(ports, (o = portOverrides(service, ports)));
-    return o;
-  };
-  for (const family of BOTH_FAMILIES) {
-    const fam = ofFamily(cands, family);
-    if (!fam.length) continue;
+  // The endpoints of one slice share its port map, hence one overrides list; they
+  // come one after the other, so the list is remembered for the last port map
+  // (and for the earlier ones in a Map, made only for a service of several).
+  let ports: ReadonlyMap<string, number> | undefined;
+  let overrides: PortName[] = [];
+  let earlier: Map<ReadonlyMap<string, number>, PortName[]> | undefined;
+  const families = familiesOf(cands);
+  for (let f = 0; f < families.length; f++) {
+    const family = families[f];
+    const fam = families.length === 1 ? cands : cands.filter((x) => x.family === family);
     const internal = usable(fam, opts.internalLocal, opts.node);
     const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : never;
-    for (const c of fam) {
+    for (let n = 0; n < fam.length; n++) {
+      const c = fam[n];
       const i = internal(c);
       const e = external(c);
       if (!i && !e) continue;
       const old = prev?.get(c.key);
       keys.push(c.key); // distinct: candidates() gives every candidate its own key
-      eps.push(old && isEndpointOf(old, service, c, i, e) ? old : toEndpoint(c, overridesOf(c.ports), i, e));
+      if (old && isEndpointOf(old, service, c, i, e)) {
+        eps.push(old);
+        continue;
+      }
+      if (c.ports !== ports) {
+        if (ports) (earlier ??= new Map()).set(ports, overrides);
+        ports = c.ports;
+        overrides = earlier?.get(ports) ?? portOverrides(service, ports);
+      }
+      eps.push(toEndpoint(c, overrides, i, e));
     }
   }
   return new EndpointMap(keys, eps);
