@@ -216,6 +216,21 @@ describe("endpoint selection", () => {
 });
 
 describe("endpoint identity", () => {
+  for (const n of [3, 40]) {
+    test(`${n} endpoints: a pod name taken twice keys the second by its address; an IP in two slices is one endpoint`, () => {
+      const ips = Array.from({ length: n }, (_, i) => v4.pod(1 + (i % 3), 10 + i));
+      const st = localState([
+        svc(),
+        slice({ name: "web-1", endpoints: ips.map((ip, i) => ep(ip, { pod: i === n - 1 ? "p0" : `p${i}` })) }),
+        slice({ name: "web-2", endpoints: [ep(ips[1], { pod: "p1" })] }),
+      ]);
+      const keys = [...st.services.get("default/web")!.endpoints.keys()];
+      expect(keys.length).toBe(n);
+      expect(keys.slice(0, -1)).toEqual(ips.slice(0, -1).map((_, i) => `p${i}`));
+      expect(keys.at(-1)).toMatch(/^ip-[0-9a-f]{16}$/);
+    });
+  }
+
   test("endpoints are keyed by pod name; without a pod, by a stable hash without '/'", () => {
     const st = localState([svc(), slice({ endpoints: [ep(A, { pod: "web-1" }), ep(B, { pod: "" })] })]);
     const keys = [...st.services.get("default/web")!.endpoints.keys()];

@@ -53,15 +53,15 @@ export function sliceFamily(slice: K8sEndpointSlice): Family | null {
 const SCAN = 16;
 const NO_CONDITIONS: { ready?: boolean | null; serving?: boolean | null; terminating?: boolean | null } = Object.freeze({});
 
-/** index in `cands` of the one with this IP, or -1 */
-function scanIP(cands: readonly Candidate[], ip: string): number {
-  for (let i = 0; i < cands.length; i++) if (cands[i].ip === ip) return i;
-  return -1;
-}
-
-function scanKey(cands: readonly Candidate[], key: string): boolean {
-  for (let i = 0; i < cands.length; i++) if (cands[i].key === key) return true;
-  return false;
+/** index in `cands` of the one with this IP; else -1, or -2 when one holds this key: one scan for both */
+function scan(cands: readonly Candidate[], ip: string, key: string): number {
+  let taken = false;
+  for (let i = 0; i < cands.length; i++) {
+    const c = cands[i];
+    if (c.ip === ip) return i;
+    if (c.key === key) taken = true;
+  }
+  return taken ? -2 : -1;
 }
 
 /**
@@ -103,7 +103,12 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
         forNodes: ep.hints?.forNodes?.map((h) => h.name),
         forZones: ep.hints?.forZones?.map((h) => h.name),
       };
-      const at = byIP ? (byIP.get(ip) ?? -1) : scanIP(out, ip);
+      const pod = ep.pod ?? "";
+      // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
+      // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
+      // Without a pod, the key is a hash of the IP, made once the IP is known to be new.
+      let key = pod ? (family === "v6" && families.has("v4") ? `${pod}.v6` : pod) : "";
+      const at = byIP ? (byIP.get(ip) ?? -1) : scan(out, ip, key);
       if (at >= 0) {
         const prev = out[at];
         const winner = prev.terminating && !cand.terminating ? cand : prev;
@@ -113,11 +118,7 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
         out[at] = winner;
         continue;
       }
-      const pod = ep.pod ?? "";
-      // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
-      // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
-      let key = pod ? (family === "v6" && families.has("v4") ? `${pod}.v6` : pod) : addressKey(ip);
-      if (keys ? keys.has(key) : scanKey(out, key)) key = addressKey(ip);
+      if (!key || (keys ? keys.has(key) : at === -2)) key = addressKey(ip);
       cand.key = key;
       out.push(cand);
       if (byIP && keys) {
