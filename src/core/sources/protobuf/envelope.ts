@@ -28,15 +28,19 @@ interface Unknown {
   end: number;
 }
 
-/** The runtime.Unknown of a body lying at [start, end): magic checked, raw located. */
-export function unwrap(buf: Buffer, start: number, end: number): Unknown {
+/**
+ * The runtime.Unknown of a body lying at [start, end): magic checked, raw
+ * located; its typeMeta read when `typeMeta` (a watch frame's own is
+ * skipped: every frame is a WatchEvent).
+ */
+export function unwrap(buf: Buffer, start: number, end: number, typeMeta: boolean): Unknown {
   if (end - start < 4 || !hasMagic(buf, start)) throw new ProtoError("not a Kubernetes protobuf body (no k8s\\0 prefix)");
   const r = new Reader(buf, start + 4);
   const u: Unknown = { apiVersion: "", kind: "", start: 0, end: 0 };
   let encoding = "";
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === 10) {
+    if (t === 10 && typeMeta) {
       const tend = r.sub(end);
       while (r.pos < tend) {
         const k = r.uint32();
@@ -92,7 +96,7 @@ export function decodeItem(kind: string, buf: Buffer, start: number, end: number
 /** A whole body (a Status, say): its kind and object. */
 export function decodeBody(bytes: Uint8Array): { kind: string; apiVersion: string; object: Raw } {
   const buf = asBuffer(bytes);
-  const u = unwrap(buf, 0, buf.length);
+  const u = unwrap(buf, 0, buf.length, true);
   return { kind: u.kind, apiVersion: u.apiVersion, object: decodeObject(u.kind, buf, u.start, u.end) };
 }
 
@@ -274,7 +278,7 @@ function frameLength(buf: Buffer, pos: number): number {
 
 /** One frame: a WatchEvent body whose object is a body of its own. */
 export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent {
-  const u = unwrap(buf, start, end);
+  const u = unwrap(buf, start, end, false);
   const r = new Reader(buf, u.start);
   let type = "";
   let object: Raw | undefined;
@@ -287,7 +291,7 @@ export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent 
         const k = r.uint32();
         if (k === 10) {
           const oend = r.sub(xend);
-          const inner = unwrap(buf, r.pos, oend);
+          const inner = unwrap(buf, r.pos, oend, true);
           object = decodeItem(inner.kind, buf, inner.start, inner.end);
           if (!(object instanceof Checked)) {
             object.kind = inner.kind;
