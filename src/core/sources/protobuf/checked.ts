@@ -77,9 +77,6 @@ const itemMeta = (object: K8sService | K8sEndpointSlice, m: Meta) =>
 const PROTOCOLS = new Set(["TCP", "UDP", "SCTP"]);
 const POD = [0x50, 0x6f, 0x64]; // "Pod"
 
-/** the first address of an endpoint put as kube-proxy prints it (canonicalFirstAddresses); false when it is no IP of the slice's family */
-const canonicalFor = (family: string, addresses: string[]) => family === "FQDN" || canonicalFirstAddress(addresses, family === "IPv6");
-
 /** ForZone / ForNode lists: each `{ name }` (name 1, always written) */
 function hint(r: Reader, end: number): Obj | null {
   let name: string | undefined;
@@ -153,7 +150,7 @@ const NO_CONDITIONS = -1;
  * zone 7, hints 8; as fast-slice's endpoint() makes it (its one literal for
  * the common endpoint), or null.
  */
-function endpoint(r: Reader, end: number, family: string): Obj | null {
+function endpoint(r: Reader, end: number): Obj | null {
   const addresses: string[] = [];
   let codes = NO_CONDITIONS;
   let hostname: string | undefined;
@@ -193,7 +190,7 @@ function endpoint(r: Reader, end: number, family: string): Obj | null {
     }
   }
   r.done(end);
-  if (!addresses.length || !canonicalFor(family, addresses)) return null;
+  if (!addresses.length) return null;
   const conditions = codes === NO_CONDITIONS ? undefined : sharedConditions(Math.floor(codes / 25), Math.floor(codes / 5) % 5, codes % 5);
   if (hostname === undefined && hinted === undefined && conditions && nodeName !== undefined && zone !== undefined && pod)
     return { addresses, conditions, nodeName, zone, pod };
@@ -228,22 +225,10 @@ function endpointPort(r: Reader, end: number): Obj | null {
   return out;
 }
 
-/**
- * EndpointSlice: metadata 1, endpoints 2, ports 3, addressType 4. The
- * endpoints are read once the address type is known: Go writes it last.
- */
+/** EndpointSlice: metadata 1, endpoints 2, ports 3, addressType 4 */
 export function checkedSlice(r: Reader, end: number): Checked | null {
   let m: Meta | null = null;
   let family = "";
-  const at = r.pos;
-  // addressType first: each endpoint's first address is checked against it
-  while (r.pos < end) {
-    const t = r.uint32();
-    if (t === 34) family = r.atom(end);
-    else r.skip(t, end);
-  }
-  if (family !== "IPv4" && family !== "IPv6" && family !== "FQDN") return null;
-  r.pos = at;
   let endpoints: Obj[] | undefined;
   let ports: Obj[] | undefined;
   while (r.pos < end) {
@@ -254,7 +239,7 @@ export function checkedSlice(r: Reader, end: number): Checked | null {
         if (!m) return null;
         break;
       case 18: {
-        const ep = endpoint(r, r.sub(end), family);
+        const ep = endpoint(r, r.sub(end));
         if (!ep) return null;
         (endpoints ??= []).push(ep);
         break;
@@ -265,12 +250,20 @@ export function checkedSlice(r: Reader, end: number): Checked | null {
         (ports ??= []).push(p);
         break;
       }
+      case 34:
+        family = r.atom(end);
+        break;
       default:
         r.skip(t, end);
     }
   }
   r.done(end);
-  if (!m) return null;
+  if (!m || (family !== "IPv4" && family !== "IPv6" && family !== "FQDN")) return null;
+  // Go writes the address type after the endpoints: their first addresses are checked against it now
+  if (endpoints && family !== "FQDN") {
+    const v6 = family === "IPv6";
+    for (let i = 0; i < endpoints.length; i++) if (!canonicalFirstAddress(endpoints[i].addresses as string[], v6)) return null;
+  }
   const out: Obj = { kind: "EndpointSlice", metadata: m.meta, addressType: family };
   if (endpoints) out.endpoints = endpoints;
   if (ports) out.ports = ports;
