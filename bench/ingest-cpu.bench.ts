@@ -1,20 +1,25 @@
 // The CPU of kpng's start-up between the list bytes and the first node-local
 // state, in process: the protobuf lists `bun run bench startup`'s API server
-// sends (bench/startup-api-server.ts: the same objects, pages of 500) decoded
-// as the reflector does (ListDecoder, fed 16 KB TLS records), each item
-// validated and handed to the ingest as the Kubernetes source does
-// (parseObject, Ingest.add), then the brain's first compute (the flush
-// after the last list). All of it runs once at start-up, cold, under the
-// compiled binary's reluctant JIT (build.ts jitPolicy; set here with
-// Bun.unsafe.setJITPolicy): so each figure is the first run in a fresh
-// process, the median of KPNG_BENCH_RUNS processes (default 5), as the main
-// thread's own CPU time (/proc/thread-self/schedstat) per phase, and the
-// wall clock of them all.
+// sends (bench/startup-api-server.ts: the same objects) decoded as the
+// reflector decodes them, fed 16 KB TLS records: a streamed list's watch
+// frames (WatchDecoder: what kpng asks for first) and pages of 500
+// (ListDecoder: its fallback); each item validated and handed to the ingest
+// as the Kubernetes source does with a first list (parseObject, Ingest.add);
+// then the brain's first compute (the flush after the last list). All of it
+// runs once at start-up, cold, under the compiled binary's reluctant JIT
+// (build.ts jitPolicy; set here with Bun.unsafe.setJITPolicy): so each
+// figure is the first run in a fresh process, the median of KPNG_BENCH_RUNS
+// processes (default 5), as the main thread's own CPU time
+// (/proc/thread-self/schedstat) per phase, and the wall clock of them all.
 //
-// `bun bench/ingest-cpu.bench.ts child N DIR [baseline]` is one such process
-// (DIR holds the lists); with `baseline` it loads the modules and the bytes
-// and stops, so that `valgrind --tool=callgrind` of both gives the
-// instructions of the work alone, a figure the machine's load does not move.
+// `bun bench/ingest-cpu.bench.ts lists N DIR` writes the lists, and
+// `[KPNG_BENCH_VIA=pages] bun bench/ingest-cpu.bench.ts child N DIR [baseline]`
+// is one such process; with `baseline` it loads the modules and the bytes
+// and stops. `valgrind --tool=callgrind` of both gives the instructions of
+// the work alone, a figure the machine's load does not move provided the
+// JIT and the collector run on the main thread
+// (BUN_JSC_useConcurrentJIT=0 BUN_JSC_useConcurrentGC=0): else how soon
+// compiled code arrives from the JIT's threads moves it.
 
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -23,6 +28,7 @@ import { kinds, parseObject, type K8sObject, type Kind } from "../src/core/brain
 import { Ingest } from "../src/core/sources/ingest.ts";
 import { INITIAL_EVENTS_END } from "../src/core/sources/kube-reflector.ts";
 import { ListDecoder, WatchDecoder } from "../src/core/sources/protobuf/envelope.ts";
+import { v6 } from "../test/fixtures/addresses.ts";
 import { encodeItem, encodeList, encodeWatchEvent } from "../test/harness/protobuf-encode.ts";
 import { NODE_NAME, node, service, slice } from "./startup-api-server.ts";
 
@@ -30,8 +36,8 @@ const SIZES = (process.env.KPNG_BENCH_SIZES ?? "1000,10000").split(",").map(Numb
 const RUNS = Number(process.env.KPNG_BENCH_RUNS ?? 5);
 const PAGE = 500;
 const RECORD = 16 * 1024;
-/** the startup bench's test pod: any v6 address of the plan serves here */
-const POD_V6 = "fd00:10:244:1::99";
+/** the startup bench's test pod (the last service's endpoint): any pod address serves here */
+const POD_V6 = v6.pod(0, 1);
 
 const threadCpu = () => Number(readFileSync("/proc/thread-self/schedstat", "utf8").split(" ")[0]) / 1e6;
 
