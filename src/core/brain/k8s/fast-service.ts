@@ -36,8 +36,8 @@ const affinity = oneOf(["None", "ClientIP"]);
 const ipMode = oneOf(["VIP", "Proxy"]);
 const serviceType = oneOf(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
 
-/** targetPort: v.union([port, a non-empty string]) */
-const targetPort = (x: unknown): Out<number | string> => (typeof x === "string" ? (x.length ? x : FAIL) : port(x));
+/** targetPort: v.union([port, a non-empty string]) (shared by the protobuf reader) */
+export const targetPort = (x: unknown): Out<number | string> => (typeof x === "string" ? (x.length ? x : FAIL) : port(x));
 
 function servicePort(x: unknown): Out<Obj> {
   if (!isObj(x)) return FAIL;

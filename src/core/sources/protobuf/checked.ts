@@ -13,12 +13,12 @@
 // (test/sources/protobuf-checked.test.ts compares the two over every field
 // of full objects replaced by other values).
 
-import { affinityConfig, status as checkStatus } from "../../brain/k8s/fast-service.ts";
+import { affinityConfig, status as checkStatus, targetPort as checkTargetPort } from "../../brain/k8s/fast-service.ts";
 import { CONDITION_FALSE, CONDITION_TRUE, sharedConditions } from "../../brain/k8s/fast-slice.ts";
 import { FAIL, type Obj } from "../../brain/k8s/fast-check.ts";
 import { isCanonicalCIDR, isCanonicalIP } from "../../brain/k8s/ip-sloppy.ts";
 import { canonicalFirstAddress, Checked, finish, type K8sEndpointSlice, type K8sService } from "../../brain/k8s/objects.ts";
-import { mapEntry, serviceStatus, sessionAffinityConfig } from "./objects.ts";
+import { intOrString, mapEntry, serviceStatus, sessionAffinityConfig } from "./objects.ts";
 import type { Reader } from "./wire.ts";
 
 /** what the sources read of an item (Checked.metadata), beside the object's own metadata */
@@ -277,29 +277,12 @@ const AFFINITIES = new Set(["None", "ClientIP"]);
 const POLICIES = new Set(["Cluster", "Local"]);
 const IP_FAMILIES = new Set(["IPv4", "IPv6"]);
 
-/** IntOrString (type 1, intVal 2, strVal 3) as a targetPort fast-service takes: 1-65535 or a name; null otherwise */
-function targetPort(r: Reader, end: number): number | string | null {
-  let type = 0;
-  let int = 0;
-  let str = "";
-  while (r.pos < end) {
-    const t = r.uint32();
-    if (t === 8) type = r.int64();
-    else if (t === 16) int = r.int32();
-    else if (t === 26) str = r.string(end);
-    else r.skip(t, end);
-  }
-  r.done(end);
-  if (type === 1) return str ? str : null;
-  return int >= 1 && int <= 65535 ? int : null;
-}
-
 /** ServicePort: name 1, protocol 2, port 3, targetPort 4, nodePort 5; as fast-service's servicePort() makes it, or null */
 function servicePort(r: Reader, end: number): Obj | null {
   let name = "";
   let protocol = "TCP";
   let port = 0;
-  let target: number | string | null | undefined;
+  let target: number | string | undefined;
   let nodePort = 0;
   while (r.pos < end) {
     const t = r.uint32();
@@ -313,10 +296,12 @@ function servicePort(r: Reader, end: number): Obj | null {
       case 24:
         port = r.int32();
         break;
-      case 34:
-        target = targetPort(r, r.sub(end));
-        if (target === null) return null;
+      case 34: {
+        const tp = checkTargetPort(intOrString(r, r.sub(end)));
+        if (tp === FAIL) return null;
+        target = tp;
         break;
+      }
       case 40:
         nodePort = r.int32() || nodePort;
         break;
@@ -337,14 +322,22 @@ function servicePort(r: Reader, end: number): Obj | null {
 
 const isClusterIP = (s: string) => s === "None" || isCanonicalIP(s);
 
+/** the spec's repeated strings, each checked, in the order fast-service writes them (before ports) */
+const LISTS: ReadonlyArray<{ key: number; name: string; ok: (s: string) => boolean; recurs?: boolean }> = [
+  { key: 146, name: "clusterIPs", ok: isClusterIP },
+  { key: 154, name: "ipFamilies", ok: (s) => IP_FAMILIES.has(s), recurs: true },
+  { key: 42, name: "externalIPs", ok: isCanonicalIP },
+  { key: 74, name: "loadBalancerSourceRanges", ok: isCanonicalCIDR },
+];
+/** key -> index in LISTS */
+const LIST_AT: Array<number | undefined> = [];
+for (const [i, l] of LISTS.entries()) LIST_AT[l.key] = i;
+
 /** ServiceSpec (objects.ts's serviceSpec has the field numbers), as fast-service's spec() makes it, or null */
 function spec(r: Reader, end: number): Obj | null {
   let type = "ClusterIP";
   let clusterIP: string | undefined;
-  let clusterIPs: string[] | undefined;
-  let ipFamilies: string[] | undefined;
-  let externalIPs: string[] | undefined;
-  let ranges: string[] | undefined;
+  const lists: Array<string[] | undefined> = [];
   let ports: Obj[] | undefined;
   let affinity: string | undefined;
   let affinityCfg: unknown;
@@ -367,21 +360,9 @@ function spec(r: Reader, end: number): Obj | null {
       case 34:
         type = r.atom(end) || type;
         break;
-      case 42: {
-        const ip = r.string(end);
-        if (!isCanonicalIP(ip)) return null;
-        (externalIPs ??= []).push(ip);
-        break;
-      }
       case 58:
         affinity = r.atom(end) || affinity;
         break;
-      case 74: {
-        const range = r.string(end);
-        if (!isCanonicalCIDR(range)) return null;
-        (ranges ??= []).push(range);
-        break;
-      }
       case 90:
         eTP = r.atom(end) || eTP;
         break;
@@ -392,24 +373,20 @@ function spec(r: Reader, end: number): Obj | null {
         affinityCfg = affinityConfig(sessionAffinityConfig(r, r.sub(end)));
         if (affinityCfg === FAIL) return null;
         break;
-      case 146: {
-        const ip = r.string(end);
-        if (!isClusterIP(ip)) return null;
-        (clusterIPs ??= []).push(ip);
-        break;
-      }
-      case 154: {
-        const family = r.atom(end);
-        if (!IP_FAMILIES.has(family)) return null;
-        (ipFamilies ??= []).push(family);
-        break;
-      }
       case 178:
         iTP = r.atom(end);
         if (!POLICIES.has(iTP)) return null;
         break;
-      default:
-        r.skip(t, end);
+      default: {
+        const at = LIST_AT[t];
+        if (at === undefined) {
+          r.skip(t, end);
+          break;
+        }
+        const item = LISTS[at].recurs ? r.atom(end) : r.string(end);
+        if (!LISTS[at].ok(item)) return null;
+        (lists[at] ??= []).push(item);
+      }
     }
   }
   r.done(end);
@@ -417,10 +394,7 @@ function spec(r: Reader, end: number): Obj | null {
   if ((eTP !== undefined && !POLICIES.has(eTP)) || hcnp < 0 || hcnp > 65535) return null;
   const out: Obj = { type };
   if (clusterIP !== undefined) out.clusterIP = clusterIP;
-  if (clusterIPs) out.clusterIPs = clusterIPs;
-  if (ipFamilies) out.ipFamilies = ipFamilies;
-  if (externalIPs) out.externalIPs = externalIPs;
-  if (ranges) out.loadBalancerSourceRanges = ranges;
+  for (let i = 0; i < LISTS.length; i++) if (lists[i]) out[LISTS[i].name] = lists[i];
   if (ports) out.ports = ports;
   if (affinity !== undefined) out.sessionAffinity = affinity;
   if (affinityCfg !== undefined) out.sessionAffinityConfig = affinityCfg;

@@ -173,7 +173,7 @@ function topLevel(spec: Decode, status: Decode): Decode {
 // -- Service (core/v1)
 
 /** IntOrString: type 1 (0 int, 1 string), intVal 2, strVal 3 */
-function intOrString(r: Reader, end: number): number | string {
+export function intOrString(r: Reader, end: number): number | string {
   let type = 0;
   let int = 0;
   let str = "";
