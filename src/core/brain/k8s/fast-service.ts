@@ -31,10 +31,12 @@ import type { K8sService } from "./objects.ts";
 
 const ip = stringWhere(isCanonicalIP);
 const nodePort = intIn(0, 65535);
-const policy = oneOf(["Cluster", "Local"]);
-const affinity = oneOf(["None", "ClientIP"]);
+// the picklists, shared by the protobuf reader (sources/protobuf/checked.ts)
+export const policy = oneOf(["Cluster", "Local"]);
+export const affinity = oneOf(["None", "ClientIP"]);
 const ipMode = oneOf(["VIP", "Proxy"]);
-const serviceType = oneOf(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+export const serviceType = oneOf(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+export const ipFamily = oneOf(["IPv4", "IPv6"]);
 
 /** targetPort: v.union([port, a non-empty string]) (shared by the protobuf reader) */
 export const targetPort = (x: unknown): Out<number | string> => (typeof x === "string" ? (x.length ? x : FAIL) : port(x));
@@ -54,7 +56,7 @@ function servicePort(x: unknown): Out<Obj> {
 /** objects.ts's `list`: v.optional(v.nullable(v.array(item))) */
 const lists = {
   clusterIPs: nullable(listOf(stringWhere((s) => s === "None" || isCanonicalIP(s)))),
-  ipFamilies: nullable(listOf(oneOf(["IPv4", "IPv6"]))),
+  ipFamilies: nullable(listOf(ipFamily)),
   externalIPs: nullable(listOf(ip)),
   loadBalancerSourceRanges: nullable(listOf(stringWhere(isCanonicalCIDR))),
   ports: nullable(listOf(servicePort)),

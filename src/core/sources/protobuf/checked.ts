@@ -13,9 +13,17 @@
 // (test/sources/protobuf-checked.test.ts compares the two over every field
 // of full objects replaced by other values).
 
-import { affinityConfig, status as checkStatus, targetPort as checkTargetPort } from "../../brain/k8s/fast-service.ts";
+import {
+  affinityConfig,
+  affinity as affinityOf,
+  status as checkStatus,
+  targetPort as checkTargetPort,
+  ipFamily,
+  policy,
+  serviceType,
+} from "../../brain/k8s/fast-service.ts";
 import { CONDITION_FALSE, CONDITION_TRUE, sharedConditions } from "../../brain/k8s/fast-slice.ts";
-import { FAIL, type Obj } from "../../brain/k8s/fast-check.ts";
+import { FAIL, protocol as checkProtocol, type Obj } from "../../brain/k8s/fast-check.ts";
 import { isCanonicalCIDR, isCanonicalIP } from "../../brain/k8s/ip-sloppy.ts";
 import { canonicalFirstAddress, Checked, finish, type K8sEndpointSlice, type K8sService } from "../../brain/k8s/objects.ts";
 import { intOrString, mapEntry, serviceStatus, sessionAffinityConfig } from "./objects.ts";
@@ -74,7 +82,6 @@ const itemMeta = (object: K8sService | K8sEndpointSlice, m: Meta) =>
 
 // -- EndpointSlice
 
-const PROTOCOLS = new Set(["TCP", "UDP", "SCTP"]);
 const POD = [0x50, 0x6f, 0x64]; // "Pod"
 
 /** ForZone / ForNode lists: each `{ name }` (name 1, always written) */
@@ -217,7 +224,7 @@ function endpointPort(r: Reader, end: number): Obj | null {
     else r.skip(t, end);
   }
   r.done(end);
-  if (!PROTOCOLS.has(protocol) || (port !== undefined && (port < 1 || port > 65535))) return null;
+  if (checkProtocol(protocol) === FAIL || (port !== undefined && (port < 1 || port > 65535))) return null;
   const out: Obj = {};
   if (name !== undefined) out.name = name;
   out.protocol = protocol;
@@ -272,11 +279,6 @@ export function checkedSlice(r: Reader, end: number): Checked | null {
 
 // -- Service
 
-const TYPES = new Set(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
-const AFFINITIES = new Set(["None", "ClientIP"]);
-const POLICIES = new Set(["Cluster", "Local"]);
-const IP_FAMILIES = new Set(["IPv4", "IPv6"]);
-
 /** ServicePort: name 1, protocol 2, port 3, targetPort 4, nodePort 5; as fast-service's servicePort() makes it, or null */
 function servicePort(r: Reader, end: number): Obj | null {
   let name = "";
@@ -310,7 +312,7 @@ function servicePort(r: Reader, end: number): Obj | null {
     }
   }
   r.done(end);
-  if (!PROTOCOLS.has(protocol) || port < 1 || port > 65535 || nodePort < 0 || nodePort > 65535) return null;
+  if (checkProtocol(protocol) === FAIL || port < 1 || port > 65535 || nodePort < 0 || nodePort > 65535) return null;
   const out: Obj = {};
   if (name) out.name = name;
   out.protocol = protocol;
@@ -325,7 +327,7 @@ const isClusterIP = (s: string) => s === "None" || isCanonicalIP(s);
 /** the spec's repeated strings, each checked, in the order fast-service writes them (before ports) */
 const LISTS: ReadonlyArray<{ key: number; name: string; ok: (s: string) => boolean; recurs?: boolean }> = [
   { key: 146, name: "clusterIPs", ok: isClusterIP },
-  { key: 154, name: "ipFamilies", ok: (s) => IP_FAMILIES.has(s), recurs: true },
+  { key: 154, name: "ipFamilies", ok: (s) => ipFamily(s) !== FAIL, recurs: true },
   { key: 42, name: "externalIPs", ok: isCanonicalIP },
   { key: 74, name: "loadBalancerSourceRanges", ok: isCanonicalCIDR },
 ];
@@ -375,7 +377,7 @@ function spec(r: Reader, end: number): Obj | null {
         break;
       case 178:
         iTP = r.atom(end);
-        if (!POLICIES.has(iTP)) return null;
+        if (policy(iTP) === FAIL) return null;
         break;
       default: {
         const at = LIST_AT[t];
@@ -390,8 +392,8 @@ function spec(r: Reader, end: number): Obj | null {
     }
   }
   r.done(end);
-  if (!TYPES.has(type) || (affinity !== undefined && !AFFINITIES.has(affinity))) return null;
-  if ((eTP !== undefined && !POLICIES.has(eTP)) || hcnp < 0 || hcnp > 65535) return null;
+  if (serviceType(type) === FAIL || (affinity !== undefined && affinityOf(affinity) === FAIL)) return null;
+  if ((eTP !== undefined && policy(eTP) === FAIL) || hcnp < 0 || hcnp > 65535) return null;
   const out: Obj = { type };
   if (clusterIP !== undefined) out.clusterIP = clusterIP;
   for (let i = 0; i < LISTS.length; i++) if (lists[i]) out[LISTS[i].name] = lists[i];
