@@ -83,6 +83,9 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
     if (!family || !families.has(family) || !eps.length) continue;
     const ports = new Map<string, number>();
     for (const p of slice.ports ?? []) if (p.port) ports.set(p.name ?? "", p.port);
+    // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
+    // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
+    const podSuffix = family === "v6" && families.has("v4") ? ".v6" : "";
     for (let e = 0; e < eps.length; e++) {
       const ep = eps[e];
       const ip = ep.addresses[0]; // upstream uses only the first address
@@ -104,10 +107,8 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
         forZones: ep.hints?.forZones?.map((h) => h.name),
       };
       const pod = ep.pod ?? "";
-      // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
-      // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
       // Without a pod, the key is a hash of the IP, made once the IP is known to be new.
-      let key = pod ? (family === "v6" && families.has("v4") ? `${pod}.v6` : pod) : "";
+      let key = pod ? (podSuffix ? pod + podSuffix : pod) : "";
       const at = byIP ? (byIP.get(ip) ?? -1) : scan(out, ip, key);
       if (at >= 0) {
         const prev = out[at];
