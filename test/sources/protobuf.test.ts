@@ -281,6 +281,25 @@ describe("bad bytes", () => {
     expect(parseObject(items[0], "Service").ok).toBe(true);
   });
 
+  test("a time past what a Date holds refuses that object, not the answer", () => {
+    // Node { metadata { name "far", deletionTimestamp { seconds 1e17 } } }, then a well-formed Node
+    const varint = (n: number) => {
+      const out: number[] = [];
+      for (; n >= 0x80; n = Math.floor(n / 128)) out.push((n % 128) | 0x80);
+      return [...out, n];
+    };
+    const ts = [8, ...varint(1e17)];
+    const meta = [10, 3, ...Buffer.from("far"), 74, ts.length, ...ts];
+    const far = Uint8Array.from([10, meta.length, ...meta]);
+    const body = encodeList("Node", [far, encodeItem("Node", full[2])], { resourceVersion: "1" });
+    const d = new ListDecoder("Node");
+    const items = d.push(body);
+    d.end();
+    expect(items.length).toBe(2);
+    expect(items[0][UNDECODABLE]).toContain("time out of range");
+    expect(parseObject(items[1], "Node").ok).toBe(true);
+  });
+
   test("no k8s\\0 prefix: not a Kubernetes protobuf answer", () => {
     expect(() => new ListDecoder("Service").push(new TextEncoder().encode('{"kind":"ServiceList"}'))).toThrow("no k8s");
   });

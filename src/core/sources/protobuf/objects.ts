@@ -64,7 +64,10 @@ function time(r: Reader, end: number): string {
     else r.skip(t, end);
   }
   r.done(end);
-  return new Date(seconds * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
+  const date = new Date(seconds * 1000);
+  // past what a Date holds (Go's JSON cannot write such a time either): bad bytes for this object, not for the answer
+  if (Number.isNaN(date.getTime())) throw new ProtoError(`a time out of range (${seconds} s)`);
+  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
 }
 
 /** ObjectMeta: name 1, namespace 3, resourceVersion 6, deletionTimestamp 9, labels 11, annotations 12 */
