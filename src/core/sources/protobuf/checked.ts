@@ -2,8 +2,9 @@
 // the brain keeps, checked as they are read: the output of the fast checks
 // (fast-service.ts, fast-slice.ts) and finish() for the same bytes decoded by
 // objects.ts, without the object in between. A start-up reads 10,000s of
-// them once, in code that runs cold: the decoded object, then the walk over
-// it that checked it and copied it, were a third of that work.
+// them once, in code that runs cold: making the decoded object, then walking
+// it to check it and copy it, is work per field that reading the bytes into
+// the checked object does once.
 //
 // What this does not take (a value that is not well-formed, a first address
 // that is no IP of its slice's family, a field the fast checks would refuse)
@@ -11,7 +12,9 @@
 // before, and parseObject reads that, with its notes and errors. So this only
 // ever takes what the fast path takes, and makes the same object of it
 // (test/sources/protobuf-checked.test.ts compares the two over every field
-// of full objects replaced by other values).
+// of full objects replaced by other values). Fields neither keeps are skipped
+// unread here, ObjectMeta's deletionTimestamp among them: bad bytes inside
+// one refuse the object only on the other path.
 
 import {
   affinityConfig,
