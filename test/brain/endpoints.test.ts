@@ -216,6 +216,21 @@ describe("endpoint selection", () => {
 });
 
 describe("endpoint identity", () => {
+  for (const n of [3, 40]) {
+    test(`${n} endpoints: a pod name taken twice keys the second by its address; an IP in two slices is one endpoint`, () => {
+      const ips = Array.from({ length: n }, (_, i) => v4.pod(1 + (i % 3), 10 + i));
+      const st = localState([
+        svc(),
+        slice({ name: "web-1", endpoints: ips.map((ip, i) => ep(ip, { pod: i === n - 1 ? "p0" : `p${i}` })) }),
+        slice({ name: "web-2", endpoints: [ep(ips[1], { pod: "p1" })] }),
+      ]);
+      const keys = [...st.services.get("default/web")!.endpoints.keys()];
+      expect(keys.length).toBe(n);
+      expect(keys.slice(0, -1)).toEqual(ips.slice(0, -1).map((_, i) => `p${i}`));
+      expect(keys.at(-1)).toMatch(/^ip-[0-9a-f]{16}$/);
+    });
+  }
+
   test("endpoints are keyed by pod name; without a pod, by a stable hash without '/'", () => {
     const st = localState([svc(), slice({ endpoints: [ep(A, { pod: "web-1" }), ep(B, { pod: "" })] })]);
     const keys = [...st.services.get("default/web")!.endpoints.keys()];
@@ -264,6 +279,25 @@ describe("endpoint identity", () => {
       ["metrics", 9091],
     ]);
   });
+});
+
+test("each slice's endpoints get the overrides of that slice's ports (a service of several slices)", () => {
+  const C = v4.pod(3, 1);
+  const st = localState([
+    svc({ ports: [{ name: "http", port: 80, targetPort: "web" }] }),
+    slice({ name: "web-1", ports: [{ name: "http", port: 8080 }], endpoints: [ep(A), ep(B)] }),
+    slice({ name: "web-2", ports: [{ name: "http", port: 8081 }], endpoints: [ep(C)] }),
+    slice({ name: "web-3", ports: [{ name: "http", port: 8082 }], endpoints: [ep(v4.pod(4, 1))] }),
+  ]);
+  const byIP = new Map([...st.services.get("default/web")!.endpoints.values()].map((e) => [e.IPs!.V4[0], e.PortOverrides]));
+  expect([...byIP].map(([ip, o]) => [ip, o.map((p) => p.Port)])).toEqual([
+    [A, [8080]],
+    [B, [8080]],
+    [C, [8081]],
+    [v4.pod(4, 1), [8082]],
+  ]);
+  // one list per slice, shared by its endpoints
+  expect(byIP.get(A)).toBe(byIP.get(B)!);
 });
 
 describe("endpoint equality (sameEndpoint: what keeps an unchanged endpoint's identity)", () => {

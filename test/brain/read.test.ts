@@ -6,6 +6,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { parseObject, type K8sService } from "../../src/core/brain/k8s/objects.ts";
+import { clusterIPsByFamily } from "../../src/core/brain/k8s/read.ts";
 
 const svc = (spec: Record<string, unknown>, status?: Record<string, unknown>) => ({
   kind: "Service",
@@ -155,4 +156,21 @@ test("a read Service carries the values as kube-proxy programs them", () => {
 test("clusterIPs are read even without a clusterIP: no entry that is no IP reaches the model", () => {
   const r = parseObject(svc({ clusterIP: undefined, clusterIPs: ["x"], ipFamilies: ["IPv4"] }));
   expect(r.ok && (r.object as K8sService).spec.clusterIPs).toEqual([]);
+});
+
+describe("clusterIPsByFamily: the cluster IP of each family, as kube-proxy's GetClusterIPByFamily", () => {
+  const A4 = "198.18.0.10";
+  const B4 = "198.18.0.11";
+  const A6 = "fd00:10:96::a";
+  const cases: Array<{ name: string; spec: Parameters<typeof clusterIPsByFamily>[0]; want: string[] }> = [
+    { name: "clusterIP alone", spec: { clusterIP: A4 }, want: [A4] },
+    { name: "clusterIPs by ipFamilies, v6 first", spec: { clusterIPs: [A6, A4], ipFamilies: ["IPv6", "IPv4"] }, want: [A4, A6] },
+    { name: "an entry of another family than its index says: not taken", spec: { clusterIPs: [A6], ipFamilies: ["IPv4"] }, want: [] },
+    { name: "a family not in ipFamilies: not served", spec: { clusterIPs: [A4, A6], ipFamilies: ["IPv4"] }, want: [A4] },
+    { name: "without ipFamilies: the first of each family", spec: { clusterIPs: ["None", B4, A6, A4] }, want: [B4, A6] },
+    { name: "headless", spec: { clusterIP: "None", clusterIPs: ["None"], ipFamilies: ["IPv4"] }, want: [] },
+    { name: "clusterIPs empty: clusterIP", spec: { clusterIP: A6, clusterIPs: [] }, want: [A6] },
+    { name: "nothing allocated", spec: {}, want: [] },
+  ];
+  for (const c of cases) test(c.name, () => expect(clusterIPsByFamily(c.spec)).toEqual(c.want));
 });

@@ -104,4 +104,26 @@ describe("Ingest", () => {
     expect(brain.cluster.count("Service")).toBe(0);
     expect(revs).toEqual([1, 2]);
   });
+
+  test("a first list added without comparing gives the state upserting it gives", () => {
+    const objects = [
+      parsed(node(NODE)),
+      parsed(svc({ name: "web" })),
+      parsed(svc({ name: "api", type: "NodePort", ports: [{ name: "http", port: 80, nodePort: 30080 }] })),
+      parsed(slice({ service: "web", endpoints: [{ ip: "198.19.1.5", node: NODE }, { ip: "198.19.1.6" }] })),
+      parsed(slice({ service: "api", endpoints: [{ ip: "198.19.1.7" }] })),
+    ];
+    const states = (hand: (ingest: Ingest, o: K8sObject) => void) => {
+      const { brain, ingest } = setup({ type: "at-once" });
+      for (const o of objects) hand(ingest, o);
+      ingest.syncedAll();
+      ingest.changed();
+      return { state: brain.view(NODE).state, events: brain.stats.events };
+    };
+    const added = states((ingest, o) => ingest.add(o));
+    const upserted = states((ingest, o) => ingest.upsert(o));
+    expect(added.state?.services.size).toBe(2);
+    expect([...added.state!.services]).toEqual([...upserted.state!.services]);
+    expect(added.events).toBe(upserted.events);
+  });
 });

@@ -6,8 +6,8 @@
 // crash; fields kpng does not read (managedFields among them) are skipped.
 
 import { describe, expect, test } from "bun:test";
-import { parseObject, type Kind } from "../../src/core/brain/k8s/objects.ts";
-import { ListDecoder, UNDECODABLE, WatchDecoder } from "../../src/core/sources/protobuf/envelope.ts";
+import { Checked, parseObject, type Kind } from "../../src/core/brain/k8s/objects.ts";
+import { decodeObject, ListDecoder, UNDECODABLE, WatchDecoder } from "../../src/core/sources/protobuf/envelope.ts";
 import { ProtoError } from "../../src/core/sources/protobuf/wire.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { corpus, corpusNode } from "../fixtures/corpus/cases.ts";
@@ -158,6 +158,12 @@ function throughProtobuf(o: Obj, chunk = 13): Obj[] {
   return items;
 }
 
+/** `o` read into the shape its JSON has (objects.ts), as every object that is not read straight into its checked one */
+function jsonShaped(o: Obj): Obj {
+  const item = Buffer.from(encodeItem(o.kind, o));
+  return decodeObject(o.kind, item, 0, item.length);
+}
+
 /** a list item as the API server's JSON has it: no kind */
 function throughJSON(o: Obj): Obj {
   const { kind: _k, apiVersion: _a, ...item } = JSON.parse(JSON.stringify(o));
@@ -178,18 +184,20 @@ describe("protobuf reads as JSON reads", () => {
       const [first, second] = throughProtobuf(c.object);
       expect(parsed(first, kind)).toEqual(parsed(throughJSON(c.object), kind));
       expect(second).toEqual(first);
+      // the JSON-shaped reading too, which a Service or slice read straight into its checked object skipped
+      expect(parsed(jsonShaped(c.object), kind)).toEqual(parsed(throughJSON(c.object), kind));
     });
   }
 
   test("every field kpng reads comes through (not merely absent on both sides)", () => {
-    const [s] = throughProtobuf(full[0]);
+    const s = jsonShaped(full[0]);
     expect(s.spec.ports[1].targetPort).toBe("dns");
     expect(s.spec.sessionAffinityConfig.clientIP.timeoutSeconds).toBe(300);
     expect(s.status.loadBalancer.ingress[1].ipMode).toBe("Proxy");
     expect(s.metadata.annotations.note).toBe("ü ünïcode ✓");
     expect(s.metadata.resourceVersion).toBe("7");
     expect(s.metadata.managedFields).toBeUndefined();
-    const [e] = throughProtobuf(full[1]);
+    const e = jsonShaped(full[1]);
     expect(e.endpoints[0]).toEqual({
       addresses: ["10.1.0.1", "10.1.0.2"],
       conditions: { ready: false, serving: true, terminating: true },
@@ -200,7 +208,7 @@ describe("protobuf reads as JSON reads", () => {
       targetRef: { kind: "Pod", name: "p", namespace: "ns" },
     });
     expect(e.ports).toEqual([{ name: "http", protocol: "TCP", port: 8080 }, { name: "", port: 53, protocol: "UDP" }, { name: "all" }]);
-    const [n] = throughProtobuf(full[2]);
+    const n = jsonShaped(full[2]);
     expect(n.metadata.deletionTimestamp).toBe("2026-01-02T03:04:05Z");
     expect(n.spec.taints.map((t: Obj) => t.key)).toEqual(["ToBeDeletedByClusterAutoscaler", "x"]);
   });
@@ -273,6 +281,25 @@ describe("bad bytes", () => {
     expect(parseObject(items[0], "Service").ok).toBe(true);
   });
 
+  test("a time past what a Date holds refuses that object, not the answer", () => {
+    // Node { metadata { name "far", deletionTimestamp { seconds 1e17 } } }, then a well-formed Node
+    const varint = (n: number) => {
+      const out: number[] = [];
+      for (; n >= 0x80; n = Math.floor(n / 128)) out.push((n % 128) | 0x80);
+      return [...out, n];
+    };
+    const ts = [8, ...varint(1e17)];
+    const meta = [10, 3, ...Buffer.from("far"), 74, ts.length, ...ts];
+    const far = Uint8Array.from([10, meta.length, ...meta]);
+    const body = encodeList("Node", [far, encodeItem("Node", full[2])], { resourceVersion: "1" });
+    const d = new ListDecoder("Node");
+    const items = d.push(body);
+    d.end();
+    expect(items.length).toBe(2);
+    expect(items[0][UNDECODABLE]).toContain("time out of range");
+    expect(parseObject(items[1], "Node").ok).toBe(true);
+  });
+
   test("no k8s\\0 prefix: not a Kubernetes protobuf answer", () => {
     expect(() => new ListDecoder("Service").push(new TextEncoder().encode('{"kind":"ServiceList"}'))).toThrow("no k8s");
   });
@@ -282,18 +309,23 @@ describe("watch frames", () => {
   test("events decode as frames complete, across chunk boundaries, with kind and apiVersion", () => {
     const frames = Buffer.concat([
       encodeWatchEvent("ADDED", "Service", fixtures[0]),
+      encodeWatchEvent("ADDED", "Node", full[2]),
       encodeWatchEvent("BOOKMARK", "Service", { kind: "Service", metadata: { resourceVersion: "42" } }),
       encodeWatchEvent("ERROR", "Status", { kind: "Status", status: "Failure", reason: "Expired", message: "too old", code: 410 }),
     ]);
     const d = new WatchDecoder();
     const events = [];
     for (let i = 0; i < frames.length; i += 5) events.push(...d.push(frames.subarray(i, i + 5)));
-    expect(events.map((e) => e.type)).toEqual(["ADDED", "BOOKMARK", "ERROR"]);
+    expect(events.map((e) => e.type)).toEqual(["ADDED", "ADDED", "BOOKMARK", "ERROR"]);
+    // a well-formed Service: its checked object, with what the reflector reads of it
+    expect(events[0].object).toBeInstanceOf(Checked);
     expect(events[0].object.kind).toBe("Service");
-    expect(events[0].object.apiVersion).toBe("v1");
+    expect(events[0].object.metadata).toEqual({ name: "web", namespace: "default", resourceVersion: "" });
     expect(parsed(events[0].object, "Service")).toEqual(parsed(throughJSON(fixtures[0]), "Service"));
-    expect((events[1].object.metadata as Obj).resourceVersion).toBe("42");
-    expect(events[2].object).toMatchObject({ kind: "Status", code: 410, reason: "Expired", message: "too old" });
+    expect(events[1].object.kind).toBe("Node");
+    expect(events[1].object.apiVersion).toBe("v1");
+    expect((events[2].object.metadata as Obj).resourceVersion).toBe("42");
+    expect(events[3].object).toMatchObject({ kind: "Status", code: 410, reason: "Expired", message: "too old" });
   });
 
   test("a frame with bad bytes is an error, not a crash", () => {

@@ -15,7 +15,7 @@ import type { NodeInfo } from "./model/topology.ts";
 import { nodeIPs, sameIPs } from "./node-ips.ts";
 import { sameService } from "./same-service.ts";
 import { ShardedMap } from "./sharded-map.ts";
-import { serviceKey, type NodeState, type ServiceEndpoints, type StateChange } from "./state.ts";
+import type { NodeState, ServiceEndpoints, StateChange } from "./state.ts";
 
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
 
@@ -45,6 +45,8 @@ interface ServiceEntry {
 export class Brain {
   private readonly index = new ClusterIndex();
   private readonly synced = new Set<Kind>();
+  /** every kind synced: asked for each event of the first lists, so kept rather than worked out */
+  private allSynced = false;
   private readonly entries = new Map<string, ServiceEntry | null>();
   private readonly views = new Map<string, NodeView>();
   private pending: Touched = newTouched();
@@ -67,25 +69,28 @@ export class Brain {
   }
 
   apply(events: Iterable<ClusterEvent>): void {
-    for (const ev of events) {
-      this.stats.events++;
-      this.index.apply(ev, this.pending);
-      // Only a Service object change alters the node-independent model; slice changes reuse it.
-      const key = serviceKeyOf(ev);
-      if (key === null) continue;
-      this.entries.delete(key);
-      // Before the first state, a service's model is made as it arrives: the lists come
-      // page by page, with waits between, and the first state then has that much less to do.
-      if (ev.type === "upsert" && !this.isSynced) this.entry(key);
-    }
+    for (const ev of events) this.applyEvent(ev);
+  }
+
+  /** apply() of one event (a list's objects come one at a time) */
+  applyEvent(ev: ClusterEvent): void {
+    this.stats.events++;
+    // Only a Service object change alters the node-independent model; slice changes reuse it.
+    const key = this.index.apply(ev, this.pending);
+    if (key === null) return;
+    this.entries.delete(key);
+    // Before the first state, a service's model is made as it arrives: the lists come
+    // page by page, with waits between, and the first state then has that much less to do.
+    if (ev.type === "upsert" && !this.allSynced) this.entry(key);
   }
 
   markSynced(kind: Kind): void {
     this.synced.add(kind);
+    this.allSynced = kinds.every((k) => this.synced.has(k));
   }
 
   get isSynced(): boolean {
-    return kinds.every((k) => this.synced.has(k));
+    return this.allSynced;
   }
 
   /** The view of one node name, created on first use. */
@@ -142,13 +147,6 @@ export class Brain {
     const override = this.nodeIPOverride?.node === nodeName ? this.nodeIPOverride.ips : [];
     return nodeIPs(this.index.nodes.get(nodeName), override);
   }
-}
-
-/** the service key of a Service event; null for other kinds */
-function serviceKeyOf(ev: ClusterEvent): string | null {
-  if (ev.type === "upsert")
-    return ev.object.kind === "Service" ? serviceKey(ev.object.metadata.namespace ?? "", ev.object.metadata.name) : null;
-  return ev.kind === "Service" ? serviceKey(ev.namespace, ev.name) : null;
 }
 
 // One shared Set per combination of families (a Set per service would be memory per service for a few values).

@@ -38,25 +38,25 @@ export class ClusterIndex implements ClusterView {
   /** `ns/slice` -> the service key it was filed under, so a relabelled slice moves */
   private readonly sliceOwner = new Map<string, string>();
 
-  apply(ev: ClusterEvent, touched: Touched): void {
-    if (ev.type === "upsert") this.upsert(ev.object, touched);
-    else this.remove(ev.kind, ev.namespace, ev.name, touched);
+  /** Applies one event; returns the service key of a Service's, null for other kinds. */
+  apply(ev: ClusterEvent, touched: Touched): string | null {
+    return ev.type === "upsert" ? this.upsert(ev.object, touched) : this.remove(ev.kind, ev.namespace, ev.name, touched);
   }
 
-  private upsert(obj: K8sObject, touched: Touched) {
+  private upsert(obj: K8sObject, touched: Touched): string | null {
     const ns = obj.metadata.namespace ?? "";
     switch (obj.kind) {
       case "Service": {
         const key = serviceKey(ns, obj.metadata.name);
         this.services.set(key, obj);
         touched.services.add(key);
-        return;
+        return key;
       }
       case "EndpointSlice": {
         const id = serviceKey(ns, obj.metadata.name);
         this.removeSlice(id, touched);
         const svc = obj.metadata.labels?.[SERVICE_NAME_LABEL];
-        if (!svc) return;
+        if (!svc) return null;
         const key = serviceKey(ns, svc);
         shareNames(obj);
         const list = this.slices.get(key);
@@ -64,28 +64,28 @@ export class ClusterIndex implements ClusterView {
         else this.slices.set(key, [obj]);
         this.sliceOwner.set(id, key);
         touched.endpoints.add(key);
-        return;
+        return null;
       }
       case "Node":
         this.nodes.set(obj.metadata.name, obj);
         touched.nodes.add(obj.metadata.name);
-        return;
+        return null;
     }
   }
 
-  private remove(kind: Kind, ns: string, name: string, touched: Touched) {
+  private remove(kind: Kind, ns: string, name: string, touched: Touched): string | null {
     switch (kind) {
       case "Service": {
         const key = serviceKey(ns, name);
         if (this.services.delete(key)) touched.services.add(key);
-        return;
+        return key;
       }
       case "EndpointSlice":
         this.removeSlice(serviceKey(ns, name), touched);
-        return;
+        return null;
       case "Node":
         if (this.nodes.delete(name)) touched.nodes.add(name);
-        return;
+        return null;
     }
   }
 

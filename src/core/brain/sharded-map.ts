@@ -27,6 +27,7 @@ export class ShardedMap<V> implements ReadonlyMap<string, V> {
 
   /** A copy with `updates` applied (null value = delete); only touched shards are copied. */
   with(updates: ReadonlyMap<string, V | null>): ShardedMap<V> {
+    if (this.size === 0) return ShardedMap.of(updates);
     const shards = this.shards.slice();
     const copied = new Set<number>();
     let size = this.size;
@@ -45,6 +46,18 @@ export class ShardedMap<V> implements ReadonlyMap<string, V> {
         if (!had) size++;
         shard.set(key, value);
       }
+    }
+    return new ShardedMap(shards, size);
+  }
+
+  /** A map of `entries` (null values left out): a first state, with no shard to copy or keep apart. */
+  private static of<V>(entries: ReadonlyMap<string, V | null>): ShardedMap<V> {
+    const shards = Array.from({ length: SHARDS }, () => new Map<string, V>());
+    let size = 0;
+    for (const [key, value] of entries) {
+      if (value === null) continue;
+      shards[shardOf(key)].set(key, value); // a Map's keys are distinct: each one new here
+      size++;
     }
     return new ShardedMap(shards, size);
   }

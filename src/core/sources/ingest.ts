@@ -39,6 +39,15 @@ export class Ingest {
     this.brain.apply(this.listing.upsert(object));
   }
 
+  /**
+   * An object of a list into an index that held nothing of its kind as the
+   * list began: there is nothing to compare it with (a first list is
+   * 10,000s of objects, at start-up).
+   */
+  add(object: K8sObject): void {
+    this.brain.applyEvent({ type: "upsert", object });
+  }
+
   delete(kind: Kind, namespace: string, name: string): void {
     this.brain.apply(this.listing.delete(kind, namespace, name));
   }

@@ -151,7 +151,8 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
      * ids in the list under way, valid or not: what is not among them is gone.
      * null when the index held nothing of kind as the list began (the first
      * list): nothing can be gone, and an id per object would be collected and
-     * checked at start-up for nothing.
+     * checked at start-up for nothing; nor is there anything to compare the
+     * objects with (Ingest.add).
      */
     let present: Set<string> | null = null;
     return new Reflector(
@@ -164,8 +165,12 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
           if (first) present = ingest.count(kind) ? new Set() : null;
           stats.events[kind] += items.length;
           for (const raw of items) {
-            present?.add(idOf(kind, raw));
             const obj = parse(kind, raw);
+            if (!present) {
+              if (obj) ingest.add(obj);
+              continue;
+            }
+            present.add(idOf(kind, raw));
             if (obj) ingest.upsert(obj);
           }
         },

@@ -31,13 +31,15 @@ import type { K8sService } from "./objects.ts";
 
 const ip = stringWhere(isCanonicalIP);
 const nodePort = intIn(0, 65535);
-const policy = oneOf(["Cluster", "Local"]);
-const affinity = oneOf(["None", "ClientIP"]);
+// the picklists, shared by the protobuf reader (sources/protobuf/checked.ts)
+export const policy = oneOf(["Cluster", "Local"]);
+export const affinity = oneOf(["None", "ClientIP"]);
 const ipMode = oneOf(["VIP", "Proxy"]);
-const serviceType = oneOf(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+export const serviceType = oneOf(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+export const ipFamily = oneOf(["IPv4", "IPv6"]);
 
-/** targetPort: v.union([port, a non-empty string]) */
-const targetPort = (x: unknown): Out<number | string> => (typeof x === "string" ? (x.length ? x : FAIL) : port(x));
+/** targetPort: v.union([port, a non-empty string]) (shared by the protobuf reader) */
+export const targetPort = (x: unknown): Out<number | string> => (typeof x === "string" ? (x.length ? x : FAIL) : port(x));
 
 function servicePort(x: unknown): Out<Obj> {
   if (!isObj(x)) return FAIL;
@@ -54,7 +56,7 @@ function servicePort(x: unknown): Out<Obj> {
 /** objects.ts's `list`: v.optional(v.nullable(v.array(item))) */
 const lists = {
   clusterIPs: nullable(listOf(stringWhere((s) => s === "None" || isCanonicalIP(s)))),
-  ipFamilies: nullable(listOf(oneOf(["IPv4", "IPv6"]))),
+  ipFamilies: nullable(listOf(ipFamily)),
   externalIPs: nullable(listOf(ip)),
   loadBalancerSourceRanges: nullable(listOf(stringWhere(isCanonicalCIDR))),
   ports: nullable(listOf(servicePort)),
@@ -63,7 +65,8 @@ const LISTS = Object.keys(lists) as Array<keyof typeof lists>;
 
 /** "None" (headless), "" (not allocated yet) or an IP; a list of them holds no "" */
 const clusterIP = stringWhere((s) => s === "None" || s === "" || isCanonicalIP(s));
-const affinityConfig = objectWith("clientIP", objectWith("timeoutSeconds", intIn(1, 86400)));
+/** sessionAffinityConfig (shared by the protobuf reader: objectWith shares its empty outputs) */
+export const affinityConfig = objectWith("clientIP", objectWith("timeoutSeconds", intIn(1, 86400)));
 
 function spec(x: unknown): Out<Obj> {
   if (!isObj(x)) return FAIL;
@@ -88,7 +91,8 @@ const ingress = listOf((x): Out<Obj> => {
   const out: Obj = {};
   return isObj(x) && opt(x, "ip", out, ip) && optString(x, "hostname", out) && opt(x, "ipMode", out, ipMode) ? out : FAIL;
 });
-const status = objectWith("loadBalancer", objectWith("ingress", nullable(ingress)));
+/** status (shared by the protobuf reader, as affinityConfig) */
+export const status = objectWith("loadBalancer", objectWith("ingress", nullable(ingress)));
 
 /**
  * ServiceSchema's output for `raw`, or null when it is not valid (valibot

@@ -26,39 +26,40 @@ import type { K8sEndpointSlice } from "./objects.ts";
 
 const optionalString = (x: unknown) => x === undefined || typeof x === "string";
 
-/** v.optional(v.nullable(v.boolean())) */
-function optBool(o: Obj, key: string, out: Obj): boolean {
-  if (!(key in o)) return true;
-  const x = o[key];
-  if (x !== undefined && x !== null && typeof x !== "boolean") return false;
-  out[key] = x;
-  return true;
-}
-
 /** absent, undefined, null, true, false */
 const condCode = (c: Obj, key: string): number =>
   !(key in c) ? 0 : c[key] === undefined ? 1 : c[key] === null ? 2 : c[key] === true ? 3 : c[key] === false ? 4 : -1;
+/** the codes of a condition that is there: true, false */
+export const CONDITION_TRUE = 3;
+export const CONDITION_FALSE = 4;
+/** what each code stands for (0: absent, never written) */
+const CONDITION_VALUES = [undefined, undefined, null, true, false];
 /**
  * An endpoint's conditions are one of 125 values: each is made once and
  * shared, frozen (100,000 endpoints at 10k services, an equal object each otherwise).
  */
-const sharedConditions: Array<Readonly<Obj> | undefined> = [];
+const shared: Array<Readonly<Obj> | undefined> = [];
+
+/** The shared conditions object of ready, serving and terminating given by their codes (condCode's). */
+export function sharedConditions(r: number, s: number, t: number): Readonly<Obj> {
+  const i = r * 25 + s * 5 + t;
+  let co = shared[i];
+  if (!co) {
+    const o: Obj = {};
+    if (r) o.ready = CONDITION_VALUES[r];
+    if (s) o.serving = CONDITION_VALUES[s];
+    if (t) o.terminating = CONDITION_VALUES[t];
+    shared[i] = co = Object.freeze(o);
+  }
+  return co;
+}
 
 function conditions(c: Obj): Out<Obj> {
   const r = condCode(c, "ready");
   const s = condCode(c, "serving");
   const t = condCode(c, "terminating");
   if (r < 0 || s < 0 || t < 0) return FAIL;
-  const i = r * 25 + s * 5 + t;
-  let co = sharedConditions[i];
-  if (!co) {
-    const o: Obj = {};
-    optBool(c, "ready", o);
-    optBool(c, "serving", o);
-    optBool(c, "terminating", o);
-    sharedConditions[i] = co = Object.freeze(o);
-  }
-  return co as Obj;
+  return sharedConditions(r, s, t) as Obj;
 }
 
 /** hintList's inner part: v.array(v.object({ name: v.string() })) */

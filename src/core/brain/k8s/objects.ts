@@ -224,13 +224,16 @@ export function canonicalFirstAddresses(slice: K8sEndpointSlice): boolean {
   if ((slice.addressType !== "IPv4" && slice.addressType !== "IPv6") || !slice.endpoints) return true;
   const v6 = slice.addressType === "IPv6";
   const eps = slice.endpoints;
-  for (let i = 0; i < eps.length; i++) {
-    const addresses = eps[i].addresses;
-    if (v6 ? isCanonicalIPv6(addresses[0]) : isIPv4(addresses[0])) continue;
-    const ip = parseIPSloppy(addresses[0]);
-    if (!ip || ip.includes(":") !== v6) return false;
-    addresses[0] = ip;
-  }
+  for (let i = 0; i < eps.length; i++) if (!canonicalFirstAddress(eps[i].addresses, v6)) return false;
+  return true;
+}
+
+/** canonicalFirstAddresses for one endpoint's addresses */
+export function canonicalFirstAddress(addresses: string[], v6: boolean): boolean {
+  if (v6 ? isCanonicalIPv6(addresses[0]) : isIPv4(addresses[0])) return true;
+  const ip = parseIPSloppy(addresses[0]);
+  if (!ip || ip.includes(":") !== v6) return false;
+  addresses[0] = ip;
   return true;
 }
 
@@ -251,6 +254,23 @@ export class DropCounts {
   }
 }
 
+/**
+ * An item a decoder read straight into its well-formed object (what the fast
+ * check and finish() make of it, nothing to note): parseObject takes it as it
+ * is. `metadata` is what the sources read of an item: its name, namespace
+ * and resourceVersion.
+ */
+export class Checked {
+  constructor(
+    readonly object: K8sService | K8sEndpointSlice,
+    readonly metadata: { name: string; namespace?: string; resourceVersion?: string },
+  ) {}
+
+  get kind(): string {
+    return this.object.kind;
+  }
+}
+
 export type ParseResult =
   | { ok: true; object: K8sObject; notes?: readonly Note[] }
   | { ok: false; error: string; reason: DropReason }
@@ -268,6 +288,7 @@ export type ParseResult =
  */
 export function parseObject(raw: unknown, as?: Kind): ParseResult {
   if (typeof raw !== "object" || raw === null) return { ok: false, error: "object: not a mapping", reason: "malformed" };
+  if (raw instanceof Checked && (as ?? raw.object.kind) === raw.object.kind) return { ok: true, object: raw.object };
   const o = raw as Record<string, unknown>;
   const kind = as ?? o.kind;
   if (typeof kind !== "string" || !Object.hasOwn(shapes, kind)) return { ok: false, ignored: true };
@@ -296,7 +317,8 @@ export function parseObject(raw: unknown, as?: Kind): ParseResult {
 
 const LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration";
 
-function finish(obj: K8sObject): K8sObject {
+/** The last touches to an object read (its namespace defaulted, the last-applied annotation dropped): a decoder that checks as it reads does them too. */
+export function finish<T extends K8sObject>(obj: T): T {
   if (obj.kind !== "Node" && !obj.metadata.namespace) obj.metadata.namespace = "default";
   // Huge, rewritten by every `kubectl apply`, read by nobody here (the output is a copy: raw stays whole).
   if (obj.metadata.annotations && LAST_APPLIED in obj.metadata.annotations) delete obj.metadata.annotations[LAST_APPLIED];

@@ -49,12 +49,28 @@ type Spec = K8sService["spec"];
 export function clusterIPsByFamily(spec: Pick<Spec, "clusterIP" | "clusterIPs" | "ipFamilies">): string[] {
   const families = spec.ipFamilies;
   const ips = spec.clusterIPs?.length ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
+  // each family in turn, written out: every Service is read through here at start-up
   const out: string[] = [];
-  for (const family of ["IPv4", "IPv6"]) {
-    const ip = families?.length ? ips[families.indexOf(family)] : ips.find((x) => x !== "None" && familyOf(x) === family);
-    if (ip && ip !== "None" && familyOf(ip) === family) out.push(ip);
-  }
+  const v4 = clusterIPOf(ips, families, "IPv4");
+  if (v4) out.push(v4);
+  const v6 = clusterIPOf(ips, families, "IPv6");
+  if (v6) out.push(v6);
   return out;
+}
+
+/** clusterIPsByFamily's pick for one family */
+function clusterIPOf(ips: readonly string[], families: readonly string[] | null | undefined, family: string): string | undefined {
+  let ip: string | undefined;
+  if (families?.length) ip = ips[families.indexOf(family)];
+  else {
+    for (let i = 0; i < ips.length; i++) {
+      if (ips[i] !== "None" && familyOf(ips[i]) === family) {
+        ip = ips[i];
+        break;
+      }
+    }
+  }
+  return ip && ip !== "None" && familyOf(ip) === family ? ip : undefined;
 }
 
 /** Each IP of `list` parsed; the ones that are no IP skipped with a note. */

@@ -53,15 +53,15 @@ export function sliceFamily(slice: K8sEndpointSlice): Family | null {
 const SCAN = 16;
 const NO_CONDITIONS: { ready?: boolean | null; serving?: boolean | null; terminating?: boolean | null } = Object.freeze({});
 
-/** index in `cands` of the one with this IP, or -1 */
-function scanIP(cands: readonly Candidate[], ip: string): number {
-  for (let i = 0; i < cands.length; i++) if (cands[i].ip === ip) return i;
-  return -1;
-}
-
-function scanKey(cands: readonly Candidate[], key: string): boolean {
-  for (let i = 0; i < cands.length; i++) if (cands[i].key === key) return true;
-  return false;
+/** index in `cands` of the one with this IP; else -1, or -2 when one holds this key: one scan for both */
+function scan(cands: readonly Candidate[], ip: string, key: string): number {
+  let taken = false;
+  for (let i = 0; i < cands.length; i++) {
+    const c = cands[i];
+    if (c.ip === ip) return i;
+    if (c.key === key) taken = true;
+  }
+  return taken ? -2 : -1;
 }
 
 /**
@@ -83,6 +83,9 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
     if (!family || !families.has(family) || !eps.length) continue;
     const ports = new Map<string, number>();
     for (const p of slice.ports ?? []) if (p.port) ports.set(p.name ?? "", p.port);
+    // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
+    // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
+    const podSuffix = family === "v6" && families.has("v4") ? ".v6" : "";
     for (let e = 0; e < eps.length; e++) {
       const ep = eps[e];
       const ip = ep.addresses[0]; // upstream uses only the first address
@@ -103,7 +106,10 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
         forNodes: ep.hints?.forNodes?.map((h) => h.name),
         forZones: ep.hints?.forZones?.map((h) => h.name),
       };
-      const at = byIP ? (byIP.get(ip) ?? -1) : scanIP(out, ip);
+      const pod = ep.pod ?? "";
+      // Without a pod, the key is a hash of the IP, made once the IP is known to be new.
+      let key = pod ? (podSuffix ? pod + podSuffix : pod) : "";
+      const at = byIP ? (byIP.get(ip) ?? -1) : scan(out, ip, key);
       if (at >= 0) {
         const prev = out[at];
         const winner = prev.terminating && !cand.terminating ? cand : prev;
@@ -113,11 +119,7 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
         out[at] = winner;
         continue;
       }
-      const pod = ep.pod ?? "";
-      // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
-      // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
-      let key = pod ? (family === "v6" && families.has("v4") ? `${pod}.v6` : pod) : addressKey(ip);
-      if (keys ? keys.has(key) : scanKey(out, key)) key = addressKey(ip);
+      if (!key || (keys ? keys.has(key) : at === -2)) key = addressKey(ip);
       cand.key = key;
       out.push(cand);
       if (byIP && keys) {
@@ -155,20 +157,16 @@ export function usable(cands: readonly Candidate[], local: boolean, node: NodeIn
 
 const never = () => false;
 
-const NO_CANDIDATES: readonly Candidate[] = Object.freeze([]);
-
-/** `cands` of one family: the list itself when it holds no other, nothing when it holds none of it (most services are single-stack) */
-function ofFamily(cands: readonly Candidate[], family: Family): readonly Candidate[] {
-  let some = false;
-  let all = true;
-  for (const c of cands) {
-    if (c.family === family) some = true;
-    else all = false;
-  }
-  return all ? cands : some ? cands.filter((x) => x.family === family) : NO_CANDIDATES;
-}
-
 const BOTH_FAMILIES = ["v4", "v6"] as const;
+const ONLY: Record<Family, readonly Family[]> = { v4: ["v4"], v6: ["v6"] };
+
+/** the families `cands` holds, in BOTH_FAMILIES' order (most services are single-stack: one look at each) */
+function familiesOf(cands: readonly Candidate[]): readonly Family[] {
+  if (!cands.length) return [];
+  const first = cands[0].family;
+  for (let i = 1; i < cands.length; i++) if (cands[i].family !== first) return BOTH_FAMILIES;
+  return ONLY[first];
+}
 
 /**
  * Endpoints of one service with scopes, keyed by endpoint key; endpoints no
@@ -184,25 +182,35 @@ export function endpointsModel(
 ): EndpointMap {
   const keys: string[] = [];
   const eps: Endpoint[] = [];
-  // The endpoints of one slice share its port map, hence one overrides list.
-  const overrides = new Map<ReadonlyMap<string, number>, PortName[]>();
-  const overridesOf = (ports: ReadonlyMap<string, number>) => {
-    let o = overrides.get(ports);
-    if (!o) overrides.set(ports, (o = portOverrides(service, ports)));
-    return o;
-  };
-  for (const family of BOTH_FAMILIES) {
-    const fam = ofFamily(cands, family);
-    if (!fam.length) continue;
+  // The endpoints of one slice share its port map, hence one overrides list; they
+  // come one after the other, so the list is remembered for the last port map
+  // (and for the earlier ones in a Map, made only for a service of several).
+  let ports: ReadonlyMap<string, number> | undefined;
+  let overrides: PortName[] = [];
+  let earlier: Map<ReadonlyMap<string, number>, PortName[]> | undefined;
+  const families = familiesOf(cands);
+  for (let f = 0; f < families.length; f++) {
+    const family = families[f];
+    const fam = families.length === 1 ? cands : cands.filter((x) => x.family === family);
     const internal = usable(fam, opts.internalLocal, opts.node);
     const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : never;
-    for (const c of fam) {
+    for (let n = 0; n < fam.length; n++) {
+      const c = fam[n];
       const i = internal(c);
       const e = external(c);
       if (!i && !e) continue;
       const old = prev?.get(c.key);
       keys.push(c.key); // distinct: candidates() gives every candidate its own key
-      eps.push(old && isEndpointOf(old, service, c, i, e) ? old : toEndpoint(c, overridesOf(c.ports), i, e));
+      if (old && isEndpointOf(old, service, c, i, e)) {
+        eps.push(old);
+        continue;
+      }
+      if (c.ports !== ports) {
+        if (ports) (earlier ??= new Map()).set(ports, overrides);
+        ports = c.ports;
+        overrides = earlier?.get(ports) ?? portOverrides(service, ports);
+      }
+      eps.push(toEndpoint(c, overrides, i, e));
     }
   }
   return new EndpointMap(keys, eps);

@@ -12,7 +12,7 @@ export const SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-nam
 /** kube-proxy's default when sessionAffinityConfig gives no timeout (3 hours). */
 export const DEFAULT_AFFINITY_TIMEOUT_SECONDS = 10800;
 /** Huge and useless to a dataplane; every `kubectl apply` rewrites it. */
-const DROPPED_ANNOTATIONS = new Set(["kubectl.kubernetes.io/last-applied-configuration"]);
+const DROPPED_ANNOTATIONS: readonly string[] = ["kubectl.kubernetes.io/last-applied-configuration"];
 
 /** read.ts leaves only TCP, UDP and SCTP ports */
 export const protocolOf = (p: string): Protocol => Protocol[p as "TCP" | "UDP" | "SCTP"] ?? Protocol.UnknownProtocol;
@@ -85,8 +85,8 @@ export function serviceModel(svc: K8sService): Service {
   // The index's own maps, not copies (neither side is ever mutated), unless one must go.
   const given = svc.metadata.annotations ?? {};
   let drop = false;
-  for (const k of DROPPED_ANNOTATIONS) if (Object.hasOwn(given, k)) drop = true;
-  const annotations = drop ? Object.fromEntries(Object.entries(given).filter(([k]) => !DROPPED_ANNOTATIONS.has(k))) : given;
+  for (let i = 0; i < DROPPED_ANNOTATIONS.length; i++) if (Object.hasOwn(given, DROPPED_ANNOTATIONS[i])) drop = true;
+  const annotations = drop ? Object.fromEntries(Object.entries(given).filter(([k]) => !DROPPED_ANNOTATIONS.includes(k))) : given;
   const eLocal = externalPolicyLocal(svc);
   return {
     $typeName: "localv1.Service",

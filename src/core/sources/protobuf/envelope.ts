@@ -7,6 +7,8 @@
 // big-endian length and a body as above holding a metav1.WatchEvent
 // { type 1, object 2: RawExtension { raw 1 } }, whose raw is again a body.
 
+import { Checked } from "../../brain/k8s/objects.ts";
+import { checkedReaders } from "./checked.ts";
 import { decoders, nameOf, type Raw } from "./objects.ts";
 import { asBuffer, LEN, ProtoError, Reader } from "./wire.ts";
 
@@ -26,15 +28,19 @@ interface Unknown {
   end: number;
 }
 
-/** The runtime.Unknown of a body lying at [start, end): magic checked, raw located. */
-export function unwrap(buf: Buffer, start: number, end: number): Unknown {
+/**
+ * The runtime.Unknown of a body lying at [start, end): magic checked, raw
+ * located; its typeMeta read when `typeMeta` (a watch frame's own is
+ * skipped: every frame is a WatchEvent).
+ */
+export function unwrap(buf: Buffer, start: number, end: number, typeMeta: boolean): Unknown {
   if (end - start < 4 || !hasMagic(buf, start)) throw new ProtoError("not a Kubernetes protobuf body (no k8s\\0 prefix)");
   const r = new Reader(buf, start + 4);
   const u: Unknown = { apiVersion: "", kind: "", start: 0, end: 0 };
   let encoding = "";
   while (r.pos < end) {
     const t = r.uint32();
-    if (t === 10) {
+    if (t === 10 && typeMeta) {
       const tend = r.sub(end);
       while (r.pos < tend) {
         const k = r.uint32();
@@ -67,10 +73,30 @@ export function decodeObject(kind: string, buf: Buffer, start: number, end: numb
   }
 }
 
+/**
+ * A Service or EndpointSlice of a list or a watch: read straight into its
+ * checked object (checked.ts) when it is well-formed, which parseObject then
+ * takes as it is; any other object as decodeObject reads it.
+ */
+export function decodeItem(kind: string, buf: Buffer, start: number, end: number): Raw {
+  const read = checkedReaders[kind];
+  if (read) {
+    try {
+      const checked = read(new Reader(buf, start), end);
+      // a Checked stands in for the item: the sources read only its metadata, and parseObject the rest
+      if (checked) return checked as unknown as Raw;
+    } catch (err) {
+      // bad bytes: decodeObject says what is wrong with them
+      if (!(err instanceof ProtoError)) throw err;
+    }
+  }
+  return decodeObject(kind, buf, start, end);
+}
+
 /** A whole body (a Status, say): its kind and object. */
 export function decodeBody(bytes: Uint8Array): { kind: string; apiVersion: string; object: Raw } {
   const buf = asBuffer(bytes);
-  const u = unwrap(buf, 0, buf.length);
+  const u = unwrap(buf, 0, buf.length, true);
   return { kind: u.kind, apiVersion: u.apiVersion, object: decodeObject(u.kind, buf, u.start, u.end) };
 }
 
@@ -156,7 +182,7 @@ export class ListDecoder {
       if (this.phase === "list" && this.base + stop > this.listEnd) throw new ProtoError("an item runs past the end of the List");
       if (stop > end) break;
       if (this.phase === "list") {
-        if (field === 2) items.push(decodeObject(this.kind, buf, start, stop));
+        if (field === 2) items.push(decodeItem(this.kind, buf, start, stop));
         else if (field === 1) this.listMeta(buf, start, stop);
       } else if (field === 3 && stop > start) throw new ProtoError("unsupported contentEncoding");
       pos = stop;
@@ -212,12 +238,28 @@ export class WatchDecoder {
   static readonly MAX_FRAME = 64 << 20;
 
   push(chunk: Uint8Array): WatchEvent[] {
-    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
     const events: WatchEvent[] = [];
+    let buf = asBuffer(chunk);
+    if (this.pending.length) {
+      // Only the frame under way is put together: copying every chunk behind it
+      // would copy the whole stream once more (a streamed list is megabytes).
+      const head = this.pending.length < 4 ? concat(this.pending, buf.subarray(0, 4 - this.pending.length)) : this.pending;
+      if (head.length < 4) {
+        this.pending = head;
+        return events;
+      }
+      const missing = 4 + frameLength(head, 0) - this.pending.length;
+      if (buf.length < missing) {
+        this.pending = concat(this.pending, buf);
+        return events;
+      }
+      const frame = concat(this.pending, buf.subarray(0, missing));
+      events.push(watchEvent(frame, 4, frame.length));
+      buf = buf.subarray(missing);
+    }
     let pos = 0;
     while (buf.length - pos >= 4) {
-      const len = ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
-      if (len > WatchDecoder.MAX_FRAME) throw new ProtoError(`a watch frame of ${len} bytes`);
+      const len = frameLength(buf, pos);
       if (buf.length - pos - 4 < len) break;
       events.push(watchEvent(buf, pos + 4, pos + 4 + len));
       pos += 4 + len;
@@ -227,9 +269,16 @@ export class WatchDecoder {
   }
 }
 
+/** the length of the frame at `pos` (its 4-byte big-endian prefix), refused past MAX_FRAME */
+function frameLength(buf: Buffer, pos: number): number {
+  const len = ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+  if (len > WatchDecoder.MAX_FRAME) throw new ProtoError(`a watch frame of ${len} bytes`);
+  return len;
+}
+
 /** One frame: a WatchEvent body whose object is a body of its own. */
 export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent {
-  const u = unwrap(buf, start, end);
+  const u = unwrap(buf, start, end, false);
   const r = new Reader(buf, u.start);
   let type = "";
   let object: Raw | undefined;
@@ -242,10 +291,12 @@ export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent 
         const k = r.uint32();
         if (k === 10) {
           const oend = r.sub(xend);
-          const inner = unwrap(buf, r.pos, oend);
-          object = decodeObject(inner.kind, buf, inner.start, inner.end);
-          object.kind = inner.kind;
-          if (inner.apiVersion) object.apiVersion = inner.apiVersion;
+          const inner = unwrap(buf, r.pos, oend, true);
+          object = decodeItem(inner.kind, buf, inner.start, inner.end);
+          if (!(object instanceof Checked)) {
+            object.kind = inner.kind;
+            if (inner.apiVersion) object.apiVersion = inner.apiVersion;
+          }
           r.pos = oend;
         } else r.skip(k, xend);
       }

@@ -42,7 +42,7 @@ function push(o: Raw, name: string, value: unknown) {
 }
 
 /** map<string,string> entry: key = 1, value = 2, added to `map` */
-function mapEntry(map: Record<string, string>, r: Reader, end: number) {
+export function mapEntry(map: Record<string, string>, r: Reader, end: number) {
   let k = "";
   let value = "";
   while (r.pos < end) {
@@ -64,7 +64,10 @@ function time(r: Reader, end: number): string {
     else r.skip(t, end);
   }
   r.done(end);
-  return new Date(seconds * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
+  const date = new Date(seconds * 1000);
+  // past what a Date holds (Go's JSON cannot write such a time either): bad bytes for this object, not for the answer
+  if (Number.isNaN(date.getTime())) throw new ProtoError(`a time out of range (${seconds} s)`);
+  return date.toISOString().replace(/\.\d{3}Z$/, "Z");
 }
 
 /** ObjectMeta: name 1, namespace 3, resourceVersion 6, deletionTimestamp 9, labels 11, annotations 12 */
@@ -173,7 +176,7 @@ function topLevel(spec: Decode, status: Decode): Decode {
 // -- Service (core/v1)
 
 /** IntOrString: type 1 (0 int, 1 string), intVal 2, strVal 3 */
-function intOrString(r: Reader, end: number): number | string {
+export function intOrString(r: Reader, end: number): number | string {
   let type = 0;
   let int = 0;
   let str = "";
@@ -221,7 +224,7 @@ function servicePort(r: Reader, end: number): Raw {
 }
 
 /** SessionAffinityConfig { clientIP 1: ClientIPConfig { timeoutSeconds 1 (*int32) } } */
-function sessionAffinityConfig(r: Reader, end: number): Raw {
+export function sessionAffinityConfig(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
@@ -303,7 +306,7 @@ const ingress = strings({ 1: "ip", 2: "hostname", 3: "ipMode" }, ["ipMode"], ["i
 const loadBalancerStatus = listOf(1, "ingress", ingress);
 
 /** ServiceStatus { loadBalancer 1 } */
-function serviceStatus(r: Reader, end: number): Raw {
+export function serviceStatus(r: Reader, end: number): Raw {
   const o: Raw = {};
   while (r.pos < end) {
     const t = r.uint32();
