@@ -76,43 +76,33 @@ describe("who imports what", () => {
   });
 });
 
+/** loads a plugin whose backend carries `seen: <expr>` (an expression of ctx), as `--plugin` does */
+async function pluginSeeing(expr: string): Promise<{ seen: unknown; ctx: BackendContext }> {
+  const dir = mkdtempSync(join(tmpdir(), "kpng-toolkit-"));
+  try {
+    const file = join(dir, "plugin.ts");
+    writeFileSync(file, `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: ${expr} });\n`);
+    const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
+    const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: unknown };
+    return { seen: b.seen, ctx };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 describe("a plugin sees the same toolkit", () => {
   test("the loader hands every backend the toolkit's functions as ctx.toolkit (a --plugin in the binary can import types only)", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "kpng-toolkit-"));
-    try {
-      const file = join(dir, "plugin.ts");
-      writeFileSync(
-        file,
-        `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: ctx.toolkit.hostPort("2001:db8::1", 80) });\n`,
-      );
-      const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
-      const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: string };
-      expect(b.seen).toBe("[2001:db8::1]:80");
-      expect({ ...ctx.toolkit }).toMatchObject({ ...toolkit });
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    const { seen, ctx } = await pluginSeeing(`ctx.toolkit.hostPort("2001:db8::1", 80)`);
+    expect(seen).toBe("[2001:db8::1]:80");
+    expect({ ...ctx.toolkit }).toMatchObject({ ...toolkit });
   });
-});
 
-describe("the schemas a plugin written against the earlier toolkit reads", () => {
-  test("ctx.toolkit still has protobuf-es' ServiceSchema and EndpointSchema, the generated file's own", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "kpng-toolkit-"));
-    try {
-      const file = join(dir, "plugin.ts");
-      writeFileSync(
-        file,
-        `export default (ctx) => ({ name: "t", kind: "full", apply: async () => {}, seen: [ctx.toolkit.ServiceSchema.typeName, ctx.toolkit.EndpointSchema.typeName] });\n`,
-      );
-      const ctx: BackendContext = { config: defaultConfig(), log: memoryLogger(), out: () => {} };
-      const b = (await loadBackend({ plugin: file }, ctx)) as unknown as { seen: string[] };
-      const gen = await import("../../../src/gen/localv1/services_pb.ts");
-      expect(b.seen).toEqual([gen.ServiceSchema.typeName, gen.EndpointSchema.typeName]);
-      expect(ctx.toolkit!.ServiceSchema).toBe(gen.ServiceSchema);
-      expect(ctx.toolkit!.EndpointSchema).toBe(gen.EndpointSchema);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+  test("ctx.toolkit still has protobuf-es' ServiceSchema and EndpointSchema, the generated file's own (plugins written against the earlier toolkit)", async () => {
+    const { seen, ctx } = await pluginSeeing("[ctx.toolkit.ServiceSchema.typeName, ctx.toolkit.EndpointSchema.typeName]");
+    const gen = await import("../../../src/gen/localv1/services_pb.ts");
+    expect(seen).toEqual([gen.ServiceSchema.typeName, gen.EndpointSchema.typeName]);
+    expect(ctx.toolkit!.ServiceSchema).toBe(gen.ServiceSchema);
+    expect(ctx.toolkit!.EndpointSchema).toBe(gen.EndpointSchema);
   });
 });
 
