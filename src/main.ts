@@ -13,9 +13,7 @@ import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
 import { apiClientArgs, backendNames, listenArgs, modeSource, proxyArgs, repeated, sourceArgs, type Args } from "./core/config/flags.ts";
 import { createLogger, jsonLine, logFormat } from "./core/log.ts";
-import { HeldRestClient } from "./core/node/held-requests.ts";
-import type { ProxyServers } from "./core/node/proxy-servers.ts";
-import type { GlobalSourceStats } from "./core/sources/global.ts";
+import { LateServers } from "./core/node/late-servers.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { builtinBackend } from "./plugins/registry.ts";
 // Everything else loads when a command needs it: `--version` and `--help` evaluate none of
@@ -89,7 +87,7 @@ function logRevisions(nodeName: string): (rev: Revision) => void {
 async function feedFromView(
   view: NodeView,
   backends: readonly Backend[],
-  opts: { cfg: Config; servers: ProxyServers | undefined },
+  opts: { cfg: Config; servers: LateServers | undefined },
 ): Promise<{ startedUp: Promise<void> }> {
   const { cfg, servers } = opts;
   const [{ memoryRelease }, { feedAll }, { removeKubeProxyRules }] = await Promise.all([
@@ -108,6 +106,7 @@ async function feedFromView(
     },
     onStartedUp: () => {
       normalJIT();
+      void servers?.start();
       startedUp.resolve();
       if (!cfg.dryRun)
         migrated = removeKubeProxyRules(
@@ -171,33 +170,35 @@ const runCommand = command({
     const brain = await newBrain(cfg);
     // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
     const stopped = args.once ? undefined : waitForSignal();
-    // The lists go out first: the backends' loading, the health and metrics servers, the OOM score
-    // and the backends' setup then run while the API server answers, each in its own turn of the event loop so
-    // that the connections' TLS handshakes move on in between. What the source reports before
-    // the metrics exist (a request, the agent's stream) is held for them.
-    const restClient = args.once ? undefined : new HeldRestClient();
-    let servers: ProxyServers | undefined;
-    let globalStats: GlobalSourceStats | undefined;
-    const onGlobalStats = (stats: GlobalSourceStats) => {
-      globalStats = stats;
-      servers?.metrics.followGlobal(stats);
-    };
-    const starting = startSource({ ...sources, onGlobalStats, restClient }, cfg, brain, log);
-    starting.catch(() => {}); // awaited below, after the servers are up
+    // Health and metrics start after the first sync, or SERVERS_LATEST_MS after the start when
+    // the API server is slow or down; what is reported before (the API client's requests, the
+    // agent's stream, revisions, syncs) is held for them with its time (late-servers.ts).
+    const loaded = Promise.withResolvers<string[]>();
+    const servers = args.once
+      ? undefined
+      : new LateServers({
+          latestMs: SERVERS_LATEST_MS,
+          start: async () => {
+            const [{ startProxyServers }, backends] = await Promise.all([import("./core/node/proxy-servers.ts"), loaded.promise]);
+            return startProxyServers({ cfg, brain, log: log.child("serve"), backends });
+          },
+        });
+    ctx.metrics = servers?.backendMetrics;
+    // The lists go out first: the backends' loading, the OOM score and the backends' setup then
+    // run while the API server answers, each in its own turn of the event loop so that the
+    // connections' TLS handshakes move on in between.
+    const starting = startSource(
+      { ...sources, onGlobalStats: (stats) => servers?.followGlobal(stats), restClient: servers?.restClient },
+      cfg,
+      brain,
+      log,
+    );
+    starting.catch(() => {}); // awaited below, after the backends' setup has started
     await nextTurn(); // the lists' requests are on their way
     // The backends' code evaluates while the API server answers.
     const backends = await loadAskedBackends(rawArgs, ctx);
+    loaded.resolve(backends.map((b) => b.name));
     await nextTurn(); // the connections' TCP connects are seen here, their TLS handshakes start
-    // Health and metrics answer from the start, also while the API server is still unreachable.
-    if (!args.once) {
-      const { startProxyServers } = await import("./core/node/proxy-servers.ts");
-      await nextTurn(); // the handshakes end and the requests are written: the API server works while the servers start
-      servers = startProxyServers({ cfg, brain, log: log.child("serve"), backends: backends.map((b) => b.name) });
-      restClient?.attach(servers.metrics.restClient);
-      if (globalStats) servers.metrics.followGlobal(globalStats);
-      await nextTurn();
-    }
-    ctx.metrics = servers?.metrics;
     const { applyOOMScoreAdj } = await import("./core/node/node-setup.ts");
     if (!args.once) applyOOMScoreAdj(cfg, log);
     await nextTurn();
@@ -207,13 +208,13 @@ const runCommand = command({
     const ready = Promise.all(backends.map((b) => b.setup?.(ctx))).then(() => setConntrack(cfg, names, log));
     const unready = ready.then(() => new Promise<never>(() => {}));
     // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([starting, unready]), stopped);
+    const source = await untilStopped(Promise.race([starting, unready, ...(servers ? [servers.cannotStart] : [])]), stopped);
     if (!source) return servers?.close();
     // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
     log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     servers?.setSource(source);
     const api = listen.length ? await serveApi(brain, cfg, listen, security, args) : undefined;
-    if (api) servers?.metrics.followApi(api);
+    if (api) servers?.followApi(api);
     const view = brain.view(cfg.nodeName);
     const { nodeIPsBeforeFirstSync } = await import("./core/sources/index.ts");
     await nodeIPsBeforeFirstSync(view, { input: sources.input, nodeIPs: cfg.nodeIPs, stopped, log });
@@ -229,7 +230,7 @@ const runCommand = command({
             master: sources.master,
             config: cfg,
             log: log.child("events"),
-            restClient: servers?.metrics.restClient,
+            restClient: servers?.restClient,
           },
         )
       : undefined;
@@ -237,7 +238,8 @@ const runCommand = command({
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
     if (args.once) await startedUp.then(() => warned);
-    else await stopped;
+    else if (servers) await Promise.race([stopped, servers.cannotStart]); // a port taken with bindAddressHardFail ends kpng
+
     servers?.close();
     await api?.close();
     source.close();
@@ -392,6 +394,9 @@ const localCommand = command({
  * usual for what runs again and again.
  */
 const normalJIT = () => Bun.unsafe.setJITPolicy?.(1);
+
+/** ms after the process started by which the health and metrics servers answer, first sync or not */
+const SERVERS_LATEST_MS = 1000;
 
 /** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));

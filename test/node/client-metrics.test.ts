@@ -4,7 +4,11 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { Registry } from "prom-client";
 import { buildInfoLabels, registerBuildInfo, REST_CLIENT_BUCKETS, RestClientMetrics } from "../../src/core/node/client-metrics.ts";
-import { HeldRestClient } from "../../src/core/node/held-requests.ts";
+import { Brain } from "../../src/core/brain/brain.ts";
+import { defaultConfig } from "../../src/core/config/config.ts";
+import { memoryLogger } from "../../src/core/log.ts";
+import { LateServers } from "../../src/core/node/late-servers.ts";
+import { startProxyServers, type ProxyServers } from "../../src/core/node/proxy-servers.ts";
 import { kubeRequest, readBody, serverHost } from "../../src/core/sources/kube-http.ts";
 import type { KubeAccess } from "../../src/core/sources/kubeconfig.ts";
 import pkg from "../../package.json" with { type: "json" };
@@ -76,22 +80,41 @@ describe("rest_client_* (client-go's restclient metrics)", () => {
     ctl.abort();
   });
 
-  test("requests answered before the metrics exist (the lists start first) are counted once they do, then each as it comes", async () => {
-    const held = new HeldRestClient();
-    const url = `http://127.0.0.1:${server.port}`;
-    const access: KubeAccess = { server: url, tls: { insecure: false }, credentials: async () => ({ refused() {} }), observe: held };
-    const request = kubeRequest(access);
-    await readBody(await request({ path: "/ok" }));
-    await readBody(await request({ path: "/missing" }));
-    const registry = new Registry();
-    held.attach(new RestClientMetrics([registry]));
-    const host = new URL(url).host;
-    expect(value(await registry.metrics(), `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBe(1);
-    expect(value(await registry.metrics(), `rest_client_requests_total{code="404",method="GET",host="${host}"}`)).toBe(1);
-    await readBody(await request({ path: "/ok" }));
-    const t = await registry.metrics();
-    expect(value(t, `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBe(2);
-    expect(value(t, `rest_client_request_duration_seconds_count{verb="GET",host="${host}"}`)).toBe(3);
+  test("requests answered before the metrics exist (they start after the first sync) are counted once they do, then each as it comes", async () => {
+    let servers: ProxyServers | undefined;
+    const late = new LateServers({
+      latestMs: 600_000,
+      start: async () =>
+        (servers = startProxyServers({
+          cfg: defaultConfig({ nodeName: "node-1", healthzBindAddress: "", metricsBindAddress: "" }),
+          brain: new Brain(),
+          log: memoryLogger(),
+          backends: [],
+        })),
+    });
+    try {
+      const url = `http://127.0.0.1:${server.port}`;
+      const access: KubeAccess = {
+        server: url,
+        tls: { insecure: false },
+        credentials: async () => ({ refused() {} }),
+        observe: late.restClient,
+      };
+      const request = kubeRequest(access);
+      await readBody(await request({ path: "/ok" }));
+      await readBody(await request({ path: "/missing" }));
+      await late.start();
+      const registry = servers!.metrics.registry;
+      const host = new URL(url).host;
+      expect(value(await registry.metrics(), `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBe(1);
+      expect(value(await registry.metrics(), `rest_client_requests_total{code="404",method="GET",host="${host}"}`)).toBe(1);
+      await readBody(await request({ path: "/ok" }));
+      const t = await registry.metrics();
+      expect(value(t, `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBe(2);
+      expect(value(t, `rest_client_request_duration_seconds_count{verb="GET",host="${host}"}`)).toBe(3);
+    } finally {
+      late.close();
+    }
   });
 });
 

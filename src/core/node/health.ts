@@ -33,10 +33,13 @@ export interface Clock {
 
 export const realClock: Clock = { now: () => Date.now(), mono: () => performance.now() };
 
-interface Stamp {
+/** a moment on both clocks: the wall clock (ms since the epoch) and the monotonic one (ms since process start) */
+export interface Stamp {
   wall: number;
   mono: number;
 }
+
+export const stampNow = (clock: Clock = realClock): Stamp => ({ wall: clock.now(), mono: clock.mono() });
 
 export class ProxyHealth {
   private readonly lastUpdated = new Map<string, Stamp>();
@@ -51,15 +54,11 @@ export class ProxyHealth {
     return this.opts.clock ?? realClock;
   }
 
-  private stamp(): Stamp {
-    return { wall: this.clock.now(), mono: this.clock.mono() };
-  }
-
-  /** A revision reached `backend`'s queue. */
-  queued(backend: string, rev: number): void {
+  /** A revision reached `backend`'s queue (`at`: when, if it was reported later). */
+  queued(backend: string, rev: number, at: Stamp = stampNow(this.clock)): void {
     const p = this.pending.get(backend);
     if (p) p.rev = Math.max(p.rev, rev);
-    else this.pending.set(backend, { since: this.stamp(), rev });
+    else this.pending.set(backend, { since: at, rev });
   }
 
   /** `backend`'s rules were changed or removed by someone else; a full sync is on its way. */
@@ -74,9 +73,8 @@ export class ProxyHealth {
     this.broken.set(backend, { ...b, failures: b.failures + 1 });
   }
 
-  /** `backend` applied revision `rev`. */
-  updated(backend: string, rev: number): void {
-    const now = this.stamp();
+  /** `backend` applied revision `rev` (`at`: when, if it was reported later). */
+  updated(backend: string, rev: number, now: Stamp = stampNow(this.clock)): void {
     this.lastUpdated.set(backend, now);
     this.broken.delete(backend);
     const p = this.pending.get(backend);
@@ -143,7 +141,7 @@ export function healthAnswer(health: ProxyHealth, path: "healthz" | "livez", clo
   const { healthy: proxier, lastUpdated } = health.check();
   const eligible = health.nodeEligible();
   const healthy = path === "healthz" ? proxier && eligible : proxier;
-  const now = { wall: clock.now(), mono: clock.mono() };
+  const now = stampNow(clock);
   // Upstream reports "now" as lastUpdated while healthy, for compatibility with older releases.
   const last = goTime(healthy ? now : lastUpdated);
   const body =

@@ -11,7 +11,7 @@ import { networkInterfaces } from "node:os";
 import type { Brain, Revision } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { errorMessage, isUnavailable } from "../errors.ts";
-import { nodeIsEligible, ProxyHealth, startHealthServer } from "./health.ts";
+import { nodeIsEligible, ProxyHealth, startHealthServer, type Stamp } from "./health.ts";
 import { HealthCheckPorts, healthCheckAddresses } from "./healthcheck-ports.ts";
 import type { HttpServer } from "./http-serve.ts";
 import { defaultKubeProxyConfig, modeOfBackend } from "../config/kube-proxy-config.ts";
@@ -30,17 +30,21 @@ export interface ProxyServersOptions {
   backends: readonly string[];
 }
 
-export interface ProxyServers {
-  readonly health: ProxyHealth;
-  readonly metrics: ProxyMetrics;
+/** What the run command tells its servers as it happens (`at`: when it happened, if it is told later: late-servers.ts). */
+export interface ProxyReports {
   /** the source's counters, once it runs */
   setSource(source: Pick<Source, "stats" | "globalStats">): void;
   /** a revision is about to be pushed to every backend */
-  queued(rev: Revision): void;
-  synced(backend: string, state: NodeState, seconds: number, change: StateChange): void;
+  queued(rev: Revision, at?: Stamp): void;
+  synced(backend: string, state: NodeState, seconds: number, change: StateChange, at?: Stamp): void;
   failed(backend: string, err: unknown): void;
   /** `backend` reported its rules changed or removed by someone else (a full sync follows) */
   rulesLost(backend: string, reason: string): void;
+}
+
+export interface ProxyServers extends ProxyReports {
+  readonly health: ProxyHealth;
+  readonly metrics: ProxyMetrics;
   /** http://… of the health and metrics servers, when they run */
   readonly urls: { healthz?: string; metrics?: string };
   close(): void;
@@ -124,14 +128,14 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
       source = s;
       if (s.globalStats) metrics.followGlobal(s.globalStats);
     },
-    queued(rev) {
-      for (const b of opts.backends) health.queued(b, rev.state.rev);
-      metrics.queued(rev);
+    queued(rev, at) {
+      for (const b of opts.backends) health.queued(b, rev.state.rev, at);
+      metrics.queued(rev, at?.wall);
       healthChecks(rev.state)?.update(rev.state, rev.change);
     },
-    synced(backend, state, seconds, change) {
-      health.updated(backend, state.rev);
-      metrics.synced(backend, state, seconds, change);
+    synced(backend, state, seconds, change, at) {
+      health.updated(backend, state.rev, at);
+      metrics.synced(backend, state, seconds, change, at?.wall);
     },
     failed(backend) {
       health.failed(backend);

@@ -11,6 +11,7 @@ import { node, slice, svc } from "../../fixtures/k8s.ts";
 import { FakeApiServer } from "../../harness/api-server.ts";
 import { tempDir, testCert, waitFor } from "./helpers.ts";
 import { freePort } from "../../fixtures/free-port.ts";
+import { value } from "../../node/prom-text.ts";
 import { buildBinary } from "../../../build.ts";
 
 const root = join(import.meta.dir, "../../..");
@@ -213,6 +214,17 @@ describe("what curl sees", () => {
     expect((await curl(`${metrics}/proxyMode`)).body).toBe("nftables");
   });
 
+  test("/metrics: what came before the servers started (they start after the first sync) is counted: the lists, the first sync", async () => {
+    const m = (await curl(`${metrics}/metrics`)).body;
+    // the first sync (and any since) with its duration and time; the servers log their start after it
+    expect(value(m, 'kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}')).toBeGreaterThanOrEqual(1);
+    expect(value(m, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"}')).toBeGreaterThan(0);
+    expect(kpng.err.indexOf(" synced backend=nft ")).toBeLessThan(kpng.err.indexOf("serving healthz"));
+    // the lists of the three kinds, answered before the servers existed
+    const host = new URL(api.url).host;
+    expect(value(m, `rest_client_requests_total{code="200",method="GET",host="${host}"}`)).toBeGreaterThanOrEqual(3);
+  });
+
   test("the health-check node port answers like kube-proxy's, and follows the endpoints", async () => {
     const hc = `http://127.0.0.1:${hcPort}/`;
     const ok = await curl(hc);
@@ -228,7 +240,7 @@ describe("what curl sees", () => {
 });
 
 describe("an API server that is down when kpng starts", () => {
-  test("health answers at once; rules come when the API server does", async () => {
+  test("health answers within a second, before any sync; rules come when the API server does", async () => {
     const late = await FakeApiServer.start(testCert(tmp.dir));
     late.apply(node("node-1", { ips: [v4.node(1)] }));
     late.apply(svc({ name: "late", clusterIPs: [v4.clusterIP(50)] }));
@@ -248,10 +260,12 @@ describe("an API server that is down when kpng starts", () => {
       "",
     ]);
     try {
+      // With no first sync, the servers start by their deadline (a second after the start).
       const hz = `http://${await p.address("healthz")}`;
       await waitFor("a failed list", () => p.err.includes("list failed, keeping the last known state"), 10000);
       // kube-proxy's rule: healthy while starting up.
       expect((await curl(`${hz}/healthz`)).code).toBe(200);
+      expect((await curl(`${hz}/livez`)).code).toBe(200);
       expect(p.out).toBe("");
       await late.up();
       await waitFor("rules printed", () => p.out.includes(v4.clusterIP(50)), 15000);

@@ -1,0 +1,118 @@
+// The health and metrics servers of the run command start once every backend
+// holds its first sync, or `latestMs` after the process started if that comes
+// first (an API server that is slow or down; a first sync already under way
+// then gets as long again, as the servers would only slow it; they start
+// after that whatever happens): until the rules are in, kpng's
+// one thread has better things to do than loading prom-client, opening
+// servers and counting a whole first revision into the metrics. What happens
+// before they start (the API client's requests, the revisions queued, the
+// first sync, the backends' own reports) is held with the time it happened
+// and handed to them in order, so they answer as if they had run from the
+// start: /healthz's lastUpdated is the first sync's, the metrics count it.
+
+import type { GlobalSourceStats } from "../sources/global.ts";
+import type { RestClientObserver } from "./client-metrics.ts";
+import { stampNow } from "./health.ts";
+import type { ProxyMetrics } from "./metrics.ts";
+import type { ProxyReports, ProxyServers } from "./proxy-servers.ts";
+
+/** What backends report from inside their syncs (src/plugins/backend.ts BackendMetrics). */
+type BackendReports = Pick<ProxyMetrics, "transactionFailed" | "conntrackReconciled" | "iptablesRules">;
+
+export interface LateServersOptions {
+  /** loads and starts the servers; throws when they cannot (a port taken with bindAddressHardFail) */
+  start: () => Promise<ProxyServers>;
+  /** ms since the process started by which they start without a first sync (twice that if a sync is under way then) */
+  latestMs: number;
+}
+
+export class LateServers implements ProxyReports {
+  private held: Array<(s: ProxyServers) => void> = [];
+  private servers?: ProxyServers;
+  private starting?: Promise<void>;
+  private closed = false;
+  /** a revision was queued and no sync reported since */
+  private syncing = false;
+  private timer: ReturnType<typeof setTimeout>;
+  private readonly failure = Promise.withResolvers<never>();
+  /** rejects with the reason the servers could not start */
+  readonly cannotStart = this.failure.promise;
+
+  /** where the API client reports its requests (rest_client_*) */
+  readonly restClient: RestClientObserver = { request: (r) => this.tell((s) => s.metrics.restClient.request(r)) };
+  /** the backends' BackendContext.metrics */
+  readonly backendMetrics: BackendReports = {
+    transactionFailed: (backend, family, partial) => this.tell((s) => s.metrics.transactionFailed(backend, family, partial)),
+    conntrackReconciled: (family, seconds, deleted) => this.tell((s) => s.metrics.conntrackReconciled(family, seconds, deleted)),
+    iptablesRules: (family, table, total, written) => this.tell((s) => s.metrics.iptablesRules(family, table, total, written)),
+  };
+
+  constructor(private readonly opts: LateServersOptions) {
+    this.cannotStart.catch(() => {}); // the caller races it; never an unhandled rejection of its own
+    const wait = Math.max(0, opts.latestMs - performance.now());
+    this.timer = setTimeout(() => this.deadline(wait), wait);
+  }
+
+  /** `more`: the wait a sync under way gets, 0 once it has had it */
+  private deadline(more: number): void {
+    if (more && this.syncing) this.timer = setTimeout(() => this.deadline(0), more);
+    else void this.start();
+  }
+
+  /** Starts the servers now, if they are not started yet; resolves once they run (or could not start). */
+  start(): Promise<void> {
+    clearTimeout(this.timer);
+    this.starting ??= (async () => {
+      if (this.closed) return;
+      let servers: ProxyServers;
+      try {
+        servers = await this.opts.start();
+      } catch (err) {
+        this.failure.reject(err);
+        return;
+      }
+      if (this.closed) return servers.close();
+      for (const f of this.held) f(servers);
+      this.held = [];
+      this.servers = servers;
+    })();
+    return this.starting;
+  }
+
+  setSource(source: Parameters<ProxyReports["setSource"]>[0]): void {
+    this.tell((s) => s.setSource(source));
+  }
+  followGlobal(stats: GlobalSourceStats): void {
+    this.tell((s) => s.metrics.followGlobal(stats));
+  }
+  followApi(api: Parameters<ProxyMetrics["followApi"]>[0]): void {
+    this.tell((s) => s.metrics.followApi(api));
+  }
+  queued(...[rev, at = stampNow()]: Parameters<ProxyReports["queued"]>): void {
+    this.syncing = true;
+    this.tell((s) => s.queued(rev, at));
+  }
+  synced(...[backend, state, seconds, change, at = stampNow()]: Parameters<ProxyReports["synced"]>): void {
+    this.syncing = false;
+    this.tell((s) => s.synced(backend, state, seconds, change, at));
+  }
+  failed(backend: string, err: unknown): void {
+    this.tell((s) => s.failed(backend, err));
+  }
+  rulesLost(backend: string, reason: string): void {
+    this.tell((s) => s.rulesLost(backend, reason));
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.timer);
+    this.held = [];
+    this.servers?.close();
+  }
+
+  /** to the servers now, or held until they start */
+  private tell(f: (s: ProxyServers) => void): void {
+    if (this.servers) f(this.servers);
+    else if (!this.closed) this.held.push(f);
+  }
+}
