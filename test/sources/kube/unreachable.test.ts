@@ -49,3 +49,31 @@ describe("a backend that cannot work, while the first list cannot reach the API 
     expect(p.stderr.join("\n")).toMatch(/nftables cannot load kpng's rules: .*nft/);
   });
 });
+
+describe("the health and metrics servers, while the first list cannot reach the API server", () => {
+  test("a healthz port taken with --bind-address-hard-fail: exits 1 with the reason once the servers start (within their deadline)", async () => {
+    const squatter = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
+    try {
+      // winkernel: not a dry run (a dry run never fails on a port), and nothing programmed on this Linux host
+      const p = startKpng([
+        ...NO_SERVER,
+        "--hostname-override",
+        "node-1",
+        "--backend",
+        "winkernel",
+        "--healthz-bind-address",
+        `127.0.0.1:${squatter.port}`,
+        "--metrics-bind-address",
+        "",
+        "--bind-address-hard-fail",
+      ]);
+      const code = await Promise.race([p.proc.exited, Bun.sleep(15_000).then(() => "still running")]);
+      if (code === "still running") p.proc.kill("SIGKILL");
+      expect(code).toBe(1);
+      await Bun.sleep(50); // the pumps drain
+      expect(p.stderr.join("\n")).toContain(`kpng: [unavailable] healthz: cannot listen on 127.0.0.1:${squatter.port}: EADDRINUSE`);
+    } finally {
+      squatter.stop(true);
+    }
+  });
+});
