@@ -115,13 +115,35 @@ describe("health and metrics servers that start late", () => {
     expect(log.lines.some((l) => l.includes("serving healthz"))).toBe(true);
   });
 
-  test("a first sync under way at the deadline gets one more period, then they start whatever happens", async () => {
+  test("a first sync under way at the deadline gets one more period; then they start, and count its revision once it is reported", async () => {
     const { late: l, started } = late({ latestMs: performance.now() + 100 });
     l.queued(rev1);
     await Bun.sleep(150);
     expect(started.servers).toBeUndefined(); // the sync may go on undisturbed
     const s = await waitFor(() => started.servers, 10_000); // never synced: started at the second deadline
-    expect((await healthz(s)).status).toBe(200);
+    expect((await healthz(s)).status).toBe(200); // healthy while starting up
+    // the whole first revision waits for its sync (counting it would only slow that sync)
+    expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
+    const before = Date.now();
+    l.synced("nft", state, 0.5, null);
+    const t = await metricsText(s);
+    expect(value(t, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')! * 1000).toBeLessThan(before);
+    expect(value(t, 'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"}')).toBe(1);
+  });
+
+  test("a revision queued after they started at their deadline, before any sync: counted once a sync is reported, even a failed one", async () => {
+    const { late: l, started } = late({ latestMs: performance.now() + 50 });
+    const s = await waitFor(() => started.servers, 10_000);
+    l.queued(rev1);
+    expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
+    l.failed("nft", new Error("boom"));
+    const t = await metricsText(s);
+    expect(value(t, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeGreaterThan(0);
+    expect(value(t, 'kpng_backend_sync_failures_total{backend="nft"}')).toBe(1);
+    await Bun.sleep(20);
+    l.queued({ state: { ...state, rev: 2 }, change: new Set() }); // told at once now
+    const later = value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')!;
+    expect(later).toBeGreaterThan(value(t, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')!);
   });
 
   test("started once, whoever asks first", async () => {

@@ -9,6 +9,10 @@
 // first sync, the backends' own reports) is held with the time it happened
 // and handed to them in order, so they answer as if they had run from the
 // start: /healthz's lastUpdated is the first sync's, the metrics count it.
+// Revisions queued before the first sync is reported stay held even when the
+// servers started first (at their deadline): counting a whole first revision
+// into the metrics would only slow that sync, and /healthz answers the same
+// meanwhile (a backend that never synced is healthy, as upstream).
 
 import type { GlobalSourceStats } from "../sources/global.ts";
 import type { RestClientObserver } from "./client-metrics.ts";
@@ -27,7 +31,9 @@ export interface LateServersOptions {
 }
 
 export class LateServers implements ProxyReports {
-  private held: Array<(s: ProxyServers) => void> = [];
+  private held: Array<{ tell: (s: ProxyServers) => void; revision?: boolean }> = [];
+  /** a sync was reported (done or failed): revisions are told as they come */
+  private released = false;
   private servers?: ProxyServers;
   private starting?: Promise<void>;
   private closed = false;
@@ -72,9 +78,8 @@ export class LateServers implements ProxyReports {
         return;
       }
       if (this.closed) return servers.close();
-      for (const f of this.held) f(servers);
-      this.held = [];
       this.servers = servers;
+      this.hand(servers);
     })();
     return this.starting;
   }
@@ -90,13 +95,15 @@ export class LateServers implements ProxyReports {
   }
   queued(...[rev, at = stampNow()]: Parameters<ProxyReports["queued"]>): void {
     this.syncing = true;
-    this.tell((s) => s.queued(rev, at));
+    this.tell((s) => s.queued(rev, at), true);
   }
   synced(...[backend, state, seconds, change, at = stampNow()]: Parameters<ProxyReports["synced"]>): void {
     this.syncing = false;
+    this.release();
     this.tell((s) => s.synced(backend, state, seconds, change, at));
   }
   failed(backend: string, err: unknown): void {
+    this.release();
     this.tell((s) => s.failed(backend, err));
   }
   rulesLost(backend: string, reason: string): void {
@@ -110,9 +117,21 @@ export class LateServers implements ProxyReports {
     this.servers?.close();
   }
 
-  /** to the servers now, or held until they start */
-  private tell(f: (s: ProxyServers) => void): void {
-    if (this.servers) f(this.servers);
-    else if (!this.closed) this.held.push(f);
+  /** to the servers now, or held until they start (a `revision`: until they start and a sync is reported) */
+  private tell(f: (s: ProxyServers) => void, revision = false): void {
+    if (this.servers && (this.released || !revision)) f(this.servers);
+    else if (!this.closed) this.held.push({ tell: f, revision });
+  }
+
+  /** what may be told now, in the order it came; revisions wait for a sync's report */
+  private hand(servers: ProxyServers): void {
+    const keep = this.held.filter((h) => h.revision && !this.released);
+    for (const h of this.held) if (!h.revision || this.released) h.tell(servers);
+    this.held = keep;
+  }
+
+  private release(): void {
+    this.released = true;
+    if (this.servers) this.hand(this.servers);
   }
 }
