@@ -106,14 +106,14 @@ async function feedFromView(
     },
     onStartedUp: () => {
       normalJIT();
-      void servers?.start();
       startedUp.resolve();
       if (!cfg.dryRun)
         migrated = removeKubeProxyRules(
           backends.map((b) => b.name),
           log,
         );
-      memory.startedUp(migrated);
+      // The health and metrics servers start now (late-servers.ts); start-up's collection follows, and frees what their start left too.
+      void Promise.resolve(servers?.start()).then(() => memory.startedUp(migrated));
     },
     onError: (b, err) => servers?.failed(b.name, err),
     onRulesLost: (b, reason) => servers?.rulesLost(b.name, reason),
