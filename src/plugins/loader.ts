@@ -22,30 +22,34 @@ const contextToolkit = Object.defineProperties(
 ) as typeof toolkit & PluginSchemas;
 const generated = () => require("../gen/localv1/services_pb.ts") as PluginSchemas;
 
-const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
-const optionalFn = v.optional(fn);
-const base = {
-  name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")),
-  setup: optionalFn,
-  cleanup: optionalFn,
-  close: optionalFn,
-};
-const BackendShape = v.variant(
-  "kind",
-  [
-    v.looseObject({ kind: v.literal("full"), apply: fn, ...base }),
-    v.looseObject({
-      kind: v.literal("incremental"),
-      setService: fn,
-      deleteService: fn,
-      setEndpoint: fn,
-      deleteEndpoint: fn,
-      sync: fn,
-      ...base,
-    }),
-  ],
-  'must be "full" or "incremental"',
-);
+/** What a plugin's Backend must look like; built only when a plugin is loaded (a node's start never builds it). */
+function backendShape() {
+  const fn = v.custom<(...a: unknown[]) => unknown>((x) => typeof x === "function", "must be a function");
+  const optionalFn = v.optional(fn);
+  const base = {
+    name: v.pipe(v.string("must be a string"), v.minLength(1, "must not be empty")),
+    setup: optionalFn,
+    cleanup: optionalFn,
+    close: optionalFn,
+  };
+  return v.variant(
+    "kind",
+    [
+      v.looseObject({ kind: v.literal("full"), apply: fn, ...base }),
+      v.looseObject({
+        kind: v.literal("incremental"),
+        setService: fn,
+        deleteService: fn,
+        setEndpoint: fn,
+        deleteEndpoint: fn,
+        sync: fn,
+        ...base,
+      }),
+    ],
+    'must be "full" or "incremental"',
+  );
+}
+let BackendShape: ReturnType<typeof backendShape> | undefined;
 
 /** Checks a value claimed to be a Backend; `what` names it in the error. */
 export function checkBackend(value: unknown, what: string): Backend {
@@ -54,6 +58,7 @@ export function checkBackend(value: unknown, what: string): Backend {
       `${what}: not a kpng Backend: got ${value === null ? "null" : typeof value}, want a BackendFactory function or a Backend object`,
     );
   }
+  BackendShape ??= backendShape();
   const res = v.safeParse(BackendShape, value);
   if (res.success) return value as Backend;
   const issue = res.issues[0];
@@ -106,7 +111,8 @@ export async function loadBackend(spec: { builtin?: string; plugin?: string }, c
       throw invalid(`${what}: its BackendFactory failed: ${errorMessage(err).split("\n")[0]}`);
     }
   }
-  return checkBackend(made, what);
+  // A built-in is typed a Backend (`satisfies Backend`): only what comes from outside is checked, at this boundary.
+  return spec.builtin !== undefined ? (made as Backend) : checkBackend(made, what);
 }
 
 /** Every backend asked for, built-ins first, in order: one that cannot load stops start-up. */
