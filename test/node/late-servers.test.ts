@@ -11,6 +11,7 @@ import { isUnavailable } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { LateServers } from "../../src/core/node/late-servers.ts";
 import { startProxyServers, type ProxyServers } from "../../src/core/node/proxy-servers.ts";
+import { waitFor } from "../sources/kube/helpers.ts";
 import { value } from "./prom-text.ts";
 
 let closing: Array<{ close(): void }> = [];
@@ -109,7 +110,7 @@ describe("health and metrics servers that start late", () => {
 
   test("no first sync: they start by their deadline, healthy while starting up", async () => {
     const { started, log } = late({ latestMs: performance.now() + 100 });
-    const s = await waitFor(() => started.servers, 10_000);
+    const s = await waitFor("the servers", () => started.servers, 10_000);
     expect((await healthz(s)).status).toBe(200);
     expect(await (await fetch(`${s.urls.metrics}/proxyMode`)).text()).toBe("nftables");
     expect(log.lines.some((l) => l.includes("serving healthz"))).toBe(true);
@@ -120,7 +121,7 @@ describe("health and metrics servers that start late", () => {
     l.queued(rev1);
     await Bun.sleep(150);
     expect(started.servers).toBeUndefined(); // the sync may go on undisturbed
-    const s = await waitFor(() => started.servers, 10_000); // never synced: started at the second deadline
+    const s = await waitFor("the servers", () => started.servers, 10_000); // never synced: started at the second deadline
     expect((await healthz(s)).status).toBe(200); // healthy while starting up
     // the whole first revision waits for its sync (counting it would only slow that sync)
     expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
@@ -133,7 +134,7 @@ describe("health and metrics servers that start late", () => {
 
   test("a revision queued after they started at their deadline, before any sync: counted once a sync is reported, even a failed one", async () => {
     const { late: l, started } = late({ latestMs: performance.now() + 50 });
-    const s = await waitFor(() => started.servers, 10_000);
+    const s = await waitFor("the servers", () => started.servers, 10_000);
     l.queued(rev1);
     expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
     l.failed("nft", new Error("boom"));
@@ -187,13 +188,3 @@ describe("health and metrics servers that start late", () => {
     }
   });
 });
-
-async function waitFor<T>(f: () => T | undefined, timeoutMs: number): Promise<T> {
-  const end = performance.now() + timeoutMs;
-  for (;;) {
-    const v = f();
-    if (v !== undefined) return v;
-    if (performance.now() > end) throw new Error("timed out");
-    await Bun.sleep(10);
-  }
-}
