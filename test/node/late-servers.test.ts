@@ -23,11 +23,12 @@ afterEach(() => {
 const LOCAL = { healthzBindAddress: "127.0.0.1:0", metricsBindAddress: "127.0.0.1:0" };
 
 /** LateServers over real servers on 127.0.0.1, and the servers once started. */
-function late(opts: { latestMs?: number; cfg?: Partial<Config> } = {}) {
+function late(opts: { latestMs?: number; holdRevisionsMs?: number; cfg?: Partial<Config> } = {}) {
   const started: { servers?: ProxyServers } = {};
   const log = memoryLogger();
   const l = new LateServers({
     latestMs: opts.latestMs ?? 600_000,
+    holdRevisionsMs: opts.holdRevisionsMs,
     start: async () =>
       (started.servers = startProxyServers({
         cfg: defaultConfig({ nodeName: "node-1", ...LOCAL, ...opts.cfg }),
@@ -145,6 +146,16 @@ describe("health and metrics servers that start late", () => {
     l.queued({ state: { ...state, rev: 2 }, change: new Set() }); // told at once now
     const later = value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')!;
     expect(later).toBeGreaterThan(value(t, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')!);
+  });
+
+  test("a first sync that never reports: its revisions are counted after holdRevisionsMs all the same (each held one keeps its state)", async () => {
+    const { late: l, started } = late({ latestMs: performance.now() + 20, holdRevisionsMs: 200 });
+    const s = await waitFor("the servers", () => started.servers, 10_000);
+    l.queued(rev1);
+    expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
+    await waitFor("the revision counted", async () =>
+      value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}'),
+    );
   });
 
   test("started once, whoever asks first", async () => {

@@ -12,7 +12,9 @@
 // Revisions queued before the first sync is reported stay held even when the
 // servers started first (at their deadline): counting a whole first revision
 // into the metrics would only slow that sync, and /healthz answers the same
-// meanwhile (a backend that never synced is healthy, as upstream).
+// meanwhile (a backend that never synced is healthy, as upstream). A first
+// sync that never reports (hung) holds them `holdRevisionsMs` at most: each
+// held revision keeps its state alive.
 
 import type { GlobalSourceStats } from "../sources/global.ts";
 import type { RestClientObserver } from "./client-metrics.ts";
@@ -28,12 +30,17 @@ export interface LateServersOptions {
   start: () => Promise<ProxyServers>;
   /** ms since the process started by which they start without a first sync (twice that if a sync is under way then) */
   latestMs: number;
+  /** the longest revisions wait for a sync's report (default HOLD_REVISIONS_MS) */
+  holdRevisionsMs?: number;
 }
+
+const HOLD_REVISIONS_MS = 10_000;
 
 export class LateServers implements ProxyReports {
   private held: Array<{ tell: (s: ProxyServers) => void; revision?: boolean }> = [];
   /** a sync was reported (done or failed): revisions are told as they come */
   private released = false;
+  private releaseTimer?: ReturnType<typeof setTimeout>;
   private servers?: ProxyServers;
   private starting?: Promise<void>;
   private closed = false;
@@ -113,14 +120,18 @@ export class LateServers implements ProxyReports {
   close(): void {
     this.closed = true;
     clearTimeout(this.timer);
+    clearTimeout(this.releaseTimer);
     this.held = [];
     this.servers?.close();
   }
 
   /** to the servers now, or held until they start (a `revision`: until they start and a sync is reported) */
   private tell(f: (s: ProxyServers) => void, revision = false): void {
-    if (this.servers && (this.released || !revision)) f(this.servers);
-    else if (!this.closed) this.held.push({ tell: f, revision });
+    if (this.servers && (this.released || !revision)) return f(this.servers);
+    if (this.closed) return;
+    this.held.push({ tell: f, revision });
+    if (revision && !this.releaseTimer)
+      this.releaseTimer = setTimeout(() => this.release(), this.opts.holdRevisionsMs ?? HOLD_REVISIONS_MS);
   }
 
   /** what may be told now, in the order it came; revisions wait for a sync's report */
@@ -131,6 +142,7 @@ export class LateServers implements ProxyReports {
   }
 
   private release(): void {
+    clearTimeout(this.releaseTimer);
     this.released = true;
     if (this.servers) this.hand(this.servers);
   }
