@@ -262,6 +262,7 @@ describe("an API server that is down when kpng starts", () => {
     try {
       // With no first sync, the servers start by their deadline (a second after the start).
       const hz = `http://${await p.address("healthz")}`;
+      expect(p.err).not.toContain(" synced backend=");
       await waitFor("a failed list", () => p.err.includes("list failed, keeping the last known state"), 10000);
       // kube-proxy's rule: healthy while starting up.
       expect((await curl(`${hz}/healthz`)).code).toBe(200);
