@@ -239,7 +239,6 @@ const runCommand = command({
     // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
     if (args.once) await startedUp.then(() => warned);
     else if (servers) await Promise.race([stopped, servers.cannotStart]); // a port taken with bindAddressHardFail ends kpng
-
     servers?.close();
     await api?.close();
     source.close();
@@ -395,7 +394,7 @@ const localCommand = command({
  */
 const normalJIT = () => Bun.unsafe.setJITPolicy?.(1);
 
-/** ms after the process started by which the health and metrics servers answer, first sync or not */
+/** ms after the process started by which the health and metrics servers answer, first sync or not (twice that when a first sync is under way then) */
 const SERVERS_LATEST_MS = 1000;
 
 /** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
