@@ -29,8 +29,8 @@ export class Writer {
   private text = new TextEncoder();
   /** the NFTA_SET_ELEM_DATA of each verdict written so far: a batch has few (a chain per service port at most) */
   readonly verdicts = new Map<string, Uint8Array>();
-  /** the last address written by address(), and its bytes */
-  lastAddress: { text: string; field: Field; bytes: Uint8Array } | undefined;
+  /** the last address written by address(), and its bytes as words (4 or 16 bytes: whole words) */
+  lastAddress: { text: string; field: Field; words: Uint32Array } | undefined;
 
   room(n: number) {
     if (this.at + n <= this.buf.byteLength) return;
@@ -228,12 +228,20 @@ function ipv6(w: Writer, s: string, from: number, to: number) {
  * their cluster IP).
  */
 export function address(w: Writer, f: "ipv4" | "ipv6", text: string) {
-  const last = w.lastAddress;
-  if (last && last.text === text && last.field === f) return w.bytes(last.bytes);
   const at = w.at;
+  // a key's address starts on a 4-byte boundary (after its headers): copied a word at a time
+  const aligned = (at & 3) === 0;
+  const last = w.lastAddress;
+  if (aligned && last && last.text === text && last.field === f) {
+    const from = last.words;
+    const words = w.words;
+    for (let i = 0, k = at >> 2; i < from.length; i++) words[k + i] = from[i];
+    w.at = at + 4 * from.length;
+    return;
+  }
   if (f === "ipv4") ipv4(w, text, 0, text.length);
   else ipv6(w, text, 0, text.length);
-  w.lastAddress = { text, field: f, bytes: w.buf.slice(at, w.at) };
+  if (aligned) w.lastAddress = { text, field: f, words: w.words.slice(at >> 2, w.at >> 2) };
 }
 
 /** one value (key or data) as the kernel holds it */
