@@ -328,9 +328,11 @@ export class NftSync {
     if (this.fullOutstanding) this.inPlaceFailed = false;
     this.fullOutstanding = undefined;
     // each service looked up once, for both families
-    const services: [string, ServiceEndpoints | undefined][] = full
-      ? [...state.services].sort(byKey)
-      : [...change].sort().map((k) => [k, state.services.get(k)]);
+    // keys sorted by the native string order (what byKey compares): no call into JS per comparison, and
+    // a full sync sorts every service key in code that runs cold
+    const services: [string, ServiceEndpoints | undefined][] = (full ? [...state.services.keys()] : [...change])
+      .sort()
+      .map((k) => [k, state.services.get(k)]);
     if (full) this.forget();
     const phases = new Phases();
     const byFamily = new Map<string, UdpFrontend[]>();
