@@ -374,6 +374,19 @@ export class NftSync {
     return { tx, covers };
   }
 
+  /**
+   * What a full sync of no service that re-creates the tables sends (`plan` of an empty state, without
+   * its bookkeeping): the skeleton setup has the kernel validate. Changes nothing here.
+   */
+  emptyFullSync(): Transaction {
+    const tx = new Transaction();
+    for (const fs of this.families) {
+      recreateTable(tx, fs);
+      for (const op of fs.base) tx.add(op);
+    }
+    return tx;
+  }
+
   /** The transaction of rendered services; a full sync's first clears what the tables hold (`held`, as in `plan`). */
   finish(rendered: RenderedServices, held?: Holdings): SyncPlan {
     const { full, phases: p, keys, udp, truncated } = rendered;
@@ -385,11 +398,7 @@ export class NftSync {
         if (inPlace) {
           tx.add(fs.table);
           for (const op of clearHeld(family, held[family], [...fs.base, ...p.addSets, ...p.addChains])) tx.add(op);
-        } else {
-          tx.add({ kind: "table", verb: "add", family });
-          tx.add({ kind: "table", verb: "delete", family });
-          tx.add(fs.table);
-        }
+        } else recreateTable(tx, fs);
         for (const op of fs.base) tx.add(op);
       }
       this.fullOutstanding = { inPlace };
@@ -398,6 +407,14 @@ export class NftSync {
     const fresh = inPlace && FAMILIES.every((f) => !held[f].chains.size && !held[f].sets.size);
     return { tx, full, fresh, keys, udp, truncated };
   }
+}
+
+/** the family's table deleted (`add` first: deleting a table that is not there fails) and added again, empty */
+function recreateTable(tx: Transaction, fs: FamilySync) {
+  const { family } = fs.fc;
+  tx.add({ kind: "table", verb: "add", family });
+  tx.add({ kind: "table", verb: "delete", family });
+  tx.add(fs.table);
 }
 
 const byKey = (a: [string, unknown], b: [string, unknown]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
