@@ -208,11 +208,11 @@ describe("netlink element batch: IPv6 text", () => {
   function corpus(): string[] {
     let seed = 25;
     const rand = (n: number) => {
-      seed = (seed * 1103515245 + 12345) % 2 ** 31;
-      return seed % n;
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % n;
     };
     const pick = <T>(xs: readonly T[]) => xs[rand(xs.length)];
-    const hex = "0123456789abcdefABCDEF";
+    const hex = [..."0123456789abcdefABCDEF"];
     const group = () =>
       Array.from({ length: rand(12) ? 1 + rand(4) : 5 }, () => (rand(60) ? pick(hex) : pick(["g", ".", " ", "é"]))).join("");
     const quad = () => Array.from({ length: 4 }, () => pick(["0", "1", "9", "10", "99", "255", "256", "01", "1000"])).join(".");
