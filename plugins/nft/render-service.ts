@@ -269,12 +269,7 @@ function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: F
   const proto = protocolName(port.Protocol);
   if (!proto || !isPort(port.Port)) return undefined;
   const targets = targetsOf(port, epList);
-  const internal: Target[] = [];
-  const external: Target[] = [];
-  for (const t of targets) {
-    if (t.internal) internal.push(t);
-    if (t.external) external.push(t);
-  }
+  const internal = inScope(targets, true);
   const nodePortsAnswer = s.fc.nodePortAddresses.length > 0;
   return {
     index,
@@ -284,7 +279,7 @@ function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: F
     id: N.servicePortId(s.key, proto, port.Name || String(port.Port)),
     targets,
     internal,
-    external,
+    external: inScope(targets, false),
     hasExternalFrontend: externallyAccessible(s.svc, port, s.af, nodePortsAnswer),
     shortCircuit: s.svc.ExternalTrafficToLocal && internal.length > 0,
   };
@@ -457,6 +452,19 @@ function compact(out: ServiceObjects): ServiceObjects {
   if (!out.udp.length) out.udp = NONE;
   if (!out.maps.length) out.maps = NONE;
   if (!out.lists.length) out.lists = NONE;
+  return out;
+}
+
+/**
+ * The targets of one scope (internal: cluster IPs; else node ports, external and LB IPs): `targets` itself
+ * when all are (most services: every endpoint serves both), never changed after (the lists are only read).
+ */
+function inScope(targets: Target[], internal: boolean): Target[] {
+  let i = 0;
+  while (i < targets.length && (internal ? targets[i].internal : targets[i].external)) i++;
+  if (i === targets.length) return targets;
+  const out = targets.slice(0, i);
+  for (; i < targets.length; i++) if (internal ? targets[i].internal : targets[i].external) out.push(targets[i]);
   return out;
 }
 
