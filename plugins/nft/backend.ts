@@ -102,7 +102,7 @@ export class NftBackend implements FullStateBackend {
   async setup(): Promise<void> {
     if (this.ctx.config.dryRun) return;
     // Validates the whole skeleton in the kernel (fib, numgen, maps) without committing it.
-    await this.runner.check(new NftSync(this.ctx.config).plan({ nodeName: "", rev: 0, services: new Map() }, null).tx);
+    await this.runner.check(this.sync.emptyFullSync());
   }
 
   async apply(state: NodeState, change: StateChange): Promise<void> {

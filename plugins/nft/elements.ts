@@ -206,9 +206,14 @@ function diffSegment(first: string, had: PositionList | undefined, want: Positio
   if (h === w) return;
   const l = (want ?? had)!;
   const ip = l.ips === undefined ? undefined : l.ips.length === 1 ? l.ips[0] : l.ips.find((ip) => listKey(ip, l.base, 0) === first);
-  const n = Math.max(h?.length ?? 0, w?.length ?? 0);
+  if (!h) {
+    // a new segment (every one of a full sync): each position is written
+    for (let i = 0; i < w!.length; i++) change.adds.push(new ListElement(ip, l.base + i, w![i]));
+    return;
+  }
+  const n = Math.max(h.length, w?.length ?? 0);
   for (let i = 0; i < n; i++) {
-    const a = h?.[i];
+    const a = h[i];
     const b = w?.[i];
     if (a === b) continue;
     if (a !== undefined) change.removes.push(new ListElement(ip, l.base + i));

@@ -82,8 +82,9 @@ export interface SetLayout {
   dataHeaders?: [number, number];
   /**
    * A bound on one element's bytes but a verdict's (verdictData makes room for its own), made room for
-   * before each: a key or value writes at most its length (each field is parsed whole before its bytes
-   * are written, or refused), a comment at most 128 characters of UTF-8.
+   * past a message's last possible start (encodeOp): a key or value writes at most its length (each
+   * field is parsed whole before its bytes are written, or refused), a comment at most 128 characters
+   * of UTF-8.
    */
   elementRoom: number;
   /** the key is a dispatch list's (render-service.ts ListElement): a position, after a cluster IP or alone */
@@ -300,7 +301,9 @@ function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBa
   const opIndex = batch.ops.length;
   let i = 0;
   while (i < op.items.length) {
-    w.room(NLMSG_HDRLEN + 4 + 16 + 260);
+    // room for the message's headers and all its elements at once: its nest stops past MAX_NEST, its last
+    // element taking at most elementRoom (a verdict makes its own)
+    w.room(NLMSG_HDRLEN + 4 + 16 + 260 + MAX_NEST + layout.elementRoom);
     const msgStart = header(w, NFT_MSG_NEWSETELEM, seq, NFPROTO[op.family]);
     w.strz(NFTA_SET_ELEM_LIST_TABLE, TABLE);
     w.strz(NFTA_SET_ELEM_LIST_SET, op.set);
@@ -308,7 +311,6 @@ function encodeOp(w: Writer, op: ElementsOp, layout: SetLayout, batch: EncodedBa
     const msg: BatchMessage = { seq, op: opIndex, first: i, at: msgStart };
     for (; i < op.items.length; i++) {
       const e = op.items[i];
-      w.room(layout.elementRoom);
       const start = w.at;
       // each element's attribute type is its place in the message, from 1, as libnftnl numbers them (the kernel reads any)
       element(w, layout, i - msg.first + 1, e);
@@ -344,22 +346,25 @@ function verdictData(w: Writer, text: string) {
 
 /** a list position's key from its parts: the cluster IP's bytes (parsed once a segment), then the position, as numgen gives it */
 function positionKey(w: Writer, layout: SetLayout, e: ListElement) {
-  const [first] = layout.key;
+  const first = layout.key[0];
   if (e.position >>> 0 !== e.position) throw new Unencodable(e.key);
   if (e.ip !== undefined) {
     if (first !== "ipv4" && first !== "ipv6") throw new Unencodable(e.key);
+    // 4 or 16 bytes from a 4-byte boundary: the position follows on one, as the key began
     address(w, first, e.ip);
-    w.pad();
   } else if (layout.key.length !== 1) throw new Unencodable(e.key);
-  w.u32(e.position);
+  w.words[w.at >> 2] = e.position;
+  w.at += 4;
 }
 
 function element(w: Writer, layout: SetLayout, index: number, e: ElementSpec) {
-  const el = w.begin(index | NLA_F_NESTED);
-  // the key's length is the set's: its two headers are known before it is written
-  w.u32(layout.keyHeaders[0]);
-  w.u32(layout.keyHeaders[1]);
-  const kv = w.at;
+  // Every attribute starts on a 4-byte boundary (each ends padded): the element's header is one word,
+  // written once its length is known, and the key's two headers (its length is the set's) follow it.
+  const el = w.at;
+  const words = w.words;
+  words[(el >> 2) + 1] = layout.keyHeaders[0];
+  words[(el >> 2) + 2] = layout.keyHeaders[1];
+  const kv = (w.at = el + 12);
   if (layout.positions && e instanceof ListElement) positionKey(w, layout, e);
   else value(w, layout.key, e.key);
   if (w.at - kv !== layout.keyLength) throw new Unencodable(e.key);
@@ -369,9 +374,11 @@ function element(w: Writer, layout: SetLayout, index: number, e: ElementSpec) {
     if (data === undefined) throw new Unencodable(e.key);
     if (layout.data === "verdict") verdictData(w, data);
     else {
-      w.u32(layout.dataHeaders![0]);
-      w.u32(layout.dataHeaders![1]);
-      const dv = w.at;
+      // on a 4-byte boundary too: the key ended padded
+      const at = w.at;
+      w.words[at >> 2] = layout.dataHeaders![0];
+      w.words[(at >> 2) + 1] = layout.dataHeaders![1];
+      const dv = (w.at = at + 8);
       value(w, layout.data, data);
       if (w.at - dv !== layout.dataLength) throw new Unencodable(data);
       w.pad();
@@ -390,7 +397,7 @@ function element(w: Writer, layout: SetLayout, index: number, e: ElementSpec) {
     w.buf[len] = n;
     w.end(u);
   }
-  w.end(el);
+  w.words[el >> 2] = attrHeader(w.at - el, index | NLA_F_NESTED);
 }
 
 /** one answer of the kernel to a batch: an error (or ack) for the message `seq` */

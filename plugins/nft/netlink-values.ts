@@ -29,8 +29,8 @@ export class Writer {
   private text = new TextEncoder();
   /** the NFTA_SET_ELEM_DATA of each verdict written so far: a batch has few (a chain per service port at most) */
   readonly verdicts = new Map<string, Uint8Array>();
-  /** the last address written by address(), and its bytes */
-  lastAddress: { text: string; field: Field; bytes: Uint8Array } | undefined;
+  /** the last address written by address(), and its bytes as words (4 or 16 bytes: whole words) */
+  lastAddress: { text: string; field: Field; words: Uint32Array } | undefined;
 
   room(n: number) {
     if (this.at + n <= this.buf.byteLength) return;
@@ -157,15 +157,22 @@ function ipv4(w: Writer, s: string, from: number, to: number) {
   if (parts !== 4) throw new Unencodable(s);
 }
 
-const words = new Uint16Array(8);
 /** each character's value as a hex digit, -1 for any other */
 const HEX = new Int8Array(128).fill(-1);
 for (let i = 0; i < 16; i++) HEX["0123456789abcdef".charCodeAt(i)] = HEX["0123456789ABCDEF".charCodeAt(i)] = i;
 const COLON = 58;
 const DOT = 46;
 
-/** IPv6 text in s[from, to): groups, one "::", an IPv4 tail */
+/**
+ * IPv6 text in s[from, to): groups, one "::", an IPv4 tail. Each group's
+ * bytes are written as it is read, those after a "::" moved to the end once
+ * all are known (a first load parses 100,000s of endpoint addresses, in code
+ * that runs cold: each character is read once).
+ */
 function ipv6(w: Writer, s: string, from: number, to: number) {
+  const b = w.buf;
+  const at = w.at;
+  // groups read so far, at b[at + 2n]
   let n = 0;
   let gap = -1;
   let i = from;
@@ -176,25 +183,27 @@ function ipv6(w: Writer, s: string, from: number, to: number) {
   while (i < to) {
     const start = i;
     let v = 0;
+    // the character that ends the group; the end of the text reads as a colon
+    let c = COLON;
     for (; i < to; i++) {
-      const c = s.charCodeAt(i);
+      c = s.charCodeAt(i);
       const h = c < 128 ? HEX[c] : -1;
       if (h < 0) break;
       v = (v << 4) | h;
     }
-    const c = i < to ? s.charCodeAt(i) : COLON;
+    if (i === to) c = COLON;
     if (c === DOT) {
       // an IPv4 tail: its 4 bytes are the last two groups
       if (n > 6) throw new Unencodable(s);
-      const at = w.at;
+      w.at = at + 2 * n;
       ipv4(w, s, start, to);
-      w.at = at;
-      words[n++] = (w.buf[at] << 8) | w.buf[at + 1];
-      words[n++] = (w.buf[at + 2] << 8) | w.buf[at + 3];
+      n += 2;
       break;
     }
     if (i === start || i - start > 4 || n === 8 || c !== COLON) throw new Unencodable(s);
-    words[n++] = v;
+    b[at + 2 * n] = v >>> 8;
+    b[at + 2 * n + 1] = v & 0xff;
+    n++;
     if (i === to) break;
     i++;
     if (s.charCodeAt(i) === COLON) {
@@ -204,22 +213,13 @@ function ipv6(w: Writer, s: string, from: number, to: number) {
     } else if (i === to) throw new Unencodable(s);
   }
   if (gap < 0 ? n !== 8 : n > 7) throw new Unencodable(s);
-  const b = w.buf;
-  let at = w.at;
-  const zeros = 8 - n;
-  const end = gap < 0 ? n : gap;
-  for (let k = 0; k < end; k++, at += 2) {
-    b[at] = words[k] >>> 8;
-    b[at + 1] = words[k] & 0xff;
-  }
   if (gap >= 0) {
-    for (let k = 0; k < 2 * zeros; k++) b[at++] = 0;
-    for (let k = gap; k < n; k++, at += 2) {
-      b[at] = words[k] >>> 8;
-      b[at + 1] = words[k] & 0xff;
-    }
+    // the groups after "::" to the end, zeros where they were
+    const tail = 2 * (n - gap);
+    b.copyWithin(at + 16 - tail, at + 2 * gap, at + 2 * n);
+    b.fill(0, at + 2 * gap, at + 16 - tail);
   }
-  w.at = at;
+  w.at = at + 16;
 }
 
 /**
@@ -228,12 +228,20 @@ function ipv6(w: Writer, s: string, from: number, to: number) {
  * their cluster IP).
  */
 export function address(w: Writer, f: "ipv4" | "ipv6", text: string) {
-  const last = w.lastAddress;
-  if (last && last.text === text && last.field === f) return w.bytes(last.bytes);
   const at = w.at;
+  // a key's address starts on a 4-byte boundary (after its headers): copied a word at a time
+  const aligned = (at & 3) === 0;
+  const last = w.lastAddress;
+  if (aligned && last && last.text === text && last.field === f) {
+    const from = last.words;
+    const words = w.words;
+    for (let i = 0, k = at >> 2; i < from.length; i++) words[k + i] = from[i];
+    w.at = at + 4 * from.length;
+    return;
+  }
   if (f === "ipv4") ipv4(w, text, 0, text.length);
   else ipv6(w, text, 0, text.length);
-  w.lastAddress = { text, field: f, bytes: w.buf.slice(at, w.at) };
+  if (aligned) w.lastAddress = { text, field: f, words: w.words.slice(at >> 2, w.at >> 2) };
 }
 
 /** one value (key or data) as the kernel holds it */

@@ -184,8 +184,8 @@ interface ServiceRender {
   slots: SlotSource;
   prev: ServiceObjects | undefined;
   out: ServiceObjects;
-  /** out.slots, writable */
-  slotOf: Map<string, number>;
+  /** out.slots, writable: made for the first slot (most services have none) */
+  slotOf: Map<string, number> | undefined;
   /** local endpoints a dispatch list holds (made for the first: most services have none) */
   hairpin: Set<string> | undefined;
 }
@@ -222,9 +222,8 @@ export function renderService(
   const af = addressFamily(f);
   // most services are single-stack: nothing at all in the other family
   if (!servedInFamily(svc, af)) return NOTHING;
-  const slotOf = new Map<string, number>();
-  // `shared` is replaced, never pushed to (sharedDispatch)
-  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: slotOf, maps: [], shared: NONE, lists: [] };
+  // `shared` and `slots` are replaced, never added to (sharedDispatch, renderDispatch)
+  const out: ServiceObjects = { sets: [], chains: [], elements: [], udp: [], slots: NO_SLOTS, maps: [], shared: NONE, lists: [] };
   const firewalls = renderFirewalls(key, svc, fc, out);
   const s: ServiceRender = {
     key,
@@ -239,7 +238,7 @@ export function renderService(
     slots,
     prev,
     out,
-    slotOf,
+    slotOf: undefined,
     hairpin: undefined,
   };
   const epList = endpointsOfFamily(f, endpoints);
@@ -270,12 +269,7 @@ function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: F
   const proto = protocolName(port.Protocol);
   if (!proto || !isPort(port.Port)) return undefined;
   const targets = targetsOf(port, epList);
-  const internal: Target[] = [];
-  const external: Target[] = [];
-  for (const t of targets) {
-    if (t.internal) internal.push(t);
-    if (t.external) external.push(t);
-  }
+  const internal = inScope(targets, true);
   const nodePortsAnswer = s.fc.nodePortAddresses.length > 0;
   return {
     index,
@@ -285,7 +279,7 @@ function portFacts(s: ServiceRender, index: number, port: PortMapping, epList: F
     id: N.servicePortId(s.key, proto, port.Name || String(port.Port)),
     targets,
     internal,
-    external,
+    external: inScope(targets, false),
     hasExternalFrontend: externallyAccessible(s.svc, port, s.af, nodePortsAnswer),
     shortCircuit: s.svc.ExternalTrafficToLocal && internal.length > 0,
   };
@@ -311,8 +305,7 @@ function element(s: ServiceRender, set: string, key: string, value?: string, com
 function renderClusterIPs(s: ServiceRender, p: PortFacts): string | undefined {
   const { internal } = p;
   // cluster IPs: a chain of their own only when a rule needs this service
-  const ownChain =
-    s.affinity !== undefined || (p.shortCircuit && p.hasExternalFrontend) || internal.some((t) => t.port !== internal[0].port);
+  const ownChain = s.affinity !== undefined || (p.shortCircuit && p.hasExternalFrontend) || !onePort(internal);
   // names are hashed (sha256): only made for the chains that exist
   const svcChain = internal.length && ownChain ? N.clusterChain(p.id) : undefined;
   let clusterVerdict = s.svc.InternalTrafficToLocal ? "drop" : REJECT;
@@ -376,6 +369,7 @@ function renderDispatch(s: ServiceRender, p: PortFacts, chain: string, targets: 
   if (affinity && list.length === 1) return [{ rule: `goto ${endpointChainOf(p, t0(list))}` }];
   const slot = s.slots(chain);
   if (slot === undefined) return []; // out of slots: no DNAT, the filter hooks reject
+  if (!s.slotOf) out.slots = s.slotOf = new Map();
   s.slotOf.set(chain, slot);
   const base = slot * N.MAX_DISPATCH;
   const pick = `numgen random mod ${list.length} offset ${base}`;
@@ -449,12 +443,35 @@ export const NOTHING: ServiceObjects = Object.freeze({
   lists: NONE,
 });
 
-const LISTS = ["sets", "chains", "elements", "udp", "maps", "shared", "lists"] as const;
-
+/** the lists a render left empty, replaced by the shared empty one (`shared` and `slots` start shared) */
 function compact(out: ServiceObjects): ServiceObjects {
-  for (const k of LISTS) if (!out[k].length) out[k] = NONE;
-  if (!out.slots.size) out.slots = NO_SLOTS;
+  // one line each, not a loop over the names: once per service and family, in code a first sync runs cold
+  if (!out.sets.length) out.sets = NONE;
+  if (!out.chains.length) out.chains = NONE;
+  if (!out.elements.length) out.elements = NONE;
+  if (!out.udp.length) out.udp = NONE;
+  if (!out.maps.length) out.maps = NONE;
+  if (!out.lists.length) out.lists = NONE;
   return out;
+}
+
+/**
+ * The targets of one scope (internal: cluster IPs; else node ports, external and LB IPs): `targets` itself
+ * when all are (most services: every endpoint serves both), never changed after (the lists are only read).
+ */
+function inScope(targets: Target[], internal: boolean): Target[] {
+  let i = 0;
+  while (i < targets.length && (internal ? targets[i].internal : targets[i].external)) i++;
+  if (i === targets.length) return targets;
+  const out = targets.slice(0, i);
+  for (; i < targets.length; i++) if (internal ? targets[i].internal : targets[i].external) out.push(targets[i]);
+  return out;
+}
+
+/** whether all targets have the same target port */
+function onePort(targets: Target[]): boolean {
+  for (let i = 1; i < targets.length; i++) if (targets[i].port !== targets[0].port) return false;
+  return true;
 }
 
 const t0 = <T>(list: T[]): T => list[0];

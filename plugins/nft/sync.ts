@@ -328,9 +328,11 @@ export class NftSync {
     if (this.fullOutstanding) this.inPlaceFailed = false;
     this.fullOutstanding = undefined;
     // each service looked up once, for both families
-    const services: [string, ServiceEndpoints | undefined][] = full
-      ? [...state.services].sort(byKey)
-      : [...change].sort().map((k) => [k, state.services.get(k)]);
+    // keys sorted by the native string order (what byKey compares): no call into JS per comparison, and
+    // a full sync sorts every service key in code that runs cold
+    const services: [string, ServiceEndpoints | undefined][] = (full ? [...state.services.keys()] : [...change])
+      .sort()
+      .map((k) => [k, state.services.get(k)]);
     if (full) this.forget();
     const phases = new Phases();
     const byFamily = new Map<string, UdpFrontend[]>();
@@ -372,6 +374,19 @@ export class NftSync {
     return { tx, covers };
   }
 
+  /**
+   * What a full sync of no service that re-creates the tables sends (`plan` of an empty state, without
+   * its bookkeeping): the skeleton setup has the kernel validate. Changes nothing here.
+   */
+  emptyFullSync(): Transaction {
+    const tx = new Transaction();
+    for (const fs of this.families) {
+      recreateTable(tx, fs);
+      for (const op of fs.base) tx.add(op);
+    }
+    return tx;
+  }
+
   /** The transaction of rendered services; a full sync's first clears what the tables hold (`held`, as in `plan`). */
   finish(rendered: RenderedServices, held?: Holdings): SyncPlan {
     const { full, phases: p, keys, udp, truncated } = rendered;
@@ -383,11 +398,7 @@ export class NftSync {
         if (inPlace) {
           tx.add(fs.table);
           for (const op of clearHeld(family, held[family], [...fs.base, ...p.addSets, ...p.addChains])) tx.add(op);
-        } else {
-          tx.add({ kind: "table", verb: "add", family });
-          tx.add({ kind: "table", verb: "delete", family });
-          tx.add(fs.table);
-        }
+        } else recreateTable(tx, fs);
         for (const op of fs.base) tx.add(op);
       }
       this.fullOutstanding = { inPlace };
@@ -396,6 +407,14 @@ export class NftSync {
     const fresh = inPlace && FAMILIES.every((f) => !held[f].chains.size && !held[f].sets.size);
     return { tx, full, fresh, keys, udp, truncated };
   }
+}
+
+/** the family's table deleted (`add` first: deleting a table that is not there fails) and added again, empty */
+function recreateTable(tx: Transaction, fs: FamilySync) {
+  const { family } = fs.fc;
+  tx.add({ kind: "table", verb: "add", family });
+  tx.add({ kind: "table", verb: "delete", family });
+  tx.add(fs.table);
 }
 
 const byKey = (a: [string, unknown], b: [string, unknown]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);

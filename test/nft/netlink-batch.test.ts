@@ -25,7 +25,8 @@ import { ListElement } from "../../plugins/nft/render-service.ts";
 import { NftSync } from "../../plugins/nft/sync.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { isIPv6, KpngError } from "../../src/plugins/toolkit/index.ts";
+import { Unencodable, value, Writer } from "../../plugins/nft/netlink-values.ts";
 import { isTransaction, nodeConfig, recorder } from "./fixtures.ts";
 import { batchCaptureState } from "./netlink-batch-cases.ts";
 import { CAPTURED } from "./netlink-batch-captured.ts";
@@ -173,6 +174,72 @@ describe("netlink element batch: what stays with nft", () => {
       return b.subarray(b.length - 20 - 16, b.length - 20).toString("hex");
     });
     expect(got).toEqual(want);
+  });
+});
+
+describe("netlink element batch: IPv6 text", () => {
+  /** the 16 bytes of an address the check takes: "::" expanded, each group big-endian, an IPv4 tail as its 4 bytes */
+  function expanded(text: string): string {
+    const groups = (part: string) =>
+      part === ""
+        ? []
+        : part.split(":").flatMap((g) => {
+            if (!g.includes(".")) return [g.padStart(4, "0").toLowerCase()];
+            const [a, b, c, d] = g.split(".").map(Number);
+            return [((a << 8) | b).toString(16).padStart(4, "0"), ((c << 8) | d).toString(16).padStart(4, "0")];
+          });
+    const [head, tail] = text.split("::");
+    const h = groups(head);
+    const t = tail === undefined ? [] : groups(tail);
+    return [...h, ...Array(8 - h.length - t.length).fill("0000"), ...t].join("");
+  }
+  /** the encoder's bytes of a value of type ipv6, or undefined when it refuses the text */
+  function encoded(text: string): string | undefined {
+    const w = new Writer();
+    try {
+      value(w, ["ipv6"], text);
+    } catch (err) {
+      if (err instanceof Unencodable) return undefined;
+      throw err;
+    }
+    return Buffer.from(w.buf.subarray(0, w.at)).toString("hex");
+  }
+  /** texts near the edges: every compression place and group count, IPv4 tails, digits and characters out of place */
+  function corpus(): string[] {
+    let seed = 25;
+    const rand = (n: number) => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % n;
+    };
+    const pick = <T>(xs: readonly T[]) => xs[rand(xs.length)];
+    const hex = [..."0123456789abcdefABCDEF"];
+    const group = () =>
+      Array.from({ length: rand(12) ? 1 + rand(4) : 5 }, () => (rand(60) ? pick(hex) : pick(["g", ".", " ", "é"]))).join("");
+    const quad = () => Array.from({ length: 4 }, () => pick(["0", "1", "9", "10", "99", "255", "256", "01", "1000"])).join(".");
+    const out = ["::", "::1", "1::", ":::", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7:8:9", "::ffff:198.18.0.1", "1.2.3.4", "fe80::1%eth0", ""];
+    for (let k = 0; k < 3000; k++) {
+      const compressed = rand(3) > 0;
+      const n = compressed ? rand(8) : pick([8, 8, 8, 7, 9]);
+      const gs = Array.from({ length: n }, group);
+      if (n && rand(4) === 0) gs[n - 1] = quad();
+      const at = compressed ? rand(n + 1) : -1;
+      let text = at < 0 ? gs.join(":") : `${gs.slice(0, at).join(":")}::${gs.slice(at).join(":")}`;
+      if (rand(20) === 0) text = text.replace(":", rand(2) ? ":::" : "");
+      if (rand(30) === 0) text = rand(2) ? `:${text}` : `${text}:`;
+      out.push(text);
+    }
+    return out;
+  }
+
+  test("the encoder takes exactly what the renderer's check takes, with the bytes of a plain expansion", () => {
+    const texts = corpus();
+    const taken = texts.filter(isIPv6);
+    // the corpus reaches both sides of the check, and IPv4 tails and compressions among those taken
+    expect(taken.length).toBeGreaterThan(500);
+    expect(texts.length - taken.length).toBeGreaterThan(500);
+    expect(taken.some((t) => t.includes(".") && t.includes("::"))).toBe(true);
+    const got = texts.map((t) => encoded(t));
+    expect(got).toEqual(texts.map((t) => (isIPv6(t) ? expanded(t) : undefined)));
   });
 });
 

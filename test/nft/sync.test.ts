@@ -323,6 +323,13 @@ describe("nft sync failures", () => {
     expect(calls[0].stdin).toContain("add chain ip kpng nat-prerouting");
   });
 
+  test("setup's skeleton is what a full sync of no service re-creating the tables sends", async () => {
+    const { exec, calls } = recorder();
+    await createNftBackend(context(nodeConfig()), { exec }).setup();
+    const empty = new NftSync(nodeConfig()).plan({ nodeName: "", rev: 0, services: new Map() }, null);
+    expect(calls[0].stdin).toBe(empty.tx.print());
+  });
+
   test("setup reports a kernel that refuses the rules as unavailable", async () => {
     const { exec } = recorder(() => "Error: Could not process rule: No such file or directory");
     await expect(createNftBackend(context(nodeConfig()), { exec }).setup()).rejects.toThrow("[unavailable]");
