@@ -51,7 +51,7 @@ describe("iptables backend life cycle", () => {
     });
     expect(v4calls[3].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
     expect(v6calls[1].stdin).toContain("create KPNG-HAIRPIN-V6 hash:ip,port,ip family inet6 ");
-    expect(v4calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
+    expect(v4calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5", "-v"]);
     expect(rec.restores("v6")[0]).toContain("--to-destination [2001:db8:2:0::1]:8080");
     expect(rec.restores("v6")[0]).not.toContain("198.");
     expect(rec.restores("v4")[0]).not.toContain("2001:");

@@ -28,7 +28,7 @@ function streamingRecorder() {
   const exec: Required<Executor> = {
     run: rec.run,
     async stream(argv, input) {
-      const got = [...input];
+      const got = await Promise.all([...input]);
       chunks.push(got);
       return rec.run(argv, got.join(""));
     },
