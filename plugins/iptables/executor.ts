@@ -21,9 +21,11 @@ export interface IptablesExecutor {
    * `iptables-restore --noflush` (or ip6tables-restore) with this input, whole
    * or streamed (Executor.stream; a promised chunk is written once it resolves,
    * so a restore can start before all its input is known). Settles when the
-   * restore echoes restoredMarker, or at its exit.
+   * restore echoes restoredMarker, or at its exit. `toExit`: at its exit only,
+   * by when the kernel has freed the rules the restore deleted (an ipset one of
+   * them matched is released, and can be destroyed).
    */
-  restore(family: Family, input: string | Iterable<StdinChunk>): Promise<void>;
+  restore(family: Family, input: string | Iterable<StdinChunk>, opts?: { toExit?: boolean }): Promise<void>;
   /** `iptables-save`: every table */
   save(family: Family): Promise<string>;
   chainExists(family: Family, table: Table, chain: string): Promise<boolean>;
@@ -33,10 +35,10 @@ export interface IptablesExecutor {
 
 export function iptablesExecutor(exec: Executor): IptablesExecutor {
   return {
-    async restore(family, input) {
+    async restore(family, input, opts = {}) {
       // -w: wait for the xtables lock held by another legacy-iptables user instead of failing; -v: echo the marker.
       const argv = [restoreCommand(family), "--noflush", "-w", "5", "-v"];
-      const done = { doneAt: restoredMarker };
+      const done = opts.toExit ? {} : { doneAt: restoredMarker };
       const marker = `${restoredMarker}\n`;
       if (typeof input === "string") await exec.run(argv, input + marker, done);
       else if (exec.stream) await exec.stream(argv, marked(input, marker), done);
