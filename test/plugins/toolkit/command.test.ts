@@ -19,7 +19,8 @@ function gate() {
   const dir = mkdtempSync(join(tmpdir(), "kpng-cmd-"));
   dirs.push(dir);
   const file = join(dir, "go");
-  return { wait: `while [ ! -e ${file} ]; do sleep 0.02; done`, open: () => writeFileSync(file, ""), file };
+  // the loop also ends when the directory goes (afterEach), so no program outlives its test
+  return { wait: `while [ -d ${dir} ] && [ ! -e ${file} ]; do sleep 0.02; done`, open: () => writeFileSync(file, ""), file };
 }
 
 describe("runCommand doneAt", () => {
