@@ -8,6 +8,7 @@ import type { BackendContext } from "../../src/plugins/backend.ts";
 import type { StdinChunk } from "../../src/plugins/toolkit/index.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
+import { waitFor } from "../sources/kube/helpers.ts";
 import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
 
 const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
@@ -32,15 +33,6 @@ async function loaded(n: number, eps = 2, opts: { hairpinSet?: boolean } = {}) {
   expect(b.lastSync?.full).toBe(true);
   rec.calls.length = 0;
   return { b, rec };
-}
-
-/** Resolves once `cond` holds (polled; generous bound, as on a loaded machine). */
-async function until(cond: () => boolean, ms = 10_000) {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await Bun.sleep(5);
-  }
 }
 
 /**
@@ -127,7 +119,7 @@ describe("iptables partial restores", () => {
     const { b, exec, chunks, release } = await heldIpset(50, "add ");
     b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
     const syncing = b.sync();
-    await until(() => chunks.length > 0);
+    await waitFor("the restore to start", () => chunks.length > 0, 10_000);
     expect(chunks.join("")).toStartWith(`*nat\n:${ownChains("web7")[0]} - [0:0]\n`);
     expect(chunks.join("")).not.toContain("COMMIT");
     release.ok();
@@ -141,7 +133,7 @@ describe("iptables partial restores", () => {
     const { b, chunks, release, failures } = await heldIpset(50, "add ");
     b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
     const syncing = b.sync();
-    await until(() => chunks.length > 0);
+    await waitFor("the restore to start", () => chunks.length > 0, 10_000);
     release.fail(new Error("ipset: add refused"));
     await expect(syncing).rejects.toThrow("ipset: add refused");
     expect(chunks.join("")).not.toContain("COMMIT");
