@@ -389,14 +389,7 @@ export class IptablesBackend implements IncrementalBackend {
     } catch (err) {
       // The gate's own failure fails the sync (its job), not counted as a refused
       // restore: nothing was committed. Otherwise a retry waits for it as well.
-      if (
-        gate &&
-        !(await gate.then(
-          () => true,
-          () => false,
-        ))
-      )
-        return;
+      if (gate && (await failed(gate))) return;
       await this.restoreWithoutBulk(family, tx, err, text);
     }
   }
@@ -577,6 +570,13 @@ export class IptablesBackend implements IncrementalBackend {
     this.needFull = true;
   }
 }
+
+/** whether `job` fails, once it settles */
+const failed = (job: Promise<unknown>): Promise<boolean> =>
+  job.then(
+    () => false,
+    () => true,
+  );
 
 /** no KPNG- chain and no jump to one: the tables hold nothing of kpng's (a first start) */
 const holdsNothing = (saved: SavedState) => saved.jumps.length === 0 && [...saved.chains.values()].every((c) => c.size === 0);
