@@ -36,7 +36,7 @@ import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./nam
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
 import { renderFixed } from "./render-fixed.ts";
-import { printRestore, streamRestore, Transaction } from "./render-restore.ts";
+import { heldAtFirstCommit, printRestore, streamRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
 import {
   compact,
@@ -304,10 +304,14 @@ export class IptablesBackend implements IncrementalBackend {
     stats.bytes[family] = text.length;
     const set = this.hairpinEdits(family, full, next);
     stats.renderMs += performance.now() - tr;
-    await this.runIpset(set.before);
-    const jobs: Promise<void>[] = [];
+    // The members go in before the restore commits (a DNAT to a new endpoint
+    // never exists without its hairpin masquerade), but the restore starts
+    // beside them: it parses and reads the kernel's chains meanwhile, its
+    // first COMMIT held back until they are in (heldAtFirstCommit).
+    const adding = set.before ? this.runIpset(set.before) : undefined;
+    const jobs: Promise<void>[] = adding ? [adding] : [];
     if (text && this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-    else if (text) jobs.push(this.failedCounted(family, full, this.restore(family, tx, text)));
+    else if (text) jobs.push(this.failedCounted(family, full, this.restore(family, tx, text, adding)));
     jobs.push(this.runIpset(set.alongside));
     await allDone(jobs);
     return { tx, set };
@@ -378,10 +382,14 @@ export class IptablesBackend implements IncrementalBackend {
     });
   }
 
-  private async restore(family: Family, tx: Transaction, text: string) {
+  /** `gate`: what must be done before the restore commits anything (heldAtFirstCommit) */
+  private async restore(family: Family, tx: Transaction, text: string, gate?: Promise<void>) {
     try {
-      await this.ipt.restore(family, text);
+      await this.ipt.restore(family, gate ? heldAtFirstCommit(text, gate) : text);
     } catch (err) {
+      // The gate's own failure fails the sync (its job), not counted as a refused
+      // restore: nothing was committed. Otherwise a retry waits for it as well.
+      if (gate && (await failed(gate))) return;
       await this.restoreWithoutBulk(family, tx, err, text);
     }
   }
@@ -547,8 +555,8 @@ export class IptablesBackend implements IncrementalBackend {
         continue;
       }
       if (this.ctx.config.dryRun) this.ctx.out(`# ${restoreCommand(family)} --noflush\n${text}`);
-      else if (text) await this.ipt.restore(family, text);
-      // After the rule that matched it is gone; absent (never created, no ipset) is fine.
+      else if (text) await this.ipt.restore(family, text, { toExit: true });
+      // After the rule that matched it is gone (and freed); absent (never created, no ipset) is fine.
       if (!this.hairpinSet) continue;
       try {
         await this.runIpset(`destroy ${hairpinSets[family]}\n`);
@@ -562,6 +570,13 @@ export class IptablesBackend implements IncrementalBackend {
     this.needFull = true;
   }
 }
+
+/** whether `job` fails, once it settles */
+const failed = (job: Promise<unknown>): Promise<boolean> =>
+  job.then(
+    () => false,
+    () => true,
+  );
 
 /** no KPNG- chain and no jump to one: the tables hold nothing of kpng's (a first start) */
 const holdsNothing = (saved: SavedState) => saved.jumps.length === 0 && [...saved.chains.values()].every((c) => c.size === 0);

@@ -2,12 +2,30 @@
 // programs. Everything goes through an `Executor` (run argv with stdin), so a
 // test swaps in `recordingExecutor` or a namespace-bound executor.
 
-import { type Executor, type Family, KpngError, runCommand } from "../../src/plugins/toolkit/index.ts";
+import { type Executor, type Family, KpngError, type RunOptions, runCommand, type StdinChunk } from "../../src/plugins/toolkit/index.ts";
 import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Table } from "./names.ts";
 
+/**
+ * The last line of every restore input: a comment, which iptables-restore
+ * reads only once every COMMIT before it succeeded, and echoes with `-v`
+ * (flushed at once, nf_tables and legacy flavours alike). The restore is done
+ * when it prints it: iptables-nft then closes its netlink socket, and closing
+ * one waits for the kernel to free the rules the commit replaced (an RCU
+ * grace period, nf_tables_trans_destroy_flush_work), milliseconds that no
+ * longer hold up the sync (see README, The iptables backend).
+ */
+export const restoredMarker = "# kpng: restored";
+
 export interface IptablesExecutor {
-  /** `iptables-restore --noflush` (or ip6tables-restore) with this input, whole or streamed (Executor.stream) */
-  restore(family: Family, input: string | Iterable<string>): Promise<void>;
+  /**
+   * `iptables-restore --noflush` (or ip6tables-restore) with this input, whole
+   * or streamed (Executor.stream; a promised chunk is written once it resolves,
+   * so a restore can start before all its input is known). Settles when the
+   * restore echoes restoredMarker, or at its exit. `toExit`: at its exit only,
+   * by when the kernel has freed the rules the restore deleted (an ipset one of
+   * them matched is released, and can be destroyed).
+   */
+  restore(family: Family, input: string | Iterable<StdinChunk>, opts?: { toExit?: boolean }): Promise<void>;
   /** `iptables-save`: every table */
   save(family: Family): Promise<string>;
   chainExists(family: Family, table: Table, chain: string): Promise<boolean>;
@@ -17,12 +35,14 @@ export interface IptablesExecutor {
 
 export function iptablesExecutor(exec: Executor): IptablesExecutor {
   return {
-    async restore(family, input) {
-      // -w: wait for the xtables lock held by another legacy-iptables user instead of failing.
-      const argv = [restoreCommand(family), "--noflush", "-w", "5"];
-      if (typeof input === "string") await exec.run(argv, input);
-      else if (exec.stream) await exec.stream(argv, input);
-      else await exec.run(argv, [...input].join(""));
+    async restore(family, input, opts = {}) {
+      // -w: wait for the xtables lock held by another legacy-iptables user instead of failing; -v: echo the marker.
+      const argv = [restoreCommand(family), "--noflush", "-w", "5", "-v"];
+      const done = opts.toExit ? {} : { doneAt: restoredMarker };
+      const marker = `${restoredMarker}\n`;
+      if (typeof input === "string") await exec.run(argv, input + marker, done);
+      else if (exec.stream) await exec.stream(argv, marked(input, marker), done);
+      else await exec.run(argv, (await Promise.all([...input])).join("") + marker, done);
     },
     save: (family) => exec.run([saveCommand(family)]),
     async ipset(input) {
@@ -39,14 +59,19 @@ export function iptablesExecutor(exec: Executor): IptablesExecutor {
   };
 }
 
+function* marked(input: Iterable<StdinChunk>, marker: string): Generator<StdinChunk> {
+  yield* input;
+  yield marker;
+}
+
 /**
  * Runs programs on this host; throws with argv and stderr when the exit code
  * is not 0. `prefix` goes in front of every argv (e.g. `ip netns exec NS`).
  */
 export function spawnExecutor(prefix: readonly string[] = []): Required<Executor> {
-  const run = async (command: string[], stdin?: string | Iterable<string>) => {
+  const run = async (command: string[], stdin?: string | Iterable<StdinChunk>, opts?: RunOptions) => {
     const argv = [...prefix, ...command];
-    const { code, stdout, stderr } = await runCommand(argv, stdin);
+    const { code, stdout, stderr } = await runCommand(argv, stdin, opts);
     if (code !== 0) throw new KpngError("internal", `${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
     return stdout;
   };
@@ -55,6 +80,7 @@ export function spawnExecutor(prefix: readonly string[] = []): Required<Executor
 
 export interface RecordedCall {
   argv: string[];
+  /** as given, but a restore's without its last line (restoredMarker) */
   stdin?: string;
 }
 
@@ -67,7 +93,7 @@ export function recordingExecutor(reply: (call: RecordedCall) => string = () => 
   const executor: Executor & { calls: RecordedCall[]; restores(family?: Family): string[] } = {
     calls,
     async run(argv, stdin) {
-      const call = { argv, stdin };
+      const call = { argv, stdin: stdin?.endsWith(`\n${restoredMarker}\n`) ? stdin.slice(0, -restoredMarker.length - 1) : stdin };
       calls.push(call);
       return reply(call);
     },

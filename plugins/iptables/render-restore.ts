@@ -7,6 +7,7 @@
 // a chain (which must be empty and unreferenced by then: the printer puts
 // every `-X` after every flush and rule edit of its table).
 
+import type { StdinChunk } from "../../src/plugins/toolkit/index.ts";
 import { baseJumps, maxChainName, tables, type Table } from "./names.ts";
 
 export interface Rule {
@@ -172,6 +173,18 @@ function printTable(tx: Transaction, table: Table, bulk: boolean, out: string[])
   if (bulk && lines.length > bulkThreshold) out.push(...bulkPreamble(table));
   for (const l of lines) out.push(l);
   out.push("COMMIT");
+}
+
+/**
+ * A printed restore as stdin chunks whose first COMMIT is written only once
+ * `gate` resolves: iptables-restore starts, parses the first table and reads
+ * what it needs of the kernel meanwhile, and commits nothing before then. If
+ * `gate` rejects, stdin ends there and nothing of the restore commits.
+ */
+export function* heldAtFirstCommit(text: string, gate: Promise<void>): Generator<StdinChunk> {
+  const at = text.indexOf("\nCOMMIT\n") + 1; // a printed restore starts with its table's name: 0 = no COMMIT
+  if (at > 0) yield text.slice(0, at);
+  yield gate.then(() => text.slice(at));
 }
 
 /** lines of the nat table's body sent at a time while services render (~100 KB) */

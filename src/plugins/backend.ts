@@ -16,13 +16,15 @@ import type * as Toolkit from "./toolkit/index.ts";
 
 /** Runs a program with some stdin; the only door to the kernel. Swapped for a recorder in tests. */
 export interface Executor {
-  run(argv: string[], stdin?: string): Promise<string>;
+  /** `opts.doneAt`: the program's work is done once it prints that line (toolkit runCommand); an executor may ignore it and wait for the exit */
+  run(argv: string[], stdin?: string, opts?: Toolkit.RunOptions): Promise<string>;
   /**
    * As `run`, with stdin written as `chunks` yields them, each made when the
    * program has read the one before (a big iptables restore parses while
-   * kpng still renders). Optional: without it, callers join the chunks and `run`.
+   * kpng still renders); a promised chunk is written once it resolves.
+   * Optional: without it, callers wait for the chunks, join them and `run`.
    */
-  stream?(argv: string[], chunks: Iterable<string>): Promise<string>;
+  stream?(argv: string[], chunks: Iterable<Toolkit.StdinChunk>, opts?: Toolkit.RunOptions): Promise<string>;
 }
 
 export interface BackendContext {

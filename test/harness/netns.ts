@@ -29,7 +29,7 @@
 
 import { join } from "node:path";
 import type { Executor } from "../../src/plugins/backend.ts";
-import { runCommand } from "../../src/plugins/toolkit/command.ts";
+import { type RunOptions, runCommand, type StdinChunk } from "../../src/plugins/toolkit/command.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 
 export interface Host {
@@ -114,8 +114,8 @@ export async function pythonPath(): Promise<string> {
 }
 
 /** Runs a command and returns stdout; throws with argv and stderr on failure. */
-export async function run(argv: string[], stdin?: string | Iterable<string>): Promise<string> {
-  const { code, stdout, stderr } = await runCommand(argv, stdin);
+export async function run(argv: string[], stdin?: string | Iterable<StdinChunk>, opts?: RunOptions): Promise<string> {
+  const { code, stdout, stderr } = await runCommand(argv, stdin, opts);
   if (code !== 0) throw new NetnsError(`${argv.join(" ")}: exit ${code}: ${stderr.trim()}`);
   return stdout;
 }
@@ -189,9 +189,9 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
     pods,
     exec,
     executor: (ns) => ({
-      run: (argv, stdin) => exec(ns, argv, stdin),
+      run: (argv, stdin, opts) => run(["ip", "netns", "exec", ns, ...argv], stdin, opts),
       // as deployed: the program reads while the caller still writes (Executor.stream)
-      stream: (argv, chunks) => run(["ip", "netns", "exec", ns, ...argv], chunks),
+      stream: (argv, chunks, opts) => run(["ip", "netns", "exec", ns, ...argv], chunks, opts),
     }),
     async serve(pod, ports) {
       await stopServer(pod);

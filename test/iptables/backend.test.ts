@@ -38,20 +38,21 @@ describe("iptables backend life cycle", () => {
     // then conntrack: UDP flows to service IPs that had no rules before (this process never programmed them)
     expect(argv0(rec).filter((a) => a !== "conntrack")).toHaveLength(8);
     // Per family, in this order (the families side by side): the rules read back, the hairpin set
-    // created (the restore's KPNG-POSTROUTING rule names it), the restore, the set filled alongside it.
+    // created (the restore's KPNG-POSTROUTING rule names it: its COMMIT waits for the set), the set
+    // filled alongside the restore (which a recorder without Executor.stream runs once its COMMIT may go).
     const family = (save: string, restore: string, set: string) =>
       rec.calls.filter((c) => c.argv[0] === save || c.argv[0] === restore || c.stdin?.includes(`${set} `));
     const v4calls = family("iptables-save", "iptables-restore", "KPNG-HAIRPIN-V4");
     const v6calls = family("ip6tables-save", "ip6tables-restore", "KPNG-HAIRPIN-V6");
-    expect(v4calls.map((c) => c.argv[0])).toEqual(["iptables-save", "ipset", "iptables-restore", "ipset"]);
-    expect(v6calls.map((c) => c.argv[0])).toEqual(["ip6tables-save", "ipset", "ip6tables-restore", "ipset"]);
+    expect(v4calls.map((c) => c.argv[0])).toEqual(["iptables-save", "ipset", "ipset", "iptables-restore"]);
+    expect(v6calls.map((c) => c.argv[0])).toEqual(["ip6tables-save", "ipset", "ipset", "ip6tables-restore"]);
     expect(v4calls[1]).toEqual({
       argv: ["ipset", "restore"],
       stdin: "create KPNG-HAIRPIN-V4 hash:ip,port,ip family inet maxelem 1048576 -exist\n",
     });
-    expect(v4calls[3].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
+    expect(v4calls[2].stdin).toContain("\nswap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\n");
     expect(v6calls[1].stdin).toContain("create KPNG-HAIRPIN-V6 hash:ip,port,ip family inet6 ");
-    expect(v4calls[2].argv).toEqual(["iptables-restore", "--noflush", "-w", "5"]);
+    expect(v4calls[3].argv).toEqual(["iptables-restore", "--noflush", "-w", "5", "-v"]);
     expect(rec.restores("v6")[0]).toContain("--to-destination [2001:db8:2:0::1]:8080");
     expect(rec.restores("v6")[0]).not.toContain("198.");
     expect(rec.restores("v4")[0]).not.toContain("2001:");

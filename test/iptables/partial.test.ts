@@ -3,9 +3,12 @@
 // a replay of identical calls (a brain restart in sidecar mode) names nothing.
 
 import { describe, expect, test } from "bun:test";
-import { recordingExecutor } from "../../plugins/iptables/executor.ts";
+import { recordingExecutor, restoredMarker } from "../../plugins/iptables/executor.ts";
+import type { BackendContext } from "../../src/plugins/backend.ts";
+import type { StdinChunk } from "../../src/plugins/toolkit/index.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
+import { waitFor } from "../sources/kube/helpers.ts";
 import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
 
 const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
@@ -32,6 +35,61 @@ async function loaded(n: number, eps = 2, opts: { hairpinSet?: boolean } = {}) {
   return { b, rec };
 }
 
+/**
+ * As `loaded`, with an executor that streams restores (recording each chunk
+ * as iptables-restore would read it, a promised one once it resolves) and
+ * holds every ipset input starting with `held` until the test releases it.
+ */
+async function heldIpset(n: number, held: string) {
+  const rec = recordingExecutor();
+  const chunks: string[] = [];
+  const failures: boolean[] = [];
+  let gate = Promise.withResolvers<void>();
+  const release = {
+    ok: () => gate.resolve(),
+    fail: (err: Error) => gate.reject(err),
+    reset: () => {
+      gate = Promise.withResolvers<void>();
+      gate.resolve();
+    },
+  };
+  let holding = false;
+  const exec = Object.assign(
+    {
+      async run(argv: string[], stdin?: string) {
+        if (holding && argv[0] === "ipset" && stdin?.startsWith(held)) await gate.promise;
+        return rec.run(argv, stdin);
+      },
+      async stream(argv: string[], input: Iterable<StdinChunk>) {
+        const got: string[] = [];
+        for (const c of input) {
+          got.push(typeof c === "string" ? c : await c);
+          if (holding) chunks.push(got.at(-1)!);
+        }
+        return rec.run(argv, got.join(""));
+      },
+    },
+    { restores: rec.restores },
+  );
+  const ctx = testContext(testConfig());
+  const metrics = { transactionFailed: () => failures.push(true), iptablesRules: () => {}, conntrackReconciled: () => {} };
+  const b = new IptablesBackend(
+    { ...ctx, metrics: metrics as unknown as BackendContext["metrics"] },
+    {
+      executor: exec,
+      families: ["v4"],
+      monitorPeriodMs: 0,
+    },
+  );
+  for (let i = 1; i <= n; i++) {
+    b.setService(web(i));
+    for (let e = 0; e < 2; e++) b.setEndpoint("default", `web${i}`, `p${e}`, pod(i * 8 + e));
+  }
+  await b.sync();
+  holding = true;
+  return { b, exec, chunks, release, failures };
+}
+
 const lines = (text: string, re: RegExp) => text.split("\n").filter((l) => re.test(l));
 const chainsNamed = (text: string) => new Set([...text.matchAll(/KPNG-[A-Z]+-[A-Z2-7]{16}/g)].map((m) => m[0]));
 const ownChains = (name: string) =>
@@ -55,6 +113,34 @@ describe("iptables partial restores", () => {
     expect([...chainsNamed(text)]).toEqual([ownChains("web7")[0]]);
     expect(sequence(rec).map((c) => c.argv0)).toEqual(["ipset", "iptables-restore"]);
     expect(sequence(rec)[0].lines).toEqual([`add KPNG-HAIRPIN-V4 ${member(7 * 8 + 2)} -exist`]);
+  });
+
+  test("the restore starts beside the new hairpin member, and writes its first COMMIT only once the member is in", async () => {
+    const { b, exec, chunks, release } = await heldIpset(50, "add ");
+    b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
+    const syncing = b.sync();
+    await waitFor("the restore to start", () => chunks.length > 0, 10_000);
+    expect(chunks.join("")).toStartWith(`*nat\n:${ownChains("web7")[0]} - [0:0]\n`);
+    expect(chunks.join("")).not.toContain("COMMIT");
+    release.ok();
+    await syncing;
+    // what iptables-restore read: the partial restore, then the marker it echoes when done (executor.ts)
+    expect(chunks.join("")).toBe(`${exec.restores("v4").at(-1)}${restoredMarker}\n`);
+    expect(chunks.join("")).toContain("\nCOMMIT\n");
+  });
+
+  test("a hairpin member refused: the restore commits nothing, the sync fails (no restore failure counted) and the next one is full", async () => {
+    const { b, chunks, release, failures } = await heldIpset(50, "add ");
+    b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
+    const syncing = b.sync();
+    await waitFor("the restore to start", () => chunks.length > 0, 10_000);
+    release.fail(new Error("ipset: add refused"));
+    await expect(syncing).rejects.toThrow("ipset: add refused");
+    expect(chunks.join("")).not.toContain("COMMIT");
+    expect(failures).toEqual([]);
+    release.reset();
+    await b.sync();
+    expect(b.lastSync?.full).toBe(true);
   });
 
   test("without ipset (upstream's layout): one endpoint added writes the SVC chain and the new SEP chain", async () => {
