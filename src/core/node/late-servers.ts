@@ -127,7 +127,10 @@ export class LateServers implements ProxyReports {
 
   /** to the servers now, or held until they start (a `revision`: until they start and a sync is reported) */
   private tell(f: (s: ProxyServers) => void, revision = false): void {
-    if (this.servers && (this.released || !revision)) return f(this.servers);
+    if (this.servers && (this.released || !revision)) {
+      f(this.servers);
+      return;
+    }
     if (this.closed) return;
     this.held.push({ tell: f, revision });
     if (revision && !this.releaseTimer)
