@@ -215,7 +215,7 @@ export function endpointsModel(
     for (let n = 0; n < fam.length; n++) {
       const c = fam[n];
       const i = internal(c);
-      const e = external !== undefined && external(c);
+      const e = external?.(c) ?? false;
       if (!i && !e) continue;
       const old = prev?.get(c.key);
       keys.push(c.key); // distinct: candidates() gives every candidate its own key

@@ -22,12 +22,7 @@ function names(hints: ReadonlyArray<{ readonly name: string }>, want: string): b
   return false;
 }
 
-function narrow<T>(
-  ready: readonly T[],
-  hintsOf: (e: T) => Hints | undefined,
-  which: "forNodes" | "forZones",
-  want: string,
-): T[] | null {
+function narrow<T>(ready: readonly T[], hintsOf: (e: T) => Hints | undefined, which: "forNodes" | "forZones", want: string): T[] | null {
   if (!want) return null;
   let named = false;
   for (let i = 0; i < ready.length; i++) {
