@@ -13,13 +13,17 @@
 // (/proc/thread-self/schedstat) per phase, and the wall clock of them all.
 //
 // `bun bench/ingest-cpu.bench.ts lists N DIR` writes the lists, and
-// `[KPNG_BENCH_VIA=pages] bun bench/ingest-cpu.bench.ts child N DIR [baseline]`
-// is one such process; with `baseline` it loads the modules and the bytes
-// and stops. `valgrind --tool=callgrind` of both gives the instructions of
-// the work alone, a figure the machine's load does not move provided the
-// JIT and the collector run on the main thread
-// (BUN_JSC_useConcurrentJIT=0 BUN_JSC_useConcurrentGC=0): else how soon
-// compiled code arrives from the JIT's threads moves it.
+// `[KPNG_BENCH_VIA=pages] bun bench/ingest-cpu.bench.ts child N DIR [PHASE]`
+// is one such process; with a PHASE (baseline, decode, validate, ingest) it
+// stops after it (baseline: the modules and the bytes loaded, nothing
+// done). `valgrind --tool=callgrind` of each gives the instructions of each
+// phase, a figure the machine's load does not move provided the JIT and the
+// collector run on the main thread (BUN_JSC_useConcurrentJIT=0
+// BUN_JSC_useConcurrentGC=0), or with the JIT off (BUN_JSC_useJIT=0: what
+// the interpreter runs, which cold code mostly is); with compiled code
+// arriving from the JIT's threads, when it arrives moves the count.
+// The bench also prints what each phase allocates and keeps per service
+// (one child with KPNG_BENCH_ALLOC=1 and JavaScriptCore's GC log).
 
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
