@@ -13,16 +13,21 @@
 // (/proc/thread-self/schedstat) per phase, and the wall clock of them all.
 //
 // `bun bench/ingest-cpu.bench.ts lists N DIR` writes the lists, and
-// `[KPNG_BENCH_VIA=pages] bun bench/ingest-cpu.bench.ts child N DIR [baseline]`
-// is one such process; with `baseline` it loads the modules and the bytes
-// and stops. `valgrind --tool=callgrind` of both gives the instructions of
-// the work alone, a figure the machine's load does not move provided the
-// JIT and the collector run on the main thread
-// (BUN_JSC_useConcurrentJIT=0 BUN_JSC_useConcurrentGC=0): else how soon
-// compiled code arrives from the JIT's threads moves it.
+// `[KPNG_BENCH_VIA=pages] bun bench/ingest-cpu.bench.ts child N DIR [PHASE]`
+// is one such process; with a PHASE (baseline, decode, validate, ingest) it
+// stops after it (baseline: the modules and the bytes loaded, nothing
+// done). `valgrind --tool=callgrind` of each gives the instructions of each
+// phase, a figure the machine's load does not move provided the JIT and the
+// collector run on the main thread (BUN_JSC_useConcurrentJIT=0
+// BUN_JSC_useConcurrentGC=0), or with the JIT off (BUN_JSC_useJIT=0: what
+// the interpreter runs, which cold code mostly is); with compiled code
+// arriving from the JIT's threads, when it arrives moves the count.
+// The bench also prints what each phase allocates and keeps per service
+// (one child with KPNG_BENCH_ALLOC=1 and JavaScriptCore's GC log).
 
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { heapStats } from "bun:jsc";
 import { Brain } from "../src/core/brain/brain.ts";
 import { kinds, parseObject, type K8sObject, type Kind } from "../src/core/brain/k8s/objects.ts";
 import { Ingest } from "../src/core/sources/ingest.ts";
@@ -38,6 +43,20 @@ const PAGE = 500;
 const RECORD = 16 * 1024;
 /** the startup bench's test pod (the last service's endpoint): any pod address serves here */
 const POD_V6 = v6.pod(0, 1);
+
+/** where a child stops: after loading (baseline), or after a phase (callgrind of each prefix gives each phase's instructions) */
+type Phase = "baseline" | "decode" | "validate" | "ingest" | "compute";
+/**
+ * KPNG_BENCH_ALLOC=1: each phase ends with a full collection and a line on
+ * stderr, so JavaScriptCore's GC log (BUN_JSC_logGC=1) tells what each phase
+ * allocated (allocations()), and heapStats what it left alive.
+ */
+const ALLOC = process.env.KPNG_BENCH_ALLOC === "1";
+function mark(phase: Phase) {
+  if (!ALLOC) return;
+  Bun.gc(true);
+  console.error(`phase ${phase} live ${JSON.stringify(heapStats().objectTypeCounts)}`);
+}
 
 const threadCpu = () => Number(readFileSync("/proc/thread-self/schedstat", "utf8").split(" ")[0]) / 1e6;
 
@@ -90,7 +109,7 @@ interface Figures {
  * in turn, as they arrive side by side), validate every item, hand them to
  * the ingest, compute.
  */
-function run(dir: string, via: string, baseline: boolean): Figures | null {
+function run(dir: string, via: string, until: Phase): Figures | null {
   const files = readdirSync(dir).sort();
   const ext = via === "pages" ? ".pb" : ".watch";
   /** each body (a page, or the stream) cut into TLS records, decoded by one decoder */
@@ -114,8 +133,9 @@ function run(dir: string, via: string, baseline: boolean): Figures | null {
   }
   const brain = new Brain({ nodeIPOverride: { node: NODE_NAME, ips: [] } });
   const ingest = new Ingest(brain, { type: "at-once" });
-  if (baseline) return null;
+  if (until === "baseline") return null;
   const f: Figures = { decodeMs: 0, validateMs: 0, ingestMs: 0, computeMs: 0, cpu: 0, wall: 0, services: 0 };
+  mark("baseline");
   const c0 = threadCpu();
   const w0 = performance.now();
   const items: Array<[Kind, Record<string, unknown>]> = [];
@@ -128,22 +148,72 @@ function run(dir: string, via: string, baseline: boolean): Figures | null {
     else for (const ev of d.push(record)) if (ev.type === "ADDED") items.push([kind, ev.object]);
   }
   const c1 = threadCpu();
+  mark("decode");
+  if (until === "decode") return null;
   const objects: K8sObject[] = [];
   for (const [kind, raw] of items) {
     const res = parseObject(raw, kind);
     if (res.ok) objects.push(res.object);
   }
   const c2 = threadCpu();
+  mark("validate");
+  if (until === "validate") return null;
   for (const o of objects) ingest.add(o); // as the Kubernetes source hands over a first list
   const c3 = threadCpu();
+  mark("ingest");
+  if (until === "ingest") return null;
   const view = brain.view(NODE_NAME);
   for (const kind of kinds) ingest.synced(kind);
   ingest.changed();
   const c4 = threadCpu();
+  mark("compute");
   f.wall = performance.now() - w0;
   Object.assign(f, { decodeMs: c1 - c0, validateMs: c2 - c1, ingestMs: c3 - c2, computeMs: c4 - c3, cpu: c4 - c0 });
   f.services = view.state?.services.size ?? 0;
   return f;
+}
+
+interface Allocated {
+  phase: Phase;
+  /** bytes allocated in the phase (the GC log's heap size at each collection's start, less that after the one before) */
+  bytes: number;
+  /** collections the phase's own allocation set off (the forced one at its end not counted) */
+  collections: number;
+  /** objects alive after the phase, by type, less those before it: what it keeps */
+  kept: Record<string, number>;
+}
+
+/** One child with allocations marked (KPNG_BENCH_ALLOC) and JavaScriptCore's GC log: what each phase allocated and kept. */
+function allocations(n: number, dir: string, via: string): Allocated[] {
+  const child = Bun.spawnSync([process.execPath, import.meta.path, "child", String(n), dir], {
+    env: { ...process.env, KPNG_BENCH_VIA: via, KPNG_BENCH_ALLOC: "1", BUN_JSC_logGC: "1" },
+  });
+  const out: Allocated[] = [];
+  let after = 0;
+  let bytes = 0;
+  let collections = 0;
+  let live: Record<string, number> | undefined;
+  for (const line of child.stderr.toString().split("\n")) {
+    const start = / START \w+ (\d+)kb => \w+Collection/.exec(line);
+    if (start) {
+      bytes += (Number(start[1]) - after) * 1024;
+      collections++;
+    }
+    const end = /=> (\d+)kb, p=/.exec(line);
+    if (end) after = Number(end[1]);
+    const phase = /^phase (\w+) live (.*)$/.exec(line);
+    if (!phase) continue;
+    const now = JSON.parse(phase[2]) as Record<string, number>;
+    if (live) {
+      const kept: Record<string, number> = {};
+      for (const [type, count] of Object.entries(now)) if (count !== (live[type] ?? 0)) kept[type] = count - (live[type] ?? 0);
+      out.push({ phase: phase[1] as Phase, bytes, collections: collections - 1, kept });
+    }
+    live = now;
+    bytes = 0;
+    collections = 0;
+  }
+  return out;
 }
 
 const median = (xs: number[]) => {
@@ -176,16 +246,32 @@ export default async function bench() {
       );
     }
   }
+  // What each phase allocates, per object of its kind (a Service and its slice
+  // of 10 endpoints at each size): garbage is what sets JavaScriptCore's
+  // collections off during start-up (an eden collection every few MB).
+  console.log("allocated per service (its slice included), KB; [collections the phase set off]; objects kept per service");
+  for (const n of SIZES) {
+    const dir = join(root, String(n));
+    for (const via of ["watch", "pages"]) {
+      const phases = allocations(n, dir, via)
+        .map((a) => {
+          const kept = Object.values(a.kept).reduce((x, y) => x + y, 0);
+          return `${a.phase} ${(a.bytes / n / 1024).toFixed(2)} [${a.collections}] ${(kept / n).toFixed(1)}`;
+        })
+        .join("   ");
+      console.log(`${String(n).padStart(8)}  ${via.padEnd(7)}  ${phases}`);
+    }
+  }
   rmSync(root, { recursive: true, force: true });
 }
 
 if (import.meta.main) {
-  const [cmd, n, dir, baseline] = process.argv.slice(2);
+  const [cmd, n, dir, until] = process.argv.slice(2);
   if (cmd === "lists") writeLists(Number(n), dir);
   else if (cmd === "child") {
     // the compiled binary's start-up policy (build.ts): tier-up thresholds x8
     Bun.unsafe.setJITPolicy?.(8);
-    const f = run(dir, process.env.KPNG_BENCH_VIA ?? "watch", baseline === "baseline");
+    const f = run(dir, process.env.KPNG_BENCH_VIA ?? "watch", (until as Phase | undefined) ?? "compute");
     if (f) console.log(JSON.stringify(f));
   } else await bench();
 }

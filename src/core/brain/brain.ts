@@ -11,6 +11,7 @@ import { DropCounts, kinds, type K8sService, type Kind } from "./k8s/objects.ts"
 import { EndpointMap } from "./endpoint-map.ts";
 import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";
 import { externalPolicyLocal, internalPolicyLocal, isProxied, serviceModel } from "./model/service.ts";
+import { clusterIPsByFamily } from "./k8s/read.ts";
 import type { NodeInfo } from "./model/topology.ts";
 import { nodeIPs, sameIPs } from "./node-ips.ts";
 import { sameService } from "./same-service.ts";
@@ -133,7 +134,9 @@ export class Brain {
     if (e !== undefined) return e;
     const svc = this.index.services.get(key);
     if (!svc) return null; // not cached: deleted services must not pile up here
-    e = isProxied(svc, this.serviceProxyName) ? makeEntry(svc) : null;
+    // the cluster IPs by family once: both ask for them, and reading them is work per service at start-up
+    const clusterIPs = clusterIPsByFamily(svc.spec);
+    e = isProxied(svc, this.serviceProxyName, clusterIPs) ? makeEntry(svc, clusterIPs) : null;
     this.entries.set(key, e);
     return e;
   }
@@ -158,8 +161,8 @@ const externalIPs = (m: Service) => m.IPs!.ExternalIPs!.V4.length + m.IPs!.Exter
 const reachableFromOutside = (m: Service) =>
   m.Ports.some((p) => p.NodePort !== 0) || externalIPs(m) + m.IPs!.LoadBalancerIPs!.V4.length + m.IPs!.LoadBalancerIPs!.V6.length > 0;
 
-function makeEntry(svc: K8sService): ServiceEntry {
-  const model = serviceModel(svc);
+function makeEntry(svc: K8sService, clusterIPs: readonly string[]): ServiceEntry {
+  const model = serviceModel(svc, clusterIPs);
   const ips = model.IPs!.ClusterIPs!;
   return {
     model,

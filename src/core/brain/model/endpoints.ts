@@ -9,26 +9,32 @@ import type { Endpoint, EndpointScopes, PortName, Service } from "../../../gen/l
 import { EndpointMap } from "../endpoint-map.ts";
 import type { Family } from "../k8s/ip.ts";
 import type { K8sEndpointSlice } from "../k8s/objects.ts";
-import { narrowByTopology, type Hinted, type NodeInfo } from "./topology.ts";
+import { narrowByTopology, type Hints, type NodeInfo } from "./topology.ts";
 
 export const SERVICE_NAME_LABEL = "kubernetes.io/service-name";
 export const HEADLESS_LABEL = "service.kubernetes.io/headless";
 
-export interface Candidate extends Hinted {
+/** an endpoint of an EndpointSlice, as the index holds it */
+type SliceEndpoint = NonNullable<K8sEndpointSlice["endpoints"]>[number];
+
+/**
+ * An endpoint this service may use, once de-duplicated. Its hostname, node,
+ * zone and hints are read from the slice's endpoint itself (`ep`): at
+ * start-up every endpoint of the cluster passes through here once, and a
+ * copy of each of those fields would be work per endpoint for nothing.
+ */
+export interface Candidate {
   key: string;
+  ep: SliceEndpoint;
+  /** the endpoint's first address: upstream uses only that one */
   ip: string;
-  /** `[ip]`: the slice's own address list when it holds only that (shared, never mutated) */
-  ips: readonly string[];
   family: Family;
-  hostname: string;
-  nodeName: string;
-  zone: string;
   ready: boolean;
   serving: boolean;
   terminating: boolean;
   local: boolean;
   /** slice port name -> port */
-  ports: Map<string, number>;
+  ports: ReadonlyMap<string, number>;
 }
 
 export interface ScopeOptions {
@@ -64,6 +70,14 @@ function scan(cands: readonly Candidate[], ip: string, key: string): number {
   return taken ? -2 : -1;
 }
 
+/** the ports of a slice by name (unnamed: ""), the ones without a number left out */
+function slicePorts(slice: K8sEndpointSlice): Map<string, number> {
+  const ports = new Map<string, number>();
+  const list = slice.ports;
+  if (list) for (let i = 0; i < list.length; i++) if (list[i].port) ports.set(list[i].name ?? "", list[i].port!);
+  return ports;
+}
+
 /**
  * All endpoints of the given slices, de-duplicated by IP (the same endpoint
  * can sit in two slices while the controller moves it): a non-terminating
@@ -79,10 +93,9 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
   for (let s = 0; s < slices.length; s++) {
     const slice = slices[s];
     const family = sliceFamily(slice);
-    const eps = slice.endpoints ?? [];
-    if (!family || !families.has(family) || !eps.length) continue;
-    const ports = new Map<string, number>();
-    for (const p of slice.ports ?? []) if (p.port) ports.set(p.name ?? "", p.port);
+    const eps = slice.endpoints;
+    if (!family || !families.has(family) || !eps?.length) continue;
+    const ports = slicePorts(slice);
     // A pod has one IP per family: in a dual-stack service its v6 copy gets its own key so
     // both can coexist (a v6-only service keys by pod name alone: no string per endpoint).
     const podSuffix = family === "v6" && families.has("v4") ? ".v6" : "";
@@ -90,25 +103,20 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
       const ep = eps[e];
       const ip = ep.addresses[0]; // upstream uses only the first address
       const c = ep.conditions ?? NO_CONDITIONS;
+      const pod = ep.pod;
+      // Without a pod, the key is a hash of the IP, made once the IP is known to be new.
+      let key = pod ? (podSuffix ? pod + podSuffix : pod) : "";
       const cand: Candidate = {
-        key: "",
+        key,
+        ep,
         ip,
-        ips: ep.addresses.length === 1 ? ep.addresses : [ip],
         family,
-        hostname: ep.hostname ?? "",
-        nodeName: ep.nodeName ?? "",
-        zone: ep.zone ?? "",
         ready: c.ready ?? true,
         serving: c.serving ?? true,
         terminating: c.terminating ?? false,
-        local: !!ep.nodeName && ep.nodeName === nodeName,
+        local: nodeName !== "" && ep.nodeName === nodeName,
         ports,
-        forNodes: ep.hints?.forNodes?.map((h) => h.name),
-        forZones: ep.hints?.forZones?.map((h) => h.name),
       };
-      const pod = ep.pod ?? "";
-      // Without a pod, the key is a hash of the IP, made once the IP is known to be new.
-      let key = pod ? (podSuffix ? pod + podSuffix : pod) : "";
       const at = byIP ? (byIP.get(ip) ?? -1) : scan(out, ip, key);
       if (at >= 0) {
         const prev = out[at];
@@ -119,8 +127,7 @@ export function candidates(slices: readonly K8sEndpointSlice[], families: Readon
         out[at] = winner;
         continue;
       }
-      if (!key || (keys ? keys.has(key) : at === -2)) key = addressKey(ip);
-      cand.key = key;
+      if (!key || (keys ? keys.has(key) : at === -2)) cand.key = key = addressKey(ip);
       out.push(cand);
       if (byIP && keys) {
         byIP.set(ip, out.length - 1);
@@ -139,23 +146,34 @@ const isLocalReady = (c: Candidate) => c.local && c.ready;
 const isFallback = (c: Candidate) => c.serving && c.terminating;
 const isLocalFallback = (c: Candidate) => c.local && c.serving && c.terminating;
 
+const hintsOf = (c: Candidate): Hints | undefined => c.ep.hints;
+
 /**
  * Whether one traffic class may use an endpoint, per upstream's rules. A test
  * rather than a set: most classes take every ready endpoint, and a Set of
  * them each (100,000 endpoints at 10k services) cost more than the rest.
+ * Loops rather than some() and every(): at start-up, in code not compiled
+ * yet, a callback per endpoint costs more than the test it makes.
  */
 export function usable(cands: readonly Candidate[], local: boolean, node: NodeInfo): (c: Candidate) => boolean {
-  if (local) return cands.some(isLocalReady) ? isLocalReady : isLocalFallback;
+  if (local) {
+    for (let i = 0; i < cands.length; i++) if (isLocalReady(cands[i])) return isLocalReady;
+    return isLocalFallback;
+  }
   // nearly always all of them: no copy then
-  const ready = cands.every(isReady) ? cands : cands.filter(isReady);
+  let ready = cands;
+  for (let i = 0; i < cands.length; i++) {
+    if (!cands[i].ready) {
+      ready = cands.filter(isReady);
+      break;
+    }
+  }
   if (!ready.length) return isFallback; // terminating fallback: better a draining endpoint than a dropped connection
-  const narrowed = narrowByTopology(ready, node);
+  const narrowed = narrowByTopology(ready, node, hintsOf);
   if (narrowed === ready) return isReady;
   const set = new Set(narrowed);
   return (c) => set.has(c);
 }
-
-const never = () => false;
 
 const BOTH_FAMILIES = ["v4", "v6"] as const;
 const ONLY: Record<Family, readonly Family[]> = { v4: ["v4"], v6: ["v6"] };
@@ -193,11 +211,11 @@ export function endpointsModel(
     const family = families[f];
     const fam = families.length === 1 ? cands : cands.filter((x) => x.family === family);
     const internal = usable(fam, opts.internalLocal, opts.node);
-    const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : never;
+    const external = opts.external ? usable(fam, opts.externalLocal, opts.node) : undefined;
     for (let n = 0; n < fam.length; n++) {
       const c = fam[n];
       const i = internal(c);
-      const e = external(c);
+      const e = external?.(c) ?? false;
       if (!i && !e) continue;
       const old = prev?.get(c.key);
       keys.push(c.key); // distinct: candidates() gives every candidate its own key
@@ -219,11 +237,11 @@ export function endpointsModel(
 /** whether toEndpoint(service, c, internal, external) would equal `ep` (field by field, as toEndpoint fills them) */
 function isEndpointOf(ep: Endpoint, service: Service, c: Candidate, internal: boolean, external: boolean): boolean {
   if (
-    ep.Hostname !== c.hostname ||
+    ep.Hostname !== (c.ep.hostname ?? "") ||
     ep.Local !== c.local ||
     ep.Terminating !== c.terminating ||
-    ep.NodeName !== c.nodeName ||
-    ep.Zone !== c.zone
+    ep.NodeName !== (c.ep.nodeName ?? "") ||
+    ep.Zone !== (c.ep.zone ?? "")
   )
     return false;
   if (ep.Scopes?.Internal !== internal || ep.Scopes.External !== external) return false;
@@ -291,16 +309,19 @@ Object.defineProperty(IPSetMsg.prototype, "$typeName", { value: "localv1.IPSet",
 
 /** A localv1.Endpoint, field for field what `create(EndpointSchema, …)` makes ($typeName on the prototype), with shared parts. */
 function toEndpoint(c: Candidate, overrides: PortName[], internal: boolean, external: boolean): Endpoint {
-  const ips = new IPSetMsg(c.family === "v4" ? (c.ips as string[]) : NO_IPS, c.family === "v6" ? (c.ips as string[]) : NO_IPS);
+  const ep = c.ep;
+  // the slice's own address list when it holds only that address (shared, never mutated)
+  const own = ep.addresses.length === 1 ? ep.addresses : [c.ip];
+  const ips = new IPSetMsg(c.family === "v4" ? own : NO_IPS, c.family === "v6" ? own : NO_IPS);
   return new EndpointMsg(
-    c.hostname,
+    ep.hostname ?? "",
     ips,
     c.local,
     overrides,
     SCOPES[(internal ? 2 : 0) + (external ? 1 : 0)],
     c.terminating,
-    c.nodeName,
-    c.zone,
+    ep.nodeName ?? "",
+    ep.zone ?? "",
   ) as Endpoint;
 }
 

@@ -22,12 +22,12 @@ export const protocolOf = (p: string): Protocol => Protocol[p as "TCP" | "UDP" |
  * services have nothing to proxy; a service naming another proxy through the
  * service-proxy-name label belongs to that proxy (kube-proxy's label selector).
  */
-export function isProxied(svc: K8sService, serviceProxyName: string): boolean {
+export function isProxied(svc: K8sService, serviceProxyName: string, clusterIPs?: readonly string[]): boolean {
   const spec = svc.spec;
   if (spec.type === "ExternalName") return false;
   if (spec.clusterIP === "None" || spec.clusterIPs?.[0] === "None") return false;
   if (!spec.clusterIP && !spec.clusterIPs?.length) return false; // no IP allocated yet
-  if (!clusterIPsByFamily(spec).length) return false; // kube-proxy finds no cluster IP of either family
+  if (!(clusterIPs ?? clusterIPsByFamily(spec)).length) return false; // kube-proxy finds no cluster IP of either family
   const owner = svc.metadata.labels?.[SERVICE_PROXY_NAME_LABEL];
   return owner === undefined || (serviceProxyName !== "" && owner === serviceProxyName);
 }
@@ -71,14 +71,15 @@ const NO_IPS: IPSet = Object.freeze({ $typeName: "localv1.IPSet", V4: Object.fre
 const NO_FILTERS = Object.freeze([]) as never as Service["IPFilters"];
 const NO_AFFINITY = Object.freeze({ case: undefined }) as Service["SessionAffinity"];
 
-function setOf(ips: string[]): IPSet {
+function setOf(ips: readonly string[]): IPSet {
   if (!ips.length) return NO_IPS;
   const { V4, V6 } = byFamily(ips);
   // most services are single-stack: the other family's list is the shared empty one
   return { $typeName: "localv1.IPSet", V4: V4.length ? V4 : NO_IPS.V4, V6: V6.length ? V6 : NO_IPS.V6 };
 }
 
-export function serviceModel(svc: K8sService): Service {
+/** `clusterIPs`: clusterIPsByFamily(svc.spec), when the caller has it already (isProxied asked first) */
+export function serviceModel(svc: K8sService, clusterIPs: readonly string[] = clusterIPsByFamily(svc.spec)): Service {
   const spec = svc.spec;
   const lbIPs = loadBalancerIPs(svc);
   const ranges = spec.loadBalancerSourceRanges ?? [];
@@ -95,7 +96,7 @@ export function serviceModel(svc: K8sService): Service {
     Type: spec.type,
     IPs: {
       $typeName: "localv1.ServiceIPs",
-      ClusterIPs: setOf(clusterIPsByFamily(spec)),
+      ClusterIPs: setOf(clusterIPs),
       ExternalIPs: setOf(spec.externalIPs ?? []),
       Headless: false,
       LoadBalancerIPs: setOf(lbIPs),

@@ -4,9 +4,10 @@
 // if any ready endpoint lacks a hint, or no hint names this node/zone, the
 // hints are ignored and every ready endpoint is used.
 
-export interface Hinted {
-  forNodes: readonly string[] | undefined;
-  forZones: readonly string[] | undefined;
+/** an endpoint's hints as its EndpointSlice holds them */
+export interface Hints {
+  readonly forNodes?: ReadonlyArray<{ readonly name: string }> | null;
+  readonly forZones?: ReadonlyArray<{ readonly name: string }> | null;
 }
 
 export interface NodeInfo {
@@ -15,18 +16,24 @@ export interface NodeInfo {
   zone: string;
 }
 
-function narrow<T>(ready: readonly T[], hints: (e: T) => readonly string[] | undefined, want: string): T[] | null {
-  if (!want) return null;
-  let names = false;
-  for (const e of ready) {
-    const h = hints(e);
-    if (!h?.length) return null;
-    if (h.includes(want)) names = true;
-  }
-  return names ? ready.filter((e) => hints(e)!.includes(want)) : null;
+/** whether `hints` names `want` */
+function names(hints: ReadonlyArray<{ readonly name: string }>, want: string): boolean {
+  for (let i = 0; i < hints.length; i++) if (hints[i].name === want) return true;
+  return false;
 }
 
-/** `ready` must be non-empty ready endpoints; returns the subset this node should use. */
-export function narrowByTopology<T extends Hinted>(ready: readonly T[], node: NodeInfo): readonly T[] {
-  return narrow(ready, (e) => e.forNodes, node.name) ?? narrow(ready, (e) => e.forZones, node.zone) ?? ready;
+function narrow<T>(ready: readonly T[], hintsOf: (e: T) => Hints | undefined, which: "forNodes" | "forZones", want: string): T[] | null {
+  if (!want) return null;
+  let named = false;
+  for (let i = 0; i < ready.length; i++) {
+    const h = hintsOf(ready[i])?.[which];
+    if (!h?.length) return null;
+    if (!named && names(h, want)) named = true;
+  }
+  return named ? ready.filter((e) => names(hintsOf(e)![which]!, want)) : null;
+}
+
+/** `ready` must be non-empty ready endpoints, `hintsOf` gives each one's hints; returns the subset this node should use. */
+export function narrowByTopology<T>(ready: readonly T[], node: NodeInfo, hintsOf: (e: T) => Hints | undefined): readonly T[] {
+  return narrow(ready, hintsOf, "forNodes", node.name) ?? narrow(ready, hintsOf, "forZones", node.zone) ?? ready;
 }

@@ -21,8 +21,8 @@ type Utf8Slicing = Buffer & { utf8Slice(start: number, end: number): string };
 export const asBuffer = (bytes: Uint8Array): Buffer =>
   Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 
-/** strings kept by Reader.atom, by a hash of their bytes (a collision is simply not shared) */
-const atoms = new Map<number, string>();
+/** strings kept by Reader.atom, with their bytes, by a hash of those (a collision is simply not shared) */
+const atoms = new Map<number, { text: string; bytes: Uint8Array }>();
 const ATOMS = 4096;
 const ATOM_MAX = 64;
 
@@ -78,9 +78,17 @@ export class Reader {
     return this.uint32() !== 0;
   }
 
-  /** the length of a length-delimited field; returns where it ends, checked against `limit` */
+  /**
+   * The length of a length-delimited field; returns where it ends, checked
+   * against `limit`. A length under 128 (nearly all: names, addresses, an
+   * endpoint) is its one byte, read here rather than through uint32(): at
+   * start-up this runs for every field of 10,000s of objects, in code not
+   * compiled yet, where a call costs more than the read.
+   */
   sub(limit: number): number {
-    const n = this.uint32();
+    let n = this.buf[this.pos];
+    if (n < 0x80) this.pos++;
+    else n = this.uint32();
     const end = this.pos + n;
     if (end > limit) throw new ProtoError("a field runs past the end of its message");
     return end;
@@ -100,7 +108,10 @@ export class Reader {
    * A string of the few that recur in every object (label keys, namespaces,
    * protocols, node and zone names): the first one read is kept and handed
    * out again, as JSON.parse shares its keys, so 20,000 objects do not each
-   * keep a copy (and no string is made for a repeat).
+   * keep a copy (and no string is made for a repeat). Hashed and compared
+   * byte against byte, with no call per byte (Math.imul, charCodeAt): until
+   * the JIT has compiled this, each such call costs more than the loop's
+   * own work, for every byte of 10,000s of names at start-up.
    */
   atom(limit: number): string {
     const end = this.sub(limit);
@@ -110,20 +121,21 @@ export class Reader {
     if (n > ATOM_MAX) return (this.buf as Utf8Slicing).utf8Slice(start, end);
     const buf = this.buf;
     let h = n;
-    for (let i = start; i < end; i++) h = (Math.imul(h, 31) + buf[i]) | 0;
+    for (let i = start; i < end; i++) h = ((h << 5) - h + buf[i]) | 0; // h * 31 + byte
     const known = atoms.get(h);
-    if (known !== undefined && known.length === n) {
+    if (known !== undefined && known.bytes.length === n) {
+      const bytes = known.bytes;
       let same = true;
       for (let i = 0; i < n; i++) {
-        if (known.charCodeAt(i) !== buf[start + i]) {
+        if (bytes[i] !== buf[start + i]) {
           same = false;
           break;
         }
       }
-      if (same) return known;
+      if (same) return known.text;
     }
     const fresh = (this.buf as Utf8Slicing).utf8Slice(start, end);
-    if (known === undefined && atoms.size < ATOMS) atoms.set(h, fresh);
+    if (known === undefined && atoms.size < ATOMS) atoms.set(h, { text: fresh, bytes: Uint8Array.prototype.slice.call(buf, start, end) });
     return fresh;
   }
 
