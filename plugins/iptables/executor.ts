@@ -82,6 +82,8 @@ export interface RecordedCall {
   argv: string[];
   /** as given, but a restore's without its last line (restoredMarker) */
   stdin?: string;
+  /** the line the caller settles at (RunOptions.doneAt), if any */
+  doneAt?: string;
 }
 
 /**
@@ -92,8 +94,12 @@ export function recordingExecutor(reply: (call: RecordedCall) => string = () => 
   const calls: RecordedCall[] = [];
   const executor: Executor & { calls: RecordedCall[]; restores(family?: Family): string[] } = {
     calls,
-    async run(argv, stdin) {
-      const call = { argv, stdin: stdin?.endsWith(`\n${restoredMarker}\n`) ? stdin.slice(0, -restoredMarker.length - 1) : stdin };
+    async run(argv, stdin, opts) {
+      const call = {
+        argv,
+        stdin: stdin?.endsWith(`\n${restoredMarker}\n`) ? stdin.slice(0, -restoredMarker.length - 1) : stdin,
+        doneAt: opts?.doneAt,
+      };
       calls.push(call);
       return reply(call);
     },

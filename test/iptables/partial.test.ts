@@ -115,6 +115,22 @@ describe("iptables partial restores", () => {
     expect(sequence(rec)[0].lines).toEqual([`add KPNG-HAIRPIN-V4 ${member(7 * 8 + 2)} -exist`]);
   });
 
+  test("a change's restore is done at its marker; a full sync's at the program's exit (start-up's collection follows the first)", async () => {
+    const rec = recordingExecutor();
+    const b = new IptablesBackend(testContext(testConfig()), { executor: rec, families: ["v4"], monitorPeriodMs: 0 });
+    b.setService(web(1));
+    b.setEndpoint("default", "web1", "p0", pod(8));
+    const restores = () => rec.calls.filter((c) => c.argv[0].endsWith("-restore")).map((c) => c.doneAt);
+    await b.sync();
+    expect(b.lastSync?.full).toBe(true);
+    expect(restores()).toEqual([undefined]);
+    rec.calls.length = 0;
+    b.setEndpoint("default", "web1", "p1", pod(9));
+    await b.sync();
+    expect(b.lastSync?.full).toBe(false);
+    expect(restores()).toEqual([restoredMarker]);
+  });
+
   test("the restore starts beside the new hairpin member, and writes its first COMMIT only once the member is in", async () => {
     const { b, exec, chunks, release } = await heldIpset(50, "add ");
     b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
