@@ -184,3 +184,19 @@ export async function runChecks(topo: Topology, list: Check[]): Promise<Record<s
 }
 
 export const wanted = (list: Check[]) => Object.fromEntries(list.map((c) => [c.name, c.want]));
+
+/**
+ * runChecks again until every verdict is the wanted one, or `timeoutMs` has
+ * passed: for a change that reaches kpng as several watch events, of which a
+ * sync may hold only some. Returns the last verdicts.
+ */
+export async function settledChecks(topo: Topology, list: Check[], timeoutMs: number): Promise<Record<string, string>> {
+  const want = JSON.stringify(wanted(list));
+  const end = performance.now() + timeoutMs;
+  let got = await runChecks(topo, list);
+  while (JSON.stringify(got) !== want && performance.now() < end) {
+    await Bun.sleep(100);
+    got = await runChecks(topo, list);
+  }
+  return got;
+}

@@ -17,7 +17,7 @@ import { compiledKpng } from "../fixtures/compiled.ts";
 import { slice } from "../fixtures/k8s.ts";
 import type { Probe } from "../harness/netns.ts";
 import { canonicalRuleset } from "../nft/ruleset.ts";
-import { checks, ips, NODE, nodeObject, nodePorts, runChecks, wanted } from "./cluster.ts";
+import { checks, ips, NODE, nodeObject, nodePorts, runChecks, settledChecks, wanted } from "./cluster.ts";
 import {
   continuousProbe,
   deploy,
@@ -281,11 +281,7 @@ for (const c of combos) {
         const t0 = performance.now();
         d.apply(nodeObject([newIP]));
         const served = checks(d.topo, newIP).filter((k) => k.nodePort && k.want !== "timeout");
-        let got = await runChecks(d.topo, served);
-        while (JSON.stringify(got) !== JSON.stringify(wanted(served)) && performance.now() - t0 < 5_000) {
-          await Bun.sleep(100);
-          got = await runChecks(d.topo, served);
-        }
+        await settledChecks(d.topo, served, 5_000);
         console.log(`node IP change (${label(c)}): node ports answered on the new IP after ${Math.round(performance.now() - t0)} ms`);
         const list = checks(d.topo, newIP).filter((k) => k.nodePort);
         expect(await runChecks(d.topo, list)).toEqual(wanted(list));
