@@ -153,7 +153,10 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
   const servers = new Map<string, Bun.Subprocess>();
   const all = [node.ns, client.ns, ...pods.map((p) => p.ns)];
 
-  const exec = (ns: string, argv: string[], stdin?: string) => run(["ip", "netns", "exec", ns, ...argv], stdin);
+  /** runs argv inside `ns`; stdin whole or streamed (Executor.stream), opts as runCommand takes them */
+  const inNs = (ns: string) => (argv: string[], stdin?: string | Iterable<StdinChunk>, opts?: RunOptions) =>
+    run(["ip", "netns", "exec", ns, ...argv], stdin, opts);
+  const exec = (ns: string, argv: string[], stdin?: string) => inNs(ns)(argv, stdin);
   const ipBatch = (ns: string, lines: string[]) => run(["ip", "-n", ns, "-batch", "-"], lines.join("\n") + "\n");
 
   const stopServer = async (pod: Pod) => {
@@ -188,11 +191,8 @@ export async function createTopology(opts: TopologyOptions = {}): Promise<Topolo
     client,
     pods,
     exec,
-    executor: (ns) => ({
-      run: (argv, stdin, opts) => run(["ip", "netns", "exec", ns, ...argv], stdin, opts),
-      // as deployed: the program reads while the caller still writes (Executor.stream)
-      stream: (argv, chunks, opts) => run(["ip", "netns", "exec", ns, ...argv], chunks, opts),
-    }),
+    // as deployed: with stream, the program reads while the caller still writes (Executor.stream)
+    executor: (ns) => ({ run: inNs(ns), stream: inNs(ns) }),
     async serve(pod, ports) {
       await stopServer(pod);
       const specs = (["tcp", "udp", "sctp"] as const).flatMap((p) => (ports[p] ?? []).map((n) => `${p}:${n}`));
