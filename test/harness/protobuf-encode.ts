@@ -250,13 +250,14 @@ export function encodeList(kind: string, items: Uint8Array[], meta: { resourceVe
   return body(`${kind}List`, parts);
 }
 
-/** One watch frame: a 4-byte big-endian length, then WatchEvent { type 1, object 2: RawExtension { raw 1 } } as a body. */
+/** One watch frame: a 4-byte big-endian length, then a bare WatchEvent { type 1, object 2: RawExtension { raw 1 } } (no envelope), whose raw is a body. */
 export function encodeWatchEvent(type: string, kind: string, o: Obj, item?: Uint8Array): Uint8Array {
   const object = encodeObject(kind, o, item);
   const t = new Writer();
   t.str(1, type);
   const ext = Buffer.concat([head(1, object.length), object]);
-  const frame = body("WatchEvent", [Uint8Array.from(t.bytes), head(2, ext.length), ext]);
+  // a bare WatchEvent, as the API server frames one (test/sources/kube/wire-real.test.ts holds this to its bytes)
+  const frame = Buffer.concat([Uint8Array.from(t.bytes), head(2, ext.length), ext]);
   const out = new Uint8Array(4 + frame.length);
   new DataView(out.buffer).setUint32(0, frame.length);
   out.set(frame, 4);

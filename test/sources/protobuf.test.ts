@@ -330,7 +330,29 @@ describe("watch frames", () => {
 
   test("a frame with bad bytes is an error, not a crash", () => {
     const frame = encodeWatchEvent("ADDED", "Service", fixtures[0]);
-    frame[8] ^= 0xff; // inside the k8s\0 prefix
+    frame[Buffer.from(frame).indexOf("k8s\0") + 1] ^= 0xff; // the object's own k8s\0 prefix
     expect(() => new WatchDecoder().push(frame)).toThrow(ProtoError);
+    const cut = encodeWatchEvent("ADDED", "Service", fixtures[0]);
+    cut[5] = 0x7f; // the type's length runs past the frame
+    expect(() => new WatchDecoder().push(cut)).toThrow(ProtoError);
+  });
+
+  test("a frame wrapped in k8s\0 + runtime.Unknown (no API server writes one) decodes as the bare event", () => {
+    const bare = encodeWatchEvent("MODIFIED", "Service", fixtures[0]);
+    const event = bare.subarray(4);
+    const unknown = Buffer.concat([Buffer.from("k8s\0", "latin1"), Buffer.from([0x12]), varint(event.length), event]);
+    const framed = Buffer.concat([Buffer.from([0, 0, 0, 0]), unknown]);
+    framed.writeUInt32BE(unknown.length, 0);
+    const [a] = new WatchDecoder().push(bare);
+    const [b] = new WatchDecoder().push(framed);
+    expect(b.type).toBe("MODIFIED");
+    expect(parsed(b.object, "Service")).toEqual(parsed(a.object, "Service"));
   });
 });
+
+function varint(n: number): Buffer {
+  const out: number[] = [];
+  for (; n > 127; n >>>= 7) out.push((n & 127) | 128);
+  out.push(n);
+  return Buffer.from(out);
+}

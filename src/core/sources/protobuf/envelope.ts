@@ -4,8 +4,11 @@
 // contentEncoding 3, contentType 4 } whose raw is the object (a List: its
 // ListMeta { resourceVersion 2, continue 3 } as field 1, each item as field
 // 2). A watch (`;stream=watch`) is a stream of frames, each a 4-byte
-// big-endian length and a body as above holding a metav1.WatchEvent
-// { type 1, object 2: RawExtension { raw 1 } }, whose raw is again a body.
+// big-endian length and a *bare* metav1.WatchEvent { type 1, object 2:
+// RawExtension { raw 1 } }: no "k8s\0", no runtime.Unknown around the event
+// (the API server writes events with its raw serializer); only the object in
+// the RawExtension is a body as above. Recorded from kube-apiserver 1.36.2:
+// `00 00 01 ef 0a 05 "ADDED" 12 e5 03 0a e2 03 "k8s\0" 0a 0d 0a 02 "v1" ...`.
 
 import { Checked } from "../../brain/k8s/objects.ts";
 import { checkedReaders } from "./checked.ts";
@@ -276,17 +279,25 @@ function frameLength(buf: Buffer, pos: number): number {
   return len;
 }
 
-/** One frame: a WatchEvent body whose object is a body of its own. */
+/**
+ * One frame: a bare WatchEvent whose object is a body of its own. A frame
+ * that does start with "k8s\0" (no API server writes one; a WatchEvent's first
+ * byte is a field tag, never 0x6b) is unwrapped first: liberal in what it takes.
+ */
 export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent {
-  const u = unwrap(buf, start, end, false);
-  const r = new Reader(buf, u.start);
+  if (end - start >= 4 && hasMagic(buf, start)) {
+    const u = unwrap(buf, start, end, false);
+    start = u.start;
+    end = u.end;
+  }
+  const r = new Reader(buf, start);
   let type = "";
   let object: Raw | undefined;
-  while (r.pos < u.end) {
+  while (r.pos < end) {
     const t = r.uint32();
-    if (t === 10) type = r.atom(u.end);
+    if (t === 10) type = r.atom(end);
     else if (t === 18) {
-      const xend = r.sub(u.end);
+      const xend = r.sub(end);
       while (r.pos < xend) {
         const k = r.uint32();
         if (k === 10) {
@@ -301,9 +312,9 @@ export function watchEvent(buf: Buffer, start: number, end: number): WatchEvent 
         } else r.skip(k, xend);
       }
       r.done(xend);
-    } else r.skip(t, u.end);
+    } else r.skip(t, end);
   }
-  r.done(u.end);
+  r.done(end);
   if (!object) throw new ProtoError(`watch event ${type || "(no type)"} without an object`);
   return { type, object };
 }
