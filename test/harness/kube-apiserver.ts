@@ -391,6 +391,11 @@ export class KubeApiServer {
     await del("/api/v1/nodes");
   }
 
+  /** etcd, kube-apiserver and the test process's forward all running */
+  alive(): boolean {
+    return [this.etcd, this.apiserver, this.hostForward].every((p) => p && p.exitCode === null && !p.killed);
+  }
+
   /** SIGKILL now, for process exit. */
   killNow(): void {
     for (const p of [this.apiserver, this.etcd, this.hostForward, ...this.forwards]) p?.kill("SIGKILL");
@@ -443,6 +448,12 @@ let shared: Promise<KubeApiServer> | undefined;
  * exit ends it.
  */
 export async function sharedApiServer(): Promise<KubeApiServer> {
+  const old = shared && (await shared.catch(() => undefined));
+  // bun test kills a timed-out test's child processes, this control plane's too: start another
+  if (old && !old.alive()) {
+    await old.close();
+    shared = undefined;
+  }
   const first = !shared;
   shared ??= KubeApiServer.start();
   const s = await shared;
