@@ -3,7 +3,7 @@
 // the process; everything below it throws KpngError.
 
 import { defineCommand, type ArgsDef, type CommandContext, type CommandDef, type ParsedArgs } from "citty";
-import pkg from "../package.json" with { type: "json" };
+import { versionInfo } from "./core/version.ts";
 import type { Brain, NodeView, Revision } from "./core/brain/brain.ts";
 import { formatUsage, parseArgv, type FlagDefs, type ParsedArgv } from "./core/config/argv.ts";
 import type { Config } from "./core/config/config.ts";
@@ -450,12 +450,10 @@ function usage(cmd: Command, name: string): string {
   });
 }
 
-/** `--version`: kpng's version (package.json), as kube-proxy prints its own; `--version=raw` as a JSON object. */
+/** `--version`: kpng's version (package.json), as kube-proxy prints its own; `--version=raw`: version.Info as JSON. */
 function versionText(v: string): string {
-  const version = `v${pkg.version}`;
-  if (v === "raw")
-    return JSON.stringify({ gitVersion: version, platform: `${process.platform}/${process.arch}`, runtime: `bun ${Bun.version}` }, null, 2);
-  return `kpng ${version}`;
+  const info = versionInfo();
+  return v === "raw" ? JSON.stringify(info, null, 2) : `kpng ${info.gitVersion}`;
 }
 
 // citty would also run the parent's `run` after a subcommand, and its parser

@@ -5,8 +5,8 @@
 //   (component-base/metrics/prometheus/restclient), for kpng's API client;
 // - kubernetes_build_info (component-base/metrics/prometheus/version).
 
+import { type VersionInfo, versionInfo } from "../version.ts";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
-import pkg from "../../../package.json" with { type: "json" };
 
 /** client-go's request latency buckets (seconds) */
 export const REST_CLIENT_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
@@ -52,27 +52,23 @@ export class RestClientMetrics implements RestClientObserver {
   }
 }
 
-/** Go's names for the platform (runtime.GOOS/GOARCH), as kube-proxy reports it. */
-const GOARCH: Record<string, string> = { x64: "amd64", ia32: "386", arm64: "arm64", arm: "arm", ppc64: "ppc64le", s390x: "s390x" };
-
 /**
- * kubernetes_build_info with kpng's version: git_version "v<version>", its
- * major and minor. go_version and compiler name the runtime that runs kpng
- * (Bun), in the fields where Go components name theirs; git_commit,
- * git_tree_state and build_date are empty (the build does not record them).
+ * kubernetes_build_info with kpng's version.Info (src/core/version.ts):
+ * go_version and compiler name the runtime that runs kpng (Bun), in the fields
+ * where Go components name theirs; the commit, tree state and build date are
+ * the build's stamp ("unknown" run from source).
  */
-export function buildInfoLabels(version = pkg.version): Record<string, string> {
-  const [major = "", minor = ""] = version.split(".");
+export function buildInfoLabels(v: VersionInfo = versionInfo()): Record<string, string> {
   return {
-    major,
-    minor,
-    git_version: `v${version}`,
-    git_commit: "",
-    git_tree_state: "",
-    build_date: "",
-    go_version: `bun${Bun.version}`,
-    compiler: "bun",
-    platform: `${process.platform}/${GOARCH[process.arch] ?? process.arch}`,
+    major: v.major,
+    minor: v.minor,
+    git_version: v.gitVersion,
+    git_commit: v.gitCommit,
+    git_tree_state: v.gitTreeState,
+    build_date: v.buildDate,
+    go_version: v.runtime,
+    compiler: v.compiler,
+    platform: v.platform,
   };
 }
 
