@@ -23,6 +23,7 @@ export interface VersionInfo {
 }
 
 /** Go's names for the platform (runtime.GOOS/GOARCH), as kube-proxy reports it. */
+const GOOS: Record<string, string> = { win32: "windows" };
 const GOARCH: Record<string, string> = { x64: "amd64", ia32: "386", arm64: "arm64", arm: "arm", ppc64: "ppc64le", s390x: "s390x" };
 
 export function versionInfo(): VersionInfo {
@@ -36,6 +37,6 @@ export function versionInfo(): VersionInfo {
     ...stamp,
     runtime: `bun${Bun.version}`,
     compiler: "bun",
-    platform: `${process.platform}/${GOARCH[process.arch] ?? process.arch}`,
+    platform: `${GOOS[process.platform] ?? process.platform}/${GOARCH[process.arch] ?? process.arch}`,
   };
 }
