@@ -180,8 +180,9 @@ export class KubeApiServer {
     }
   }
 
+  /** argv in the namespace, killed with the test process however it ends (setpriv's parent-death signal) */
   private spawnIn(argv: string[], log: string): Bun.Subprocess {
-    return Bun.spawn(["ip", "netns", "exec", this.ns, ...argv], {
+    return Bun.spawn(["ip", "netns", "exec", this.ns, "setpriv", "--pdeathsig", "KILL", "--", ...argv], {
       stdout: Bun.file(join(this.dir, log)),
       stderr: Bun.file(join(this.dir, `${log}.err`)),
       stdin: "ignore",
@@ -209,6 +210,8 @@ export class KubeApiServer {
         "--api-audiences=https://kubernetes.default.svc",
         `--service-cluster-ip-range=${SERVICE_CIDRS}`,
         "--endpoint-reconciler-type=none",
+        // as kubeadm starts it: privileged and HostProcess pods (the DaemonSets in deploy/) are allowed
+        "--allow-privileged=true",
         ...this.extraArgs,
       ],
       "kube-apiserver.log",
