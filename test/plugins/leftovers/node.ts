@@ -22,11 +22,10 @@ export const webService = (topo: Topology): Svc & { nodeIP: string } => ({
   nodeIP: topo.node.v4,
 });
 
-/** `kubectl get -o json` of that cluster, written where kpng's --input reads it */
-export function writeCluster(topo: Topology, dir: string): string {
+/** The cluster: this node, and `default/web` (ClusterIP and node port 30080) on the topology's two pods. */
+export function clusterObjects(topo: Topology) {
   const s = webService(topo);
-  const file = join(dir, "cluster.json");
-  const objects = [
+  return [
     node(NODE, { ips: [topo.node.v4] }),
     svc({
       name: "web",
@@ -36,7 +35,12 @@ export function writeCluster(topo: Topology, dir: string): string {
     }),
     slice({ service: "web", endpoints: topo.pods.slice(0, 2).map((p) => ({ ip: p.v4, node: NODE, pod: p.name })) }),
   ];
-  writeFileSync(file, JSON.stringify(asList(objects), null, 1));
+}
+
+/** `kubectl get -o json` of that cluster, written where kpng's --input reads it */
+export function writeCluster(topo: Topology, dir: string): string {
+  const file = join(dir, "cluster.json");
+  writeFileSync(file, JSON.stringify(asList(clusterObjects(topo)), null, 1));
   return file;
 }
 
