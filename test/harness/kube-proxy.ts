@@ -9,8 +9,9 @@
 // holds (the image's iptables-wrapper picks a flavour). `iptables: "legacy"`
 // or "nft" puts a directory first in its PATH whose iptables, ip6tables and
 // their -save/-restore are that flavour's; `iptables: "none"` one where they
-// fail, so nftables mode's start-up cleanup of iptables modes (it removes them
-// on a node switching mode: server_linux.go platformCleanup) cannot run.
+// and ipset fail, so nftables mode's start-up cleanup of the iptables and IPVS
+// modes (it removes them on a node switching mode: server_linux.go
+// platformCleanup) cannot run, for a test that wants every mode's rules at once.
 //
 // Settings a test namespace needs: conntrack.maxPerCore 0 (nf_conntrack_max
 // is global, not per namespace: kube-proxy leaves it alone), metrics and
@@ -52,12 +53,14 @@ export interface KubeProxyOptions {
 }
 
 const TOOLS = ["iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"];
+/** hidden too with "none" */
+const HIDDEN = [...TOOLS, "ipset"];
 
-/** A directory whose iptables tools are `flavour`'s (symlinks to /usr/sbin/*-legacy or *-nft), or fail ("none"). */
-function toolDir(dir: string, flavour: Exclude<IptablesFlavour, never>): string {
+/** A directory whose iptables tools are `flavour`'s (scripts running /usr/sbin/*-legacy or *-nft), or fail with ipset ("none"). */
+function toolDir(dir: string, flavour: IptablesFlavour): string {
   const bin = join(dir, `iptables-${flavour}`);
   mkdirSync(bin, { recursive: true });
-  for (const t of TOOLS) {
+  for (const t of flavour === "none" ? HIDDEN : TOOLS) {
     const target = t.replace(/^(ip6?tables)/, `$1-${flavour}`);
     const body =
       flavour === "none"
