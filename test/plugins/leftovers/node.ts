@@ -5,7 +5,7 @@
 
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { v4 } from "../../fixtures/addresses.ts";
+import { v4, v6 } from "../../fixtures/addresses.ts";
 import { node, slice, svc } from "../../fixtures/k8s.ts";
 import type { Topology } from "../../harness/netns.ts";
 import { asList } from "../../deployed/cluster.ts";
@@ -22,11 +22,10 @@ export const webService = (topo: Topology): Svc & { nodeIP: string } => ({
   nodeIP: topo.node.v4,
 });
 
-/** `kubectl get -o json` of that cluster, written where kpng's --input reads it */
-export function writeCluster(topo: Topology, dir: string): string {
+/** The cluster: this node, and `default/web` (ClusterIP and node port 30080) on the topology's two pods. */
+export function clusterObjects(topo: Topology) {
   const s = webService(topo);
-  const file = join(dir, "cluster.json");
-  const objects = [
+  return [
     node(NODE, { ips: [topo.node.v4] }),
     svc({
       name: "web",
@@ -36,7 +35,27 @@ export function writeCluster(topo: Topology, dir: string): string {
     }),
     slice({ service: "web", endpoints: topo.pods.slice(0, 2).map((p) => ({ ip: p.v4, node: NODE, pod: p.name })) }),
   ];
-  writeFileSync(file, JSON.stringify(asList(objects), null, 1));
+}
+
+/** `default/web6`: an IPv6 cluster IP on pod0, so that kube-proxy writes rules of that family too */
+export const web6Objects = (topo: Topology) => [
+  svc({ name: "web6", clusterIPs: [v6.clusterIP(10)], ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }] }),
+  slice({ service: "web6", family: "IPv6", endpoints: [{ ip: topo.pods[0].v6, node: NODE, pod: topo.pods[0].name }] }),
+];
+
+/** Whether kube-proxy's rules (KubeProxy.rules()) send port 80 of each cluster IP to its Service */
+export function kubeProxyServes(mode: "iptables" | "nftables", rules: string, clusterIPs: string[]): boolean {
+  return clusterIPs.every((ip) =>
+    mode === "iptables"
+      ? new RegExp(`-A KUBE-SERVICES -d ${ip}/(32|128) -p tcp .*--dport 80 -j KUBE-SVC-`).test(rules)
+      : rules.includes(`${ip} . tcp . 80 : goto service-`),
+  );
+}
+
+/** `kubectl get -o json` of that cluster, written where kpng's --input reads it */
+export function writeCluster(topo: Topology, dir: string): string {
+  const file = join(dir, "cluster.json");
+  writeFileSync(file, JSON.stringify(asList(clusterObjects(topo)), null, 1));
   return file;
 }
 

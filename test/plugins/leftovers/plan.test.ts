@@ -14,8 +14,20 @@ import {
   type PlanOptions,
 } from "../../../src/plugins/leftovers/plan.ts";
 import { v4 } from "../../fixtures/addresses.ts";
-import { foreignIptables, foreignNft, iptablesMode, ipvsModeIpsets, ipvsModeIptables, ipvsModeVirtualServers } from "./kube-proxy-rules.ts";
+import {
+  foreignIptables,
+  foreignNft,
+  ipvsModeIpsets,
+  ipvsModeIptables,
+  ipvsModeVirtualServers,
+  kubeProxyIptables,
+} from "./kube-proxy-rules.ts";
 
+// the addresses of golden/kube-proxy-iptables.save (captured from the real kube-proxy): its chain names hash them
+const SVC = "KUBE-SVC-CDGGSHYLG3RE2FKL";
+const EXT = "KUBE-EXT-CDGGSHYLG3RE2FKL";
+const SEP_A = "KUBE-SEP-54MA26PPZ7RNNNEC";
+const SEP_B = "KUBE-SEP-W3MPR2YZK5V2AW7R";
 const web = { clusterIP: v4.clusterIP(10), endpoints: [v4.pod(0, 1), v4.pod(0, 2)], podCIDR: "198.19.0.0/16", nodePort: 30080 };
 const nodeIP = v4.node(0);
 const other = v4.external(9);
@@ -69,15 +81,15 @@ const kubeProxyIptablesChains = [
   "filter KUBE-PROXY-FIREWALL",
   "filter KUBE-SERVICES",
   "mangle KUBE-PROXY-CANARY",
-  "nat KUBE-EXT-WEBHTTP7Q4MVSDT6",
+  `nat ${EXT}`,
   "nat KUBE-MARK-MASQ",
   "nat KUBE-NODEPORTS",
   "nat KUBE-POSTROUTING",
   "nat KUBE-PROXY-CANARY",
-  "nat KUBE-SEP-PODAAAAAAAAAAAA",
-  "nat KUBE-SEP-PODBBBBBBBBBBBB",
+  `nat ${SEP_A}`,
+  `nat ${SEP_B}`,
   "nat KUBE-SERVICES",
-  "nat KUBE-SVC-WEBHTTP7Q4MVSDT6",
+  `nat ${SVC}`,
 ];
 
 interface Case {
@@ -99,7 +111,7 @@ const everything: PlanOptions = { owners: ["kpng", "kube-proxy"] };
 const cases: Case[] = [
   {
     name: "iptables mode: every kube-proxy chain and jump goes; kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT and a CNI's chains stay",
-    listing: { iptables: [dump(saved(foreignIptables(), iptablesMode(web)))] },
+    listing: { iptables: [dump(saved(foreignIptables(), kubeProxyIptables()))] },
     opts: kubeProxyOnly,
     chains: kubeProxyIptablesChains,
   },
@@ -110,7 +122,7 @@ const cases: Case[] = [
         dump(
           saved(
             foreignIptables(),
-            iptablesMode(web),
+            kubeProxyIptables(),
             "*nat\n:CNI-HOSTPORT-SETMARK - [0:0]\n-A CNI-HOSTPORT-SETMARK -j KUBE-MARK-MASQ\nCOMMIT\n",
           ),
         ),
@@ -124,7 +136,7 @@ const cases: Case[] = [
     name: "what a kept chain reaches stays too: another program jumping to KUBE-SERVICES keeps the whole service tree, the rest goes",
     listing: {
       iptables: [
-        dump(saved(foreignIptables(), iptablesMode(web), "*nat\n:OTHER-PORTALS - [0:0]\n-A OTHER-PORTALS -j KUBE-SERVICES\nCOMMIT\n")),
+        dump(saved(foreignIptables(), kubeProxyIptables(), "*nat\n:OTHER-PORTALS - [0:0]\n-A OTHER-PORTALS -j KUBE-SERVICES\nCOMMIT\n")),
       ],
     },
     opts: kubeProxyOnly,
@@ -141,7 +153,7 @@ const cases: Case[] = [
     ],
     kept: [
       "iptables-nft v4 nat KUBE-SERVICES: another program's chain still reaches it",
-      "iptables-nft v4 nat KUBE-SEP-PODAAAAAAAAAAAA: another program's chain still reaches it",
+      `iptables-nft v4 nat ${SEP_A}: another program's chain still reaches it`,
       "iptables-nft v4 nat KUBE-MARK-MASQ: another program's chain still reaches it",
     ],
   },
@@ -275,7 +287,7 @@ describe("planLeftovers", () => {
     });
 
   test("restores touch no chain of other software: every line names an owner's chain or deletes a jump to one", () => {
-    const plan = planLeftovers({ ...emptyListing(), iptables: [dump(saved(foreignIptables(), iptablesMode(web)))] }, kubeProxyOnly);
+    const plan = planLeftovers({ ...emptyListing(), iptables: [dump(saved(foreignIptables(), kubeProxyIptables()))] }, kubeProxyOnly);
     for (const line of plan.iptables[0]!.input.split("\n")) {
       if (!line || line === "COMMIT" || line.startsWith("*")) continue;
       expect(line).toMatch(/^(:KUBE-|-X KUBE-|-D (PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) .* -j KUBE-)/);
@@ -288,12 +300,14 @@ describe("planLeftovers", () => {
   });
 
   test("the parser reads iptables-save as the tools print it", () => {
-    const t = parseIptablesSave(saved(iptablesMode(web))).get("nat")!;
-    expect(t.chains).toContain("KUBE-SVC-WEBHTTP7Q4MVSDT6");
+    const t = parseIptablesSave(saved(kubeProxyIptables())).get("nat")!;
+    expect(t.chains).toContain(SVC);
     expect(t.builtinJumps.find((r) => r.chain === "PREROUTING")?.target).toBe("KUBE-SERVICES");
     // jumps between chains are kept, DNAT/MARK/MASQUERADE targets are not chains
-    expect(t.edges.get("KUBE-SVC-WEBHTTP7Q4MVSDT6")).toEqual(["KUBE-MARK-MASQ", "KUBE-SEP-PODAAAAAAAAAAAA", "KUBE-SEP-PODBBBBBBBBBBBB"]);
-    expect(t.edges.get("KUBE-SEP-PODAAAAAAAAAAAA")).toEqual(["KUBE-MARK-MASQ"]);
+    expect(t.edges.get(SVC)).toEqual(["KUBE-MARK-MASQ", SEP_A, SEP_B]);
+    expect(t.edges.get(SEP_A)).toEqual(["KUBE-MARK-MASQ"]);
+    // the node port's two rules (localhost, then every address) both reach the service's external chain
+    expect(t.edges.get("KUBE-NODEPORTS")).toEqual([EXT, EXT]);
   });
 });
 
@@ -329,7 +343,7 @@ function fakeNode(listing: Partial<Listing>, fail?: (argv: string[]) => boolean)
 describe("removeLeftovers (recorder)", () => {
   const listing: Partial<Listing> = {
     nftTables: "table ip kube-proxy\n",
-    iptables: [dump(saved(foreignIptables(), ipvsModeIptables(web)), "legacy"), dump(saved(foreignIptables(), iptablesMode(web)))],
+    iptables: [dump(saved(foreignIptables(), ipvsModeIptables(web)), "legacy"), dump(saved(foreignIptables(), kubeProxyIptables()))],
     ipsets: ipvsModeIpsets(web),
     device: dummy,
     deviceAddrs: onDevice(web.clusterIP),
