@@ -109,7 +109,20 @@ export async function startKubeProxy(o: KubeProxyOptions): Promise<KubeProxy> {
   );
   const path = o.iptables ? `${toolDir(o.dir, o.iptables)}:${process.env.PATH}` : (process.env.PATH ?? "");
   const proc = Bun.spawn(
-    ["ip", "netns", "exec", o.ns, bin.kubeProxy, `--config=${config}`, `--hostname-override=${o.nodeName}`, `--v=${o.verbosity ?? 2}`],
+    [
+      "ip",
+      "netns",
+      "exec",
+      o.ns,
+      "setpriv",
+      "--pdeathsig",
+      "KILL",
+      "--",
+      bin.kubeProxy,
+      `--config=${config}`,
+      `--hostname-override=${o.nodeName}`,
+      `--v=${o.verbosity ?? 2}`,
+    ],
     { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env, PATH: path } },
   );
   running.add(proc);
