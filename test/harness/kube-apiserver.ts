@@ -101,9 +101,12 @@ const TOKENS: Record<User, string> = { admin: "kpng-test-admin-token", "kube-pro
 export type K8sObject = { kind: string; apiVersion?: string; metadata: { name: string; namespace?: string }; status?: unknown };
 
 const live = new Set<KubeApiServer>();
-process.on("exit", () => {
-  for (const s of live) s.killNow();
-});
+
+/** Closes every control plane still running: test/harness/preload.ts calls it after the last test file. */
+export async function closeAllApiServers(): Promise<void> {
+  shared = undefined;
+  await Promise.all([...live].map((s) => s.close()));
+}
 
 /** Resources by kind, for the bulk POSTs and deletes. */
 const PATHS: Record<string, { group: string; resource: string; namespaced: boolean }> = {
@@ -397,13 +400,6 @@ export class KubeApiServer {
   /** etcd, kube-apiserver and the test process's forward all running */
   alive(): boolean {
     return [this.etcd, this.apiserver, this.hostForward].every((p) => p && p.exitCode === null && !p.killed);
-  }
-
-  /** SIGKILL now, for process exit. */
-  killNow(): void {
-    for (const p of [this.apiserver, this.etcd, this.hostForward, ...this.forwards]) p?.kill("SIGKILL");
-    Bun.spawnSync(["ip", "netns", "del", this.ns], { stderr: "ignore" });
-    rmSync(this.dir, { recursive: true, force: true });
   }
 
   async close(): Promise<void> {

@@ -56,21 +56,50 @@ const bundle = join(tmp.path, "bundle");
 let base: RuntimeConfig;
 
 beforeAll(async () => {
-  if (!skip) base = await unpackImage(layout, VERSION, bundle);
+  if (!skip) base = await unpackImage(layout, `${VERSION}-amd64`, bundle);
 }, 120_000);
 afterAll(() => tmp.remove());
 
 const blob = (digest: string) => JSON.parse(readFileSync(join(layout, "blobs/sha256", digest.replace("sha256:", "")), "utf8")) as Doc;
 
 describe.skipIf(skip)("the image", () => {
-  test("tagged with package.json's version; kpng is the entrypoint; the tools and kpng in two layers", () => {
+  test("tagged with package.json's version: an image index of linux/amd64 and linux/arm64", () => {
     const index = JSON.parse(readFileSync(join(layout, "index.json"), "utf8")) as Doc;
-    expect(index.manifests.map((m: Doc) => m.annotations["org.opencontainers.image.ref.name"])).toEqual([VERSION]);
-    const manifest = blob(index.manifests[0].digest);
-    expect(manifest.layers.length).toBe(2);
-    const config = blob(manifest.config.digest);
-    expect(config.config.Entrypoint).toEqual(["/usr/local/bin/kpng"]);
-    expect(config.config.Labels["org.opencontainers.image.version"]).toBe(VERSION);
+    const tags = index.manifests.map((m: Doc) => m.annotations["org.opencontainers.image.ref.name"]);
+    expect(tags.sort()).toEqual([VERSION, `${VERSION}-amd64`, `${VERSION}-arm64`]);
+    const top = index.manifests.find((m: Doc) => m.annotations["org.opencontainers.image.ref.name"] === VERSION);
+    expect(top.mediaType).toBe("application/vnd.oci.image.index.v1+json");
+    const platforms = (blob(top.digest).manifests as Doc[]).map((m) => `${m.platform.os}/${m.platform.architecture}`);
+    expect(platforms).toEqual(["linux/amd64", "linux/arm64"]);
+  });
+
+  test.each(["amd64", "arm64"])(
+    "%s: kpng is the entrypoint; the tools and kpng in two layers; the config names the architecture",
+    (arch) => {
+      const index = JSON.parse(readFileSync(join(layout, "index.json"), "utf8")) as Doc;
+      const m = index.manifests.find((x: Doc) => x.annotations["org.opencontainers.image.ref.name"] === `${VERSION}-${arch}`);
+      const manifest = blob(m.digest);
+      expect(manifest.layers.length).toBe(2);
+      const config = blob(manifest.config.digest);
+      expect([config.os, config.architecture]).toEqual(["linux", arch]);
+      expect(config.config.Entrypoint).toEqual(["/usr/local/bin/kpng"]);
+      expect(config.config.Labels["org.opencontainers.image.version"]).toBe(VERSION);
+    },
+  );
+
+  test("the arm64 image holds an aarch64 kpng and aarch64 tools", async () => {
+    const arm = join(tmp.path, "bundle-arm64");
+    await unpackImage(layout, `${VERSION}-arm64`, arm);
+    const machine = (f: string) => readFileSync(join(arm, "rootfs", f)).readUInt16LE(18);
+    // ELF e_machine: 0xb7 aarch64
+    for (const f of [
+      "usr/local/bin/kpng",
+      "usr/sbin/nft",
+      "usr/sbin/xtables-nft-multi",
+      "usr/sbin/ip",
+      "usr/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1",
+    ])
+      expect([f, machine(f)]).toEqual([f, 0xb7]);
   });
 
   test("only what kpng runs: the backends' tools, their libraries, no package manager, shell tools or docs", async () => {
