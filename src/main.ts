@@ -8,7 +8,7 @@ import type { Brain, NodeView, Revision } from "./core/brain/brain.ts";
 import { formatUsage, parseArgv, type FlagDefs, type ParsedArgv } from "./core/config/argv.ts";
 import type { Config } from "./core/config/config.ts";
 import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
-import { kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
+import { kubeClientArgs, kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
 import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
 import { apiClientArgs, backendNames, listenArgs, modeSource, proxyArgs, repeated, sourceArgs, type Args } from "./core/config/flags.ts";
@@ -285,6 +285,7 @@ async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
 
 const serveArgs = {
   ...sourceArgs,
+  ...kubeClientArgs,
   ...listenArgs,
   "metrics-bind-address": {
     type: "string",
@@ -365,6 +366,7 @@ const backendCommand = command({
 
 const localArgs = {
   ...sourceArgs,
+  ...kubeClientArgs,
   ...apiClientArgs,
   output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" },
   ...logArgs,

@@ -376,6 +376,22 @@ export class FakeApiServer {
     }
   }
 
+  /**
+   * Writes bytes as they are into every open watch of `kind`: `protobuf` to
+   * protobuf watches, `json` to JSON ones (an injected fault: a frame or line
+   * no client can decode). Returns how many watches got them.
+   */
+  injectWatch(kind: string, raw: { protobuf?: Uint8Array; json?: string }): number {
+    let n = 0;
+    for (const w of this.watchers) {
+      const bytes = w.protobuf ? raw.protobuf : raw.json;
+      if (w.kind !== kind || bytes === undefined || w.res.writableEnded) continue;
+      w.res.write(bytes);
+      n++;
+    }
+    return n;
+  }
+
   /** Cuts every connection (watch streams included) without a goodbye. */
   dropConnections(): void {
     for (const s of this.sockets) s.destroy();

@@ -319,8 +319,15 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     expect(value(t, 'kpng_backend_rules_lost_total{backend="nft"}')).toBe(2);
   });
 
-  test("kpng's own: API events in, brain events, revisions out, watchers, relists", async () => {
-    const source: SourceStats = { events: { Service: 7, EndpointSlice: 9, Node: 2 }, watchers: 3, relists: 1, flushes: 4 };
+  test("kpng's own: API events in, brain events, revisions out, watchers, relists, watch decode errors", async () => {
+    const source: SourceStats = {
+      events: { Service: 7, EndpointSlice: 9, Node: 2 },
+      watchers: 3,
+      relists: 1,
+      flushes: 4,
+      decodeErrors: { Service: 5, EndpointSlice: 0, Node: 0 },
+      stale: ["Service"],
+    };
     const { apply, text, brain } = rig({ source });
     apply(node("node-1"), svc({ name: "web" }));
     const t = await text();
@@ -329,6 +336,8 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     expect(value(t, "kpng_node_revisions_total")).toBe(1);
     expect(value(t, "kpng_api_watchers")).toBe(3);
     expect(value(t, "kpng_api_relists_total")).toBe(1);
+    expect(value(t, 'kpng_kube_watch_decode_errors_total{kind="Service"}')).toBe(5);
+    expect(value(t, 'kpng_kube_watch_decode_errors_total{kind="EndpointSlice"}')).toBe(0);
   });
 });
 

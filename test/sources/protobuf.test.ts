@@ -328,13 +328,22 @@ describe("watch frames", () => {
     expect(events[3].object).toMatchObject({ kind: "Status", code: 410, reason: "Expired", message: "too old" });
   });
 
-  test("a frame with bad bytes is an error, not a crash", () => {
+  test("a frame with bad bytes comes back marked undecodable, and the frames after it decode (its length was sound)", () => {
     const frame = encodeWatchEvent("ADDED", "Service", fixtures[0]);
     frame[Buffer.from(frame).indexOf("k8s\0") + 1] ^= 0xff; // the object's own k8s\0 prefix
-    expect(() => new WatchDecoder().push(frame)).toThrow(ProtoError);
     const cut = encodeWatchEvent("ADDED", "Service", fixtures[0]);
     cut[5] = 0x7f; // the type's length runs past the frame
-    expect(() => new WatchDecoder().push(cut)).toThrow(ProtoError);
+    const good = encodeWatchEvent("MODIFIED", "Service", fixtures[0]);
+    const events = new WatchDecoder().push(Buffer.concat([frame, cut, good]));
+    expect(events.map((e) => [e.type, e.undecodable])).toEqual([
+      ["", "not a Kubernetes protobuf body (no k8s\\0 prefix)"],
+      ["", expect.stringMatching(/./)],
+      ["MODIFIED", undefined],
+    ]);
+  });
+
+  test("a frame length no frame can have is a framing error: it throws (nothing after it can be trusted)", () => {
+    expect(() => new WatchDecoder().push(Uint8Array.of(0xff, 0xff, 0xff, 0xff, 0x0a))).toThrow(ProtoError);
   });
 
   test("a frame wrapped in k8s\0 + runtime.Unknown (no API server writes one) decodes as the bare event", () => {

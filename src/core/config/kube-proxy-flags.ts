@@ -34,6 +34,28 @@ export const logArgs = {
   "log-text-info-buffer-size": { type: "string", noEffect: "lines are not buffered" },
 } as const satisfies FlagDefs;
 
+/**
+ * kube-proxy's API-client flags (clientConnection): taken by every command
+ * that reads the API server (the node proxy, `serve`, `local`), with the same
+ * meaning.
+ */
+export const kubeClientArgs = {
+  "kube-api-content-type": {
+    type: "string",
+    description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json",
+  },
+  "kube-api-qps": {
+    type: "string",
+    valueHint: "float32",
+    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
+  },
+  "kube-api-burst": {
+    type: "string",
+    valueHint: "int32",
+    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
+  },
+} as const satisfies FlagDefs;
+
 export const kubeProxyArgs = {
   "init-only": { type: "boolean", description: "set the conntrack sysctls (what needs full privileges), then exit" },
   "bind-address-hard-fail": { type: "boolean", description: "exit when the health or metrics port cannot be bound (else retry)" },
@@ -77,20 +99,7 @@ export const kubeProxyArgs = {
     description: "nf_conntrack_udp_timeout_stream (0: leave as is)",
   },
   "feature-gates": { type: "string", valueHint: "mapStringBool", noEffect: "kpng has no feature gates" },
-  "kube-api-content-type": {
-    type: "string",
-    description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json",
-  },
-  "kube-api-qps": {
-    type: "string",
-    valueHint: "float32",
-    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
-  },
-  "kube-api-burst": {
-    type: "string",
-    valueHint: "int32",
-    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
-  },
+  ...kubeClientArgs,
   "config-sync-period": { type: "string", valueHint: "duration", noEffect: "kpng's watches need no periodic relist" },
   profiling: { type: "boolean", noEffect: "no /debug/pprof (a Go runtime feature)" },
   "show-hidden-metrics-for-version": { type: "string", noEffect: "kpng hides no metrics" },

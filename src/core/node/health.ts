@@ -10,7 +10,11 @@
 // successful sync; upstream waits for the timeout. /healthz also reports
 // 503 when this node is being deleted or is tainted
 // ToBeDeletedByClusterAutoscaler (load balancers should drain it); /livez
-// ignores the node.
+// ignores the node. kpng also reports unhealthy while its Kubernetes source
+// is stale: watch events of a kind keep failing to decode
+// (kube-reflector.ts DECODE_FAILURES_STALE), so the rules no longer follow
+// the cluster, whatever the backends do; upstream would sit on stale state
+// silently.
 
 import { bindHostPort, serveHttp, type HttpServer } from "./http-serve.ts";
 import type { Logger } from "../log.ts";
@@ -48,7 +52,15 @@ export class ProxyHealth {
   /** backends whose rules are known to be missing, or whose syncs failed, since their last successful sync */
   private readonly broken = new Map<string, { lost: boolean; failures: number }>();
 
-  constructor(private readonly opts: { timeoutMs: number; clock?: Clock; nodeEligible?: () => boolean }) {}
+  constructor(
+    private readonly opts: {
+      timeoutMs: number;
+      clock?: Clock;
+      nodeEligible?: () => boolean;
+      /** the cluster source is known not to follow the cluster (kinds whose watch events do not decode) */
+      sourceStale?: () => boolean;
+    },
+  ) {}
 
   private get clock() {
     return this.opts.clock ?? realClock;
@@ -92,6 +104,10 @@ export class ProxyHealth {
   check(): { healthy: boolean; lastUpdated: Stamp | null } {
     const now = this.clock.mono();
     let last: Stamp | null = null;
+    if (this.opts.sourceStale?.()) {
+      for (const stamp of this.lastUpdated.values()) if (!last || stamp.mono > last.mono) last = stamp;
+      return { healthy: false, lastUpdated: last };
+    }
     for (const [backend, b] of this.broken)
       if (b.lost || b.failures >= FAILURES_UNHEALTHY) return { healthy: false, lastUpdated: this.lastUpdated.get(backend) ?? null };
     for (const [backend, stamp] of this.lastUpdated) {

@@ -354,6 +354,18 @@ export class ProxyMetrics {
         setTo(this, source?.()?.watchers ?? 0);
       },
     });
+    // kube-proxy has no such metric (client-go's reflector only logs): issue 33's stalled watch, counted
+    new Counter({
+      name: "kpng_kube_watch_decode_errors_total",
+      help: "Watch events from the API server that kpng could not decode (skipped, or refused by name) and watch streams whose framing broke (listed again), by kind",
+      labelNames: ["kind"],
+      registers,
+      collect() {
+        const s = source?.();
+        this.reset();
+        for (const [kind, n] of Object.entries(s?.decodeErrors ?? {})) this.inc({ kind }, n);
+      },
+    });
     new Counter({
       name: "kpng_api_relists_total",
       help: "Lists repeated after 410 Gone",

@@ -63,6 +63,7 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   const health = new ProxyHealth({
     timeoutMs: 2 * cfg.syncPeriodSeconds * 1000,
     nodeEligible: () => nodeIsEligible(brain.cluster.nodes.get(cfg.nodeName) as never),
+    sourceStale: () => (source?.stats?.stale.length ?? 0) > 0,
   });
   const metrics = new ProxyMetrics({ brain, backends: opts.backends, source: () => source?.stats });
   const servers: HttpServer[] = [];

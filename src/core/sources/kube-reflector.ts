@@ -9,6 +9,28 @@
 // again only on 410 Gone; back off exponentially (with jitter, capped) while
 // the server cannot be reached. Nothing here ever clears what was listed: a
 // server that is down leaves the last known cluster in place.
+//
+// A watch event kpng cannot decode never stalls the watch (issue 33: it used
+// to end the watch, which resumed from the same resourceVersion and failed on
+// the same event forever). What is done depends on what broke:
+// - one event's bytes (a protobuf frame whose length prefix is sound, a JSON
+//   line, an object that does not decode): the event is skipped, logged and
+//   counted, and the watch goes on with the next one. The stream itself is
+//   sound, and every other object keeps being followed; a relist per bad
+//   event would fetch the whole kind again each time (10k objects), and
+//   with a decoder that fails on what this server writes, forever. An object
+//   that did not decode but whose name could be read is refused by name
+//   (kube.ts); its last valid version stays.
+// - the framing (a frame length no frame can have): nothing after it can be
+//   trusted. The stream is dropped and the kind listed again (the latest
+//   state), after the usual backoff.
+// - during a streamed list: a skipped event would be an object missing from
+//   the list, taken as deleted; the list fails and is listed again by pages,
+//   whose items are refused one by one, by name.
+// DECODE_FAILURES_STALE such failures in a row, with no watch event decoded
+// between them, make the kind `stale`: kpng is not following it (the same
+// failure again and again), and /healthz says so (health.ts) until a watch
+// event of that kind decodes again.
 
 import type { IncomingMessage } from "node:http";
 import { StringDecoder } from "node:string_decoder";
@@ -17,7 +39,8 @@ import type { Logger } from "../log.ts";
 import { encodingOf } from "./kube-content.ts";
 import { expectOK, kubeGet, type KubeGet } from "./kube-http.ts";
 import type { KubeAccess } from "./kubeconfig.ts";
-import { ListDecoder, WatchDecoder, type WatchEvent } from "./protobuf/envelope.ts";
+import { ListDecoder, UNDECODABLE, WatchDecoder, type WatchEvent } from "./protobuf/envelope.ts";
+import { ProtoError } from "./protobuf/wire.ts";
 
 export interface ResourceSpec {
   /** e.g. `/api/v1/services` */
@@ -68,6 +91,9 @@ export interface Backoff {
 /** client-go's reflector backoff: 800ms doubling up to 30s; jittered down by up to half so it stays bounded. */
 export const DEFAULT_BACKOFF: Backoff = { initialMs: 800, maxMs: 30_000 };
 
+/** watch events of one kind that failed to decode in a row after which the kind is stale (/healthz 503) */
+export const DECODE_FAILURES_STALE = 5;
+
 const PAGE = 500;
 const LIST_TIMEOUT_MS = 60_000;
 
@@ -75,7 +101,9 @@ type Outcome =
   | { type: "gone" }
   | { type: "error"; err: unknown; timeout: boolean }
   | { type: "closed"; events: number; ms: number }
-  | { type: "refused"; err: unknown };
+  | { type: "refused"; err: unknown }
+  /** the stream's framing broke: list again */
+  | { type: "corrupt"; err: unknown };
 
 /** the annotation of the BOOKMARK that ends a streamed list's initial events */
 export const INITIAL_EVENTS_END = "k8s.io/initial-events-end";
@@ -89,6 +117,10 @@ export class Reflector {
   /** resourceVersion to resume from; "" = list first */
   resourceVersion = "";
   relists = 0;
+  /** watch events that did not decode (skipped, or refused by name), and watch streams whose framing broke */
+  decodeErrors = 0;
+  /** decode failures since the last watch event that decoded */
+  private decodeFailuresInRow = 0;
   /**
    * The resourceVersion the next list asks for, as client-go's reflector:
    * "0" (any, from the API server's watch cache: no read from etcd) until
@@ -114,6 +146,11 @@ export class Reflector {
     private readonly backoff: Backoff = DEFAULT_BACKOFF,
   ) {
     this.get = kubeGet(access, spec.accept);
+  }
+
+  /** DECODE_FAILURES_STALE decode failures in a row: kpng is not following this kind */
+  get stale(): boolean {
+    return this.decodeFailuresInRow >= DECODE_FAILURES_STALE;
   }
 
   /** resolves after the first successful list */
@@ -153,7 +190,7 @@ export class Reflector {
               error: errorMessage(out.err),
             });
             this.streamList = false;
-          } else if (out.type === "error" && !out.timeout) {
+          } else if ((out.type === "error" && !out.timeout) || out.type === "corrupt") {
             this.log.warn("streamed list failed, listing page by page", {
               kind: this.kind,
               error: errorMessage(out.err) || String(statusOf(out.err) ?? "error"),
@@ -185,6 +222,10 @@ export class Reflector {
         this.resourceVersion = "";
         this.listFrom = "";
         this.relists++;
+      } else if (out.type === "corrupt") {
+        this.resourceVersion = "";
+        this.listFrom = "";
+        await this.retryLater("watch stream unreadable, listing again", out.err);
       } else if (out.type === "error" || out.type === "refused") {
         // The client's inactivity timeout already waited: reconnect at once, from where we were.
         if (out.type === "error" && out.timeout) continue;
@@ -194,6 +235,27 @@ export class Reflector {
         await this.retryLater("watch closed immediately", null);
       } else this.failures = 0;
     }
+  }
+
+  /**
+   * A watch event (or stream) that did not decode: counted; logged with what
+   * broke, unless it is an object that kube.ts refuses by name (`logged`).
+   */
+  private undecoded(error: string, logged = false) {
+    this.decodeErrors++;
+    this.decodeFailuresInRow++;
+    if (!logged) this.log.warn("watch event not decoded, skipped", { kind: this.kind, error, inRow: this.decodeFailuresInRow });
+    if (this.decodeFailuresInRow === DECODE_FAILURES_STALE)
+      this.log.error("watch events keep failing to decode: this kind is not followed, /healthz reports unhealthy until one decodes", {
+        kind: this.kind,
+        failures: this.decodeFailuresInRow,
+      });
+  }
+
+  /** A watch event decoded: the watch works. */
+  private decoded() {
+    if (this.stale) this.log.info("watch events decode again", { kind: this.kind });
+    this.decodeFailuresInRow = 0;
   }
 
   private async retryLater(what: string, err: unknown) {
@@ -378,7 +440,12 @@ export class Reflector {
       for await (const batch of watchEvents(res, encoding, list)) {
         idle.refresh();
         for (const ev of batch) {
-          if (!ev?.type || !ev.object || typeof ev.object !== "object") continue;
+          if (ev.undecodable !== undefined || !ev.type || !ev.object || typeof ev.object !== "object") {
+            const why = ev.undecodable ?? "a watch event without a type or an object";
+            this.undecoded(why);
+            if (initial) throw new Error(`${this.spec.path}: an event of the streamed list did not decode: ${why}`);
+            continue;
+          }
           if (ev.type === "ERROR") {
             const status = ev.object as { code?: unknown; message?: unknown };
             if (status.code === 410) gone = true;
@@ -390,6 +457,7 @@ export class Reflector {
           const rv = meta?.resourceVersion;
           if (initial) {
             if (ev.type === "ADDED") {
+              if (UNDECODABLE in ev.object) this.undecoded(String(ev.object[UNDECODABLE]), true);
               this.sink.page([ev.object], list!.items++ === 0);
               continue;
             }
@@ -404,7 +472,12 @@ export class Reflector {
               continue;
             }
           }
-          if (ev.type !== "BOOKMARK") this.sink.event(ev.type, ev.object);
+          if (ev.type !== "BOOKMARK") {
+            // refused by name downstream (kube.ts); the watch goes on
+            if (UNDECODABLE in ev.object) this.undecoded(String(ev.object[UNDECODABLE]), true);
+            else this.decoded();
+            this.sink.event(ev.type, ev.object);
+          }
           if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
         }
       }
@@ -416,6 +489,11 @@ export class Reflector {
       return { type: "closed", events, ms: performance.now() - started };
     } catch (err) {
       if (gone || statusOf(err) === 410) return { type: "gone" };
+      // What escapes the decoder is its framing (a frame's own bytes come back marked undecodable).
+      if (err instanceof ProtoError) {
+        this.undecoded(errorMessage(err));
+        return { type: "corrupt", err };
+      }
       const timeout =
         (err as { name?: string })?.name === "TimeoutError" ||
         (ctl.signal.reason as { name?: string } | undefined)?.name === "TimeoutError";
@@ -463,7 +541,7 @@ async function* watchEvents(
   res: IncomingMessage,
   encoding: "json" | "protobuf",
   stats: ListStats | null,
-): AsyncGenerator<Array<Partial<WatchEvent> | undefined>> {
+): AsyncGenerator<Array<Partial<WatchEvent>>> {
   const timed = <T>(f: () => T): T => {
     if (!stats) return f();
     const t0 = performance.now();
@@ -481,9 +559,16 @@ async function* watchEvents(
   for await (const chunk of res) {
     const lines = (rest + text.write(chunk as Buffer)).split("\n");
     rest = lines.pop()!;
-    yield timed(() => lines.filter((l) => l.trim()).map((l) => safeJSON(l) as Partial<WatchEvent> | undefined));
+    yield timed(() => lines.filter((l) => l.trim()).map(jsonEvent));
   }
-  if (rest.trim()) yield [safeJSON(rest) as Partial<WatchEvent> | undefined];
+  if (rest.trim()) yield [jsonEvent(rest)];
+}
+
+/** One line of a JSON watch: its event, or one marked undecodable (the next line is read as usual: lines are the framing). */
+function jsonEvent(line: string): Partial<WatchEvent> {
+  const ev = safeJSON(line);
+  if (ev && typeof ev === "object" && !Array.isArray(ev)) return ev as Partial<WatchEvent>;
+  return { undecodable: `not a JSON watch event: ${JSON.stringify(line.length > 80 ? `${line.slice(0, 80)}...` : line)}` };
 }
 
 /**

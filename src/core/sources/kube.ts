@@ -47,6 +47,10 @@ export interface SourceStats {
   relists: number;
   /** brain recomputations run */
   flushes: number;
+  /** watch events that did not decode, and watch streams whose framing broke, by kind (kube-reflector.ts) */
+  readonly decodeErrors: Record<Kind, number>;
+  /** kinds whose watch events keep failing to decode (DECODE_FAILURES_STALE in a row): not followed, /healthz 503 */
+  readonly stale: Kind[];
 }
 
 export interface KubeSource {
@@ -123,6 +127,14 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
     },
     get flushes() {
       return ingest.flushes;
+    },
+    get decodeErrors() {
+      const out: Record<Kind, number> = { Service: 0, EndpointSlice: 0, Node: 0 };
+      reflectors.forEach((r, i) => (out[kindsInOrder[i]] = r.decodeErrors));
+      return out;
+    },
+    get stale() {
+      return kindsInOrder.filter((_, i) => reflectors[i]?.stale);
     },
   };
 

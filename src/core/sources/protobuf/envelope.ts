@@ -228,13 +228,24 @@ function copy(buf: Buffer, pos: number): Buffer {
   return out;
 }
 
-/** A watch event as JSON has it: `{type, object}`, the object with its kind and apiVersion. */
+/**
+ * A watch event as JSON has it: `{type, object}`, the object with its kind
+ * and apiVersion. `undecodable`: the event's bytes did not decode (why);
+ * its type is then "" and its object empty.
+ */
 export interface WatchEvent {
   type: string;
   object: Raw;
+  undecodable?: string;
 }
 
-/** Frames of a protobuf watch stream, each decoded to a WatchEvent as soon as it is whole. */
+/**
+ * Frames of a protobuf watch stream, each decoded to a WatchEvent as soon as
+ * it is whole. A frame whose bytes are not a WatchEvent comes back marked
+ * `undecodable`, and the frames after it are read as usual: its length
+ * prefix was sound, so the stream still is. A length that cannot be (past
+ * MAX_FRAME) throws: nothing after it can be trusted.
+ */
 export class WatchDecoder {
   private pending: Buffer = Buffer.alloc(0);
   /** frames longer than this are refused (a corrupt length would otherwise wait forever) */
@@ -257,18 +268,27 @@ export class WatchDecoder {
         return events;
       }
       const frame = concat(this.pending, buf.subarray(0, missing));
-      events.push(watchEvent(frame, 4, frame.length));
+      events.push(frameEvent(frame, 4, frame.length));
       buf = buf.subarray(missing);
     }
     let pos = 0;
     while (buf.length - pos >= 4) {
       const len = frameLength(buf, pos);
       if (buf.length - pos - 4 < len) break;
-      events.push(watchEvent(buf, pos + 4, pos + 4 + len));
+      events.push(frameEvent(buf, pos + 4, pos + 4 + len));
       pos += 4 + len;
     }
     this.pending = pos === buf.length ? Buffer.alloc(0) : copy(buf, pos);
     return events;
+  }
+}
+
+/** One whole frame's event, or the frame marked undecodable (a kpng bug on one object included: it must not stop the stream). */
+function frameEvent(buf: Buffer, start: number, end: number): WatchEvent {
+  try {
+    return watchEvent(buf, start, end);
+  } catch (err) {
+    return { type: "", object: {}, undecodable: err instanceof Error ? err.message : String(err) };
   }
 }
 
