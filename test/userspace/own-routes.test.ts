@@ -23,11 +23,12 @@
 // interface holds was kpng's alone, and a node port adds no route.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { canonical6, pythonPath, run } from "../harness/netns.ts";
+import { canonical6, run } from "../harness/netns.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { ep, entry, svc, type SvcSpec } from "../nft/fixtures.ts";
 import { startKpng } from "../harness/kpng-process.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
+import { localTable, tableProblems } from "./local-table.ts";
 import { startProxy, type RelayProxy } from "./rig.ts";
 
 /** the node's own address (ext0) and another interface's (if0) */
@@ -106,36 +107,6 @@ async function nodeNamespace(): Promise<string> {
   return ns;
 }
 
-/** the local table of both families, one route a line, sorted; `ours`: kpng's (proto 156) or everyone else's */
-async function localTable(ns: string, ours: boolean): Promise<string[]> {
-  const out: string[] = [];
-  for (const fam of ["-4", "-6"]) {
-    const text = await run(["ip", "-n", ns, fam, "route", "show", "table", "local"]);
-    for (const line of text.split("\n").map((l) => l.trim()))
-      if (line && / proto 156 /.test(`${line} `) === ours) out.push(line.replace(/ linkdown/g, ""));
-  }
-  return out.sort();
-}
-
-/** one TCP connection from the node to `ip` on the node (bind, connect, accept): "ok" or the error */
-const REACH = `
-import socket, sys
-ip = sys.argv[1]
-fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
-try:
-    s = socket.socket(fam, socket.SOCK_STREAM); s.bind((ip, 0)); s.listen(1)
-    c = socket.socket(fam, socket.SOCK_STREAM); c.settimeout(2); c.connect(s.getsockname()[:2])
-    s.settimeout(2); a, _ = s.accept(); print("ok")
-except Exception as e:
-    print(type(e).__name__, e)
-`;
-async function reach(ns: string): Promise<Record<string, string>> {
-  const py = await pythonPath();
-  const out: Record<string, string> = {};
-  for (const ip of [node.v4, node.v6, iface.v4, iface.v6])
-    out[ip] = (await run(["ip", "netns", "exec", ns, py, "-S", "-c", REACH, ip])).trim();
-  return out;
-}
 let ns: string | undefined;
 const proxies: RelayProxy[] = [];
 afterEach(async () => {
@@ -159,17 +130,10 @@ describe("bind mode removes only the local routes kpng added (issue 39)", () => 
         return p;
       };
       const others = b ? [b] : [];
-      /** what went wrong at each step: kernel routes gone or changed, addresses the node cannot reach, kpng's routes not as expected */
+      /** what went wrong at each step: kernel routes gone or changed, own addresses the node cannot reach, kpng's routes not as expected */
       const problems: string[] = [];
-      const check = async (step: string, ours?: string[]) => {
-        const now = await localTable(ns!, false);
-        for (const r of kernel) if (!now.includes(r)) problems.push(`${step}: the kernel's route is gone: ${r}`);
-        for (const r of now) if (!kernel.includes(r)) problems.push(`${step}: a route no one added: ${r}`);
-        for (const [ip, r] of Object.entries(await reach(ns!))) if (r !== "ok") problems.push(`${step}: the node cannot reach ${ip}: ${r}`);
-        const mine = await localTable(ns!, true);
-        if (ours && JSON.stringify(mine) !== JSON.stringify(ours))
-          problems.push(`${step}: kpng's routes ${mine.join(", ")}, not ${ours.join(", ")}`);
-      };
+      const own = [node.v4, node.v6, iface.v4, iface.v6];
+      const check = async (step: string, ours?: string[]) => problems.push(...(await tableProblems(ns!, step, { kernel, own, ours })));
 
       // the other Service first: kpng's routes before the Service under test
       let proxy = await start();
