@@ -104,6 +104,13 @@ async function nodeNamespace(): Promise<string> {
     ...["ext0", "ext1", "if0", "if1"].map((l) => `link set ${l} up`),
   ];
   await run(["ip", "-n", ns, "-batch", "-"], lines.join("\n") + "\n");
+  // the IPv6 routes come once each veth has its carrier: the kernel's table is read when they are all in (bounded: 10 s)
+  const settled = (t: string[]) =>
+    t.some((l) => l.startsWith(`local ${node.v6} `)) &&
+    t.some((l) => l.startsWith(`local ${iface.v6} `)) &&
+    t.filter((l) => l.startsWith("multicast ff00::/8 ")).length === 4;
+  const end = performance.now() + 10_000;
+  while (!settled(await localTable(ns, false)) && performance.now() < end) await Bun.sleep(50);
   return ns;
 }
 
