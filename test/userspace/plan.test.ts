@@ -4,7 +4,7 @@
 // mode, and the backend's commands against a recorder (--dry-run included).
 
 import { describe, expect, test } from "bun:test";
-import { parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts";
+import { othersLocal, parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts";
 import { planFrontends, type Frontend } from "../../plugins/userspace/frontends.ts";
 import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { Picker } from "../../plugins/userspace/picker.ts";
@@ -143,11 +143,23 @@ describe("Picker", () => {
 });
 
 describe("bind mode local routes", () => {
-  test("the batch adds what is missing and deletes what is no longer wanted, kpng's protocol on each", () => {
-    expect(routeBatch(new Set([cip.v4, "198.18.0.99"]), new Set([cip.v4, cip.v6]))).toEqual([
-      "route del local 198.18.0.99/32 dev lo table local proto 156",
-      `route replace local ${cip.v6}/128 dev lo table local proto 156`,
-    ]);
+  const own = (ip: string, op = "append") =>
+    `route ${op} local ${ip}${ip.includes(":") ? "/128" : "/32"} dev lo table local proto 156 scope host`;
+  test("the batch adds what is missing and deletes what is no longer wanted, kpng's exact route on each", () => {
+    expect(routeBatch(new Set([cip.v4, "198.18.0.99"]), new Set([cip.v4, cip.v6]))).toEqual({
+      lines: [own("198.18.0.99", "del"), own(cip.v6)],
+      alreadyLocal: new Set(),
+    });
+  });
+  test("an address local already (the kernel's route for a node IP) gets no route, so none is deleted later", () => {
+    const nodeIP = v4.node(0);
+    const others = new Set([nodeIP]);
+    expect(routeBatch(new Set(), new Set([nodeIP, cip.v4]), others)).toEqual({ lines: [own(cip.v4)], alreadyLocal: others });
+    // the service goes: kpng deletes its own route only
+    expect(routeBatch(new Set([cip.v4]), new Set(), others)).toEqual({ lines: [own(cip.v4, "del")], alreadyLocal: new Set() });
+  });
+  test("a route kpng holds stays kpng's when the address becomes local by another owner too", () => {
+    expect(routeBatch(new Set([cip.v4]), new Set([cip.v4]), new Set([cip.v4]))).toEqual({ lines: [], alreadyLocal: new Set() });
   });
   test("`ip -j route show` parsed", () => {
     const json = JSON.stringify([
@@ -156,6 +168,18 @@ describe("bind mode local routes", () => {
     ]);
     expect([...parseRoutes(json)]).toEqual([cip.v4, cip.v6]);
     expect([...parseRoutes("")]).toEqual([]);
+  });
+  test("other owners' local host routes: kpng's own copy of a destination does not count, prefixes and broadcasts do not", () => {
+    const json = JSON.stringify([
+      { type: "local", dst: "127.0.0.0/8", dev: "lo", protocol: "kernel" },
+      { type: "local", dst: "127.0.0.1", dev: "lo", protocol: "kernel" },
+      { type: "local", dst: v4.node(0), dev: "ext0", protocol: "kernel" },
+      { type: "local", dst: v4.node(0), dev: "lo", protocol: "156" },
+      { type: "broadcast", dst: "203.0.113.255", dev: "ext0", protocol: "kernel" },
+      { type: "local", dst: cip.v4, dev: "lo", protocol: "156" },
+      { type: "local", dst: `${cip.v6}/128`, dev: "eth1", protocol: "kernel" },
+    ]);
+    expect(othersLocal(json, new Set([v4.node(0), cip.v4]))).toEqual(new Set(["127.0.0.1", v4.node(0), cip.v6]));
   });
 });
 
@@ -287,9 +311,12 @@ describe("the backend against a recorder", () => {
       ["sysctl -q -w net.ipv6.ip_nonlocal_bind=1", ""],
       ["ip -j -4 route show table local proto 156", ""],
       ["ip -j -6 route show table local proto 156", ""],
+      // something to add: the local table is read for addresses local already (none here)
+      ["ip -j -4 route show table local type local", ""],
+      ["ip -j -6 route show table local type local", ""],
       [
-        "ip -batch -",
-        `route replace local ${cip.v4}/32 dev lo table local proto 156\nroute replace local ${cip.v6}/128 dev lo table local proto 156\n`,
+        "ip -force -batch -",
+        `route append local ${cip.v4}/32 dev lo table local proto 156 scope host\nroute append local ${cip.v6}/128 dev lo table local proto 156 scope host\n`,
       ],
       ["ip -4 route flush table local proto 156", ""],
       ["ip -6 route flush table local proto 156", ""],

@@ -41,14 +41,16 @@ export interface RelayProxy {
   /** how long the last apply took in the backend, ms */
   readonly lastMs: number;
   stop(): Promise<void>;
+  /** `kill -9`: the process ends without closing anything (what it made in the kernel stays) */
+  kill(): Promise<void>;
   /** the driver's log so far */
   readonly log: string[];
   /** the driver's process id (`ip netns exec` execs it): benchmarks read its CPU time */
   readonly pid: number;
 }
 
-/** Starts the userspace backend in the node namespace. */
-export async function startProxy(topo: Topology, config: Partial<Config> = {}): Promise<RelayProxy> {
+/** Starts the userspace backend in the node namespace (only `topo.node.ns` is used). */
+export async function startProxy(topo: Pick<Topology, "node">, config: Partial<Config> = {}): Promise<RelayProxy> {
   const p = Bun.spawn(["ip", "netns", "exec", topo.node.ns, BUN, join(here, "driver.ts"), JSON.stringify(config)], {
     stdin: "pipe",
     stdout: "pipe",
@@ -96,6 +98,10 @@ export async function startProxy(topo: Topology, config: Partial<Config> = {}): 
       const t = setTimeout(() => p.kill(), 5_000);
       await p.exited;
       clearTimeout(t);
+    },
+    async kill() {
+      p.kill("SIGKILL");
+      await p.exited;
     },
   };
 }
