@@ -190,19 +190,29 @@ async function applyReal(api: KubeApiServer, objs: K8sObject[]): Promise<void> {
 
 /**
  * Writes an object straight into the control plane's etcd, as JSON (the API
- * server reads JSON as well as its own protobuf there): a change made while
- * kube-apiserver is down, as another replica of an HA control plane would
- * take it. `key`: under /registry, e.g. endpointslices/default/empty-ipv4.
+ * server reads JSON as well as its own protobuf there), past the API
+ * server's validation: a change made while kube-apiserver is down, as
+ * another replica of an HA control plane would take it, or an object stored
+ * by another version. `key`: under /registry, e.g.
+ * endpointslices/default/empty-ipv4. A running API server sees it through
+ * its etcd watch, as it sees its own writes.
  */
 export async function putInEtcd(api: KubeApiServer, key: string, obj: Record<string, unknown>): Promise<void> {
-  const b64 = (s: string) => Buffer.from(s).toString("base64");
-  const body = JSON.stringify({ key: b64(`/registry/${key}`), value: b64(JSON.stringify(obj)) });
-  // etcd's gRPC gateway, inside the control plane's namespace
-  const out = await run(
-    ["ip", "netns", "exec", api.ns, "curl", "-sS", "--fail", "--max-time", "10", "-d", "@-", "http://127.0.0.1:2379/v3/kv/put"],
-    body,
-  );
-  if (!out.includes("header")) throw new Error(`etcd put ${key}: ${out}`);
+  await etcd(api, "put", { key: b64(`/registry/${key}`), value: b64(JSON.stringify(obj)) });
+}
+
+/** Deletes a key putInEtcd wrote, behind the API server's back as well (what it could not delete through its own checks). */
+export async function deleteInEtcd(api: KubeApiServer, key: string): Promise<void> {
+  await etcd(api, "deleterange", { key: b64(`/registry/${key}`) });
+}
+
+const b64 = (s: string) => Buffer.from(s).toString("base64");
+
+/** A request to etcd's gRPC gateway, inside the control plane's namespace. */
+async function etcd(api: KubeApiServer, op: "put" | "deleterange", body: Record<string, string>): Promise<void> {
+  const argv = ["curl", "-sS", "--fail", "--max-time", "10", "-d", "@-", `http://127.0.0.1:2379/v3/kv/${op}`];
+  const out = await run(["ip", "netns", "exec", api.ns, ...argv], JSON.stringify(body));
+  if (!out.includes("header")) throw new Error(`etcd ${op} ${Buffer.from(body.key, "base64")}: ${out}`);
 }
 
 /** Starts ns_forward.py: 127.0.0.1:port inside `ns` -> 127.0.0.1:target here. Returns its stop. */

@@ -100,6 +100,13 @@ const TOKENS: Record<User, string> = { admin: "kpng-test-admin-token", "kube-pro
 /** An object as kubectl takes it (kind, apiVersion, metadata.name, ...): a manifest, or a fixture of test/fixtures/k8s.ts. */
 export type K8sObject = { kind: string; apiVersion?: string; metadata: { name: string; namespace?: string }; status?: unknown };
 
+/**
+ * Spawned processes die with the test process (SIGKILL on its death, set by
+ * setpriv before exec): bun test runs no process "exit" handler, so the shared
+ * control plane, never closed by a suite, would outlive every run.
+ */
+const withParent = ["setpriv", "--pdeathsig", "KILL"];
+
 const live = new Set<KubeApiServer>();
 process.on("exit", () => {
   for (const s of live) s.killNow();
@@ -181,7 +188,7 @@ export class KubeApiServer {
   }
 
   private spawnIn(argv: string[], log: string): Bun.Subprocess {
-    return Bun.spawn(["ip", "netns", "exec", this.ns, ...argv], {
+    return Bun.spawn([...withParent, "ip", "netns", "exec", this.ns, ...argv], {
       stdout: Bun.file(join(this.dir, log)),
       stderr: Bun.file(join(this.dir, `${log}.err`)),
       stdin: "ignore",
@@ -291,7 +298,18 @@ export class KubeApiServer {
 
   private async forward(from: string, port: number, target: number): Promise<{ proc: Bun.Subprocess; port: number }> {
     const proc = Bun.spawn(
-      [await pythonPath(), "-u", "-S", join(harness, "ns_forward.py"), from, String(port), "127.0.0.1", String(target), this.ns],
+      [
+        ...withParent,
+        await pythonPath(),
+        "-u",
+        "-S",
+        join(harness, "ns_forward.py"),
+        from,
+        String(port),
+        "127.0.0.1",
+        String(target),
+        this.ns,
+      ],
       {
         stdout: "pipe",
         stderr: "inherit",
