@@ -1,11 +1,13 @@
-// kpng as deployed (issue 10 E): both sources x both Linux backends, one kpng
+// kpng as deployed (issue 10 E): both sources (--input, and --kubeconfig
+// against the real kube-apiserver 1.36.2) x both Linux backends, one kpng
 // process per combination started with an operator's flags only, serving the
 // cluster of cluster.ts. A client outside the node checks every behaviour in
 // one probe run, then the faults an operator meets are played against the
 // same process: broken edits of the input file, the API server down for
-// 10 s (a control plane of the suite's own, so it may stop it), kpng's rules flushed or deleted by someone else, kill -9 and restart
-// under a continuous probe (issue 10 C), the Node's IP changed (last: it
-// leaves the node on its new address). The API-server x nft combination
+// 10 s (a control plane of the suite's own, so it may stop it), kpng's rules
+// flushed or deleted by someone else, kill -9 and restart under a continuous
+// probe (issue 10 C), the Node's IP changed (last: it leaves the node on its
+// new address). The API-server x nft combination
 // runs the compiled dist/kpng (and is restarted from source); file x nft is
 // restarted as dist/kpng: a rolling update across builds.
 
