@@ -4,18 +4,23 @@
 // kernel's real nftables/iptables, fed by one of the two sources:
 //
 // - "file": `--input cluster.json`, edited in place as an operator would;
-// - "api":  `--kubeconfig`, the in-repo API server (test/harness/api-server.ts)
-//   over HTTPS with a certificate made for the test. The server runs in the
-//   test process; ns_forward.py makes it reachable as https://127.0.0.1:6443
-//   from inside the node namespace, where kpng runs.
+// - "api":  `--kubeconfig`, the real kube-apiserver + etcd
+//   (test/harness/kube-apiserver.ts) as user system:kube-proxy, reached as
+//   https://127.0.0.1:6443 from inside the node namespace, where kpng runs.
+//   Objects are written with kubectl. The test process's shared control plane
+//   serves it, or one of the deployment's own (`privateApi`) where a suite stops
+//   the API server. `fakeApi`: the in-repo imitation
+//   (test/harness/api-server.ts) instead, for what the real one cannot be made
+//   to do on cue (a 500 answer, a compacted history, cut watches).
 
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { createTopology, pythonPath, saidReady, startProbeLoop, type Probe, type ProbeRun, type Topology } from "../harness/netns.ts";
+import { createTopology, pythonPath, run, saidReady, startProbeLoop, type Probe, type ProbeRun, type Topology } from "../harness/netns.ts";
 
 export type { ProbeRun };
 import { FakeApiServer, makeTestCert } from "../harness/api-server.ts";
+import { KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { asList, clusterObjects, deniedClient, fillerObjects, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
 export type SourceKind = "file" | "api";
@@ -31,8 +36,10 @@ export interface Deployed {
   readonly topo: Topology;
   readonly source: SourceKind;
   readonly backend: BackendName;
-  /** the API server (source "api") */
-  readonly api?: FakeApiServer;
+  /** the real API server (source "api") */
+  readonly api?: KubeApiServer;
+  /** the in-repo imitation instead (source "api", `fakeApi`) */
+  readonly fake?: FakeApiServer;
   /** the cluster file (source "file") */
   readonly input?: string;
   /** the flags kpng runs with */
@@ -42,9 +49,9 @@ export interface Deployed {
   /** starts kpng (again), resolves after its first sync; `bin` = the compiled binary */
   start(opts?: { bin?: string }): Promise<KpngProcess>;
   /** changes or adds objects, as `kubectl apply` or an edit of the file does */
-  apply(...objs: K8sObject[]): void;
+  apply(...objs: K8sObject[]): Promise<void>;
   /** deletes an object */
-  remove(kind: K8sObject["kind"], namespace: string | undefined, name: string): void;
+  remove(kind: K8sObject["kind"], namespace: string | undefined, name: string): Promise<void>;
   /** "synced" log lines of the running kpng so far */
   syncs(): number;
   /** resolves when the running kpng logged more than `n` syncs */
@@ -54,13 +61,19 @@ export interface Deployed {
   destroy(): Promise<void>;
 }
 
-/** `filler`: that many more services (cluster.ts fillerObjects) */
+/**
+ * `filler`: that many more services (cluster.ts fillerObjects); `privateApi`:
+ * a control plane of this deployment's own (a suite that stops it); `fakeApi`:
+ * the in-repo imitation of the API server instead of the real one.
+ */
 export async function deploy(opts: {
   source: SourceKind;
   backend: BackendName;
   bin?: string;
   prefix?: string;
   filler?: number;
+  privateApi?: boolean;
+  fakeApi?: boolean;
 }): Promise<Deployed> {
   const topo = await createTopology({ pods: 3, prefix: opts.prefix ?? "kpd" });
   const dir = tempDir("kpng-deployed-");
@@ -69,20 +82,34 @@ export async function deploy(opts: {
   try {
     for (const p of topo.pods) await topo.serve(p, podPorts);
     await topo.exec(topo.client.ns, ["ip", "addr", "add", `${deniedClient}/24`, "dev", "eth0"]);
-    const objects = new Map([...clusterObjects(topo), ...fillerObjects(opts.filler ?? 0)].map((o) => [keyOf(o), o]));
+    const cluster = clusterObjects(topo);
+    const filler = fillerObjects(opts.filler ?? 0);
+    const objects = new Map([...cluster, ...filler].map((o) => [keyOf(o), o]));
     const input = join(dir.path, "cluster.json");
     const writeFile = () => writeFileSync(input, JSON.stringify(asList(objects.values()), null, 1));
-    let api: FakeApiServer | undefined;
+    let api: KubeApiServer | undefined;
+    let fake: FakeApiServer | undefined;
     let args: string[];
+    const kubeconfig = join(dir.path, "kubeconfig");
     if (opts.source === "file") {
       writeFile();
       args = ["--input", input];
+    } else if (opts.fakeApi) {
+      fake = await FakeApiServer.start(makeTestCert(dir.path));
+      cleanups.unshift(() => fake!.close());
+      for (const o of objects.values()) fake.apply(o);
+      cleanups.unshift(await forward(topo.node.ns, API_PORT, fake.port));
+      args = ["--kubeconfig", fake.writeKubeconfig(dir.path, "kubeconfig", `https://127.0.0.1:${API_PORT}`)];
     } else {
-      api = await FakeApiServer.start(makeTestCert(dir.path));
-      cleanups.unshift(() => api!.close());
-      for (const o of objects.values()) api.apply(o);
-      cleanups.unshift(await forward(topo.node.ns, API_PORT, api.port));
-      args = ["--kubeconfig", api.writeKubeconfig(dir.path, "kubeconfig", `https://127.0.0.1:${API_PORT}`)];
+      if (opts.privateApi) {
+        api = await KubeApiServer.start();
+        cleanups.unshift(() => api!.close());
+      } else api = await sharedApiServer();
+      // the filler by concurrent POSTs: kubectl would create 4,200 objects one at a time, for minutes
+      await api.createMany(filler);
+      await applyReal(api, cluster);
+      cleanups.unshift(await api.reach(topo.node.ns, API_PORT));
+      args = ["--kubeconfig", api.writeKubeconfig(kubeconfig, { server: `https://127.0.0.1:${API_PORT}`, user: "kube-proxy" })];
     }
     args.push("--node-name", NODE, "--backend", opts.backend);
 
@@ -92,6 +119,7 @@ export async function deploy(opts: {
       source: opts.source,
       backend: opts.backend,
       api,
+      fake,
       input: opts.source === "file" ? input : undefined,
       args,
       get kpng() {
@@ -103,14 +131,16 @@ export async function deploy(opts: {
         await p.waitFor(/ INFO kpng: synced /, 20_000);
         return p;
       },
-      apply(...objs) {
+      async apply(...objs) {
         for (const o of objs) objects.set(keyOf(o), o);
-        if (api) for (const o of objs) api.apply(o);
+        if (api) await applyReal(api, objs);
+        else if (fake) for (const o of objs) fake.apply(o);
         else writeFile();
       },
-      remove(kind, namespace, name) {
+      async remove(kind, namespace, name) {
         objects.delete(`${kind}/${namespace ?? ""}/${name}`);
-        if (api) api.remove(kind, namespace, name);
+        if (api) await api.remove(kind, namespace, name);
+        else if (fake) fake.remove(kind, namespace, name);
         else writeFile();
       },
       syncs: () => kpng!.stderr.filter((l) => / INFO kpng: synced /.test(l)).length,
@@ -133,6 +163,56 @@ export async function deploy(opts: {
     for (const c of cleanups) await c();
     throw err;
   }
+}
+
+/**
+ * `kubectl apply` of the objects. A Node's status (its addresses) is kept
+ * when it is created but not when it is updated, as for a kubelet: a Node
+ * already there gets it through the status subresource.
+ */
+async function applyReal(api: KubeApiServer, objs: K8sObject[]): Promise<void> {
+  const nodes = objs.filter((o) => o.kind === "Node");
+  const existing = new Set<string>();
+  for (const n of nodes) if ((await api.get(`/api/v1/nodes/${n.metadata.name}`)).status === 200) existing.add(n.metadata.name);
+  await api.apply(...objs);
+  // a merge patch replaces the address list; a strategic one would merge it by type
+  for (const n of nodes.filter((o) => existing.has(o.metadata.name)))
+    await api.kubectl([
+      "patch",
+      "node",
+      n.metadata.name,
+      "--subresource=status",
+      "--type=merge",
+      "-p",
+      JSON.stringify({ status: n.status }),
+    ]);
+}
+
+/**
+ * Writes an object straight into the control plane's etcd, as JSON (the API
+ * server reads JSON as well as its own protobuf there), past the API
+ * server's validation: a change made while kube-apiserver is down, as
+ * another replica of an HA control plane would take it, or an object stored
+ * by another version. `key`: under /registry, e.g.
+ * endpointslices/default/empty-ipv4. A running API server sees it through
+ * its etcd watch, as it sees its own writes.
+ */
+export async function putInEtcd(api: KubeApiServer, key: string, obj: Record<string, unknown>): Promise<void> {
+  await etcd(api, "put", { key: b64(`/registry/${key}`), value: b64(JSON.stringify(obj)) });
+}
+
+/** Deletes a key putInEtcd wrote, behind the API server's back as well (what it could not delete through its own checks). */
+export async function deleteInEtcd(api: KubeApiServer, key: string): Promise<void> {
+  await etcd(api, "deleterange", { key: b64(`/registry/${key}`) });
+}
+
+const b64 = (s: string) => Buffer.from(s).toString("base64");
+
+/** A request to etcd's gRPC gateway, inside the control plane's namespace. */
+async function etcd(api: KubeApiServer, op: "put" | "deleterange", body: Record<string, string>): Promise<void> {
+  const argv = ["curl", "-sS", "--fail", "--max-time", "10", "-d", "@-", `http://127.0.0.1:2379/v3/kv/${op}`];
+  const out = await run(["ip", "netns", "exec", api.ns, ...argv], JSON.stringify(body));
+  if (!out.includes("header")) throw new Error(`etcd ${op} ${Buffer.from(body.key, "base64")}: ${out}`);
 }
 
 /** Starts ns_forward.py: 127.0.0.1:port inside `ns` -> 127.0.0.1:target here. Returns its stop. */
