@@ -270,23 +270,13 @@ describe.skipIf(!real)("an agent its brain starts refusing", () => {
 describe.skipIf(!real)("a brain that checks ServiceAccount tokens (--listen-token-review)", () => {
   let brain: KpngProcess & { addresses: Array<{ kind: string; port?: number }> };
   beforeAll(async () => {
+    // the brain's ServiceAccount with deploy/rbac.yaml's rights, and
     // deploy/global.yaml's identities: the agents' ServiceAccount, the brain's
-    // delegated-authentication binding; the brain's ServiceAccount reads the
-    // cluster with kube-proxy's role
+    // delegated-authentication binding
     const manifest = parseAllDocuments(await Bun.file(join(ROOT, "deploy/global.yaml")).text()).map((d) => d.toJS() as K8sObject);
     const want = (kind: string, name: string) => manifest.find((o) => o.kind === kind && o.metadata.name === name)!;
-    await api.apply(
-      { kind: "ServiceAccount", metadata: { name: "kpng", namespace: "kube-system" } },
-      want("ServiceAccount", "kpng-agent"),
-      want("ClusterRoleBinding", "kpng-brain-auth-delegator"),
-      {
-        kind: "ClusterRoleBinding",
-        apiVersion: "rbac.authorization.k8s.io/v1",
-        metadata: { name: "kpng-test-brain-node-proxier" },
-        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "system:node-proxier" },
-        subjects: [{ kind: "ServiceAccount", name: "kpng", namespace: "kube-system" }],
-      } as K8sObject,
-    );
+    const rbac = parseAllDocuments(await Bun.file(join(ROOT, "deploy/rbac.yaml")).text()).map((d) => d.toJS() as K8sObject);
+    await api.apply(...rbac, want("ServiceAccount", "kpng-agent"), want("ClusterRoleBinding", "kpng-brain-auth-delegator"));
     const token = async (sa: string, audience?: string) =>
       (await api.kubectl(["create", "token", sa, "-n", "kube-system", ...(audience ? ["--audience", audience] : [])])).trim();
     writeFileSync(f("token"), `${await token("kpng-agent", TOKEN_AUDIENCE)}\n`);
@@ -314,7 +304,7 @@ describe.skipIf(!real)("a brain that checks ServiceAccount tokens (--listen-toke
   }, 60_000);
   afterAll(async () => {
     await brain?.stop();
-    await api?.kubectl(["delete", "clusterrolebinding", "kpng-brain-auth-delegator", "kpng-test-brain-node-proxier", "--ignore-not-found"]);
+    await api?.kubectl(["delete", "clusterrolebinding", "kpng-brain-auth-delegator", "kpng", "--ignore-not-found"]);
   });
 
   test("an agent with its projected token (--token-file) computes what the full binary does on the same API server", async () => {
