@@ -1,17 +1,23 @@
 // The single binary: `bun run build` writes dist/kpng; copied alone into an
 // empty directory (no node_modules beside it) it runs every command, loads
-// plugins from disk and passes the plugin and sidecar suite.
+// plugins from disk and passes the plugin and sidecar suite. As a brain it
+// reads the real kube-apiserver (test/harness/kube-apiserver.ts) over TLS
+// with the kubeconfig's CA: the compiled binary's list/watch runs on
+// node:https, not on the client library that ignores that CA there.
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
+import YAML from "yaml";
 import { ROOT, startKpng, startServe, tempDir } from "../harness/kpng-process.ts";
 import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
+import { haveK8s, type K8sObject, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import { pluginSuite } from "./suite.ts";
 
 const dir = tempDir("kpng-bin-");
 const bin = join(dir.path, "kpng");
+const real = haveK8s("dist/kpng against the real kube-apiserver");
 
 beforeAll(async () => {
   dir.create();
@@ -32,53 +38,64 @@ test("dist/kpng local prints the node-local state", async () => {
   expect(JSON.parse(p.stdout.join("\n")).nodeName).toBe("node-1");
 });
 
-test("dist/kpng serves and follows over mutual TLS (node:tls in the single binary)", async () => {
-  makeTestCert(dir.path, { name: "brain" });
-  makeClientCert(dir.path, makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" }), "node-1", "agent");
-  const f = (name: string) => join(dir.path, name);
-  const brain = await startServe(
-    [
-      "--input",
-      join(ROOT, "examples/cluster.yaml"),
-      "--node-name",
-      "node-1",
-      "--listen",
-      "tcp://127.0.0.1:0",
-      "--listen-tls-crt",
-      f("brain.crt"),
-      "--listen-tls-key",
-      f("brain.key"),
-      "--listen-tls-ca",
-      f("agents-ca.crt"),
-    ],
-    { bin },
-  );
-  try {
-    const api = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
-    const agent = startKpng(
+test.skipIf(!real)(
+  "dist/kpng serves the real API server's cluster and follows it over mutual TLS (node:tls in the single binary)",
+  async () => {
+    const api = await sharedApiServer();
+    await api.apply(...(YAML.parse(await Bun.file(join(ROOT, "examples/cluster.yaml")).text()) as { items: K8sObject[] }).items);
+    const kubeconfig = api.writeKubeconfig(join(dir.path, "kubeconfig"));
+    makeTestCert(dir.path, { name: "brain" });
+    makeClientCert(dir.path, makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" }), "node-1", "agent");
+    const f = (name: string) => join(dir.path, name);
+    const brain = await startServe(
       [
-        "local",
-        "--api",
-        api,
-        "--tls-ca",
-        f("brain.crt"),
-        "--tls-crt",
-        f("agent.crt"),
-        "--tls-key",
-        f("agent.key"),
+        "--kubeconfig",
+        kubeconfig,
         "--node-name",
-        "node-2",
+        "node-1",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--listen-tls-crt",
+        f("brain.crt"),
+        "--listen-tls-key",
+        f("brain.key"),
+        "--listen-tls-ca",
+        f("agents-ca.crt"),
       ],
       { bin },
     );
-    const full = startKpng(["local", "--input", join(ROOT, "examples/cluster.yaml"), "--node-name", "node-2"], { bin });
-    expect(await agent.proc.exited).toBe(0);
-    expect(await full.proc.exited).toBe(0);
-    await Bun.sleep(20); // let the pumps drain
-    expect(agent.stdout.join("\n")).toBe(full.stdout.join("\n"));
-  } finally {
-    await brain.stop();
-  }
-}, 60_000);
+    try {
+      const api = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
+      const agent = startKpng(
+        [
+          "local",
+          "--api",
+          api,
+          "--tls-ca",
+          f("brain.crt"),
+          "--tls-crt",
+          f("agent.crt"),
+          "--tls-key",
+          f("agent.key"),
+          "--node-name",
+          "node-2",
+        ],
+        { bin },
+      );
+      const full = startKpng(["local", "--kubeconfig", kubeconfig, "--node-name", "node-2"], { bin });
+      expect(await agent.proc.exited).toBe(0);
+      expect(await full.proc.exited).toBe(0);
+      await Bun.sleep(20); // let the pumps drain
+      expect(agent.stdout.join("\n")).toBe(full.stdout.join("\n"));
+      // what examples/cluster.yaml holds for node-2, and the API server's own default/kubernetes
+      const services = (JSON.parse(full.stdout.join("\n")) as { services: Array<{ namespace: string; name: string }> }).services;
+      expect(services.map((s) => `${s.namespace}/${s.name}`)).toContain("shop/web");
+      expect(services.map((s) => `${s.namespace}/${s.name}`)).toContain("default/kubernetes");
+    } finally {
+      await brain.stop();
+    }
+  },
+  60_000,
+);
 
 pluginSuite("dist/kpng", () => bin);

@@ -1,7 +1,13 @@
 // The API over TLS, in process but over real loopback TCP with openssl-made
 // certificates: who may connect (client certificates, ServiceAccount tokens
-// checked by TokenReview against the fake API server), how a refusal reads
+// checked by TokenReview against the real kube-apiserver: tokens minted with
+// `kubectl create token`, the brain's own ServiceAccount bound to
+// system:auth-delegator as deploy/global.yaml binds it), how a refusal reads
 // on both sides and is counted, and certificate rotation without a restart.
+//
+// The control plane is this suite's own (KubeApiServer.start()), not the
+// shared one: one case stops its API server. Where the real binaries are
+// absent the token cases skip (haveK8s); the certificate cases still run.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, writeFileSync } from "node:fs";
@@ -15,7 +21,8 @@ import type { Brain } from "../../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import { credentialSource } from "../../../src/core/sources/kube-credentials.ts";
 import { kubeRequest } from "../../../src/core/sources/kube-http.ts";
-import { FakeApiServer, makeClientCert, makeTestCert, type TestCert } from "../../harness/api-server.ts";
+import { makeClientCert, makeTestCert, type TestCert } from "../../harness/api-server.ts";
+import { haveK8s, KubeApiServer } from "../../harness/kube-apiserver.ts";
 import { waitFor } from "../../sources/kube/helpers.ts";
 import { brainWith, serviceObjects, upsert } from "../brain-fixture.ts";
 import type { GenOptions } from "../gen-cluster.ts";
@@ -27,7 +34,12 @@ const dir = tempDir("kpng-tls-");
 const log = memoryLogger();
 let brain: Brain;
 let server: ApiServer;
-let kube: FakeApiServer;
+let kube: KubeApiServer | undefined;
+const real = haveK8s("the brain's TokenReviews against the real kube-apiserver");
+/** ServiceAccount tokens minted by the API server, by the names the cases use */
+const tokens = new Map<string, string>();
+/** TokenReviews the brain sent */
+let reviews = 0;
 let port = 0;
 /** the brain's certificate (self-signed for IP:127.0.0.1: it is its own CA) and the CA that signs agents */
 let brainCert: TestCert;
@@ -47,27 +59,70 @@ beforeAll(async () => {
   writeFileSync(files().crt, brainCert.cert);
   writeFileSync(files().key, brainCert.key);
   writeFileSync(files().ca, clientCA.cert);
-  kube = await FakeApiServer.start();
-  kube.serviceAccountTokens.set("agent-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
-  kube.serviceAccountTokens.set("pod-token", { username: AGENT_USER, audiences: ["https://kubernetes.default.svc"] });
-  kube.serviceAccountTokens.set("other-token", { username: "system:serviceaccount:default:web", audiences: [TOKEN_AUDIENCE] });
-  const access = { server: kube.url, tls: { insecure: false }, credentials: credentialSource({ token: "test-token" }) };
   brain = brainWith(gen);
+  let auth: Parameters<typeof startApiServer>[0]["auth"];
+  if (real) {
+    kube = await KubeApiServer.start();
+    await mintTokens(kube);
+    const access = {
+      server: kube.url,
+      tls: { ca: kube.ca, insecure: false },
+      credentials: credentialSource({ token: tokens.get("brain") }),
+    };
+    const request = kubeRequest(access);
+    auth = {
+      tokens: tokenReviewer({
+        request: (opts) => {
+          if (opts.path.endsWith("/tokenreviews")) reviews++;
+          return request(opts);
+        },
+        users: [AGENT_USER],
+      }),
+    };
+  }
   server = await startApiServer({
     brain,
     listen: ["tcp://127.0.0.1:0"],
     tls: { files: files(), reloadMs: 100 },
-    auth: { tokens: tokenReviewer({ request: kubeRequest(access), users: [AGENT_USER] }) },
+    auth,
     defaultNodeName: "node-1",
     log,
   });
   port = (server.addresses[0] as { port: number }).port;
-});
+}, 120_000);
 afterAll(async () => {
   await server?.close();
   await kube?.close();
   dir.remove();
 });
+
+/**
+ * The brain's identity (ServiceAccount kube-system/kpng, bound to
+ * system:auth-delegator) and the tokens agents and others present: the
+ * agent's ServiceAccount for the audience kpng (several: each is a new token
+ * to the brain's cache), the same account's ordinary pod token (the API
+ * server's audience), another ServiceAccount's for kpng.
+ */
+async function mintTokens(k: KubeApiServer) {
+  await k.kubectl(["create", "serviceaccount", "kpng", "-n", "kube-system"]);
+  await k.kubectl(["create", "serviceaccount", "kpng-agent", "-n", "kube-system"]);
+  await k.kubectl(["create", "serviceaccount", "web", "-n", "default"]);
+  await k.kubectl([
+    "create",
+    "clusterrolebinding",
+    "kpng-brain-auth-delegator",
+    "--clusterrole=system:auth-delegator",
+    "--serviceaccount=kube-system:kpng",
+  ]);
+  const mint = async (name: string, sa: string, ns: string, audience?: string) =>
+    tokens.set(name, (await k.kubectl(["create", "token", sa, "-n", ns, ...(audience ? ["--audience", audience] : [])])).trim());
+  await mint("brain", "kpng", "kube-system");
+  for (const name of ["agent-token", "agent-token-2", "agent-token-3", "cached-token"])
+    await mint(name, "kpng-agent", "kube-system", TOKEN_AUDIENCE);
+  await mint("pod-token", "kpng-agent", "kube-system");
+  await mint("other-token", "web", "default", TOKEN_AUDIENCE);
+}
+const token = (name: string) => tokens.get(name) ?? name;
 
 /** One Next call with these credentials: the number of services, or the error. */
 async function next(opts: ConnectOptions, host = "127.0.0.1"): Promise<number | GrpcError> {
@@ -89,6 +144,8 @@ describe("who may connect", () => {
     name: string;
     opts: () => ConnectOptions;
     host?: string;
+    /** needs the API server's tokens (skipped without the real binaries) */
+    tokens?: boolean;
     refused?: { reason?: keyof ApiServer["refused"]; message: RegExp };
   }> = [
     {
@@ -97,15 +154,17 @@ describe("who may connect", () => {
     },
     {
       name: "the agent's ServiceAccount token (audience kpng): served",
-      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "agent-token" }),
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: token("agent-token") }),
+      tokens: true,
     },
     {
       name: "neither certificate nor token: refused, no credentials",
       opts: () => tls({ ca: brainCert.cert }),
       refused: {
         reason: "no_credentials",
-        message:
-          /^\[unauthenticated\] no credentials: a client certificate signed by the client CA or a ServiceAccount bearer token is required$/,
+        message: real
+          ? /^\[unauthenticated\] no credentials: a client certificate signed by the client CA or a ServiceAccount bearer token is required$/
+          : /^\[unauthenticated\] no credentials: a client certificate signed by the client CA is required$/,
       },
     },
     {
@@ -120,17 +179,24 @@ describe("who may connect", () => {
     },
     {
       name: "an ordinary pod token (the API server's audience): refused",
-      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "pod-token" }),
-      refused: { reason: "token_rejected", message: /token rejected by the API server: token audiences are invalid/ },
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: token("pod-token") }),
+      tokens: true,
+      refused: {
+        reason: "token_rejected",
+        message:
+          /token rejected by the API server: .*token audiences \["https:\/\/kubernetes.default.svc"\] is invalid for the target audiences \["kpng"\]/,
+      },
     },
     {
       name: "a token of another ServiceAccount: refused",
-      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "other-token" }),
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: token("other-token") }),
+      tokens: true,
       refused: { reason: "token_rejected", message: /token of "system:serviceaccount:default:web" is not allowed/ },
     },
     {
       name: "an unknown token: refused",
-      opts: () => ({ ...tls({ ca: brainCert.cert }), token: "forged" }),
+      opts: () => ({ ...tls({ ca: brainCert.cert }), token: token("forged") }),
+      tokens: true,
       refused: { reason: "token_rejected", message: /token rejected by the API server: invalid bearer token/ },
     },
     {
@@ -146,7 +212,7 @@ describe("who may connect", () => {
     },
   ];
   for (const c of cases) {
-    test(c.name, async () => {
+    test.skipIf(!!c.tokens && !real)(c.name, async () => {
       const before = { ...server.refused };
       const lines = log.lines.length;
       const r = await next(c.opts(), c.host);
@@ -217,25 +283,30 @@ describe("who may connect", () => {
     }
   });
 
-  test("token answers are cached: ten connections with one token cost one TokenReview", async () => {
-    kube.serviceAccountTokens.set("cached-token", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
-    const before = kube.tokenReviews;
-    const results = await Promise.all(Array.from({ length: 10 }, () => next({ ...tls({ ca: brainCert.cert }), token: "cached-token" })));
+  test.skipIf(!real)("token answers are cached: ten connections with one token cost one TokenReview", async () => {
+    const before = reviews;
+    const results = await Promise.all(
+      Array.from({ length: 10 }, () => next({ ...tls({ ca: brainCert.cert }), token: token("cached-token") })),
+    );
     expect(results).toEqual(Array(10).fill(gen.services));
-    expect(kube.tokenReviews - before).toBe(1);
+    expect(reviews - before).toBe(1);
   });
 
-  test("the API server unreachable: refused as token_review_failed, served again once it answers", async () => {
-    await kube.down();
-    try {
-      const r = await next({ ...tls({ ca: brainCert.cert }), token: "agent-token-2" });
-      expect((r as GrpcError).message).toMatch(/\[unauthenticated\] token review failed: /);
-    } finally {
-      await kube.up();
-    }
-    kube.serviceAccountTokens.set("agent-token-3", { username: AGENT_USER, audiences: [TOKEN_AUDIENCE] });
-    expect(await next({ ...tls({ ca: brainCert.cert }), token: "agent-token-3" })).toBe(gen.services);
-  });
+  test.skipIf(!real)(
+    "the API server unreachable: refused as token_review_failed, served again once it answers",
+    async () => {
+      await kube!.stopApiServer();
+      try {
+        const r = await next({ ...tls({ ca: brainCert.cert }), token: token("agent-token-2") });
+        expect((r as GrpcError).message).toMatch(/\[unauthenticated\] token review failed: /);
+        expect(server.refused.token_review_failed).toBeGreaterThan(0);
+      } finally {
+        await kube!.startApiServer();
+      }
+      expect(await next({ ...tls({ ca: brainCert.cert }), token: token("agent-token-3") })).toBe(gen.services);
+    },
+    120_000,
+  );
 });
 
 describe("certificate rotation without a restart", () => {
