@@ -228,7 +228,9 @@ for (const c of combos) {
             "/healthz said 503": health.some((h) => h.endsWith(" 503")),
             "/healthz says 200 again": health.at(-1)?.endsWith(" 200") ?? false,
             // asked once more with time to answer: the timeline's 0.2 s probes can time out on a loaded machine
-            "the service answers again": (await d.topo.probe(d.topo.client.ns, { ip: ips.lb, port: 80, timeout: 2 })).ok,
+            "the service answers again": await d.topo
+              .probe(d.topo.client.ns, { ip: ips.lb, port: 80, timeout: 2 })
+              .then((r) => r.ok && r.who === "pod1"),
             // nft: kpng reads the kernel's events itself (plugins/nft/netlink-socket.ts), the compiled binary too
             ...(c.backend === "nft" && {
               "nft events read from netlink": d.kpng.stderr.some((l) => /watching kpng's tables through netlink/.test(l)),
