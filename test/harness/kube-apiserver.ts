@@ -396,6 +396,11 @@ export class KubeApiServer {
     return [this.etcd, this.apiserver, this.hostForward].every((p) => p && p.exitCode === null && !p.killed);
   }
 
+  /** Process ids of etcd, kube-apiserver and the forwards: what to leave out of a measured process's CPU share (benches). */
+  pids(): number[] {
+    return [this.etcd, this.apiserver, this.hostForward, ...this.forwards].flatMap((p) => (p && p.exitCode === null ? [p.pid] : []));
+  }
+
   /** SIGKILL now, for process exit. */
   killNow(): void {
     for (const p of [this.apiserver, this.etcd, this.hostForward, ...this.forwards]) p?.kill("SIGKILL");
