@@ -6,7 +6,8 @@
 //     reached from the node's namespace as https://127.0.0.1:6443 (the
 //     harness's byte relay, as kube-proxy's kubeconfig names the API server
 //     on a kubeadm node), kpng signed in as system:kube-proxy. Filled once
-//     per size by concurrent POSTs; the README's figures come from it.
+//     per size for the whole bench process by concurrent POSTs; the README's
+//     figures come from it.
 //   - "fake": the in-repo test API server (bench/startup-api-server.ts),
 //     started afresh for each run inside the node's namespace.
 //
@@ -60,10 +61,25 @@ export async function openApi(opts: { kind: ApiKind; topo: Topology; services: n
 /** POSTs in flight while filling; the admin user is exempt from API priority and fairness. */
 const FILL_CONCURRENCY = Number(process.env.KPNG_BENCH_FILL_CONCURRENCY ?? 32);
 
-async function openReal(opts: { topo: Topology; services: number; dir: string }): Promise<BenchApi> {
-  requireK8s();
-  const { topo, services, dir } = opts;
-  const podV6 = topo.pods[0].v6;
+/**
+ * One filled control plane per size and test pod for the whole bench process:
+ * `bun run bench startup churn` fills 10,000 services once (minutes on a
+ * loaded 2-core host), not once per bench. Never closed: the harness ends it
+ * at process exit.
+ */
+const filled = new Map<string, Promise<KubeApiServer>>();
+
+function filledServer(services: number, podV6: string): Promise<KubeApiServer> {
+  const key = `${services} ${podV6}`;
+  let p = filled.get(key);
+  if (!p) {
+    p = fill(services, podV6);
+    filled.set(key, p);
+  }
+  return p;
+}
+
+async function fill(services: number, podV6: string): Promise<KubeApiServer> {
   const server = await KubeApiServer.start();
   try {
     const t0 = Date.now();
@@ -75,40 +91,43 @@ async function openReal(opts: { topo: Topology; services: number; dir: string })
     console.log(
       `  kube-apiserver filled: ${NODES} nodes, ${services} services, ${services} slices in ${((Date.now() - t0) / 1000).toFixed(1)} s (${FILL_CONCURRENCY} POSTs in flight)`,
     );
-    const unreach = await server.reach(topo.node.ns);
-    const kubeconfig = server.writeKubeconfig(join(dir, `kubeconfig-real-${services}`), {
-      server: "https://127.0.0.1:6443",
-      user: "kube-proxy",
-    });
-    const last = slice(services - 1, services, podV6);
-    const path = `/apis/discovery.k8s.io/v1/namespaces/${last.metadata.namespace}/endpointslices/${last.metadata.name}`;
-    let gen = 0;
-    const change = async (n: number) => {
-      // a merge patch replaces the endpoints list whole, as the EndpointSlice controller's update does
-      const res = await server.request("PATCH", path, { endpoints: slice(services - 1, services, podV6, n).endpoints });
-      if (res.status !== 200) throw new Error(`PATCH ${path}: ${res.status} ${await res.text()}`);
-      gen = n;
-      return Date.now();
-    };
-    const cpuMs = () => server.pids().reduce((n, p) => n + processCpuMs(p), 0);
-    return {
-      async begin() {
-        if (gen !== 0) await change(0);
-        return kubeconfig;
-      },
-      change,
-      serverMs: async () => cpuMs(),
-      pids: () => server.pids(),
-      async end() {},
-      async close() {
-        await unreach();
-        await server.close();
-      },
-    };
+    return server;
   } catch (err) {
     await server.close();
     throw err;
   }
+}
+
+async function openReal(opts: { topo: Topology; services: number; dir: string }): Promise<BenchApi> {
+  requireK8s();
+  const { topo, services, dir } = opts;
+  const podV6 = topo.pods[0].v6;
+  const server = await filledServer(services, podV6);
+  const unreach = await server.reach(topo.node.ns);
+  const kubeconfig = server.writeKubeconfig(join(dir, `kubeconfig-real-${services}`), {
+    server: "https://127.0.0.1:6443",
+    user: "kube-proxy",
+  });
+  const last = slice(services - 1, services, podV6);
+  const path = `/apis/discovery.k8s.io/v1/namespaces/${last.metadata.namespace}/endpointslices/${last.metadata.name}`;
+  const change = async (n: number) => {
+    // a merge patch replaces the endpoints list whole, as the EndpointSlice controller's update does
+    const res = await server.request("PATCH", path, { endpoints: slice(services - 1, services, podV6, n).endpoints });
+    if (res.status !== 200) throw new Error(`PATCH ${path}: ${res.status} ${await res.text()}`);
+    return Date.now();
+  };
+  const cpuMs = () => server.pids().reduce((n, p) => n + processCpuMs(p), 0);
+  return {
+    async begin() {
+      await change(0); // a no-op unless a run before changed it
+      return kubeconfig;
+    },
+    change,
+    serverMs: async () => cpuMs(),
+    pids: () => server.pids(),
+    async end() {},
+    close: unreach,
+  };
 }
 
 async function openFake(opts: { topo: Topology; services: number; dir: string }): Promise<BenchApi> {
