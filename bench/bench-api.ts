@@ -64,10 +64,18 @@ const FILL_CONCURRENCY = Number(process.env.KPNG_BENCH_FILL_CONCURRENCY ?? 32);
 /**
  * One filled control plane per size and test pod for the whole bench process:
  * `bun run bench startup churn` fills 10,000 services once (minutes on a
- * loaded 2-core host), not once per bench. Never closed: the harness ends it
- * at process exit.
+ * loaded 2-core host), not once per bench. Closed by closeApis(), which the
+ * runner calls once every bench is done: their processes would keep Bun's
+ * event loop, and the bench, alive.
  */
 const filled = new Map<string, Promise<KubeApiServer>>();
+
+/** Stops the control planes the benches filled. */
+export async function closeApis(): Promise<void> {
+  const servers = await Promise.all([...filled.values()].map((p) => p.catch(() => undefined)));
+  filled.clear();
+  await Promise.all(servers.map((s) => s?.close()));
+}
 
 function filledServer(services: number, podV6: string): Promise<KubeApiServer> {
   const key = `${services} ${podV6}`;

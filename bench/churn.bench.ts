@@ -23,7 +23,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
-import { apiKind, apiLabel, type BenchApi, openApi } from "./bench-api.ts";
+import { apiKind, apiLabel, type BenchApi, closeApis, openApi } from "./bench-api.ts";
 import { kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { NODE_NAME } from "./startup-api-server.ts";
@@ -154,4 +154,7 @@ export default async function churnBench() {
   }
 }
 
-if (import.meta.main) await churnBench();
+if (import.meta.main) {
+  await churnBench();
+  await closeApis();
+}

@@ -69,7 +69,7 @@ import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, r
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
-import { apiKind, apiLabel, type BenchApi, openApi, processCpuMs } from "./bench-api.ts";
+import { apiKind, apiLabel, type BenchApi, closeApis, openApi, processCpuMs } from "./bench-api.ts";
 import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
@@ -422,4 +422,7 @@ export default async function startupBench() {
   }
 }
 
-if (import.meta.main) await startupBench();
+if (import.meta.main) {
+  await startupBench();
+  await closeApis();
+}
