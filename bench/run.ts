@@ -4,6 +4,7 @@
 
 import { Glob } from "bun";
 import { join } from "node:path";
+import { closeApis } from "./bench-api.ts";
 
 const filter = process.argv.slice(2);
 const files = [...new Glob("*.bench.ts").scanSync(import.meta.dir)].sort();
@@ -13,3 +14,4 @@ for (const f of files) {
   console.log(`\n## ${f.replace(".bench.ts", "")}`);
   await mod.default();
 }
+await closeApis(); // the real API servers filled once for several benches (bench/bench-api.ts)

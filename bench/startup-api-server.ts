@@ -23,6 +23,13 @@ export const NODES = 100;
 export const NODE_NAME = "node-0";
 export const lastServiceIP = (services: number) => v6.clusterIP(services);
 
+/**
+ * RFC 5952 form: the real API server refuses any other in an EndpointSlice
+ * (`2001:db8:2:0::3` must be `2001:db8:2::3`), the address plan's node 0 pods
+ * are written so.
+ */
+const canonicalV6 = (ip: string) => new URL(`http://[${ip}]`).hostname.slice(1, -1);
+
 const uid = (i: number, kind: number) => `${kind.toString(16).padStart(8, "0")}-0000-4000-8000-${i.toString(16).padStart(12, "0")}`;
 const created = "2026-11-20T10:00:00Z";
 const managed = (manager: string, fields: Record<string, unknown>) => [
@@ -80,7 +87,7 @@ export function slice(i: number, services: number, podV6: string, gen = 0) {
     const node = x % NODES;
     const pod = `${name}-7d9f8c6b5-${(j + (j === 0 ? gen * 31 : 0)).toString(36).padStart(5, "x")}`;
     endpoints.push({
-      addresses: [last && gen === 0 ? podV6 : v6.pod(node, 2 + Math.floor(x / NODES))],
+      addresses: [canonicalV6(last && gen === 0 ? podV6 : v6.pod(node, 2 + Math.floor(x / NODES)))],
       conditions: { ready: true, serving: true, terminating: false },
       nodeName: `node-${node}`,
       zone: `zone-${node % 3}`,

@@ -1,7 +1,10 @@
 // Start-up end to end, as a user runs it: `kpng --kubeconfig K --backend nft`
-// inside a network namespace (test/harness/netns.ts), against the in-repo
-// API server over HTTPS in the same namespace (bench/startup-api-server.ts),
-// at 1,000 and 10,000 services x 10 endpoints on 100 nodes. Printed:
+// inside a network namespace (test/harness/netns.ts), against the real
+// kube-apiserver + etcd over HTTPS (KPNG_BENCH_API=fake: the in-repo API
+// server in the same namespace instead; bench/bench-api.ts), at 1,000 and
+// 10,000 services x 10 endpoints on 100 nodes (bench/startup-api-server.ts).
+// KPNG_BENCH_KPNG measures another tree's kpng, or several in turn
+// (bench/kpng-under-test.ts). Printed:
 //
 //   - process start -> rules in the kernel (the first `synced backend=nft`),
 //     and whether a connect to the last service is then answered by its pod;
@@ -14,6 +17,8 @@
 //   - kpng's own CPU time from start to rules, by thread: the main thread,
 //     JavaScriptCore's JIT workers (compiling on other threads, so beside
 //     the main thread and the API server on a 2-core node), the rest;
+//   - the API server's work meanwhile: kube-apiserver's, etcd's and the
+//     relay's CPU time (real), the time spent writing list answers (fake);
 //   - the CPU time the rest of the host used meanwhile (not kpng, its nft
 //     runs or the API server): on a shared 2-core machine, what competed;
 //   - RSS of kpng's whole process tree (nft children included) after 20
@@ -24,12 +29,16 @@
 // what a user downloads and runs. KPNG_BENCH_SOURCE=1
 // runs `bun src/main.ts` instead (module loading then costs more).
 //
+// The real API server is started and filled once per size; each run sets the
+// changed slice back first. The in-repo one is started afresh for each run.
+//
 // Each run is a first start on a node: kpng's tables from the run before are
 // deleted (a restart rewrites them in place, a longer apply), and
 // the kernel gets a few seconds to free them. The API server has answered the
 // same lists once before (`kpng --dry-run --once`), as a real one, long
 // running and serving every node's proxy, has: a cold in-repo server spent its
-// JIT warm-up inside kpng's list phase, on the same 2 cores.
+// JIT warm-up inside kpng's list phase, on the same 2 cores, and a fresh
+// kube-apiserver fills its watch cache on its first list.
 //
 // Each run waits (up to 2 min, KPNG_BENCH_NFT_WAIT_MS) until no process on
 // the host listens to nftables events (nftListeners): one listener anywhere,
@@ -48,7 +57,9 @@
 // runs `--backend iptables` instead of nft (the node's tables and ipsets are
 // emptied before each run instead of kpng's nft tables deleted). Each run also
 // prints the median of the 20 changes' latency: the bench's write of the
-// change to the API server -> kpng's `synced` line. KPNG_BENCH_LOG=FILE
+// change to the API server -> kpng's `synced` line (a change not synced
+// within 10 s ends the run's changes: "never", as a kpng whose watch fails
+// shows). KPNG_BENCH_LOG=FILE
 // appends each run's kpng log (debug level) to FILE, every line prefixed with
 // its offset from kpng's start (ms, when the bench read it): the timeline
 // behind the phases. KPNG_BENCH_KPNG_ENV="A=1 B=2" sets variables for the
@@ -57,13 +68,14 @@
 import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { buildBinary } from "../build.ts";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
+import { apiKind, apiLabel, type BenchApi, closeApis, openApi, processCpuMs } from "./bench-api.ts";
+import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
+import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const MODE = process.env.KPNG_BENCH_MODE === "iptables" ? "iptables" : "nft";
-const BUN = process.execPath;
 /** variables for the measured kpng only, not the API server or the warm-up */
 const kpngEnv = () =>
   Object.fromEntries(
@@ -73,43 +85,8 @@ const kpngEnv = () =>
       .map((kv) => kv.split("=", 2)),
   );
 const CHANGES = 20;
-
-/** Lines of a child's stream, with a way to wait for one matching a pattern. */
-export function lines(stream: ReadableStream<Uint8Array>) {
-  const all: Array<{ line: string; at: number }> = [];
-  let wake = () => {};
-  void (async () => {
-    const dec = new TextDecoder();
-    let rest = "";
-    for await (const chunk of stream) {
-      const parts = (rest + dec.decode(chunk, { stream: true })).split("\n");
-      rest = parts.pop()!;
-      const at = Date.now();
-      for (const line of parts) all.push({ line, at });
-      wake();
-    }
-  })();
-  const count = (re: RegExp) => all.filter((l) => re.test(l.line)).length;
-  const wait = async (re: RegExp, n = 1, timeoutMs = 60_000) => {
-    const end = Date.now() + timeoutMs;
-    for (;;) {
-      const hits = all.filter((l) => re.test(l.line));
-      if (hits.length >= n) return hits[n - 1];
-      if (Date.now() > end)
-        throw new Error(
-          `timed out waiting for ${re}:\n${all
-            .slice(-5)
-            .map((l) => l.line)
-            .join("\n")}`,
-        );
-      await new Promise<void>((r) => {
-        wake = r;
-        setTimeout(r, 200);
-      });
-    }
-  };
-  return { all, count, wait };
-}
+/** a change not synced by then is not coming (a kpng whose watch fails) */
+const CHANGE_TIMEOUT_MS = 10_000;
 
 /** pid and every descendant, from /proc */
 function processTree(root: number): number[] {
@@ -204,17 +181,6 @@ function hostBusyMs(): number {
     .map(Number);
   return (user + nice + system + irq + softirq + steal) * TICK_MS;
 }
-/** CPU time of a process and its reaped children (nft runs), from /proc/PID/stat */
-function processCpuMs(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * TICK_MS;
-  } catch {
-    return 0;
-  }
-}
-
 /**
  * CPU time of kpng's own threads (not its nft children), split into the
  * main thread, JavaScriptCore's JIT workers and the rest (GC helpers, Bun's
@@ -251,14 +217,16 @@ interface Run {
   phases: Record<string, number>;
   decodeMs: number;
   validateMs: number;
-  /** the API server's own time building the list answers */
+  /** the API server's work from start to rules (BenchApi.serverMs) */
   serverMs: number;
   rss: number;
   rssParts: string;
   /** nftables event listeners elsewhere on the host at the start (nftListeners): the apply figure is inflated */
   listeners: number;
-  /** median latency of the changes, API server -> synced */
+  /** median latency of the changes, API server -> synced; Infinity: a change never synced */
   changeMs: number;
+  /** changes made (fewer than CHANGES when one never synced) */
+  changes: number;
   /** CPU ms the rest of the host (not kpng, its nft runs or the API server) used from start to rules: what competed */
   othersMs: number;
   /** CPU ms of kpng's threads from start to rules: main thread, JIT workers, the rest */
@@ -282,18 +250,12 @@ function saveLog(title: string, t0: number, all: ReadonlyArray<{ line: string; a
   appendFileSync(file, `== ${title}\n${all.map((l) => `+${String(l.at - t0).padStart(5)} ${l.line}\n`).join("")}`);
 }
 
-async function once(topo: Topology, services: number, dir: string, kpngArgv: string[], title: string): Promise<Run> {
-  const api = Bun.spawn(
-    ["ip", "netns", "exec", topo.node.ns, BUN, join(import.meta.dir, "startup-api-server.ts"), String(services), topo.pods[0].v6, dir],
-    {
-      stdin: "pipe",
-      stdout: "pipe",
-      stderr: "inherit",
-    },
-  );
-  const apiOut = lines(api.stdout);
+const cpuOf = (pids: number[]) => pids.reduce((n, p) => n + processCpuMs(p), 0);
+
+async function once(opts: { topo: Topology; api: BenchApi; services: number; kpng: string[]; title: string }): Promise<Run> {
+  const { topo, api, services, kpng: kpngArgv, title } = opts;
+  const kubeconfig = await api.begin();
   try {
-    const kubeconfig = (await apiOut.wait(/^ready /, 1, 120_000)).line.split(" ")[1];
     if (MODE === "iptables") emptyIptables(topo.node.ns);
     else
       for (const family of ["ip", "ip6"])
@@ -317,14 +279,13 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
       { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
     );
     if (warm.exitCode !== 0) throw new Error(`warm-up list failed: ${warm.stderr.toString()}`);
-    api.stdin.write("stats\n");
-    await api.stdin.flush();
-    const warmServerMs = field((await apiOut.wait(/^listMs /)).line, "listMs");
     await Bun.sleep(2000); // the deleted tables are freed by a kernel worker, after the commit
     const listeners = await quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
+    const server0 = await api.serverMs();
+    const apiPids = api.pids();
     const t0 = Date.now();
     const busy0 = hostBusyMs();
-    const api0 = processCpuMs(api.pid);
+    const api0 = cpuOf(apiPids);
     const kpng = Bun.spawn(
       ["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME],
       {
@@ -337,12 +298,12 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
     const log = lines(kpng.stderr);
     try {
       const syncedRe = new RegExp(` synced backend=${MODE} `);
-      const synced = await log.wait(syncedRe);
+      const synced = await log.wait(syncedRe, 1, 120_000);
       const totalMs = synced.at - t0;
       // `ip netns exec` runs kpng as its child: the tree's CPU is the netns exec's own plus its reaped children
       const threads = kpngThreadsCpuMs(kpng.pid);
-      const othersMs =
-        hostBusyMs() - busy0 - processTree(kpng.pid).reduce((n, p) => n + processCpuMs(p), 0) - (processCpuMs(api.pid) - api0);
+      const othersMs = hostBusyMs() - busy0 - cpuOf(processTree(kpng.pid)) - (cpuOf(apiPids) - api0);
+      const serverMs = (await api.serverMs()) - server0;
       const probe = await topo.probe(topo.client.ns, { ip: lastServiceIP(services), port: 80 });
       const watching = stamp((await log.wait(/watching the API server/)).line);
       const listed = log.all.filter((l) => / listed kind=/.test(l.line)).map((l) => l.line);
@@ -357,18 +318,15 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         apply: field(nft, "applyMs"),
       };
       const sum = (k: string) => listed.reduce((n, l) => n + field(l, k), 0);
-      api.stdin.write("stats\n");
-      await api.stdin.flush();
-      const serverMs = field((await apiOut.wait(/^listMs /, 2)).line, "listMs") - warmServerMs;
 
       const changeMs: number[] = [];
       for (let n = 1; n <= CHANGES; n++) {
         await Bun.sleep(500); // each change alone, not behind the pause that follows the previous sync (src/core/pacing.ts)
         const sent = Date.now();
-        api.stdin.write(`change ${n}\n`);
-        await api.stdin.flush();
-        await apiOut.wait(/^changed /, n);
-        changeMs.push((await log.wait(syncedRe, n + 1)).at - sent);
+        await api.change(n);
+        const seen = await log.wait(syncedRe, n + 1, CHANGE_TIMEOUT_MS).catch(() => undefined);
+        changeMs.push(seen ? seen.at - sent : Number.POSITIVE_INFINITY);
+        if (!seen) break;
       }
       await Bun.sleep(500);
       const tree = processTree(kpng.pid);
@@ -383,6 +341,7 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
         rss: parts.reduce((n, p) => n + p.rss, 0),
         listeners,
         changeMs: median(changeMs),
+        changes: changeMs.length,
         othersMs,
         threads,
         rssParts: parts
@@ -395,58 +354,67 @@ async function once(topo: Topology, services: number, dir: string, kpngArgv: str
       saveLog(title, t0, log.all);
     }
   } finally {
-    api.kill();
-    await api.exited;
+    await api.end();
   }
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const f0 = (x: number) => x.toFixed(0).padStart(5);
+const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+const changeText = (x: Run) =>
+  x.changeMs === Number.POSITIVE_INFINITY
+    ? `change ${x.changes === 1 ? "never synced" : `median never (${x.changes} changes, the last never synced)`} (${CHANGE_TIMEOUT_MS / 1000} s)`
+    : `change ${x.changeMs} ms`;
 
 export default async function startupBench() {
   const runs = Number(process.env.KPNG_BENCH_RUNS ?? 3);
   const sizes = (process.env.KPNG_BENCH_SIZES ?? "1000,10000").split(",").map(Number);
+  const kind = apiKind();
   const dir = mkdtempSync(join(tmpdir(), "kpng-bench-startup-"));
-  let kpngArgv = [BUN, join(ROOT, "src/main.ts")];
-  if (!process.env.KPNG_BENCH_SOURCE) {
-    kpngArgv = [join(dir, "kpng")];
-    await buildBinary(kpngArgv[0]);
-  }
   const contentType = process.env.KPNG_BENCH_CONTENT_TYPE === "json" ? "application/json" : "application/vnd.kubernetes.protobuf";
-  kpngArgv.push("--kube-api-content-type", contentType);
-  console.log(
-    `kpng: ${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary (bun run build)"}, asking the API server for ${contentType}`,
-  );
   const topo = await createTopology({ pods: 1, prefix: "kps" });
   try {
+    const kpngs: KpngUnderTest[] = await kpngsUnderTest(dir);
+    console.log(
+      `kpng: ${kpngs.map((k) => k.name).join(", ")} (${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary, as bun run build"}), asking the API server for ${contentType}; against ${apiLabel(kind)}`,
+    );
     await topo.serve(topo.pods[0], { tcp: [8080] });
     for (const services of sizes) {
-      console.log(
-        `\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`,
-      );
-      console.log(
-        "  run | start->rules ms | boot  list compute render apply (ms) | decode validate server (CPU ms, inside list) | kpng main jit other | others (CPU ms) | connect | RSS MB after 20 changes | change latency",
-      );
-      const all: Run[] = [];
-      for (let r = 1; r <= runs; r++) {
-        const x = await once(
-          topo,
-          services,
-          dir,
-          kpngArgv,
-          `${services} services, run ${r} (load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")})`,
-        );
-        all.push(x);
-        const p = x.phases;
+      console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${load()})`);
+      const api = await openApi({ kind, topo, services, dir });
+      try {
+        const width = Math.max(4, ...kpngs.map((k) => k.name.length));
         console.log(
-          `  ${String(r).padStart(3)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.threads.main).padStart(9)} ${f0(x.threads.jit).padStart(3)} ${f0(x.threads.other).padStart(5)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | change ${x.changeMs} ms${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
+          `  run ${"kpng".padEnd(width)} | start->rules ms | boot  list compute render apply (ms) | decode validate (CPU ms, inside list) server (${kind === "real" ? "apiserver+etcd+relay CPU ms" : "list answers ms"}) | kpng main jit other | others (CPU ms) | connect | RSS MB after the changes | change latency | load`,
         );
+        const all = new Map<KpngUnderTest, Run[]>(kpngs.map((k) => [k, []]));
+        for (let r = 1; r <= runs; r++)
+          for (const k of kpngs) {
+            const before = load();
+            const x = await once({
+              topo,
+              api,
+              services,
+              kpng: [...k.argv, "--kube-api-content-type", contentType],
+              title: `${services} services, ${k.name}, run ${r} (load ${before})`,
+            });
+            all.get(k)!.push(x);
+            const p = x.phases;
+            console.log(
+              `  ${String(r).padStart(3)} ${k.name.padEnd(width)} | ${f0(x.totalMs).padStart(15)} | ${f0(p.boot)} ${f0(p.list)} ${f0(p.compute).padStart(7)} ${f0(p.render).padStart(6)} ${f0(p.apply)} | ${f0(x.decodeMs)} ${f0(x.validateMs).padStart(8)} ${f0(x.serverMs).padStart(6)} | ${f0(x.threads.main).padStart(9)} ${f0(x.threads.jit).padStart(3)} ${f0(x.threads.other).padStart(5)} | ${f0(x.othersMs).padStart(15)} | ${x.connected ? "yes" : "NO "} | ${x.rss.toFixed(0)} (${x.rssParts}) | ${changeText(x)} | ${before}${x.listeners ? ` | ${x.listeners} nftables listeners elsewhere on the host: apply inflated` : ""}`,
+            );
+          }
+        for (const [k, xs] of all) {
+          const tot = xs.map((x) => x.totalMs);
+          const rss = xs.map((x) => x.rss);
+          const ch = xs.map((x) => x.changeMs);
+          console.log(
+            `  ${k.name}: start->rules best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; change latency median of runs ${median(ch) === Number.POSITIVE_INFINITY ? "never" : `${median(ch).toFixed(0)} ms`}; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
+          );
+        }
+      } finally {
+        await api.close();
       }
-      const tot = all.map((x) => x.totalMs);
-      const rss = all.map((x) => x.rss);
-      console.log(
-        `  start->rules: best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
-      );
     }
   } finally {
     await topo.destroy();
@@ -454,4 +422,7 @@ export default async function startupBench() {
   }
 }
 
-if (import.meta.main) await startupBench();
+if (import.meta.main) {
+  await startupBench();
+  await closeApis();
+}

@@ -402,6 +402,11 @@ export class KubeApiServer {
     return [this.etcd, this.apiserver, this.hostForward].every((p) => p && p.exitCode === null && !p.killed);
   }
 
+  /** Process ids of etcd, kube-apiserver and the forwards: what to leave out of a measured process's CPU share (benches). */
+  pids(): number[] {
+    return [this.etcd, this.apiserver, this.hostForward, ...this.forwards].flatMap((p) => (p && p.exitCode === null ? [p.pid] : []));
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
