@@ -371,8 +371,7 @@ export class FakeApiServer {
   bookmark(): void {
     for (const w of this.watchers) {
       if (!w.bookmarks) continue;
-      const apiVersion = Object.values(resources).find((r) => r.kind === w.kind)!.apiVersion;
-      this.send(w, "BOOKMARK", { kind: w.kind, apiVersion, metadata: { resourceVersion: String(this.rv) } });
+      this.send(w, "BOOKMARK", emptyObject(w.kind, { resourceVersion: String(this.rv) }));
     }
   }
 
@@ -622,10 +621,14 @@ export class FakeApiServer {
       if (q.resourceVersion) return fail(400, "BadRequest", "specifying resource version is not allowed when using continue");
       const token = JSON.parse(Buffer.from(q.continue, "base64").toString()) as { rv: number; after: string };
       if (token.rv < this.compactedTo)
-        return fail(
+        // as the real server: with a token to go on from the latest state (an inconsistent list)
+        return status(
+          res,
           410,
           "Expired",
-          "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+          "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+          protobuf,
+          { continue: continueToken(this.rv, token.after) },
         );
       ({ after, rv } = token);
     } else {
@@ -651,7 +654,8 @@ export class FakeApiServer {
     const prefix = `${kind}/`;
     const page: Array<[string, Obj]> = [];
     let more = false;
-    for (let i = lowerBound(keys, after ? after + "\0" : prefix); i < keys.length && keys[i].startsWith(prefix); i++) {
+    let i = lowerBound(keys, after ? after + "\0" : prefix);
+    for (; i < keys.length && keys[i].startsWith(prefix); i++) {
       const o = objects.get(keys[i])!;
       if (!matches(o)) continue;
       if (page.length === limit) {
@@ -660,8 +664,14 @@ export class FakeApiServer {
       }
       page.push([keys[i], o]);
     }
-    const cont = more ? Buffer.from(JSON.stringify({ rv, after: page.at(-1)![0] })).toString("base64") : undefined;
-    const meta = { resourceVersion: String(rv), ...(cont ? { continue: cont } : {}) };
+    const cont = more ? continueToken(rv, page.at(-1)![0]) : undefined;
+    // how many items the next pages hold: said, as the real server, only of a list no selector filters
+    const remainingItemCount = more && !q.labelSelector && !q.fieldSelector ? lowerBound(keys, `${kind}0`) - i : undefined;
+    const meta = {
+      resourceVersion: String(rv),
+      ...(cont ? { continue: cont } : {}),
+      ...(remainingItemCount !== undefined ? { remainingItemCount } : {}),
+    };
     if (protobuf) {
       // an object of an older snapshot is encoded afresh; the current ones once
       const items = page.map(([key, o]) => (objects === this.objects ? this.itemBytes(key, o) : encodeItem(kind, o)));
@@ -711,8 +721,12 @@ export class FakeApiServer {
       const cut = streamed && this.cutNextStream?.kind === kind ? this.cutNextStream.after : undefined;
       if (cut !== undefined) this.cutNextStream = undefined;
       const events: Array<Uint8Array | string> = [];
-      for (const [key, o] of this.objects) {
-        if (o.kind !== kind || !matches(o)) continue;
+      // in key order, as the real server's watch cache sends them
+      const { keys } = this.snapshotAt(this.rv);
+      for (let i = lowerBound(keys, `${kind}/`); i < keys.length && keys[i].startsWith(`${kind}/`); i++) {
+        const key = keys[i];
+        const o = this.objects.get(key)!;
+        if (!matches(o)) continue;
         if (events.length === cut) {
           res.write(w.protobuf ? Buffer.concat(events as Uint8Array[]) : events.join(""));
           return void res.socket?.destroy();
@@ -722,12 +736,11 @@ export class FakeApiServer {
       if (events.length) res.write(w.protobuf ? Buffer.concat(events as Uint8Array[]) : events.join(""));
       w.rv = this.rv;
       if (streamed) {
-        const apiVersion = Object.values(resources).find((r) => r.kind === kind)!.apiVersion;
-        this.send(w, "BOOKMARK", {
-          kind,
-          apiVersion,
-          metadata: { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } },
-        });
+        this.send(
+          w,
+          "BOOKMARK",
+          emptyObject(kind, { resourceVersion: String(this.rv), annotations: { "k8s.io/initial-events-end": "true" } }),
+        );
       }
       this.listMs += performance.now() - t0;
     } else for (const ev of this.history) this.deliver(w, ev);
@@ -770,9 +783,52 @@ function wire(o: Obj): Obj {
   return { ...structuredClone(o), apiVersion: api.apiVersion };
 }
 
+/** a list's continue token: the state it reads (rv) and the last key it gave */
+const continueToken = (rv: number, after: string) => Buffer.from(JSON.stringify({ rv, after })).toString("base64");
+
+/**
+ * An empty object of `kind` with only `metadata` set, as a BOOKMARK carries
+ * it: the real server sends the kind's zero value, whose JSON holds the
+ * fields without omitempty (recorded from kube-apiserver 1.36.2 by
+ * test/sources/kube/wire-real.test.ts).
+ */
+function emptyObject(kind: string, metadata: Record<string, unknown>): Obj {
+  const apiVersion = Object.values(resources).find((r) => r.kind === kind)!.apiVersion;
+  const zero: Record<string, Record<string, unknown>> = {
+    Service: { spec: {}, status: { loadBalancer: {} } },
+    EndpointSlice: { addressType: "", endpoints: null, ports: null },
+    Node: {
+      spec: {},
+      status: {
+        daemonEndpoints: { kubeletEndpoint: { Port: 0 } },
+        nodeInfo: {
+          machineID: "",
+          systemUUID: "",
+          bootID: "",
+          kernelVersion: "",
+          osImage: "",
+          containerRuntimeVersion: "",
+          kubeletVersion: "",
+          kubeProxyVersion: "",
+          operatingSystem: "",
+          architecture: "",
+        },
+      },
+    },
+  };
+  return { kind, apiVersion, metadata: metadata as Obj["metadata"], ...structuredClone(zero[kind]) };
+}
+
 /** a refusal, as a Status in the type the client prefers */
-function status(res: ServerResponse, code: number, reason: string, message: string, protobuf = false) {
-  const body = { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, code };
+function status(
+  res: ServerResponse,
+  code: number,
+  reason: string,
+  message: string,
+  protobuf = false,
+  metadata: Record<string, string> = {},
+) {
+  const body = { kind: "Status", apiVersion: "v1", metadata, status: "Failure", message, reason, code };
   res.writeHead(code, { "Content-Type": protobuf ? PROTOBUF : "application/json" });
   res.end(protobuf ? encodeObject("Status", body) : JSON.stringify(body));
 }

@@ -131,6 +131,15 @@ export class KubeApiServer {
   private readonly namespaces = new Set(["default", "kube-system"]);
   private readonly adminKubeconfig: string;
   private closed = false;
+  /**
+   * Ends this control plane when the test process dies without running its
+   * exit handlers (bun test, after several files at once, at times does: the
+   * shared control plane was left running with its namespace). A shell
+   * reading a pipe from this process: at its end, this process's death, it
+   * kills what runs in the namespace and the forwards whose pids it was
+   * given, and deletes the namespace and the directory. close() stops it first.
+   */
+  private readonly watchdog: Bun.Subprocess<"pipe", "ignore", "ignore">;
 
   private constructor(
     readonly bin: K8sBinaries,
@@ -146,6 +155,16 @@ export class KubeApiServer {
       `${TOKENS.admin},admin,admin-uid,system:masters\n${TOKENS["kube-proxy"]},system:kube-proxy,kube-proxy-uid\n`,
     );
     this.adminKubeconfig = join(dir, "admin.kubeconfig");
+    this.watchdog = Bun.spawn(
+      [
+        "sh",
+        "-c",
+        'pids=""; while read -r p; do pids="$pids $p"; done; kill -9 $pids $(ip netns pids "$0") 2>/dev/null; ip netns del "$0" 2>/dev/null; rm -rf "$1"',
+        this.ns,
+        dir,
+      ],
+      { stdin: "pipe", stdout: "ignore", stderr: "ignore" },
+    );
   }
 
   /** Starts etcd and kube-apiserver in a new namespace; resolves when /readyz answers ok. `args`: more kube-apiserver flags. */
@@ -304,6 +323,8 @@ export class KubeApiServer {
       },
     );
     this.forwards.add(proc);
+    this.watchdog.stdin.write(`${proc.pid}\n`);
+    this.watchdog.stdin.flush();
     const reader = proc.stdout.getReader();
     const first = new TextDecoder().decode((await reader.read()).value ?? new Uint8Array());
     reader.releaseLock();
@@ -411,6 +432,7 @@ export class KubeApiServer {
     if (this.closed) return;
     this.closed = true;
     live.delete(this);
+    this.watchdog.kill("SIGKILL");
     const procs = [this.apiserver, this.etcd, this.hostForward, ...this.forwards].filter((p): p is Bun.Subprocess => !!p);
     for (const p of procs) p.kill("SIGKILL");
     await Promise.all(procs.map((p) => p.exited));

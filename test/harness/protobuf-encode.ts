@@ -183,7 +183,8 @@ function node(w: Writer, o: Obj) {
 }
 
 function status(w: Writer, o: Obj) {
-  w.msg(1, () => {});
+  // ListMeta { selfLink 1, resourceVersion 2, continue 3 }: strings, written empty too (a 410 to a list carries a continue token)
+  w.msg(1, (m) => (m.str(1, ""), m.str(2, o.metadata?.resourceVersion ?? ""), m.str(3, o.metadata?.continue ?? "")));
   w.str(2, o.status ?? "Failure");
   w.str(3, o.message ?? "");
   w.str(4, o.reason ?? "");
@@ -215,7 +216,8 @@ function head(field: number, length: number): Uint8Array {
 /** "k8s\0" + runtime.Unknown { typeMeta { apiVersion 1, kind 2 }, raw 2, contentEncoding 3, contentType 4 } */
 function body(kind: string, raw: Uint8Array[]): Uint8Array {
   const typeMeta = new Writer();
-  typeMeta.msg(1, (t) => (t.str(1, apiVersions[kind] ?? "v1"), t.str(2, kind)));
+  // a List's apiVersion is its items' (EndpointSliceList: discovery.k8s.io/v1)
+  typeMeta.msg(1, (t) => (t.str(1, apiVersions[kind] ?? apiVersions[kind.replace(/List$/, "")] ?? "v1"), t.str(2, kind)));
   const tail = new Writer();
   tail.str(3, "");
   tail.str(4, "");
@@ -241,10 +243,14 @@ export function encodeObject(kind: string, o: Obj, item = encodeItem(kind, o)): 
   return body(kind, [item]);
 }
 
-/** A List of `kind` from its items' bytes: ListMeta { resourceVersion 2, continue 3 } then each item as field 2. */
-export function encodeList(kind: string, items: Uint8Array[], meta: { resourceVersion: string; continue?: string }): Uint8Array {
+/** A List of `kind` from its items' bytes: ListMeta { selfLink 1, resourceVersion 2, continue 3, remainingItemCount 4 (when set) } then each item as field 2. */
+export function encodeList(
+  kind: string,
+  items: Uint8Array[],
+  meta: { resourceVersion: string; continue?: string; remainingItemCount?: number },
+): Uint8Array {
   const m = new Writer();
-  m.msg(1, (x) => (x.str(1, ""), x.str(2, meta.resourceVersion), x.str(3, meta.continue ?? "")));
+  m.msg(1, (x) => (x.str(1, ""), x.str(2, meta.resourceVersion), x.str(3, meta.continue ?? ""), x.optInt(4, meta.remainingItemCount)));
   const parts: Uint8Array[] = [Uint8Array.from(m.bytes)];
   for (const it of items) parts.push(head(2, it.length), it);
   return body(`${kind}List`, parts);

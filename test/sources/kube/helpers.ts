@@ -38,6 +38,7 @@ export async function waitFor<T>(
 }
 
 export interface Rig {
+  /** the fake API server it reads, when it reads one (rigAt: any API server) */
   api: FakeApiServer;
   brain: Brain;
   source: KubeSource;
@@ -50,10 +51,15 @@ export interface Rig {
 
 /** A brain fed by the kube source from `api` (started, with short backoffs). */
 export async function rig(api: FakeApiServer, dir: string, cfg: Partial<Config> = {}): Promise<Rig> {
+  return { ...(await rigAt(api.writeKubeconfig(dir), cfg)), api };
+}
+
+/** A brain fed by the kube source from the API server `kubeconfig` names (the real one: KubeApiServer.writeKubeconfig). */
+export async function rigAt(kubeconfig: string, cfg: Partial<Config> = {}): Promise<Omit<Rig, "api">> {
   const brain = new Brain({ serviceProxyName: cfg.serviceProxyName });
   const log = memoryLogger();
   const source = await startKubeSource({
-    kubeconfig: api.writeKubeconfig(dir),
+    kubeconfig,
     brain,
     log,
     config: defaultConfig({ nodeName: NODE, minSyncPeriodSeconds: 0.02, ...cfg }),
@@ -61,7 +67,6 @@ export async function rig(api: FakeApiServer, dir: string, cfg: Partial<Config> 
   });
   const view = brain.view(NODE);
   return {
-    api,
     brain,
     source,
     log,

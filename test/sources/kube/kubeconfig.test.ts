@@ -2,8 +2,18 @@
 // --kubeconfig, --master over it or alone, or the pod's service account;
 // and that TLS (the cluster CA, the server name) and each kind of credential
 // (token, rotated token file, basic auth, client certificate, exec plugin)
-// really reach the server: every case lists nodes over TLS from the fake API
-// server, which refuses what it does not accept.
+// really reach the server: every case lists nodes over TLS, and a server
+// refuses what it does not accept.
+//
+// The real kube-apiserver 1.36.2 (test/harness/kube-apiserver.ts, one of this
+// file's own, with a client CA) holds the kubeconfig's server, CA and token,
+// client certificates of its client CA and of another, and a serving
+// certificate the CA did not sign. The rest stays on the in-repo API server
+// (FakeApiServer): basic auth (gone from kube-apiserver since 1.19), tokens
+// that change while it runs (rotated files, service-account tokens, exec
+// plugins' tokens: the real one reads a static token file here), what a
+// request carried (the fake records its Authorization header and client
+// certificate), a certificate for a DNS name only, and plain http.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -14,6 +24,7 @@ import { expectOK, kubeGet, readBody } from "../../../src/core/sources/kube-http
 import { loadKubeConfig, type KubeAccess } from "../../../src/core/sources/kubeconfig.ts";
 import { node } from "../../fixtures/k8s.ts";
 import { FakeApiServer, makeClientCert, makeTestCert } from "../../harness/api-server.ts";
+import { haveK8s, KubeApiServer } from "../../harness/kube-apiserver.ts";
 import { tempDir, testCert } from "./helpers.ts";
 
 const tmp = tempDir();
@@ -89,12 +100,50 @@ function kubeconfig(
 /** the API server, trusted through the inline CA */
 const apiCluster = () => ({ server: api.url, "certificate-authority-data": b64(testCert(tmp.dir).cert) });
 
-describe("finding the API server", () => {
-  test("--kubeconfig: its server, CA and token", async () => {
-    const kc = loadKubeConfig({ kubeconfig: api.writeKubeconfig(tmp.dir) });
+const real = haveK8s("kubeconfigs against the real API server");
+
+describe.skipIf(!real)("the real kube-apiserver: server, CA and credentials", () => {
+  let kube: KubeApiServer;
+  let clientCA: ReturnType<typeof makeTestCert>;
+  beforeAll(async () => {
+    const dir = mkdtempSync(join(tmp.dir, "real-"));
+    clientCA = makeTestCert(dir, { name: "client-ca" });
+    kube = await KubeApiServer.start({ args: [`--client-ca-file=${join(dir, "client-ca.crt")}`] });
+    await kube.apply(node("node-1"));
+  }, 60_000);
+  afterAll(async () => {
+    await kube?.close();
+  });
+  const realCluster = () => ({ server: kube.url, "certificate-authority-data": b64(kube.ca) });
+
+  test("--kubeconfig: its server, CA and token (system:kube-proxy)", async () => {
+    const kc = loadKubeConfig({ kubeconfig: kube.writeKubeconfig(join(tmp.dir, "real-kubeconfig")) });
     expect(await nodesVia(kc)).toEqual(["node-1"]);
   });
 
+  test("a token the server does not know is refused: HTTP 401", async () => {
+    const { path } = kubeconfig(realCluster(), { token: "nobody-has-this-token" });
+    await expect(nodesVia(loadKubeConfig({ kubeconfig: path }))).rejects.toThrow("HTTP 401");
+  });
+
+  test("a client certificate of its client CA, CN system:kube-proxy, with no token; one from another CA is refused", async () => {
+    const mine = makeClientCert(mkdtempSync(join(tmp.dir, "client-")), clientCA, "system:kube-proxy");
+    const ok = kubeconfig(realCluster(), { "client-certificate-data": b64(mine.cert), "client-key-data": b64(mine.key) });
+    expect(await nodesVia(loadKubeConfig({ kubeconfig: ok.path }))).toEqual(["node-1"]);
+    const strangerDir = mkdtempSync(join(tmp.dir, "stranger-"));
+    const theirs = makeClientCert(strangerDir, makeTestCert(strangerDir, { name: "other-ca" }), "system:kube-proxy");
+    const bad = kubeconfig(realCluster(), { "client-certificate-data": b64(theirs.cert), "client-key-data": b64(theirs.key) });
+    await expect(nodesVia(loadKubeConfig({ kubeconfig: bad.path }))).rejects.toThrow("HTTP 401");
+  });
+
+  test("a server whose certificate the CA did not sign is refused", async () => {
+    const stranger = makeTestCert(mkdtempSync(join(tmp.dir, "stranger-")));
+    const { path } = kubeconfig({ server: kube.url, "certificate-authority-data": b64(stranger.cert) }, { token: "any" });
+    await expect(nodesVia(loadKubeConfig({ kubeconfig: path }))).rejects.toThrow();
+  });
+});
+
+describe("finding the API server", () => {
   test("--master over --kubeconfig: the kubeconfig's credentials, the flag's server", async () => {
     const path = api.writeKubeconfig(tmp.dir, "elsewhere");
     writeFileSync(path, readFileSync(path, "utf8").replace(api.url, "https://127.0.0.1:1"));
@@ -136,14 +185,6 @@ describe("finding the API server", () => {
     expect(
       loadKubeConfig({ env: { KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "443" }, inClusterPrefix: prefix }).server,
     ).toBe("https://[fd00::1]:443");
-  });
-
-  test("a server whose certificate the CA did not sign is refused", async () => {
-    const path = api.writeKubeconfig(tmp.dir, "wrong-ca");
-    const stranger = makeTestCert(mkdtempSync(join(tmp.dir, "stranger-")));
-    const caData = (c: string) => Buffer.from(c).toString("base64");
-    writeFileSync(path, readFileSync(path, "utf8").replace(caData(testCert(tmp.dir).cert), caData(stranger.cert)));
-    await expect(nodesVia(loadKubeConfig({ kubeconfig: path }))).rejects.toThrow();
   });
 
   const bad: Array<{ name: string; opts: Parameters<typeof loadKubeConfig>[0]; error: RegExp }> = [
