@@ -27,7 +27,7 @@ import {
 import { baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";
-import { DesiredState, commit, drainingServices, noneTouched, planChanges, planDrain } from "./plan.ts";
+import { DesiredState, commit, drainingServices, noneTouched, ownedVirtualServers, planChanges, planDrain } from "./plan.ts";
 import { printAddresses, printIpset, printIpvsadm, printSetCreates, serviceFlag } from "./print.ts";
 import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./render-iptables.ts";
 import { parseIpvsConnections, parseKernel } from "./parse.ts";
@@ -210,7 +210,12 @@ export class IpvsBackend implements FullStateBackend {
       this.desired = new DesiredState();
       for (const [key, se] of state.services) this.desired.set(key, renderService(se, renderCtx), touched);
       this.kernel = config.dryRun ? emptyKernel() : await this.readKernel();
-      for (const k of this.kernel.virtualServices.keys()) touched.vs.add(k);
+      // Foreign virtual servers leave kpng's picture of the kernel: no sync or drain touches them
+      // (one kpng wants itself stays, so that it is edited rather than added twice).
+      const owned = new Set(ownedVirtualServers(this.kernel));
+      for (const k of this.kernel.virtualServices.keys())
+        if (!owned.has(k) && !this.desired.virtualService(k)) this.kernel.virtualServices.delete(k);
+      for (const k of owned) touched.vs.add(k);
       for (const a of this.kernel.addresses) touched.addresses.add(a);
       for (const e of this.kernel.entries) touched.entries.add(e);
     } else {
@@ -261,8 +266,20 @@ async function cleanupAll(exec: Executor, families: ReadonlySet<Family>, warn: (
       warn(`cleanup: ${argv.join(" ")}`, err);
     }
   };
-  // kube-proxy's IPVS cleanup flushes the whole table too: IPVS mode owns it.
-  await attempt(["ipvsadm", "-C"]);
+  // Only kpng's virtual servers go (ownedVirtualServers); kube-proxy's IPVS cleanup flushes the whole
+  // table, other software's virtual servers (keepalived's) too, which kpng does not.
+  try {
+    const kernel = parseKernel({
+      ipvsSave: await exec.run(["ipvsadm", "-Sn"]),
+      ipsetSave: await exec.run(["ipset", "save"]),
+      dummyAddrs: await exec.run(["ip", "-j", "addr", "show", "dev", dummyInterface]).catch(() => "[]"),
+      ourSets: new Set(FAMILIES.flatMap((f) => setIds.map((id) => setName(id, f)))),
+    });
+    const owned = ownedVirtualServers(kernel).map((k) => `-D ${serviceFlag(kernel.virtualServices.get(k)!.vs)}\n`);
+    if (owned.length) await attempt(["ipvsadm", "-R"], owned.join(""));
+  } catch (err) {
+    warn("cleanup: reading IPVS", err);
+  }
   for (const f of FAMILIES) {
     if (!families.has(f)) continue;
     for (const j of baseJumps) await attempt(jumpArgv(f, "-D", j));
@@ -275,5 +292,7 @@ async function cleanupAll(exec: Executor, families: ReadonlySet<Family>, warn: (
     // Sets go after the rules that reference them.
     for (const id of setIds) await attempt(["ipset", "destroy", setName(id, f)]);
   }
-  await attempt(["ip", "link", "del", dummyInterface]);
+  // the device only if it is the dummy kpng makes: another device of that name is not kpng's
+  const link = await exec.run(["ip", "-j", "-d", "link", "show", dummyInterface]).catch(() => "");
+  if (/"info_kind":"dummy"/.test(link)) await attempt(["ip", "link", "del", dummyInterface]);
 }

@@ -122,6 +122,23 @@ function planVirtualService(want: VirtualService | undefined, have: VirtualServi
   }
 }
 
+/**
+ * The virtual servers a full sync may change or delete: kpng's, which are
+ * those on an address of kube-ipvs0 (cluster, external and load-balancer
+ * IPs) and those whose ip,proto:port one of kpng's sets holds (its node
+ * ports). IPVS keeps no mark of who made a virtual server, so one kpng
+ * cannot prove its own (keepalived's, an operator's) is left alone, as the
+ * --cleanup sweep leaves it (src/plugins/leftovers/plan.ts).
+ */
+export function ownedVirtualServers(kernel: KernelModel): string[] {
+  const inSets = new Set<string>();
+  for (const e of kernel.entries) inSets.add(e.slice(e.indexOf(" ") + 1));
+  const out: string[] = [];
+  for (const [k, { vs }] of kernel.virtualServices)
+    if (kernel.addresses.has(vs.ip) || inSets.has(`${vs.ip},${vs.proto}:${vs.port}`)) out.push(k);
+  return out;
+}
+
 /** What to run so the kernel matches the desired state on the touched keys. */
 export function planChanges(desired: DesiredState, kernel: KernelModel, touched: Touched): Transaction {
   const tx = emptyTransaction();

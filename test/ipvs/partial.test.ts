@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
-import { N1, applyAndRecord, rig } from "./harness.ts";
+import { N1, applyAndRecord, lines, rig } from "./harness.ts";
 import { type ServiceSpec, endpoint, entry, nodeState, nextState, service } from "./services.ts";
 
 const C = (i: number) => v4.clusterIP(i);
@@ -134,6 +134,43 @@ describe("ipvs full sync", () => {
     expect(got.addresses).toEqual([`address del ${stale}/32 dev kube-ipvs0`]);
     // only our sets are touched
     expect(got.sets).toEqual([`del KPNG-CLUSTER-IP ${stale},tcp:80 -exist`]);
+  });
+
+  test("a virtual server kpng cannot prove its own (not on kube-ipvs0, in none of its sets) is left alone", async () => {
+    // keepalived's, on the node's own address; and a stale one of kpng's beside it
+    const foreign = `-A -t ${N1}:8443 -s rr\n-a -t ${N1}:8443 -r ${P(9)}:8443 -m -w 0\n`;
+    const stale = C(77);
+    const answers: Record<string, string> = {
+      "ipvsadm -Sn": `${foreign}-A -t ${stale}:80 -s rr\n`,
+      "ipset save": `add KPNG-CLUSTER-IP ${stale},tcp:80\n`,
+      "ip -j addr show dev kube-ipvs0": JSON.stringify([{ ifname: "kube-ipvs0", addr_info: [{ local: stale, scope: "global" }] }]),
+    };
+    const r = rig(undefined, { answer: (argv) => answers[argv.join(" ")] });
+    const got = await applyAndRecord(r, nodeState(1, []), null);
+    expect(got.ipvs).toEqual([`-D -t ${stale}:80`]);
+    // its draining (weight 0) real server is not kpng's to finish either
+    r.rec.clear();
+    await r.backend.apply(nodeState(1, []), new Set());
+    expect(r.rec.input("ipvsadm", "-R")).not.toContain(N1);
+  });
+
+  test("--cleanup deletes kpng's virtual servers only, and kube-ipvs0 only if it is a dummy device", async () => {
+    const answers: Record<string, string> = {
+      "ipvsadm -Sn": `-A -t ${N1}:8443 -s rr\n-A -t ${C(5)}:80 -s rr\n-A -t ${N1}:30080 -s rr\n`,
+      "ipset save": `add KPNG-NODE-PORT ${N1},tcp:30080\n`,
+      "ip -j addr show dev kube-ipvs0": JSON.stringify([{ ifname: "kube-ipvs0", addr_info: [{ local: C(5), scope: "global" }] }]),
+    };
+    for (const [kind, deleted] of [
+      ["dummy", true],
+      ["veth", false],
+    ] as const) {
+      const link = JSON.stringify([{ ifname: "kube-ipvs0", linkinfo: { info_kind: kind } }]);
+      const r = rig(undefined, { answer: (argv) => (argv.join(" ") === "ip -j -d link show kube-ipvs0" ? link : answers[argv.join(" ")]) });
+      await r.backend.cleanup();
+      expect(r.rec.find("ipvsadm", "-C")).toEqual([]);
+      expect(lines(r.rec.input("ipvsadm", "-R")).sort()).toEqual([`-D -t ${C(5)}:80`, `-D -t ${N1}:30080`]);
+      expect(r.rec.find("ip", "link", "del", "kube-ipvs0").length).toBe(deleted ? 1 : 0);
+    }
   });
 
   test("a failed apply forces the next sync to be full (kernel re-read)", async () => {
