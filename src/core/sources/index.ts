@@ -65,9 +65,13 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
  * for at most 5 minutes, then it fails; before 1.29 server.go getNodeIPs
  * backed off for ~30 s and went on with loopback). kpng follows the Node and
  * re-programs in place when it shows up, so it waits less and never fails:
- * what is bounded is only how long the first sync waits.
+ * what is bounded is only how long the first sync waits. 10 s: while it
+ * waits nothing is programmed, cluster IPs included, so a Node registered
+ * late (or never, as on a control plane without kubelets) costs Service
+ * traffic that long; a kubelet registers its Node within seconds of
+ * starting, and node ports follow a later registration in place.
  */
-export const NODE_IPS_WAIT_MS = 30_000;
+export const NODE_IPS_WAIT_MS = 10_000;
 
 /**
  * Resolves once the node-local state of `view` knows the node's IPs, or

@@ -49,7 +49,7 @@ describe.skipIf(!real)("waiting for the Node at start-up (cluster source)", () =
     const registered = Bun.sleep(1000).then(() => api.apply(node("node-1", { ips: [v4.node(1)] })));
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited, registered]);
     expect(code).toBe(0);
-    expect(err).toMatch(/INFO kpng: waiting for the Node's InternalIP\/ExternalIP node=node-1 timeoutSeconds=30/);
+    expect(err).toMatch(/INFO kpng: waiting for the Node's InternalIP\/ExternalIP node=node-1 timeoutSeconds=10/);
     expect(err).toContain(`node IPs node=node-1 ips=${v4.node(1)}`);
     expect(out).toContain(`add element ip kpng nodeport-ips { ${v4.node(1)} }`);
     expect(out).toMatch(/add element ip kpng service-nodeports \{ tcp \. 30080 /);
