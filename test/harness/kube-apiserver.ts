@@ -21,6 +21,11 @@
 // user, deletes what the previous one left (Services but the API server's own
 // default/kubernetes, EndpointSlices, Nodes, Events). A suite that stops the
 // API server (outages) starts its own with KubeApiServer.start().
+//
+// bun test fires no process "exit" event: test/harness/preload.ts closes
+// every control plane after the last file; should the test process end some
+// other way, its processes die with it (a parent-death signal) and a
+// watchdog deletes its namespace.
 
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
