@@ -11,7 +11,17 @@ import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
 import { kubeClientArgs, kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
 import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
 import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
-import { apiClientArgs, backendNames, listenArgs, modeSource, proxyArgs, repeated, sourceArgs, type Args } from "./core/config/flags.ts";
+import {
+  apiClientArgs,
+  backendNames,
+  checkBackendPlatform,
+  listenArgs,
+  modeSource,
+  proxyArgs,
+  repeated,
+  sourceArgs,
+  type Args,
+} from "./core/config/flags.ts";
 import { createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { LateServers } from "./core/node/late-servers.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
@@ -164,6 +174,7 @@ const runCommand = command({
     if (args.cleanup) return cleanupBackends(await loadAskedBackends(rawArgs, ctx), ctx);
     // The backends load once the lists are asked for (below); a name that is no backend stops kpng before that.
     for (const name of names) builtinBackend(name);
+    checkBackendPlatform(names, cfg.dryRun);
     const listen = repeated(rawArgs, "listen");
     const sources = sourceOptions(args, rawArgs);
     const security = serveSecurity(args, listen, sources);

@@ -244,6 +244,28 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
   }
 });
 
+describe("kube-proxy's modes on the command line", () => {
+  const example = join(root, "examples/cluster.yaml");
+  test("--proxy-mode=kernelspace on Linux without --dry-run: one line, exit 2 (it would program nothing)", () => {
+    const r = kpng("--input", example, "--proxy-mode=kernelspace", "--once");
+    expect(r.code).toBe(2);
+    expect(r.err.split("\n")).toHaveLength(1);
+    expect(r.err).toMatch(
+      /^kpng: \[invalid_argument\] mode kernelspace \(--backend winkernel\) programs Windows HNS and this node runs linux/,
+    );
+    // with --dry-run it prints the HNS calls it would make
+    expect(kpng("--input", example, "--proxy-mode=kernelspace", "--dry-run", "--once")).toMatchObject({ code: 0 });
+  });
+
+  test("--proxy-mode given twice: the last one wins, one backend runs", () => {
+    const r = kpng("--input", example, "--proxy-mode=iptables", "--proxy-mode", "nftables", "--dry-run", "--once");
+    expect(r.code).toBe(0);
+    expect(r.err).toMatch(/INFO kpng: proxy mode mode=nftables from=flag/);
+    expect(r.out).toContain("add table ip kpng");
+    expect(r.out).not.toContain("*nat");
+  });
+});
+
 describe("--help and --version", () => {
   test("--help: double-dash flags, the -v shorthand, the subcommands, kube-proxy's no-effect flags apart", () => {
     const r = kpng("--help");

@@ -7,6 +7,7 @@ import { parseArgv } from "../../src/core/config/argv.ts";
 import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import {
   backendNames,
+  checkBackendPlatform,
   configFromCLIDefaults,
   configFromFlags,
   defaultBackend,
@@ -172,6 +173,20 @@ describe("the mode when none is asked for: kube-proxy 1.36's platformApplyDefaul
     { name: "the file's mode", argv: [], mode: "nft", want: ["nft"], from: "config" },
     { name: "--proxy-mode over the file", argv: ["--proxy-mode=ipvs"], mode: "nft", want: ["ipvs"], from: "flag" },
     { name: "a plugin alone: no built-in backend", argv: ["--plugin=./b.ts"], want: [], from: "flag" },
+    // pflag keeps a repeated flag's last value: an override appended to a DaemonSet's args wins
+    {
+      name: "--proxy-mode twice: the last one wins",
+      argv: ["--proxy-mode=iptables", "--proxy-mode", "nftables"],
+      want: ["nft"],
+      from: "flag",
+    },
+    { name: "--backend twice: kpng runs both", argv: ["--backend=nft", "--backend=iptables"], want: ["nft", "iptables"], from: "flag" },
+    {
+      name: "--backend and --proxy-mode: the backends, then the last mode",
+      argv: ["--backend=userspace", "--proxy-mode=ipvs", "--proxy-mode=nftables"],
+      want: ["userspace", "nft"],
+      from: "flag",
+    },
   ];
   for (const c of cases) {
     test(c.name, () => {
@@ -182,4 +197,10 @@ describe("the mode when none is asked for: kube-proxy 1.36's platformApplyDefaul
   }
   test("on Windows: kernelspace (winkernel)", () =>
     expect([defaultBackend("linux"), defaultBackend("win32")]).toEqual(["iptables", "winkernel"]));
+  test("kernelspace on Linux: refused unless --dry-run (it would program nothing); on Windows it runs", () => {
+    expect(() => checkBackendPlatform(["winkernel"], false, "linux")).toThrow(/mode kernelspace .* this node runs linux/);
+    expect(() => checkBackendPlatform(["winkernel"], true, "linux")).not.toThrow();
+    expect(() => checkBackendPlatform(["winkernel"], false, "win32")).not.toThrow();
+    expect(() => checkBackendPlatform(["nft"], false, "linux")).not.toThrow();
+  });
 });

@@ -38,9 +38,12 @@ export const sourceArgs = {
 export const proxyArgs = {
   backend: {
     type: "string",
-    alias: ["proxy-mode"],
     description:
-      "built-in backend: nft, iptables, ipvs, winkernel, ebpf, userspace (repeatable; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)",
+      "built-in backend: nft, iptables, ipvs, winkernel, ebpf, userspace (repeatable: each runs; kube-proxy's nftables and kernelspace also work; default as kube-proxy: iptables, or the config file's mode)",
+  },
+  "proxy-mode": {
+    type: "string",
+    description: "kube-proxy's mode: iptables, ipvs, nftables, kernelspace (or a backend name); given twice, the last one wins, as in kube-proxy",
   },
   plugin: { type: "string", description: "load a backend from a .ts/.js file (repeatable)" },
   "dry-run": { type: "boolean", description: "print what backends would apply instead of applying it" },
@@ -139,16 +142,39 @@ export type Args = Record<string, string | number | boolean | string[] | undefin
 /** kube-proxy 1.36's mode when none is configured (platformApplyDefaults): iptables on Linux, kernelspace on Windows. */
 export const defaultBackend = (platform: string = process.platform): string => (platform === "win32" ? "winkernel" : "iptables");
 
-/** Built-in backend names from --backend/--proxy-mode (kube-proxy's mode names accepted), else the config file's mode, else kube-proxy's default. */
+/**
+ * The backends the flags name, kube-proxy's mode names mapped: every
+ * --backend (kpng's own flag, repeatable: each one runs), then the last
+ * --proxy-mode (kube-proxy's flag: pflag keeps a repeated flag's last value,
+ * so an operator's override appended to a DaemonSet's args wins).
+ */
+export function flagBackends(rawArgs: readonly string[]): string[] {
+  const names = [...repeated(rawArgs, "backend"), ...repeated(rawArgs, "proxy-mode").slice(-1)].map(backendOfMode);
+  return [...new Set(names)];
+}
+
+/** Built-in backend names from --backend/--proxy-mode (flagBackends), else the config file's mode, else kube-proxy's default. */
 export function backendNames(rawArgs: readonly string[], cfg: Config): string[] {
-  const named = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
+  const named = flagBackends(rawArgs);
   if (named.length || repeated(rawArgs, "plugin").length) return named;
   return [cfg.mode || defaultBackend()];
 }
 
+/**
+ * kube-proxy refuses a mode its platform lacks (kernelspace is Windows' HNS).
+ * On Linux the winkernel backend could only record HNS calls: without
+ * --dry-run kpng would say it synced and program nothing, so it is an error.
+ */
+export function checkBackendPlatform(names: readonly string[], dryRun: boolean, platform: string = process.platform): void {
+  if (platform !== "win32" && !dryRun && names.includes("winkernel"))
+    throw invalid(
+      `mode kernelspace (--backend winkernel) programs Windows HNS and this node runs ${platform}: run it on a Windows node, or add --dry-run to print its HNS calls`,
+    );
+}
+
 /** Where the mode came from, for the start-up line. */
 export function modeSource(rawArgs: readonly string[], cfg: Config): "flag" | "config" | "default" {
-  if (repeated(rawArgs, "backend", ["proxy-mode"]).length || repeated(rawArgs, "plugin").length) return "flag";
+  if (flagBackends(rawArgs).length || repeated(rawArgs, "plugin").length) return "flag";
   return cfg.mode ? "config" : "default";
 }
 
@@ -164,7 +190,7 @@ export function configFromFlags(
   base: Config = defaultConfig(),
   given: readonly string[] = givenFlags(rawArgs),
 ): Config {
-  const modes = repeated(rawArgs, "backend", ["proxy-mode"]).map(backendOfMode);
+  const modes = flagBackends(rawArgs);
   const withMode = structuredClone(base.kubeProxy);
   if (modes.length) withMode.mode = modeOfBackend(modes[0]);
   // kube-proxy's flags bound to configuration fields (conntrack, logging, ...): into the document, then the Config from it.
