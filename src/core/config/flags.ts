@@ -43,7 +43,8 @@ export const proxyArgs = {
   },
   "proxy-mode": {
     type: "string",
-    description: "kube-proxy's mode: iptables, ipvs, nftables, kernelspace (or a backend name); given twice, the last one wins, as in kube-proxy",
+    description:
+      "kube-proxy's mode: iptables, ipvs, nftables, kernelspace (or a backend name); given twice, the last one wins, as in kube-proxy",
   },
   plugin: { type: "string", description: "load a backend from a .ts/.js file (repeatable)" },
   "dry-run": { type: "boolean", description: "print what backends would apply instead of applying it" },
