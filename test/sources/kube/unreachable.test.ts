@@ -54,13 +54,13 @@ describe("the health and metrics servers, while the first list cannot reach the 
   test("a healthz port taken with --bind-address-hard-fail: exits 1 with the reason once the servers start (within their deadline)", async () => {
     const squatter = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
     try {
-      // winkernel: not a dry run (a dry run never fails on a port), and nothing programmed on this Linux host
+      // a plugin that programs nothing (examples/plugins/jsonl-backend.ts), not a dry run: a dry run never fails on a port
       const p = startKpng([
         ...NO_SERVER,
         "--hostname-override",
         "node-1",
-        "--backend",
-        "winkernel",
+        "--plugin",
+        join(import.meta.dir, "../../../examples/plugins/jsonl-backend.ts"),
         "--healthz-bind-address",
         `127.0.0.1:${squatter.port}`,
         "--metrics-bind-address",
