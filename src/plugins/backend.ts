@@ -95,6 +95,25 @@ interface BackendBase {
    * answers 503 until it succeeded.
    */
   watchRules?(report: (reason: string) => void): void;
+  /**
+   * `kpng verify`: read the kernel back (one read, not a sync) and name what
+   * differs from what this backend last programmed. `service` ("namespace/name")
+   * narrows the check to one Service; an empty list means the kernel holds
+   * what was programmed.
+   */
+  verify?(service?: string): Promise<Drift[]>;
+}
+
+/** One difference between what a backend programmed and what the kernel holds. */
+export interface Drift {
+  /** "namespace/name" of the Service, or "" for the backend's own base rules */
+  service: string;
+  /** the frontend, as kubectl would name it: "10.96.0.10:53/UDP", "nodePort 30080/TCP", "" for the whole Service */
+  frontend: string;
+  /** missing: programmed but absent from the kernel; extra: in the kernel, not programmed; differs: present with other content */
+  kind: "missing" | "extra" | "differs";
+  /** what was looked for and what was found, one line (a set element, a rule, a map entry) */
+  detail: string;
 }
 
 export interface FullStateBackend extends BackendBase {
