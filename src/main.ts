@@ -283,7 +283,7 @@ async function serveBrainMetrics(brain: Brain, cfg: Config, source: Awaited<Retu
 async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
   const [{ tokenReviewer }, { kubeRequest }, { loadKubeConfig }, { Agent }] = await Promise.all([
     import("./core/api/server/token-review.ts"),
-    import("./core/sources/kube-http.ts"),
+    import("./core/kube-http/request.ts"),
     import("./core/sources/kubeconfig.ts"),
     import("node:https"),
   ]);

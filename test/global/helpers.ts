@@ -10,7 +10,7 @@ import { globalOps } from "../../src/core/api/server/global-watch.ts";
 import { GlobalMirror } from "../../src/core/global/mirror.ts";
 import { GlobalModel, type GlobalChange, type GlobalSnapshot } from "../../src/core/global/model.ts";
 import { EndpointSchema, ServiceSchema } from "../../src/gen/localv1/services_pb.ts";
-import type { WireOp } from "../../src/core/api/server/wire.ts";
+import type { WireOp } from "../../src/core/wire/ops.ts";
 
 /** A node state as comparable JSON: every service and endpoint field, endpoint keys included, sorted; rev left out. */
 export function canon(state: NodeState | null) {

@@ -14,7 +14,7 @@ import { v4, v6 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { Pipeline } from "./helpers.ts";
 import { globalOps } from "../../src/core/api/server/global-watch.ts";
-import type { WireOp } from "../../src/core/api/server/wire.ts";
+import type { WireOp } from "../../src/core/wire/ops.ts";
 import type { ClusterEvent } from "../../src/core/brain/cluster.ts";
 import { GlobalMirror } from "../../src/core/global/mirror.ts";
 

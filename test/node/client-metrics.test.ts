@@ -9,8 +9,8 @@ import { defaultConfig } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { LateServers } from "../../src/core/node/late-servers.ts";
 import { startProxyServers, type ProxyServers } from "../../src/core/node/proxy-servers.ts";
-import { kubeRequest, readBody, serverHost } from "../../src/core/sources/kube-http.ts";
-import type { KubeAccess } from "../../src/core/sources/kubeconfig.ts";
+import { kubeRequest, readBody, serverHost } from "../../src/core/kube-http/request.ts";
+import type { KubeAccess } from "../../src/core/kube-http/access.ts";
 import pkg from "../../package.json" with { type: "json" };
 import { bucketsOf, typeOf, value } from "./prom-text.ts";
 

@@ -11,7 +11,7 @@
 import * as v from "valibot";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
-import { acceptProblem, contentTypeProblem } from "../sources/kube-content.ts";
+import { acceptProblem, contentTypeProblem } from "../kube-http/content.ts";
 
 export const GROUP = "kubeproxy.config.k8s.io";
 export const V1ALPHA1 = `${GROUP}/v1alpha1`;

@@ -10,7 +10,7 @@ import { isCIDR } from "../brain/k8s/ip.ts";
 import type { FlagDefs } from "./argv.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import type { KubeProxyConfig } from "./kube-proxy-config.ts";
-import { contentTypeProblem } from "../sources/kube-content.ts";
+import { contentTypeProblem } from "../kube-http/content.ts";
 
 const INT32_MAX = 2 ** 31 - 1;
 

@@ -14,7 +14,7 @@ import { ZONE_LABEL } from "../brain/brain.ts";
 import type { Family } from "../brain/k8s/ip.ts";
 import type { K8sEndpointSlice, K8sNode } from "../brain/k8s/objects.ts";
 import { SERVICE_NAME_LABEL, sliceFamily } from "../brain/model/endpoints.ts";
-import { hash64 } from "../api/item-hash.ts";
+import { hash64 } from "../wire/item-hash.ts";
 
 /** kpng's global paths: `namespace|name|source|key` (a node is `|name||`, a service `ns|name||`). */
 export const globalPath = (namespace: string, name: string, source = "", key = "") => `${namespace}|${name}|${source}|${key}`;

@@ -7,13 +7,12 @@
 // it, only the real differences.
 
 import { Set as SetKind } from "../../gen/localv1/services_pb.ts";
-import type { ChangeSet } from "../api/client/replica.ts";
-import type { WireOp } from "../api/server/wire.ts";
+import type { ChangeSet, WireOp } from "../wire/ops.ts";
 import type { ClusterEvent } from "../brain/cluster.ts";
 import type { K8sObject } from "../brain/k8s/objects.ts";
 import { errorMessage } from "../errors.ts";
 import { decodeEndpointInfo, decodeNodeInfo, decodeServiceInfo, sliceOf, type SliceInfo } from "./decode.ts";
-import { hash53 } from "../api/item-hash.ts";
+import { hash53 } from "../wire/item-hash.ts";
 import { splitGlobalPath } from "./encode.ts";
 
 type SliceEndpoint = ReturnType<typeof decodeEndpointInfo>["endpoint"];

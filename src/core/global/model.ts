@@ -10,7 +10,7 @@ import type { Brain } from "../brain/brain.ts";
 import type { Touched } from "../brain/cluster.ts";
 import { ShardedMap } from "../brain/sharded-map.ts";
 import { splitServiceKey } from "../brain/state.ts";
-import { sameBytes } from "../api/server/wire.ts";
+import { sameBytes } from "../wire/ops.ts";
 import { encodeNodeInfo, encodeServiceInfo, encodeSlice, globalPath } from "./encode.ts";
 
 export interface GlobalService {

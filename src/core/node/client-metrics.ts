@@ -5,26 +5,12 @@
 //   (component-base/metrics/prometheus/restclient), for kpng's API client;
 // - kubernetes_build_info (component-base/metrics/prometheus/version).
 
+import type { RestClientObserver, RestClientRequest } from "../kube-http/access.ts";
 import { type VersionInfo, versionInfo } from "../version.ts";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 
 /** client-go's request latency buckets (seconds) */
 export const REST_CLIENT_BUCKETS = [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60];
-
-/** One API request as the metrics see it. */
-export interface RestClientRequest {
-  method: string;
-  host: string;
-  /** the HTTP status, or "<error>" when no response came (client-go's value) */
-  code: string;
-  /** from sending to the whole answer; absent for a watch, which client-go counts but does not time */
-  seconds?: number;
-}
-
-/** What an API request reports once it is answered (or failed). */
-export interface RestClientObserver {
-  request(r: RestClientRequest): void;
-}
 
 export class RestClientMetrics implements RestClientObserver {
   private readonly requests: Counter;

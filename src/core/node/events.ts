@@ -14,9 +14,9 @@ import { hostname } from "node:os";
 import type { Config } from "../config/config.ts";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import type { RestClientObserver } from "./client-metrics.ts";
-import { expectOK, kubeRequest, readBody, type KubeRequest } from "../sources/kube-http.ts";
-import { loadKubeConfig, type KubeAccess } from "../sources/kubeconfig.ts";
+import type { KubeAccess, RestClientObserver } from "../kube-http/access.ts";
+import { expectOK, kubeRequest, readBody, type KubeRequest } from "../kube-http/request.ts";
+import { loadKubeConfig } from "../sources/kubeconfig.ts";
 
 /** `reportingController` of kpng's events (kube-proxy: "kube-proxy"). */
 export const REPORTING_CONTROLLER = "kpng";

@@ -17,7 +17,7 @@
 // held revision keeps its state alive.
 
 import type { GlobalSourceStats } from "../sources/global.ts";
-import type { RestClientObserver } from "./client-metrics.ts";
+import type { RestClientObserver } from "../kube-http/access.ts";
 import { stampNow } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { ProxyReports, ProxyServers } from "./proxy-servers.ts";

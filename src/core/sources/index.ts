@@ -5,7 +5,7 @@ import type { Brain, NodeView } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { invalid } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import type { RestClientObserver } from "../node/client-metrics.ts";
+import type { RestClientObserver } from "../kube-http/access.ts";
 import { startFileSource } from "./file.ts";
 import type { GlobalSourceStats } from "./global.ts";
 import type { ClientSecurity } from "../api/tls/client.ts";

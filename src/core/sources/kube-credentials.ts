@@ -5,17 +5,8 @@
 // none of those is set, an exec plugin's token and/or certificate.
 
 import { readFile } from "node:fs/promises";
+import type { CredentialSource, Credentials } from "../kube-http/access.ts";
 import { execSource, runExecPlugin, type ExecCredential, type ExecPlugin } from "./kube-exec.ts";
-
-export interface Credentials {
-  /** the Authorization header: `Bearer …` or `Basic …` */
-  authorization?: string;
-  /** PEM client certificate and its key */
-  cert?: string;
-  key?: string;
-  /** the API server refused these (401): a cached exec credential is dropped so the next request runs the plugin again */
-  refused(): void;
-}
 
 /** A file read once at load (so a missing one is a start-up error) and again before each request. */
 export interface RereadFile {
@@ -33,8 +24,6 @@ export interface UserAuth {
   key?: string | RereadFile;
   exec?: ExecPlugin;
 }
-
-export type CredentialSource = () => Promise<Credentials>;
 
 /**
  * What the file holds now; what it held last when it cannot be read or is

@@ -36,10 +36,10 @@ import type { IncomingMessage } from "node:http";
 import { StringDecoder } from "node:string_decoder";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
-import { encodingOf } from "./kube-content.ts";
-import { expectOK, kubeGet, type KubeGet } from "./kube-http.ts";
-import type { KubeAccess } from "./kubeconfig.ts";
-import { ListDecoder, UNDECODABLE, WatchDecoder, type WatchEvent } from "./protobuf/envelope.ts";
+import { encodingOf } from "../kube-http/content.ts";
+import { expectOK, kubeGet, type KubeGet } from "../kube-http/request.ts";
+import type { KubeAccess } from "../kube-http/access.ts";
+import { ListDecoder, protobufObject, UNDECODABLE, WatchDecoder, type WatchEvent } from "./protobuf/envelope.ts";
 import { ProtoError } from "./protobuf/wire.ts";
 
 export interface ResourceSpec {
@@ -340,7 +340,7 @@ export class Reflector {
   ): Promise<{ rv: string; cont: string | undefined }> {
     const signal = AbortSignal.any([this.stop.signal, AbortSignal.timeout(LIST_TIMEOUT_MS)]);
     const query = { ...this.selectors(), limit: String(PAGE), ...(cont ? { continue: cont } : { resourceVersion: this.listFrom }) };
-    const res = await expectOK(await this.get(this.spec.path, query, signal));
+    const res = await expectOK(await this.get(this.spec.path, query, signal), [200], protobufObject);
     const encoding = encodingOf(res.headers["content-type"]);
     if (!encoding) throw new Error(`${this.spec.path}: answered in ${res.headers["content-type"]}, which kpng does not read`);
     stats.encoding = encoding;
@@ -428,8 +428,8 @@ export class Reflector {
       const code = res.statusCode ?? 0;
       // 4xx but 410 (and authorization, throttling): a server that does not take sendInitialEvents
       if (listing && code >= 400 && code < 500 && ![401, 403, 410, 429].includes(code))
-        return { type: "refused", err: await expectOK(res).catch((err: unknown) => err) };
-      await expectOK(res);
+        return { type: "refused", err: await expectOK(res, [200], protobufObject).catch((err: unknown) => err) };
+      await expectOK(res, [200], protobufObject);
       res.socket?.setKeepAlive?.(true, 30_000);
       open = true;
       this.sink.watching(1);

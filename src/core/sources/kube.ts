@@ -13,15 +13,15 @@ import { objectName, parseObject, type K8sObject, type Kind, type ParseResult } 
 import { HEADLESS_LABEL } from "../brain/model/endpoints.ts";
 import { SERVICE_PROXY_NAME_LABEL } from "../brain/model/service.ts";
 import type { Logger } from "../log.ts";
-import type { RestClientObserver } from "../node/client-metrics.ts";
+import type { KubeAccess, RestClientObserver } from "../kube-http/access.ts";
 import { Ingest } from "./ingest.ts";
 import { objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
-import { acceptHeader } from "./kube-content.ts";
-import { kubeRequest, readObject } from "./kube-http.ts";
+import { acceptHeader } from "../kube-http/content.ts";
+import { kubeRequest, readObject } from "../kube-http/request.ts";
 import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
-import { loadKubeConfig, type KubeAccess } from "./kubeconfig.ts";
-import { UNDECODABLE } from "./protobuf/envelope.ts";
+import { loadKubeConfig } from "./kubeconfig.ts";
+import { protobufObject, UNDECODABLE } from "./protobuf/envelope.ts";
 
 export interface KubeSourceOptions {
   kubeconfig?: string;
@@ -90,7 +90,7 @@ async function getNode(access: KubeAccess, name: string, accept: string | undefi
       res.resume();
       return null;
     }
-    return await readObject(res);
+    return await readObject(res, protobufObject);
   } catch {
     return null;
   }

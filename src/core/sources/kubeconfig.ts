@@ -18,30 +18,9 @@ import { parseDocument } from "yaml";
 import { fastYaml } from "../config/yaml-fast.ts";
 import { errorMessage, invalid } from "../errors.ts";
 import { issuePath, issueProblem } from "../issues.ts";
-import type { RestClientObserver } from "../node/client-metrics.ts";
-import { credentialSource, type CredentialSource, type RereadFile, type UserAuth } from "./kube-credentials.ts";
+import type { KubeAccess, RestClientObserver, ServerTLS } from "../kube-http/access.ts";
+import { credentialSource, type RereadFile, type UserAuth } from "./kube-credentials.ts";
 import { EXEC_API_VERSIONS, type ExecPlugin } from "./kube-exec.ts";
-
-/** How the API server's certificate is checked. */
-export interface ServerTLS {
-  /** PEM bundle of the cluster CA; absent: the system's roots */
-  ca?: string;
-  /** the name the certificate must carry, when it is not the server URL's host (tls-server-name) */
-  servername?: string;
-  /** insecure-skip-tls-verify */
-  insecure: boolean;
-}
-
-/** Everything a request to the API server needs. */
-export interface KubeAccess {
-  /** the API server's URL, without a trailing slash: request paths are appended */
-  server: string;
-  tls: ServerTLS;
-  /** for the next request: token files re-read, exec credentials cached until they expire */
-  credentials: CredentialSource;
-  /** where requests are reported (rest_client_* metrics); none = not reported */
-  observe?: RestClientObserver;
-}
 
 export interface KubeConfigOptions {
   kubeconfig?: string;

@@ -3,13 +3,14 @@
 
 import { create, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, test } from "bun:test";
-import { Replica, type ChangeSet } from "../../../src/core/api/client/replica.ts";
+import { Replica } from "../../../src/core/api/client/replica.ts";
+import type { ChangeSet, WireOp } from "../../../src/core/wire/ops.ts";
 import { watchChangeSets } from "../../../src/core/api/client/streams.ts";
 import type { GrpcConnection } from "../../../src/core/api/client/grpc.ts";
 import { stateOps } from "../../../src/core/brain/ops.ts";
 import type { NodeState } from "../../../src/core/brain/state.ts";
 import { wireOps } from "../../../src/core/api/server/watch.ts";
-import { encodeOpItem, WireCache, type WireOp } from "../../../src/core/api/server/wire.ts";
+import { encodeOpItem, WireCache } from "../../../src/core/api/server/wire.ts";
 import { EndpointSchema, Set as SetKind } from "../../../src/gen/localv1/services_pb.ts";
 import { brainWith, remove, serviceObjects, upsert } from "../brain-fixture.ts";
 import type { GenOptions } from "../gen-cluster.ts";

@@ -7,10 +7,10 @@ import { createClient, createRouterTransport, type ConnectError } from "@connect
 import type { Brain } from "../../../src/core/brain/brain.ts";
 import { connectGrpc } from "../../../src/core/api/client/grpc.ts";
 import { nextSnapshot, watchChangeSets, type Snapshot } from "../../../src/core/api/client/streams.ts";
-import type { ChangeSet } from "../../../src/core/api/client/replica.ts";
+import type { ChangeSet } from "../../../src/core/wire/ops.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import { createApi, startApiServer } from "../../../src/core/api/server/index.ts";
-import type { WireOp } from "../../../src/core/api/server/wire.ts";
+import type { WireOp } from "../../../src/core/wire/ops.ts";
 import { Endpoints, NextFilterSchema, Sets, WatchReqSchema, type WatchReq } from "../../../src/gen/localv1/services_pb.ts";
 import { tempDir } from "../../harness/kpng-process.ts";
 

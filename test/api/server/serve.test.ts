@@ -8,7 +8,7 @@ import { copyFileSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Brain } from "../../../src/core/brain/brain.ts";
 import { connectGrpc } from "../../../src/core/api/client/grpc.ts";
-import type { ChangeSet } from "../../../src/core/api/client/replica.ts";
+import type { ChangeSet } from "../../../src/core/wire/ops.ts";
 import { watchChangeSets } from "../../../src/core/api/client/streams.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import type { NodeState } from "../../../src/core/brain/state.ts";

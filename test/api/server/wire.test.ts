@@ -13,8 +13,8 @@ import {
   frameOps,
   toOpItem,
   WireCache,
-  type WireOp,
 } from "../../../src/core/api/server/wire.ts";
+import type { WireOp } from "../../../src/core/wire/ops.ts";
 import { EndpointSchema, NextItemSchema, OpItemSchema, ServiceSchema, Set as SetKind } from "../../../src/gen/localv1/services_pb.ts";
 import { v4 } from "../../fixtures/addresses.ts";
 

@@ -20,7 +20,7 @@ import type { TlsMaterial } from "../../../src/core/api/tls/files.ts";
 import type { Brain } from "../../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import { credentialSource } from "../../../src/core/sources/kube-credentials.ts";
-import { kubeRequest } from "../../../src/core/sources/kube-http.ts";
+import { kubeRequest } from "../../../src/core/kube-http/request.ts";
 import { makeClientCert, makeTestCert, type TestCert } from "../../harness/api-server.ts";
 import { haveK8s, KubeApiServer } from "../../harness/kube-apiserver.ts";
 import { waitFor } from "../../sources/kube/helpers.ts";

@@ -12,7 +12,7 @@ import { defaultKubeProxyConfig } from "../../../src/core/config/kube-proxy-conf
 import { defaultConfig } from "../../../src/core/config/config.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import { startProxyServers, type ProxyServers } from "../../../src/core/node/proxy-servers.ts";
-import { JSON_TYPE, PROTOBUF_TYPE } from "../../../src/core/sources/kube-content.ts";
+import { JSON_TYPE, PROTOBUF_TYPE } from "../../../src/core/kube-http/content.ts";
 import { DECODE_FAILURES_STALE } from "../../../src/core/sources/kube-reflector.ts";
 import { v4 } from "../../fixtures/addresses.ts";
 import { node, slice, svc } from "../../fixtures/k8s.ts";

@@ -20,8 +20,9 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { KpngError } from "../../../src/core/errors.ts";
-import { expectOK, kubeGet, readBody } from "../../../src/core/sources/kube-http.ts";
-import { loadKubeConfig, type KubeAccess } from "../../../src/core/sources/kubeconfig.ts";
+import { expectOK, kubeGet, readBody } from "../../../src/core/kube-http/request.ts";
+import type { KubeAccess } from "../../../src/core/kube-http/access.ts";
+import { loadKubeConfig } from "../../../src/core/sources/kubeconfig.ts";
 import { node } from "../../fixtures/k8s.ts";
 import { FakeApiServer, makeClientCert, makeTestCert } from "../../harness/api-server.ts";
 import { haveK8s, KubeApiServer } from "../../harness/kube-apiserver.ts";

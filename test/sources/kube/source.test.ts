@@ -20,7 +20,7 @@ import { v4 } from "../../fixtures/addresses.ts";
 import { node, slice, svc } from "../../fixtures/k8s.ts";
 import { defaultKubeProxyConfig } from "../../../src/core/config/kube-proxy-config.ts";
 import type { Config } from "../../../src/core/config/config.ts";
-import { JSON_TYPE, PROTOBUF_TYPE as PROTOBUF } from "../../../src/core/sources/kube-content.ts";
+import { JSON_TYPE, PROTOBUF_TYPE as PROTOBUF } from "../../../src/core/kube-http/content.ts";
 import { FakeApiServer } from "../../harness/api-server.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { NODE, rig, rigAt, tempDir, testCert, waitFor, type Rig } from "./helpers.ts";

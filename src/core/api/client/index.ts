@@ -13,7 +13,8 @@
 
 export { DEFAULT_API, watchStates, type ClientOptions } from "./client.ts";
 export { DiffStore, deepEqual, type Diff, type DiffStoreOptions } from "./diffstore.ts";
-export { Replica, type ChangeSet, type SnapshotEntry } from "./replica.ts";
+export type { ChangeSet } from "../../wire/ops.ts";
+export { Replica, type SnapshotEntry } from "./replica.ts";
 export { nextSnapshot, watchChangeSets, type Snapshot } from "./streams.ts";
 export { connectGrpc, type GrpcConnection } from "./grpc.ts";
 export { stateOps, type StateOp } from "../../brain/ops.ts";

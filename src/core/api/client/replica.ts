@@ -9,17 +9,10 @@
 import { equals, fromBinary } from "@bufbuild/protobuf";
 import { EndpointSchema, ServiceSchema, Set as SetKind, type Endpoint, type Service } from "../../../gen/localv1/services_pb.ts";
 import type { Revision } from "../../brain/brain.ts";
-import type { WireOp } from "../server/wire.ts";
+import type { ChangeSet, WireOp } from "../../wire/ops.ts";
 import { decodeEndpoint } from "./decode-endpoint.ts";
-import { hash53 } from "../item-hash.ts";
+import { hash53 } from "../../wire/item-hash.ts";
 import type { NodeState, ServiceEndpoints } from "../../brain/state.ts";
-
-/** A change set from `Sets.Watch`: the Set/Delete ops up to a Sync, and whether the stream began with Reset. */
-export interface ChangeSet {
-  reset: boolean;
-  /** Set and Delete ops, in order */
-  ops: WireOp[];
-}
 
 interface Draft {
   service: Service | undefined;

@@ -12,10 +12,10 @@ import {
   type Set as SetKind,
 } from "../../../gen/localv1/services_pb.ts";
 import { decodeEndpoint } from "./decode-endpoint.ts";
-import type { WireOp } from "../server/wire.ts";
+import type { ChangeSet, WireOp } from "../../wire/ops.ts";
 import type { GrpcConnection } from "./grpc.ts";
 import { Fields, LEN, VARINT } from "./wire-read.ts";
-import type { ChangeSet, SnapshotEntry } from "./replica.ts";
+import type { SnapshotEntry } from "./replica.ts";
 
 /**
  * `Sets.Watch` as change sets. The next WatchReq goes out only when the

@@ -13,7 +13,7 @@ import { Set as SetKind } from "../../../gen/localv1/services_pb.ts";
 import type { GlobalChange, GlobalModel, GlobalSnapshot } from "../../global/model.ts";
 import { nodePath, servicePath } from "../../global/model.ts";
 import { Wake } from "./wake.ts";
-import type { WireOp } from "./wire.ts";
+import type { WireOp } from "../../wire/ops.ts";
 
 /** Ops turning `prev` into `next`, looking only at the changed keys when given. */
 export function globalOps(prev: GlobalSnapshot | null, next: GlobalSnapshot, changed: GlobalChange): WireOp[] {

@@ -16,7 +16,8 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { GlobalWatchReqSchema, type GlobalWatchReq } from "../../../gen/globalv1/global_pb.ts";
 import { NextFilterSchema, WatchReqSchema, type NextFilter, type WatchReq } from "../../../gen/localv1/services_pb.ts";
 import { frameChangeSet } from "./global-watch.ts";
-import { frameMessages, frameOps, type WireOp } from "./wire.ts";
+import type { WireOp } from "../../wire/ops.ts";
+import { frameMessages, frameOps } from "./wire.ts";
 import { requestMessages, type RequestBody } from "./request-messages.ts";
 import type { Slots } from "./slots.ts";
 

@@ -30,7 +30,8 @@ import { listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./next.ts";
 import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
-import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache, type WireOp } from "./wire.ts";
+import type { WireOp } from "../../wire/ops.ts";
+import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache } from "./wire.ts";
 
 export { checkListen, DEFAULT_LISTEN } from "./address.ts";
 

@@ -10,7 +10,8 @@ import type { NodeView } from "../../brain/brain.ts";
 import { stateOps } from "../../brain/ops.ts";
 import type { ServiceEndpoints } from "../../brain/state.ts";
 import { Wake } from "./wake.ts";
-import { sameBytes, type WireCache, type WireOp } from "./wire.ts";
+import { sameBytes, type WireOp } from "../../wire/ops.ts";
+import type { WireCache } from "./wire.ts";
 
 type Services = ReadonlyMap<string, ServiceEndpoints>;
 

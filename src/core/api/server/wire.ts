@@ -16,16 +16,8 @@ import {
   type Set as SetKind,
 } from "../../../gen/localv1/services_pb.ts";
 import type { ServiceEndpoints } from "../../brain/state.ts";
+import type { WireOp } from "../../wire/ops.ts";
 import { encodeEndpoint } from "./encode-endpoint.ts";
-
-export type WireOp =
-  | { op: "set"; set: SetKind; path: string; bytes: Uint8Array }
-  | { op: "delete"; set: SetKind; path: string }
-  | { op: "sync" }
-  | { op: "reset" };
-
-/** Whether two marshalled messages are the same bytes (the same array, or equal contents). */
-export const sameBytes = (a: Uint8Array, b: Uint8Array) => a === b || Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b);
 
 export class WireCache {
   private readonly bytes = new WeakMap<Service | Endpoint, Uint8Array>();

@@ -103,6 +103,9 @@ export function decodeBody(bytes: Uint8Array): { kind: string; apiVersion: strin
   return { kind: u.kind, apiVersion: u.apiVersion, object: decodeObject(u.kind, buf, u.start, u.end) };
 }
 
+/** A whole protobuf body as the object it holds: what the Kubernetes HTTP client (core/kube-http/) is handed to read protobuf answers. */
+export const protobufObject = (bytes: Uint8Array): Record<string, unknown> => decodeBody(bytes).object;
+
 /** The varint at `pos` of `buf` and the position after it; null when the bytes end first. */
 function peekVarint(buf: Buffer, pos: number, end: number): { value: number; next: number } | null {
   let value = 0;

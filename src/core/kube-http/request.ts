@@ -1,12 +1,16 @@
 // Requests to the API server with the kubeconfig's TLS and credentials
-// (kubeconfig.ts), on node:http(s), which honours the CA, the server name
-// and the client certificate under both Bun and Node, compiled or not.
+// (sources/kubeconfig.ts), on node:http(s), which honours the CA, the server
+// name and the client certificate under both Bun and Node, compiled or not.
+//
+// A leaf room: the sources, the event recorder and the API server's token
+// review all talk to the API server through it, and it imports none of
+// them. Reading a protobuf answer needs the Kubernetes object decoders
+// (sources/protobuf/), so whoever asks for protobuf hands a reader in.
 
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import { encodingOf } from "./kube-content.ts";
-import type { KubeAccess } from "./kubeconfig.ts";
-import { decodeBody } from "./protobuf/envelope.ts";
+import type { KubeAccess } from "./access.ts";
+import { encodingOf } from "./content.ts";
 
 export interface KubeGet {
   (path: string, query: Record<string, string | undefined>, signal: AbortSignal): Promise<IncomingMessage>;
@@ -26,6 +30,9 @@ export interface KubeRequestOptions {
 }
 
 export type KubeRequest = (opts: KubeRequestOptions) => Promise<IncomingMessage>;
+
+/** Reads a protobuf answer's body (the `k8s\0` envelope) into the object it holds: sources/protobuf/envelope.ts's protobufObject. */
+export type ProtobufReader = (body: Buffer) => Record<string, unknown>;
 
 export class HttpStatusError extends Error {
   constructor(
@@ -125,26 +132,38 @@ export async function readBody(res: IncomingMessage): Promise<string> {
   return (await readBytes(res)).toString("utf8");
 }
 
-/** The object a whole body holds, JSON or protobuf as its Content-Type says; throws when it does not decode. */
-function bodyObject(res: IncomingMessage, body: Buffer): Record<string, unknown> {
-  return encodingOf(res.headers["content-type"]) === "protobuf"
-    ? decodeBody(body).object
-    : (JSON.parse(body.toString("utf8")) as Record<string, unknown>);
+/**
+ * The object a whole body holds, JSON or protobuf as its Content-Type says;
+ * throws when it does not decode, or is protobuf and no `protobuf` reader was
+ * handed in (a caller that asked for JSON only).
+ */
+function bodyObject(res: IncomingMessage, body: Buffer, protobuf?: ProtobufReader): Record<string, unknown> {
+  if (encodingOf(res.headers["content-type"]) !== "protobuf") return JSON.parse(body.toString("utf8")) as Record<string, unknown>;
+  if (!protobuf) throw new Error("a protobuf answer, and no protobuf reader");
+  return protobuf(body);
 }
 
-/** Reads a whole (small) response body as the object it holds (JSON or protobuf). */
-export async function readObject(res: IncomingMessage): Promise<Record<string, unknown>> {
-  return bodyObject(res, await readBytes(res));
+/** Reads a whole (small) response body as the object it holds (JSON, or protobuf read by `protobuf`). */
+export async function readObject(res: IncomingMessage, protobuf?: ProtobufReader): Promise<Record<string, unknown>> {
+  return bodyObject(res, await readBytes(res), protobuf);
 }
 
-/** Turns a response whose status is not in `accept` into an HttpStatusError carrying the Status message (JSON or protobuf). */
-export async function expectOK(res: IncomingMessage, accept: readonly number[] = [200]): Promise<IncomingMessage> {
+/**
+ * Turns a response whose status is not in `accept` into an HttpStatusError
+ * carrying the Status message (JSON, or protobuf read by `protobuf`; without
+ * a reader, the start of the body as text).
+ */
+export async function expectOK(
+  res: IncomingMessage,
+  accept: readonly number[] = [200],
+  protobuf?: ProtobufReader,
+): Promise<IncomingMessage> {
   if (accept.includes(res.statusCode ?? 0)) return res;
   const chunks: Buffer[] = [];
   const body = await readBytes(res, chunks).catch(() => Buffer.concat(chunks));
   let message = "";
   try {
-    message = String(bodyObject(res, body).message ?? "");
+    message = String(bodyObject(res, body, protobuf).message ?? "");
   } catch {
     message = body.toString("utf8").slice(0, 200);
   }
