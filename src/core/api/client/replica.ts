@@ -9,7 +9,7 @@
 import { equals, fromBinary } from "@bufbuild/protobuf";
 import { EndpointSchema, ServiceSchema, Set as SetKind, type Endpoint, type Service } from "../../../gen/localv1/services_pb.ts";
 import type { Revision } from "../../brain/brain.ts";
-import type { ChangeSet, WireOp } from "../../wire/ops.ts";
+import type { ChangeSet } from "../../wire/ops.ts";
 import { decodeEndpoint } from "./decode-endpoint.ts";
 import { hash53 } from "../../wire/item-hash.ts";
 import type { NodeState, ServiceEndpoints } from "../../brain/state.ts";
