@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { createSandbox, type Sandbox } from "../ebpf/sandbox.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
-import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
@@ -72,7 +72,7 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
   };
   /** once(port) until it is `want` (bounded: 15 s); the last answer, with kpng's log when it is not */
   const answer = async (port: number, want: string): Promise<string> => {
-    const end = performance.now() + 15_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     for (;;) {
       const got = await once(port);
       if (got === want) return got;
@@ -93,7 +93,7 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
     for (const args of mode.args({ kubeconfig, dir: dir.path, sb })) {
       const p = startKpng(args, { wrap: ["ip", "netns", "exec", topo.node.ns] });
       procs.push(p);
-      await p.waitFor(args[0] === "serve" ? /serving the API/ : / INFO kpng: synced /, 30_000);
+      await p.waitFor(args[0] === "serve" ? /serving the API/ : / INFO kpng: synced /);
     }
   }, 90_000);
 
@@ -139,7 +139,7 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
   test("deleted with kubectl: no answer any more", async () => {
     await api.kubectl(["delete", "service", "late", "-n", "default"]);
     await api.kubectl(["delete", "endpointslice", "late-ipv4", "-n", "default", "--ignore-not-found"]);
-    const end = performance.now() + 15_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     while ((await once(81)).startsWith("pod") && performance.now() < end) await Bun.sleep(100);
     expect(await once(81)).not.toStartWith("pod");
     for (const p of procs) expect(p.stderr.filter((l) => /watch failed|cannot decode|undecodable/.test(l))).toEqual([]);

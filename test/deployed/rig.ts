@@ -15,7 +15,7 @@
 
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { createTopology, pythonPath, run, saidReady, startProbeLoop, type Probe, type ProbeRun, type Topology } from "../harness/netns.ts";
 
 export type { ProbeRun };
@@ -128,7 +128,8 @@ export async function deploy(opts: {
       async start(o = {}) {
         const p = startKpng(args, { bin: o.bin, wrap: ["ip", "netns", "exec", topo.node.ns] });
         kpng = p;
-        await p.waitFor(/ INFO kpng: synced /, 20_000);
+        // a first load of thousands of services, by the compiled binary or from source, on a loaded machine
+        await p.waitFor(/ INFO kpng: synced /, LOADED_WAIT_MS);
         return p;
       },
       async apply(...objs) {
@@ -144,7 +145,7 @@ export async function deploy(opts: {
         else writeFile();
       },
       syncs: () => kpng!.stderr.filter((l) => / INFO kpng: synced /.test(l)).length,
-      async syncedAfter(n, timeoutMs = 10_000) {
+      async syncedAfter(n, timeoutMs = LOADED_WAIT_MS) {
         const end = Date.now() + timeoutMs;
         while (d.syncs() <= n) {
           if (Date.now() > end) throw new Error(`no sync after #${n} within ${timeoutMs} ms\n${kpng!.stderr.slice(-15).join("\n")}`);

@@ -19,6 +19,7 @@ import { v4 } from "../fixtures/addresses.ts";
 import { settledChecks, wanted, type Check, type K8sObject } from "../deployed/cluster.ts";
 import { deleteInEtcd, deploy, putInEtcd, type Deployed, type SourceKind } from "../deployed/rig.ts";
 import { haveK8s } from "../harness/kube-apiserver.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
 
 const ns = "skew";
 const zeros = (ip: string) =>
@@ -148,7 +149,7 @@ for (const source of ["api", "file"] as SourceKind[]) {
             });
           }
         }
-        await d.syncedAfter(syncs, 15_000);
+        await d.syncedAfter(syncs);
       }, 90_000);
       afterAll(async () => {
         // the API server's delete checks (releasing a cluster IP it cannot parse) are not theirs to pass
@@ -168,8 +169,8 @@ for (const source of ["api", "file"] as SourceKind[]) {
       test("every skewed service is served as kube-proxy 1.36 serves it", async () => {
         const list = skewChecks(d);
         // the apply is several watch events, and the sync waited for may hold only some of them
-        expect(await settledChecks(d.topo, list, 15_000)).toEqual(wanted(list));
-      }, 20_000);
+        expect(await settledChecks(d.topo, list, LOADED_WAIT_MS)).toEqual(wanted(list));
+      }, 45_000);
 
       test("the unknown values are named in WARN lines, once", () => {
         const warns = d.kpng.stderr.filter((l) => l.includes(" WARN ") && l.includes("unknown value"));

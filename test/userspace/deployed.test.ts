@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { slice } from "../fixtures/k8s.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import {
@@ -66,7 +66,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
   let kpng: KpngProcess;
   const start = async () => {
     kpng = startKpng(["--input", r.input, "--node-name", NODE, "--backend", "userspace"], { wrap: inNode(r.topo) });
-    await kpng.waitFor(/ INFO kpng: synced /, 20_000);
+    await kpng.waitFor(/ INFO kpng: synced /);
   };
   beforeAll(async () => {
     r = await rig("kpus");
@@ -80,11 +80,11 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
 
   test("every service behaves for a client outside the node", async () => {
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
-  }, 20_000);
+  }, 45_000);
 
   const syncs = () => kpng.stderr.filter((l) => / INFO kpng: synced /.test(l)).length;
   const nextSync = async (after: number) => {
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + LOADED_WAIT_MS;
     while (syncs() <= after && Date.now() < deadline) await Bun.sleep(50);
     expect(syncs()).toBeGreaterThan(after);
   };
@@ -105,7 +105,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
 
   test("a broken edit keeps the relays serving", async () => {
     writeFileSync(r.input, "{ not json");
-    await kpng.waitFor(/input file not loaded, keeping the last good state/, 10_000);
+    await kpng.waitFor(/input file not loaded, keeping the last good state/);
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80 })).toMatchObject({ ok: true });
     r.write(r.objects);
   });
@@ -116,7 +116,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80 })).toMatchObject({ ok: false, error: "refused" });
     await start();
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
-  }, 40_000);
+  }, 75_000);
 
   test("--cleanup removes kpng's local routes", async () => {
     await kpng.stop("SIGKILL");
@@ -127,20 +127,20 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
       ok: false,
       error: "timeout",
     });
-  }, 30_000);
+  }, 45_000);
 
   test("--userspace-mode redirect: the same behaviour through nftables redirects, no routes", async () => {
     kpng = startKpng(["--input", r.input, "--node-name", NODE, "--backend", "userspace", "--userspace-mode", "redirect"], {
       wrap: inNode(r.topo),
     });
-    await kpng.waitFor(/ INFO kpng: synced /, 20_000);
+    await kpng.waitFor(/ INFO kpng: synced /);
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
     expect(await r.topo.exec(r.topo.node.ns, ["ip", "route", "show", "table", "local", "proto", "156"])).toBe("");
     await kpng.stop("SIGKILL");
     const c = startKpng(["--cleanup", "--backend", "userspace"], { wrap: inNode(r.topo) });
     expect(await c.proc.exited).toBe(0);
     expect(await r.topo.exec(r.topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng-userspace");
-  }, 40_000);
+  }, 75_000);
 
   test("bad flag value: one line naming the flag, exit 2", async () => {
     const c = startKpng(["--input", r.input, "--backend", "userspace", "--userspace-mode", "tunnel"], { wrap: inNode(r.topo) });
@@ -157,12 +157,12 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
     r = await rig("kpuc");
     const sock = `unix://${join(r.dir.path, "kpng.sock")}`;
     brain = startKpng(["serve", "--input", r.input, "--listen", sock], { wrap: inNode(r.topo) });
-    await brain.waitFor(/serving the API/, 20_000);
+    await brain.waitFor(/serving the API/);
     // the localv1 wire carries no node IPs: the sidecar is told its own, as kube-proxy's --bind-address
     sidecar = startKpng(["backend", "--api", sock, "--node-name", NODE, "--node-ip", r.topo.node.v4, "--backend", "userspace"], {
       wrap: inNode(r.topo),
     });
-    await sidecar.waitFor(/ synced .*backend=userspace/, 20_000);
+    await sidecar.waitFor(/ synced .*backend=userspace/);
   }, 60_000);
   afterAll(async () => {
     await sidecar?.stop("SIGKILL");
@@ -173,7 +173,7 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
 
   test("every service behaves for a client outside the node", async () => {
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
-  }, 20_000);
+  }, 45_000);
 
   test("a change reaches the sidecar: a service removed from the file stops answering", async () => {
     r.write(
@@ -183,7 +183,7 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
           !(o.kind === "EndpointSlice" && o.metadata.name.startsWith("cluster-ip")),
       ),
     );
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + LOADED_WAIT_MS;
     let last = await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80, timeout: 0.5 });
     while (last.ok && Date.now() < deadline) {
       await Bun.sleep(100);
@@ -191,5 +191,5 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
     }
     expect(last).toMatchObject({ ok: false, error: "timeout" });
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.affinity, port: 80 })).toMatchObject({ ok: true });
-  }, 20_000);
+  }, 45_000);
 });
