@@ -91,7 +91,7 @@ describe("kpng --backend ebpf, as deployed", () => {
     expect(existsSync(sb.pinDir)).toBe(false);
     expect(await topo.exec(topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng");
     expect(await verdicts([tcp(ips.empty, 80, 0.5)])).toEqual(["timeout"]);
-  }, 45_000);
+  }, 90_000);
 
   test("a --ebpf-cgroup that is no cgroup v2 directory: one line naming it, exit 1", async () => {
     const p = startKpng(
@@ -116,5 +116,5 @@ describe("kpng --backend ebpf, as deployed", () => {
     const lines = p.stderr.filter((l) => l.startsWith("kpng: "));
     expect(lines).toHaveLength(1);
     expect(lines[0]).toContain(`--ebpf-cgroup ${dir.path}: not a cgroup v2 directory`);
-  }, 45_000);
+  }, 90_000);
 });

@@ -73,7 +73,7 @@ describe("node agent faults", () => {
     await ag.waitFor(/synced backend=nft rev=2 .*changed=1/);
     await settled(ag.stdout); // the log line (stderr) can overtake the transaction (stdout)
     expect(ag.stdout.join("\n")).toContain("198.19.1.11");
-  }, 75_000);
+  }, 150_000);
 
   test("a brain that stops answering (SIGSTOP, as a host that vanished): the agent moves on after 3 s of silence", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -95,7 +95,7 @@ describe("node agent faults", () => {
     } finally {
       a.proc.kill("SIGCONT");
     }
-  }, 75_000);
+  }, 150_000);
 
   test("all brains down: rules untouched; the agent reconnects when one returns and applies the change as a diff", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -121,7 +121,7 @@ describe("node agent faults", () => {
     const diff = ag.stdout.slice(printed).join("\n");
     expect(diff).toContain("198.19.1.12");
     expect(diff).not.toContain("add table");
-  }, 75_000);
+  }, 150_000);
 
   test("/metrics of a running agent: the brain it follows, failovers, stream failures, what the stream brought, when", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -162,7 +162,7 @@ describe("node agent faults", () => {
     expect(m("kpng_global_ops_total")).toBe(2 * ops + 2);
     expect(m("kpng_global_change_sets_total")).toBe(3);
     expect(Math.abs(m("kpng_global_last_change_set_timestamp_seconds") - Date.now() / 1000)).toBeLessThan(5);
-  }, 75_000);
+  }, 150_000);
 
   test("an agent restarted while no brain answers: nothing applied until its first sync", async () => {
     copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
@@ -177,5 +177,5 @@ describe("node agent faults", () => {
     await ag.waitFor(/synced backend=nft rev=1 .*changed=all/);
     await settled(ag.stdout); // the log line (stderr) can overtake the transaction (stdout)
     expect(ag.stdout.join("\n")).toContain("add table");
-  }, 75_000);
+  }, 150_000);
 });

@@ -265,7 +265,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     const r = await nft.get("/api/v1/label/instance/values", { "match[]": fill(INSTANCE_VARIABLE) });
     instances = r.data as string[];
     expect(instances).toEqual([METRICS]);
-  }, 45_000);
+  }, 90_000);
 
   test.each(DASHBOARD)(
     "$panel: $want",
@@ -283,7 +283,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
         if (q.positive) expect(v).toBeGreaterThan(0);
       }
     },
-    45_000,
+    90_000,
   );
 
   test("every ip_family kube-proxy labels is there: both families' syncs and conntrack cleanups, the IPv4 slice's programming latency", async () => {
@@ -293,7 +293,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     expect(await byFamily('kubeproxy_network_programming_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4"]);
     expect(await byFamily('kubeproxy_sync_proxy_rules_nftables_sync_failures_total{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
     expect(await byFamily('kubeproxy_conntrack_reconciler_sync_duration_seconds_count{job="kube-proxy"}')).toEqual(["IPv4", "IPv6"]);
-  }, 45_000);
+  }, 90_000);
 
   test("kubernetes_build_info and the API client's codes as Prometheus stored them", async () => {
     const info = (await query('kubernetes_build_info{job="kube-proxy"}')).result;
@@ -304,7 +304,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
       .sort();
     // 422: the streamed lists the API server refused once its WatchList was off (above)
     expect(codes).toEqual(["GET 200", "GET 410", "GET 422", "GET 500"]);
-  }, 45_000);
+  }, 90_000);
 });
 
 // kube-proxy's default mode on Linux: its own families, through the same pipeline.
@@ -330,7 +330,7 @@ describe.skipIf(!haveK8s("iptables mode's families against the real kube-apiserv
       // the last sync was partial (one slice changed): it wrote less than kpng owns
       expect(last["IPv4 nat"]).toBeGreaterThan(0);
       expect(last["IPv4 nat"]).toBeLessThan(total["IPv4 nat"]);
-    }, 45_000);
+    }, 90_000);
 
     test("restore failures (none), both families; syncs and conntrack cleanups under both", async () => {
       expect(await by('kubeproxy_sync_proxy_rules_iptables_restore_failures_total{job="kube-proxy"}', "ip_family")).toEqual({
@@ -350,6 +350,6 @@ describe.skipIf(!haveK8s("iptables mode's families against the real kube-apiserv
       ).toEqual(["IPv4", "IPv6"]);
       const rate = (await ipt.query('sum(rate(kubeproxy_sync_proxy_rules_duration_seconds_count{job="kube-proxy"}[5m]))')).result;
       expect(Number(rate[0]?.value[1])).toBeGreaterThan(0);
-    }, 45_000);
+    }, 90_000);
   },
 );

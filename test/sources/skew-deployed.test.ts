@@ -170,7 +170,7 @@ for (const source of ["api", "file"] as SourceKind[]) {
         const list = skewChecks(d);
         // the apply is several watch events, and the sync waited for may hold only some of them
         expect(await settledChecks(d.topo, list, LOADED_WAIT_MS)).toEqual(wanted(list));
-      }, 45_000);
+      }, 90_000);
 
       test("the unknown values are named in WARN lines, once", () => {
         const warns = d.kpng.stderr.filter((l) => l.includes(" WARN ") && l.includes("unknown value"));

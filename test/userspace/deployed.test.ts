@@ -80,7 +80,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
 
   test("every service behaves for a client outside the node", async () => {
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
-  }, 45_000);
+  }, 90_000);
 
   const syncs = () => kpng.stderr.filter((l) => / INFO kpng: synced /.test(l)).length;
   const nextSync = async (after: number) => {
@@ -116,7 +116,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80 })).toMatchObject({ ok: false, error: "refused" });
     await start();
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
-  }, 75_000);
+  }, 150_000);
 
   test("--cleanup removes kpng's local routes", async () => {
     await kpng.stop("SIGKILL");
@@ -127,7 +127,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
       ok: false,
       error: "timeout",
     });
-  }, 45_000);
+  }, 90_000);
 
   test("--userspace-mode redirect: the same behaviour through nftables redirects, no routes", async () => {
     kpng = startKpng(["--input", r.input, "--node-name", NODE, "--backend", "userspace", "--userspace-mode", "redirect"], {
@@ -140,7 +140,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
     const c = startKpng(["--cleanup", "--backend", "userspace"], { wrap: inNode(r.topo) });
     expect(await c.proc.exited).toBe(0);
     expect(await r.topo.exec(r.topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng-userspace");
-  }, 75_000);
+  }, 150_000);
 
   test("bad flag value: one line naming the flag, exit 2", async () => {
     const c = startKpng(["--input", r.input, "--backend", "userspace", "--userspace-mode", "tunnel"], { wrap: inNode(r.topo) });
@@ -173,7 +173,7 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
 
   test("every service behaves for a client outside the node", async () => {
     expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
-  }, 45_000);
+  }, 90_000);
 
   test("a change reaches the sidecar: a service removed from the file stops answering", async () => {
     r.write(
@@ -191,5 +191,5 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
     }
     expect(last).toMatchObject({ ok: false, error: "timeout" });
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.affinity, port: 80 })).toMatchObject({ ok: true });
-  }, 45_000);
+  }, 90_000);
 });
