@@ -122,6 +122,7 @@ export function circles(graph: Map<string, Map<string, string>>): string[][] {
 const LEAVES: Record<string, string> = {
   "src/core/wire": "the ops a stream carries and the item hashes: the API server, the client and the global model all speak them",
   "src/core/kube-http": "the Kubernetes HTTP client: sources, events and the token review reach the API server through it",
+  "src/core/net": "IP and CIDR helpers: validation, the model, the config and the toolkit all check addresses",
   "src/gen": "generated from proto/",
   "src/core": "errors, log, pacing: what every room shares",
 };

@@ -103,6 +103,7 @@ const MIRRORS: Record<string, string> = {
   "src/core/api/tls": "test/api/tls",
   "src/core/wire": "test/wire",
   "src/core/kube-http": "test/kube-http",
+  "src/core/net": "test/net",
   "src/plugins": "test/plugins",
   "src/plugins/toolkit": "test/plugins/toolkit",
   "src/plugins/leftovers": "test/plugins/leftovers",

@@ -21,6 +21,7 @@ export const UNIT_ROOMS = [
   "test/brain",
   "test/wire",
   "test/kube-http",
+  "test/net",
   "test/config",
   "test/sources",
   "test/global",

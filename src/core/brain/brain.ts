@@ -6,7 +6,7 @@
 
 import type { Endpoint, Service } from "../../gen/localv1/services_pb.ts";
 import { ClusterIndex, newTouched, type ClusterEvent, type ClusterView, type Touched } from "./cluster.ts";
-import type { Family } from "./k8s/ip.ts";
+import type { Family } from "../net/ip.ts";
 import { DropCounts, kinds, type K8sService, type Kind } from "./k8s/objects.ts";
 import { EndpointMap } from "./endpoint-map.ts";
 import { candidates, endpointsModel, sameEndpoint } from "./model/endpoints.ts";

@@ -12,7 +12,7 @@
 // from the node-local state (NodeState.nodeIPs), never from anywhere else.
 
 import type { K8sNode } from "./k8s/objects.ts";
-import { ipFamily } from "./k8s/ip.ts";
+import { ipFamily } from "../net/ip.ts";
 import { parseIPSloppy } from "./k8s/ip-sloppy.ts";
 
 /** upstream GetNodeHostIPs: InternalIPs before ExternalIPs; the first, then the first of the other family */

@@ -11,7 +11,7 @@ import { applyKubeProxyFlags } from "./kube-proxy-flags.ts";
 import { defaultConfig, type Config } from "./config.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import { invalid } from "../errors.ts";
-import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
+import { cidrFamily, ipFamily, isCIDR } from "../net/ip.ts";
 import { backendOfMode, isBindAddress, kubeProxyDefaults, modeOfBackend } from "./kube-proxy-config.ts";
 
 export const sourceArgs = {

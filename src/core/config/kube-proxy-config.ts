@@ -10,7 +10,7 @@
 
 import * as v from "valibot";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
-import { cidrFamily, ipFamily, isCIDR } from "../brain/k8s/ip.ts";
+import { cidrFamily, ipFamily, isCIDR } from "../net/ip.ts";
 import { acceptProblem, contentTypeProblem } from "../kube-http/content.ts";
 
 export const GROUP = "kubeproxy.config.k8s.io";

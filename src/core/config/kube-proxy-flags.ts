@@ -6,7 +6,7 @@
 // and named in one WARN line at start-up.
 
 import { invalid } from "../errors.ts";
-import { isCIDR } from "../brain/k8s/ip.ts";
+import { isCIDR } from "../net/ip.ts";
 import type { FlagDefs } from "./argv.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import type { KubeProxyConfig } from "./kube-proxy-config.ts";

@@ -11,7 +11,7 @@ import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { EndpointInfoSchema, NodeSchema, type EndpointInfo } from "../../gen/globalv1/global_pb.ts";
 import { ServiceSchema, type Service } from "../../gen/localv1/services_pb.ts";
 import { ZONE_LABEL } from "../brain/brain.ts";
-import type { Family } from "../brain/k8s/ip.ts";
+import type { Family } from "../net/ip.ts";
 import type { K8sEndpointSlice, K8sNode } from "../brain/k8s/objects.ts";
 import { SERVICE_NAME_LABEL, sliceFamily } from "../brain/model/endpoints.ts";
 import { hash64 } from "../wire/item-hash.ts";

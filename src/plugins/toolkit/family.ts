@@ -5,7 +5,7 @@
 
 import type { IPSet } from "../../gen/localv1/services_pb.ts";
 // the brain's own checks: hand-written, far faster than node:net's on the hot paths of a render
-import { ipFamily, isIPv4, isIPv6, type Family } from "../../core/brain/k8s/ip.ts";
+import { ipFamily, isIPv4, isIPv6, type Family } from "../../core/net/ip.ts";
 
 export { ipFamily, isIPv4, isIPv6, type Family };
 

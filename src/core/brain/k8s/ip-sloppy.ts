@@ -11,7 +11,7 @@
 // that form (isCanonicalIP, isCanonicalCIDR), so that what it passes through
 // unchanged is what this would have made of it.
 
-import { isIPv4 } from "./ip.ts";
+import { isIPv4 } from "../../net/ip.ts";
 
 const isDigit = (c: number) => c >= 48 && c <= 57;
 const hexValue = (c: number) => (isDigit(c) ? c - 48 : c >= 97 && c <= 102 ? c - 87 : c >= 65 && c <= 70 ? c - 55 : -1);

@@ -10,7 +10,7 @@ import * as v from "valibot";
 import { fastService } from "./fast-service.ts";
 import { fastSlice } from "./fast-slice.ts";
 import { isCanonicalCIDR, isCanonicalIP, isCanonicalIPv6, parseIPSloppy } from "./ip-sloppy.ts";
-import { isIPv4 } from "./ip.ts";
+import { isIPv4 } from "../../net/ip.ts";
 import { readService, readSlice, type Note, type Read } from "./read.ts";
 import { issuePath, issueProblem } from "../../issues.ts";
 

@@ -7,7 +7,7 @@
 
 import type { Endpoint, EndpointScopes, PortName, Service } from "../../../gen/localv1/services_pb.ts";
 import { EndpointMap } from "../endpoint-map.ts";
-import type { Family } from "../k8s/ip.ts";
+import type { Family } from "../../net/ip.ts";
 import type { K8sEndpointSlice } from "../k8s/objects.ts";
 import { narrowByTopology, type Hints, type NodeInfo } from "./topology.ts";
 

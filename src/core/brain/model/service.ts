@@ -4,7 +4,7 @@
 
 import type { IPSet, Service } from "../../../gen/localv1/services_pb.ts";
 import { Protocol } from "../../protocol.ts";
-import { byFamily } from "../k8s/ip.ts";
+import { byFamily } from "../../net/ip.ts";
 import type { K8sService } from "../k8s/objects.ts";
 import { clusterIPsByFamily } from "../k8s/read.ts";
 

@@ -1,4 +1,5 @@
-// IP and CIDR helpers shared by validation and the node-local model.
+// IP and CIDR helpers shared by validation, the node-local model, the config
+// and the toolkit: a leaf room (src/core/net/) that imports nothing.
 
 export type Family = "v4" | "v6";
 
