@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
-import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { bufCurl } from "../harness/buf-curl.ts";
+import { startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 
 const NODE = "node-a";
@@ -38,25 +39,7 @@ describe.skipIf(!real)("API-client flags on every command that reads the real AP
 
   /** the GlobalServiceInfos paths `kpng serve` sends a new globalv1 stream, read by buf curl */
   const servedServices = async (sock: string): Promise<string[]> => {
-    const p = Bun.spawn(
-      [
-        BUF,
-        "curl",
-        "--protocol",
-        "grpc",
-        "--http2-prior-knowledge",
-        "--unix-socket",
-        sock,
-        "--schema",
-        join(ROOT, "proto"),
-        "-d",
-        "{}",
-        "http://localhost/globalv1.Sets/Watch",
-      ],
-      { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 20_000 },
-    );
-    const out = await new Response(p.stdout).text();
-    await p.exited;
+    const { out } = await bufCurl("http://localhost/globalv1.Sets/Watch", "{}", ["--unix-socket", sock], { timeoutMs: 20_000 });
     return [...out.matchAll(/"Set":\s*"GlobalServiceInfos",\s*"Path":\s*"([^"]+)"/g)].map((m) => m[1]);
   };
 

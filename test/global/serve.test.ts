@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { EndpointInfoSchema, NodeInfoSchema, ServiceInfoSchema } from "../../src/gen/globalv1/global_pb.ts";
+import { bufCurl } from "../harness/buf-curl.ts";
 import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 const dir = tempDir("kpng-global-");
@@ -34,27 +35,9 @@ async function run(args: string[]): Promise<{ code: number; out: string; err: st
 
 describe("buf curl, gRPC over h2c on the unix socket", () => {
   test("GlobalWatch: Reset, node sets, service sets, endpoint sets, Sync; kpng's paths and messages", async () => {
-    const p = Bun.spawn(
-      [
-        BUF,
-        "curl",
-        "--protocol",
-        "grpc",
-        "--http2-prior-knowledge",
-        "--unix-socket",
-        sock,
-        "--schema",
-        join(ROOT, "proto"),
-        "-d",
-        "{}",
-        "http://localhost/globalv1.Sets/Watch",
-      ],
-      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
-    );
-    const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+    const { err, code, messages } = await bufCurl("http://localhost/globalv1.Sets/Watch", "{}", ["--unix-socket", sock]);
     expect(err).toBe("");
     expect(code).toBe(0);
-    const messages = JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`) as any[];
     expect(messages[0]).toEqual({ Reset: {} });
     expect(messages.at(-1)).toEqual({ Sync: {} });
     const sets = messages.slice(1, -1).map((m) => m.Set);

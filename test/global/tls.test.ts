@@ -13,7 +13,8 @@ import { copyFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import YAML, { parseAllDocuments } from "yaml";
 import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
-import { BUF, ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { bufCurl as bufCurlAt } from "../harness/buf-curl.ts";
+import { ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
 import { haveK8s, type K8sObject, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 
@@ -79,14 +80,8 @@ async function metric(p: KpngProcess, re: RegExp): Promise<number> {
   return Number(re.exec(text)?.[1] ?? -1);
 }
 
-async function bufCurl(args: string[], path: string, data: string, to = port) {
-  const p = Bun.spawn(
-    [BUF, "curl", "--protocol", "grpc", "--schema", join(ROOT, "proto"), ...args, "-d", data, `https://127.0.0.1:${to}${path}`],
-    { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
-  );
-  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-  return { out, err, code };
-}
+/** buf curl over TLS to the brain on `to` (test/harness/buf-curl.ts) */
+const bufCurl = (args: string[], path: string, data: string, to = port) => bufCurlAt(`https://127.0.0.1:${to}${path}`, data, args);
 
 describe.skipIf(!real)("buf curl (Go gRPC over TLS, ALPN h2) against kpng serve with mutual TLS", () => {
   test("with the agent's certificate: the global stream, Reset first and Sync last", async () => {

@@ -14,6 +14,7 @@ import { memoryLogger } from "../../../src/core/log.ts";
 import type { NodeState } from "../../../src/core/brain/state.ts";
 import { startFileSource } from "../../../src/core/sources/file.ts";
 import { EndpointSchema, ServiceSchema, Set as SetKind } from "../../../src/gen/localv1/services_pb.ts";
+import { bufCurl } from "../../harness/buf-curl.ts";
 import { BUF, ROOT, startServe, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
 
 const dir = tempDir();
@@ -30,16 +31,6 @@ async function expectedState(node: string): Promise<NodeState> {
   return brain.view(node).state!;
 }
 
-/** buf curl over the unix socket; messages as parsed JSON objects. */
-async function bufCurl(method: string, body: string, extra: string[] = []): Promise<{ code: number; messages: any[]; stderr: string }> {
-  const p = Bun.spawn(
-    [BUF, "curl", "--protocol", "grpc", "--http2-prior-knowledge", "--schema", join(ROOT, "proto"), ...extra, "-d", body, method],
-    { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
-  );
-  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-  const messages = out.trim() ? (JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`) as any[]) : [];
-  return { code, messages, stderr: err };
-}
 const overSocket = ["--unix-socket", sock];
 
 /** curl with a Connect streaming body (one JSON message); envelopes of the response. */
@@ -135,8 +126,8 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
   test("Watch with an unknown node name: NotFound with the reason; the brain keeps serving", async () => {
     const bad = await bufCurl("http://localhost/localv1.Sets/Watch", '{"NodeName":"node-9"}', overSocket);
     expect(bad.code).not.toBe(0);
-    expect(bad.stderr).toContain("not_found");
-    expect(bad.stderr).toContain('node \\"node-9\\" is not a Node in the cluster');
+    expect(bad.err).toContain("not_found");
+    expect(bad.err).toContain('node \\"node-9\\" is not a Node in the cluster');
     const ok = await bufCurl("http://localhost/localv1.Endpoints/Next", '{"NodeName":"node-1"}', overSocket);
     expect(ok.code).toBe(0);
   });
