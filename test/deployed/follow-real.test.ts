@@ -13,7 +13,7 @@ import { createSandbox, type Sandbox } from "../ebpf/sandbox.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
+import { apiForNode, haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
 const NODE = "node-a";
@@ -85,10 +85,11 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
     topo = await createTopology({ pods: 2, prefix: "kpf" });
     for (const p of topo.pods) await topo.serve(p, { tcp: [8080] });
     dir.create();
-    api = await sharedApiServer();
+    const reached = await apiForNode(topo.node.ns, join(dir.path, "kubeconfig"));
+    api = reached.api;
+    stops.push(reached.stop);
     await api.apply(node(NODE, { ips: [topo.node.v4] }));
-    stops.push(await api.reach(topo.node.ns));
-    const kubeconfig = api.writeKubeconfig(join(dir.path, "kubeconfig"), { server: "https://127.0.0.1:6443" });
+    const kubeconfig = reached.kubeconfig;
     if (mode.ebpf) sb = await createSandbox();
     for (const args of mode.args({ kubeconfig, dir: dir.path, sb })) {
       const p = startKpng(args, { wrap: ["ip", "netns", "exec", topo.node.ns] });

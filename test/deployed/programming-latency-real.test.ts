@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
+import { apiForNode, haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { value } from "../node/prom-text.ts";
 
@@ -59,10 +59,11 @@ describe.skipIf(!real)("network programming latency, EndpointSlices written with
   beforeAll(async () => {
     topo = await createTopology({ pods: 1, prefix: "kpl" });
     dir.create();
-    api = await sharedApiServer();
+    const reached = await apiForNode(topo.node.ns, join(dir.path, "kubeconfig"));
+    api = reached.api;
+    stops.push(reached.stop);
     await api.apply(node(NODE, { ips: [topo.node.v4] }));
-    stops.push(await api.reach(topo.node.ns));
-    const kubeconfig = api.writeKubeconfig(join(dir.path, "kubeconfig"), { server: "https://127.0.0.1:6443" });
+    const kubeconfig = reached.kubeconfig;
     kpng = startKpng(["--kubeconfig", kubeconfig, "--node-name", NODE, "--backend", "nft", "--metrics-bind-address", METRICS], {
       wrap: ["ip", "netns", "exec", topo.node.ns],
     });

@@ -20,7 +20,7 @@ import { createTopology, pythonPath, run, saidReady, startProbeLoop, type Probe,
 
 export type { ProbeRun };
 import { FakeApiServer, makeTestCert } from "../harness/api-server.ts";
-import { KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
+import { apiForNode, KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { asList, clusterObjects, deniedClient, fillerObjects, NODE, podPorts, type K8sObject } from "./cluster.ts";
 
 export type SourceKind = "file" | "api";
@@ -108,8 +108,9 @@ export async function deploy(opts: {
       // the filler by concurrent POSTs: kubectl would create 4,200 objects one at a time, for minutes
       await api.createMany(filler);
       await applyReal(api, cluster);
-      cleanups.unshift(await api.reach(topo.node.ns, API_PORT));
-      args = ["--kubeconfig", api.writeKubeconfig(kubeconfig, { server: `https://127.0.0.1:${API_PORT}`, user: "kube-proxy" })];
+      const reached = await apiForNode(topo.node.ns, kubeconfig, { api, port: API_PORT });
+      cleanups.unshift(reached.stop);
+      args = ["--kubeconfig", reached.kubeconfig];
     }
     args.push("--node-name", NODE, "--backend", opts.backend);
 

@@ -491,3 +491,30 @@ export async function sharedApiServer(): Promise<KubeApiServer> {
   if (!first) await s.reset();
   return s;
 }
+
+/** The API server as kpng in a node namespace reaches it, and the way back out (for afterAll). */
+export interface NodeApi {
+  api: KubeApiServer;
+  /** a kubeconfig naming https://127.0.0.1:`port`, the address as seen from the node */
+  kubeconfig: string;
+  /** ends the forward into the node namespace */
+  stop: () => Promise<void>;
+}
+
+/**
+ * The API server (the shared one unless `api` is given) made reachable as
+ * 127.0.0.1:`port` (default 6443, as on a kubeadm node) inside the node
+ * namespace `ns`, with a kubeconfig for it written to `kubeconfig` as `user`
+ * (default kube-proxy). What each whole-process suite against the real API
+ * server does first.
+ */
+export async function apiForNode(
+  ns: string,
+  kubeconfig: string,
+  opts: { api?: KubeApiServer; port?: number; user?: User } = {},
+): Promise<NodeApi> {
+  const api = opts.api ?? (await sharedApiServer());
+  const port = opts.port ?? 6443;
+  const stop = await api.reach(ns, port);
+  return { api, kubeconfig: api.writeKubeconfig(kubeconfig, { server: `https://127.0.0.1:${port}`, user: opts.user }), stop };
+}

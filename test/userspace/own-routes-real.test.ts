@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
+import { apiForNode, haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { localTable, tableProblems } from "./local-table.ts";
 
@@ -84,10 +84,10 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
     topo = await createTopology({ pods: 1, prefix: "kpor" });
     await topo.serve(topo.pods[0], { tcp: [8080] });
     dir.create();
-    api = await sharedApiServer();
+    const reached = await apiForNode(topo.node.ns, join(dir.path, "kubeconfig"));
+    ({ api, kubeconfig } = reached);
+    stops.push(reached.stop);
     await api.apply(node(NODE, { ips: [topo.node.v4] }));
-    stops.push(await api.reach(topo.node.ns));
-    kubeconfig = api.writeKubeconfig(join(dir.path, "kubeconfig"), { server: "https://127.0.0.1:6443" });
     kernel = await localTable(topo.node.ns, false);
     await startProxy();
     base = await localTable(topo.node.ns, true);
