@@ -120,6 +120,47 @@ const scenarios: Scenario[] = [
     config: { clusterCIDRs: [plan.v4.clusterCIDR, "198.18.144.0/20"] },
     services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1)] }],
   },
+  // detectLocalMode (kube-proxy's LocalTrafficDetector): `! -i cbr0` masquerades, `-i cbr0` short-circuits eTP=Local
+  {
+    name: "detect-local-bridge-interface",
+    config: { localDetect: { kind: "bridge", iface: "cbr0" } },
+    services: [
+      {
+        service: svc({
+          name: "lb",
+          clusterIPs: [v4.clusterIP(4)],
+          lbIPs: [v4.external(1)],
+          ports: [{ name: "http", port: 80, nodePort: 30080 }],
+          eTPLocal: true,
+          healthCheckNodePort: 32000,
+        }),
+        endpoints: [pod(1, { local: true })],
+      },
+    ],
+  },
+  {
+    name: "detect-local-interface-name-prefix",
+    config: { localDetect: { kind: "prefix", prefix: "veth" } },
+    services: [
+      {
+        service: svc({
+          name: "lb",
+          clusterIPs: [v4.clusterIP(4)],
+          lbIPs: [v4.external(1)],
+          ports: [{ name: "http", port: 80, nodePort: 30080 }],
+          eTPLocal: true,
+          healthCheckNodePort: 32000,
+        }),
+        endpoints: [pod(1, { local: true })],
+      },
+    ],
+  },
+  {
+    name: "detect-local-node-cidr",
+    // the Node's spec.podCIDRs, not the cluster CIDR
+    config: { localDetect: { kind: "node-cidr", cidrs: ["198.19.0.0/24", "2001:db8:2::/64"] } },
+    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1)] }],
+  },
 ];
 
 async function render(s: Scenario): Promise<string> {
