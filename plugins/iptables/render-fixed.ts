@@ -3,7 +3,7 @@
 // and never by partial ones. Pure.
 
 import { isIP } from "node:net";
-import { cidrsOf, type Config, type Family, type FamilyLocalDetect, ipFamily, localDetectFor } from "../../src/plugins/toolkit/index.ts";
+import { cidrsOf, type Config, type Family, iptablesLocalMatches, ipFamily, localDetectFor } from "../../src/plugins/toolkit/index.ts";
 import { chains, hairpinSets } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 
@@ -58,18 +58,6 @@ export function nodePortMatches(config: Config, family: Family): string[][] {
   return [family === "v6" ? ["!", "-d", "::1", ...local] : ["!", "-d", "127.0.0.0/8", ...local]];
 }
 
-/**
- * iptables matches for pod traffic, one per alternative (any one matching
- * means a pod), as kube-proxy's LocalTrafficDetector prints them: `-s CIDR`,
- * `-i cbr0`, `-i veth+`. None: nothing is pod traffic (no CIDR of the family).
- * Interface names were checked at start-up (config/detect-local.ts).
- */
-export function localMatches(d: FamilyLocalDetect | undefined): string[][] {
-  if (!d) return [];
-  if (d.kind === "cidrs") return d.cidrs.map((c) => ["-s", c]);
-  return [["-i", d.prefix ? `${d.name}+` : d.name]];
-}
-
 /** Rules of the fixed chains, in chain order. `tails` go after every per-service rule of their chain. */
 export interface FixedRules {
   rules: Rule[];
@@ -91,7 +79,7 @@ export function renderFixed(config: Config, family: Family, opts: { hairpinSet: 
     });
   }
   nat(chains.markMasq, { match: [], target: ["-j", "MARK", "--or-mark", mark] });
-  for (const match of localMatches(localDetectFor(config, family)))
+  for (const match of iptablesLocalMatches(localDetectFor(config, family)))
     nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match, target: ["-j", "RETURN"] });
   nat(chains.markNonPod, { match: [], target: ["-j", chains.markMasq] });
   nat(chains.postrouting, { match: ["-m", "mark", "!", "--mark", `${mark}/${mark}`], target: ["-j", "RETURN"] });

@@ -25,6 +25,7 @@ import {
   externallyAccessible,
   type Family,
   hostPort,
+  iptablesLocalMatches,
   ipsOf,
   localDetectFor,
   type PortMapping,
@@ -35,7 +36,7 @@ import {
 } from "../../src/plugins/toolkit/index.ts";
 import { chains, endpointChain, serviceChains, servicePortId, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
-import { localMatches, prefixContains } from "./render-fixed.ts";
+import { prefixContains } from "./render-fixed.ts";
 
 export interface OwnedChain {
   table: Table;
@@ -217,7 +218,7 @@ interface PortPlan {
   clusterIPs: readonly string[];
   externalIPs: readonly string[];
   lbIPs: readonly string[];
-  /** pod traffic matches (render-fixed.ts localMatches): any one of them */
+  /** pod traffic matches (toolkit iptablesLocalMatches): any one of them */
   local: string[][];
   affinity: number | undefined;
   internal: PortEndpoint[];
@@ -278,7 +279,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     clusterIPs,
     externalIPs,
     lbIPs,
-    local: localMatches(localDetectFor(config, family)),
+    local: iptablesLocalMatches(localDetectFor(config, family)),
     affinity,
     internal,
     external,

@@ -26,3 +26,15 @@ export function localDetectFor(config: Pick<Config, "clusterCIDRs" | "localDetec
   const cidrs = [...new Set(cidrsOf(d.cidrs, family))];
   return cidrs.length ? { kind: "cidrs", cidrs } : undefined;
 }
+
+/**
+ * iptables matches for pod traffic, one per alternative (any one matching
+ * means a pod), as kube-proxy's LocalTrafficDetector prints them: `-s CIDR`,
+ * `-i cbr0`, `-i veth+`. None: nothing is pod traffic. Interface names were
+ * checked at start-up (config/detect-local.ts): no wildcard of their own.
+ */
+export function iptablesLocalMatches(d: FamilyLocalDetect | undefined): string[][] {
+  if (!d) return [];
+  if (d.kind === "cidrs") return d.cidrs.map((c) => ["-s", c]);
+  return [["-i", d.prefix ? `${d.name}+` : d.name]];
+}
