@@ -105,3 +105,50 @@ describe("detectLocalMode as the backends render it", () => {
     expect(r.err).toContain("node node-a spec.podCIDRs: none in the input; detectLocalMode NodeCIDR needs them");
   });
 });
+
+describe("detectLocalMode from a kube-proxy configuration file", () => {
+  const withCIDRs = clusterFile("file-modes.json", ["10.244.3.0/24"]);
+  const V1 = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/16\n";
+  const V2 = "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\ndetectLocal:\n  clusterCIDRs: [10.244.0.0/16]\n";
+  const config = (name: string, text: string) => {
+    const file = join(dir, name);
+    writeFileSync(file, text);
+    return file;
+  };
+  const run = (file: string, ...flags: string[]) =>
+    kpng("--config", file, "--input", withCIDRs, "--node-name", "node-a", "--dry-run", "--once", ...flags);
+
+  test("v1alpha1: detectLocalMode BridgeInterface and detectLocal.bridgeInterface", () => {
+    const r = run(
+      config("v1-bridge.yaml", V1 + "mode: nftables\ndetectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: cbr0\n"),
+    );
+    expect(r.err).not.toContain("WARN");
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('ip daddr @cluster-ips iifname != "cbr0" jump mark-for-masquerade');
+  });
+  test("v1alpha2: detectLocalMode InterfaceNamePrefix and detectLocal.interfaceNamePrefix", () => {
+    const r = run(
+      config(
+        "v2-prefix.yaml",
+        V2.replace("detectLocal:\n", "detectLocal:\n  interfaceNamePrefix: veth\n") +
+          "mode: iptables\ndetectLocalMode: InterfaceNamePrefix\n",
+      ),
+    );
+    expect(r.err).not.toContain("WARN");
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("! -i veth+ -j KPNG-MARK-MASQ");
+  });
+  test("the file names the mode, the flag the bridge: both are read before the check", () => {
+    const r = run(config("v1-mode-only.yaml", V1 + "mode: nftables\ndetectLocalMode: BridgeInterface\n"), "--pod-bridge-interface=cbr0");
+    expect(r.code).toBe(0);
+    expect(r.out).toContain('iifname != "cbr0"');
+  });
+  test("BridgeInterface without a bridge in the file: one line naming the field, exit 2", () => {
+    const r = run(config("v1-empty.yaml", V1 + "detectLocalMode: BridgeInterface\n"));
+    expect(r.code).toBe(2);
+    expect(r.err.trim().split("\n")).toHaveLength(1);
+    expect(r.err).toContain(
+      "detectLocal.bridgeInterface (--pod-bridge-interface): must not be empty when detectLocalMode is BridgeInterface",
+    );
+  });
+});
