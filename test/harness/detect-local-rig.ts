@@ -15,6 +15,7 @@
 // eTP=Local external IP without local endpoints short-circuits the source to
 // the cluster endpoints (pod traffic) or drops it (anything else).
 
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { LocalDetect } from "../../src/core/config/config.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
@@ -159,5 +160,32 @@ export function expected(c: DetectLocalCase): string[] {
       `${s} -> cluster IP: the endpoint sees ${pod ? "itself" : "the node"}`,
       `${s} -> eTP=Local external IP: ${pod ? "short-circuited to pod2" : "timeout"}`,
     ];
+  });
+}
+
+/**
+ * The suite for one backend: for each case, `program` programs the node with
+ * the services and a Config holding `clusterCIDRs` and the case's
+ * `localDetect`, and returns how to close its backend.
+ */
+export function detectLocalSuite(
+  backend: string,
+  program: (w: DetectLocalWorld, o: { clusterCIDRs: string[]; localDetect: LocalDetect }) => Promise<() => Promise<void>>,
+) {
+  let w: DetectLocalWorld;
+  beforeAll(async () => {
+    w = await createDetectLocalWorld(`kpd${backend.slice(0, 2)}`);
+  });
+  afterAll(() => w?.destroy());
+  describe(`${backend}: detectLocalMode with real packets`, () => {
+    for (const c of detectLocalCases)
+      test(c.name, async () => {
+        const close = await program(w, { clusterCIDRs, localDetect: c.localDetect });
+        try {
+          expect(await observe(w)).toEqual(expected(c));
+        } finally {
+          await close();
+        }
+      }, 60_000);
   });
 }

@@ -24,6 +24,21 @@ interface Scenario {
 const pod = (i: number, opts: Parameters<typeof ep>[0] extends infer T ? Omit<T & object, "ips"> : never = {}) =>
   ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080, dns: 5353 }, ...opts });
 
+/** an eTP=Local LoadBalancer with a local endpoint: its EXT chain short-circuits pod traffic */
+const etpLocalLB = () => [
+  {
+    service: svc({
+      name: "lb",
+      clusterIPs: [v4.clusterIP(4)],
+      lbIPs: [v4.external(1)],
+      ports: [{ name: "http", port: 80, nodePort: 30080 }],
+      eTPLocal: true,
+      healthCheckNodePort: 32000,
+    }),
+    endpoints: [pod(1, { local: true })],
+  },
+];
+
 const scenarios: Scenario[] = [
   {
     name: "clusterip-two-endpoints",
@@ -124,36 +139,12 @@ const scenarios: Scenario[] = [
   {
     name: "detect-local-bridge-interface",
     config: { localDetect: { kind: "bridge", iface: "cbr0" } },
-    services: [
-      {
-        service: svc({
-          name: "lb",
-          clusterIPs: [v4.clusterIP(4)],
-          lbIPs: [v4.external(1)],
-          ports: [{ name: "http", port: 80, nodePort: 30080 }],
-          eTPLocal: true,
-          healthCheckNodePort: 32000,
-        }),
-        endpoints: [pod(1, { local: true })],
-      },
-    ],
+    services: etpLocalLB(),
   },
   {
     name: "detect-local-interface-name-prefix",
     config: { localDetect: { kind: "prefix", prefix: "veth" } },
-    services: [
-      {
-        service: svc({
-          name: "lb",
-          clusterIPs: [v4.clusterIP(4)],
-          lbIPs: [v4.external(1)],
-          ports: [{ name: "http", port: 80, nodePort: 30080 }],
-          eTPLocal: true,
-          healthCheckNodePort: 32000,
-        }),
-        endpoints: [pod(1, { local: true })],
-      },
-    ],
+    services: etpLocalLB(),
   },
   {
     name: "detect-local-node-cidr",
