@@ -13,14 +13,15 @@
 // Cases say, per source, whether the endpoint sees the source itself (pod
 // traffic: not masqueraded) or the node (masqueraded), and whether an
 // eTP=Local external IP without local endpoints short-circuits the source to
-// the cluster endpoints (pod traffic) or drops it (anything else).
+// the cluster endpoints (pod traffic) or drops it (anything else). The client
+// and pod0 also probe the IPv6 cluster IP (the ip6 table, ip6tables).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { LocalDetect } from "../../src/core/config/config.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { endpoint, entry, service } from "../fixtures/state.ts";
-import { createTopology, run, type Topology } from "./netns.ts";
+import { createTopology, type ProbeResult, run, type Topology } from "./netns.ts";
 
 export const bridged = { v4: v4.pod(5, 2), gateway: v4.pod(5, 1) };
 const PORT = 8080;
@@ -68,6 +69,8 @@ export async function createDetectLocalWorld(prefix: string): Promise<DetectLoca
 }
 
 export const clusterIP = v4.clusterIP(20);
+/** the same service's IPv6 cluster IP: the client and the veth pods have IPv6 (the bridged pod does not) */
+export const clusterIP6 = v6.clusterIP(20);
 export const externalIP = v4.external(20);
 
 /**
@@ -80,7 +83,7 @@ export function detectLocalServices(topo: Topology): ServiceEndpoints[] {
   const ep = (i: number, o: { local?: boolean; external?: boolean } = {}) =>
     endpoint({ ips: [topo.pods[i].v4, topo.pods[i].v6], ports: { http: PORT }, local: true, ...o });
   return [
-    entry(service({ name: "web", clusterIPs: [clusterIP], ports: [{ name: "http", port: 80 }] }), { pod1: ep(1), pod2: ep(2) }),
+    entry(service({ name: "web", clusterIPs: [clusterIP, clusterIP6], ports: [{ name: "http", port: 80 }] }), { pod1: ep(1), pod2: ep(2) }),
     entry(
       service({
         name: "lonely",
@@ -128,27 +131,24 @@ export const clusterCIDRs = [plan.v4.clusterCIDR, plan.v6.clusterCIDR];
 /** Probes from each source and returns "what happened" lines to compare with `expected`. */
 export async function observe(w: DetectLocalWorld): Promise<string[]> {
   const { topo } = w;
-  const sources: Record<Source, { ns: string; ip: string }> = {
-    client: { ns: topo.client.ns, ip: topo.client.v4 },
-    pod0: { ns: topo.pods[0].ns, ip: topo.pods[0].v4 },
+  const sources: Record<Source, { ns: string; ip: string; ip6?: string }> = {
+    client: { ns: topo.client.ns, ip: topo.client.v4, ip6: topo.client.v6 },
+    pod0: { ns: topo.pods[0].ns, ip: topo.pods[0].v4, ip6: topo.pods[0].v6 },
     bridged: { ns: w.bridgedNs, ip: bridged.v4 },
   };
   const out: string[] = [];
-  for (const [name, s] of Object.entries(sources) as [Source, { ns: string; ip: string }][]) {
+  for (const [name, s] of Object.entries(sources) as [Source, (typeof sources)[Source]][]) {
     // generous timeouts: the machine is shared; a drop is what takes the whole timeout
-    const [toCluster, toExternal] = await topo.probeMany(s.ns, [
+    const [toCluster, toExternal, toCluster6] = await topo.probeMany(s.ns, [
       { ip: clusterIP, port: 80, timeout: 5 },
       { ip: externalIP, port: 80, timeout: 2 },
+      ...(s.ip6 ? [{ ip: clusterIP6, port: 80, timeout: 5 }] : []),
     ]);
-    const seen = !toCluster.ok
-      ? toCluster.error
-      : toCluster.source === s.ip
-        ? "itself"
-        : toCluster.source === topo.node.v4
-          ? "the node"
-          : toCluster.source;
-    out.push(`${name} -> cluster IP: the endpoint sees ${seen}`);
+    const seen = (r: ProbeResult, self: string | undefined, node: string) =>
+      !r.ok ? r.error : r.source === self ? "itself" : r.source === node ? "the node" : r.source;
+    out.push(`${name} -> cluster IP: the endpoint sees ${seen(toCluster, s.ip, topo.node.v4)}`);
     out.push(`${name} -> eTP=Local external IP: ${toExternal.ok ? `short-circuited to ${toExternal.who}` : toExternal.error}`);
+    if (toCluster6) out.push(`${name} -> IPv6 cluster IP: the endpoint sees ${seen(toCluster6, s.ip6, topo.node.v6)}`);
   }
   return out;
 }
@@ -159,6 +159,7 @@ export function expected(c: DetectLocalCase): string[] {
     return [
       `${s} -> cluster IP: the endpoint sees ${pod ? "itself" : "the node"}`,
       `${s} -> eTP=Local external IP: ${pod ? "short-circuited to pod2" : "timeout"}`,
+      ...(s === "bridged" ? [] : [`${s} -> IPv6 cluster IP: the endpoint sees ${pod ? "itself" : "the node"}`]),
     ];
   });
 }
