@@ -10,7 +10,7 @@ import type { Config } from "./core/config/config.ts";
 import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
 import { kubeClientArgs, kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
 import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
-import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
+import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
 import {
   apiClientArgs,
   backendNames,
@@ -206,6 +206,10 @@ const runCommand = command({
     );
     starting.catch(() => {}); // awaited below, after the backends' setup has started
     await nextTurn(); // the lists' requests are on their way
+    // detectLocalMode NodeCIDR: the backends are created with the Node's pod CIDRs, as kube-proxy creates its proxier.
+    const podCIDRs =
+      cfg.localDetect?.kind === "node-cidr" ? await nodePodCIDRs({ cfg, brain, starting, stopped, file: sources.input }) : undefined;
+    if (podCIDRs === null) return servers?.close();
     // The backends' code evaluates while the API server answers.
     const backends = await loadAskedBackends(rawArgs, ctx);
     loaded.resolve(backends.map((b) => b.name));
@@ -249,13 +253,32 @@ const runCommand = command({
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
     if (args.once) await startedUp.then(() => warned);
-    else if (servers) await Promise.race([stopped, servers.cannotStart]); // a port taken with bindAddressHardFail ends kpng
+    // a port taken with bindAddressHardFail ends kpng, and so do new pod CIDRs under NodeCIDR (exit 1: restarted with them)
+    else if (servers) await Promise.race([stopped, servers.cannotStart, ...(podCIDRs ? [podCIDRs.changed] : [])]);
+    podCIDRs?.stop();
     servers?.close();
     await api?.close();
     source.close();
     for (const b of backends) await b.close?.();
   },
 });
+
+/**
+ * NodeCIDR (node-pod-cidrs.ts): once the source is up, the Node's pod CIDRs
+ * go into the Config the backends are created with, and are watched for a
+ * change. null: stopped by a signal meanwhile.
+ */
+async function nodePodCIDRs(o: { cfg: Config; brain: Brain; starting: Promise<unknown>; stopped?: Promise<void>; file?: string }) {
+  const { cfg, brain, stopped } = o;
+  const { waitForPodCIDRs, watchPodCIDRs } = await import("./core/node/node-pod-cidrs.ts");
+  if (!(await untilStopped(o.starting, stopped))) return null;
+  // an --input file is the whole cluster: a Node without pod CIDRs in it will not get any by waiting
+  const cidrs = await untilStopped(waitForPodCIDRs(brain, cfg.nodeName, { log, timeoutMs: o.file === undefined ? undefined : 0 }), stopped);
+  if (!cidrs || cfg.localDetect?.kind !== "node-cidr") return null;
+  cfg.localDetect.cidrs = cidrs;
+  log.info("detectLocalMode NodeCIDR", { node: cfg.nodeName, podCIDRs: cidrs.join(",") });
+  return watchPodCIDRs(brain, cfg.nodeName, cidrs);
+}
 
 async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");
@@ -353,6 +376,10 @@ const backendCommand = command({
     const ctx = backendContext(cfg);
     const backends = await loadAskedBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
+    if (cfg.localDetect?.kind === "node-cidr")
+      throw invalid(
+        "detectLocalMode NodeCIDR: a sidecar cannot read the Node's spec.podCIDRs (the brain's API does not carry them); use ClusterCIDR with --cluster-cidr, or an interface mode",
+      );
     for (const b of backends) await b.setup?.(ctx);
     // A sidecar programs the node's rules too: the same conntrack sysctls (from its --config).
     await setConntrack(cfg, backendNames(rawArgs, cfg), log);

@@ -3,7 +3,7 @@
 // and never by partial ones. Pure.
 
 import { isIP } from "node:net";
-import { cidrsOf, type Config, type Family, ipFamily } from "../../src/plugins/toolkit/index.ts";
+import { cidrsOf, type Config, type Family, iptablesLocalMatches, ipFamily, localDetectFor } from "../../src/plugins/toolkit/index.ts";
 import { chains, hairpinSets } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 
@@ -79,8 +79,8 @@ export function renderFixed(config: Config, family: Family, opts: { hairpinSet: 
     });
   }
   nat(chains.markMasq, { match: [], target: ["-j", "MARK", "--or-mark", mark] });
-  for (const cidr of cidrsOf(config.clusterCIDRs, family))
-    nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match: ["-s", cidr], target: ["-j", "RETURN"] });
+  for (const match of iptablesLocalMatches(localDetectFor(config, family)))
+    nat(chains.markNonPod, { comment: "pod traffic is not masqueraded", match, target: ["-j", "RETURN"] });
   nat(chains.markNonPod, { match: [], target: ["-j", chains.markMasq] });
   nat(chains.postrouting, { match: ["-m", "mark", "!", "--mark", `${mark}/${mark}`], target: ["-j", "RETURN"] });
   // Clear the bit so a packet re-traversing the chains (e.g. IPsec) is not masqueraded twice.

@@ -68,9 +68,6 @@ export function fieldWarnings(doc: KubeProxyConfig): string[] {
     const differs = r.when ? r.when(doc) : JSON.stringify(value) !== JSON.stringify(at(defaults, r.field));
     if (differs) out.push(`${r.field}: ${shown(value)} has no effect in kpng: ${r.why}`);
   }
-  if (doc.detectLocalMode !== "" && doc.detectLocalMode !== "ClusterCIDR") {
-    out.push(`detectLocalMode: ${doc.detectLocalMode} is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs`);
-  }
   if (doc.windows.runAsService) out.push("windows.runAsService: not supported by kpng, ignored");
   return out;
 }

@@ -70,7 +70,15 @@ export const kubeProxyArgs = {
     description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address",
   },
   "oom-score-adj": { type: "string", valueHint: "int32", description: "oom_score_adj of the process, [-1000, 1000] (default -999)" },
-  "detect-local-mode": { type: "string", description: "how pod traffic is recognised: ClusterCIDR (the only mode kpng has; others warn)" },
+  "detect-local-mode": {
+    type: "string",
+    description: "how pod traffic is recognised: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix",
+  },
+  "pod-bridge-interface": { type: "string", description: "detect-local-mode BridgeInterface: pod traffic arrives on this bridge" },
+  "pod-interface-name-prefix": {
+    type: "string",
+    description: "detect-local-mode InterfaceNamePrefix: pod traffic arrives on interfaces named with this prefix",
+  },
   "iptables-sync-period": {
     type: "string",
     valueHint: "duration",
@@ -109,8 +117,6 @@ export const kubeProxyArgs = {
   "ipvs-tcp-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
   "ipvs-tcpfin-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
   "ipvs-udp-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
-  "pod-bridge-interface": { type: "string", noEffect: "detect-local-mode BridgeInterface is not supported" },
-  "pod-interface-name-prefix": { type: "string", noEffect: "detect-local-mode InterfaceNamePrefix is not supported" },
 } as const satisfies FlagDefs;
 
 /** Parses a flag's text into the field's value, or throws the flag's one-line error. */

@@ -41,6 +41,7 @@ export { sameEndpoint } from "../../core/brain/model/endpoints.ts";
 export { errorMessage, invalid, isInvalidArgument, isUnavailable, KpngError, type ErrorCode } from "../../core/errors.ts";
 export * from "./family.ts";
 export * from "./node-addresses.ts";
+export * from "./local-detect.ts";
 export * from "./service-port.ts";
 export * from "./conntrack.ts";
 export * from "./command.ts";
