@@ -35,7 +35,7 @@ import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./execut
 import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
-import { renderFixed } from "./render-fixed.ts";
+import { localhostNodePorts, loopbackRefusals, renderFixed } from "./render-fixed.ts";
 import { heldAtFirstCommit, printRestore, streamRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
 import {
@@ -151,6 +151,7 @@ export class IptablesBackend implements IncrementalBackend {
   }
 
   async setup() {
+    for (const refusal of loopbackRefusals(this.ctx.config)) this.log.error(refusal);
     if (this.ctx.config.dryRun) return;
     // Start-up is on the way to the first sync: the families' checks run at once.
     const checks = await Promise.allSettled(this.families.map((family) => this.exec.run([restoreCommand(family), "--version"])));
@@ -162,6 +163,7 @@ export class IptablesBackend implements IncrementalBackend {
       this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(check.reason) });
       this.families = this.families.filter((f) => f !== family);
     }
+    if (this.families.includes("v4") && localhostNodePorts(this.ctx.config)) await this.allowLocalnetRouting();
     if (this.opts.hairpinSet === undefined) {
       // Creating the sets proves the program and the kernel's ip_set modules both work.
       try {
@@ -177,6 +179,26 @@ export class IptablesBackend implements IncrementalBackend {
     if (period > 0) {
       this.timer = setInterval(() => void this.monitor(), period);
       this.timer.unref?.();
+    }
+  }
+
+  /**
+   * route_localnet=1 lets the kernel route a DNATed packet whose source or
+   * destination is 127.0.0.0/8 (a node port reached on 127.0.0.1); upstream's
+   * iptables proxier sets it at start-up for the same setting, and fails
+   * without it. Per network namespace; never reset (upstream neither).
+   */
+  private async allowLocalnetRouting() {
+    this.log.info(
+      "Setting route_localnet=1 to allow node-ports on localhost; to change this either disable iptables.localhostNodePorts (--iptables-localhost-nodeports) or set nodePortAddresses (--nodeport-addresses) to filter loopback addresses",
+    );
+    try {
+      await this.exec.run(["sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"]);
+    } catch (err) {
+      throw new KpngError(
+        "unavailable",
+        `iptables backend: cannot set net.ipv4.conf.all.route_localnet=1, which iptables.localhostNodePorts needs: ${errorMessage(err)}`,
+      );
     }
   }
 

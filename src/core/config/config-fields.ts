@@ -14,7 +14,6 @@ interface FieldRule {
   when?: (doc: KubeProxyConfig) => boolean;
 }
 
-const iptablesMode = (d: KubeProxyConfig) => d.mode === "" || d.mode === "iptables";
 const ipvsMode = (d: KubeProxyConfig) => d.mode === "ipvs";
 const ipvsNote = "kpng's ipvs backend does not act on it";
 
@@ -36,11 +35,6 @@ const rules: FieldRule[] = [
   { field: "showHiddenMetricsForVersion", why: "kpng hides no metrics" },
   { field: "ipFamilyPolicy", why: "kpng serves every IP family the node has" },
   { field: "configSyncPeriod", why: "kpng's watches need no periodic relist" },
-  {
-    field: "iptables.localhostNodePorts",
-    why: "kpng never accepts node ports on 127.0.0.1 (it never sets route_localnet)",
-    when: (d) => iptablesMode(d) && d.iptables.localhostNodePorts,
-  },
   {
     field: "iptables.snatNodeInternalIP",
     why: "kpng masquerades to the outgoing interface's address",

@@ -47,7 +47,11 @@ export interface Config {
     tcpFinTimeoutSeconds?: number;
     udpTimeoutSeconds?: number;
   };
-  /** iptables.localhostNodePorts (kube-proxy's v1alpha1 default: true); kpng's iptables backend never accepts node ports on 127.0.0.1 */
+  /**
+   * iptables.localhostNodePorts (kube-proxy's v1alpha1 default: true): the
+   * iptables backend answers IPv4 node ports on 127.0.0.1 (route_localnet and
+   * its guard rule); absent = off. nft never does, as upstream's nftables mode.
+   */
   iptables?: { localhostNodePorts: boolean };
   winkernel: { sourceVip: string; networkName: string; enableDSR: boolean };
   conntrack: { udpTimeoutSeconds: number };
