@@ -24,7 +24,8 @@ import {
   sameIPs,
   type StateChange,
 } from "../../src/plugins/toolkit/index.ts";
-import { baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
+import { baseJumps, chains, dummyInterface, setIds, setName } from "./names.ts";
+import { excludedAddresses, sysctlArgv, timeoutsArgv } from "./settings.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";
 import { DesiredState, commit, drainingServices, noneTouched, ownedVirtualServers, planChanges, planDrain } from "./plan.ts";
@@ -66,6 +67,8 @@ export class IpvsBackend implements FullStateBackend {
   private readonly families: ReadonlySet<Family>;
   private readonly ourSets: ReadonlySet<string>;
   private readonly renderCtx: RenderContext;
+  /** ipvs.excludeCIDRs: virtual servers on these addresses are never deleted as stale */
+  private readonly excluded: (ip: string) => boolean;
   /** what renderCtx.nodePortIPs was computed from: the node's IPs, this host's addresses */
   private nodeIPs: readonly string[];
   private interfaceAddrs: string[] = [];
@@ -92,6 +95,7 @@ export class IpvsBackend implements FullStateBackend {
     this.ourSets = new Set([...this.families].flatMap((f) => setIds.map((id) => setName(id, f))));
     this.renderCtx = { scheduler, families: this.families, nodePortIPs: nodePortIPs(this.config) };
     this.nodeIPs = this.config.nodeIPs;
+    this.excluded = excludedAddresses(this.config.ipvs.excludeCIDRs);
   }
 
   async setup(): Promise<void> {
@@ -99,7 +103,11 @@ export class IpvsBackend implements FullStateBackend {
     this.log.warn(IPVS_DEPRECATION_MESSAGE, { reason: IPVS_DEPRECATION_REASON });
     // Probe first: on a kernel without IPVS this is the one clear error the operator sees.
     if (!config.dryRun) await this.run(["ipvsadm", "-Ln", "--timeout"]);
-    await this.run(["sysctl", "-w", ...sysctls.map(([k, v]) => `${k}=${v}`)]);
+    await this.run(sysctlArgv(config));
+    const timeouts = timeoutsArgv(config);
+    // Upstream logs a failure here and goes on: the timeouts are a tuning, not a need.
+    if (timeouts)
+      await this.run(timeouts).catch((err: unknown) => this.log.error("Failed to configure IPVS timeouts", { error: errorMessage(err) }));
     if (config.dryRun) await this.run(["ip", "link", "add", dummyInterface, "type", "dummy"]);
     else {
       try {
@@ -212,7 +220,8 @@ export class IpvsBackend implements FullStateBackend {
       this.kernel = config.dryRun ? emptyKernel() : await this.readKernel();
       // Foreign virtual servers leave kpng's picture of the kernel: no sync or drain touches them
       // (one kpng wants itself stays, so that it is edited rather than added twice).
-      const owned = new Set(ownedVirtualServers(this.kernel));
+      // Those in ipvs.excludeCIDRs are left alone as foreign ones are, unless a service wants them.
+      const owned = new Set(ownedVirtualServers(this.kernel).filter((k) => !this.excluded(this.kernel.virtualServices.get(k)!.vs.ip)));
       for (const k of this.kernel.virtualServices.keys())
         if (!owned.has(k) && !this.desired.virtualService(k)) this.kernel.virtualServices.delete(k);
       for (const k of owned) touched.vs.add(k);
@@ -226,7 +235,7 @@ export class IpvsBackend implements FullStateBackend {
     }
     const conflicts = this.desired.conflicts(touched.vs);
     if (conflicts.length) this.log.warn("several services claim one virtual server; the first by name wins", { virtualServers: conflicts });
-    const tx = planChanges(this.desired, this.kernel, touched);
+    const tx = planChanges(this.desired, this.kernel, touched, (vs) => this.excluded(vs.ip));
     await this.execute(tx, full);
     commit(this.kernel, tx);
     this.needFull = false;

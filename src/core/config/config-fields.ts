@@ -14,9 +14,6 @@ interface FieldRule {
   when?: (doc: KubeProxyConfig) => boolean;
 }
 
-const ipvsMode = (d: KubeProxyConfig) => d.mode === "ipvs";
-const ipvsNote = "kpng's ipvs backend does not act on it";
-
 const rules: FieldRule[] = [
   { field: "featureGates", why: "kpng has no feature gates", when: (d) => Object.keys(d.featureGates).length > 0 },
   { field: "clientConnection.qps", why: "kpng's client has no client-side rate limit" },
@@ -40,11 +37,6 @@ const rules: FieldRule[] = [
     why: "kpng masquerades to the outgoing interface's address",
     when: (d) => d.iptables.snatNodeInternalIP,
   },
-  { field: "ipvs.excludeCIDRs", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.excludeCIDRs.length > 0 },
-  { field: "ipvs.strictARP", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.strictARP },
-  { field: "ipvs.tcpTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.tcpTimeout !== "0s" },
-  { field: "ipvs.tcpFinTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.tcpFinTimeout !== "0s" },
-  { field: "ipvs.udpTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.udpTimeout !== "0s" },
   { field: "winkernel.rootHnsEndpointName", why: "kpng's winkernel backend does not act on it" },
   { field: "winkernel.forwardHealthCheckVip", why: "kpng's winkernel backend does not act on it" },
 ];

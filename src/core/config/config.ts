@@ -40,7 +40,7 @@ export interface Config {
     scheduler: string;
     syncPeriodSeconds: number;
     minSyncPeriodSeconds: number;
-    /** kube-proxy's ipvs fields kpng's ipvs backend does not act on yet (start-up warns when they are set) */
+    /** kube-proxy's ipvs fields, applied as upstream's ipvs proxier does (plugins/ipvs/settings.ts) */
     excludeCIDRs?: string[];
     strictARP?: boolean;
     tcpTimeoutSeconds?: number;
