@@ -42,5 +42,11 @@ export const addressFamily = (family: TableFamily): Family => (family === "ip" ?
 export const addrKw = (family: TableFamily) => (family === "ip" ? "ip" : "ip6");
 export const addrType = (family: TableFamily) => (family === "ip" ? "ipv4_addr" : "ipv6_addr");
 export const loopback = (family: TableFamily) => (family === "ip" ? "127.0.0.0/8" : "::1");
+/** nodePortAddresses entries of loopback addresses only (inside 127.0.0.0/8, or ::1): node ports never answer there */
+export const loopbackEntries = (list: readonly string[]) =>
+  list.filter((a) => {
+    const net = a.split("/")[0] ?? a;
+    return net.startsWith("127.") || net === "::1";
+  });
 /** anonymous set, or a single value when there is one */
 export const setOf = (items: readonly string[]) => (items.length === 1 ? items[0] : `{ ${items.join(", ")} }`);

@@ -27,6 +27,7 @@ import {
   type StateChange,
   type UdpFrontend,
 } from "../../src/plugins/toolkit/index.ts";
+import { loopbackEntries } from "./addr.ts";
 import { type AheadLoad, NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
@@ -100,6 +101,11 @@ export class NftBackend implements FullStateBackend {
   }
 
   async setup(): Promise<void> {
+    // Upstream's nftables mode serves no node port on loopback, whatever
+    // iptables.localhostNodePorts says (an iptables-mode setting), and logs
+    // this for each loopback address nodePortAddresses names.
+    for (const address of loopbackEntries(this.ctx.config.nodePortAddresses))
+      this.log.error("--nodeport-addresses includes localhost but localhost NodePorts are not supported", { address });
     if (this.ctx.config.dryRun) return;
     // Validates the whole skeleton in the kernel (fib, numgen, maps) without committing it.
     await this.runner.check(this.sync.emptyFullSync());
