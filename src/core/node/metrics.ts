@@ -116,6 +116,8 @@ export class ProxyMetrics {
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
   private readonly lost: Counter;
+  /** kube-proxy's sync histogram has only ip_family: with several backends, this one says which cost what */
+  private readonly backendSync: Histogram;
   /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
   private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
   private readonly conntrackDuration: Histogram;
@@ -250,6 +252,18 @@ export class ProxyMetrics {
       labelNames: ["backend"],
       registers,
     });
+    this.backendSync = new Histogram({
+      name: "kpng_backend_sync_duration_seconds",
+      help: "Backend sync latency in seconds, by backend and sync (full or partial)",
+      labelNames: ["backend", "sync"],
+      buckets,
+      registers,
+    });
+    // Zero from the start, per backend, so a dashboard shows 0 rather than "no data" (kube-proxy's failure counters do the same).
+    for (const backend of new Set(opts.backends)) {
+      this.failures.inc({ backend }, 0);
+      this.lost.inc({ backend }, 0);
+    }
     const counters = new Map<string, Counter>(); // by name: iptables and ipvs share one
     for (const b of new Set(opts.backends)) {
       const mine: Array<{ counter: Counter; partial?: boolean }> = [];
@@ -509,6 +523,7 @@ export class ProxyMetrics {
 
   /** `backend` applied `state`; `change` null = a full sync. */
   synced(backend: string, state: NodeState, seconds: number, change: StateChange, now = Date.now()): void {
+    this.backendSync.observe({ backend, sync: change === null ? "full" : "partial" }, seconds);
     for (const ip_family of FAMILIES) {
       this.syncDuration.observe({ ip_family }, seconds);
       (change === null ? this.fullSyncDuration : this.partialSyncDuration).observe({ ip_family }, seconds);
