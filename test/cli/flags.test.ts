@@ -174,7 +174,6 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
         "--kube-api-burst",
         "--profiling",
         "--vmodule",
-        "--ipvs-strict-arp",
         "--config-sync-period",
         "--log-flush-frequency",
       ])
@@ -188,6 +187,13 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
         "--pod-bridge-interface",
         "--pod-interface-name-prefix",
         "--kube-api-content-type",
+        // honoured since issue 34
+        "--iptables-localhost-nodeports",
+        "--ipvs-strict-arp",
+        "--ipvs-exclude-cidrs",
+        "--ipvs-tcp-timeout",
+        "--ipvs-tcpfin-timeout",
+        "--ipvs-udp-timeout",
       ])
         expect(warn[0]).not.toContain(f);
     } finally {

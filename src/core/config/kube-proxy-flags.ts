@@ -111,12 +111,19 @@ export const kubeProxyArgs = {
   "config-sync-period": { type: "string", valueHint: "duration", noEffect: "kpng's watches need no periodic relist" },
   profiling: { type: "boolean", noEffect: "no /debug/pprof (a Go runtime feature)" },
   "show-hidden-metrics-for-version": { type: "string", noEffect: "kpng hides no metrics" },
-  "iptables-localhost-nodeports": { type: "boolean", noEffect: "node ports never answer on 127.0.0.1 (kpng never sets route_localnet)" },
-  "ipvs-exclude-cidrs": { type: "string", noEffect: "kpng's ipvs backend only ever deletes virtual servers it created" },
-  "ipvs-strict-arp": { type: "boolean", noEffect: "kpng's ipvs backend does not change arp_ignore/arp_announce" },
-  "ipvs-tcp-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
-  "ipvs-tcpfin-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
-  "ipvs-udp-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
+  "iptables-localhost-nodeports": {
+    type: "boolean",
+    description: "iptables mode: IPv4 node ports answer on 127.0.0.1 (sets route_localnet=1, with kube-proxy's guard rule; default true)",
+  },
+  "ipvs-exclude-cidrs": {
+    type: "string",
+    valueHint: "strings",
+    description: "ipvs mode: virtual servers on these CIDRs are never deleted as stale (comma-separated)",
+  },
+  "ipvs-strict-arp": { type: "boolean", description: "ipvs mode: set arp_ignore=1 and arp_announce=2 (MetalLB's layer 2 needs it)" },
+  "ipvs-tcp-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: idle TCP connection timeout (0: leave as is)" },
+  "ipvs-tcpfin-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: TCP timeout after FIN (0: leave as is)" },
+  "ipvs-udp-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: UDP timeout (0: leave as is)" },
 } as const satisfies FlagDefs;
 
 /** Parses a flag's text into the field's value, or throws the flag's one-line error. */
