@@ -5,6 +5,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import type { Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
@@ -148,4 +149,37 @@ describe("ipvs.excludeCIDRs", () => {
     await applyAndRecord(r2, state, null);
     expect((await applyAndRecord(r2, nodeState(2, []), new Set([web(inside)[0]]))).ipvs).toEqual([`-D -t ${C(inside)}:80`]);
   });
+});
+
+describe("as deployed: kube-proxy's ipvs flags reach the backend (the whole process, --dry-run)", () => {
+  test("--ipvs-strict-arp and the timeouts are printed as run; the only WARN is IPVS mode's deprecation", () => {
+    const root = join(import.meta.dir, "../..");
+    const r = Bun.spawnSync(
+      [
+        process.execPath,
+        join(root, "src/main.ts"),
+        "--proxy-mode=ipvs",
+        "--ipvs-strict-arp",
+        "--ipvs-tcp-timeout=15m",
+        "--ipvs-udp-timeout=1m",
+        "--ipvs-exclude-cidrs=203.0.113.0/24",
+        "--input",
+        "examples/cluster.yaml",
+        "--node-name",
+        "node-1",
+        "--dry-run",
+        "--once",
+      ],
+      { cwd: root },
+    );
+    const out = r.stdout.toString();
+    expect(r.exitCode).toBe(0);
+    expect(out).toMatch(/^# sysctl -w .* net\.ipv4\.conf\.all\.arp_ignore=1 net\.ipv4\.conf\.all\.arp_announce=2$/m);
+    expect(out).toContain("# ipvsadm --set 900 0 60\n");
+    const warns = r.stderr
+      .toString()
+      .split("\n")
+      .filter((l) => l.includes(" WARN "));
+    expect(warns).toEqual([expect.stringContaining("The ipvs proxier is now deprecated")]);
+  }, 60_000);
 });
