@@ -3,8 +3,7 @@
 # could. The kernel routes such a packet only with route_localnet=1, and
 # kube-proxy's guard rule must then drop it. Two modes:
 #   send IFNAME DSTMAC SRCIP DSTIP DPORT COUNT   COUNT frames out of IFNAME (AF_PACKET)
-#   listen IP PORT SECONDS   prints "ready", then 1 at the first datagram, or 0
-#                            when SECONDS pass without one
+#   listen IP PORT           prints "ready", then "got" for each datagram, until killed
 import socket
 import struct
 import sys
@@ -37,20 +36,13 @@ def send(ifname, dst_mac, src_ip, dst_ip, dport, count="1"):
         time.sleep(0.05)
 
 
-def listen(ip, port, seconds):
+def listen(ip, port):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((ip, int(port)))
-    s.settimeout(0.1)
     print("ready", flush=True)
-    end = time.monotonic() + float(seconds)
-    while time.monotonic() < end:
-        try:
-            s.recv(2048)
-            print(1, flush=True)
-            return
-        except socket.timeout:
-            pass
-    print(0, flush=True)
+    while True:
+        s.recv(2048)
+        print("got", flush=True)
 
 
 if __name__ == "__main__":
