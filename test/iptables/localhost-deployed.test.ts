@@ -67,6 +67,16 @@ describe("kpng --backend iptables: node ports on 127.0.0.1", () => {
     );
   });
 
+  test("kpng --cleanup removes the guard chain and its jumps with kpng's other rules", async () => {
+    await start();
+    expect(await topo.exec(topo.node.ns, ["iptables-save", "-t", "filter"])).toContain("KPNG-LOCALNET-GUARD");
+    await kpng!.stop();
+    kpng = undefined;
+    const cleanup = startKpng(["--cleanup"], { wrap: ["ip", "netns", "exec", topo.node.ns] });
+    expect(await cleanup.proc.exited).toBe(0);
+    expect(await topo.exec(topo.node.ns, ["iptables-save"])).not.toContain("KPNG-");
+  });
+
   test("--iptables-localhost-nodeports=false: refused, the guard removed; the node IP answers", async () => {
     await start(["--iptables-localhost-nodeports=false"]);
     expect(kpng!.stderr.join("\n")).not.toContain("Setting route_localnet=1");
