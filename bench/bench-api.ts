@@ -52,6 +52,8 @@ export interface BenchApi {
   /** Ends a run. */
   end(): Promise<void>;
   close(): Promise<void>;
+  /** the real API server (KPNG_BENCH_API=real), for a bench that runs the real kube-proxy beside kpng */
+  server?: KubeApiServer;
 }
 
 export async function openApi(opts: { kind: ApiKind; topo: Topology; services: number; dir: string }): Promise<BenchApi> {
@@ -135,6 +137,7 @@ async function openReal(opts: { topo: Topology; services: number; dir: string })
     pids: () => server.pids(),
     async end() {},
     close: unreach,
+    server,
   };
 }
 

@@ -18,10 +18,19 @@
 // KPNG_BENCH_CONTENT_TYPE=json: kpng asks for JSON (default: protobuf, as
 // kube-proxy). KPNG_BENCH_KPNG measures another tree's kpng, or several in turn
 // (bench/kpng-under-test.ts), against the same API server.
+//
+// Against the real API server the same churn is then measured on the real
+// kube-proxy 1.36.2 in nftables mode, as kubeadm deploys it (its default
+// minSyncPeriod, 1s), in the same namespace (test/harness/kube-proxy.ts): a
+// change is in once a "SyncProxyRules complete" of the IPv6 proxier (the
+// bench's services are IPv6) that started after it has been logged (klog's
+// time and `elapsed`). KPNG_BENCH_KUBE_PROXY=0 leaves it out.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { requireK8s } from "../test/harness/kube-apiserver.ts";
+import { startKubeProxy } from "../test/harness/kube-proxy.ts";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, closeApis, openApi } from "./bench-api.ts";
 import { kpngsUnderTest } from "./kpng-under-test.ts";
@@ -107,6 +116,70 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
   }
 }
 
+/** klog's header time (`I1129 08:30:00.123456`, local time) as epoch ms */
+function klogTime(line: string): number | undefined {
+  const m = /^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})/.exec(line);
+  if (!m) return undefined;
+  const [mo, d, h, mi, sec, us] = m.slice(1).map(Number);
+  return new Date(new Date().getFullYear(), mo - 1, d, h, mi, sec, us / 1000).getTime();
+}
+
+/** Go's duration text (`12.3ms`, `1.2s`, `850µs`) in ms */
+function goMs(text: string): number {
+  const m = /^([\d.]+)(ns|µs|us|ms|s)$/.exec(text);
+  if (!m) return 0;
+  return Number(m[1]) * { ns: 1e-6, µs: 1e-3, us: 1e-3, ms: 1, s: 1000 }[m[2] as "ns" | "µs" | "us" | "ms" | "s"];
+}
+
+/** The same churn on the real kube-proxy (nftables mode, kubeadm's settings), its syncs read from its log. */
+async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: number; dir: string }) {
+  const { topo, api, changes } = opts;
+  if (!api.server) throw new Error("kube-proxy runs against the real API server only");
+  await api.begin();
+  for (const family of ["ip", "ip6"])
+    Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kube-proxy"], { stderr: "ignore" });
+  await quietNft(30_000);
+  const proxy = await startKubeProxy({ api: api.server, ns: topo.node.ns, mode: "nftables", nodeName: NODE_NAME, dir: opts.dir });
+  try {
+    const syncs = () =>
+      proxy.log
+        .filter((l) => l.includes('"SyncProxyRules complete"') && l.includes('ipFamily="IPv6"'))
+        .map((l) => {
+          const end = klogTime(l) ?? 0;
+          return { end, start: end - goMs(/elapsed="([^"]+)"/.exec(l)?.[1] ?? "") };
+        });
+    const first = Date.now() + 180_000;
+    while (!syncs().length && Date.now() < first && proxy.proc.exitCode === null) await Bun.sleep(100);
+    if (!syncs().length) throw new Error(`kube-proxy never synced; its log:\n${proxy.log.slice(-20).join("\n")}`);
+    await Bun.sleep(2000);
+    const before = syncs().length;
+    const cpu0 = cpuSeconds(proxy.proc.pid);
+    const t0 = Date.now();
+    const applied: Array<Promise<number>> = [];
+    for (let n = 1; n <= changes; n++) {
+      const due = t0 + n * PERIOD_MS;
+      if (due > Date.now()) await Bun.sleep(due - Date.now());
+      applied.push(api.change(n));
+    }
+    const changedAt = await Promise.all(applied);
+    const lastAt = Math.max(...changedAt);
+    const end = Date.now() + 30_000;
+    while (!syncs().some((x) => x.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
+    const wall = (Date.now() - t0) / 1000;
+    const cpu = cpuSeconds(proxy.proc.pid) - cpu0;
+    const all = syncs();
+    const latencies: number[] = [];
+    for (const at of changedAt) {
+      const x = all.find((y) => y.start >= at);
+      if (x) latencies.push(x.end - at);
+    }
+    const took = all.slice(before).map((x) => x.end - x.start);
+    return { latencies, syncs: all.length - before, cpuShare: cpu / wall, syncMs: pct(took, 50) };
+  } finally {
+    await proxy.stop();
+  }
+}
+
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 
 export default async function churnBench() {
@@ -144,6 +217,20 @@ export default async function churnBench() {
               )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""} | ${before}`,
             );
           }
+        if (api.server && process.env.KPNG_BENCH_KUBE_PROXY !== "0") {
+          requireK8s();
+          const before = load();
+          const r = await churnKubeProxy({ topo, api, changes, dir: join(dir, `kube-proxy-${services}`) });
+          const l = r.latencies;
+          const ms = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "never" : x.toFixed(0));
+          console.log(
+            `  ${String(services).padStart(8)} | ${"kube-proxy".padEnd(width)} | ${"1s (its default)".padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
+              l.length ? Math.max(...l) : undefined,
+            ).padStart(
+              6,
+            )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""} | ${before} | its sync ${ms(r.syncMs)} ms median`,
+          );
+        }
       } finally {
         await api.close();
       }
