@@ -50,6 +50,38 @@ const cpuSeconds = (pid: number) => {
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
 
+interface Sync {
+  start: number;
+  end: number;
+}
+
+/**
+ * One change every PERIOD_MS (not awaited: the pace holds however long the API server takes), then
+ * waits (bounded) for a sync that started after the last one. A change is in the kernel once a sync
+ * that started after the API server applied it has ended: its latency.
+ */
+async function paceChanges(api: BenchApi, changes: number, syncs: () => Sync[]): Promise<{ latencies: number[]; seconds: number }> {
+  const t0 = Date.now();
+  const applied: Array<Promise<number>> = [];
+  for (let n = 1; n <= changes; n++) {
+    const due = t0 + n * PERIOD_MS;
+    if (due > Date.now()) await Bun.sleep(due - Date.now());
+    applied.push(api.change(n));
+  }
+  const changedAt = await Promise.all(applied);
+  const lastAt = Math.max(...changedAt);
+  const end = Date.now() + 30_000;
+  while (!syncs().some((x) => x.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
+  const seconds = (Date.now() - t0) / 1000;
+  const all = syncs();
+  const latencies: number[] = [];
+  for (const at of changedAt) {
+    const x = all.find((y) => y.start >= at);
+    if (x) latencies.push(x.end - at);
+  }
+  return { latencies, seconds };
+}
+
 async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; changes: number; extra: string[] }) {
   const { topo, api, kpng: kpngArgv, changes, extra } = opts;
   const kubeconfig = await api.begin();
@@ -81,32 +113,14 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
       const syncsBefore = log.count(/ synced backend=nft /);
       const kpid = kpng.pid; // `ip netns exec` execs kpng in its own place
       const cpu0 = cpuSeconds(kpid);
-      const t0 = Date.now();
-      const applied: Array<Promise<number>> = [];
-      for (let n = 1; n <= changes; n++) {
-        const due = t0 + n * PERIOD_MS;
-        if (due > Date.now()) await Bun.sleep(due - Date.now());
-        applied.push(api.change(n)); // not awaited: one every PERIOD_MS, however long the API server takes
-      }
-      const changedAt = await Promise.all(applied);
-      const lastAt = Math.max(...changedAt);
+      // kpng logs `synced` when nft has committed; ms= is how long the sync took
       const synced = () =>
         log.all
           .filter((l) => / synced backend=nft /.test(l.line))
           .map((l) => ({ end: l.at, start: l.at - Number(/ ms=(\d+)/.exec(l.line)?.[1] ?? 0) }));
-      const end = Date.now() + 30_000;
-      while (!synced().some((s) => s.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
-      const wall = (Date.now() - t0) / 1000;
+      const { latencies, seconds } = await paceChanges(api, changes, synced);
       const cpu = cpuSeconds(kpid) - cpu0;
-      // A change is in the kernel once a sync that started after the API server applied it has
-      // ended (kpng logs `synced` when nft has committed; ms= is how long the sync took).
-      const syncs = synced();
-      const latencies: number[] = [];
-      for (const at of changedAt) {
-        const s = syncs.find((x) => x.start >= at);
-        if (s) latencies.push(s.end - at);
-      }
-      return { latencies, syncs: log.count(/ synced backend=nft /) - syncsBefore, cpuShare: cpu / wall };
+      return { latencies, syncs: log.count(/ synced backend=nft /) - syncsBefore, cpuShare: cpu / seconds };
     } finally {
       kpng.kill("SIGTERM");
       await kpng.exited;
@@ -154,30 +168,35 @@ async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: nu
     await Bun.sleep(2000);
     const before = syncs().length;
     const cpu0 = cpuSeconds(proxy.proc.pid);
-    const t0 = Date.now();
-    const applied: Array<Promise<number>> = [];
-    for (let n = 1; n <= changes; n++) {
-      const due = t0 + n * PERIOD_MS;
-      if (due > Date.now()) await Bun.sleep(due - Date.now());
-      applied.push(api.change(n));
-    }
-    const changedAt = await Promise.all(applied);
-    const lastAt = Math.max(...changedAt);
-    const end = Date.now() + 30_000;
-    while (!syncs().some((x) => x.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
-    const wall = (Date.now() - t0) / 1000;
+    const { latencies, seconds } = await paceChanges(api, changes, syncs);
     const cpu = cpuSeconds(proxy.proc.pid) - cpu0;
     const all = syncs();
-    const latencies: number[] = [];
-    for (const at of changedAt) {
-      const x = all.find((y) => y.start >= at);
-      if (x) latencies.push(x.end - at);
-    }
     const took = all.slice(before).map((x) => x.end - x.start);
-    return { latencies, syncs: all.length - before, cpuShare: cpu / wall, syncMs: pct(took, 50) };
+    return { latencies, syncs: all.length - before, cpuShare: cpu / seconds, syncMs: pct(took, 50) };
   } finally {
     await proxy.stop();
   }
+}
+
+/** One row of the table. */
+function row(
+  o: { services: number; name: string; width: number; label: string; changes: number; load: string; tail?: string },
+  r: Churned,
+) {
+  const l = r.latencies;
+  const ms = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "never" : x.toFixed(0));
+  const unseen = l.length < o.changes ? ` (${o.changes - l.length} changes not seen)` : "";
+  console.log(
+    `  ${String(o.services).padStart(8)} | ${o.name.padEnd(o.width)} | ${o.label.padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
+      l.length ? Math.max(...l) : undefined,
+    ).padStart(6)} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${unseen} | ${o.load}${o.tail ?? ""}`,
+  );
+}
+
+interface Churned {
+  latencies: number[];
+  syncs: number;
+  cpuShare: number;
 }
 
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
@@ -207,29 +226,14 @@ export default async function churnBench() {
           for (const k of kpngs) {
             const before = load();
             const r = await churn({ topo, api, kpng: [...k.argv, "--kube-api-content-type", contentType], changes, extra: [...extra] });
-            const l = r.latencies;
-            const ms = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "never" : x.toFixed(0));
-            console.log(
-              `  ${String(services).padStart(8)} | ${k.name.padEnd(width)} | ${label.padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
-                l.length ? Math.max(...l) : undefined,
-              ).padStart(
-                6,
-              )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""} | ${before}`,
-            );
+            row({ services, name: k.name, width, label, changes, load: before }, r);
           }
         if (api.server && process.env.KPNG_BENCH_KUBE_PROXY !== "0") {
           requireK8s();
           const before = load();
           const r = await churnKubeProxy({ topo, api, changes, dir: join(dir, `kube-proxy-${services}`) });
-          const l = r.latencies;
-          const ms = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "never" : x.toFixed(0));
-          console.log(
-            `  ${String(services).padStart(8)} | ${"kube-proxy".padEnd(width)} | ${"1s (its default)".padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
-              l.length ? Math.max(...l) : undefined,
-            ).padStart(
-              6,
-            )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""} | ${before} | its sync ${ms(r.syncMs)} ms median`,
-          );
+          const tail = ` | its sync ${Number.isFinite(r.syncMs) ? r.syncMs.toFixed(0) : "-"} ms median`;
+          row({ services, name: "kube-proxy", width, label: "1s (its default)", changes, load: before, tail }, r);
         }
       } finally {
         await api.close();
