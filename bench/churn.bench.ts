@@ -13,7 +13,8 @@
 // Two runs per size: kpng's default (no minSyncPeriod: syncs paced by their
 // cost, src/core/pacing.ts) and `--min-sync-period 1s` (kube-proxy's default,
 // honoured when an operator sets it). Printed: median and p99 latency, the
-// number of nft syncs, and kpng's CPU share during the churn. Figures only.
+// number of nft syncs, the proxy's CPU share during the churn, the time from
+// its start to its first sync and its RSS after the changes. Figures only.
 // KPNG_BENCH_SIZES (default "1000,10000"), KPNG_BENCH_CHANGES (default 100).
 // KPNG_BENCH_CONTENT_TYPE=json: kpng asks for JSON (default: protobuf, as
 // kube-proxy). KPNG_BENCH_KPNG measures another tree's kpng, or several in turn
@@ -47,6 +48,9 @@ const cpuSeconds = (pid: number) => {
   const fields = f.slice(f.lastIndexOf(")") + 2).split(" ");
   return (Number(fields[11]) + Number(fields[12])) / 100;
 };
+
+/** resident memory of a process, MB (VmRSS) */
+const rssMB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
 
@@ -89,6 +93,7 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
     for (const family of ["ip", "ip6"])
       Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
     await quietNft(30_000);
+    const spawnedAt = Date.now();
     const kpng = Bun.spawn(
       [
         "ip",
@@ -108,7 +113,7 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
     );
     const log = lines(kpng.stderr);
     try {
-      await log.wait(/ synced backend=nft /, 1, 120_000);
+      const firstSync = await log.wait(/ synced backend=nft /, 1, 120_000);
       await Bun.sleep(1000);
       const syncsBefore = log.count(/ synced backend=nft /);
       const kpid = kpng.pid; // `ip netns exec` execs kpng in its own place
@@ -120,7 +125,13 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
           .map((l) => ({ end: l.at, start: l.at - Number(/ ms=(\d+)/.exec(l.line)?.[1] ?? 0) }));
       const { latencies, seconds } = await paceChanges(api, changes, synced);
       const cpu = cpuSeconds(kpid) - cpu0;
-      return { latencies, syncs: log.count(/ synced backend=nft /) - syncsBefore, cpuShare: cpu / seconds };
+      return {
+        latencies,
+        syncs: log.count(/ synced backend=nft /) - syncsBefore,
+        cpuShare: cpu / seconds,
+        startMs: firstSync.at - spawnedAt,
+        rssMB: rssMB(kpid),
+      };
     } finally {
       kpng.kill("SIGTERM");
       await kpng.exited;
@@ -153,6 +164,7 @@ async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: nu
   for (const family of ["ip", "ip6"])
     Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kube-proxy"], { stderr: "ignore" });
   await quietNft(30_000);
+  const spawnedAt = Date.now();
   const proxy = await startKubeProxy({ api: api.server, ns: topo.node.ns, mode: "nftables", nodeName: NODE_NAME, dir: opts.dir });
   try {
     const syncs = () =>
@@ -172,7 +184,14 @@ async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: nu
     const cpu = cpuSeconds(proxy.proc.pid) - cpu0;
     const all = syncs();
     const took = all.slice(before).map((x) => x.end - x.start);
-    return { latencies, syncs: all.length - before, cpuShare: cpu / seconds, syncMs: pct(took, 50) };
+    return {
+      latencies,
+      syncs: all.length - before,
+      cpuShare: cpu / seconds,
+      syncMs: pct(took, 50),
+      startMs: all[0].end - spawnedAt,
+      rssMB: rssMB(proxy.proc.pid),
+    };
   } finally {
     await proxy.stop();
   }
@@ -189,7 +208,9 @@ function row(
   console.log(
     `  ${String(o.services).padStart(8)} | ${o.name.padEnd(o.width)} | ${o.label.padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
       l.length ? Math.max(...l) : undefined,
-    ).padStart(6)} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${unseen} | ${o.load}${o.tail ?? ""}`,
+    ).padStart(
+      6,
+    )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${unseen} | ${(r.startMs / 1000).toFixed(2).padStart(7)} s | ${r.rssMB.toFixed(0).padStart(4)} MB | ${o.load}${o.tail ?? ""}`,
   );
 }
 
@@ -197,6 +218,10 @@ interface Churned {
   latencies: number[];
   syncs: number;
   cpuShare: number;
+  /** process start to its first sync's end (kube-proxy: its IPv6 proxier's), ms */
+  startMs: number;
+  /** the process's RSS after the changes, MB */
+  rssMB: number;
 }
 
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
@@ -218,7 +243,9 @@ export default async function churnBench() {
       console.log(`\n${services} services x 10 endpoints, 100 nodes (load ${load()})`);
       const api = await openApi({ kind, topo, services, dir });
       try {
-        console.log(`  services | ${"kpng".padEnd(width)} | minSyncPeriod     | median ms | p99 ms | max ms | nft syncs | kpng CPU | load`);
+        console.log(
+          `  services | ${"kpng".padEnd(width)} | minSyncPeriod     | median ms | p99 ms | max ms | nft syncs | CPU | start->first sync | RSS after | load`,
+        );
         for (const [label, extra] of [
           ["none (paced)", []],
           ["1s (explicit)", ["--min-sync-period", "1s"]],
