@@ -1,8 +1,8 @@
 // `bun run bench`: prints figures, asserts nothing. Each bench/*.bench.ts
 // module default-exports an async function that prints its own section.
 // `bun run bench nft` runs only the sections whose file name contains "nft".
-// KPNG_BENCH_RESULTS=docs/results/FILE.md also appends what is printed to
-// FILE, under a heading with the date, the commit and the machine's load:
+// KPNG_BENCH_RESULTS=docs/results/<name>.md also appends what is printed to
+// that file, under a heading with the date, the commit and the machine's load:
 // the dated runs live there, not in prose or code comments (docs/performance.md).
 
 import { Glob } from "bun";

@@ -120,6 +120,20 @@ describe("code blocks", () => {
   });
 });
 
+describe("pages the code cites", () => {
+  test("a docs page named in a comment of src/, plugins/, bench/, test/ or deploy/ exists", () => {
+    const files = Bun.spawnSync(["git", "ls-files", "src", "plugins", "bench", "test", "deploy"], { cwd: ROOT })
+      .stdout.toString()
+      .split("\n")
+      .filter((f) => /\.(ts|yaml|sh)$/.test(f));
+    const missing: string[] = [];
+    for (const f of files)
+      for (const m of read(f).matchAll(/\bdocs\/[\w./-]*\.md\b/g))
+        if (!existsSync(join(ROOT, m[0])) && !PENDING.has(m[0])) missing.push(`${f}: ${m[0]}`);
+    expect(missing).toEqual([]);
+  });
+});
+
 describe("the plugin example", () => {
   test("docs/plugins.md shows examples/plugins/jsonl-backend.ts as it is, and a test runs that file", () => {
     const page = read("docs/plugins.md");
