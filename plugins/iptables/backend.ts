@@ -82,7 +82,7 @@ const hour = 3_600_000;
 /**
  * Upstream checks its canary once per sync period (30 s). A check is one
  * `iptables -S` per table and family, whatever the ruleset's size, so one
- * every 5 s costs little CPU (see README, Performance) and repairs a flush
+ * every 5 s costs little CPU (see docs/results/2026-11.md) and repairs a flush
  * within 5 s, as the nft backend does.
  */
 export const CANARY_PERIOD_MS = 5000;
@@ -410,7 +410,7 @@ export class IptablesBackend implements IncrementalBackend {
    * `full`: done at the restore's exit, not its marker. Start-up's collection
    * follows the first sync at once: settled at the marker, a full restore's
    * program was still exiting then, and the heap stayed larger for good (the
-   * startup bench's RSS in iptables mode, README). A full sync is no change's
+   * startup bench's RSS in iptables mode, docs/backends/iptables.md). A full sync is no change's
    * latency; a partial one keeps the marker.
    */
   private async restore(family: Family, tx: Transaction, text: string, opts: { gate?: Promise<void>; full: boolean }) {

@@ -14,7 +14,7 @@
 // restore cost and the kernel's validation of the whole nat table at every
 // commit (nft_table_validate) grow with the chain count, and this removes
 // most chains: both an endpoint change and the first restore cost less (see
-// README, Performance; bench/iptables.bench.ts).
+// docs/results/2026-11.md; bench/iptables.bench.ts).
 
 import {
   affinitySeconds,
@@ -353,7 +353,7 @@ function clusterIPMasquerade(p: PortPlan, to: string[]): Pick<Rule, "match" | "t
  * except pod traffic under masquerade-all (which the destination match
  * kept unmarked). iptables-nft turns the destination, protocol and port
  * into six more expressions per rule, each looked up by name in the kernel
- * and walked at every commit (see README, The iptables backend).
+ * and walked at every commit (see docs/backends/iptables.md).
  */
 const enteredByDispatch = (p: PortPlan) =>
   !(p.usesExt && p.svc.ExternalTrafficToLocal && (p.config.masqueradeAll || (p.external.length > 0 && p.svxChain === p.svcChain)));

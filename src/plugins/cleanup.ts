@@ -1,6 +1,6 @@
 // Rules that must go, beside kpng's own: with `--cleanup`, everything any
 // mode ever created; at start-up, once kpng's rules are in, kube-proxy's
-// (README "Migrating from kube-proxy"). The sweeping itself (leftovers/)
+// (docs/operators.md, "Replace kube-proxy"). The sweeping itself (leftovers/)
 // loads only when one of them runs.
 
 import { errorMessage, KpngError } from "../core/errors.ts";

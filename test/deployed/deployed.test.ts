@@ -45,7 +45,7 @@ const flushRuleset = (withinMs: number): Removal => ({
   argv: ["nft", "flush", "ruleset"],
   withinMs,
 });
-/** how long a repair may take before a test fails: the README's figures are targets, measured by `bun run bench nft-repair` */
+/** how long a repair may take before a test fails: the figures of docs/operators.md are targets, measured by `bun run bench nft-repair` */
 const LOADED_BOUND_MS = 30_000;
 const deleteTable: Removal = { what: "kpng's table deleted", argv: ["nft", "delete", "table", "ip", "kpng"], withinMs: 5_000 };
 
@@ -133,7 +133,7 @@ for (const c of combos) {
           const n = notLoaded().length;
           writeFileSync(d.input!, e.content(good));
           try {
-            // A bound a loaded 2-core machine meets re-reading a 2,100-service file (README, Performance).
+            // A bound a loaded 2-core machine meets re-reading a 2,100-service file (docs/results/2026-11.md).
             const end = Date.now() + 20_000;
             while (notLoaded().length === n && Date.now() < end) await Bun.sleep(20);
             expect(notLoaded().slice(n)[0]).toContain(d.input!);
@@ -209,7 +209,7 @@ for (const c of combos) {
           const t0 = Date.now();
           await d.topo.exec(d.topo.node.ns, removal.argv);
           let back = 0;
-          // The target is printed; the assertion's bound is one a loaded 2-core machine meets (README, Performance).
+          // The target is printed; the assertion's bound is one a loaded 2-core machine meets (docs/results/2026-11.md).
           while (!back && Date.now() - t0 < LOADED_BOUND_MS) {
             if (comparable(await d.rules()) === comparable(before)) back = Date.now();
             else await Bun.sleep(20);

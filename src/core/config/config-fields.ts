@@ -57,3 +57,12 @@ export function fieldWarnings(doc: KubeProxyConfig): string[] {
   if (doc.windows.runAsService) out.push("windows.runAsService: not supported by kpng, ignored");
   return out;
 }
+
+/** The fields kpng accepts without acting on them, and why: docs/configuration.md lists them (docs/generate.ts). */
+export const noEffectFields: ReadonlyArray<{ field: string; why: string }> = rules.map(({ field, why }) => ({ field, why }));
+
+/** Fields fieldWarnings judges by their value rather than by a rule above: what kpng makes of them. */
+export const partlyAppliedFields: Readonly<Record<string, string>> = {
+  detectLocalMode: "ClusterCIDR only: another mode is named in a warning, and pod traffic is recognised by detectLocal.clusterCIDRs",
+  "windows.runAsService": "not supported: true is named in a warning and ignored",
+};

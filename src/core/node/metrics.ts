@@ -333,7 +333,7 @@ export class ProxyMetrics {
         for (const [kind, n] of Object.entries(s?.events ?? {})) this.inc({ kind }, n);
       },
     });
-    // kube-proxy has no such metric: objects a source refused (README: reading objects as kube-proxy does)
+    // kube-proxy has no such metric: objects a source refused (docs/architecture.md, Reading objects as kube-proxy does)
     new Counter({
       name: "kpng_objects_dropped_total",
       help: "Objects from the API server or the input file that were refused, by kind and reason",

@@ -4,7 +4,7 @@
 //
 // - `--cleanup`: kpng's rules of every backend and kube-proxy's of every mode;
 // - at start-up, once kpng's first sync is in: kube-proxy's rules (a node
-//   migrating from kube-proxy); README "Migrating from kube-proxy" says why
+//   migrating from kube-proxy); docs/operators.md, "Replace kube-proxy" says why
 //   that order leaves no moment in which a Service answers from neither.
 //
 // Every step is best effort, as kube-proxy's cleanup is: a tool that is
