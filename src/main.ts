@@ -35,6 +35,8 @@ import { getArgs, verifyArgs } from "./core/introspect/args.ts";
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
 import type { IntrospectSource } from "./core/introspect/routes.ts";
+import type { BackendEvents } from "./core/node/backend-events.ts";
+import type { NodeEventOptions } from "./core/node/events.ts";
 import type { BackendsIntrospection } from "./plugins/introspect.ts";
 import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
@@ -100,9 +102,9 @@ function logRevisions(nodeName: string): (rev: Revision) => void {
 async function feedFromView(
   view: NodeView,
   backends: readonly Backend[],
-  opts: { cfg: Config; servers: LateServers | undefined; introspection?: BackendsIntrospection },
+  opts: { cfg: Config; servers: LateServers | undefined; introspection?: BackendsIntrospection; events?: BackendEvents },
 ): Promise<{ startedUp: Promise<void> }> {
-  const { cfg, servers, introspection } = opts;
+  const { cfg, servers, introspection, events } = opts;
   const [{ memoryRelease }, { feedAll }, { removeKubeProxyRules }] = await Promise.all([
     import("./core/release-memory.ts"),
     import("./plugins/feed-all.ts"),
@@ -116,6 +118,7 @@ async function feedFromView(
     onSynced: (b, state, seconds, change) => {
       servers?.synced(b.name, state, seconds, change);
       introspection?.synced(b, state, seconds);
+      events?.synced(b.name, change === null);
       memory.synced();
     },
     onStartedUp: () => {
@@ -132,8 +135,12 @@ async function feedFromView(
     onError: (b, err) => {
       servers?.failed(b.name, err);
       introspection?.failed(b, err);
+      events?.failed(b.name, err);
     },
-    onRulesLost: (b, reason) => servers?.rulesLost(b.name, reason),
+    onRulesLost: (b, reason) => {
+      servers?.rulesLost(b.name, reason);
+      events?.rulesLost(b.name, reason);
+    },
   });
   const logRevision = logRevisions(cfg.nodeName);
   view.subscribe((rev) => {
@@ -246,22 +253,29 @@ const runCommand = command({
     const { recordStartWarnings } = await import("./core/node/start-warnings.ts");
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const fromCluster = args.input === undefined && args.api === undefined;
+    const eventOptions: NodeEventOptions = {
+      kubeconfig: sources.kubeconfig,
+      master: sources.master,
+      config: cfg,
+      log: log.child("events"),
+      restClient: servers?.restClient,
+    };
     const warned = fromCluster
       ? recordStartWarnings(
           backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])),
-          {
-            kubeconfig: sources.kubeconfig,
-            master: sources.master,
-            config: cfg,
-            log: log.child("events"),
-            restClient: servers?.restClient,
-          },
+          eventOptions,
         )
       : undefined;
-    const { startedUp } = await feedFromView(view, backends, { cfg, servers, introspection });
+    // Failed syncs and repaired rules as Events on the Node too (backend-events.ts), from a cluster source only.
+    const events = fromCluster
+      ? new (await import("./core/node/backend-events.ts")).BackendEvents({
+          record: async (f) => (await import("./core/node/events.ts")).recordNodeEvent(eventOptions, f),
+        })
+      : undefined;
+    const { startedUp } = await feedFromView(view, backends, { cfg, servers, introspection, events });
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
-    if (args.once) await startedUp.then(() => warned);
+    if (args.once) await startedUp.then(() => Promise.all([warned, events?.flush()]));
     else if (servers) await Promise.race([stopped, servers.cannotStart]); // a port taken with bindAddressHardFail ends kpng
     servers?.close();
     await api?.close();
