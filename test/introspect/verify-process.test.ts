@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { kpngCommand, ROOT, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { BUF, kpngCommand, ROOT, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { run } from "../harness/netns.ts";
 
 async function kpng(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -133,6 +133,34 @@ describe("kpng verify through the running kpng's socket", () => {
     expect(r.code).toBe(0);
     const reply = JSON.parse(r.out);
     expect([reply.nodeName, reply.backends, reply.services.map((s: { name: string }) => s.name)]).toEqual(["node-2", [], ["web"]]);
+  });
+
+  test("interop: buf curl calls GetServices over gRPC on the socket (the API, not only kpng's client)", async () => {
+    const p = Bun.spawn(
+      [
+        BUF,
+        "curl",
+        "--protocol",
+        "grpc",
+        "--http2-prior-knowledge",
+        "--schema",
+        join(ROOT, "proto"),
+        "--unix-socket",
+        sock.slice("unix://".length),
+        "-d",
+        '{"namespace":"shop","name":"web"}',
+        "http://localhost/introspectv1.Introspect/GetServices",
+      ],
+      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+    );
+    const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+    expect([code, err]).toEqual([0, ""]);
+    const reply = JSON.parse(out);
+    expect([reply.nodeName, reply.services.map((s: { namespace: string; name: string }) => `${s.namespace}/${s.name}`)]).toEqual([
+      "node-1",
+      ["shop/web"],
+    ]);
+    expect(reply.backends[0].name).toBe("drifty");
   });
 
   test("bad arguments: one line, exit 2", async () => {
