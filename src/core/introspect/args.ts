@@ -8,8 +8,7 @@ const serverArg = {
   server: {
     type: "string",
     alias: ["s"],
-    default: DEFAULT_UNIX_SOCKET,
-    description: `the running kpng's API: unix:///path or tcp://127.0.0.1:PORT (default ${DEFAULT_UNIX_SOCKET}; kpng serves it with --listen)`,
+    description: `the running kpng's API: unix:///path or tcp://127.0.0.1:PORT (default ${DEFAULT_UNIX_SOCKET}, else unix:///run/kpng/kpng.sock; kpng serves it with --listen)`,
   },
   "node-name": {
     type: "string",

@@ -3,13 +3,29 @@
 // node (its unix socket by default, as kubectl asks its server). main.ts
 // wires them; only it exits, with the code `run` returns.
 
+import { existsSync } from "node:fs";
 import { DEFAULT_UNIX_SOCKET } from "../api/server/address.ts";
 import type { ParsedArgv } from "../config/argv.ts";
 import { invalid, KpngError } from "../errors.ts";
 import { getServices, serverAddress, verify } from "./client.ts";
 import { formatServices, formatVerify, verifyStatus, type Kind, type Output } from "./format.ts";
 
-const serverOf = (parsed: ParsedArgv) => (typeof parsed.args.server === "string" ? parsed.args.server : DEFAULT_UNIX_SOCKET);
+/**
+ * Where kpng listens unless `--server` says: its own default socket, then the
+ * one the deploy manifests give it (deploy/daemonset.yaml: a directory shared
+ * with sidecars), so `kubectl exec ds/kpng -- kpng get services` needs no flag.
+ */
+export const DEFAULT_SERVERS = [DEFAULT_UNIX_SOCKET, "unix:///run/kpng/kpng.sock"];
+
+function serverOf(parsed: ParsedArgv): string {
+  if (typeof parsed.args.server === "string") return parsed.args.server;
+  const found = DEFAULT_SERVERS.find((s) => existsSync(s.slice("unix://".length)));
+  if (found) return found;
+  throw new KpngError(
+    "unavailable",
+    `no kpng API socket at ${DEFAULT_SERVERS.join(" or ")}: start kpng with --listen=${DEFAULT_UNIX_SOCKET} (its API is off unless --listen is given), or point --server at the address it listens on`,
+  );
+}
 
 const KINDS: Record<string, Kind> = {
   services: "services",
