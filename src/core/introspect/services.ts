@@ -4,7 +4,6 @@
 // from the brain's held objects: nothing here runs on the hot path.
 
 import { create } from "@bufbuild/protobuf";
-import { networkInterfaces } from "node:os";
 import {
   EndpointViewSchema,
   FrontendSchema,
@@ -21,8 +20,10 @@ import {
 import { Protocol, type IPSet, type Service } from "../../gen/localv1/services_pb.ts";
 import type { Brain } from "../brain/brain.ts";
 import { candidates } from "../brain/model/endpoints.ts";
-import { healthCheckAddresses } from "../node/healthcheck-ports.ts";
+import { healthCheckAddresses, hostAddresses } from "../node/healthcheck-ports.ts";
 import { explainEndpoints, type ScopeUse } from "./explain.ts";
+
+const ipsOf = (s: IPSet | undefined) => [...(s?.V4 ?? []), ...(s?.V6 ?? [])];
 
 export interface ServicesOptions {
   brain: Brain;
@@ -34,14 +35,6 @@ export interface ServicesOptions {
   /** this host's addresses, for --nodeport-addresses CIDRs (default: its interfaces) */
   hostAddresses?: () => string[];
 }
-
-const ipsOf = (s: IPSet | undefined) => [...(s?.V4 ?? []), ...(s?.V6 ?? [])];
-
-const hostAddresses = () =>
-  Object.values(networkInterfaces())
-    .flat()
-    .map((a) => a?.address)
-    .filter((a): a is string => !!a);
 
 /** whether `key` ("namespace/name") is asked for */
 export function matches(filter: Pick<Filter, "namespace" | "name">, key: string): boolean {
