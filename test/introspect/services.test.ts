@@ -5,18 +5,21 @@
 // read-back: a backend without one is never clean).
 
 import { describe, expect, test } from "bun:test";
-import { createClient, createRouterTransport } from "@connectrpc/connect";
-import { Introspect } from "../../src/gen/introspectv1/introspect_pb.ts";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { createClient, createRouterTransport, type Client } from "@connectrpc/connect";
+import { Introspect, type FilterSchema } from "../../src/gen/introspectv1/introspect_pb.ts";
+import { mergeReplies } from "../../src/core/introspect/client.ts";
 import { Brain } from "../../src/core/brain/brain.ts";
 import { kinds } from "../../src/core/brain/k8s/objects.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { introspectRoutes } from "../../src/core/introspect/routes.ts";
 import { verifyStatus } from "../../src/core/introspect/format.ts";
+import { SERVICES_PER_MESSAGE } from "../../src/core/introspect/services.ts";
 import type { Backend } from "../../src/plugins/backend.ts";
 import { BackendsIntrospection } from "../../src/plugins/introspect.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
-import { upsertEvents } from "../api/brain-fixture.ts";
+import { brainWith, upsertEvents } from "../api/brain-fixture.ts";
 
 const NODE = "node-1";
 
@@ -56,6 +59,12 @@ function brain(): Brain {
   return b;
 }
 
+/** the client with GetServices' stream collected into one reply, as kpng get merges it */
+const streamed = (c: Client<typeof Introspect>) => ({
+  verify: c.verify,
+  getServices: async (f: MessageInitShape<typeof FilterSchema>) => mergeReplies(await Array.fromAsync(c.getServices(f))),
+});
+
 const fullBackend = (name: string, extra: Partial<Backend> = {}): Backend =>
   ({ name, kind: "full", apply: async () => {}, ...extra }) as Backend;
 
@@ -64,7 +73,7 @@ describe("GetServices", () => {
   let now = 1_700_000_000_000;
   const nft = fullBackend("nft");
   const source = new BackendsIntrospection([nft], ["primary"], () => now);
-  const client = createClient(Introspect, createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: NODE, source })));
+  const client = streamed(createClient(Introspect, createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: NODE, source }))));
 
   test("every frontend of a port: cluster IP, node port on each node-port address, external and LB IPs, each with its scope", async () => {
     const reply = await client.getServices({ namespace: "shop", name: "front" });
@@ -122,6 +131,19 @@ describe("GetServices", () => {
   });
 });
 
+test("a big answer streams in pieces of SERVICES_PER_MESSAGE, the node's fields first", async () => {
+  const big = brainWith({ services: 250, endpoints: 2 });
+  const c = createClient(Introspect, createRouterTransport(introspectRoutes({ brain: big, defaultNodeName: "node-1" })));
+  const parts = await Array.fromAsync(c.getServices({}));
+  expect(parts.map((p) => [p.nodeName, p.services.length])).toEqual([
+    ["node-1", 0],
+    ["", SERVICES_PER_MESSAGE],
+    ["", SERVICES_PER_MESSAGE],
+    ["", 250 - 2 * SERVICES_PER_MESSAGE],
+  ]);
+  expect(mergeReplies(parts).services).toHaveLength(250);
+});
+
 describe("Verify", () => {
   const b = brain();
   const verifyOf = (backends: readonly Backend[]) =>
@@ -160,7 +182,7 @@ describe("Verify", () => {
   });
 
   test("kpng serve (no source): no backend", async () => {
-    const client = createClient(Introspect, createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: "" })));
+    const client = streamed(createClient(Introspect, createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: "" }))));
     expect((await client.verify({})).backends).toEqual([]);
     await expect(client.getServices({})).rejects.toThrow("no node name");
     expect((await client.getServices({ nodeName: NODE })).services).toHaveLength(3);

@@ -156,7 +156,9 @@ describe("kpng verify through the running kpng's socket", () => {
     );
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
     expect([code, err]).toEqual([0, ""]);
-    const reply = JSON.parse(out);
+    // a server stream: the node's fields first, then the services (buf curl prints one JSON object per message)
+    const [head, ...rest] = JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`);
+    const reply = { ...head, services: rest.flatMap((m: { services: unknown[] }) => m.services) };
     expect([reply.nodeName, reply.services.map((s: { namespace: string; name: string }) => `${s.namespace}/${s.name}`)]).toEqual([
       "node-1",
       ["shop/web"],

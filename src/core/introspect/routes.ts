@@ -6,7 +6,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { Introspect, VerifyReplySchema, type BackendSync, type BackendVerify, type Filter } from "../../gen/introspectv1/introspect_pb.ts";
 import type { Brain } from "../brain/brain.ts";
-import { servicesReply } from "./services.ts";
+import { servicesReplies } from "./services.ts";
 
 /** What the process running the backends tells the introspection service. */
 export interface IntrospectSource {
@@ -36,7 +36,7 @@ export function introspectRoutes(opts: IntrospectRoutesOptions) {
   return (router: ConnectRouter) =>
     router.service(Introspect, {
       getServices: (filter) =>
-        servicesReply(
+        servicesReplies(
           {
             brain: opts.brain,
             nodeName: nodeOf(opts, filter),

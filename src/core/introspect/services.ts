@@ -42,7 +42,27 @@ export function matches(filter: Pick<Filter, "namespace" | "name">, key: string)
   return filter.name ? key === `${filter.namespace}/${filter.name}` : key.startsWith(`${filter.namespace}/`);
 }
 
-export function servicesReply(opts: ServicesOptions, filter: Filter): ServicesReply {
+/** services per streamed message: a bounded piece of work between two turns of the event loop */
+export const SERVICES_PER_MESSAGE = 100;
+
+/** the keys `filter` asks for, sorted; one Service is looked up, not searched for */
+function keysOf(services: ReadonlyMap<string, unknown>, filter: Filter): string[] {
+  if (filter.namespace && filter.name) {
+    const key = `${filter.namespace}/${filter.name}`;
+    return services.has(key) ? [key] : [];
+  }
+  return [...services.keys()].filter((k) => matches(filter, k)).sort();
+}
+
+/**
+ * GetServices' messages: the node's fields, then the services in pieces of
+ * SERVICES_PER_MESSAGE, each made in its own turn of the event loop (10,000
+ * services of 10 endpoints take seconds to explain and encode: the proxy's
+ * syncs and watches go on meanwhile). Services and endpoints come from the
+ * state of the first message; their reasons from the cluster objects the
+ * brain holds when each piece is made.
+ */
+export async function* servicesReplies(opts: ServicesOptions, filter: Filter): AsyncGenerator<ServicesReply> {
   const { brain, nodeName } = opts;
   const state = brain.isSynced ? brain.view(nodeName).state : null;
   const nodeIPs = [...(state?.nodeIPs ?? [])];
@@ -51,19 +71,22 @@ export function servicesReply(opts: ServicesOptions, filter: Filter): ServicesRe
     nodeIPs,
     hostAddresses: (opts.hostAddresses ?? hostAddresses)(),
   }).filter((a) => a !== "::");
-  const services: ServiceView[] = [];
-  if (state) {
-    const keys = [...state.services.keys()].filter((k) => matches(filter, k)).sort();
-    for (const key of keys) services.push(serviceView(brain, nodeName, key, state.services.get(key)!.service, npAddrs));
-  }
-  return create(ServicesReplySchema, {
+  yield create(ServicesReplySchema, {
     nodeName,
     revision: BigInt(state?.rev ?? 0),
     backends: opts.backends(),
-    services,
     nodeIps: nodeIPs,
     nodePortAddresses: npAddrs,
   });
+  if (!state) return;
+  const keys = keysOf(state.services, filter);
+  for (let i = 0; i < keys.length; i += SERVICES_PER_MESSAGE) {
+    if (i) await new Promise((resolve) => setImmediate(resolve));
+    const services = keys
+      .slice(i, i + SERVICES_PER_MESSAGE)
+      .map((key) => serviceView(brain, nodeName, key, state.services.get(key)!.service, npAddrs));
+    yield create(ServicesReplySchema, { services });
+  }
 }
 
 function frontends(svc: Service, port: Service["Ports"][number], npAddrs: readonly string[]): Frontend[] {
