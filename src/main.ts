@@ -157,6 +157,8 @@ interface Command {
   args: FlagDefs;
   /** takes arguments besides flags (`kpng get services NS/NAME`); kube-proxy's own command takes none */
   positionals?: boolean;
+  /** the usage line of --help, when it is more than `kpng NAME [flags]` */
+  usage?: string;
   run(parsed: ParsedArgv): Promise<void>;
 }
 
@@ -466,14 +468,16 @@ function waitForSignal(): Promise<void> {
 
 const getCommand: Command = {
   description: "show what the running kpng on this node holds: services|endpoints [NAMESPACE/NAME] (its API socket)",
-  args: { ...getArgs, ...logArgs },
+  args: getArgs,
+  usage: "kpng get services|endpoints [NAMESPACE/NAME] [flags]",
   positionals: true,
   run: async (parsed) => (await import("./core/introspect/commands.ts")).runGet(parsed, (t) => process.stdout.write(t)),
 };
 
 const verifyCommand: Command = {
   description: "read the kernel back through the running kpng's backends: exit 0 only if it holds what they programmed",
-  args: { ...verifyArgs, ...logArgs },
+  args: verifyArgs,
+  usage: "kpng verify [NAMESPACE/NAME] [flags]",
   positionals: true,
   run: async (parsed) => (await import("./core/introspect/commands.ts")).runVerify(parsed, (t) => process.stdout.write(t)),
 };
@@ -513,7 +517,7 @@ kpng verify  [NAMESPACE/NAME] [--server ADDR]`;
 function usage(cmd: Command, name: string): string {
   const commands = Object.entries(subCommands).map(([n, c]) => ({ name: n, description: c.description }));
   return formatUsage({
-    usage: name ? `kpng ${name} [flags]` : USAGE,
+    usage: name ? (cmd.usage ?? `kpng ${name} [flags]`) : USAGE,
     description: cmd.description,
     commands: name ? [] : commands,
     defs: { ...cmd.args, ...globalArgs },
