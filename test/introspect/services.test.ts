@@ -181,6 +181,22 @@ describe("Verify", () => {
     expect(asked).toEqual(["shop/web", "default/web", undefined]);
   });
 
+  test("a node's kpng shows its own node only (another view would be recomputed at every change for good)", async () => {
+    const client = streamed(
+      createClient(
+        Introspect,
+        createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: NODE, source: new BackendsIntrospection([], []) })),
+      ),
+    );
+    await expect(client.getServices({ nodeName: "node-3" })).rejects.toThrow('this kpng proxies node "node-1" only');
+    expect((await client.getServices({ nodeName: NODE })).nodeName).toBe(NODE);
+  });
+
+  test("kpng serve: a node the cluster does not have is not found (no view is made for it)", async () => {
+    const client = streamed(createClient(Introspect, createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: "" }))));
+    await expect(client.getServices({ nodeName: "no-such-node" })).rejects.toThrow('node "no-such-node" is not a Node in the cluster');
+  });
+
   test("kpng serve (no source): no backend", async () => {
     const client = streamed(createClient(Introspect, createRouterTransport(introspectRoutes({ brain: b, defaultNodeName: "" }))));
     expect((await client.verify({})).backends).toEqual([]);

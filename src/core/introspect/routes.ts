@@ -26,9 +26,22 @@ export interface IntrospectRoutesOptions {
   source?: IntrospectSource;
 }
 
+/**
+ * The node whose view is asked. A view lives as long as the brain and is
+ * recomputed at every change: a node's kpng serves its own node only (a
+ * second view would double its work for good), and a brain (`kpng serve`)
+ * only names the cluster has, as for its agents (api/server).
+ */
 function nodeOf(opts: IntrospectRoutesOptions, filter: Filter): string {
   const node = filter.nodeName || opts.defaultNodeName;
   if (!node) throw new ConnectError("no node name: this kpng has none of its own, name one in the request", Code.InvalidArgument);
+  if (opts.source && node !== opts.defaultNodeName)
+    throw new ConnectError(
+      `this kpng proxies node "${opts.defaultNodeName}" only; ask a kpng serve brain for "${node}"`,
+      Code.InvalidArgument,
+    );
+  if (!opts.source && opts.brain.isSynced && !opts.brain.cluster.nodes.has(node))
+    throw new ConnectError(`node "${node}" is not a Node in the cluster`, Code.NotFound);
   return node;
 }
 
