@@ -101,6 +101,7 @@ const MIRRORS: Record<string, string> = {
   "src/core/api/server": "test/api/server",
   "src/core/api/client": "test/api/client",
   "src/core/api/tls": "test/api/tls",
+  "src/core/introspect": "test/introspect",
   "src/plugins": "test/plugins",
   "src/plugins/toolkit": "test/plugins/toolkit",
   "src/plugins/leftovers": "test/plugins/leftovers",

@@ -7,12 +7,11 @@
 // explicitly (a non-default address, or nodePortAddresses), and a port it
 // cannot bind is a warning, never fatal.
 
-import { networkInterfaces } from "node:os";
 import type { Brain, Revision } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { errorMessage, isUnavailable } from "../errors.ts";
 import { nodeIsEligible, ProxyHealth, startHealthServer, type Stamp } from "./health.ts";
-import { HealthCheckPorts, healthCheckAddresses } from "./healthcheck-ports.ts";
+import { HealthCheckPorts, healthCheckAddresses, hostAddresses } from "./healthcheck-ports.ts";
 import type { HttpServer } from "./http-serve.ts";
 import { defaultKubeProxyConfig, modeOfBackend } from "../config/kube-proxy-config.ts";
 import type { Logger } from "../log.ts";
@@ -49,12 +48,6 @@ export interface ProxyServers extends ProxyReports {
   readonly urls: { healthz?: string; metrics?: string };
   close(): void;
 }
-
-const hostAddresses = () =>
-  Object.values(networkInterfaces())
-    .flat()
-    .map((a) => a?.address)
-    .filter((a): a is string => !!a);
 
 export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   const { cfg, brain, log } = opts;
