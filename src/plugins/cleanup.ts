@@ -6,6 +6,7 @@
 import { errorMessage, KpngError } from "../core/errors.ts";
 import type { Logger } from "../core/log.ts";
 import type { Backend, BackendContext } from "./backend.ts";
+import type { Sighting } from "./leftovers/foreign.ts";
 
 /** `--cleanup`: every backend removes what it ever created; then every mode's rules go, kpng's and kube-proxy's. */
 export async function cleanupBackends(backends: readonly Backend[], ctx: BackendContext): Promise<void> {
@@ -20,11 +21,26 @@ export async function cleanupBackends(backends: readonly Backend[], ctx: Backend
 export const replacesKubeProxy = (backends: readonly string[]): boolean =>
   backends.some((n) => n === "nft" || n === "iptables" || n === "ipvs");
 
-/** Once kpng's own rules are in (every backend synced once), kube-proxy's go; a failure is a warning. */
-export async function removeKubeProxyRules(backends: readonly string[], log: Logger): Promise<void> {
+/**
+ * Once kpng's own rules are in (every backend synced once), kube-proxy's go;
+ * a failure is a warning. With `report` (a long run, not --once), kpng then
+ * watches for them coming back (leftovers/foreign.ts): said, never fought.
+ */
+export async function removeKubeProxyRules(
+  backends: readonly string[],
+  log: Logger,
+  report?: (sign: Sighting, present: boolean) => void,
+): Promise<void> {
   if (!replacesKubeProxy(backends)) return;
   const { migrateFromKubeProxy } = await import("./leftovers/index.ts");
   await migrateFromKubeProxy({ log: log.child("migrate"), backends }).catch((err: unknown) =>
     log.warn("cannot remove kube-proxy's rules", { err: errorMessage(err) }),
   );
+  if (!report) return;
+  const [{ ForeignProxyWatch }, { kernelProbe }] = await Promise.all([
+    import("./leftovers/foreign.ts"),
+    import("./leftovers/foreign-probe.ts"),
+  ]);
+  const flog = log.child("foreign-proxy");
+  new ForeignProxyWatch({ probe: kernelProbe({ log: flog }), log: flog, report }).start();
 }
