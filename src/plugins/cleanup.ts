@@ -12,7 +12,15 @@ import type { Sighting } from "./leftovers/foreign.ts";
 export async function cleanupBackends(backends: readonly Backend[], ctx: BackendContext): Promise<void> {
   for (const b of backends) await b.cleanup?.(ctx);
   const { cleanupEveryMode } = await import("./leftovers/index.ts");
-  const { failures } = await cleanupEveryMode({ log: ctx.log.child("cleanup"), dryRun: ctx.config.dryRun, out: ctx.out });
+  const { failures, kubeProxyRemoved } = await cleanupEveryMode({ log: ctx.log.child("cleanup"), dryRun: ctx.config.dryRun, out: ctx.out });
+  // Run as kube-proxy's init container, kube-proxy has no rules yet. Run late, beside a running
+  // kube-proxy (a rollback whose cleanup was forgotten), its rules go too: its iptables mode puts
+  // them back at its next canary check, its nftables mode not until it restarts.
+  if (kubeProxyRemoved.length && !ctx.config.dryRun)
+    ctx.log.warn(
+      "kube-proxy's rules were removed too (--cleanup removes every mode's): if kube-proxy runs on this node, restart it (its nftables mode does not put them back by itself)",
+      { removed: kubeProxyRemoved.join("; ") },
+    );
   if (failures.length) throw new KpngError("internal", `cleanup: ${failures.length} removal(s) failed, first: ${failures[0]}`);
   ctx.log.info("cleanup done", { backends: backends.map((b) => b.name).join(",") });
 }

@@ -147,6 +147,8 @@ describe.skipIf(!real).each(cases)("kpng --backend $backend -> kube-proxy in $mo
     // the rollback step, as kube-proxy's DaemonSet's init container runs it
     const cleanup = startKpng(["--cleanup"], { wrap: ["ip", "netns", "exec", topo.node.ns] });
     expect(await cleanup.proc.exited).toBe(0);
+    // kube-proxy had nothing here (kpng removed its rules when it took over): no word about it
+    expect(cleanup.stderr.some((l) => l.includes("kube-proxy's rules were removed too"))).toBe(false);
     expect(kpngHeld(await holdings(topo))).toEqual([]);
     // nothing answers between the cleanup and kube-proxy's first sync
     const gap = await topo.probe(topo.client.ns, { ...n.probes.web, timeout: 0.5 });
@@ -197,6 +199,8 @@ describe.skipIf(!real).each(cases)("kpng --backend $backend -> kube-proxy in $mo
     // its canary check, in about 10 s here; nftables mode had not after 120 s), so it is restarted.
     const cleanup = startKpng(["--cleanup"], { wrap: ["ip", "netns", "exec", topo.node.ns] });
     expect(await cleanup.proc.exited).toBe(0);
+    // it says so, and what to do
+    expect(await cleanup.waitFor(/WARN .*kube-proxy's rules were removed too/)).toContain("restart it");
     expect(kpngHeld(await holdings(topo))).toEqual([]);
     await kp.stop();
     await kubeProxy(n, false);
