@@ -24,16 +24,19 @@
 // removes kube-proxy's rules too (it cleans every mode), and kube-proxy in
 // nftables mode does not put them back by itself: the remedy is the cleanup,
 // then kube-proxy's pod on that node restarted.
+//
+// kube-proxy's own `--cleanup` is no substitute: it knows nothing of kpng's
+// table and KPNG- chains, and leaves them (the last test here).
 
-import { afterEach, describe, expect, test } from "bun:test";
+import { afterAll, afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { v4 } from "../../fixtures/addresses.ts";
 import { slice, svc } from "../../fixtures/k8s.ts";
 import { startKpng, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
-import { haveK8s, type KubeApiServer, sharedApiServer } from "../../harness/kube-apiserver.ts";
+import { haveK8s, type KubeApiServer, requireK8s, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { type KubeProxy, type ProxyMode, startKubeProxy } from "../../harness/kube-proxy.ts";
 import { createTopology, type Probe, type Topology } from "../../harness/netns.ts";
-import { clusterObjects, holdings, kpngHeld, kubeProxyHeld, kubeProxyServes, NODE, webService } from "./node.ts";
+import { clusterObjects, holdings, kpngHeld, kubeProxyHeld, kubeProxyServes, NODE, webService, writeCluster } from "./node.ts";
 
 /** the second Service: `default/db`, a ClusterIP on pod2 only */
 const DB_IP = v4.clusterIP(11);
@@ -208,4 +211,30 @@ describe.skipIf(!real).each(cases)("kpng --backend $backend -> kube-proxy in $mo
     expect(Object.keys(await answers(topo, n.probes.db, 2)).some((w) => /^pod/.test(w))).toBe(false);
     expect(kpngHeld(await holdings(topo))).toEqual([]);
   }, 240_000);
+});
+
+describe.skipIf(!real)("kube-proxy's own cleanup", () => {
+  const dir = tempDir("kpng-rollback-kp-cleanup-");
+  let topo: Topology | undefined;
+  afterAll(async () => {
+    await topo?.destroy();
+    dir.remove();
+  });
+
+  test("kube-proxy --cleanup leaves kpng's rules of both backends (why the rollback step is kpng --cleanup)", async () => {
+    topo = await createTopology({ pods: 2, prefix: "kpk" });
+    const input = writeCluster(topo, dir.create());
+    const t = topo;
+    for (const backend of ["nft", "iptables"]) {
+      const p = startKpng(["--input", input, "--node-name", NODE, "--backend", backend, "--once"], {
+        wrap: ["ip", "netns", "exec", t.node.ns],
+      });
+      expect(await p.proc.exited).toBe(0);
+    }
+    const before = kpngHeld(await holdings(t));
+    expect(before.length).toBeGreaterThan(0);
+    const kp = Bun.spawn(["ip", "netns", "exec", t.node.ns, requireK8s().kubeProxy, "--cleanup"], { stdout: "ignore", stderr: "ignore" });
+    expect(await kp.exited).toBe(0);
+    expect(kpngHeld(await holdings(t))).toEqual(before);
+  }, 60_000);
 });
