@@ -8,7 +8,9 @@
 // - iptables-legacy: /proc/net/ip_tables_names (and ip6_) list the legacy
 //   tables that exist in this network namespace; only when `mangle` is one of
 //   them does `iptables-legacy -t mangle -S KUBE-PROXY-CANARY` run (mangle is
-//   small: kube-proxy's rules are in nat and filter).
+//   small: kube-proxy's rules are in nat and filter). Legacy iptables reads a
+//   whole table to list one chain, so nat's KUBE-SERVICES is not asked there:
+//   IPVS mode through legacy iptables goes unseen unless it made the canary.
 
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -21,21 +23,24 @@ import type { ForeignProbe, Sighting } from "./foreign.ts";
 
 const familyName = (f: string): Sighting["family"] => (f === "ip6" ? "IPv6" : "IPv4");
 
-/** the nftables objects asked for, each with the sighting it means */
+const iptablesNft = (family: "ip" | "ip6", table: string, chain: string) => ({
+  object: { family, table, chain },
+  sighting: { proxy: "kube-proxy", rules: "iptables-nft", family: familyName(family), what: `chain ${table} ${chain}` } as Sighting,
+});
+
+/**
+ * The nftables objects asked for, each with the sighting it means. Through
+ * iptables-nft, KUBE-SERVICES of nat is asked too (one object all the same):
+ * kube-proxy's IPVS mode is not known to create the canary; of the two, the
+ * first found is reported.
+ */
 const NFT_TARGETS: ReadonlyArray<{ object: NftObject; sighting: Sighting }> = [
   ...NFT_TABLES["kube-proxy"].map((t) => ({
     object: { family: t.family as NftObject["family"], table: t.name },
     sighting: { proxy: "kube-proxy", rules: "nftables", family: familyName(t.family), what: `table ${t.family} ${t.name}` } as Sighting,
   })),
-  ...(["ip", "ip6"] as const).map((family) => ({
-    object: { family, table: "mangle", chain: KUBE_PROXY_CANARY },
-    sighting: {
-      proxy: "kube-proxy",
-      rules: "iptables-nft",
-      family: familyName(family),
-      what: `chain mangle ${KUBE_PROXY_CANARY}`,
-    } as Sighting,
-  })),
+  ...(["ip", "ip6"] as const).map((family) => iptablesNft(family, "mangle", KUBE_PROXY_CANARY)),
+  ...(["ip", "ip6"] as const).map((family) => iptablesNft(family, "nat", "KUBE-SERVICES")),
 ];
 
 const LEGACY_TARGETS: ReadonlyArray<{ names: string; tool: string; sighting: Sighting }> = (["ip", "ip6"] as const).map((family) => ({
@@ -78,12 +83,19 @@ export function kernelProbe(opts: KernelProbeOptions): ForeignProbe {
     opts.log.warn(`cannot look for another proxy's rules in ${part}`, { err: errorMessage(err) });
   };
   return {
-    targets: [...NFT_TARGETS.map((t) => t.sighting), ...LEGACY_TARGETS.map((t) => t.sighting)],
+    // one per proxy, rules and family: the gauge's series
+    targets: [...NFT_TARGETS.slice(0, 4).map((t) => t.sighting), ...LEGACY_TARGETS.map((t) => t.sighting)],
     async look() {
       const out: Sighting[] = [];
       try {
         const found = await ask(NFT_TARGETS.map((t) => t.object));
-        NFT_TARGETS.forEach((t, i) => found[i] && out.push(t.sighting));
+        const reported = new Set<string>();
+        NFT_TARGETS.forEach((t, i) => {
+          const sign = `${t.sighting.rules} ${t.sighting.family}`;
+          if (!found[i] || reported.has(sign)) return;
+          reported.add(sign);
+          out.push(t.sighting);
+        });
       } catch (err) {
         cannot("nftables", err);
       }

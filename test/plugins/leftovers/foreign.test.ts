@@ -84,7 +84,26 @@ describe("kernelProbe", () => {
         { family: "ip6", table: "kube-proxy" },
         { family: "ip", table: "mangle", chain: "KUBE-PROXY-CANARY" },
         { family: "ip6", table: "mangle", chain: "KUBE-PROXY-CANARY" },
+        { family: "ip", table: "nat", chain: "KUBE-SERVICES" },
+        { family: "ip6", table: "nat", chain: "KUBE-SERVICES" },
       ],
+    ]);
+  });
+
+  test("iptables-nft: the canary or nat's KUBE-SERVICES (IPVS mode), one sighting per family, the canary named first", async () => {
+    const probe = (found: (o: NftObject) => boolean) =>
+      kernelProbe({ log: memoryLogger(), procNet: dir, ask: async (objects) => objects.map(found) });
+    const ipvsLike = await probe((o) => o.chain === "KUBE-SERVICES" && o.family === "ip").look();
+    expect(ipvsLike).toEqual([{ proxy: "kube-proxy", rules: "iptables-nft", family: "IPv4", what: "chain nat KUBE-SERVICES" }]);
+    const both = await probe((o) => o.chain !== undefined && o.family === "ip6").look();
+    expect(both).toEqual([canary]);
+    expect(probe(() => false).targets.map(sightingKey)).toEqual([
+      "nftables IPv4 table ip kube-proxy",
+      "nftables IPv6 table ip6 kube-proxy",
+      "iptables-nft IPv4 chain mangle KUBE-PROXY-CANARY",
+      "iptables-nft IPv6 chain mangle KUBE-PROXY-CANARY",
+      "iptables-legacy IPv4 chain mangle KUBE-PROXY-CANARY",
+      "iptables-legacy IPv6 chain mangle KUBE-PROXY-CANARY",
     ]);
   });
 
