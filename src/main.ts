@@ -128,6 +128,8 @@ async function feedFromView(
         migrated = removeKubeProxyRules(
           backends.map((b) => b.name),
           log,
+          // a long run watches for another proxy's rules coming back (--once has no servers: it exits)
+          servers ? (sign, present) => servers.foreignProxy(sign, present) : undefined,
         );
       // The health and metrics servers start now (late-servers.ts); start-up's collection follows, and frees what their start left too.
       void Promise.resolve(servers?.start()).then(() => memory.startedUp(migrated));

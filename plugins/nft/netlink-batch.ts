@@ -37,8 +37,11 @@ const NFNL_MSG_BATCH_BEGIN = 0x10;
 const NFNL_MSG_BATCH_END = 0x11;
 const NFT_MSG_NEWTABLE = 0;
 const NFT_MSG_GETTABLE = 1;
+const NFT_MSG_NEWCHAIN = 3;
+const NFT_MSG_GETCHAIN = 4;
 const NFT_MSG_NEWSETELEM = 12;
 const NFTA_TABLE_NAME = 1;
+const NFTA_CHAIN_NAME = 3;
 const ENOENT = 2;
 const NLA_F_NESTED = 0x8000;
 const NFTA_SET_ELEM_LIST_TABLE = 1;
@@ -466,21 +469,60 @@ export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
   return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;
 }
 
+/** a table, or a chain of one, that a question names (another program's: iptables-nft's `mangle`, kube-proxy's `kube-proxy`) */
+export interface NftObject {
+  family: TableFamily;
+  table: string;
+  chain?: string;
+}
+
 /**
- * Asks whether kpng's table of each family exists: one NFT_MSG_GETTABLE per
- * family, outside any batch (a question commits nothing), `seq` numbering
- * them from 1 in `families`' order. The kernel answers each within the send
- * that carries it (netlink-socket.ts BatchSocket): the table, or an error.
+ * Asks whether each object exists: one NFT_MSG_GETTABLE or NFT_MSG_GETCHAIN
+ * per object, outside any batch (a question commits nothing), `seq`
+ * numbering them from 1 in order. The kernel answers each within the send
+ * that carries it (netlink-socket.ts BatchSocket): the object, or an error.
+ * Each answer is one object's: the cost does not grow with the ruleset.
  */
-export function tableQuery(families: readonly TableFamily[]): Uint8Array {
+export function objectQuery(objects: readonly NftObject[]): Uint8Array {
   const w = new Writer();
-  families.forEach((family, i) => {
-    const start = header(w, NFT_MSG_GETTABLE, i + 1, NFPROTO[family], NLM_F_REQUEST);
-    w.strz(NFTA_TABLE_NAME, TABLE);
+  objects.forEach((o, i) => {
+    const start = header(w, o.chain === undefined ? NFT_MSG_GETTABLE : NFT_MSG_GETCHAIN, i + 1, NFPROTO[o.family], NLM_F_REQUEST);
+    w.strz(NFTA_TABLE_NAME, o.table); // NFTA_CHAIN_TABLE too
+    if (o.chain !== undefined) w.strz(NFTA_CHAIN_NAME, o.chain);
     w.put32(start, w.at - start);
   });
   return w.buf.slice(0, w.at);
 }
+
+/** Which of objectQuery's `objects` the kernel's answers show (by index); throws on any error but "no such table or chain". */
+export function objectsFound(objects: readonly NftObject[], answers: readonly Uint8Array[]): boolean[] {
+  const found = objects.map(() => false);
+  const NEWTABLE = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWTABLE;
+  const NEWCHAIN = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWCHAIN;
+  for (const a of answers) {
+    for (const [type, , body] of messages(a)) {
+      if ((type !== NEWTABLE && type !== NEWCHAIN) || body.byteLength < 4) continue;
+      const named = new Map<number, string | undefined>();
+      for (const [t, payload] of list(body.subarray(4))) named.set(t, text(payload));
+      objects.forEach((o, i) => {
+        const isChain = o.chain !== undefined;
+        if (NFPROTO[o.family] !== body[0] || isChain !== (type === NEWCHAIN) || named.get(NFTA_TABLE_NAME) !== o.table) return;
+        if (!isChain || named.get(NFTA_CHAIN_NAME) === o.chain) found[i] = true;
+      });
+    }
+    for (const r of parseReplies(a))
+      if (r.error < 0 && r.error !== -ENOENT) {
+        const o = objects[r.seq - 1];
+        const what = o ? `${o.chain === undefined ? "table" : "chain"} ${o.family} ${o.table}${o.chain ? ` ${o.chain}` : ""}` : "?";
+        throw new Error(`asking for ${what}: errno ${-r.error}${r.message ? ` (${r.message})` : ""}`);
+      }
+  }
+  return found;
+}
+
+/** Asks whether kpng's table of each family exists (objectQuery). */
+export const tableQuery = (families: readonly TableFamily[]): Uint8Array =>
+  objectQuery(families.map((family) => ({ family, table: TABLE })));
 
 /** The families (of tableQuery's `families`) whose table the kernel's answers show; throws on any error but "no such table". */
 export function tablesFound(families: readonly TableFamily[], answers: readonly Uint8Array[]): Set<TableFamily> {

@@ -116,6 +116,9 @@ export class LateServers implements ProxyReports {
   rulesLost(backend: string, reason: string): void {
     this.tell((s) => s.rulesLost(backend, reason));
   }
+  foreignProxy(...[sign, present]: Parameters<ProxyReports["foreignProxy"]>): void {
+    this.tell((s) => s.foreignProxy(sign, present));
+  }
 
   close(): void {
     this.closed = true;

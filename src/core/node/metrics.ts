@@ -61,6 +61,14 @@ const MODE_FAILURE_COUNTERS: Record<string, ReadonlyArray<{ name: string; help: 
   ipvs: [{ name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", help: "Cumulative proxy iptables restore failures" }],
 };
 
+/** a sign of another proxy programming the node, as the foreign-proxy watch reports it */
+export interface ForeignProxySign {
+  proxy: string;
+  /** how its rules were written: "nftables", "iptables-nft", "iptables-legacy" */
+  rules: string;
+  family: IPFamily;
+}
+
 export interface MetricsOptions {
   brain: Brain;
   backends: readonly string[];
@@ -118,6 +126,7 @@ export class ProxyMetrics {
   private readonly lost: Counter;
   /** kube-proxy's sync histogram has only ip_family: with several backends, this one says which cost what */
   private readonly backendSync: Histogram;
+  private readonly foreign: Gauge;
   /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
   private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
   private readonly conntrackDuration: Histogram;
@@ -264,6 +273,13 @@ export class ProxyMetrics {
       this.failures.inc({ backend }, 0);
       this.lost.inc({ backend }, 0);
     }
+    // kube-proxy has no such gauge (it does not look for other proxies): a kpng_ name, one series per sign looked for.
+    this.foreign = new Gauge({
+      name: "kpng_foreign_proxy_detected",
+      help: "1 while another proxy's rules are on this node after kpng removed them (another proxy is programming the node), by proxy, how its rules were written and IP family",
+      labelNames: ["proxy", "rules", "ip_family"],
+      registers,
+    });
     const counters = new Map<string, Counter>(); // by name: iptables and ipvs share one
     for (const b of new Set(opts.backends)) {
       const mine: Array<{ counter: Counter; partial?: boolean }> = [];
@@ -566,6 +582,11 @@ export class ProxyMetrics {
 
   rulesLost(backend: string): void {
     this.lost.inc({ backend });
+  }
+
+  /** another proxy's sign (leftovers/foreign.ts) seen, or gone */
+  foreignProxy(s: ForeignProxySign, present: boolean): void {
+    this.foreign.set({ proxy: s.proxy, rules: s.rules, ip_family: s.family }, present ? 1 : 0);
   }
 
   answered(path: "healthz" | "livez", code: number): void {

@@ -15,7 +15,7 @@ import { HealthCheckPorts, healthCheckAddresses, hostAddresses } from "./healthc
 import type { HttpServer } from "./http-serve.ts";
 import { defaultKubeProxyConfig, modeOfBackend } from "../config/kube-proxy-config.ts";
 import type { Logger } from "../log.ts";
-import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
+import { type ForeignProxySign, ProxyMetrics, startMetricsServer } from "./metrics.ts";
 import type { Source } from "../sources/index.ts";
 import type { NodeState, StateChange } from "../brain/state.ts";
 
@@ -39,6 +39,8 @@ export interface ProxyReports {
   failed(backend: string, err: unknown): void;
   /** `backend` reported its rules changed or removed by someone else (a full sync follows) */
   rulesLost(backend: string, reason: string): void;
+  /** another proxy's sign seen on the node, or gone (/healthz does not change: leftovers/foreign.ts says why) */
+  foreignProxy(sign: ForeignProxySign, present: boolean): void;
 }
 
 export interface ProxyServers extends ProxyReports {
@@ -138,6 +140,9 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
     rulesLost(backend) {
       health.rulesLost(backend);
       metrics.rulesLost(backend);
+    },
+    foreignProxy(sign, present) {
+      metrics.foreignProxy(sign, present);
     },
     close() {
       for (const t of timers) clearTimeout(t);
