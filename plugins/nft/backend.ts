@@ -13,7 +13,10 @@
 import {
   type BackendContext,
   conntrackArgv,
+  type Drift,
   errorMessage,
+  KpngError,
+  narrowDrift,
   type Executor,
   frontendKey,
   type FullStateBackend,
@@ -33,6 +36,8 @@ import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
 import { listHoldings, type Holdings } from "./held.ts";
 import { netlinkEvents, openBatchSocket } from "./netlink-socket.ts";
 import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
+import { FAMILIES } from "./names.ts";
+import { compareTable, normalizeKey, readTable } from "./verify.ts";
 
 export interface NftOptions {
   /** where `nft` and `conntrack` run (default: real processes) */
@@ -77,6 +82,10 @@ export class NftBackend implements FullStateBackend {
   private readonly watch: RulesWatch | undefined;
   /** UDP frontends as last applied, per service: what conntrack cleanup diffs against */
   private udpApplied = new Map<string, UdpFrontend[]>();
+  /** the apply under way (settled, never rejects): `verify` reads the kernel between applies, not in one */
+  private applying: Promise<unknown> = Promise.resolve();
+  /** an apply succeeded: the records say what the kernel holds */
+  private programmed = false;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -106,6 +115,31 @@ export class NftBackend implements FullStateBackend {
   }
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
+    const run = this.applyNow(state, change);
+    this.applying = run.catch(() => undefined);
+    // a failed apply forgets the records (sync.reset): nothing to compare until one succeeds
+    this.programmed = false;
+    await run;
+    this.programmed = !this.ctx.config.dryRun;
+  }
+
+  /**
+   * `kpng verify`: both tables read back (one `nft -j list table` each) and
+   * compared with what the last apply programmed (verify.ts). The check of
+   * every Service sets the backend's drift metric.
+   */
+  async verify(service?: string): Promise<Drift[]> {
+    await this.applying;
+    if (!this.programmed) throw new KpngError("failed_precondition", "nft: nothing programmed yet (no sync applied, or --dry-run)");
+    // taken before the read: an apply that starts meanwhile changes the records, not this
+    const want = this.sync.programmed(normalizeKey);
+    const got = await Promise.all(FAMILIES.map((f) => readTable(this.exec, f)));
+    const drifts = want.flatMap((t, i) => compareTable(t, got[i]));
+    if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+    return narrowDrift(drifts, service);
+  }
+
+  private async applyNow(state: NodeState, change: StateChange): Promise<void> {
     const ips = nodeIPsOf(state, this.ctx.config);
     if (!sameIPs(ips, this.nodeIPs)) {
       // The nodeport-ips set and the rules guarding node ports are base objects: a full sync rewrites them.
@@ -190,6 +224,7 @@ export class NftBackend implements FullStateBackend {
     else await this.runner.apply(tx, { full: true, unstamped: true });
     this.sync.reset();
     this.needFull = true;
+    this.programmed = false;
     this.udpApplied.clear();
   }
 

@@ -22,6 +22,7 @@ import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { clearHeld, type Holdings } from "./held.ts";
+import { programmedTable, type ProgrammedTable } from "./programmed.ts";
 import { NOTHING, renderService, type RuleChainSpec, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
@@ -152,6 +153,12 @@ class FamilySync {
       if (c.removes.length) p.delElements.push({ kind: "elements", verb: "delete", family: f, set: c.set, items: c.removes });
       if (c.adds.length) p.addElements.push({ kind: "elements", verb: "add", family: f, set: c.set, items: c.adds });
     }
+  }
+
+  /** what this family's records say its table holds (programmed.ts), for `verify` */
+  programmed(normalize: (key: string) => string): ProgrammedTable {
+    const { family } = this.fc;
+    return programmedTable({ family, base: this.base, records: this.records, created: this.created, shared: this.shared }, normalize);
   }
 
   /** shard maps, sets and chains of one service: what to create, rewrite and delete */
@@ -307,6 +314,11 @@ export class NftSync {
 
   private forget() {
     for (const fs of this.families) fs.reset();
+  }
+
+  /** what the last plan (once applied) put in each family's table, for `verify` (programmed.ts) */
+  programmed(normalize: (key: string) => string): ProgrammedTable[] {
+    return this.families.map((fs) => fs.programmed(normalize));
   }
 
   /**

@@ -116,6 +116,7 @@ export class ProxyMetrics {
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
   private readonly lost: Counter;
+  private readonly drift: Gauge;
   /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
   private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
   private readonly conntrackDuration: Histogram;
@@ -247,6 +248,13 @@ export class ProxyMetrics {
     this.lost = new Counter({
       name: "kpng_backend_rules_lost_total",
       help: "Times a backend found its rules changed or removed by another process (each answered with a full sync)",
+      labelNames: ["backend"],
+      registers,
+    });
+    // kube-proxy reads nothing back; kpng's check of what the kernel holds (Backend.verify)
+    this.drift = new Gauge({
+      name: "kpng_backend_rules_drift",
+      help: "Differences between what a backend programmed and what the kernel holds, found at its last check (kpng verify, or rules reported changed by another process)",
       labelNames: ["backend"],
       registers,
     });
@@ -551,6 +559,10 @@ export class ProxyMetrics {
 
   rulesLost(backend: string): void {
     this.lost.inc({ backend });
+  }
+
+  rulesDrift(backend: string, differences: number): void {
+    this.drift.set({ backend }, differences);
   }
 
   answered(path: "healthz" | "livez", code: number): void {

@@ -23,6 +23,7 @@ export type {
   BackendContext,
   BackendFactory,
   BackendMetrics,
+  Drift,
   Executor,
   FullStateBackend,
   IncrementalBackend,
@@ -45,3 +46,4 @@ export * from "./service-port.ts";
 export * from "./conntrack.ts";
 export * from "./command.ts";
 export * from "./names.ts";
+export * from "./drift.ts";
