@@ -12,7 +12,7 @@
 
 import * as v from "valibot";
 import type { Drift, Executor } from "../../src/plugins/toolkit/index.ts";
-import { frontendName, serviceOfComment } from "../../src/plugins/toolkit/index.ts";
+import { canonicalIP, frontendName, serviceOfComment } from "../../src/plugins/toolkit/index.ts";
 import { SYNC_STAMP_SET, TABLE, type TableFamily } from "./names.ts";
 import { kernelComment, type ProgrammedElement, type ProgrammedTable } from "./programmed.ts";
 
@@ -105,18 +105,10 @@ export function normalizeKey(text: string): string {
       const p = part.trim().replace(/^"(.*)"$/, "$1");
       const [addr, len] = p.split("/");
       if (!addr.includes(":") || !/^[0-9a-fA-F:.]+$/.test(addr)) return len === "32" ? addr : p;
-      const canon = canonicalIPv6(addr);
+      const canon = canonicalIP(addr);
       return len === undefined || len === "128" ? canon : `${canon}/${len}`;
     })
     .join(" . ");
-}
-
-function canonicalIPv6(addr: string): string {
-  try {
-    return new URL(`http://[${addr}]/`).hostname.slice(1, -1);
-  } catch {
-    return addr.toLowerCase();
-  }
 }
 
 /** which frontend an element of `set` serves, from its key: "10.96.0.10:80/TCP", "nodePort 30080/TCP", a cluster IP */
