@@ -3,7 +3,9 @@
 // it runs, newer revisions coalesce into one (their change sets merged). A
 // failed apply is retried as a full sync: after a failure we cannot know
 // what the kernel holds. So is a backend's report that someone else changed
-// its rules (Backend.watchRules).
+// its rules (Backend.watchRules): before that repair, a backend that can read
+// its rules back (Backend.verify) is asked what was lost, and the log line
+// names it (after the repair the kernel matches again, and nobody can tell).
 
 import type { Revision } from "../core/brain/brain.ts";
 import { errorMessage } from "../core/errors.ts";
@@ -12,7 +14,8 @@ import { sameIPs } from "../core/brain/node-ips.ts";
 import { stateOps } from "../core/brain/ops.ts";
 import type { NodeState, StateChange } from "../core/brain/state.ts";
 import { pauseAfter } from "../core/pacing.ts";
-import type { Backend, IncrementalBackend } from "./backend.ts";
+import type { Backend, Drift, IncrementalBackend } from "./backend.ts";
+import { driftSummary } from "./toolkit/drift.ts";
 
 export interface FeedOptions {
   log: Logger;
@@ -86,6 +89,31 @@ export async function applyIncremental(b: IncrementalBackend, prev: NodeState | 
   await b.sync();
 }
 
+/**
+ * Before a repair: what the backend's rules lost, read back (Backend.verify,
+ * one read; its every-Service check also sets the drift metric), on one log
+ * line. Only then: kpng reads nothing back between reports, and after the
+ * repair the kernel holds the rules again.
+ */
+async function nameWhatWasLost(backend: Backend, log: Logger, reason: string) {
+  let drifts: Drift[];
+  try {
+    drifts = (await backend.verify?.()) ?? [];
+  } catch (err) {
+    log.warn("rules changed by someone else: cannot read back what was lost", { backend: backend.name, reason, error: errorMessage(err) });
+    return;
+  }
+  const missing = drifts.filter((d) => d.kind === "missing");
+  const other = drifts.filter((d) => d.kind !== "missing");
+  log.warn("rules lost", {
+    backend: backend.name,
+    reason,
+    differences: drifts.length,
+    missing: driftSummary(missing),
+    ...(other.length ? { changed: driftSummary(other, { withKind: true }) } : {}),
+  });
+}
+
 export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   const log = opts.log;
   let applied: NodeState | null = null; // what the backend holds (incremental)
@@ -96,6 +124,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   let retry: ReturnType<typeof setTimeout> | undefined;
   const pause = opts.pauseAfter ?? pauseAfter;
   let nextAt = 0; // no sync starts before (performance.now())
+  let lost: string | undefined; // the report of rules lost whose repair has not run yet
 
   const retryIn = (ms: number) => {
     retry = setTimeout(() => {
@@ -110,6 +139,12 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
       if (rest >= 1) {
         await Bun.sleep(rest);
         continue;
+      }
+      if (lost !== undefined && pending === null) {
+        const reason = lost;
+        lost = undefined;
+        await nameWhatWasLost(backend, log, reason);
+        if (stopped) return;
       }
       const state = latest;
       const change = pending;
@@ -161,6 +196,8 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   backend.watchRules?.((reason) => {
     if (stopped) return;
     opts.onRulesLost?.(reason);
+    // only a backend that can read its rules back (an await before the repair: other reports coalesce into it)
+    if (latest && backend.verify) lost ??= reason;
     const { delayMs, reports } = pace(Date.now());
     if (delayMs === undefined) {
       log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });

@@ -29,15 +29,17 @@ export function narrowDrift(drifts: readonly Drift[], service?: string): Drift[]
   return out.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
 }
 
-/** one line per difference, as `kpng verify` and the rules-lost log line print them */
-export const driftLine = (d: Drift) => `${d.kind} ${d.service || "(base rules)"}${d.frontend ? ` ${d.frontend}` : ""}: ${d.detail}`;
+/** one difference on one line: "default/web 10.96.0.10:80/TCP: element … in map ip kpng service-ips" */
+export const driftLine = (d: Drift) => `${d.service || "(base rules)"}${d.frontend ? ` ${d.frontend}` : ""}: ${d.detail}`;
 
 /**
  * The differences as one log field: the first `max`, then how many more
- * (a flushed table at scale is 100,000s of them).
+ * (a flushed table at scale is 100,000s of them); `withKind` starts each with
+ * its kind (missing, extra, differs).
  */
-export function driftSummary(drifts: readonly Drift[], max = 10): string {
-  const shown = drifts.slice(0, max).map(driftLine);
+export function driftSummary(drifts: readonly Drift[], opts: { max?: number; withKind?: boolean } = {}): string {
+  const max = opts.max ?? 10;
+  const shown = drifts.slice(0, max).map((d) => (opts.withKind ? `${d.kind} ${driftLine(d)}` : driftLine(d)));
   if (drifts.length > max) shown.push(`… and ${drifts.length - max} more`);
   return shown.join("; ");
 }
