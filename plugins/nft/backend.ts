@@ -37,7 +37,9 @@ import { listHoldings, type Holdings } from "./held.ts";
 import { netlinkEvents, openBatchSocket } from "./netlink-socket.ts";
 import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
 import { FAMILIES } from "./names.ts";
-import { compareTable, normalizeKey, readTable } from "./verify.ts";
+import { compareTable, type KernelTable, normalizeKey, readTable, readTableNetlink } from "./verify.ts";
+import type { ProgrammedTable } from "./programmed.ts";
+import type { BatchSocket } from "./netlink-socket.ts";
 
 export interface NftOptions {
   /** where `nft` and `conntrack` run (default: real processes) */
@@ -86,6 +88,8 @@ export class NftBackend implements FullStateBackend {
   private applying: Promise<unknown> = Promise.resolve();
   /** an apply succeeded: the records say what the kernel holds */
   private programmed = false;
+  /** where `verify` dumps kpng's tables (netlink-dump.ts); absent: `nft -j list table` */
+  private readonly dumpSocket: (() => BatchSocket) | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -104,6 +108,7 @@ export class NftBackend implements FullStateBackend {
     const ownSocket = opts.firstLoad !== "nft" && !ctx.config.dryRun && (!opts.exec || opts.netns !== undefined);
     const batchSocket = ownSocket ? () => openBatchSocket(opts.netns) : undefined;
     this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch, batchSocket);
+    if (!ctx.config.dryRun && (!opts.exec || opts.netns !== undefined)) this.dumpSocket = () => openBatchSocket(opts.netns);
     this.nodeIPs = ctx.config.nodeIPs;
     this.sync = new NftSync(ctx.config);
   }
@@ -133,10 +138,28 @@ export class NftBackend implements FullStateBackend {
     if (!this.programmed) throw new KpngError("failed_precondition", "nft: nothing programmed yet (no sync applied, or --dry-run)");
     // taken before the read: an apply that starts meanwhile changes the records, not this
     const want = this.sync.programmed(normalizeKey);
-    const got = await Promise.all(FAMILIES.map((f) => readTable(this.exec, f)));
+    const got = await this.readTables(want);
     const drifts = want.flatMap((t, i) => compareTable(t, got[i]));
     if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
     return narrowDrift(drifts, service);
+  }
+
+  /** both tables as the kernel holds them: on a netlink socket of kpng's own where it can open one, else through nft */
+  private async readTables(want: ProgrammedTable[]): Promise<KernelTable[]> {
+    let socket: BatchSocket | undefined;
+    try {
+      socket = this.dumpSocket?.();
+    } catch (err) {
+      this.log.debug("verify: no netlink socket, reading the tables with nft", { err: errorMessage(err) });
+    }
+    if (!socket) return Promise.all(FAMILIES.map((f) => readTable(this.exec, f)));
+    try {
+      const out: KernelTable[] = [];
+      for (const t of want) out.push(await readTableNetlink(socket, this.exec, t));
+      return out;
+    } finally {
+      socket.close();
+    }
   }
 
   private async applyNow(state: NodeState, change: StateChange): Promise<void> {

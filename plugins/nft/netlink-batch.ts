@@ -57,7 +57,7 @@ const UDATA_SET_ELEM_COMMENT = 0;
 const NLMSGERR_ATTR_MSG = 1;
 const NLMSGERR_ATTR_OFFS = 2;
 /** nfgenmsg.nfgen_family */
-const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
+export const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
 /** NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_RETURN; jump and goto carry a chain */
 const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
 const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
@@ -280,7 +280,8 @@ export function encodeElements(tx: Transaction): { batch: EncodedBatch | undefin
 }
 
 /** nlmsghdr (its length set by the caller) and nfgenmsg; a change asks to create (NLM_F_CREATE), a question does not */
-function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
+/** an nfnetlink message's headers, its length written by the caller (netlink-dump.ts asks with it too) */
+export function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
   w.room(NLMSG_HDRLEN + 4);
   const start = w.at;
   w.u32(NLMSG_HDRLEN + 4);

@@ -10,7 +10,7 @@
 
 import { comment, SYNC_STAMP_SET, type TableFamily } from "./names.ts";
 import { listElements, type RuleChainSpec, type RuleSpec, type ServiceObjects } from "./render-service.ts";
-import type { Op } from "./transaction.ts";
+import type { Op, SetSpec } from "./transaction.ts";
 
 export interface ProgrammedElement {
   /** as rendered (normalized for comparison by verify.ts) */
@@ -24,6 +24,8 @@ export interface ProgrammedElement {
 export interface ProgrammedSet {
   kind: "set" | "map";
   owner: string;
+  /** as declared: how its elements' bytes read (netlink-dump.ts) */
+  spec: SetSpec;
   /** by normalized key; undefined for a set whose elements kpng does not write (packets fill affinity sets) */
   elements?: Map<string, ProgrammedElement>;
 }
@@ -45,7 +47,7 @@ export interface FamilyRecords {
   base: readonly Op[];
   records: ReadonlyMap<string, ServiceObjects>;
   /** shard maps created since the last full sync (they stay, empty at worst) */
-  created: ReadonlySet<string>;
+  created: ReadonlyMap<string, SetSpec>;
   shared: ReadonlyMap<string, { chain: RuleChainSpec; written: boolean }>;
 }
 
@@ -68,15 +70,15 @@ export function programmedTable(r: FamilyRecords, normalize: (key: string) => st
     if (op.kind === "chain" && op.verb === "add") t.chains.set(op.chain.name, { owner: "", rules: [] });
     else if (op.kind === "rule") t.chains.get(op.chain)?.rules.push({ rule: op.rule, comment: op.comment });
     else if ((op.kind === "set" || op.kind === "map") && op.verb === "add")
-      t.sets.set(op.set.name, { kind: op.kind, owner: "", elements: new Map() });
+      t.sets.set(op.set.name, { kind: op.kind, owner: "", spec: op.set, elements: new Map() });
     else if (op.kind === "elements" && op.verb === "add") for (const e of op.items) addElement(op.set, { ...e, owner: "" });
   }
-  for (const name of r.created) t.sets.set(name, { kind: "map", owner: "", elements: new Map() });
+  for (const [name, spec] of r.created) t.sets.set(name, { kind: "map", owner: "", spec, elements: new Map() });
   for (const [name, s] of r.shared) if (s.written) t.chains.set(name, { owner: "", rules: s.chain.rules });
   for (const [key, o] of r.records) {
     for (const c of o.chains) t.chains.set(c.name, { owner: key, rules: c.rules });
     // a Service's own sets are its affinity sets: packets write their elements
-    for (const s of o.sets) t.sets.set(s.name, { kind: "set", owner: key });
+    for (const s of o.sets) t.sets.set(s.name, { kind: "set", owner: key, spec: s });
   }
   for (const o of r.records.values()) {
     for (const e of o.elements) addElement(e.set, e);

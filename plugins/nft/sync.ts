@@ -78,7 +78,7 @@ class FamilySync {
    * when its last slot goes would make the cost of a change depend on what
    * else shares the shard.
    */
-  private created = new Set<string>();
+  private created = new Map<string, SetSpec>();
   /**
    * Shared dispatch chains (names.dispatchChain) and how many service ports
    * use each: one exists exactly while it has users, so a series of partial
@@ -166,7 +166,7 @@ class FamilySync {
     const f = this.fc.family;
     for (const m of next?.maps ?? [])
       if (!this.created.has(m.name)) {
-        this.created.add(m.name);
+        this.created.set(m.name, m);
         p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
       }
     // Most services have neither sets nor chains of their own: no lookups built for them.

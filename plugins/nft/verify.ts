@@ -1,6 +1,9 @@
-// `kpng verify` for nft: kpng's two tables read back (`nft -j list table`,
-// one read per family, set elements included) and compared with what the
-// backend last programmed (programmed.ts). Each difference is named by the
+// `kpng verify` for nft: kpng's two tables read back and compared with what
+// the backend last programmed (programmed.ts). Read on kpng's own netlink
+// socket where it has one (netlink-dump.ts: one dump each of chains, rules,
+// sets, and of each set's elements; the one interval set through `nft -j list
+// set`), else with `nft -j list table`, one per family (nft 1.0.6 takes
+// seconds for it at a few thousand services, netlink-dump.ts). Each difference is named by the
 // Service that owns the object and the frontend it serves:
 // - a chain kpng wrote that is gone, or one in kpng's table it did not write;
 // - a chain's rules: those kpng wrote are told apart by their comments (the
@@ -12,8 +15,12 @@
 
 import * as v from "valibot";
 import type { Drift, Executor } from "../../src/plugins/toolkit/index.ts";
-import { canonicalIP, frontendName, serviceOfComment } from "../../src/plugins/toolkit/index.ts";
+import { frontendName, serviceOfComment } from "../../src/plugins/toolkit/index.ts";
+import { canonicalIPv6 } from "./addr.ts";
 import { SYNC_STAMP_SET, TABLE, type TableFamily } from "./names.ts";
+import { setLayout } from "./netlink-batch.ts";
+import { chainsOf, decodeValue, DumpError, dumpMessages, dumpRequest, elementsOf, MSG, REQUEST, rulesOf, setsOf } from "./netlink-dump.ts";
+import type { BatchSocket } from "./netlink-socket.ts";
 import { kernelComment, type ProgrammedElement, type ProgrammedTable } from "./programmed.ts";
 
 /** a set or map as the kernel holds it: its elements as text, by normalized key */
@@ -45,6 +52,51 @@ export async function readTable(exec: Executor, family: TableFamily): Promise<Ke
     throw err;
   }
   return parseTable(family, out);
+}
+
+/**
+ * One family's table read on kpng's netlink socket (netlink-dump.ts). Only
+ * the elements `want` compares are dumped (not those of affinity sets); a
+ * set whose layout the decoder does not know (the interval set of node-port
+ * addresses) is read with `nft -j list set`.
+ */
+export async function readTableNetlink(socket: BatchSocket, exec: Executor, want: ProgrammedTable): Promise<KernelTable> {
+  const family = want.family;
+  const t: KernelTable = { family, chains: new Map(), sets: new Map() };
+  // a table (or set) that does not exist holds nothing: the kernel answers ENOENT to some dumps of it, nothing to others
+  const dump = (type: number, reply: number, what: string, set?: string) => {
+    try {
+      return dumpMessages(socket.send(dumpRequest(type, family, 1, set)), reply, `${what} of ${family} ${TABLE}`);
+    } catch (err) {
+      if (err instanceof DumpError && err.errno === 2) return [];
+      throw err;
+    }
+  };
+  const chains = chainsOf(dump(REQUEST.chains, MSG.newChain, "chains"));
+  for (const name of chains) t.chains.set(name, { rules: [] });
+  // its expressions are not decoded: `nft -a list chain` shows the rule of that handle
+  for (const r of rulesOf(dump(REQUEST.rules, MSG.newRule, "rules")))
+    t.chains.get(r.chain)?.rules.push({ comment: r.comment, text: `handle ${r.handle}` });
+  for (const { name, map } of setsOf(dump(REQUEST.sets, MSG.newSet, "sets"))) {
+    const elements: KernelSet["elements"] = new Map();
+    t.sets.set(name, { kind: map ? "map" : "set", elements });
+    const w = want.sets.get(name);
+    if (!w?.elements) continue;
+    const layout = setLayout(w.spec);
+    if (!layout) {
+      const listed = parseTable(family, await exec.run(["nft", "-j", "list", w.kind, family, TABLE, name])).sets.get(name);
+      for (const [k, e] of listed?.elements ?? []) elements.set(k, e);
+      continue;
+    }
+    for (const e of elementsOf(dump(REQUEST.elements, MSG.newSetElem, `set ${name}`, name))) {
+      const key = decodeValue(layout.key, e.key);
+      const data = e.data;
+      const value =
+        data === undefined || typeof data === "string" ? data : Array.isArray(layout.data) ? decodeValue(layout.data, data) : undefined;
+      elements.set(normalizeKey(key), { key, value, comment: e.comment });
+    }
+  }
+  return t;
 }
 
 /** the JSON of `nft -j list table` -> chains with their rules' comments, sets with their elements as text */
@@ -99,13 +151,15 @@ function exprText(x: unknown): string {
  * what the API server spelled.
  */
 export function normalizeKey(text: string): string {
+  // most keys and values (IPv4, ports, positions, verdicts) have one spelling already
+  if (text.indexOf(":") < 0 && text.indexOf("/") < 0 && text.indexOf('"') < 0) return text;
   return text
     .split(" . ")
     .map((part) => {
       const p = part.trim().replace(/^"(.*)"$/, "$1");
       const [addr, len] = p.split("/");
       if (!addr.includes(":") || !/^[0-9a-fA-F:.]+$/.test(addr)) return len === "32" ? addr : p;
-      const canon = canonicalIP(addr);
+      const canon = canonicalIPv6(addr);
       return len === undefined || len === "128" ? canon : `${canon}/${len}`;
     })
     .join(" . ");
@@ -174,7 +228,9 @@ const elementText = (e: { key: string; value?: string; comment?: string }) =>
 
 function sameElement(want: ProgrammedElement, held: { value?: string; comment: string }): boolean {
   const value = (x: string | undefined) => (x === undefined ? undefined : normalizeKey(x));
-  return value(want.value) === value(held.value) && kernelComment(want.comment) === held.comment;
+  const sameValue = want.value === held.value || value(want.value) === value(held.value);
+  // the comment as written, unless it had to be cut or cleaned (names.comment)
+  return sameValue && (want.comment ?? "") === held.comment ? true : sameValue && kernelComment(want.comment) === held.comment;
 }
 
 /**

@@ -30,7 +30,17 @@ export interface FeedOptions {
   pauseAfter?: (ms: number) => number;
   /** when repairs come this often, they wait (default REPAIR_STORM) */
   repairStorm?: RepairStorm;
+  /** how long a repair waits for the check that names what was lost (default LOST_CHECK_MS) */
+  lostCheckMs?: number;
 }
+
+/**
+ * A repair waits this long at most for the read-back that names what was
+ * lost: repairs come first. The read grows with the rules (nft at 5,000
+ * services: about 3 s of CPU, docs/verify.md); past this the line says the
+ * check was cut short, and the repair runs.
+ */
+export const LOST_CHECK_MS = 2000;
 
 /**
  * Repairs run at once, unless more than `burst` reports came within
@@ -95,12 +105,23 @@ export async function applyIncremental(b: IncrementalBackend, prev: NodeState | 
  * line. Only then: kpng reads nothing back between reports, and after the
  * repair the kernel holds the rules again.
  */
-async function nameWhatWasLost(backend: Backend, log: Logger, reason: string) {
-  let drifts: Drift[];
+async function nameWhatWasLost(backend: Backend, log: Logger, reason: string, limitMs: number) {
+  let drifts: Drift[] | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
-    drifts = (await backend.verify?.()) ?? [];
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), limitMs);
+    });
+    // past the limit its result is dropped (the repair may be under way by the time it comes)
+    drifts = await Promise.race([backend.verify?.() ?? Promise.resolve([]), late]);
   } catch (err) {
     log.warn("rules changed by someone else: cannot read back what was lost", { backend: backend.name, reason, error: errorMessage(err) });
+    return;
+  } finally {
+    clearTimeout(timer);
+  }
+  if (!drifts) {
+    log.warn("rules lost: not named, reading them back took too long; repairing", { backend: backend.name, reason, limitMs });
     return;
   }
   const missing = drifts.filter((d) => d.kind === "missing");
@@ -143,7 +164,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
       if (lost !== undefined && pending === null) {
         const reason = lost;
         lost = undefined;
-        await nameWhatWasLost(backend, log, reason);
+        await nameWhatWasLost(backend, log, reason, opts.lostCheckMs ?? LOST_CHECK_MS);
         if (stopped) return;
       }
       const state = latest;

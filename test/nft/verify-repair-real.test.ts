@@ -47,6 +47,8 @@ beforeAll(async () => {
   });
   feed = feedBackend(backend, {
     log: ctx.log,
+    // a loaded machine must not cut the check short (the default bounds it for repairs at scale)
+    lostCheckMs: 20_000,
     onSynced: (_s, _secs, change) => {
       if (change === null) fulls++;
     },

@@ -84,6 +84,21 @@ describe("feed: rules lost are named before the repair", () => {
     feed.stop();
   });
 
+  test("a check that takes too long is cut short: the repair runs, the line says so", async () => {
+    const { b, calls, ear } = backend(() => new Promise((resolve) => setTimeout(() => resolve(lostWeb), 2000)));
+    const log = memoryLogger();
+    const feed = feedBackend(b, { log, lostCheckMs: 50 });
+    feed.push(rev(1));
+    await feed.idle();
+    const t0 = performance.now();
+    ear.report!("table deleted");
+    await until(() => calls.length === 3);
+    expect(performance.now() - t0).toBeLessThan(1500);
+    expect(calls).toEqual(["apply 1 full", "verify all", "apply 1 full"]);
+    expect(log.lines.some((l) => l.includes("not named, reading them back took too long") && l.includes("limitMs=50"))).toBe(true);
+    feed.stop();
+  });
+
   test("a report before the first revision checks nothing (nothing was programmed)", async () => {
     const { b, calls, ear } = backend(async () => lostWeb);
     const feed = feedBackend(b, { log: memoryLogger() });
