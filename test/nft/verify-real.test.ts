@@ -154,4 +154,19 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     expect(drift.at(-1)).toEqual({ backend: "nft", differences: drifts.length });
     await resync();
   });
+  test("without a netlink socket of its own (nft -j list table, one per family): the same check, the same names", async () => {
+    // another backend over the same tables, its executor in the namespace but none named: no socket of its own
+    const viaNft = createNftBackend({ ...context(nodeConfig()), metrics }, { exec: topo.executor(topo.node.ns) });
+    await viaNft.apply(state, null);
+    expect(await viaNft.verify()).toEqual([]);
+    await nft("delete", "element", "ip", "kpng", "service-nodeports", "{ tcp . 30080 }");
+    await nft("delete", "element", "ip6", "kpng", "cluster-ips", `{ ${v6.clusterIP(1)} }`);
+    const drifts = await viaNft.verify();
+    expect(drifts).toHaveLength(2);
+    has(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
+    has(drifts, { service: "default/web", frontend: v6.clusterIP(1), kind: "missing" });
+    await viaNft.apply(state, null);
+    expect(await viaNft.verify()).toEqual([]);
+    await viaNft.close();
+  });
 });
