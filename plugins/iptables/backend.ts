@@ -237,12 +237,13 @@ export class IptablesBackend implements IncrementalBackend {
 
   /**
    * What the last restores wrote into one family: the fixed chains and jumps,
-   * and each Service's rules rendered again from the state they were synced
-   * with (the sync keeps only digests of them). A Service changed since is
-   * left out (ProgrammedRules.pending).
+   * each Service's rules in the fixed chains and hairpin members as written,
+   * and the rules of its own chains rendered again from the state they were
+   * synced with (the sync keeps only digests of them). The chains of a
+   * Service changed since are left out (ProgrammedRules.pending).
    */
   private programmed(family: Family): ProgrammedRules {
-    const out: ProgrammedRules = { chains: new Map(), pending: { services: new Set(), chains: new Set() } };
+    const out: ProgrammedRules = { chains: new Map(), pending: new Set() };
     const chain = (table: string, name: string, owner: string) => {
       const k = `${table}/${name}`;
       let c = out.chains.get(k);
@@ -259,15 +260,15 @@ export class IptablesBackend implements IncrementalBackend {
     for (const r of [...fixed.rules, ...fixed.tails]) chain(r.table, r.chain, "").rules.push({ rule: r, owner: "" });
     const members = new Map<string, string>();
     for (const [key, written] of this.written[family]) {
+      // its rules in the fixed chains and its hairpin members are kept as written
+      for (const rule of written.shared.values()) chain(rule.table, rule.chain, "").rules.push({ rule, owner: key });
+      for (const m of written.hairpin) if (!members.has(m) || key < members.get(m)!) members.set(m, key);
       const rules = this.render(key, family);
-      if (!rules || !sameWritten(compact(rules), written)) {
-        out.pending!.services.add(key);
-        for (const k of written.chains.keys()) out.pending!.chains.add(k);
+      if (!rules || !sameChains(compact(rules), written)) {
+        for (const k of written.chains.keys()) out.pending!.add(k);
         continue;
       }
       for (const c of rules.chains.values()) chain(c.table, c.name, key).rules.push(...c.rules.map((rule) => ({ rule, owner: key })));
-      for (const rule of rules.shared) chain(rule.table, rule.chain, "").rules.push({ rule, owner: key });
-      for (const m of rules.hairpin) if (!members.has(m) || key < members.get(m)!) members.set(m, key);
     }
     if (this.hairpinSet) out.hairpin = { set: hairpinSets[family], members };
     return out;
@@ -657,11 +658,10 @@ export class IptablesBackend implements IncrementalBackend {
   }
 }
 
-/** the same chains with the same rules, and the same rules in the fixed chains */
-function sameWritten(a: WrittenService, b: WrittenService): boolean {
-  if (a.chains.size !== b.chains.size || a.shared.size !== b.shared.size) return false;
+/** the same chains with the same rules */
+function sameChains(a: WrittenService, b: WrittenService): boolean {
+  if (a.chains.size !== b.chains.size) return false;
   for (const [k, d] of a.chains) if (b.chains.get(k) !== d) return false;
-  for (const k of a.shared.keys()) if (!b.shared.has(k)) return false;
   return true;
 }
 

@@ -29,11 +29,11 @@ export interface ProgrammedRules {
   /** hairpin set name and its members -> owner; undefined when kpng uses no set */
   hairpin?: { set: string; members: Map<string, string> };
   /**
-   * Services changed since the last restore (their rules are not known as the
-   * kernel holds them): their chains (`table/chain`) and the rules that name
-   * them in their comments are left out on both sides.
+   * The chains (`table/chain`) of Services changed since the last restore:
+   * their rules are known only by digest as the kernel holds them, so these
+   * chains are left out on both sides.
    */
-  pending?: { services: Set<string>; chains: Set<string> };
+  pending?: Set<string>;
 }
 
 interface SavedRule {
@@ -167,10 +167,9 @@ export function compareRules(
 ): Drift[] {
   const out: Drift[] = [];
   const drift = (service: string, frontend: string, kind: Drift["kind"], detail: string) => out.push({ service, frontend, kind, detail });
-  const pending = (h: SavedRule) => want.pending?.services.has(serviceOfComment(h.comment)) ?? false;
   for (const [key, c] of want.chains) {
     const [table, chain] = key.split("/");
-    const held = saved.get(key)?.filter((h) => !pending(h));
+    const held = saved.get(key);
     const builtin = !chain.startsWith(prefix);
     if (!held && !builtin) {
       drift(c.owner, "", "missing", `${family} ${table} chain ${chain}`);
@@ -192,7 +191,7 @@ export function compareRules(
       for (const h of rest) drift(serviceOfComment(h.comment), ruleFrontend(chain, h.tokens), "extra", `${family} ${table} rule ${h.line}`);
   }
   for (const [key, held] of saved) {
-    if (want.chains.has(key) || want.pending?.chains.has(key)) continue;
+    if (want.chains.has(key) || want.pending?.has(key)) continue;
     const [table, chain] = key.split("/");
     drift(serviceOfComment(held.find((h) => h.comment)?.comment), "", "extra", `${family} ${table} chain ${chain}`);
   }

@@ -128,4 +128,17 @@ describe("iptables verify: the kernel read back (real kernel)", () => {
     expect(drifts[0].detail).toContain("KPNG-HAIRPIN-V6");
     await resync();
   });
+  test("a change not restored yet is no difference: the Service is left out until its sync", async () => {
+    b.deleteEndpoint("default", "web", "p1");
+    b.setService(svc({ name: "later", clusterIPs: [v4.clusterIP(5)], ports: [{ name: "http", port: 80 }] }));
+    expect(await b.verify()).toEqual([]);
+    await b.sync();
+    expect(await b.verify()).toEqual([]);
+    // the endpoint back, restored partially: still none
+    b.setEndpoint("default", "web", "p1", ep({ ips: [v4.pod(0, 1), v6.pod(0, 1)], local: true, ports: { http: 8080, dns: 5353 } }));
+    expect(await b.verify()).toEqual([]);
+    await b.sync();
+    expect(await b.verify()).toEqual([]);
+    await resync();
+  });
 });
