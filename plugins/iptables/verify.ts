@@ -158,6 +158,9 @@ function ruleFrontend(chain: string, tokens: readonly string[]): string {
 
 const ruleTokens = (r: Rule) => [...r.match, ...r.target];
 
+const missingRule = (family: string, table: string, chain: string, r: Rule) =>
+  `${family} ${table} rule -A ${chain}${r.comment ? ` -m comment --comment "${r.comment}"` : ""} ${ruleTokens(r).join(" ")}`;
+
 /** every difference between one family's programmed rules and hairpin set and what the kernel holds */
 export function compareRules(
   family: string,
@@ -173,6 +176,10 @@ export function compareRules(
     const builtin = !chain.startsWith(prefix);
     if (!held && !builtin) {
       drift(c.owner, "", "missing", `${family} ${table} chain ${chain}`);
+      // with a fixed chain gone, the Services' rules in it are named too: they say which frontends lost what
+      for (const { rule, owner } of c.rules)
+        if (owner && owner !== c.owner)
+          drift(owner, ruleFrontend(chain, ruleTokens(rule)), "missing", missingRule(family, table, chain, rule));
       continue;
     }
     const left = new Map<string, SavedRule[]>();
@@ -184,8 +191,7 @@ export function compareRules(
       const tokens = ruleTokens(rule);
       const sig = signature(rule.comment ?? "", tokens);
       if (left.get(sig)?.shift()) continue;
-      const comment = rule.comment ? ` -m comment --comment "${rule.comment}"` : "";
-      drift(owner, ruleFrontend(chain, tokens), "missing", `${family} ${table} rule -A ${chain}${comment} ${tokens.join(" ")}`);
+      drift(owner, ruleFrontend(chain, tokens), "missing", missingRule(family, table, chain, rule));
     }
     for (const rest of left.values())
       for (const h of rest) drift(serviceOfComment(h.comment), ruleFrontend(chain, h.tokens), "extra", `${family} ${table} rule ${h.line}`);

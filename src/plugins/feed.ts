@@ -124,8 +124,10 @@ async function nameWhatWasLost(backend: Backend, log: Logger, reason: string, li
     log.warn("rules lost: not named, reading them back took too long; repairing", { backend: backend.name, reason, limitMs });
     return;
   }
-  const missing = drifts.filter((d) => d.kind === "missing");
-  const other = drifts.filter((d) => d.kind !== "missing");
+  // the Services first: the line shows the first few, and which Services lost rules is the news
+  const ordered = [...drifts.filter((d) => d.service), ...drifts.filter((d) => !d.service)];
+  const missing = ordered.filter((d) => d.kind === "missing");
+  const other = ordered.filter((d) => d.kind !== "missing");
   log.warn("rules lost", {
     backend: backend.name,
     reason,
