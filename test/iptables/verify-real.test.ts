@@ -68,6 +68,19 @@ beforeAll(async () => {
   b.setService(svc({ name: "sticky", clusterIPs: [v4.clusterIP(2)], affinitySeconds: 30, ports: [{ name: "http", port: 80 }] }));
   b.setEndpoint("default", "sticky", "p", ep({ ips: [v4.pod(0, 3)], ports: { http: 8080 } }));
   b.setService(svc({ name: "empty", clusterIPs: [v4.clusterIP(3)], ports: [{ name: "http", port: 80 }] }));
+  // the other shapes, so that none reads back as a difference: LB IPs with source ranges (FW chain), eTP=Local (SVL, EXT)
+  b.setService(
+    svc({
+      name: "lb",
+      clusterIPs: [v4.clusterIP(6), v6.clusterIP(6)],
+      lbIPs: [v4.external(6), v6.external(6)],
+      sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"],
+      eTPLocal: true,
+      ports: [{ name: "http", port: 80, nodePort: 30086 }],
+    }),
+  );
+  b.setEndpoint("default", "lb", "l", ep({ ips: [v4.pod(0, 6), v6.pod(0, 6)], local: true, ports: { http: 8080 } }));
+  b.setEndpoint("default", "lb", "r", ep({ ips: [v4.pod(1, 6), v6.pod(1, 6)], local: false, external: false, ports: { http: 8080 } }));
   await b.sync();
 });
 afterAll(async () => {

@@ -48,6 +48,27 @@ const services = () => [
   // ClientIP affinity: sets the packets fill, whose elements are not compared
   entry(svc({ name: "sticky", clusterIPs: [v4.clusterIP(2)], ports: [{ name: "http", port: 80 }], affinitySeconds: 60 }), eps(2, 10)),
   entry(svc({ name: "empty", clusterIPs: [v4.clusterIP(3)], ports: [{ name: "http", port: 80 }] }), {}),
+  // the other shapes, so that none reads back as a difference: LB IPs with source ranges, eTP=Local with external IPs
+  entry(
+    svc({
+      name: "lb",
+      clusterIPs: [v4.clusterIP(4), v6.clusterIP(4)],
+      lbIPs: [v4.external(4), v6.external(4)],
+      sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"],
+      ports: [{ name: "http", port: 80, nodePort: 30084 }],
+    }),
+    eps(2, 20),
+  ),
+  entry(
+    svc({
+      name: "local",
+      clusterIPs: [v4.clusterIP(5)],
+      externalIPs: [v4.external(5)],
+      eTPLocal: true,
+      ports: [{ name: "http", port: 80, nodePort: 30085 }],
+    }),
+    { ...eps(1, 30), r: ep({ ips: [v4.pod(1, 31)], local: false, ports: { http: 8080 } }) },
+  ),
 ];
 
 /** kpng's next full sync puts back whatever the case removed (as the repair does) */
