@@ -2,7 +2,7 @@
 // through here: the brain validates its input, but a backend must never
 // print a string into an nft script it has not recognised as an address.
 
-import { canonicalIP, cidrsOf, type Family, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
+import { canonicalIP, cidrsOf, type Family, ipv6Text, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
 import type { TableFamily } from "./names.ts";
 
 /** the address check of a family, chosen once for a loop (a render checks 100,000s of endpoint addresses) */
@@ -46,38 +46,11 @@ export const loopback = (family: TableFamily) => (family === "ip" ? "127.0.0.0/8
 export const setOf = (items: readonly string[]) => (items.length === 1 ? items[0] : `{ ${items.join(", ")} }`);
 
 /**
- * RFC 5952 text of an IPv6 address's eight 16-bit groups (lowercase hex, the
- * first longest run of two or more zero groups as "::"), as the kernel's
- * bytes are read back and nft prints them. By hand: `verify` spells 100,000s
- * of addresses, and node:url's parser costs far more.
+ * An IPv6 address in RFC 5952 text (ipv6Text), as nft prints it and the
+ * kernel's bytes read back. By hand: `verify` spells 100,000s of addresses,
+ * and node:url's parser (canonicalIP) costs far more. What does not parse as
+ * one comes back lowercased.
  */
-export function ipv6Text(g: ArrayLike<number>): string {
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (g[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) [best, bestLen] = [i, j - i];
-    i = j;
-  }
-  let out = "";
-  for (let i = 0; i < 8; i++) {
-    if (i === best) {
-      out += "::";
-      i += bestLen - 1;
-      continue;
-    }
-    if (i > 0 && i !== best + bestLen) out += ":";
-    out += g[i].toString(16);
-  }
-  return out;
-}
-
-/** an IPv6 address in RFC 5952 text (ipv6Text); what does not parse as one comes back lowercased */
 export function canonicalIPv6(s: string): string {
   if (s.includes(".")) return canonicalIP(s); // an IPv4 tail: rare, node:url's parser
   const gap = s.indexOf("::");

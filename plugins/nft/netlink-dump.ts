@@ -16,16 +16,31 @@
 // Layout: linux/netfilter/nf_tables.h; the replies are NFT_MSG_NEW* messages
 // of a multipart dump ending with NLMSG_DONE.
 
-import { ipv6Text } from "./addr.ts";
-import { NFPROTO, header } from "./netlink-batch.ts";
+import { ipv6Text } from "../../src/plugins/toolkit/index.ts";
+import {
+  CHAIN_VERDICTS,
+  header,
+  NFNL_SUBSYS_NFTABLES,
+  NFPROTO,
+  NFTA_DATA_VALUE,
+  NFTA_DATA_VERDICT,
+  NFTA_SET_ELEM_DATA,
+  NFTA_SET_ELEM_KEY,
+  NFTA_SET_ELEM_LIST_ELEMENTS,
+  NFTA_SET_ELEM_LIST_SET,
+  NFTA_SET_ELEM_USERDATA,
+  NFTA_VERDICT_CHAIN,
+  NFTA_VERDICT_CODE,
+  NLM_F_REQUEST,
+  NLMSG_ERROR,
+  UDATA_SET_ELEM_COMMENT,
+  VERDICTS,
+} from "./netlink-batch.ts";
 import { list, messages, text } from "./netlink.ts";
 import { type Field, HOST_LE, Writer } from "./netlink-values.ts";
 import { TABLE, type TableFamily } from "./names.ts";
 
-const NFNL_SUBSYS_NFTABLES = 10;
-const NLM_F_REQUEST = 0x1;
 const NLM_F_DUMP = 0x300;
-const NLMSG_ERROR = 2;
 const NLMSG_DONE = 3;
 export const MSG = { newChain: 3, getChain: 4, newRule: 6, getRule: 7, newSet: 9, getSet: 10, newSetElem: 12, getSetElem: 13 } as const;
 const NFTA_TABLE = 1; // NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE
@@ -36,18 +51,11 @@ const NFTA_RULE_USERDATA = 7;
 const NFTA_SET_NAME = 2;
 const NFTA_SET_FLAGS = 3;
 const NFT_SET_MAP = 0x8;
-const NFTA_SET_ELEM_LIST_SET = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
-const NFTA_SET_ELEM_KEY = 1;
-const NFTA_SET_ELEM_DATA = 2;
-const NFTA_SET_ELEM_USERDATA = 6;
-const NFTA_DATA_VALUE = 1;
-const NFTA_DATA_VERDICT = 2;
-const NFTA_VERDICT_CODE = 1;
-const NFTA_VERDICT_CHAIN = 2;
-/** libnftnl udata: NFTNL_UDATA_RULE_COMMENT and NFTNL_UDATA_SET_ELEM_COMMENT */
-const UDATA_COMMENT = 0;
-const VERDICT_NAMES: Record<number, string> = { 0: "drop", 1: "accept", [-1]: "continue", [-5]: "return", [-3]: "jump", [-4]: "goto" };
+/** libnftnl udata: NFTNL_UDATA_RULE_COMMENT is NFTNL_UDATA_SET_ELEM_COMMENT's number */
+const UDATA_COMMENT = UDATA_SET_ELEM_COMMENT;
+const VERDICT_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries({ ...VERDICTS, ...CHAIN_VERDICTS }).map(([k, v]) => [v, k]),
+);
 const PROTOCOL_NAMES: Record<number, string> = { 6: "tcp", 17: "udp", 132: "sctp" };
 
 export interface DumpedRule {

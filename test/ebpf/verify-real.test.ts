@@ -14,7 +14,8 @@ import { backendBytes, backendKeyBytes, frontKeyBytes } from "../../plugins/ebpf
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { createLogger } from "../../src/core/log.ts";
-import type { BackendMetrics, Drift } from "../../src/plugins/backend.ts";
+import type { Drift } from "../../src/plugins/backend.ts";
+import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { endpoint, entry, nextState, nodeState, service } from "../fixtures/state.ts";
 import { createSandbox, type Sandbox } from "./sandbox.ts";
@@ -22,16 +23,7 @@ import { createSandbox, type Sandbox } from "./sandbox.ts";
 let sb: Sandbox;
 let backend: EbpfBackend;
 let state: NodeState;
-const drift: number[] = [];
-const metrics: BackendMetrics = {
-  transactionFailed: () => {},
-  conntrackReconciled: () => {},
-  iptablesRules: () => {},
-  rulesDrift: (b, n) => {
-    expect(b).toBe("ebpf");
-    drift.push(n);
-  },
-};
+const { metrics, drift } = driftMetrics();
 
 const http = { name: "http", port: 80, targetPort: 8080 };
 const pods = (...i: number[]) =>
@@ -89,7 +81,10 @@ describe("ebpf verify: the maps read back (real kernel)", () => {
     state = nextState(state, { set: [web(1, 2, 4)] }).state;
     await backend.apply(state, new Set(["default/web"]));
     expect(await backend.verify()).toEqual([]);
-    expect(drift).toEqual([0, 0]);
+    expect(drift).toEqual([
+      { backend: "ebpf", differences: 0 },
+      { backend: "ebpf", differences: 0 },
+    ]);
   });
 
   test("a frontend entry deleted by hand: that Service and frontend named as missing, the metric counts it", async () => {
@@ -98,7 +93,7 @@ describe("ebpf verify: the maps read back (real kernel)", () => {
     );
     const drifts = await backend.verify();
     expect(drifts).toEqual([expect.objectContaining({ service: "default/db", frontend: `${v4.clusterIP(31)}:5432/TCP`, kind: "missing" })]);
-    expect(drift.at(-1)).toBe(1);
+    expect(drift.at(-1)).toEqual({ backend: "ebpf", differences: 1 });
     expect(await backend.verify("default/web")).toEqual([]);
     await resync();
   });

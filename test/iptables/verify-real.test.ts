@@ -6,7 +6,8 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import type { BackendMetrics, Drift } from "../../src/plugins/backend.ts";
+import type { Drift } from "../../src/plugins/backend.ts";
+import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { canonical6, createTopology, type Topology } from "../harness/netns.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
 
@@ -14,13 +15,7 @@ let topo: Topology;
 let b: IptablesBackend;
 let clock = 0;
 const hour = 3_600_000;
-const drift: Array<{ backend: string; differences: number }> = [];
-const metrics: BackendMetrics = {
-  transactionFailed: () => {},
-  conntrackReconciled: () => {},
-  iptablesRules: () => {},
-  rulesDrift: (backend, differences) => drift.push({ backend, differences }),
-};
+const { metrics, drift } = driftMetrics();
 
 const ipt = (...argv: string[]) => topo.exec(topo.node.ns, ["iptables", ...argv]);
 /** deletes, by its number, the first rule of `chain` in the nat table whose saved line matches `pred`; gives the line */

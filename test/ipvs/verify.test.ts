@@ -9,7 +9,8 @@
 import { describe, expect, test } from "bun:test";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { BackendMetrics, Drift, Executor } from "../../src/plugins/backend.ts";
+import type { Drift, Executor } from "../../src/plugins/backend.ts";
+import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { N1, lines, testConfig } from "./harness.ts";
 import { endpoint, entry, nextState, nodeState, service } from "./services.ts";
@@ -55,16 +56,7 @@ function fakeKernel() {
 
 function rig() {
   const kernel = fakeKernel();
-  const drift: number[] = [];
-  const metrics: BackendMetrics = {
-    transactionFailed: () => {},
-    conntrackReconciled: () => {},
-    iptablesRules: () => {},
-    rulesDrift: (backend, n) => {
-      expect(backend).toBe("ipvs");
-      drift.push(n);
-    },
-  };
+  const { metrics, drift } = driftMetrics();
   const backend = createIpvsBackend(
     { config: testConfig(), log: memoryLogger(), out: () => {}, metrics },
     { executor: kernel.exec, drainIntervalMs: 0 },
@@ -98,7 +90,10 @@ describe("ipvs verify: the kernel read back (fake kernel)", () => {
     // the gone TCP endpoint drains: still in the kernel at weight 0, kpng's own doing
     expect(kernel.ipvs.get(`-t ${v4.clusterIP(1)}:80`)!.reals.get(`${v4.pod(2, 2)}:8080`)).toContain("-w 0");
     expect(await backend.verify()).toEqual([]);
-    expect(drift).toEqual([0, 0]);
+    expect(drift).toEqual([
+      { backend: "ipvs", differences: 0 },
+      { backend: "ipvs", differences: 0 },
+    ]);
   });
 
   test("a virtual server deleted by hand: the Service and its frontend named as missing; narrowed to another Service: none", async () => {
@@ -107,7 +102,7 @@ describe("ipvs verify: the kernel read back (fake kernel)", () => {
     const drifts = await backend.verify();
     expect(drifts).toEqual([expect.objectContaining({ service: "default/web", frontend: `${v4.clusterIP(1)}:80/TCP`, kind: "missing" })]);
     expect(drifts[0].detail).toContain("virtual server");
-    expect(drift).toEqual([1]);
+    expect(drift).toEqual([{ backend: "ipvs", differences: 1 }]);
     expect(await backend.verify("default/dns")).toEqual([]);
   });
 

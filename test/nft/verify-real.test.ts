@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
-import type { BackendMetrics, Drift } from "../../src/plugins/backend.ts";
+import type { Drift } from "../../src/plugins/backend.ts";
+import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, ep, nextState, nodeConfig, nodeState, svc } from "./fixtures.ts";
@@ -15,13 +16,7 @@ import { context, entry, ep, nextState, nodeConfig, nodeState, svc } from "./fix
 let topo: Topology;
 let backend: NftBackend;
 let state: NodeState;
-const drift: Array<{ backend: string; differences: number }> = [];
-const metrics: BackendMetrics = {
-  transactionFailed: () => {},
-  conntrackReconciled: () => {},
-  iptablesRules: () => {},
-  rulesDrift: (backend, differences) => drift.push({ backend, differences }),
-};
+const { metrics, drift } = driftMetrics();
 
 const nft = (...argv: string[]) => topo.exec(topo.node.ns, ["nft", ...argv]);
 const eps = (n: number, from = 1) =>
