@@ -129,9 +129,10 @@ export class NftBackend implements FullStateBackend {
   }
 
   /**
-   * `kpng verify`: both tables read back (one `nft -j list table` each) and
-   * compared with what the last apply programmed (verify.ts). The check of
-   * every Service sets the backend's drift metric.
+   * `kpng verify`: both tables read back (a netlink dump on kpng's own
+   * socket, else one `nft -j list table` each) and compared with what the
+   * last apply programmed (verify.ts). The check of every Service sets the
+   * backend's drift metric.
    */
   async verify(service?: string): Promise<Drift[]> {
     await this.applying;

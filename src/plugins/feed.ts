@@ -37,7 +37,7 @@ export interface FeedOptions {
 /**
  * A repair waits this long at most for the read-back that names what was
  * lost: repairs come first. The read grows with the rules (nft at 5,000
- * services: about 3 s of CPU, docs/verify.md); past this the line says the
+ * services: 1.2-1.6 s of CPU, iptables 3 s, docs/verify.md); past this the line says the
  * check was cut short, and the repair runs.
  */
 export const LOST_CHECK_MS = 2000;
