@@ -15,6 +15,8 @@ import {
   type BackendContext,
   type Config,
   allDone,
+  type Drift,
+  narrowDrift,
   type Endpoint,
   errorMessage,
   type Executor,
@@ -32,7 +34,7 @@ import {
   type UdpFrontend,
 } from "../../src/plugins/toolkit/index.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
-import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
+import { baseJumps, chains, fixedChains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
 import { localhostNodePorts, loopbackRefusals, renderFixed } from "./render-fixed.ts";
@@ -48,6 +50,7 @@ import {
 } from "./render-sync.ts";
 import { parseSave, type SavedState } from "./saved.ts";
 import { ChangeTracker } from "./tracker.ts";
+import { compareRules, type ProgrammedRules, savedMembers, savedRules } from "./verify.ts";
 
 export interface IptablesOptions {
   /** runs the iptables programs (default: on this host) */
@@ -107,6 +110,8 @@ export class IptablesBackend implements IncrementalBackend {
   private needFull = true;
   private lastFull = -Infinity;
   private synced = false;
+  /** a sync succeeded (not a dry run): `written` says what the kernel holds */
+  private restored = false;
   private queue: Promise<void> = Promise.resolve();
   /** the hairpin deletions still running after the last sync (deferIpset) */
   private lagging: Promise<void> | undefined;
@@ -220,6 +225,79 @@ export class IptablesBackend implements IncrementalBackend {
     return run;
   }
 
+  /**
+   * `kpng verify`: per family one `iptables-save` and one `ipset save` of the
+   * hairpin set, compared with what the last restores wrote (verify.ts). In
+   * the sync queue: never in the middle of a restore. The check of every
+   * Service sets the backend's drift metric.
+   */
+  verify(service?: string): Promise<Drift[]> {
+    const run = this.queue.then(() => this.check(service));
+    this.queue = run.then(
+      () => {},
+      () => {},
+    );
+    return run;
+  }
+
+  private async check(service: string | undefined): Promise<Drift[]> {
+    if (!this.restored) throw new KpngError("failed_precondition", "iptables: nothing programmed yet (no sync applied, or --dry-run)");
+    await this.lagging;
+    const read = async (family: Family) => {
+      const want = this.programmed(family);
+      const [save, set] = await Promise.all([
+        this.ipt.save(family),
+        // a set that does not exist fails the save: reported as missing
+        want.hairpin ? this.exec.run([ipsetCommand, "save", want.hairpin.set]).catch(() => undefined) : undefined,
+      ]);
+      return compareRules(family, want, savedRules(save), set === undefined ? undefined : savedMembers(set));
+    };
+    const drifts = (await Promise.all(this.families.map(read))).flat();
+    if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+    return narrowDrift(drifts, service);
+  }
+
+  /**
+   * What the last restores wrote into one family: the fixed chains and jumps,
+   * each Service's rules in the fixed chains and hairpin members as written,
+   * and the rules of its own chains rendered again from the state they were
+   * synced with (the sync keeps only digests of them). The chains of a
+   * Service changed since are left out (ProgrammedRules.pending).
+   */
+  private programmed(family: Family): ProgrammedRules {
+    const out: ProgrammedRules = { chains: new Map(), pending: new Set() };
+    const chain = (table: string, name: string, owner: string) => {
+      const k = `${table}/${name}`;
+      let c = out.chains.get(k);
+      if (!c) out.chains.set(k, (c = { owner, rules: [] }));
+      return c;
+    };
+    const fixed = renderFixed(this.config, family, { hairpinSet: this.hairpinSet });
+    for (const t of tables) for (const name of fixedChains[t]) chain(t, name, "");
+    // the localnet guard's chain and jumps exist only while localhost node ports are on (render-fixed.ts)
+    for (const c of fixed.chains) chain(c.table, c.name, "");
+    for (const j of [...baseJumps, ...fixed.jumps])
+      chain(j.table, j.from, "").rules.push({
+        rule: { table: j.table, chain: j.from, comment: j.comment, match: j.match, target: ["-j", j.to] },
+        owner: "",
+      });
+    for (const r of [...fixed.rules, ...fixed.tails]) chain(r.table, r.chain, "").rules.push({ rule: r, owner: "" });
+    const members = new Map<string, string>();
+    for (const [key, written] of this.written[family]) {
+      // its rules in the fixed chains and its hairpin members are kept as written
+      for (const rule of written.shared.values()) chain(rule.table, rule.chain, "").rules.push({ rule, owner: key });
+      for (const m of written.hairpin) if (!members.has(m) || key < members.get(m)!) members.set(m, key);
+      const rules = this.render(key, family);
+      if (!rules || !sameChains(compact(rules), written)) {
+        for (const k of written.chains.keys()) out.pending!.add(k);
+        continue;
+      }
+      for (const c of rules.chains.values()) chain(c.table, c.name, key).rules.push(...c.rules.map((rule) => ({ rule, owner: key })));
+    }
+    if (this.hairpinSet) out.hairpin = { set: hairpinSets[family], members };
+    return out;
+  }
+
   /** Whether every canary chain is still there; if not, the next sync is full. */
   async checkCanaries(): Promise<boolean> {
     for (const family of this.families) {
@@ -271,6 +349,7 @@ export class IptablesBackend implements IncrementalBackend {
         this.needFull = false;
         this.lastFull = this.now();
       }
+      this.restored = !this.ctx.config.dryRun;
       const round = (ms: number) => Math.round(ms);
       const ms = performance.now() - t0;
       this.log.debug("synced", {
@@ -599,7 +678,15 @@ export class IptablesBackend implements IncrementalBackend {
     this.written.v6.clear();
     this.hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
     this.needFull = true;
+    this.restored = false;
   }
+}
+
+/** the same chains with the same rules */
+function sameChains(a: WrittenService, b: WrittenService): boolean {
+  if (a.chains.size !== b.chains.size) return false;
+  for (const [k, d] of a.chains) if (b.chains.get(k) !== d) return false;
+  return true;
 }
 
 /** whether `job` fails, once it settles */

@@ -7,6 +7,7 @@
 import {
   type BackendContext,
   type Config,
+  type Drift,
   errorMessage,
   type Executor,
   FAMILIES,
@@ -15,6 +16,8 @@ import {
   type FullStateBackend,
   invalid,
   ipVersion,
+  KpngError,
+  narrowDrift,
   type Logger,
   needsInterfaceAddresses,
   nodeIPsOf,
@@ -32,6 +35,7 @@ import { DesiredState, commit, drainingServices, noneTouched, ownedVirtualServer
 import { printAddresses, printIpset, printIpvsadm, printSetCreates, serviceFlag } from "./print.ts";
 import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./render-iptables.ts";
 import { parseIpvsConnections, parseKernel } from "./parse.ts";
+import { compareIpvs } from "./verify.ts";
 
 /** Upstream kube-proxy's start-up warning for IPVS mode (cmd/kube-proxy/app/server_linux.go, KEP-5495). */
 export const IPVS_DEPRECATION_MESSAGE =
@@ -79,6 +83,8 @@ export class IpvsBackend implements FullStateBackend {
   private timer: ReturnType<typeof setInterval> | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private commands = 0;
+  /** a sync succeeded (not a dry run): `desired` is what the kernel was given */
+  private programmed = false;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -135,6 +141,20 @@ export class IpvsBackend implements FullStateBackend {
     return this.serialize(() => this.sync(state, change));
   }
 
+  /**
+   * `kpng verify`: the kernel read back as a full sync reads it (three reads)
+   * and compared with what the last sync programmed (verify.ts), between
+   * syncs and drains. The check of every Service sets the backend's drift metric.
+   */
+  verify(service?: string): Promise<Drift[]> {
+    return this.serialize(async () => {
+      if (!this.programmed) throw new KpngError("failed_precondition", "ipvs: nothing programmed yet (no sync applied, or --dry-run)");
+      const drifts = compareIpvs(this.desired, await this.readKernel());
+      if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+      return narrowDrift(drifts, service);
+    });
+  }
+
   /** Deletes draining real servers whose connections are over; returns how many. */
   drain(): Promise<number> {
     return this.serialize(() => this.drainNow());
@@ -148,6 +168,7 @@ export class IpvsBackend implements FullStateBackend {
   async cleanup(): Promise<void> {
     await this.serialize(() => cleanupAll(this.exec, this.families, (msg, err) => this.log.warn(msg, { error: errorMessage(err) })));
     this.needFull = true;
+    this.programmed = false;
   }
 
   private run(argv: string[], stdin?: string) {
@@ -212,6 +233,7 @@ export class IpvsBackend implements FullStateBackend {
     }
     const full = change === null || this.needFull;
     this.needFull = true;
+    this.programmed = false;
     this.commands = 0;
     const touched = noneTouched();
     if (full) {
@@ -239,6 +261,7 @@ export class IpvsBackend implements FullStateBackend {
     await this.execute(tx, full);
     commit(this.kernel, tx);
     this.needFull = false;
+    this.programmed = !config.dryRun;
     Object.assign(this.last, { full, operations: operationCount(tx), commands: this.commands });
     this.log.debug("synced", { rev: state.rev, ...this.last });
   }

@@ -26,13 +26,13 @@ import { address, type Field, HOST_LE, Unencodable, value, valueLength, Writer }
 import { ListElement } from "./render-service.ts";
 
 const NLMSG_HDRLEN = 16;
-const NLMSG_ERROR = 2;
-const NLM_F_REQUEST = 0x1;
+export const NLMSG_ERROR = 2;
+export const NLM_F_REQUEST = 0x1;
 const NLM_F_CREATE = 0x400;
 /** on an NLMSG_ERROR: the refused message is not copied after nlmsgerr (NETLINK_CAP_ACK), TLVs follow (NETLINK_EXT_ACK) */
 const NLM_F_CAPPED = 0x100;
 const NLM_F_ACK_TLVS = 0x200;
-const NFNL_SUBSYS_NFTABLES = 10;
+export const NFNL_SUBSYS_NFTABLES = 10;
 const NFNL_MSG_BATCH_BEGIN = 0x10;
 const NFNL_MSG_BATCH_END = 0x11;
 const NFT_MSG_NEWTABLE = 0;
@@ -44,26 +44,26 @@ const NFTA_TABLE_NAME = 1;
 const NFTA_CHAIN_NAME = 3;
 const ENOENT = 2;
 const NLA_F_NESTED = 0x8000;
-const NFTA_SET_ELEM_LIST_TABLE = 1;
-const NFTA_SET_ELEM_LIST_SET = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
-const NFTA_SET_ELEM_KEY = 1;
-const NFTA_SET_ELEM_DATA = 2;
-const NFTA_SET_ELEM_USERDATA = 6;
-const NFTA_DATA_VALUE = 1;
-const NFTA_DATA_VERDICT = 2;
-const NFTA_VERDICT_CODE = 1;
-const NFTA_VERDICT_CHAIN = 2;
+export const NFTA_SET_ELEM_LIST_TABLE = 1;
+export const NFTA_SET_ELEM_LIST_SET = 2;
+export const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
+export const NFTA_SET_ELEM_KEY = 1;
+export const NFTA_SET_ELEM_DATA = 2;
+export const NFTA_SET_ELEM_USERDATA = 6;
+export const NFTA_DATA_VALUE = 1;
+export const NFTA_DATA_VERDICT = 2;
+export const NFTA_VERDICT_CODE = 1;
+export const NFTA_VERDICT_CHAIN = 2;
 /** libnftnl udata TLV type of an element's comment (NFTNL_UDATA_SET_ELEM_COMMENT) */
-const UDATA_SET_ELEM_COMMENT = 0;
+export const UDATA_SET_ELEM_COMMENT = 0;
 /** enum nlmsgerr_attrs */
 const NLMSGERR_ATTR_MSG = 1;
 const NLMSGERR_ATTR_OFFS = 2;
 /** nfgenmsg.nfgen_family */
-const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
+export const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
 /** NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_RETURN; jump and goto carry a chain */
-const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
-const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
+export const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
+export const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
 /**
  * The NFTA_SET_ELEM_LIST_ELEMENTS nest of one message stays within what its
  * 16-bit length can say, as libnftnl splits (nftnl_attr_nest_overflow): the
@@ -283,7 +283,8 @@ export function encodeElements(tx: Transaction): { batch: EncodedBatch | undefin
 }
 
 /** nlmsghdr (its length set by the caller) and nfgenmsg; a change asks to create (NLM_F_CREATE), a question does not */
-function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
+/** an nfnetlink message's headers, its length written by the caller (netlink-dump.ts asks with it too) */
+export function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
   w.room(NLMSG_HDRLEN + 4);
   const start = w.at;
   w.u32(NLMSG_HDRLEN + 4);

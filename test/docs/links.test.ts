@@ -9,10 +9,6 @@ import { join } from "node:path";
 import { allFlags, currentHelps, parseHelp } from "../../docs/generate.ts";
 import { anchors, links, pages, ROOT, read, resolveLink, splitCode } from "./markdown.ts";
 
-// Pages other helpers are writing at the same time as this test (issue 37):
-// linked already, tolerated while absent. Drop this list once they are merged.
-const PENDING = new Set(["docs/introspection.md", "docs/verify.md"]);
-
 const external = (target: string) => /^[a-z][\w+.-]*:/i.test(target);
 
 describe("links between pages", () => {
@@ -23,7 +19,7 @@ describe("links between pages", () => {
         if (external(target)) continue;
         const { path, anchor } = resolveLink(page, target);
         if (!existsSync(join(ROOT, path))) {
-          if (!PENDING.has(path)) broken.push(`${page}: ${target}: no file ${path}`);
+          broken.push(`${page}: ${target}: no file ${path}`);
           continue;
         }
         if (anchor && path.endsWith(".md") && !anchors(read(path)).has(anchor)) broken.push(`${page}: ${target}: no heading #${anchor}`);
@@ -67,7 +63,7 @@ describe("code blocks", () => {
       for (const m of b.text.matchAll(
         /(?<![\w./-])(?:\.\/)?((?:src|plugins|test|bench|examples|deploy|docs|proto|\.ci)\/[\w./-]*[\w/])/g,
       )) {
-        if (!existsSync(join(ROOT, m[1])) && !PENDING.has(m[1])) missing.push(`${b.page}:${b.line}: ${m[1]}`);
+        if (!existsSync(join(ROOT, m[1]))) missing.push(`${b.page}:${b.line}: ${m[1]}`);
       }
     expect(missing).toEqual([]);
   });
@@ -122,8 +118,7 @@ describe("pages the code cites", () => {
       .filter((f) => /\.(ts|yaml|sh)$/.test(f));
     const missing: string[] = [];
     for (const f of files)
-      for (const m of read(f).matchAll(/\bdocs\/[\w./-]*\.md\b/g))
-        if (!existsSync(join(ROOT, m[0])) && !PENDING.has(m[0])) missing.push(`${f}: ${m[0]}`);
+      for (const m of read(f).matchAll(/\bdocs\/[\w./-]*\.md\b/g)) if (!existsSync(join(ROOT, m[0]))) missing.push(`${f}: ${m[0]}`);
     expect(missing).toEqual([]);
   });
 });

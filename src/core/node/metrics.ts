@@ -127,6 +127,7 @@ export class ProxyMetrics {
   /** kube-proxy's sync histogram has only ip_family: with several backends, this one says which cost what */
   private readonly backendSync: Histogram;
   private readonly foreign: Gauge;
+  private readonly drift: Gauge;
   /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
   private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
   private readonly conntrackDuration: Histogram;
@@ -278,6 +279,13 @@ export class ProxyMetrics {
       name: "kpng_foreign_proxy_detected",
       help: "1 while another proxy's rules are on this node after kpng removed them (another proxy is programming the node), by proxy, how its rules were written and IP family",
       labelNames: ["proxy", "rules", "ip_family"],
+      registers,
+    });
+    // kube-proxy reads nothing back; kpng's check of what the kernel holds (Backend.verify)
+    this.drift = new Gauge({
+      name: "kpng_backend_rules_drift",
+      help: "Differences between what a backend programmed and what the kernel holds, found at its last check (kpng verify, or rules reported changed by another process)",
+      labelNames: ["backend"],
       registers,
     });
     const counters = new Map<string, Counter>(); // by name: iptables and ipvs share one
@@ -587,6 +595,10 @@ export class ProxyMetrics {
   /** another proxy's sign (leftovers/foreign.ts) seen, or gone */
   foreignProxy(s: ForeignProxySign, present: boolean): void {
     this.foreign.set({ proxy: s.proxy, rules: s.rules, ip_family: s.family }, present ? 1 : 0);
+  }
+
+  rulesDrift(backend: string, differences: number): void {
+    this.drift.set({ backend }, differences);
   }
 
   answered(path: "healthz" | "livez", code: number): void {

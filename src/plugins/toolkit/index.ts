@@ -23,6 +23,7 @@ export type {
   BackendContext,
   BackendFactory,
   BackendMetrics,
+  Drift,
   Executor,
   FullStateBackend,
   IncrementalBackend,
@@ -46,3 +47,4 @@ export * from "./service-port.ts";
 export * from "./conntrack.ts";
 export * from "./command.ts";
 export * from "./names.ts";
+export * from "./drift.ts";
