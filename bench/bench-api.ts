@@ -6,8 +6,8 @@
 //     reached from the node's namespace as https://127.0.0.1:6443 (the
 //     harness's byte relay, as kube-proxy's kubeconfig names the API server
 //     on a kubeadm node), kpng signed in as system:kube-proxy. Filled once
-//     per size for the whole bench process by concurrent POSTs; the README's
-//     figures come from it.
+//     per size for the whole bench process by concurrent POSTs; the
+//     figures of docs/performance.md come from it.
 //   - "fake": the in-repo test API server (bench/startup-api-server.ts),
 //     started afresh for each run inside the node's namespace.
 //
@@ -52,6 +52,8 @@ export interface BenchApi {
   /** Ends a run. */
   end(): Promise<void>;
   close(): Promise<void>;
+  /** the real API server (KPNG_BENCH_API=real), for a bench that runs the real kube-proxy beside kpng */
+  server?: KubeApiServer;
 }
 
 export async function openApi(opts: { kind: ApiKind; topo: Topology; services: number; dir: string }): Promise<BenchApi> {
@@ -135,6 +137,7 @@ async function openReal(opts: { topo: Topology; services: number; dir: string })
     pids: () => server.pids(),
     async end() {},
     close: unreach,
+    server,
   };
 }
 

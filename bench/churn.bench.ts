@@ -13,15 +13,25 @@
 // Two runs per size: kpng's default (no minSyncPeriod: syncs paced by their
 // cost, src/core/pacing.ts) and `--min-sync-period 1s` (kube-proxy's default,
 // honoured when an operator sets it). Printed: median and p99 latency, the
-// number of nft syncs, and kpng's CPU share during the churn. Figures only.
+// number of nft syncs, the proxy's CPU share during the churn, the time from
+// its start to its first sync and its RSS after the changes. Figures only.
 // KPNG_BENCH_SIZES (default "1000,10000"), KPNG_BENCH_CHANGES (default 100).
 // KPNG_BENCH_CONTENT_TYPE=json: kpng asks for JSON (default: protobuf, as
 // kube-proxy). KPNG_BENCH_KPNG measures another tree's kpng, or several in turn
 // (bench/kpng-under-test.ts), against the same API server.
+//
+// Against the real API server the same churn is then measured on the real
+// kube-proxy 1.36.2 in nftables mode, as kubeadm deploys it (its default
+// minSyncPeriod, 1s), in the same namespace (test/harness/kube-proxy.ts): a
+// change is in once a "SyncProxyRules complete" of the IPv6 proxier (the
+// bench's services are IPv6) that started after it has been logged (klog's
+// time and `elapsed`). KPNG_BENCH_KUBE_PROXY=0 leaves it out.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { requireK8s } from "../test/harness/kube-apiserver.ts";
+import { startKubeProxy } from "../test/harness/kube-proxy.ts";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, closeApis, openApi } from "./bench-api.ts";
 import { kpngsUnderTest } from "./kpng-under-test.ts";
@@ -39,7 +49,42 @@ const cpuSeconds = (pid: number) => {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 };
 
+/** resident memory of a process, MB (VmRSS) */
+const rssMB = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024;
+
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
+
+interface Sync {
+  start: number;
+  end: number;
+}
+
+/**
+ * One change every PERIOD_MS (not awaited: the pace holds however long the API server takes), then
+ * waits (bounded) for a sync that started after the last one. A change is in the kernel once a sync
+ * that started after the API server applied it has ended: its latency.
+ */
+async function paceChanges(api: BenchApi, changes: number, syncs: () => Sync[]): Promise<{ latencies: number[]; seconds: number }> {
+  const t0 = Date.now();
+  const applied: Array<Promise<number>> = [];
+  for (let n = 1; n <= changes; n++) {
+    const due = t0 + n * PERIOD_MS;
+    if (due > Date.now()) await Bun.sleep(due - Date.now());
+    applied.push(api.change(n));
+  }
+  const changedAt = await Promise.all(applied);
+  const lastAt = Math.max(...changedAt);
+  const end = Date.now() + 30_000;
+  while (!syncs().some((x) => x.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
+  const seconds = (Date.now() - t0) / 1000;
+  const all = syncs();
+  const latencies: number[] = [];
+  for (const at of changedAt) {
+    const x = all.find((y) => y.start >= at);
+    if (x) latencies.push(x.end - at);
+  }
+  return { latencies, seconds };
+}
 
 async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; changes: number; extra: string[] }) {
   const { topo, api, kpng: kpngArgv, changes, extra } = opts;
@@ -48,6 +93,7 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
     for (const family of ["ip", "ip6"])
       Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
     await quietNft(30_000);
+    const spawnedAt = Date.now();
     const kpng = Bun.spawn(
       [
         "ip",
@@ -67,37 +113,25 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
     );
     const log = lines(kpng.stderr);
     try {
-      await log.wait(/ synced backend=nft /, 1, 120_000);
+      const firstSync = await log.wait(/ synced backend=nft /, 1, 120_000);
       await Bun.sleep(1000);
       const syncsBefore = log.count(/ synced backend=nft /);
       const kpid = kpng.pid; // `ip netns exec` execs kpng in its own place
       const cpu0 = cpuSeconds(kpid);
-      const t0 = Date.now();
-      const applied: Array<Promise<number>> = [];
-      for (let n = 1; n <= changes; n++) {
-        const due = t0 + n * PERIOD_MS;
-        if (due > Date.now()) await Bun.sleep(due - Date.now());
-        applied.push(api.change(n)); // not awaited: one every PERIOD_MS, however long the API server takes
-      }
-      const changedAt = await Promise.all(applied);
-      const lastAt = Math.max(...changedAt);
+      // kpng logs `synced` when nft has committed; ms= is how long the sync took
       const synced = () =>
         log.all
           .filter((l) => / synced backend=nft /.test(l.line))
           .map((l) => ({ end: l.at, start: l.at - Number(/ ms=(\d+)/.exec(l.line)?.[1] ?? 0) }));
-      const end = Date.now() + 30_000;
-      while (!synced().some((s) => s.start >= lastAt) && Date.now() < end) await Bun.sleep(50);
-      const wall = (Date.now() - t0) / 1000;
+      const { latencies, seconds } = await paceChanges(api, changes, synced);
       const cpu = cpuSeconds(kpid) - cpu0;
-      // A change is in the kernel once a sync that started after the API server applied it has
-      // ended (kpng logs `synced` when nft has committed; ms= is how long the sync took).
-      const syncs = synced();
-      const latencies: number[] = [];
-      for (const at of changedAt) {
-        const s = syncs.find((x) => x.start >= at);
-        if (s) latencies.push(s.end - at);
-      }
-      return { latencies, syncs: log.count(/ synced backend=nft /) - syncsBefore, cpuShare: cpu / wall };
+      return {
+        latencies,
+        syncs: log.count(/ synced backend=nft /) - syncsBefore,
+        cpuShare: cpu / seconds,
+        startMs: firstSync.at - spawnedAt,
+        rssMB: rssMB(kpid),
+      };
     } finally {
       kpng.kill("SIGTERM");
       await kpng.exited;
@@ -105,6 +139,89 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
   } finally {
     await api.end();
   }
+}
+
+/** klog's header time (`I1129 08:30:00.123456`, local time) as epoch ms */
+function klogTime(line: string): number | undefined {
+  const m = /^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})/.exec(line);
+  if (!m) return undefined;
+  const [mo, d, h, mi, sec, us] = m.slice(1).map(Number);
+  return new Date(new Date().getFullYear(), mo - 1, d, h, mi, sec, us / 1000).getTime();
+}
+
+/** Go's duration text (`12.3ms`, `1.2s`, `850µs`) in ms */
+function goMs(text: string): number {
+  const m = /^([\d.]+)(ns|µs|us|ms|s)$/.exec(text);
+  if (!m) return 0;
+  return Number(m[1]) * { ns: 1e-6, µs: 1e-3, us: 1e-3, ms: 1, s: 1000 }[m[2] as "ns" | "µs" | "us" | "ms" | "s"];
+}
+
+/** The same churn on the real kube-proxy (nftables mode, kubeadm's settings), its syncs read from its log. */
+async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: number; dir: string }) {
+  const { topo, api, changes } = opts;
+  if (!api.server) throw new Error("kube-proxy runs against the real API server only");
+  await api.begin();
+  for (const family of ["ip", "ip6"])
+    Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kube-proxy"], { stderr: "ignore" });
+  await quietNft(30_000);
+  const spawnedAt = Date.now();
+  const proxy = await startKubeProxy({ api: api.server, ns: topo.node.ns, mode: "nftables", nodeName: NODE_NAME, dir: opts.dir });
+  try {
+    const syncs = () =>
+      proxy.log
+        .filter((l) => l.includes('"SyncProxyRules complete"') && l.includes('ipFamily="IPv6"'))
+        .map((l) => {
+          const end = klogTime(l) ?? 0;
+          return { end, start: end - goMs(/elapsed="([^"]+)"/.exec(l)?.[1] ?? "") };
+        });
+    const first = Date.now() + 180_000;
+    while (!syncs().length && Date.now() < first && proxy.proc.exitCode === null) await Bun.sleep(100);
+    if (!syncs().length) throw new Error(`kube-proxy never synced; its log:\n${proxy.log.slice(-20).join("\n")}`);
+    await Bun.sleep(2000);
+    const before = syncs().length;
+    const cpu0 = cpuSeconds(proxy.proc.pid);
+    const { latencies, seconds } = await paceChanges(api, changes, syncs);
+    const cpu = cpuSeconds(proxy.proc.pid) - cpu0;
+    const all = syncs();
+    const took = all.slice(before).map((x) => x.end - x.start);
+    return {
+      latencies,
+      syncs: all.length - before,
+      cpuShare: cpu / seconds,
+      syncMs: pct(took, 50),
+      startMs: all[0].end - spawnedAt,
+      rssMB: rssMB(proxy.proc.pid),
+    };
+  } finally {
+    await proxy.stop();
+  }
+}
+
+/** One row of the table. */
+function row(
+  o: { services: number; name: string; width: number; label: string; changes: number; load: string; tail?: string },
+  r: Churned,
+) {
+  const l = r.latencies;
+  const ms = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "never" : x.toFixed(0));
+  const unseen = l.length < o.changes ? ` (${o.changes - l.length} changes not seen)` : "";
+  console.log(
+    `  ${String(o.services).padStart(8)} | ${o.name.padEnd(o.width)} | ${o.label.padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
+      l.length ? Math.max(...l) : undefined,
+    ).padStart(
+      6,
+    )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${unseen} | ${(r.startMs / 1000).toFixed(2).padStart(7)} s | ${r.rssMB.toFixed(0).padStart(4)} MB | ${o.load}${o.tail ?? ""}`,
+  );
+}
+
+interface Churned {
+  latencies: number[];
+  syncs: number;
+  cpuShare: number;
+  /** process start to its first sync's end (kube-proxy: its IPv6 proxier's), ms */
+  startMs: number;
+  /** the process's RSS after the changes, MB */
+  rssMB: number;
 }
 
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
@@ -126,7 +243,9 @@ export default async function churnBench() {
       console.log(`\n${services} services x 10 endpoints, 100 nodes (load ${load()})`);
       const api = await openApi({ kind, topo, services, dir });
       try {
-        console.log(`  services | ${"kpng".padEnd(width)} | minSyncPeriod     | median ms | p99 ms | max ms | nft syncs | kpng CPU | load`);
+        console.log(
+          `  services | ${"kpng".padEnd(width)} | minSyncPeriod     | median ms | p99 ms | max ms | nft syncs | CPU | start->first sync | RSS after | load`,
+        );
         for (const [label, extra] of [
           ["none (paced)", []],
           ["1s (explicit)", ["--min-sync-period", "1s"]],
@@ -134,16 +253,15 @@ export default async function churnBench() {
           for (const k of kpngs) {
             const before = load();
             const r = await churn({ topo, api, kpng: [...k.argv, "--kube-api-content-type", contentType], changes, extra: [...extra] });
-            const l = r.latencies;
-            const ms = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "never" : x.toFixed(0));
-            console.log(
-              `  ${String(services).padStart(8)} | ${k.name.padEnd(width)} | ${label.padEnd(17)} | ${ms(pct(l, 50)).padStart(9)} | ${ms(pct(l, 99)).padStart(6)} | ${ms(
-                l.length ? Math.max(...l) : undefined,
-              ).padStart(
-                6,
-              )} | ${String(r.syncs).padStart(9)} | ${(r.cpuShare * 100).toFixed(0)}% of a core${l.length < changes ? ` (${changes - l.length} changes not seen)` : ""} | ${before}`,
-            );
+            row({ services, name: k.name, width, label, changes, load: before }, r);
           }
+        if (api.server && process.env.KPNG_BENCH_KUBE_PROXY !== "0") {
+          requireK8s();
+          const before = load();
+          const r = await churnKubeProxy({ topo, api, changes, dir: join(dir, `kube-proxy-${services}`) });
+          const tail = ` | its sync ${Number.isFinite(r.syncMs) ? r.syncMs.toFixed(0) : "-"} ms median`;
+          row({ services, name: "kube-proxy", width, label: "1s (its default)", changes, load: before, tail }, r);
+        }
       } finally {
         await api.close();
       }

@@ -2,7 +2,7 @@
 // figures behind deploy/daemonset.yaml's requests and limits. The image is
 // built (deploy/image/build.sh), unpacked, and run under runc in a node
 // namespace (test/image/container.ts: host network = that namespace,
-// privileged, the shipped kube-proxy ConfigMap in nftables mode) against the
+// privileged, the shipped kpng ConfigMap in nftables mode) against the
 // in-repo API server of `bench startup` (1,000 and 10,000 services x 10
 // endpoints, 100 nodes). Per size, after the first sync and 20 EndpointSlice
 // changes:
@@ -73,7 +73,7 @@ export default async function imageBench() {
     const version = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
     const bundle = join(dir, "bundle");
     const base = await unpackImage(join(dir, "image"), version, bundle);
-    const configMap = parseAllDocuments(readFileSync(join(ROOT, "deploy/kube-proxy-configmap.yaml"), "utf8"))
+    const configMap = parseAllDocuments(readFileSync(join(ROOT, "deploy/kpng-configmap.yaml"), "utf8"))
       .map((d) => d.toJS() as { kind: string; data: Record<string, string> })
       .find((d) => d.kind === "ConfigMap")!;
     await topo.serve(topo.pods[0], { tcp: [8080] });

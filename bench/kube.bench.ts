@@ -14,7 +14,7 @@
 // KPNG_BENCH_SECONDS (default 60) sets the compressed hour's length;
 // KPNG_BENCH_HOURS (default 1) soaks longer at the same rate.
 //
-// The figures of a 1-hour and a 3-hour run: README, Performance.
+// The figures of a 1-hour and a 3-hour run: docs/results/2026-11.md.
 
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -42,8 +42,8 @@
 //
 // Each run waits (up to 2 min, KPNG_BENCH_NFT_WAIT_MS) until no process on
 // the host listens to nftables events (nftListeners): one listener anywhere,
-// say another kpng of a test suite, makes the load slower (README,
-// Performance). A run that
+// say another kpng of a test suite, makes the load slower (docs/results/2026-11.md,
+// the figures). A run that
 // could not wait says so.
 //
 // kpng asks in kube-proxy's default content type, protobuf (the API server
@@ -126,7 +126,7 @@ const rssMB = (pid: number) => {
  * `nft monitor`), in any network namespace: the kernel keeps one listener
  * mask per netlink protocol for all namespaces, so while one exists every nft
  * commit anywhere builds a notification per element. A big load then takes
- * longer (README, Performance), whichever namespace the listener is in.
+ * longer (docs/results/2026-11.md), whichever namespace the listener is in.
  */
 function nftListeners(): number {
   const seen = new Set<string>();

@@ -10,7 +10,7 @@ import type { Config } from "./core/config/config.ts";
 import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
 import { kubeClientArgs, kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
 import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
-import { errorMessage, isInvalidArgument, KpngError } from "./core/errors.ts";
+import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
 import {
   apiClientArgs,
   backendNames,
@@ -26,6 +26,7 @@ import { createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { LateServers } from "./core/node/late-servers.ts";
 import type { Backend, BackendContext } from "./plugins/backend.ts";
 import { builtinBackend } from "./plugins/registry.ts";
+import { getArgs, verifyArgs } from "./core/introspect/args.ts";
 // Everything else loads when a command needs it: `--version` and `--help` evaluate none of
 // it (protobuf-es' registries, prom-client, the backends), and the run command starts its
 // lists before it loads what they do not need. The API server and client (Connect, HTTP/2)
@@ -33,6 +34,10 @@ import { builtinBackend } from "./plugins/registry.ts";
 // start-up time and memory.
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
+import type { IntrospectSource } from "./core/introspect/routes.ts";
+import type { BackendEvents } from "./core/node/backend-events.ts";
+import type { NodeEventOptions } from "./core/node/events.ts";
+import type { BackendsIntrospection } from "./plugins/introspect.ts";
 import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
 const log = createLogger("kpng");
@@ -97,9 +102,9 @@ function logRevisions(nodeName: string): (rev: Revision) => void {
 async function feedFromView(
   view: NodeView,
   backends: readonly Backend[],
-  opts: { cfg: Config; servers: LateServers | undefined },
+  opts: { cfg: Config; servers: LateServers | undefined; introspection?: BackendsIntrospection; events?: BackendEvents },
 ): Promise<{ startedUp: Promise<void> }> {
-  const { cfg, servers } = opts;
+  const { cfg, servers, introspection, events } = opts;
   const [{ memoryRelease }, { feedAll }, { removeKubeProxyRules }] = await Promise.all([
     import("./core/release-memory.ts"),
     import("./plugins/feed-all.ts"),
@@ -112,6 +117,8 @@ async function feedFromView(
     log,
     onSynced: (b, state, seconds, change) => {
       servers?.synced(b.name, state, seconds, change);
+      introspection?.synced(b, state, seconds);
+      events?.synced(b.name, change === null);
       memory.synced();
     },
     onStartedUp: () => {
@@ -121,12 +128,21 @@ async function feedFromView(
         migrated = removeKubeProxyRules(
           backends.map((b) => b.name),
           log,
+          // a long run watches for another proxy's rules coming back (--once has no servers: it exits)
+          servers ? (sign, present) => servers.foreignProxy(sign, present) : undefined,
         );
       // The health and metrics servers start now (late-servers.ts); start-up's collection follows, and frees what their start left too.
       void Promise.resolve(servers?.start()).then(() => memory.startedUp(migrated));
     },
-    onError: (b, err) => servers?.failed(b.name, err),
-    onRulesLost: (b, reason) => servers?.rulesLost(b.name, reason),
+    onError: (b, err) => {
+      servers?.failed(b.name, err);
+      introspection?.failed(b, err);
+      events?.failed(b.name, err);
+    },
+    onRulesLost: (b, reason) => {
+      servers?.rulesLost(b.name, reason);
+      events?.rulesLost(b.name, reason);
+    },
   });
   const logRevision = logRevisions(cfg.nodeName);
   view.subscribe((rev) => {
@@ -141,6 +157,10 @@ async function feedFromView(
 interface Command {
   description: string;
   args: FlagDefs;
+  /** takes arguments besides flags (`kpng get services NS/NAME`); kube-proxy's own command takes none */
+  positionals?: boolean;
+  /** the usage line of --help, when it is more than `kpng NAME [flags]` */
+  usage?: string;
   run(parsed: ParsedArgv): Promise<void>;
 }
 
@@ -206,6 +226,10 @@ const runCommand = command({
     );
     starting.catch(() => {}); // awaited below, after the backends' setup has started
     await nextTurn(); // the lists' requests are on their way
+    // detectLocalMode NodeCIDR: the backends are created with the Node's pod CIDRs, as kube-proxy creates its proxier.
+    const podCIDRs =
+      cfg.localDetect?.kind === "node-cidr" ? await nodePodCIDRs({ cfg, brain, starting, stopped, file: sources.input }) : undefined;
+    if (podCIDRs === null) return servers?.close();
     // The backends' code evaluates while the API server answers.
     const backends = await loadAskedBackends(rawArgs, ctx);
     loaded.resolve(backends.map((b) => b.name));
@@ -224,7 +248,11 @@ const runCommand = command({
     // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
     log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     servers?.setSource(source);
-    const api = listen.length ? await serveApi(brain, cfg, listen, security, args) : undefined;
+    // What `kpng get` and `kpng verify` ask of the backends: only where the API is served.
+    const introspection = listen.length
+      ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
+      : undefined;
+    const api = listen.length ? await serveApi(brain, cfg, listen, security, args, introspection) : undefined;
     if (api) servers?.followApi(api);
     const view = brain.view(cfg.nodeName);
     const { nodeIPsBeforeFirstSync } = await import("./core/sources/index.ts");
@@ -233,23 +261,32 @@ const runCommand = command({
     const { recordStartWarnings } = await import("./core/node/start-warnings.ts");
     // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
     const fromCluster = args.input === undefined && args.api === undefined;
+    const eventOptions: NodeEventOptions = {
+      kubeconfig: sources.kubeconfig,
+      master: sources.master,
+      config: cfg,
+      log: log.child("events"),
+      restClient: servers?.restClient,
+    };
     const warned = fromCluster
       ? recordStartWarnings(
           backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])),
-          {
-            kubeconfig: sources.kubeconfig,
-            master: sources.master,
-            config: cfg,
-            log: log.child("events"),
-            restClient: servers?.restClient,
-          },
+          eventOptions,
         )
       : undefined;
-    const { startedUp } = await feedFromView(view, backends, { cfg, servers });
+    // Failed syncs and repaired rules as Events on the Node too (backend-events.ts), from a cluster source only.
+    const events = fromCluster
+      ? new (await import("./core/node/backend-events.ts")).BackendEvents({
+          record: async (f) => (await import("./core/node/events.ts")).recordNodeEvent(eventOptions, f),
+        })
+      : undefined;
+    const { startedUp } = await feedFromView(view, backends, { cfg, servers, introspection, events });
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
     // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
-    if (args.once) await startedUp.then(() => warned);
-    else if (servers) await Promise.race([stopped, servers.cannotStart]); // a port taken with bindAddressHardFail ends kpng
+    if (args.once) await startedUp.then(() => Promise.all([warned, events?.flush()]));
+    // a port taken with bindAddressHardFail ends kpng, and so do new pod CIDRs under NodeCIDR (exit 1: restarted with them)
+    else if (servers) await Promise.race([stopped, servers.cannotStart, ...(podCIDRs ? [podCIDRs.changed] : [])]);
+    podCIDRs?.stop();
     servers?.close();
     await api?.close();
     source.close();
@@ -257,7 +294,31 @@ const runCommand = command({
   },
 });
 
-async function serveApi(brain: Brain, cfg: Config, listen: string[], security: ServeSecurity, args: Args): Promise<ApiServer> {
+/**
+ * NodeCIDR (node-pod-cidrs.ts): once the source is up, the Node's pod CIDRs
+ * go into the Config the backends are created with, and are watched for a
+ * change. null: stopped by a signal meanwhile.
+ */
+async function nodePodCIDRs(o: { cfg: Config; brain: Brain; starting: Promise<unknown>; stopped?: Promise<void>; file?: string }) {
+  const { cfg, brain, stopped } = o;
+  const { waitForPodCIDRs, watchPodCIDRs } = await import("./core/node/node-pod-cidrs.ts");
+  if (!(await untilStopped(o.starting, stopped))) return null;
+  // an --input file is the whole cluster: a Node without pod CIDRs in it will not get any by waiting
+  const cidrs = await untilStopped(waitForPodCIDRs(brain, cfg.nodeName, { log, timeoutMs: o.file === undefined ? undefined : 0 }), stopped);
+  if (!cidrs || cfg.localDetect?.kind !== "node-cidr") return null;
+  cfg.localDetect.cidrs = cidrs;
+  log.info("detectLocalMode NodeCIDR", { node: cfg.nodeName, podCIDRs: cidrs.join(",") });
+  return watchPodCIDRs(brain, cfg.nodeName, cidrs);
+}
+
+async function serveApi(
+  brain: Brain,
+  cfg: Config,
+  listen: string[],
+  security: ServeSecurity,
+  args: Args,
+  introspect?: IntrospectSource,
+): Promise<ApiServer> {
   const { startApiServer } = await import("./core/api/server/index.ts");
   const tokens = security.tokenUsers.length ? await tokenReviewer(args, cfg, security.tokenUsers) : undefined;
   return startApiServer({
@@ -268,6 +329,7 @@ async function serveApi(brain: Brain, cfg: Config, listen: string[], security: S
     auth: { tokens },
     defaultNodeName: cfg.nodeName,
     log: log.child("api"),
+    introspect,
   });
 }
 
@@ -353,6 +415,10 @@ const backendCommand = command({
     const ctx = backendContext(cfg);
     const backends = await loadAskedBackends(rawArgs, ctx);
     if (args.cleanup) return cleanupBackends(backends, ctx);
+    if (cfg.localDetect?.kind === "node-cidr")
+      throw invalid(
+        "detectLocalMode NodeCIDR: a sidecar cannot read the Node's spec.podCIDRs (the brain's API does not carry them); use ClusterCIDR with --cluster-cidr, or an interface mode",
+      );
     for (const b of backends) await b.setup?.(ctx);
     // A sidecar programs the node's rules too: the same conntrack sysctls (from its --config).
     await setConntrack(cfg, backendNames(rawArgs, cfg), log);
@@ -429,7 +495,29 @@ function waitForSignal(): Promise<void> {
   });
 }
 
-const subCommands: Record<string, Command> = { local: localCommand, serve: serveCommand, backend: backendCommand };
+const getCommand: Command = {
+  description: "show what the running kpng on this node holds: services|endpoints [NAMESPACE/NAME] (its API socket)",
+  args: getArgs,
+  usage: "kpng get services|endpoints [NAMESPACE/NAME] [flags]",
+  positionals: true,
+  run: async (parsed) => (await import("./core/introspect/commands.ts")).runGet(parsed, (t) => process.stdout.write(t)),
+};
+
+const verifyCommand: Command = {
+  description: "read the kernel back through the running kpng's backends: exit 0 only if it holds what they programmed",
+  args: verifyArgs,
+  usage: "kpng verify [NAMESPACE/NAME] [flags]",
+  positionals: true,
+  run: async (parsed) => (await import("./core/introspect/commands.ts")).runVerify(parsed, (t) => process.stdout.write(t)),
+};
+
+const subCommands: Record<string, Command> = {
+  local: localCommand,
+  serve: serveCommand,
+  backend: backendCommand,
+  get: getCommand,
+  verify: verifyCommand,
+};
 
 /** Bad input -> one line and exit 2; anything else -> exit 1. */
 function fail(err: unknown): never {
@@ -451,12 +539,14 @@ const USAGE = `kpng [flags]                               the brain plus in-proc
 kpng --api ADDR --node-name N [flags]      node agent: follows a central brain
 kpng serve   [source flags] [--listen ADDR]...
 kpng backend --api ADDR --backend NAME|--plugin PATH
-kpng local   [source flags] --node-name NAME [-o json|yaml]`;
+kpng local   [source flags] --node-name NAME [-o json|yaml]
+kpng get     services|endpoints [NAMESPACE/NAME] [-o wide|json|yaml] [--server ADDR]
+kpng verify  [NAMESPACE/NAME] [--server ADDR]`;
 
 function usage(cmd: Command, name: string): string {
   const commands = Object.entries(subCommands).map(([n, c]) => ({ name: n, description: c.description }));
   return formatUsage({
-    usage: name ? `kpng ${name} [flags]` : USAGE,
+    usage: name ? (cmd.usage ?? `kpng ${name} [flags]`) : USAGE,
     description: cmd.description,
     commands: name ? [] : commands,
     defs: { ...cmd.args, ...globalArgs },
@@ -476,7 +566,7 @@ const subName = Object.hasOwn(subCommands, argv[0] ?? "") ? argv[0] : "";
 const cmd = subName ? subCommands[subName] : runCommand;
 process.on("unhandledRejection", fail);
 try {
-  const parsed = parseArgv(subName ? argv.slice(1) : argv, { ...cmd.args, ...globalArgs });
+  const parsed = parseArgv(subName ? argv.slice(1) : argv, { ...cmd.args, ...globalArgs }, { positionals: cmd.positionals });
   const version = parsed.args.version;
   if (parsed.args.help) process.stdout.write(usage(cmd, subName));
   // verflag: --version / --version=raw print and exit; --version=vX.Y.Z only sets the reported version (no effect here).

@@ -1,4 +1,4 @@
-// The README's Layout section is a map of the tree: every folder it names
+// The Layout section of docs/architecture.md is a map of the tree: every folder it names
 // exists, and every folder a reader could open (each folder of src/ and
 // plugins/, and each top-level room elsewhere) is on it. A new room, a
 // moved or a deleted one fails here until the map says so too.
@@ -62,8 +62,8 @@ const mustBeNamed = (dir: string) => {
   return dir.startsWith("src/") || dir === "src" || dir.startsWith("plugins") || depth <= 2;
 };
 
-describe("README Layout", () => {
-  const entries = layoutEntries(readFileSync(join(ROOT, "README.md"), "utf8"));
+describe("Layout (docs/architecture.md)", () => {
+  const entries = layoutEntries(readFileSync(join(ROOT, "docs/architecture.md"), "utf8"));
 
   test("the section parses into entries", () => {
     expect(entries.length).toBeGreaterThan(20);
@@ -104,6 +104,7 @@ const MIRRORS: Record<string, string> = {
   "src/core/wire": "test/wire",
   "src/core/kube-http": "test/kube-http",
   "src/core/net": "test/net",
+  "src/core/introspect": "test/introspect",
   "src/plugins": "test/plugins",
   "src/plugins/toolkit": "test/plugins/toolkit",
   "src/plugins/leftovers": "test/plugins/leftovers",
@@ -132,6 +133,7 @@ const WHOLE_PROCESS_AND_SHARED: Record<string, string> = {
   "test/binary": "the compiled executable (build.ts)",
   "test/image": "the OCI image (deploy/image/) under runc",
   "test/deploy": "the manifests of deploy/ against the program's flags, config and RBAC",
+  "test/docs": "the documentation: links, flags against --help, paths and commands in code blocks",
 };
 
 /** the longest key of `table` that is `path` or one of its parent folders */

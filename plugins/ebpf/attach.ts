@@ -73,9 +73,17 @@ export interface AttachOptions {
   cgroup: string;
 }
 
-/** whether every hook's link is pinned, running the programs of the object with `hash` */
+/**
+ * whether every hook's link is pinned, running the programs of the object
+ * with `hash`, and every map is pinned: a map whose pin someone removed is
+ * made again by loading (load() swaps the programs that use the new map into
+ * the links); the links alone were checked once, and the repair of a removed
+ * map pin then failed (kpng_front: bpf_obj_get) or left it unpinned.
+ */
 export const attached = (pinDir: string, hash: string) =>
-  existsSync(objectMarker(pinDir, hash)) && HOOKS.every((h) => existsSync(linkPin(pinDir, h)));
+  existsSync(objectMarker(pinDir, hash)) &&
+  HOOKS.every((h) => existsSync(linkPin(pinDir, h))) &&
+  ALL_MAPS.every((m) => existsSync(mapPin(pinDir, m)));
 
 export const objectHash = (object: Uint8Array) => new Bun.CryptoHasher("sha256").update(object).digest("hex").slice(0, 16);
 

@@ -18,10 +18,12 @@
 import { existsSync } from "node:fs";
 import {
   type BackendContext,
+  type Drift,
   errorMessage,
   type FullStateBackend,
   KpngError,
   type Logger,
+  narrowDrift,
   nodeIPsOf,
   type NodeState,
   type StateChange,
@@ -31,6 +33,7 @@ import { printOp } from "./maps.ts";
 import { ALL_MAPS, DEFAULT_BPFFS, HOOKS, linkPin, mapPin } from "./names.ts";
 import { MapPlanner } from "./plan.ts";
 import { kernelWriter, type MapWriter } from "./executor.ts";
+import { compareMaps } from "./verify.ts";
 
 export interface EbpfOptions {
   /** where map ops go (default: the pinned maps, after attaching) */
@@ -79,6 +82,10 @@ export class EbpfBackend implements FullStateBackend {
   /** the object and cgroup setup attached, to attach again when the pins were removed */
   private attachedWith: { object: Uint8Array; cgroup: string } | undefined;
   private pinCheck: ReturnType<typeof setInterval> | undefined;
+  /** the apply under way (settled, never rejects): `verify` reads the maps between applies */
+  private applying: Promise<unknown> = Promise.resolve();
+  /** a write succeeded (not a dry run): the planner's mirror says what the maps hold */
+  private programmed = false;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -127,6 +134,35 @@ export class EbpfBackend implements FullStateBackend {
   }
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
+    const run = this.applyNow(state, change);
+    this.applying = run.catch(() => undefined);
+    await run;
+  }
+
+  /**
+   * `kpng verify`: the maps read back (one dump) and compared with what the
+   * planner wrote (verify.ts), the pins checked, then the composed nft
+   * backend's own check (its differences are its own, under its name, and
+   * set its metric). The check of every Service sets this backend's drift metric.
+   */
+  async verify(service?: string): Promise<Drift[]> {
+    await this.applying;
+    if (!this.programmed || !this.writer)
+      throw new KpngError("failed_precondition", "ebpf: nothing programmed yet (no sync applied, or --dry-run)");
+    const drifts = compareMaps(this.planner.programmed(), await this.writer.dump());
+    if (this.attachedWith) {
+      const { pinDir } = this.ctx.config.ebpf;
+      // a removed pin detaches its program (links) or leaves kpng writing a map no new program reads
+      for (const path of [...HOOKS.map((h) => linkPin(pinDir, h)), ...ALL_MAPS.map((m) => mapPin(pinDir, m))])
+        if (!existsSync(path)) drifts.push({ service: "", frontend: "", kind: "missing", detail: `pin ${path}` });
+    }
+    if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+    const nft = (await this.nft?.verify?.(service)) ?? [];
+    return [...narrowDrift(drifts, service), ...nft];
+  }
+
+  private async applyNow(state: NodeState, change: StateChange): Promise<void> {
+    this.programmed = false;
     if (this.attachedWith && !this.pinsIntact()) {
       // someone removed pins: attach again (new maps where they went), then rewrite everything
       this.attach();
@@ -152,6 +188,7 @@ export class EbpfBackend implements FullStateBackend {
       }
     }
     this.needFull = false;
+    this.programmed = !this.ctx.config.dryRun && writer !== undefined;
     this.last = { full, ops: ops.length, readMs: t0 - tr, planMs: t1 - t0, writeMs: performance.now() - t1 };
     this.log.debug("synced", { ...this.last });
     await this.nft?.apply(state, change);
@@ -171,6 +208,7 @@ export class EbpfBackend implements FullStateBackend {
 
   async cleanup(): Promise<void> {
     clearInterval(this.pinCheck); // removing the pins is no change to repair
+    this.programmed = false;
     await this.nft?.cleanup?.(this.ctx);
     const { pinDir } = this.ctx.config.ebpf;
     if (this.ctx.config.dryRun) {

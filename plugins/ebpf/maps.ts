@@ -4,7 +4,7 @@
 // flags in host order (little-endian on the amd64 and arm64 nodes kpng
 // ships for).
 
-import { hostPort, type IPVersion, isIPv4 } from "../../src/plugins/toolkit/index.ts";
+import { hostPort, type IPVersion, ipv6Text, isIPv4 } from "../../src/plugins/toolkit/index.ts";
 import { MAP, type MapName } from "./names.ts";
 
 export interface FrontKey {
@@ -75,28 +75,9 @@ export function addrBytes(addr: string, out: Uint8Array, at: number) {
 /** The text of 4 (IPv4) or 16 bytes, IPv6 in RFC 5952 form (the longest run of two or more zero groups as "::"). */
 export function addrText(bytes: Uint8Array, family: IPVersion): string {
   if (family === 4) return `${bytes[0]}.${bytes[1]}.${bytes[2]}.${bytes[3]}`;
-  // plain loops and string appends: 100,000s of endpoints are read back after a restart
   const g = new Array<number>(8);
   for (let i = 0; i < 8; i++) g[i] = (bytes[2 * i] << 8) | bytes[2 * i + 1];
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) [best, bestLen] = [i, j - i];
-    i = j === i ? i + 1 : j;
-  }
-  let out = "";
-  for (let i = 0; i < 8; i++) {
-    if (i === best) {
-      out += "::";
-      i += bestLen - 1;
-      continue;
-    }
-    if (i > 0 && i !== best + bestLen) out += ":";
-    out += g[i].toString(16);
-  }
-  return out;
+  return ipv6Text(g);
 }
 
 const scratch = new Uint8Array(16);

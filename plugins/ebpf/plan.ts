@@ -15,6 +15,7 @@ import { canonical, frontId, type BackendValue, type FrontKey, type GroupValue, 
 import { MAP } from "./names.ts";
 import { renderService, type GroupSpec } from "./render-service.ts";
 import type { MapContents } from "./executor.ts";
+import type { ProgrammedMaps } from "./verify.ts";
 
 /** what one service owns: arrays, not maps (a service has a handful of each; 10,000s of services) */
 interface Owned {
@@ -195,6 +196,23 @@ export class MapPlanner {
     while (id === undefined || this.ids.has(id)) id = id === undefined ? this.nextId++ : this.freeIds.pop();
     this.ids.add(id);
     return id;
+  }
+
+  /** what the maps hold by the mirror, entry by entry with the Service that owns it (verify.ts); entries nobody owns are left out */
+  programmed(): ProgrammedMaps {
+    const out: ProgrammedMaps = { fronts: [], groups: [] };
+    for (const [service, o] of this.owned) {
+      for (const g of o.groups) {
+        const value = this.group.get(g.id);
+        if (value) out.groups.push({ service, id: g.id, value, slots: this.slots.get(g.id) ?? [] });
+      }
+      for (const { fid, key } of o.fronts) {
+        const cur = this.front.get(fid);
+        // another Service took the address since (planService): its entry
+        if (cur && o.groups.some((g) => g.id === cur.group)) out.fronts.push({ service, key, group: cur.group });
+      }
+    }
+    return out;
   }
 
   /** entries per map, for logs and benchmarks */

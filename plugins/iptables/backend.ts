@@ -15,6 +15,8 @@ import {
   type BackendContext,
   type Config,
   allDone,
+  type Drift,
+  narrowDrift,
   type Endpoint,
   errorMessage,
   type Executor,
@@ -32,10 +34,10 @@ import {
   type UdpFrontend,
 } from "../../src/plugins/toolkit/index.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
-import { chains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
+import { baseJumps, chains, fixedChains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
-import { renderFixed } from "./render-fixed.ts";
+import { localhostNodePorts, loopbackRefusals, renderFixed } from "./render-fixed.ts";
 import { heldAtFirstCommit, printRestore, streamRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
 import {
@@ -48,6 +50,7 @@ import {
 } from "./render-sync.ts";
 import { parseSave, type SavedState } from "./saved.ts";
 import { ChangeTracker } from "./tracker.ts";
+import { compareRules, type ProgrammedRules, savedMembers, savedRules } from "./verify.ts";
 
 export interface IptablesOptions {
   /** runs the iptables programs (default: on this host) */
@@ -82,7 +85,7 @@ const hour = 3_600_000;
 /**
  * Upstream checks its canary once per sync period (30 s). A check is one
  * `iptables -S` per table and family, whatever the ruleset's size, so one
- * every 5 s costs little CPU (see README, Performance) and repairs a flush
+ * every 5 s costs little CPU (see docs/results/2026-11.md) and repairs a flush
  * within 5 s, as the nft backend does.
  */
 export const CANARY_PERIOD_MS = 5000;
@@ -107,6 +110,8 @@ export class IptablesBackend implements IncrementalBackend {
   private needFull = true;
   private lastFull = -Infinity;
   private synced = false;
+  /** a sync succeeded (not a dry run): `written` says what the kernel holds */
+  private restored = false;
   private queue: Promise<void> = Promise.resolve();
   /** the hairpin deletions still running after the last sync (deferIpset) */
   private lagging: Promise<void> | undefined;
@@ -151,6 +156,7 @@ export class IptablesBackend implements IncrementalBackend {
   }
 
   async setup() {
+    for (const refusal of loopbackRefusals(this.ctx.config)) this.log.error(refusal);
     if (this.ctx.config.dryRun) return;
     // Start-up is on the way to the first sync: the families' checks run at once.
     const checks = await Promise.allSettled(this.families.map((family) => this.exec.run([restoreCommand(family), "--version"])));
@@ -162,6 +168,7 @@ export class IptablesBackend implements IncrementalBackend {
       this.log.warn("IPv6 disabled: ip6tables-restore does not run", { error: errorMessage(check.reason) });
       this.families = this.families.filter((f) => f !== family);
     }
+    if (this.families.includes("v4") && localhostNodePorts(this.ctx.config)) await this.allowLocalnetRouting();
     if (this.opts.hairpinSet === undefined) {
       // Creating the sets proves the program and the kernel's ip_set modules both work.
       try {
@@ -177,6 +184,26 @@ export class IptablesBackend implements IncrementalBackend {
     if (period > 0) {
       this.timer = setInterval(() => void this.monitor(), period);
       this.timer.unref?.();
+    }
+  }
+
+  /**
+   * route_localnet=1 lets the kernel route a DNATed packet whose source or
+   * destination is 127.0.0.0/8 (a node port reached on 127.0.0.1); upstream's
+   * iptables proxier sets it at start-up for the same setting, and fails
+   * without it. Per network namespace; never reset (upstream neither).
+   */
+  private async allowLocalnetRouting() {
+    this.log.info(
+      "Setting route_localnet=1 to allow node-ports on localhost; to change this either disable iptables.localhostNodePorts (--iptables-localhost-nodeports) or set nodePortAddresses (--nodeport-addresses) to filter loopback addresses",
+    );
+    try {
+      await this.exec.run(["sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"]);
+    } catch (err) {
+      throw new KpngError(
+        "unavailable",
+        `iptables backend: cannot set net.ipv4.conf.all.route_localnet=1, which iptables.localhostNodePorts needs: ${errorMessage(err)}`,
+      );
     }
   }
 
@@ -196,6 +223,79 @@ export class IptablesBackend implements IncrementalBackend {
     const run = this.queue.then(() => this.doSync());
     this.queue = run.catch(() => {});
     return run;
+  }
+
+  /**
+   * `kpng verify`: per family one `iptables-save` and one `ipset save` of the
+   * hairpin set, compared with what the last restores wrote (verify.ts). In
+   * the sync queue: never in the middle of a restore. The check of every
+   * Service sets the backend's drift metric.
+   */
+  verify(service?: string): Promise<Drift[]> {
+    const run = this.queue.then(() => this.check(service));
+    this.queue = run.then(
+      () => {},
+      () => {},
+    );
+    return run;
+  }
+
+  private async check(service: string | undefined): Promise<Drift[]> {
+    if (!this.restored) throw new KpngError("failed_precondition", "iptables: nothing programmed yet (no sync applied, or --dry-run)");
+    await this.lagging;
+    const read = async (family: Family) => {
+      const want = this.programmed(family);
+      const [save, set] = await Promise.all([
+        this.ipt.save(family),
+        // a set that does not exist fails the save: reported as missing
+        want.hairpin ? this.exec.run([ipsetCommand, "save", want.hairpin.set]).catch(() => undefined) : undefined,
+      ]);
+      return compareRules(family, want, savedRules(save), set === undefined ? undefined : savedMembers(set));
+    };
+    const drifts = (await Promise.all(this.families.map(read))).flat();
+    if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+    return narrowDrift(drifts, service);
+  }
+
+  /**
+   * What the last restores wrote into one family: the fixed chains and jumps,
+   * each Service's rules in the fixed chains and hairpin members as written,
+   * and the rules of its own chains rendered again from the state they were
+   * synced with (the sync keeps only digests of them). The chains of a
+   * Service changed since are left out (ProgrammedRules.pending).
+   */
+  private programmed(family: Family): ProgrammedRules {
+    const out: ProgrammedRules = { chains: new Map(), pending: new Set() };
+    const chain = (table: string, name: string, owner: string) => {
+      const k = `${table}/${name}`;
+      let c = out.chains.get(k);
+      if (!c) out.chains.set(k, (c = { owner, rules: [] }));
+      return c;
+    };
+    const fixed = renderFixed(this.config, family, { hairpinSet: this.hairpinSet });
+    for (const t of tables) for (const name of fixedChains[t]) chain(t, name, "");
+    // the localnet guard's chain and jumps exist only while localhost node ports are on (render-fixed.ts)
+    for (const c of fixed.chains) chain(c.table, c.name, "");
+    for (const j of [...baseJumps, ...fixed.jumps])
+      chain(j.table, j.from, "").rules.push({
+        rule: { table: j.table, chain: j.from, comment: j.comment, match: j.match, target: ["-j", j.to] },
+        owner: "",
+      });
+    for (const r of [...fixed.rules, ...fixed.tails]) chain(r.table, r.chain, "").rules.push({ rule: r, owner: "" });
+    const members = new Map<string, string>();
+    for (const [key, written] of this.written[family]) {
+      // its rules in the fixed chains and its hairpin members are kept as written
+      for (const rule of written.shared.values()) chain(rule.table, rule.chain, "").rules.push({ rule, owner: key });
+      for (const m of written.hairpin) if (!members.has(m) || key < members.get(m)!) members.set(m, key);
+      const rules = this.render(key, family);
+      if (!rules || !sameChains(compact(rules), written)) {
+        for (const k of written.chains.keys()) out.pending!.add(k);
+        continue;
+      }
+      for (const c of rules.chains.values()) chain(c.table, c.name, key).rules.push(...c.rules.map((rule) => ({ rule, owner: key })));
+    }
+    if (this.hairpinSet) out.hairpin = { set: hairpinSets[family], members };
+    return out;
   }
 
   /** Whether every canary chain is still there; if not, the next sync is full. */
@@ -249,6 +349,7 @@ export class IptablesBackend implements IncrementalBackend {
         this.needFull = false;
         this.lastFull = this.now();
       }
+      this.restored = !this.ctx.config.dryRun;
       const round = (ms: number) => Math.round(ms);
       const ms = performance.now() - t0;
       this.log.debug("synced", {
@@ -388,7 +489,7 @@ export class IptablesBackend implements IncrementalBackend {
    * `full`: done at the restore's exit, not its marker. Start-up's collection
    * follows the first sync at once: settled at the marker, a full restore's
    * program was still exiting then, and the heap stayed larger for good (the
-   * startup bench's RSS in iptables mode, README). A full sync is no change's
+   * startup bench's RSS in iptables mode, docs/backends/iptables.md). A full sync is no change's
    * latency; a partial one keeps the marker.
    */
   private async restore(family: Family, tx: Transaction, text: string, opts: { gate?: Promise<void>; full: boolean }) {
@@ -577,7 +678,15 @@ export class IptablesBackend implements IncrementalBackend {
     this.written.v6.clear();
     this.hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
     this.needFull = true;
+    this.restored = false;
   }
+}
+
+/** the same chains with the same rules */
+function sameChains(a: WrittenService, b: WrittenService): boolean {
+  if (a.chains.size !== b.chains.size) return false;
+  for (const [k, d] of a.chains) if (b.chains.get(k) !== d) return false;
+  return true;
 }
 
 /** whether `job` fails, once it settles */

@@ -12,7 +12,7 @@ import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Table 
  * when it prints it: iptables-nft then closes its netlink socket, and closing
  * one waits for the kernel to free the rules the commit replaced (an RCU
  * grace period, nf_tables_trans_destroy_flush_work), milliseconds that no
- * longer hold up the sync (see README, The iptables backend).
+ * longer hold up the sync (see docs/backends/iptables.md).
  */
 export const restoredMarker = "# kpng: restored";
 

@@ -35,6 +35,12 @@ export const chains = {
   forward: "KPNG-FORWARD",
   /** accepts healthCheckNodePort traffic */
   healthCheck: "KPNG-HEALTHCHECK",
+  /**
+   * drops packets to 127.0.0.0/8 from elsewhere, which route_localnet=1 would
+   * otherwise let in (upstream's KUBE-FIREWALL rule, kubernetes issue 90259);
+   * exists only while IPv4 node ports answer on localhost (localnetGuardJumps)
+   */
+  localnetGuard: "KPNG-LOCALNET-GUARD",
   // all three tables
   /** an empty chain whose disappearance means someone flushed the tables: full restore follows */
   canary: "KPNG-CANARY",
@@ -99,6 +105,16 @@ export const baseJumps: readonly BaseJump[] = [
   { table: "filter", from: "FORWARD", to: chains.filterServices, match: ctNew, comment: "kpng service portals" },
   { table: "filter", from: "OUTPUT", to: chains.filterServices, match: ctNew, comment: "kpng service portals" },
   { table: "filter", from: "FORWARD", to: chains.forward, match: [], comment: "kpng forwarding rules" },
+];
+
+/**
+ * The guard's jumps, only while localhost node ports are on (render-fixed.ts):
+ * upstream jumps to KUBE-FIREWALL from INPUT and OUTPUT without a condition.
+ * A full restore removes them, as any jump not expected, once the setting is off.
+ */
+export const localnetGuardJumps: readonly BaseJump[] = [
+  { table: "filter", from: "INPUT", to: chains.localnetGuard, match: [], comment: "kpng localnet guard" },
+  { table: "filter", from: "OUTPUT", to: chains.localnetGuard, match: [], comment: "kpng localnet guard" },
 ];
 
 /** The fixed chains of each table (declared by every full restore). */

@@ -30,7 +30,7 @@ const safeToken = /^[^\s"']+$/;
 // jump to it, and add a chain's rules right after declaring it: iptables-nft
 // 1.8.9 finds chains in 512 hash buckets, newest first, so rules that follow
 // their chain's declaration find it at once, while rules added after all
-// declarations walked half a bucket each (most of a big restore; see README, Performance).
+// declarations walked half a bucket each (most of a big restore; see docs/results/2026-11.md).
 const Group = { SavedDeletes: 0, Deletes: 1, Body: 2, ChainDeletes: 3 } as const;
 type Group = (typeof Group)[keyof typeof Group];
 
@@ -135,14 +135,14 @@ export const ruleLine = (rule: Rule, verb = "-A") => `${verb} ${rule.chain}${ver
  * bulk preamble. iptables-nft 1.8.x (nft-cache.c, cache_chain_list_insert)
  * keeps every chain name a --noflush restore mentions, jump targets included,
  * in a sorted linked list: O(chains) per line, O(n^2) per restore: seconds
- * at 1,000 services and hours at 10,000 (see README, Performance). A command
+ * at 1,000 services and hours at 10,000 (see docs/results/2026-11.md). A command
  * without a chain switches that list off ("all chains").
  *
  * The preamble's command is `-S`: it only lists the table (on stdout, which
  * kpng ignores). Not `-Z`, which switches the list off too but zeroes the
  * packet counters of every rule in the table, other software's included,
  * and makes iptables-nft replace each of those rules (a big restore is far
- * slower with `-Z`; see README, Performance). `-S` has one quirk in 1.8.9: with it,
+ * slower with `-Z`; see docs/results/2026-11.md). `-S` has one quirk in 1.8.9: with it,
  * rules cannot be inserted into a built-in chain the kernel does not hold yet
  * (nf_tables creates them lazily). The preamble therefore first declares the
  * built-in chains kpng jumps from, with policy `-`: that creates a missing one

@@ -14,7 +14,7 @@
 // restore cost and the kernel's validation of the whole nat table at every
 // commit (nft_table_validate) grow with the chain count, and this removes
 // most chains: both an endpoint change and the first restore cost less (see
-// README, Performance; bench/iptables.bench.ts).
+// docs/results/2026-11.md; bench/iptables.bench.ts).
 
 import {
   affinitySeconds,
@@ -25,7 +25,9 @@ import {
   externallyAccessible,
   type Family,
   hostPort,
+  iptablesLocalMatches,
   ipsOf,
+  localDetectFor,
   type PortMapping,
   protocolName,
   servedInFamily,
@@ -216,7 +218,8 @@ interface PortPlan {
   clusterIPs: readonly string[];
   externalIPs: readonly string[];
   lbIPs: readonly string[];
-  podCIDRs: string[];
+  /** pod traffic matches (toolkit iptablesLocalMatches): any one of them */
+  local: string[][];
   affinity: number | undefined;
   internal: PortEndpoint[];
   external: PortEndpoint[];
@@ -276,7 +279,7 @@ function planPort(input: RenderServiceInput, pm: PortMapping): PortPlan | undefi
     clusterIPs,
     externalIPs,
     lbIPs,
-    podCIDRs: cidrsOf(config.clusterCIDRs, family),
+    local: iptablesLocalMatches(localDetectFor(config, family)),
     affinity,
     internal,
     external,
@@ -335,8 +338,8 @@ function endpointRules(p: PortPlan, own: PortContext["own"]) {
  */
 function clusterIPMasquerade(p: PortPlan, to: string[]): Pick<Rule, "match" | "target"> | undefined {
   if (p.config.masqueradeAll) return { match: to, target: ["-j", chains.markMasq] };
-  if (p.podCIDRs.length === 1) return { match: ["!", "-s", p.podCIDRs[0], ...to], target: ["-j", chains.markMasq] };
-  if (p.podCIDRs.length > 1) return { match: to, target: ["-j", chains.markNonPod] };
+  if (p.local.length === 1) return { match: ["!", ...p.local[0], ...to], target: ["-j", chains.markMasq] };
+  if (p.local.length > 1) return { match: to, target: ["-j", chains.markNonPod] };
   return undefined;
 }
 
@@ -350,7 +353,7 @@ function clusterIPMasquerade(p: PortPlan, to: string[]): Pick<Rule, "match" | "t
  * except pod traffic under masquerade-all (which the destination match
  * kept unmarked). iptables-nft turns the destination, protocol and port
  * into six more expressions per rule, each looked up by name in the kernel
- * and walked at every commit (see README, The iptables backend).
+ * and walked at every commit (see docs/backends/iptables.md).
  */
 const enteredByDispatch = (p: PortPlan) =>
   !(p.usesExt && p.svc.ExternalTrafficToLocal && (p.config.masqueradeAll || (p.external.length > 0 && p.svxChain === p.svcChain)));
@@ -399,8 +402,8 @@ function externalRules(p: PortPlan, out: ServiceRules, own: PortContext["own"]) 
       // no traffic policy, no masquerade. Traffic from the node itself is
       // masqueraded and balanced cluster-wide, else replies could not return.
       if (p.internal.length)
-        for (const cidr of p.podCIDRs)
-          ext({ comment: `pod traffic for ${p.label} external destinations`, match: ["-s", cidr], target: ["-j", p.svcChain] });
+        for (const match of p.local)
+          ext({ comment: `pod traffic for ${p.label} external destinations`, match, target: ["-j", p.svcChain] });
       ext({ comment: `masquerade LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", chains.markMasq] });
       if (p.internal.length)
         ext({ comment: `route LOCAL traffic for ${p.label} external destinations`, match: local, target: ["-j", p.svcChain] });

@@ -83,11 +83,13 @@ export function* fullTransactionSteps({ fixed, services, saved }: FullInput, tx:
     tx.declare(table, name);
   };
   for (const t of tables) for (const c of fixedChains[t]) declare(t, c);
+  for (const c of fixed.chains) declare(c.table, c.name);
+  const jumps = [...fixed.jumps, ...baseJumps];
 
   // Built-in jumps: one of each, inserted at the head (upstream kube-proxy
   // prepends too, so other firewalls' ACCEPTs cannot bypass services).
   const seen = new Set<string>();
-  const expected = new Set(baseJumps.map((j) => `${j.table}/${j.from}/${j.to}`));
+  const expected = new Set(jumps.map((j) => `${j.table}/${j.from}/${j.to}`));
   for (const j of saved?.jumps ?? []) {
     const k = `${j.table}/${j.from}/${j.to}`;
     if (expected.has(k) && !seen.has(k)) seen.add(k);
@@ -108,7 +110,7 @@ export function* fullTransactionSteps({ fixed, services, saved }: FullInput, tx:
   for (const r of fixed.tails) tx.append(r);
 
   // Reversed: each `-I 1` lands above the previous one, leaving the listed order.
-  for (const j of [...baseJumps].reverse()) {
+  for (const j of [...jumps].reverse()) {
     if (seen.has(`${j.table}/${j.from}/${j.to}`)) continue;
     tx.insert({ table: j.table, chain: j.from, comment: j.comment, match: j.match, target: ["-j", j.to] });
   }

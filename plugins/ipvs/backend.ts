@@ -7,6 +7,7 @@
 import {
   type BackendContext,
   type Config,
+  type Drift,
   errorMessage,
   type Executor,
   FAMILIES,
@@ -15,6 +16,8 @@ import {
   type FullStateBackend,
   invalid,
   ipVersion,
+  KpngError,
+  narrowDrift,
   type Logger,
   needsInterfaceAddresses,
   nodeIPsOf,
@@ -24,13 +27,15 @@ import {
   sameIPs,
   type StateChange,
 } from "../../src/plugins/toolkit/index.ts";
-import { baseJumps, chains, dummyInterface, setIds, setName, sysctls } from "./names.ts";
+import { baseJumps, chains, dummyInterface, setIds, setName } from "./names.ts";
+import { excludedAddresses, sysctlArgv, timeoutsArgv } from "./settings.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";
 import { type RenderContext, renderService } from "./render-service.ts";
 import { DesiredState, commit, drainingServices, noneTouched, ownedVirtualServers, planChanges, planDrain } from "./plan.ts";
 import { printAddresses, printIpset, printIpvsadm, printSetCreates, serviceFlag } from "./print.ts";
 import { iptablesRules, jumpArgv, printIptablesRestore, restoreArgv } from "./render-iptables.ts";
 import { parseIpvsConnections, parseKernel } from "./parse.ts";
+import { compareIpvs } from "./verify.ts";
 
 /** Upstream kube-proxy's start-up warning for IPVS mode (cmd/kube-proxy/app/server_linux.go, KEP-5495). */
 export const IPVS_DEPRECATION_MESSAGE =
@@ -66,6 +71,8 @@ export class IpvsBackend implements FullStateBackend {
   private readonly families: ReadonlySet<Family>;
   private readonly ourSets: ReadonlySet<string>;
   private readonly renderCtx: RenderContext;
+  /** ipvs.excludeCIDRs: virtual servers on these addresses are never deleted as stale */
+  private readonly excluded: (ip: string) => boolean;
   /** what renderCtx.nodePortIPs was computed from: the node's IPs, this host's addresses */
   private nodeIPs: readonly string[];
   private interfaceAddrs: string[] = [];
@@ -76,6 +83,8 @@ export class IpvsBackend implements FullStateBackend {
   private timer: ReturnType<typeof setInterval> | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private commands = 0;
+  /** a sync succeeded (not a dry run): `desired` is what the kernel was given */
+  private programmed = false;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -92,6 +101,7 @@ export class IpvsBackend implements FullStateBackend {
     this.ourSets = new Set([...this.families].flatMap((f) => setIds.map((id) => setName(id, f))));
     this.renderCtx = { scheduler, families: this.families, nodePortIPs: nodePortIPs(this.config) };
     this.nodeIPs = this.config.nodeIPs;
+    this.excluded = excludedAddresses(this.config.ipvs.excludeCIDRs);
   }
 
   async setup(): Promise<void> {
@@ -99,7 +109,11 @@ export class IpvsBackend implements FullStateBackend {
     this.log.warn(IPVS_DEPRECATION_MESSAGE, { reason: IPVS_DEPRECATION_REASON });
     // Probe first: on a kernel without IPVS this is the one clear error the operator sees.
     if (!config.dryRun) await this.run(["ipvsadm", "-Ln", "--timeout"]);
-    await this.run(["sysctl", "-w", ...sysctls.map(([k, v]) => `${k}=${v}`)]);
+    await this.run(sysctlArgv(config));
+    const timeouts = timeoutsArgv(config);
+    // Upstream logs a failure here and goes on: the timeouts are a tuning, not a need.
+    if (timeouts)
+      await this.run(timeouts).catch((err: unknown) => this.log.error("Failed to configure IPVS timeouts", { error: errorMessage(err) }));
     if (config.dryRun) await this.run(["ip", "link", "add", dummyInterface, "type", "dummy"]);
     else {
       try {
@@ -127,6 +141,20 @@ export class IpvsBackend implements FullStateBackend {
     return this.serialize(() => this.sync(state, change));
   }
 
+  /**
+   * `kpng verify`: the kernel read back as a full sync reads it (three reads)
+   * and compared with what the last sync programmed (verify.ts), between
+   * syncs and drains. The check of every Service sets the backend's drift metric.
+   */
+  verify(service?: string): Promise<Drift[]> {
+    return this.serialize(async () => {
+      if (!this.programmed) throw new KpngError("failed_precondition", "ipvs: nothing programmed yet (no sync applied, or --dry-run)");
+      const drifts = compareIpvs(this.desired, await this.readKernel());
+      if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+      return narrowDrift(drifts, service);
+    });
+  }
+
   /** Deletes draining real servers whose connections are over; returns how many. */
   drain(): Promise<number> {
     return this.serialize(() => this.drainNow());
@@ -140,6 +168,7 @@ export class IpvsBackend implements FullStateBackend {
   async cleanup(): Promise<void> {
     await this.serialize(() => cleanupAll(this.exec, this.families, (msg, err) => this.log.warn(msg, { error: errorMessage(err) })));
     this.needFull = true;
+    this.programmed = false;
   }
 
   private run(argv: string[], stdin?: string) {
@@ -204,6 +233,7 @@ export class IpvsBackend implements FullStateBackend {
     }
     const full = change === null || this.needFull;
     this.needFull = true;
+    this.programmed = false;
     this.commands = 0;
     const touched = noneTouched();
     if (full) {
@@ -212,7 +242,8 @@ export class IpvsBackend implements FullStateBackend {
       this.kernel = config.dryRun ? emptyKernel() : await this.readKernel();
       // Foreign virtual servers leave kpng's picture of the kernel: no sync or drain touches them
       // (one kpng wants itself stays, so that it is edited rather than added twice).
-      const owned = new Set(ownedVirtualServers(this.kernel));
+      // Those in ipvs.excludeCIDRs are left alone as foreign ones are, unless a service wants them.
+      const owned = new Set(ownedVirtualServers(this.kernel).filter((k) => !this.excluded(this.kernel.virtualServices.get(k)!.vs.ip)));
       for (const k of this.kernel.virtualServices.keys())
         if (!owned.has(k) && !this.desired.virtualService(k)) this.kernel.virtualServices.delete(k);
       for (const k of owned) touched.vs.add(k);
@@ -226,10 +257,11 @@ export class IpvsBackend implements FullStateBackend {
     }
     const conflicts = this.desired.conflicts(touched.vs);
     if (conflicts.length) this.log.warn("several services claim one virtual server; the first by name wins", { virtualServers: conflicts });
-    const tx = planChanges(this.desired, this.kernel, touched);
+    const tx = planChanges(this.desired, this.kernel, touched, (vs) => this.excluded(vs.ip));
     await this.execute(tx, full);
     commit(this.kernel, tx);
     this.needFull = false;
+    this.programmed = !config.dryRun;
     Object.assign(this.last, { full, operations: operationCount(tx), commands: this.commands });
     this.log.debug("synced", { rev: state.rev, ...this.last });
   }

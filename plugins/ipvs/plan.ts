@@ -98,9 +98,9 @@ export class DesiredState {
 
 const sameServer = (a: VirtualServer, b: VirtualServer) => a.scheduler === b.scheduler && a.persistence === b.persistence;
 
-function planVirtualService(want: VirtualService | undefined, have: VirtualService | undefined, ops: IpvsOp[]) {
+function planVirtualService(want: VirtualService | undefined, have: VirtualService | undefined, ops: IpvsOp[], keep: KeepVirtualServer) {
   if (!want) {
-    if (have) ops.push({ op: "delete-service", vs: have.vs });
+    if (have && !keep(have.vs)) ops.push({ op: "delete-service", vs: have.vs });
     return;
   }
   if (!have) {
@@ -139,10 +139,18 @@ export function ownedVirtualServers(kernel: KernelModel): string[] {
   return out;
 }
 
+/** A virtual server no service wants that must stay all the same (ipvs.excludeCIDRs, settings.ts). */
+export type KeepVirtualServer = (vs: VirtualServer) => boolean;
+
 /** What to run so the kernel matches the desired state on the touched keys. */
-export function planChanges(desired: DesiredState, kernel: KernelModel, touched: Touched): Transaction {
+export function planChanges(
+  desired: DesiredState,
+  kernel: KernelModel,
+  touched: Touched,
+  keep: KeepVirtualServer = () => false,
+): Transaction {
   const tx = emptyTransaction();
-  for (const k of touched.vs) planVirtualService(desired.virtualService(k), kernel.virtualServices.get(k), tx.ipvs);
+  for (const k of touched.vs) planVirtualService(desired.virtualService(k), kernel.virtualServices.get(k), tx.ipvs, keep);
   for (const ip of touched.addresses) {
     const want = desired.wantsAddress(ip);
     if (want !== kernel.addresses.has(ip)) tx.addresses.push({ op: want ? "add" : "del", ip });

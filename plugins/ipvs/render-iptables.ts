@@ -4,7 +4,7 @@
 // again only on a full sync (declaring a chain in a --noflush restore flushes
 // it, which makes the rewrite idempotent).
 
-import { cidrsOf, type Family } from "../../src/plugins/toolkit/index.ts";
+import { type Config, type Family, iptablesLocalMatches, localDetectFor } from "../../src/plugins/toolkit/index.ts";
 import { type BaseJump, chains, setName } from "./names.ts";
 
 export interface Rule {
@@ -17,8 +17,7 @@ export interface Rule {
   comment?: string;
 }
 
-export interface IptablesContext {
-  clusterCIDRs: readonly string[];
+export interface IptablesContext extends Pick<Config, "clusterCIDRs" | "localDetect"> {
   masqueradeAll: boolean;
   masqueradeBit: number;
 }
@@ -53,12 +52,13 @@ export function iptablesRules(family: Family, ctx: IptablesContext): Rule[] {
   nat(chains.postrouting, [], ["MARK", "--xor-mark", mark]);
   nat(chains.postrouting, [], ["MASQUERADE"], "service traffic requiring SNAT");
 
-  const cidrs = cidrsOf(ctx.clusterCIDRs, family);
+  // pod traffic as detectLocalMode says (source CIDR or input interface)
+  const pods = iptablesLocalMatches(localDetectFor(ctx, family));
   if (ctx.masqueradeAll) {
     nat(chains.services, set("clusterIP", "dst,dst"), toMasq, "cluster IP: masquerade all");
-  } else if (cidrs.length) {
+  } else if (pods.length) {
     // Pods keep their source; anything else (the node, other hosts) is masqueraded.
-    for (const c of cidrs) nat(chains.services, ["-s", c, ...set("clusterIP", "dst,dst")], ["RETURN"], "cluster IP from pods");
+    for (const m of pods) nat(chains.services, [...m, ...set("clusterIP", "dst,dst")], ["RETURN"], "cluster IP from pods");
     nat(chains.services, set("clusterIP", "dst,dst"), toMasq, "cluster IP from outside the pod network");
   }
   nat(chains.services, set("externalIP", "dst,dst"), toMasq, "external IP");

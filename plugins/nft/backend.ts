@@ -13,7 +13,10 @@
 import {
   type BackendContext,
   conntrackArgv,
+  type Drift,
   errorMessage,
+  KpngError,
+  narrowDrift,
   type Executor,
   frontendKey,
   type FullStateBackend,
@@ -27,12 +30,17 @@ import {
   type StateChange,
   type UdpFrontend,
 } from "../../src/plugins/toolkit/index.ts";
+import { loopbackEntries } from "./addr.ts";
 import { type AheadLoad, NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
 import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
 import { listHoldings, type Holdings } from "./held.ts";
 import { netlinkEvents, openBatchSocket } from "./netlink-socket.ts";
 import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
+import { FAMILIES } from "./names.ts";
+import { compareTable, type KernelTable, normalizeKey, readTable, readTableNetlink } from "./verify.ts";
+import type { ProgrammedTable } from "./programmed.ts";
+import type { BatchSocket } from "./netlink-socket.ts";
 
 export interface NftOptions {
   /** where `nft` and `conntrack` run (default: real processes) */
@@ -77,6 +85,12 @@ export class NftBackend implements FullStateBackend {
   private readonly watch: RulesWatch | undefined;
   /** UDP frontends as last applied, per service: what conntrack cleanup diffs against */
   private udpApplied = new Map<string, UdpFrontend[]>();
+  /** the apply under way (settled, never rejects): `verify` reads the kernel between applies, not in one */
+  private applying: Promise<unknown> = Promise.resolve();
+  /** an apply succeeded: the records say what the kernel holds */
+  private programmed = false;
+  /** where `verify` dumps kpng's tables (netlink-dump.ts); absent: `nft -j list table` */
+  private readonly dumpSocket: (() => BatchSocket) | undefined;
 
   constructor(
     private readonly ctx: BackendContext,
@@ -95,17 +109,67 @@ export class NftBackend implements FullStateBackend {
     const ownSocket = opts.firstLoad !== "nft" && !ctx.config.dryRun && (!opts.exec || opts.netns !== undefined);
     const batchSocket = ownSocket ? () => openBatchSocket(opts.netns) : undefined;
     this.runner = new NftRunner(this.exec, spawner && new NftSession(spawner), this.log, this.watch, batchSocket);
+    if (!ctx.config.dryRun && (!opts.exec || opts.netns !== undefined)) this.dumpSocket = () => openBatchSocket(opts.netns);
     this.nodeIPs = ctx.config.nodeIPs;
     this.sync = new NftSync(ctx.config);
   }
 
   async setup(): Promise<void> {
+    // Upstream's nftables mode serves no node port on loopback, whatever
+    // iptables.localhostNodePorts says (an iptables-mode setting), and logs
+    // this for each loopback address nodePortAddresses names.
+    for (const address of loopbackEntries(this.ctx.config.nodePortAddresses))
+      this.log.error("--nodeport-addresses includes localhost but localhost NodePorts are not supported", { address });
     if (this.ctx.config.dryRun) return;
     // Validates the whole skeleton in the kernel (fib, numgen, maps) without committing it.
     await this.runner.check(this.sync.emptyFullSync());
   }
 
   async apply(state: NodeState, change: StateChange): Promise<void> {
+    const run = this.applyNow(state, change);
+    this.applying = run.catch(() => undefined);
+    // a failed apply forgets the records (sync.reset): nothing to compare until one succeeds
+    this.programmed = false;
+    await run;
+    this.programmed = !this.ctx.config.dryRun;
+  }
+
+  /**
+   * `kpng verify`: both tables read back (a netlink dump on kpng's own
+   * socket, else one `nft -j list table` each) and compared with what the
+   * last apply programmed (verify.ts). The check of every Service sets the
+   * backend's drift metric.
+   */
+  async verify(service?: string): Promise<Drift[]> {
+    await this.applying;
+    if (!this.programmed) throw new KpngError("failed_precondition", "nft: nothing programmed yet (no sync applied, or --dry-run)");
+    // taken before the read: an apply that starts meanwhile changes the records, not this
+    const want = this.sync.programmed(normalizeKey);
+    const got = await this.readTables(want);
+    const drifts = want.flatMap((t, i) => compareTable(t, got[i]));
+    if (service === undefined) this.ctx.metrics?.rulesDrift(this.name, drifts.length);
+    return narrowDrift(drifts, service);
+  }
+
+  /** both tables as the kernel holds them: on a netlink socket of kpng's own where it can open one, else through nft */
+  private async readTables(want: ProgrammedTable[]): Promise<KernelTable[]> {
+    let socket: BatchSocket | undefined;
+    try {
+      socket = this.dumpSocket?.();
+    } catch (err) {
+      this.log.debug("verify: no netlink socket, reading the tables with nft", { err: errorMessage(err) });
+    }
+    if (!socket) return Promise.all(FAMILIES.map((f) => readTable(this.exec, f)));
+    try {
+      const out: KernelTable[] = [];
+      for (const t of want) out.push(await readTableNetlink(socket, this.exec, t));
+      return out;
+    } finally {
+      socket.close();
+    }
+  }
+
+  private async applyNow(state: NodeState, change: StateChange): Promise<void> {
     const ips = nodeIPsOf(state, this.ctx.config);
     if (!sameIPs(ips, this.nodeIPs)) {
       // The nodeport-ips set and the rules guarding node ports are base objects: a full sync rewrites them.
@@ -190,6 +254,7 @@ export class NftBackend implements FullStateBackend {
     else await this.runner.apply(tx, { full: true, unstamped: true });
     this.sync.reset();
     this.needFull = true;
+    this.programmed = false;
     this.udpApplied.clear();
   }
 

@@ -26,41 +26,44 @@ import { address, type Field, HOST_LE, Unencodable, value, valueLength, Writer }
 import { ListElement } from "./render-service.ts";
 
 const NLMSG_HDRLEN = 16;
-const NLMSG_ERROR = 2;
-const NLM_F_REQUEST = 0x1;
+export const NLMSG_ERROR = 2;
+export const NLM_F_REQUEST = 0x1;
 const NLM_F_CREATE = 0x400;
 /** on an NLMSG_ERROR: the refused message is not copied after nlmsgerr (NETLINK_CAP_ACK), TLVs follow (NETLINK_EXT_ACK) */
 const NLM_F_CAPPED = 0x100;
 const NLM_F_ACK_TLVS = 0x200;
-const NFNL_SUBSYS_NFTABLES = 10;
+export const NFNL_SUBSYS_NFTABLES = 10;
 const NFNL_MSG_BATCH_BEGIN = 0x10;
 const NFNL_MSG_BATCH_END = 0x11;
 const NFT_MSG_NEWTABLE = 0;
 const NFT_MSG_GETTABLE = 1;
+const NFT_MSG_NEWCHAIN = 3;
+const NFT_MSG_GETCHAIN = 4;
 const NFT_MSG_NEWSETELEM = 12;
 const NFTA_TABLE_NAME = 1;
+const NFTA_CHAIN_NAME = 3;
 const ENOENT = 2;
 const NLA_F_NESTED = 0x8000;
-const NFTA_SET_ELEM_LIST_TABLE = 1;
-const NFTA_SET_ELEM_LIST_SET = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
-const NFTA_SET_ELEM_KEY = 1;
-const NFTA_SET_ELEM_DATA = 2;
-const NFTA_SET_ELEM_USERDATA = 6;
-const NFTA_DATA_VALUE = 1;
-const NFTA_DATA_VERDICT = 2;
-const NFTA_VERDICT_CODE = 1;
-const NFTA_VERDICT_CHAIN = 2;
+export const NFTA_SET_ELEM_LIST_TABLE = 1;
+export const NFTA_SET_ELEM_LIST_SET = 2;
+export const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
+export const NFTA_SET_ELEM_KEY = 1;
+export const NFTA_SET_ELEM_DATA = 2;
+export const NFTA_SET_ELEM_USERDATA = 6;
+export const NFTA_DATA_VALUE = 1;
+export const NFTA_DATA_VERDICT = 2;
+export const NFTA_VERDICT_CODE = 1;
+export const NFTA_VERDICT_CHAIN = 2;
 /** libnftnl udata TLV type of an element's comment (NFTNL_UDATA_SET_ELEM_COMMENT) */
-const UDATA_SET_ELEM_COMMENT = 0;
+export const UDATA_SET_ELEM_COMMENT = 0;
 /** enum nlmsgerr_attrs */
 const NLMSGERR_ATTR_MSG = 1;
 const NLMSGERR_ATTR_OFFS = 2;
 /** nfgenmsg.nfgen_family */
-const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
+export const NFPROTO: Record<TableFamily, number> = { ip: 2, ip6: 10 };
 /** NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_RETURN; jump and goto carry a chain */
-const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
-const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
+export const VERDICTS: Record<string, number> = { drop: 0, accept: 1, continue: -1, return: -5 };
+export const CHAIN_VERDICTS: Record<string, number> = { jump: -3, goto: -4 };
 /**
  * The NFTA_SET_ELEM_LIST_ELEMENTS nest of one message stays within what its
  * 16-bit length can say, as libnftnl splits (nftnl_attr_nest_overflow): the
@@ -280,7 +283,8 @@ export function encodeElements(tx: Transaction): { batch: EncodedBatch | undefin
 }
 
 /** nlmsghdr (its length set by the caller) and nfgenmsg; a change asks to create (NLM_F_CREATE), a question does not */
-function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
+/** an nfnetlink message's headers, its length written by the caller (netlink-dump.ts asks with it too) */
+export function header(w: Writer, type: number, seq: number, family: number, flags = NLM_F_REQUEST | NLM_F_CREATE) {
   w.room(NLMSG_HDRLEN + 4);
   const start = w.at;
   w.u32(NLMSG_HDRLEN + 4);
@@ -466,21 +470,60 @@ export function refusedElement(batch: EncodedBatch, reply: BatchReply): string {
   return `${head} { ${e.key}${e.value !== undefined ? ` : ${e.value}` : ""} }`;
 }
 
+/** a table, or a chain of one, that a question names (another program's: iptables-nft's `mangle`, kube-proxy's `kube-proxy`) */
+export interface NftObject {
+  family: TableFamily;
+  table: string;
+  chain?: string;
+}
+
 /**
- * Asks whether kpng's table of each family exists: one NFT_MSG_GETTABLE per
- * family, outside any batch (a question commits nothing), `seq` numbering
- * them from 1 in `families`' order. The kernel answers each within the send
- * that carries it (netlink-socket.ts BatchSocket): the table, or an error.
+ * Asks whether each object exists: one NFT_MSG_GETTABLE or NFT_MSG_GETCHAIN
+ * per object, outside any batch (a question commits nothing), `seq`
+ * numbering them from 1 in order. The kernel answers each within the send
+ * that carries it (netlink-socket.ts BatchSocket): the object, or an error.
+ * Each answer is one object's: the cost does not grow with the ruleset.
  */
-export function tableQuery(families: readonly TableFamily[]): Uint8Array {
+export function objectQuery(objects: readonly NftObject[]): Uint8Array {
   const w = new Writer();
-  families.forEach((family, i) => {
-    const start = header(w, NFT_MSG_GETTABLE, i + 1, NFPROTO[family], NLM_F_REQUEST);
-    w.strz(NFTA_TABLE_NAME, TABLE);
+  objects.forEach((o, i) => {
+    const start = header(w, o.chain === undefined ? NFT_MSG_GETTABLE : NFT_MSG_GETCHAIN, i + 1, NFPROTO[o.family], NLM_F_REQUEST);
+    w.strz(NFTA_TABLE_NAME, o.table); // NFTA_CHAIN_TABLE too
+    if (o.chain !== undefined) w.strz(NFTA_CHAIN_NAME, o.chain);
     w.put32(start, w.at - start);
   });
   return w.buf.slice(0, w.at);
 }
+
+/** Which of objectQuery's `objects` the kernel's answers show (by index); throws on any error but "no such table or chain". */
+export function objectsFound(objects: readonly NftObject[], answers: readonly Uint8Array[]): boolean[] {
+  const found = objects.map(() => false);
+  const NEWTABLE = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWTABLE;
+  const NEWCHAIN = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWCHAIN;
+  for (const a of answers) {
+    for (const [type, , body] of messages(a)) {
+      if ((type !== NEWTABLE && type !== NEWCHAIN) || body.byteLength < 4) continue;
+      const named = new Map<number, string | undefined>();
+      for (const [t, payload] of list(body.subarray(4))) named.set(t, text(payload));
+      objects.forEach((o, i) => {
+        const isChain = o.chain !== undefined;
+        if (NFPROTO[o.family] !== body[0] || isChain !== (type === NEWCHAIN) || named.get(NFTA_TABLE_NAME) !== o.table) return;
+        if (!isChain || named.get(NFTA_CHAIN_NAME) === o.chain) found[i] = true;
+      });
+    }
+    for (const r of parseReplies(a))
+      if (r.error < 0 && r.error !== -ENOENT) {
+        const o = objects[r.seq - 1];
+        const what = o ? `${o.chain === undefined ? "table" : "chain"} ${o.family} ${o.table}${o.chain ? ` ${o.chain}` : ""}` : "?";
+        throw new Error(`asking for ${what}: errno ${-r.error}${r.message ? ` (${r.message})` : ""}`);
+      }
+  }
+  return found;
+}
+
+/** Asks whether kpng's table of each family exists (objectQuery). */
+export const tableQuery = (families: readonly TableFamily[]): Uint8Array =>
+  objectQuery(families.map((family) => ({ family, table: TABLE })));
 
 /** The families (of tableQuery's `families`) whose table the kernel's answers show; throws on any error but "no such table". */
 export function tablesFound(families: readonly TableFamily[], answers: readonly Uint8Array[]): Set<TableFamily> {

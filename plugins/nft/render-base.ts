@@ -1,8 +1,8 @@
 // The fixed part of each kpng table: maps, sets, base chains and helper
 // chains. It depends only on Config, so it is written on full syncs only.
 
-import type { Config } from "../../src/plugins/toolkit/index.ts";
-import { addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
+import { type Config, type FamilyLocalDetect, localDetectFor } from "../../src/plugins/toolkit/index.ts";
+import { addressFamily, addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import type { TableFamily } from "./names.ts";
 import type { RuleChainSpec } from "./render-service.ts";
@@ -11,8 +11,8 @@ import type { Op, SetSpec } from "./transaction.ts";
 /** What a family's rules need from Config, resolved once. */
 export interface FamilyConfig {
   family: TableFamily;
-  /** pod CIDRs of this family: sources outside them are masqueraded to cluster IPs */
-  clusterCIDRs: string[];
+  /** matches for pod traffic (detectLocalMode): other traffic to cluster IPs is masqueraded; none = nothing is pod traffic */
+  local: LocalMatch | undefined;
   masqueradeAll: boolean;
   /** 1 << Config.masqueradeBit, as "0x4000" */
   markBit: string;
@@ -27,11 +27,34 @@ export function familyConfig(config: Config, family: TableFamily): FamilyConfig 
   const nodePort = npa.flatMap((a) => (a === "primary" ? ofFamily(family, config.nodeIPs) : cidrsOfFamily(family, [a])));
   return {
     family,
-    clusterCIDRs: cidrsOfFamily(family, config.clusterCIDRs),
+    local: localMatch(family, localDetectFor(config, addressFamily(family))),
     masqueradeAll: config.masqueradeAll,
     markBit: `0x${((1 << config.masqueradeBit) >>> 0).toString(16)}`,
     nodePortAddresses: [...new Set(nodePort)],
   };
+}
+
+/** nft match text for pod traffic and for the rest (`iif` would need the interface to exist, and takes no wildcard) */
+export interface LocalMatch {
+  is: string;
+  isNot: string;
+}
+
+/**
+ * As kube-proxy's nftables mode prints its LocalTrafficDetector (since
+ * 1.34.2 with `iifname`; `iif` failed on a wildcard and on a bridge created
+ * after the rules): `ip saddr 10.0.0.0/16`, `iifname "cbr0"`, `iifname "veth*"`.
+ * Interface names were checked at start-up (config/detect-local.ts): no quote
+ * or wildcard of their own.
+ */
+export function localMatch(family: TableFamily, d: FamilyLocalDetect | undefined): LocalMatch | undefined {
+  if (!d) return undefined;
+  if (d.kind === "cidrs") {
+    const ip = addrKw(family);
+    return { is: `${ip} saddr ${setOf(d.cidrs)}`, isNot: `${ip} saddr != ${setOf(d.cidrs)}` };
+  }
+  const name = JSON.stringify(d.prefix ? `${d.name}*` : d.name);
+  return { is: `iifname ${name}`, isNot: `iifname != ${name}` };
 }
 
 /** a shard map of dispatch slots (names.ts): endpoint address . port, or a verdict for affinity services */
@@ -127,10 +150,10 @@ export function renderBase(fc: FamilyConfig): Op[] {
   // cluster-ips set says the same thing.
   if (fc.masqueradeAll)
     rule(N.SERVICES_CHAIN, `${ip} daddr @${N.CLUSTER_IPS_SET} jump ${N.MARK_MASQ_CHAIN}`, "masquerade all traffic to cluster IPs");
-  else if (fc.clusterCIDRs.length)
+  else if (fc.local)
     rule(
       N.SERVICES_CHAIN,
-      `${ip} daddr @${N.CLUSTER_IPS_SET} ${ip} saddr != ${setOf(fc.clusterCIDRs)} jump ${N.MARK_MASQ_CHAIN}`,
+      `${ip} daddr @${N.CLUSTER_IPS_SET} ${fc.local.isNot} jump ${N.MARK_MASQ_CHAIN}`,
       "masquerade off-cluster traffic to cluster IPs",
     );
   rule(N.SERVICES_CHAIN, `${ip} daddr . meta l4proto . th dport vmap @${N.SERVICE_IPS_MAP}`);

@@ -353,8 +353,7 @@ function externalPrelude(s: ServiceRender, svcChain: string | undefined): RuleSp
     // cluster endpoints, as if they had gone out to the load balancer
     // and come back; the node is masqueraded, its source being an
     // address the endpoint could not answer.
-    if (s.fc.clusterCIDRs.length)
-      rules.push({ rule: `${s.ip} saddr ${setOf(s.fc.clusterCIDRs)} goto ${svcChain}`, comment: "short-circuit pod traffic" });
+    if (s.fc.local) rules.push({ rule: `${s.fc.local.is} goto ${svcChain}`, comment: "short-circuit pod traffic" });
     rules.push({ rule: `fib saddr type local jump ${N.MARK_MASQ_CHAIN}`, comment: "masquerade local traffic" });
     rules.push({ rule: `fib saddr type local goto ${svcChain}`, comment: "short-circuit local traffic" });
   }

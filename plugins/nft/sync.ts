@@ -22,6 +22,7 @@ import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
 import { clearHeld, type Holdings } from "./held.ts";
+import { programmedTable, type ProgrammedTable } from "./programmed.ts";
 import { NOTHING, renderService, type RuleChainSpec, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
 
@@ -77,7 +78,7 @@ class FamilySync {
    * when its last slot goes would make the cost of a change depend on what
    * else shares the shard.
    */
-  private created = new Set<string>();
+  private created = new Map<string, SetSpec>();
   /**
    * Shared dispatch chains (names.dispatchChain) and how many service ports
    * use each: one exists exactly while it has users, so a series of partial
@@ -154,12 +155,18 @@ class FamilySync {
     }
   }
 
+  /** what this family's records say its table holds (programmed.ts), for `verify` */
+  programmed(normalize: (key: string) => string): ProgrammedTable {
+    const { family } = this.fc;
+    return programmedTable({ family, base: this.base, records: this.records, created: this.created, shared: this.shared }, normalize);
+  }
+
   /** shard maps, sets and chains of one service: what to create, rewrite and delete */
   private diffObjects(old: ServiceObjects | undefined, next: ServiceObjects | undefined, p: Phases) {
     const f = this.fc.family;
     for (const m of next?.maps ?? [])
       if (!this.created.has(m.name)) {
-        this.created.add(m.name);
+        this.created.set(m.name, m);
         p.addSets.push({ kind: "map", verb: "add", family: f, set: m });
       }
     // Most services have neither sets nor chains of their own: no lookups built for them.
@@ -307,6 +314,11 @@ export class NftSync {
 
   private forget() {
     for (const fs of this.families) fs.reset();
+  }
+
+  /** what the last plan (once applied) put in each family's table, for `verify` (programmed.ts) */
+  programmed(normalize: (key: string) => string): ProgrammedTable[] {
+    return this.families.map((fs) => fs.programmed(normalize));
   }
 
   /**

@@ -161,8 +161,8 @@ function validate(op: Op): string | undefined {
  * the elements in `parts` batches of about the same size, in their order.
  * nft parses its input on one core, and parsing is most of a big load (nft
  * 1.0.6): the batches, run at the same time after the skeleton, parse side
- * by side and only their commits take turns in the kernel (the README's
- * footprint figures, from bench startup). Only for empty tables:
+ * by side and only their commits take turns in the kernel (the footprint
+ * figures of docs/results/2026-11.md, from bench startup). Only for empty tables:
  * until the last batch commits, some services have rules and others none,
  * which over empty tables is no worse than before the load began; rules in
  * place are always rewritten in one transaction.

@@ -86,6 +86,12 @@ export class UserspaceBackend implements FullStateBackend {
     this.log = ctx.log.child("userspace");
     this.routes = new LocalRoutes(this.exec);
     this.mode = ctx.config.userspaceMode ?? "bind";
+    const d = ctx.config.localDetect;
+    // A relay sees a connection's source address, never the interface it came in on.
+    if (d?.kind === "bridge" || d?.kind === "prefix")
+      this.log.warn("detectLocalMode BridgeInterface/InterfaceNamePrefix: the userspace backend tells pods by clusterCIDRs only", {
+        clusterCIDRs: ctx.config.clusterCIDRs.join(","),
+      });
   }
 
   async setup(): Promise<void> {
@@ -164,7 +170,9 @@ export class UserspaceBackend implements FullStateBackend {
     change: StateChange,
     nodeIPs: readonly string[],
   ): { touched: Map<string, Frontend | undefined>; gone: Frontend[] } {
-    const opts = { nodeIPs, clusterCIDRs: this.ctx.config.clusterCIDRs };
+    // pods by source address: NodeCIDR's pod CIDRs, else the cluster CIDRs
+    const d = this.ctx.config.localDetect;
+    const opts = { nodeIPs, clusterCIDRs: d?.kind === "node-cidr" ? d.cidrs : this.ctx.config.clusterCIDRs };
     const keys = change ?? new Set([...this.planned.keys(), ...state.services.keys()]);
     const touched = new Map<string, Frontend | undefined>();
     const old = new Map<string, Frontend>();

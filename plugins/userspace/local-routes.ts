@@ -6,7 +6,7 @@
 // Routes, not addresses on a device (kube-proxy's IPVS mode puts them on
 // kube-ipvs0): the kernel adds and deletes an IPv6 address in time that
 // grows with the addresses the device already holds, which made the
-// addresses most of a sync at thousands of services (README); routes go
+// addresses most of a sync at thousands of services (docs/backends/userspace.md); routes go
 // into a trie. A route also never makes the service
 // IP a candidate source for the node's own connections. IPv4 binds to an
 // address of a local route as to its own; IPv6 binds only to addresses a

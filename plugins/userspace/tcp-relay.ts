@@ -4,8 +4,8 @@
 // Bun's own sockets (Bun.listen / Bun.connect) rather than node:net: the
 // copy loop is the whole cost of a relay, and node:net's streams (pipe,
 // per-chunk events and buffering) cost more CPU per byte and connect
-// latency than the native handlers (compared in the README's userspace
-// section). What streams gave for free is written here, small and explicit:
+// latency than the native handlers (compared in
+// docs/backends/userspace.md). What streams gave for free is written here, small and explicit:
 //   - backpressure: a write the kernel took only part of keeps the rest
 //     (`Half.pending`) and pauses the sending side until `drain`;
 //   - half-close: a FIN from one side is passed on (`shutdown()`) once that

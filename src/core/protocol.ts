@@ -2,7 +2,7 @@
 // node runs at start-up: the brain's model and the backends' toolkit. The
 // generated services_pb.ts holds the same enum, but importing any value of it
 // evaluates that file's descriptor registry (protobuf-es' fileDesc and its
-// runtime), which a node proxy never uses otherwise (README, Performance).
+// runtime), which a node proxy never uses otherwise (docs/results/2026-11.md).
 // test/brain/protocol.test.ts checks that the two agree.
 
 import type { Protocol as Generated } from "../gen/localv1/services_pb.ts";

@@ -28,7 +28,7 @@ export function memoryRelease(log: Logger): MemoryRelease {
    * throws away all compiled code, at a moment the VM picks) blocked a sync
    * for as long as a full collection of the heap takes, which grows with the
    * cluster, and every sync after it ran cold: under steady churn it was
-   * most of kpng's CPU and the churn bench's outliers (README, Performance).
+   * most of kpng's CPU and the churn bench's outliers (docs/results/2026-11.md).
    * It runs when the node is at rest (QUIET_MS without a sync), and once
    * after start-up.
    */

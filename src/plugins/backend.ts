@@ -65,6 +65,8 @@ export interface BackendMetrics {
   conntrackReconciled(family: IPVersion, seconds: number, deleted: number): void;
   /** after an iptables sync: the rules kpng owns in `table`, and how many this sync wrote */
   iptablesRules(family: IPVersion, table: string, total: number, written: number): void;
+  /** `backend` compared the kernel with what it programmed (Backend.verify, every Service): how many differences it found */
+  rulesDrift(backend: string, differences: number): void;
 }
 
 /** A Warning event on this Node, recorded once at start-up (kube-proxy records one for IPVS mode). */

@@ -3,7 +3,9 @@
 // it runs, newer revisions coalesce into one (their change sets merged). A
 // failed apply is retried as a full sync: after a failure we cannot know
 // what the kernel holds. So is a backend's report that someone else changed
-// its rules (Backend.watchRules).
+// its rules (Backend.watchRules): before that repair, a backend that can read
+// its rules back (Backend.verify) is asked what was lost, and the log line
+// names it (after the repair the kernel matches again, and nobody can tell).
 
 import type { Revision } from "../core/brain/brain.ts";
 import { errorMessage } from "../core/errors.ts";
@@ -12,7 +14,8 @@ import { sameIPs } from "../core/brain/node-ips.ts";
 import { stateOps } from "../core/brain/ops.ts";
 import type { NodeState, StateChange } from "../core/brain/state.ts";
 import { pauseAfter } from "../core/pacing.ts";
-import type { Backend, IncrementalBackend } from "./backend.ts";
+import type { Backend, Drift, IncrementalBackend } from "./backend.ts";
+import { driftSummary } from "./toolkit/drift.ts";
 
 export interface FeedOptions {
   log: Logger;
@@ -27,7 +30,17 @@ export interface FeedOptions {
   pauseAfter?: (ms: number) => number;
   /** when repairs come this often, they wait (default REPAIR_STORM) */
   repairStorm?: RepairStorm;
+  /** how long a repair waits for the check that names what was lost (default LOST_CHECK_MS) */
+  lostCheckMs?: number;
 }
+
+/**
+ * A repair waits this long at most for the read-back that names what was
+ * lost: repairs come first. The read grows with the rules (nft at 5,000
+ * services: 1.2-1.6 s of CPU, iptables 3 s, docs/verify.md); past this the line says the
+ * check was cut short, and the repair runs.
+ */
+export const LOST_CHECK_MS = 2000;
 
 /**
  * Repairs run at once, unless more than `burst` reports came within
@@ -86,6 +99,44 @@ export async function applyIncremental(b: IncrementalBackend, prev: NodeState | 
   await b.sync();
 }
 
+/**
+ * Before a repair: what the backend's rules lost, read back (Backend.verify,
+ * one read; its every-Service check also sets the drift metric), on one log
+ * line. Only then: kpng reads nothing back between reports, and after the
+ * repair the kernel holds the rules again.
+ */
+async function nameWhatWasLost(backend: Backend, log: Logger, reason: string, limitMs: number) {
+  let drifts: Drift[] | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const late = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), limitMs);
+    });
+    // past the limit its result is dropped (the repair may be under way by the time it comes)
+    drifts = await Promise.race([backend.verify?.() ?? Promise.resolve([]), late]);
+  } catch (err) {
+    log.warn("rules changed by someone else: cannot read back what was lost", { backend: backend.name, reason, error: errorMessage(err) });
+    return;
+  } finally {
+    clearTimeout(timer);
+  }
+  if (!drifts) {
+    log.warn("rules lost: not named, reading them back took too long; repairing", { backend: backend.name, reason, limitMs });
+    return;
+  }
+  // the Services first: the line shows the first few, and which Services lost rules is the news
+  const ordered = [...drifts.filter((d) => d.service), ...drifts.filter((d) => !d.service)];
+  const missing = ordered.filter((d) => d.kind === "missing");
+  const other = ordered.filter((d) => d.kind !== "missing");
+  log.warn("rules lost", {
+    backend: backend.name,
+    reason,
+    differences: drifts.length,
+    missing: driftSummary(missing),
+    ...(other.length ? { changed: driftSummary(other, { withKind: true }) } : {}),
+  });
+}
+
 export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   const log = opts.log;
   let applied: NodeState | null = null; // what the backend holds (incremental)
@@ -96,6 +147,7 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   let retry: ReturnType<typeof setTimeout> | undefined;
   const pause = opts.pauseAfter ?? pauseAfter;
   let nextAt = 0; // no sync starts before (performance.now())
+  let lost: string | undefined; // the report of rules lost whose repair has not run yet
 
   const retryIn = (ms: number) => {
     retry = setTimeout(() => {
@@ -110,6 +162,12 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
       if (rest >= 1) {
         await Bun.sleep(rest);
         continue;
+      }
+      if (lost !== undefined && pending === null) {
+        const reason = lost;
+        lost = undefined;
+        await nameWhatWasLost(backend, log, reason, opts.lostCheckMs ?? LOST_CHECK_MS);
+        if (stopped) return;
       }
       const state = latest;
       const change = pending;
@@ -161,6 +219,8 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
   backend.watchRules?.((reason) => {
     if (stopped) return;
     opts.onRulesLost?.(reason);
+    // only a backend that can read its rules back (an await before the repair: other reports coalesce into it)
+    if (latest && backend.verify) lost ??= reason;
     const { delayMs, reports } = pace(Date.now());
     if (delayMs === undefined) {
       log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });

@@ -174,8 +174,6 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
         "--kube-api-burst",
         "--profiling",
         "--vmodule",
-        "--ipvs-strict-arp",
-        "--pod-bridge-interface",
         "--config-sync-period",
         "--log-flush-frequency",
       ])
@@ -186,7 +184,16 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
         "--v,",
         "--oom-score-adj",
         "--detect-local-mode",
+        "--pod-bridge-interface",
+        "--pod-interface-name-prefix",
         "--kube-api-content-type",
+        // honoured since issue 34
+        "--iptables-localhost-nodeports",
+        "--ipvs-strict-arp",
+        "--ipvs-exclude-cidrs",
+        "--ipvs-tcp-timeout",
+        "--ipvs-tcpfin-timeout",
+        "--ipvs-udp-timeout",
       ])
         expect(warn[0]).not.toContain(f);
     } finally {
@@ -194,14 +201,16 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
     }
   });
 
-  test("a flag value kpng cannot honour is named: --detect-local-mode=NodeCIDR", () => {
-    const r = kpng("--detect-local-mode=NodeCIDR", "--write-config-to=/dev/null");
-    expect(r.code).toBe(0);
-    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([
-      expect.stringContaining(
-        "WARN kpng: detectLocalMode: NodeCIDR is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs (set by a flag)",
-      ),
-    ]);
+  test("--detect-local-mode=NodeCIDR and the interface modes are honoured: no WARN", () => {
+    for (const args of [
+      ["--detect-local-mode=NodeCIDR"],
+      ["--detect-local-mode=BridgeInterface", "--pod-bridge-interface=cbr0"],
+      ["--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=veth"],
+    ]) {
+      const r = kpng(...args, "--write-config-to=/dev/null");
+      expect(r.code).toBe(0);
+      expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([]);
+    }
   });
 
   // The value checks are a table in test/config/flags.test.ts; here, that the process turns them into one line and exit 2.
@@ -227,6 +236,23 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
       stderr:
         /^kpng: \[invalid_argument\] flag --kube-api-content-type: "application\/cbor": kpng reads application\/json and application\/vnd\.kubernetes\.protobuf only$/,
     },
+    {
+      name: "--detect-local-mode=BridgeInterface without --pod-bridge-interface",
+      args: ["--detect-local-mode=BridgeInterface"],
+      stderr:
+        /^kpng: \[invalid_argument\] detectLocal\.bridgeInterface \(--pod-bridge-interface\): must not be empty when detectLocalMode is BridgeInterface$/,
+    },
+    {
+      name: "--detect-local-mode=InterfaceNamePrefix with an empty --pod-interface-name-prefix",
+      args: ["--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix="],
+      stderr:
+        /^kpng: \[invalid_argument\] detectLocal\.interfaceNamePrefix \(--pod-interface-name-prefix\): must not be empty when detectLocalMode is InterfaceNamePrefix$/,
+    },
+    {
+      name: "--pod-bridge-interface no interface can be named",
+      args: ["--detect-local-mode=BridgeInterface", '--pod-bridge-interface=br"0'],
+      stderr: /^kpng: \[invalid_argument\] detectLocal\.bridgeInterface \(--pod-bridge-interface\): "br"0" is not an interface name/,
+    },
     { name: "an unknown flag", args: ["--frobnicate"], stderr: /^kpng: \[invalid_argument\] flag --frobnicate: unknown flag$/ },
     {
       name: "a word an object inherits is no subcommand",
@@ -246,6 +272,15 @@ describe("every kube-proxy 1.36 flag, as the real process reads it", () => {
 
 describe("kube-proxy's modes on the command line", () => {
   const example = join(root, "examples/cluster.yaml");
+  test("--detect-local-mode=BridgeInterface without a bridge: kpng does not start, one line, exit 2", () => {
+    for (const mode of ["nftables", "iptables"]) {
+      const r = kpng("--input", example, `--proxy-mode=${mode}`, "--detect-local-mode=BridgeInterface", "--dry-run", "--once");
+      expect(r.code).toBe(2);
+      expect(r.err.split("\n")).toHaveLength(1);
+      expect(r.err).toContain("detectLocal.bridgeInterface (--pod-bridge-interface): must not be empty");
+    }
+  });
+
   test("--proxy-mode=kernelspace on Linux without --dry-run: one line, exit 2 (it would program nothing)", () => {
     const r = kpng("--input", example, "--proxy-mode=kernelspace", "--once");
     expect(r.code).toBe(2);

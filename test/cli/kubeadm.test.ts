@@ -35,10 +35,9 @@ describe("kubeadm's DaemonSet arguments and ConfigMap", () => {
     expect(r.err).toMatch(/INFO kpng: proxy mode mode=iptables from=default/);
     expect(r.err).toMatch(/INFO kpng: started node=node-1 backends=iptables /);
     expect(r.out).toContain("*nat");
-    // the one field of kubeadm's file kpng does not act on in iptables mode
-    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([
-      expect.stringMatching(/iptables\.localhostNodePorts: true has no effect in kpng/),
-    ]);
+    // every field of kubeadm's file is acted on in iptables mode: localhostNodePorts (true) too, with upstream's guard rule
+    expect(r.err.split("\n").filter((l) => l.includes(" WARN "))).toEqual([]);
+    expect(r.out).toContain('-A KPNG-LOCALNET-GUARD -m comment --comment "block incoming localnet connections" -d 127.0.0.0/8');
   });
 
   test("with kubeadm's usual -v=2 and an unknown field in the ConfigMap: lenient decoding, a warning, it runs", () => {

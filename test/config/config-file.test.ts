@@ -375,10 +375,8 @@ describe("configHardFail: false", () => {
   });
 
   test("settings kpng does not act on are warnings even when valid", () => {
-    const { warnings } = parseKubeProxyConfig("kp.yaml", V2 + "detectLocalMode: NodeCIDR\n");
-    expect(warnings).toEqual([
-      "kp.yaml: detectLocalMode: NodeCIDR is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs",
-    ]);
+    const { warnings } = parseKubeProxyConfig("kp.yaml", V2 + "enableProfiling: true\n");
+    expect(warnings).toEqual(["kp.yaml: enableProfiling: true has no effect in kpng: no /debug/pprof (a Go runtime feature)"]);
   });
 });
 

@@ -54,13 +54,13 @@ describe("deploy/daemonset.yaml", () => {
   });
 
   test("the liveness probe asks /livez on the health port the configuration sets", () => {
-    const cfg = parseKubeProxyConfig("config.conf", find("ConfigMap", "kube-proxy").data["config.conf"]).doc;
+    const cfg = parseKubeProxyConfig("config.conf", find("ConfigMap", "kpng").data["config.conf"]).doc;
     expect(c.livenessProbe.httpGet.path).toBe("/livez");
     expect(cfg.healthzBindAddress.endsWith(`:${c.livenessProbe.httpGet.port}`)).toBe(true);
   });
 
   test("the shipped configuration loads without a warning", () => {
-    const { doc, warnings } = parseKubeProxyConfig("config.conf", find("ConfigMap", "kube-proxy").data["config.conf"]);
+    const { doc, warnings } = parseKubeProxyConfig("config.conf", find("ConfigMap", "kpng").data["config.conf"]);
     expect(warnings).toEqual([]);
     expect(doc.mode).toBe("nftables");
   });
@@ -231,12 +231,12 @@ describe("deploy/global.yaml", () => {
 describe("deploy/daemonset.yaml runs as kubeadm runs kube-proxy", () => {
   const pod = find("DaemonSet", "kpng").spec.template.spec;
   const c = pod.containers[0];
-  const configMap = find("ConfigMap", "kube-proxy");
+  const configMap = find("ConfigMap", "kpng");
   const mount = c.volumeMounts.find((m: Doc) => m.mountPath === "/var/lib/kube-proxy");
   const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
 
-  test("the kube-proxy ConfigMap mounted at /var/lib/kube-proxy, --config its config.conf", () => {
-    expect(pod.volumes.find((v: Doc) => v.name === mount.name).configMap.name).toBe("kube-proxy");
+  test("kpng's own ConfigMap (never kube-proxy's) mounted where kube-proxy's is, --config its config.conf", () => {
+    expect(pod.volumes.find((v: Doc) => v.name === mount.name).configMap.name).toBe("kpng");
     expect(c.args).toContain("--config=/var/lib/kube-proxy/config.conf");
     expect(c.args).toContain("--hostname-override=$(NODE_NAME)");
   });
@@ -259,6 +259,9 @@ describe("deploy/daemonset.yaml runs as kubeadm runs kube-proxy", () => {
   test("the image tag is package.json's version", () => {
     expect(c.image).toBe(`kpng:${version}`);
     expect(find("DaemonSet", "kpng-example-backend").spec.template.spec.containers[0].image).toBe(`kpng:${version}`);
+    // the rollback patch's init container runs kpng --cleanup from the same image
+    const rollback = parseAllDocuments(readFileSync(join(root, "deploy/kube-proxy-rollback.yaml"), "utf8"))[0].toJS() as Doc;
+    expect(rollback.spec.template.spec.initContainers[0].image).toBe(`kpng:${version}`);
   });
 
   test("memory requested and limited, CPU requested and never limited (a throttled proxy syncs late)", () => {

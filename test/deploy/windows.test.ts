@@ -25,6 +25,12 @@ describe("deploy/windows/daemonset.yaml", () => {
     expect(pod.nodeSelector).toEqual({ "kubernetes.io/os": "windows" });
   });
 
+  test("it reads kpng's own ConfigMap, never kube-proxy's (which must go for kubeadm upgrade to leave kube-proxy out)", () => {
+    const mount = c.volumeMounts.find((m: any) => m.mountPath === "/var/lib/kube-proxy");
+    expect(pod.volumes.find((v: any) => v.name === mount.name).configMap.name).toBe("kpng");
+    expect(c.args).toContain("--config=var/lib/kube-proxy/config.conf");
+  });
+
   test("its kpng flags exist and validate, with the winkernel backend", () => {
     const args = (c.args as string[]).map((a) => a.replace("$(NODE_NAME)", "node-1"));
     const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs };

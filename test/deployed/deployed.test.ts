@@ -46,7 +46,7 @@ const flushRuleset = (withinMs: number): Removal => ({
   argv: ["nft", "flush", "ruleset"],
   withinMs,
 });
-/** how long a repair may take before a test fails: the README's figures are targets, measured by `bun run bench nft-repair` */
+/** how long a repair may take before a test fails: the figures of docs/operators.md are targets, measured by `bun run bench nft-repair` */
 const LOADED_BOUND_MS = LOADED_WAIT_MS;
 /**
  * How long kpng may take to report a broken edit of the input file. A text
@@ -218,7 +218,7 @@ for (const c of combos) {
           const t0 = Date.now();
           await d.topo.exec(d.topo.node.ns, removal.argv);
           let back = 0;
-          // The target is printed; the assertion's bound is one a loaded 2-core machine meets (README, Performance).
+          // The target is printed; the assertion's bound is one a loaded 2-core machine meets (docs/results/2026-11.md).
           while (!back && Date.now() - t0 < LOADED_BOUND_MS) {
             if (comparable(await d.rules()) === comparable(before)) back = Date.now();
             else await Bun.sleep(20);

@@ -175,6 +175,7 @@ function node(w: Writer, o: Obj) {
     s.str(3, o.spec?.providerID ?? "");
     s.bool(4, !!o.spec?.unschedulable);
     for (const t of o.spec?.taints ?? []) s.msg(5, (x) => (x.str(1, t.key ?? ""), x.str(2, t.value ?? ""), x.str(3, t.effect ?? "")));
+    for (const c of o.spec?.podCIDRs ?? []) s.str(7, c);
   });
   w.msg(3, (s) => {
     s.str(3, "");

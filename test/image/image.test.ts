@@ -1,6 +1,6 @@
 // kpng's image (issue 19, goal 5), built here by deploy/image/build.sh with
 // Debian's tools, then run as the DaemonSet runs it: runc, host network (a
-// node namespace this test made), privileged, the kube-proxy ConfigMap of
+// node namespace this test made), privileged, kpng's ConfigMap of
 // deploy/ mounted with the API server's real address and the pod's
 // service-account token, the args and memory limit of deploy/daemonset.yaml.
 // The API server is the real kube-apiserver (test/harness/kube-apiserver.ts),
@@ -36,7 +36,7 @@ const tmp = tempDir("kpng-image-");
 type Doc = Record<string, any>;
 const manifests = (file: string): Doc[] => parseAllDocuments(readFileSync(join(ROOT, "deploy", file), "utf8")).map((d) => d.toJS() as Doc);
 const daemonSet = manifests("daemonset.yaml").find((d) => d.kind === "DaemonSet")!;
-const kubeProxyConfigMap = manifests("kube-proxy-configmap.yaml").find((d) => d.kind === "ConfigMap")!;
+const kpngConfigMap = manifests("kpng-configmap.yaml").find((d) => d.kind === "ConfigMap")!;
 
 async function buildImage(): Promise<{ layout: string; report: string } | { unreachable: string }> {
   tmp.create();
@@ -283,8 +283,8 @@ async function startPod(opts: PodOptions = {}): Promise<Pod> {
       for (const [f, text] of Object.entries(files)) writeFileSync(join(dir, name, f), text);
       return join(dir, name);
     };
-    const data = kubeProxyConfigMap.data as Record<string, string>;
-    const configMap = volume("kube-proxy", {
+    const data = kpngConfigMap.data as Record<string, string>;
+    const configMap = volume("config", {
       "kubeconfig.conf": data["kubeconfig.conf"].replace(/server: \S+/, `server: https://127.0.0.1:${API_PORT}`),
       "config.conf": (opts.configConf ?? data["config.conf"]).replace(/^mode: .*$/m, (m) => (opts.mode ? `mode: ${opts.mode}` : m)),
     });
@@ -301,7 +301,7 @@ async function startPod(opts: PodOptions = {}): Promise<Pod> {
       env: { NODE_NAME: NODE },
       memoryLimit: mebibytes(c.resources.limits.memory),
       mounts: [
-        { source: configMap, destination: mountPath("kube-proxy"), readonly: true },
+        { source: configMap, destination: mountPath("config"), readonly: true },
         { source: serviceAccount, destination: "/var/run/secrets/kubernetes.io/serviceaccount", readonly: true },
         { source: lock, destination: mountPath("xtables-lock") },
         { source: socketDir, destination: mountPath("kpng-socket") },
@@ -340,7 +340,7 @@ const iptablesHost = (flavour: "legacy" | "nft"): PodCase => {
 
 const podCases: PodCase[] = [
   {
-    name: "the shipped kube-proxy ConfigMap (nftables)",
+    name: "the shipped kpng ConfigMap (nftables)",
     opts: {},
     more: (pod) => {
       test("the rules are the node's: kpng's nftables tables in the host network namespace", async () => {

@@ -24,6 +24,21 @@ interface Scenario {
 const pod = (i: number, opts: Parameters<typeof ep>[0] extends infer T ? Omit<T & object, "ips"> : never = {}) =>
   ep({ ips: [v4.pod(0, i), v6.pod(0, i)], ports: { http: 8080, dns: 5353 }, ...opts });
 
+/** an eTP=Local LoadBalancer with a local endpoint: its EXT chain short-circuits pod traffic */
+const etpLocalLB = () => [
+  {
+    service: svc({
+      name: "lb",
+      clusterIPs: [v4.clusterIP(4)],
+      lbIPs: [v4.external(1)],
+      ports: [{ name: "http", port: 80, nodePort: 30080 }],
+      eTPLocal: true,
+      healthCheckNodePort: 32000,
+    }),
+    endpoints: [pod(1, { local: true })],
+  },
+];
+
 const scenarios: Scenario[] = [
   {
     name: "clusterip-two-endpoints",
@@ -118,6 +133,23 @@ const scenarios: Scenario[] = [
   {
     name: "two-cluster-cidrs",
     config: { clusterCIDRs: [plan.v4.clusterCIDR, "198.18.144.0/20"] },
+    services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1)] }],
+  },
+  // detectLocalMode (kube-proxy's LocalTrafficDetector): `! -i cbr0` masquerades, `-i cbr0` short-circuits eTP=Local
+  {
+    name: "detect-local-bridge-interface",
+    config: { localDetect: { kind: "bridge", iface: "cbr0" } },
+    services: etpLocalLB(),
+  },
+  {
+    name: "detect-local-interface-name-prefix",
+    config: { localDetect: { kind: "prefix", prefix: "veth" } },
+    services: etpLocalLB(),
+  },
+  {
+    name: "detect-local-node-cidr",
+    // the Node's spec.podCIDRs, not the cluster CIDR
+    config: { localDetect: { kind: "node-cidr", cidrs: ["198.19.0.0/24", "2001:db8:2::/64"] } },
     services: [{ service: svc({ name: "web", clusterIPs: [v4.clusterIP(1)], ports: [{ name: "http", port: 80 }] }), endpoints: [pod(1)] }],
   },
 ];

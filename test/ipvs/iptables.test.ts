@@ -5,6 +5,7 @@ import { plan } from "../fixtures/addresses.ts";
 import { type IptablesContext, iptablesRules, jumpArgv, masqueradeMark, printIptablesRestore } from "../../plugins/ipvs/render-iptables.ts";
 import { baseJumps, setIds, setName } from "../../plugins/ipvs/names.ts";
 import { FAMILIES, type Family } from "../../src/plugins/toolkit/index.ts";
+import type { LocalDetect } from "../../src/core/config/config.ts";
 
 const ctx = (o: Partial<IptablesContext> = {}): IptablesContext => ({
   clusterCIDRs: [plan.v4.clusterCIDR, plan.v6.clusterCIDR],
@@ -57,6 +58,17 @@ describe("ipvs iptables rules", () => {
 
   test("no cluster CIDR and no masqueradeAll: cluster IP traffic is not masqueraded (upstream)", () => {
     expect(clusterIPRules("v4", ctx({ clusterCIDRs: [] }))).toEqual([]);
+  });
+
+  const fromPods = (m: string) =>
+    `-A KPNG-SERVICES -m comment --comment "cluster IP from pods" ${m} -m set --match-set KPNG-CLUSTER-IP dst,dst -j RETURN`;
+  const fromOutside = `-A KPNG-SERVICES -m comment --comment "cluster IP from outside the pod network" -m set --match-set KPNG-CLUSTER-IP dst,dst -j KPNG-MARK-MASQ`;
+  test.each<{ mode: string; localDetect: LocalDetect; match: string }>([
+    { mode: "BridgeInterface", localDetect: { kind: "bridge", iface: "cbr0" }, match: "-i cbr0" },
+    { mode: "InterfaceNamePrefix", localDetect: { kind: "prefix", prefix: "veth" }, match: "-i veth+" },
+    { mode: "NodeCIDR", localDetect: { kind: "node-cidr", cidrs: ["198.19.4.0/24"] }, match: "-s 198.19.4.0/24" },
+  ])("detectLocalMode $mode: pods are told by $match, not by the cluster CIDR", ({ localDetect, match }) => {
+    expect(clusterIPRules("v4", ctx({ localDetect }))).toEqual([fromPods(match), fromOutside]);
   });
 
   test("IPv6 rules use the KPNG-6- sets and the IPv6 cluster CIDR only", () => {

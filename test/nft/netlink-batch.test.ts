@@ -15,6 +15,9 @@ import {
   encodeElements,
   FIRST_ROUND,
   fillRounds,
+  type NftObject,
+  objectQuery,
+  objectsFound,
   parseReplies,
   refusedElement,
   setLayout,
@@ -529,5 +532,61 @@ describe("NftRunner: a first load's base, sent ahead of its services", () => {
     await expect(runner.apply(all, { full: true, fresh: true, ahead: started })).rejects.toThrow("File exists");
     expect(scripts(calls)).toHaveLength(1);
     expect(sent).toHaveLength(1); // the question only
+  });
+});
+
+/** a kernel's answer: NFT_MSG_NEWCHAIN for `family` (NFPROTO_*), chain `chain` of table `table` */
+function chainAnswer(seq: number, family: number, table: string, chain: string): Uint8Array {
+  const attr = (type: number, s: string) => {
+    const len = 4 + s.length + 1;
+    const b = Buffer.alloc((len + 3) & ~3);
+    b.writeUInt16LE(len, 0);
+    b.writeUInt16LE(type, 2);
+    b.write(`${s}\0`, 4);
+    return b;
+  };
+  const body = Buffer.concat([Buffer.from([family, 0, 0, 0]), attr(1, table), attr(3, chain)]);
+  const h = Buffer.alloc(16);
+  h.writeUInt32LE(16 + body.length, 0);
+  h.writeUInt16LE((10 << 8) | 3, 4);
+  h.writeUInt32LE(seq, 8);
+  return new Uint8Array(Buffer.concat([h, body]));
+}
+
+describe("netlink: does another program's table or chain exist", () => {
+  const objects: NftObject[] = [
+    { family: "ip", table: "kube-proxy" },
+    { family: "ip6", table: "mangle", chain: "KUBE-PROXY-CANARY" },
+  ];
+
+  test("NFT_MSG_GETTABLE for a table, NFT_MSG_GETCHAIN (table and chain named) for a chain, numbered from 1", () => {
+    const msgs = messages(objectQuery(objects));
+    expect(msgs.map((m) => Buffer.from(m.bytes).toString("hex"))).toEqual([
+      // len 36, GETTABLE, NLM_F_REQUEST, seq 1; family ip; NFTA_TABLE_NAME "kube-proxy"
+      "24000000" + "010a" + "0100" + "01000000" + "00000000" + "02000000" + "0f00" + "0100" + Buffer.from("kube-proxy\0\0").toString("hex"),
+      // len 56, GETCHAIN, seq 2; family ip6; NFTA_CHAIN_TABLE "mangle", NFTA_CHAIN_NAME "KUBE-PROXY-CANARY"
+      "38000000" +
+        "040a" +
+        "0100" +
+        "02000000" +
+        "00000000" +
+        "0a000000" +
+        "0b00" +
+        "0100" +
+        Buffer.from("mangle\0\0").toString("hex") +
+        "1600" +
+        "0300" +
+        Buffer.from("KUBE-PROXY-CANARY\0\0\0").toString("hex"),
+    ]);
+  });
+
+  test("found by what the answer names: the chain, not another of the same table; 'no such' is not found", () => {
+    expect(objectsFound(objects, [errorAnswer(1, 2), chainAnswer(2, 10, "mangle", "KUBE-PROXY-CANARY")])).toEqual([false, true]);
+    expect(objectsFound(objects, [errorAnswer(1, 2), chainAnswer(2, 10, "mangle", "OTHER")])).toEqual([false, false]);
+    expect(objectsFound(objects, [errorAnswer(1, 2), chainAnswer(2, 2, "mangle", "KUBE-PROXY-CANARY")])).toEqual([false, false]);
+  });
+
+  test("any other error names the object", () => {
+    expect(() => objectsFound(objects, [errorAnswer(2, 1)])).toThrow("asking for chain ip6 mangle KUBE-PROXY-CANARY: errno 1");
   });
 });

@@ -154,6 +154,21 @@ const cases: Case[] = [
     hasNot: [/chain ext.*dnat/],
   },
   {
+    name: "eTP=Local, detectLocalMode BridgeInterface: pod traffic short-circuits by its input interface",
+    spec: web({ eTPLocal: true, lbIPs: [lb] }),
+    eps: { a: pod(1, { external: false, local: false }) },
+    config: { localDetect: { kind: "bridge", iface: "cbr0" } },
+    has: ['chain ext-default/web/tcp/http: iifname "cbr0" goto svc-default/web/tcp/http'],
+    hasNot: [/saddr 198\.19/],
+  },
+  {
+    name: "eTP=Local, detectLocalMode InterfaceNamePrefix: pod traffic short-circuits by the interface name's prefix",
+    spec: web({ eTPLocal: true, lbIPs: [lb] }),
+    eps: { a: pod(1, { external: false, local: false }) },
+    config: { localDetect: { kind: "prefix", prefix: "cali" } },
+    has: ['chain ext-default/web/tcp/http: iifname "cali*" goto svc-default/web/tcp/http'],
+  },
+  {
     name: "Scopes obeyed: an Internal-only endpoint is not used for external traffic",
     spec: web({ eTPLocal: true }),
     eps: { a: pod(1), b: pod(2, { external: false, local: false }) },
@@ -314,6 +329,30 @@ describe("nft renderBase", () => {
       name: "masqueradeAll",
       config: { masqueradeAll: true },
       has: ['add rule ip kpng services ip daddr @cluster-ips jump mark-for-masquerade comment "masquerade all traffic to cluster IPs"'],
+    },
+    {
+      name: "detectLocalMode BridgeInterface: traffic not from the bridge masqueraded (kube-proxy's iifname match)",
+      config: { localDetect: { kind: "bridge", iface: "cbr0" } },
+      family: "ip6",
+      has: ['add rule ip6 kpng services ip6 daddr @cluster-ips iifname != "cbr0" jump mark-for-masquerade'],
+      hasNot: [/saddr != /],
+    },
+    {
+      name: "detectLocalMode InterfaceNamePrefix: a wildcard name match",
+      config: { localDetect: { kind: "prefix", prefix: "veth" } },
+      has: ['add rule ip kpng services ip daddr @cluster-ips iifname != "veth*" jump mark-for-masquerade'],
+    },
+    {
+      name: "detectLocalMode NodeCIDR: the Node's pod CIDR of the family, not the cluster CIDR",
+      config: { localDetect: { kind: "node-cidr", cidrs: ["198.19.0.0/24", "2001:db8:2::/64"] } },
+      has: ["add rule ip kpng services ip daddr @cluster-ips ip saddr != 198.19.0.0/24 jump mark-for-masquerade"],
+      hasNot: [/198\.19\.0\.0\/16/],
+    },
+    {
+      name: "detectLocalMode NodeCIDR without a pod CIDR of the family: nothing is pod traffic, nothing masqueraded",
+      config: { localDetect: { kind: "node-cidr", cidrs: ["2001:db8:2::/64"] } },
+      has: [],
+      hasNot: [/cluster-ips .*jump mark-for-masquerade/],
     },
     {
       name: "no pod CIDR, no masqueradeAll: no cluster-IP masquerade",

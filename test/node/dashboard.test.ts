@@ -19,9 +19,10 @@
 // user's dashboard shows.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { tempDir } from "../harness/kpng-process.ts";
+import { type KpngProcess, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
+import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
 import { slice } from "../fixtures/k8s.ts";
 import { deploy, type BackendName, type Deployed } from "../deployed/rig.ts";
 import { haveK8s } from "../harness/kube-apiserver.ts";
@@ -36,7 +37,8 @@ import { haveK8s } from "../harness/kube-apiserver.ts";
  * numbers (`positive`: and > 0, for what the test moved); "empty" with the
  * reason kpng has nothing there.
  */
-const DASHBOARD: Array<{ panel: string; expr: string; want: "data" | "empty"; positive?: boolean; why?: string }> = [
+// "series": the panel has a line, whose value may be NaN (a quantile of a rate that was 0 in the window)
+const DASHBOARD: Array<{ panel: string; expr: string; want: "data" | "empty" | "series"; positive?: boolean; why?: string }> = [
   { panel: "Up", expr: 'sum(up{cluster="$cluster", job="kube-proxy"})', want: "data", positive: true },
   {
     panel: "Rules Sync Rate",
@@ -89,8 +91,8 @@ const DASHBOARD: Array<{ panel: string; expr: string; want: "data" | "empty"; po
   {
     panel: "Post Request Latency 99th Quantile",
     expr: 'histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{cluster="$cluster", job="kube-proxy",instance=~"$instance",verb="POST"}[5m])) by (verb, url, le))',
-    want: "empty",
-    why: "kpng POSTs only the IPVS deprecation event (ipvs mode); in nft mode it posts nothing (test/node/events.test.ts)",
+    want: "series",
+    why: "kpng POSTs Node events: here RulesLost and RulesRestored when the test deletes kpng's table (backend-events.ts); when they fall in the 5 m window depends on the scrapes",
   },
   {
     panel: "Get Request Latency 99th Quantile",
@@ -128,6 +130,37 @@ const httpSlice = [{ name: "http", protocol: "TCP" as const, port: 8080 }];
 
 type Sample = { metric: Record<string, string>; value: [number, string] };
 
+/**
+ * kpng's own dashboard (deploy/grafana-dashboard.json): every query of every
+ * panel, with the dashboard's variables filled as Grafana fills them with
+ * "All" selected ($job, $instance: their allValue).
+ */
+interface GrafanaPanel {
+  title: string;
+  type: string;
+  targets?: { expr: string; legendFormat?: string }[];
+}
+const KPNG_DASHBOARD_FILE = join(ROOT, "deploy/grafana-dashboard.json");
+const kpngPanels = (JSON.parse(readFileSync(KPNG_DASHBOARD_FILE, "utf8")) as { panels: GrafanaPanel[] }).panels.filter(
+  (p) => p.type !== "row",
+);
+const KPNG_QUERIES = kpngPanels.flatMap((p) =>
+  (p.targets ?? []).map((t, i) => ({ panel: p.title, ref: i, expr: t.expr, legend: t.legendFormat })),
+);
+const fillKpng = (expr: string) => expr.replaceAll("$job", ".+").replaceAll("$instance", ".+");
+/** panels whose counters the test moves: more than zero */
+const MOVED = new Set([
+  "Syncs per second, by backend",
+  "Rules lost and repaired, by backend",
+  "Differences found at the last check, by backend",
+  "Refused API peers (brain side), by reason",
+  "Refused by the brain (agent side)",
+  "API server events per second, by kind",
+]);
+/** Where the brain and node agents of kpng's own job serve, in the node namespace (scraped as job "kpng"). */
+const BRAIN_API = "tcp://127.0.0.1:7443";
+const KPNG_TARGETS = { brain: "127.0.0.1:10251", agent: "127.0.0.1:10252", refused: "127.0.0.1:10253" };
+
 async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: T | undefined;
@@ -150,11 +183,15 @@ class Scraped {
   private prom?: ReturnType<typeof Bun.spawn>;
   private readonly dir = tempDir("kpng-prometheus-");
 
-  async start(backend: BackendName, opts: { fakeApi?: boolean } = {}): Promise<void> {
+  /** a brain (kpng serve --listen, TLS), a node agent following it, and one it refuses: kpng's own metrics families */
+  readonly peers: KpngProcess[] = [];
+
+  async start(backend: BackendName, opts: { fakeApi?: boolean; peers?: boolean } = {}): Promise<void> {
     if (!Bun.which("prometheus"))
       throw new Error("prometheus is not installed: apt-get install --no-install-recommends prometheus (.ci/run does)");
     this.dir.create();
     this.d = await deploy({ source: "api", backend, prefix: "kpm", fakeApi: opts.fakeApi });
+    if (opts.peers) await this.startPeers();
     const config = join(this.dir.path, "prometheus.yml");
     writeFileSync(
       config,
@@ -163,6 +200,14 @@ class Scraped {
         "scrape_configs:",
         "  - job_name: kube-proxy",
         `    static_configs: [{ targets: ["${METRICS}"], labels: { cluster: ${CLUSTER} } }]`,
+        ...(opts.peers
+          ? [
+              "  - job_name: kpng",
+              `    static_configs: [{ targets: [${Object.values(KPNG_TARGETS)
+                .map((t) => `"${t}"`)
+                .join(", ")}], labels: { cluster: ${CLUSTER} } }]`,
+            ]
+          : []),
         "",
       ].join("\n"),
     );
@@ -189,7 +234,69 @@ class Scraped {
     await Bun.sleep(1000);
   }
 
+  /**
+   * In the node namespace: `kpng serve` over TLS (examples/cluster.yaml), an
+   * agent with its client certificate (nft, dry run) and one without, which
+   * the brain refuses; each with its own metrics address.
+   */
+  private async startPeers(): Promise<void> {
+    const f = (name: string) => join(this.dir.path, name);
+    makeTestCert(this.dir.path, { name: "brain" });
+    const clientCA = makeTestCert(this.dir.path, { san: "DNS:kpng-agents", name: "agents-ca" });
+    makeClientCert(this.dir.path, clientCA, "node-1", "agent");
+    const inNode = { wrap: ["ip", "netns", "exec", this.d.topo.node.ns] };
+    const [brainCrt, brainKey] = [f("brain.crt"), f("brain.key")];
+    const serve = startKpng(
+      [
+        "serve",
+        "--input",
+        join(ROOT, "examples/cluster.yaml"),
+        "--node-name",
+        "node-1",
+        "--listen",
+        BRAIN_API,
+        "--listen-tls-crt",
+        brainCrt,
+        "--listen-tls-key",
+        brainKey,
+        "--listen-tls-ca",
+        f("agents-ca.crt"),
+        "--metrics-bind-address",
+        KPNG_TARGETS.brain,
+      ],
+      inNode,
+    );
+    this.peers.push(serve);
+    await serve.waitFor(/serving the API/, 30_000);
+    const agent = (metrics: string, tls: string[]) =>
+      startKpng(
+        [
+          "--api",
+          BRAIN_API,
+          "--tls-ca",
+          brainCrt,
+          ...tls,
+          "--node-name",
+          "node-1",
+          "--backend",
+          "nft",
+          "--dry-run",
+          "--healthz-bind-address",
+          "127.0.0.1:0",
+          "--metrics-bind-address",
+          metrics,
+        ],
+        inNode,
+      );
+    const following = agent(KPNG_TARGETS.agent, ["--tls-crt", f("agent.crt"), "--tls-key", f("agent.key")]);
+    const refused = agent(KPNG_TARGETS.refused, []);
+    this.peers.push(following, refused);
+    await following.waitFor(/synced backend=nft rev=1 /, 30_000);
+    await refused.waitFor(/global stream failed.*\[unauthenticated\]/, 30_000);
+  }
+
   async stop(): Promise<void> {
+    for (const p of this.peers) await p.stop();
     this.prom?.kill();
     await this.prom?.exited;
     await this.d?.destroy();
@@ -226,7 +333,7 @@ const query = (expr: string) => nft.query(expr);
 
 describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", () => {
   beforeAll(async () => {
-    await nft.start("nft", { fakeApi: true });
+    await nft.start("nft", { fakeApi: true, peers: true });
     for (let i = 0; i < 2; i++) {
       await nft.changeEndpoints(i);
       await Bun.sleep(700);
@@ -252,9 +359,13 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
       );
       await Bun.sleep(1000);
     }
+    // Someone else removes kpng's IPv4 table: kpng sees its rules lost and repairs them with a full sync.
+    const before = nft.d.syncs();
+    await nft.d.topo.exec(nft.d.topo.node.ns, ["nft", "delete", "table", "ip", "kpng"]);
+    await nft.d.syncedAfter(before, 20_000);
     // a few more scrapes after the last change
     await Bun.sleep(1500);
-  }, 120_000);
+  }, 180_000);
 
   afterAll(() => nft.stop(), 30_000);
 
@@ -278,12 +389,47 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
         return;
       }
       expect({ panel: q.panel, series: values.length }).not.toEqual({ panel: q.panel, series: 0 });
+      if (q.want === "series") return;
       for (const v of values) {
         expect(Number.isFinite(v)).toBe(true);
         if (q.positive) expect(v).toBeGreaterThan(0);
       }
     },
     90_000,
+  );
+
+  test("kpng's dashboard: its queries are its panels' (a panel without one would show nothing)", () => {
+    expect(kpngPanels.length).toBeGreaterThan(0);
+    for (const p of kpngPanels)
+      expect({ panel: p.title, queries: (p.targets ?? []).length > 0 }).toEqual({ panel: p.title, queries: true });
+  });
+
+  test.each(KPNG_QUERIES)(
+    "kpng's dashboard, $panel (query $ref): data",
+    async (q) => {
+      const r = await query(fillKpng(q.expr));
+      const values = r.result.map((s) => Number(s.value[1]));
+      expect({ panel: q.panel, expr: q.expr, series: values.length > 0 }).toEqual({ panel: q.panel, expr: q.expr, series: true });
+      expect({ panel: q.panel, finite: values.some((v) => Number.isFinite(v)) }).toEqual({ panel: q.panel, finite: true });
+      if (MOVED.has(q.panel)) expect({ panel: q.panel, moved: values.some((v) => v > 0) }).toEqual({ panel: q.panel, moved: true });
+    },
+    20_000,
+  );
+
+  // For the screenshot (docs/dashboard.png, rendered by test/node/dashboard-render.ts): each query over the run.
+  test.skipIf(!process.env.KPNG_DASHBOARD_DATA)(
+    "kpng's dashboard over the run, written for the screenshot",
+    async () => {
+      const end = Date.now() / 1000;
+      const data = [];
+      for (const q of KPNG_QUERIES) {
+        const r = (await nft.get("/api/v1/query_range", { query: fillKpng(q.expr), start: String(end - 60), end: String(end), step: "1" }))
+          .data as { result: { metric: Record<string, string>; values: [number, string][] }[] };
+        data.push({ ...q, result: r.result });
+      }
+      writeFileSync(process.env.KPNG_DASHBOARD_DATA!, JSON.stringify({ start: end - 60, end, queries: data }));
+    },
+    60_000,
   );
 
   test("every ip_family kube-proxy labels is there: both families' syncs and conntrack cleanups, the IPv4 slice's programming latency", async () => {
@@ -302,8 +448,8 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     const codes = (await query('sum by (code, method) (rest_client_requests_total{job="kube-proxy"})')).result
       .map((s) => `${s.metric.method} ${s.metric.code}`)
       .sort();
-    // 422: the streamed lists the API server refused once its WatchList was off (above)
-    expect(codes).toEqual(["GET 200", "GET 410", "GET 422", "GET 500"]);
+    // 422: the streamed lists the API server refused once its WatchList was off (above); POST 201: the Node events of the table deleted
+    expect(codes).toEqual(["GET 200", "GET 410", "GET 422", "GET 500", "POST 201"]);
   }, 90_000);
 });
 

@@ -319,6 +319,18 @@ describe("kube-proxy metrics from revisions and syncs", () => {
     expect(value(t, 'kpng_backend_rules_lost_total{backend="nft"}')).toBe(2);
   });
 
+  test("drift: kpng_backend_rules_drift per backend, the differences its last check found (a gauge: the next check replaces it)", async () => {
+    const { metrics, text } = rig();
+    metrics.rulesDrift("nft", 3);
+    metrics.rulesDrift("iptables", 0);
+    expect(value(await text(), 'kpng_backend_rules_drift{backend="nft"}')).toBe(3);
+    metrics.rulesDrift("nft", 0);
+    const t = await text();
+    expect(value(t, 'kpng_backend_rules_drift{backend="nft"}')).toBe(0);
+    expect(value(t, 'kpng_backend_rules_drift{backend="iptables"}')).toBe(0);
+    expect(typeOf(t, "kpng_backend_rules_drift")).toBe("gauge");
+  });
+
   test("kpng's own: API events in, brain events, revisions out, watchers, relists, watch decode errors", async () => {
     const source: SourceStats = {
       events: { Service: 7, EndpointSlice: 9, Node: 2 },

@@ -99,6 +99,7 @@ describe("health and metrics servers that start late", () => {
     l.failed("nft", new Error("boom"));
     l.backendMetrics.transactionFailed("nft", 4, false);
     l.backendMetrics.conntrackReconciled(6, 0.002, 3);
+    l.backendMetrics.rulesDrift("nft", 4);
     await l.start();
     const s = started.servers!;
     const t = await metricsText(s);
@@ -106,6 +107,7 @@ describe("health and metrics servers that start late", () => {
     expect(value(t, 'kpng_backend_sync_failures_total{backend="nft"}')).toBe(1);
     expect(value(t, 'kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"}')).toBe(1);
     expect(value(t, 'kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv6"}')).toBe(3);
+    expect(value(t, 'kpng_backend_rules_drift{backend="nft"}')).toBe(4);
     expect((await healthz(s)).status).toBe(503);
   });
 

@@ -93,6 +93,7 @@ const full: Obj[] = [
     },
     spec: {
       podCIDR: "10.244.0.0/24",
+      podCIDRs: ["10.244.0.0/24", "fd00:10:244::/64"],
       taints: [
         { key: "ToBeDeletedByClusterAutoscaler", value: "1", effect: "NoSchedule" },
         { key: "x", effect: "NoExecute" },

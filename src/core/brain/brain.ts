@@ -145,6 +145,12 @@ export class Brain {
     return { name: nodeName, zone: this.index.nodes.get(nodeName)?.metadata.labels?.[ZONE_LABEL] ?? "" };
   }
 
+  /** the Node's spec.podCIDRs (detectLocalMode NodeCIDR); none while the Node is absent or being deleted, as kube-proxy's waitForPodCIDR */
+  nodePodCIDRs(nodeName: string): string[] {
+    const node = this.index.nodes.get(nodeName);
+    return node && !node.metadata.deletionTimestamp ? [...(node.spec?.podCIDRs ?? [])] : [];
+  }
+
   /** the node's IPs (node-ips.ts); the override applies to the operator's own node only (other views are served to other nodes) */
   nodeIPs(nodeName: string): string[] {
     const override = this.nodeIPOverride?.node === nodeName ? this.nodeIPOverride.ips : [];

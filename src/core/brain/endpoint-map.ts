@@ -1,6 +1,6 @@
 // The endpoints of one service in a node-local state, as a read-only map kept
 // in two arrays. The brain holds one per service and node view, and two
-// arrays take a fraction of a Map's memory (see README, Performance). A
+// arrays take a fraction of a Map's memory (see docs/results/2026-11.md). A
 // state is never mutated once published, so nothing needs Map's
 // insertion and deletion.
 

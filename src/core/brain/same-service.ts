@@ -1,6 +1,6 @@
 // Service equality without reflection: protobuf-es' `equals` walks the schema
 // field by field, and importing the schema evaluates the generated file's
-// descriptor registry at start-up (README, Performance). SERVICE_FIELDS lists
+// descriptor registry at start-up (docs/results/2026-11.md). SERVICE_FIELDS lists
 // what is compared; a test fails when the schema gains a field this does not
 // know (test/brain/same-service.test.ts).
 

@@ -31,6 +31,13 @@ export interface ParsedArgv {
   rawArgs: string[];
   /** canonical names given on the command line, in order of first use */
   given: string[];
+  /** the arguments that are not flags, for a command that takes some (`kpng get services NS/NAME`) */
+  positionals: string[];
+}
+
+export interface ParseOptions {
+  /** accept arguments that are not flags (kubectl-like subcommands); kube-proxy's own command takes none */
+  positionals?: boolean;
 }
 
 const aliasesOf = (def: FlagDef): readonly string[] => (typeof def.alias === "string" ? [def.alias] : (def.alias ?? []));
@@ -42,14 +49,14 @@ function parseBool(flag: string, value: string): boolean {
   throw invalid(`flag ${flag}: invalid argument "${value}" (must be true or false)`);
 }
 
-export function parseArgv(argv: readonly string[], defs: FlagDefs): ParsedArgv {
+export function parseArgv(argv: readonly string[], defs: FlagDefs, opts: ParseOptions = {}): ParsedArgv {
   const long = new Map<string, string>();
   const short = new Map<string, string>();
   for (const [name, def] of Object.entries(defs)) {
     long.set(name, name);
     for (const a of aliasesOf(def)) (a.length === 1 ? short : long).set(a, name);
   }
-  const out: ParsedArgv = { args: {}, rawArgs: [], given: [] };
+  const out: ParsedArgv = { args: {}, rawArgs: [], given: [], positionals: [] };
   const set = (name: string, value: string | boolean) => {
     out.args[name] = value;
     out.rawArgs.push(`--${name}=${value}`);
@@ -58,10 +65,15 @@ export function parseArgv(argv: readonly string[], defs: FlagDefs): ParsedArgv {
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--") {
-      if (i + 1 < argv.length) throw positional(argv[i + 1]);
+      if (opts.positionals) out.positionals.push(...argv.slice(i + 1));
+      else if (i + 1 < argv.length) throw positional(argv[i + 1]);
       break;
     }
-    if (!a.startsWith("-") || a === "-") throw positional(a);
+    if (!a.startsWith("-") || a === "-") {
+      if (!opts.positionals) throw positional(a);
+      out.positionals.push(a);
+      continue;
+    }
     if (a.startsWith("--")) {
       const eq = a.indexOf("=");
       const given = eq < 0 ? a.slice(2) : a.slice(2, eq);

@@ -14,10 +14,6 @@ interface FieldRule {
   when?: (doc: KubeProxyConfig) => boolean;
 }
 
-const iptablesMode = (d: KubeProxyConfig) => d.mode === "" || d.mode === "iptables";
-const ipvsMode = (d: KubeProxyConfig) => d.mode === "ipvs";
-const ipvsNote = "kpng's ipvs backend does not act on it";
-
 const rules: FieldRule[] = [
   { field: "featureGates", why: "kpng has no feature gates", when: (d) => Object.keys(d.featureGates).length > 0 },
   { field: "clientConnection.qps", why: "kpng's client has no client-side rate limit" },
@@ -37,20 +33,10 @@ const rules: FieldRule[] = [
   { field: "ipFamilyPolicy", why: "kpng serves every IP family the node has" },
   { field: "configSyncPeriod", why: "kpng's watches need no periodic relist" },
   {
-    field: "iptables.localhostNodePorts",
-    why: "kpng never accepts node ports on 127.0.0.1 (it never sets route_localnet)",
-    when: (d) => iptablesMode(d) && d.iptables.localhostNodePorts,
-  },
-  {
     field: "iptables.snatNodeInternalIP",
     why: "kpng masquerades to the outgoing interface's address",
     when: (d) => d.iptables.snatNodeInternalIP,
   },
-  { field: "ipvs.excludeCIDRs", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.excludeCIDRs.length > 0 },
-  { field: "ipvs.strictARP", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.strictARP },
-  { field: "ipvs.tcpTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.tcpTimeout !== "0s" },
-  { field: "ipvs.tcpFinTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.tcpFinTimeout !== "0s" },
-  { field: "ipvs.udpTimeout", why: ipvsNote, when: (d) => ipvsMode(d) && d.ipvs.udpTimeout !== "0s" },
   { field: "winkernel.rootHnsEndpointName", why: "kpng's winkernel backend does not act on it" },
   { field: "winkernel.forwardHealthCheckVip", why: "kpng's winkernel backend does not act on it" },
 ];
@@ -68,9 +54,15 @@ export function fieldWarnings(doc: KubeProxyConfig): string[] {
     const differs = r.when ? r.when(doc) : JSON.stringify(value) !== JSON.stringify(at(defaults, r.field));
     if (differs) out.push(`${r.field}: ${shown(value)} has no effect in kpng: ${r.why}`);
   }
-  if (doc.detectLocalMode !== "" && doc.detectLocalMode !== "ClusterCIDR") {
-    out.push(`detectLocalMode: ${doc.detectLocalMode} is not supported by kpng; pod traffic is recognised by detectLocal.clusterCIDRs`);
-  }
   if (doc.windows.runAsService) out.push("windows.runAsService: not supported by kpng, ignored");
   return out;
 }
+
+/** The fields kpng accepts without acting on them, and why: docs/configuration.md lists them (docs/generate.ts). */
+export const noEffectFields: ReadonlyArray<{ field: string; why: string }> = rules.map(({ field, why }) => ({ field, why }));
+
+/** Fields fieldWarnings judges by their value rather than by a rule above: what kpng makes of them. */
+export const partlyAppliedFields: Readonly<Record<string, string>> = {
+  detectLocalMode: "ClusterCIDR only: another mode is named in a warning, and pod traffic is recognised by detectLocal.clusterCIDRs",
+  "windows.runAsService": "not supported: true is named in a warning and ignored",
+};

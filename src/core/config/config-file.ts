@@ -29,6 +29,7 @@ import {
   toV1alpha1,
 } from "./kube-proxy-config.ts";
 import { fieldWarnings } from "./config-fields.ts";
+import { localDetectOf } from "./detect-local.ts";
 import { fieldPath, issueKeys, issueProblem } from "../issues.ts";
 import { readTextFile } from "../read-text.ts";
 
@@ -151,6 +152,8 @@ export function configFromKubeProxy(doc: KubeProxyConfig, base: Config = default
   if (doc.nodeIPOverride.length) cfg.nodeIPs = [...doc.nodeIPOverride];
   cfg.nodePortAddresses = [...doc.nodePortAddresses];
   cfg.clusterCIDRs = [...doc.detectLocal.clusterCIDRs];
+  cfg.localDetect = localDetectOf(doc);
+  if (!cfg.localDetect) delete cfg.localDetect;
   cfg.masqueradeAll = doc.linux.masqueradeAll;
   cfg.masqueradeBit =
     mode === "ipvs" ? doc.ipvs.masqueradeBit : mode === "iptables" ? doc.iptables.masqueradeBit : doc.nftables.masqueradeBit;

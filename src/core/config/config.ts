@@ -2,7 +2,10 @@
 // the kube-proxy configuration file (see config-file.ts) both end up here;
 // nothing else reads flags or the environment.
 
+import type { LocalDetect } from "./detect-local.ts";
 import { defaultKubeProxyConfig, type KubeProxyConfig } from "./kube-proxy-config.ts";
+
+export type { LocalDetect };
 
 export interface Config {
   /** the node this proxy programs (`--hostname-override` / `--node-name`) */
@@ -16,8 +19,13 @@ export interface Config {
   nodeIPs: string[];
   /** CIDRs (or the keyword "primary") whose addresses answer NodePorts; empty = the node's primary IPs */
   nodePortAddresses: string[];
-  /** pod CIDRs: traffic from outside them to a service IP is masqueraded */
+  /** pod CIDRs: traffic from outside them to a service IP is masqueraded (detectLocalMode ClusterCIDR, the default) */
   clusterCIDRs: string[];
+  /**
+   * detectLocalMode other than ClusterCIDR (detect-local.ts): how backends
+   * tell pod traffic instead of clusterCIDRs. Absent = ClusterCIDR.
+   */
+  localDetect?: LocalDetect;
   masqueradeAll: boolean;
   /** fwmark bit used to mark packets for masquerade (kube-proxy's --iptables-masquerade-bit) */
   masqueradeBit: number;
@@ -32,14 +40,18 @@ export interface Config {
     scheduler: string;
     syncPeriodSeconds: number;
     minSyncPeriodSeconds: number;
-    /** kube-proxy's ipvs fields kpng's ipvs backend does not act on yet (start-up warns when they are set) */
+    /** kube-proxy's ipvs fields, applied as upstream's ipvs proxier does (plugins/ipvs/settings.ts) */
     excludeCIDRs?: string[];
     strictARP?: boolean;
     tcpTimeoutSeconds?: number;
     tcpFinTimeoutSeconds?: number;
     udpTimeoutSeconds?: number;
   };
-  /** iptables.localhostNodePorts (kube-proxy's v1alpha1 default: true); kpng's iptables backend never accepts node ports on 127.0.0.1 */
+  /**
+   * iptables.localhostNodePorts (kube-proxy's v1alpha1 default: true): the
+   * iptables backend answers IPv4 node ports on 127.0.0.1 (route_localnet and
+   * its guard rule); absent = off. nft never does, as upstream's nftables mode.
+   */
   iptables?: { localhostNodePorts: boolean };
   winkernel: { sourceVip: string; networkName: string; enableDSR: boolean };
   conntrack: { udpTimeoutSeconds: number };

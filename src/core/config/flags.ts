@@ -9,6 +9,7 @@ export { checkUnknownFlags } from "./argv.ts";
 import { configFromKubeProxy } from "./config-file.ts";
 import { applyKubeProxyFlags } from "./kube-proxy-flags.ts";
 import { defaultConfig, type Config } from "./config.ts";
+import { checkLocalDetect } from "./detect-local.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import { invalid } from "../errors.ts";
 import { cidrFamily, ipFamily, isCIDR } from "../net/ip.ts";
@@ -298,6 +299,8 @@ export function configFromFlags(
     else cfg.metricsBindAddress = doc.metricsBindAddress = val;
   }
   if (modes.length) cfg.mode = modes[0];
+  // After the file and the flags together: either may name the interface.
+  checkLocalDetect(cfg.localDetect);
   return cfg;
 }
 

@@ -70,7 +70,15 @@ export const kubeProxyArgs = {
     description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address",
   },
   "oom-score-adj": { type: "string", valueHint: "int32", description: "oom_score_adj of the process, [-1000, 1000] (default -999)" },
-  "detect-local-mode": { type: "string", description: "how pod traffic is recognised: ClusterCIDR (the only mode kpng has; others warn)" },
+  "detect-local-mode": {
+    type: "string",
+    description: "how pod traffic is recognised: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix",
+  },
+  "pod-bridge-interface": { type: "string", description: "detect-local-mode BridgeInterface: pod traffic arrives on this bridge" },
+  "pod-interface-name-prefix": {
+    type: "string",
+    description: "detect-local-mode InterfaceNamePrefix: pod traffic arrives on interfaces named with this prefix",
+  },
   "iptables-sync-period": {
     type: "string",
     valueHint: "duration",
@@ -103,14 +111,19 @@ export const kubeProxyArgs = {
   "config-sync-period": { type: "string", valueHint: "duration", noEffect: "kpng's watches need no periodic relist" },
   profiling: { type: "boolean", noEffect: "no /debug/pprof (a Go runtime feature)" },
   "show-hidden-metrics-for-version": { type: "string", noEffect: "kpng hides no metrics" },
-  "iptables-localhost-nodeports": { type: "boolean", noEffect: "node ports never answer on 127.0.0.1 (kpng never sets route_localnet)" },
-  "ipvs-exclude-cidrs": { type: "string", noEffect: "kpng's ipvs backend only ever deletes virtual servers it created" },
-  "ipvs-strict-arp": { type: "boolean", noEffect: "kpng's ipvs backend does not change arp_ignore/arp_announce" },
-  "ipvs-tcp-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
-  "ipvs-tcpfin-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
-  "ipvs-udp-timeout": { type: "string", valueHint: "duration", noEffect: "kpng's ipvs backend leaves IPVS timeouts as they are" },
-  "pod-bridge-interface": { type: "string", noEffect: "detect-local-mode BridgeInterface is not supported" },
-  "pod-interface-name-prefix": { type: "string", noEffect: "detect-local-mode InterfaceNamePrefix is not supported" },
+  "iptables-localhost-nodeports": {
+    type: "boolean",
+    description: "iptables mode: IPv4 node ports answer on 127.0.0.1 (sets route_localnet=1, with kube-proxy's guard rule; default true)",
+  },
+  "ipvs-exclude-cidrs": {
+    type: "string",
+    valueHint: "strings",
+    description: "ipvs mode: virtual servers on these CIDRs are never deleted as stale (comma-separated)",
+  },
+  "ipvs-strict-arp": { type: "boolean", description: "ipvs mode: set arp_ignore=1 and arp_announce=2 (MetalLB's layer 2 needs it)" },
+  "ipvs-tcp-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: idle TCP connection timeout (0: leave as is)" },
+  "ipvs-tcpfin-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: TCP timeout after FIN (0: leave as is)" },
+  "ipvs-udp-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: UDP timeout (0: leave as is)" },
 } as const satisfies FlagDefs;
 
 /** Parses a flag's text into the field's value, or throws the flag's one-line error. */

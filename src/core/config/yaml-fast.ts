@@ -6,7 +6,7 @@
 // to the caller's `yaml` library parse, which says exactly what is wrong and
 // where: the fast path never accepts what that parse refuses, and never
 // gives another value. The `yaml` library's first parse in a process runs
-// cold code, a visible share of start-up (README, Performance).
+// cold code, a visible share of start-up (docs/results/2026-11.md).
 
 /** The value of `text`, or undefined when the caller must parse it with the `yaml` library (an error, or a key that may repeat). */
 export function fastYaml(text: string): unknown {

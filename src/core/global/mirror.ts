@@ -21,7 +21,7 @@ type SetOp = Extract<WireOp, { op: "set" }>;
 /**
  * One slice's endpoints as parallel arrays in arrival order: an object and a
  * Map entry per endpoint cost more heap than the whole difference between an
- * agent and a full binary (see README, Performance). `endpoints` is the
+ * agent and a full binary (see docs/results/2026-11.md). `endpoints` is the
  * very array the brain's slice holds (one copy, not two): the first change to
  * a slice in a change set copies it (see own()), so the brain's slice never
  * changes under it.

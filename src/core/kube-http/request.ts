@@ -110,7 +110,7 @@ function sendRequest(access: KubeAccess, agent?: HttpAgent): KubeRequest {
  * A GET function for `access`, keeping its connections: a list of 10,000
  * objects is 20 pages, and a handshake a page (each next page is asked for
  * while the last one is read, so a fresh connection each time) was a
- * visible share of a big start-up (see README, Performance).
+ * visible share of a big start-up (see docs/results/2026-11.md).
  */
 export function kubeGet(access: KubeAccess, accept?: string): KubeGet {
   const agent = access.server.startsWith("https:") ? new HttpsAgent({ keepAlive: true }) : new HttpAgent({ keepAlive: true });

@@ -5,7 +5,7 @@ export type Family = "v4" | "v6";
 
 // Hand-written checks rather than node:net's isIPv4/isIPv6: those are one
 // large regular expression each, a large share of validating slices and of
-// rendering them (one call per endpoint address; see README, Performance).
+// rendering them (one call per endpoint address; see docs/results/2026-11.md).
 // Same answers, except that IPv6 zone ids ("fe80::1%eth0") are refused:
 // Kubernetes refuses them in Services and EndpointSlices, and nft cannot
 // take them.
@@ -18,7 +18,7 @@ export const isIPv4 = (s: string): boolean => isIPv4At(s, 0);
 
 // The offset is a parameter of its own, not a default one of isIPv4's: JSC
 // optimises a function with a default parameter far less (every endpoint
-// address of a render goes through here; README, Performance), and a
+// address of a render goes through here; docs/results/2026-11.md), and a
 // callback given to filter() would have taken the element's index for it.
 /** a dotted quad from `from` to the end of `s` */
 function isIPv4At(s: string, from: number): boolean {

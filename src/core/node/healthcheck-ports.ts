@@ -6,6 +6,7 @@
 // Driven by the node-local state: servers open and close as services come
 // and go; endpoint counts change in place.
 
+import { networkInterfaces } from "node:os";
 import type { Endpoint } from "../../gen/localv1/services_pb.ts";
 import { errorMessage } from "../errors.ts";
 import { serveHttp, type HttpServer } from "./http-serve.ts";
@@ -151,6 +152,13 @@ export function healthCheckAddresses(opts: {
   if (opts.nodePortAddresses.length === 0) for (const ip of opts.nodeIPs) out.add(ip);
   return out.size ? [...out] : ["::"];
 }
+
+/** this host's addresses, every interface's (what --nodeport-addresses CIDRs select from) */
+export const hostAddresses = (): string[] =>
+  Object.values(networkInterfaces())
+    .flat()
+    .map((a) => a?.address)
+    .filter((a): a is string => !!a);
 
 export function cidrContains(cidr: string, ip: string): boolean {
   const [net, bitsText] = cidr.split("/");

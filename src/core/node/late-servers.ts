@@ -23,7 +23,7 @@ import type { ProxyMetrics } from "./metrics.ts";
 import type { ProxyReports, ProxyServers } from "./proxy-servers.ts";
 
 /** What backends report from inside their syncs (src/plugins/backend.ts BackendMetrics). */
-type BackendReports = Pick<ProxyMetrics, "transactionFailed" | "conntrackReconciled" | "iptablesRules">;
+type BackendReports = Pick<ProxyMetrics, "transactionFailed" | "conntrackReconciled" | "iptablesRules" | "rulesDrift">;
 
 export interface LateServersOptions {
   /** loads and starts the servers; throws when they cannot (a port taken with bindAddressHardFail) */
@@ -58,6 +58,7 @@ export class LateServers implements ProxyReports {
     transactionFailed: (backend, family, partial) => this.tell((s) => s.metrics.transactionFailed(backend, family, partial)),
     conntrackReconciled: (family, seconds, deleted) => this.tell((s) => s.metrics.conntrackReconciled(family, seconds, deleted)),
     iptablesRules: (family, table, total, written) => this.tell((s) => s.metrics.iptablesRules(family, table, total, written)),
+    rulesDrift: (backend, differences) => this.tell((s) => s.metrics.rulesDrift(backend, differences)),
   };
 
   constructor(private readonly opts: LateServersOptions) {
@@ -115,6 +116,9 @@ export class LateServers implements ProxyReports {
   }
   rulesLost(backend: string, reason: string): void {
     this.tell((s) => s.rulesLost(backend, reason));
+  }
+  foreignProxy(...[sign, present]: Parameters<ProxyReports["foreignProxy"]>): void {
+    this.tell((s) => s.foreignProxy(sign, present));
   }
 
   close(): void {

@@ -61,6 +61,14 @@ const MODE_FAILURE_COUNTERS: Record<string, ReadonlyArray<{ name: string; help: 
   ipvs: [{ name: "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", help: "Cumulative proxy iptables restore failures" }],
 };
 
+/** a sign of another proxy programming the node, as the foreign-proxy watch reports it */
+export interface ForeignProxySign {
+  proxy: string;
+  /** how its rules were written: "nftables", "iptables-nft", "iptables-legacy" */
+  rules: string;
+  family: IPFamily;
+}
+
 export interface MetricsOptions {
   brain: Brain;
   backends: readonly string[];
@@ -116,6 +124,10 @@ export class ProxyMetrics {
   private readonly answerCounters: Record<"healthz" | "livez", Counter>;
   private readonly failures: Counter;
   private readonly lost: Counter;
+  /** kube-proxy's sync histogram has only ip_family: with several backends, this one says which cost what */
+  private readonly backendSync: Histogram;
+  private readonly foreign: Gauge;
+  private readonly drift: Gauge;
   /** kube-proxy's iptables-mode rule counts, registered with an iptables backend */
   private readonly iptablesRuleCounts?: { total: Gauge; last: Gauge };
   private readonly conntrackDuration: Histogram;
@@ -250,6 +262,32 @@ export class ProxyMetrics {
       labelNames: ["backend"],
       registers,
     });
+    this.backendSync = new Histogram({
+      name: "kpng_backend_sync_duration_seconds",
+      help: "Backend sync latency in seconds, by backend and sync (full or partial)",
+      labelNames: ["backend", "sync"],
+      buckets,
+      registers,
+    });
+    // Zero from the start, per backend, so a dashboard shows 0 rather than "no data" (kube-proxy's failure counters do the same).
+    for (const backend of new Set(opts.backends)) {
+      this.failures.inc({ backend }, 0);
+      this.lost.inc({ backend }, 0);
+    }
+    // kube-proxy has no such gauge (it does not look for other proxies): a kpng_ name, one series per sign looked for.
+    this.foreign = new Gauge({
+      name: "kpng_foreign_proxy_detected",
+      help: "1 while another proxy's rules are on this node after kpng removed them (another proxy is programming the node), by proxy, how its rules were written and IP family",
+      labelNames: ["proxy", "rules", "ip_family"],
+      registers,
+    });
+    // kube-proxy reads nothing back; kpng's check of what the kernel holds (Backend.verify)
+    this.drift = new Gauge({
+      name: "kpng_backend_rules_drift",
+      help: "Differences between what a backend programmed and what the kernel holds, found at its last check (kpng verify, or rules reported changed by another process)",
+      labelNames: ["backend"],
+      registers,
+    });
     const counters = new Map<string, Counter>(); // by name: iptables and ipvs share one
     for (const b of new Set(opts.backends)) {
       const mine: Array<{ counter: Counter; partial?: boolean }> = [];
@@ -319,7 +357,7 @@ export class ProxyMetrics {
         for (const [kind, n] of Object.entries(s?.events ?? {})) this.inc({ kind }, n);
       },
     });
-    // kube-proxy has no such metric: objects a source refused (README: reading objects as kube-proxy does)
+    // kube-proxy has no such metric: objects a source refused (docs/architecture.md, Reading objects as kube-proxy does)
     new Counter({
       name: "kpng_objects_dropped_total",
       help: "Objects from the API server or the input file that were refused, by kind and reason",
@@ -509,6 +547,7 @@ export class ProxyMetrics {
 
   /** `backend` applied `state`; `change` null = a full sync. */
   synced(backend: string, state: NodeState, seconds: number, change: StateChange, now = Date.now()): void {
+    this.backendSync.observe({ backend, sync: change === null ? "full" : "partial" }, seconds);
     for (const ip_family of FAMILIES) {
       this.syncDuration.observe({ ip_family }, seconds);
       (change === null ? this.fullSyncDuration : this.partialSyncDuration).observe({ ip_family }, seconds);
@@ -551,6 +590,15 @@ export class ProxyMetrics {
 
   rulesLost(backend: string): void {
     this.lost.inc({ backend });
+  }
+
+  /** another proxy's sign (leftovers/foreign.ts) seen, or gone */
+  foreignProxy(s: ForeignProxySign, present: boolean): void {
+    this.foreign.set({ proxy: s.proxy, rules: s.rules, ip_family: s.family }, present ? 1 : 0);
+  }
+
+  rulesDrift(backend: string, differences: number): void {
+    this.drift.set({ backend }, differences);
   }
 
   answered(path: "healthz" | "livez", code: number): void {

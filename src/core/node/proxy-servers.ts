@@ -7,16 +7,15 @@
 // explicitly (a non-default address, or nodePortAddresses), and a port it
 // cannot bind is a warning, never fatal.
 
-import { networkInterfaces } from "node:os";
 import type { Brain, Revision } from "../brain/brain.ts";
 import type { Config } from "../config/config.ts";
 import { errorMessage, isUnavailable } from "../errors.ts";
 import { nodeIsEligible, ProxyHealth, startHealthServer, type Stamp } from "./health.ts";
-import { HealthCheckPorts, healthCheckAddresses } from "./healthcheck-ports.ts";
+import { HealthCheckPorts, healthCheckAddresses, hostAddresses } from "./healthcheck-ports.ts";
 import type { HttpServer } from "./http-serve.ts";
 import { defaultKubeProxyConfig, modeOfBackend } from "../config/kube-proxy-config.ts";
 import type { Logger } from "../log.ts";
-import { ProxyMetrics, startMetricsServer } from "./metrics.ts";
+import { type ForeignProxySign, ProxyMetrics, startMetricsServer } from "./metrics.ts";
 import type { Source } from "../sources/index.ts";
 import type { NodeState, StateChange } from "../brain/state.ts";
 
@@ -40,6 +39,8 @@ export interface ProxyReports {
   failed(backend: string, err: unknown): void;
   /** `backend` reported its rules changed or removed by someone else (a full sync follows) */
   rulesLost(backend: string, reason: string): void;
+  /** another proxy's sign seen on the node, or gone (/healthz does not change: leftovers/foreign.ts says why) */
+  foreignProxy(sign: ForeignProxySign, present: boolean): void;
 }
 
 export interface ProxyServers extends ProxyReports {
@@ -49,12 +50,6 @@ export interface ProxyServers extends ProxyReports {
   readonly urls: { healthz?: string; metrics?: string };
   close(): void;
 }
-
-const hostAddresses = () =>
-  Object.values(networkInterfaces())
-    .flat()
-    .map((a) => a?.address)
-    .filter((a): a is string => !!a);
 
 export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
   const { cfg, brain, log } = opts;
@@ -145,6 +140,9 @@ export function startProxyServers(opts: ProxyServersOptions): ProxyServers {
     rulesLost(backend) {
       health.rulesLost(backend);
       metrics.rulesLost(backend);
+    },
+    foreignProxy(sign, present) {
+      metrics.foreignProxy(sign, present);
     },
     close() {
       for (const t of timers) clearTimeout(t);

@@ -38,7 +38,7 @@ export interface ParsedFile {
 function documents(path: string, text: string): unknown[] {
   try {
     // JSON.parse and Bun's native YAML parser are far faster than the `yaml`
-    // library on a big dump (see README, Performance).
+    // library on a big dump (see docs/results/2026-11.md).
     const t = text.trimStart();
     if (t.startsWith("{")) return [JSON.parse(text)];
     const v = Bun.YAML.parse(text) as unknown;

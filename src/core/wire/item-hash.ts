@@ -3,7 +3,7 @@
 // recognise one a resync sends again unchanged. Keeping a number, not the
 // bytes, matters: the bytes are views into the received HTTP/2 chunks, and a
 // view keeps its whole chunk alive (memory that grows with the cluster; see
-// README, Performance). Its own module: a sidecar's
+// docs/results/2026-11.md). Its own module: a sidecar's
 // client loads it without the global model's encoder (and the brain behind it).
 
 /** Two FNV-1a 32 lanes over the bytes (the second with another seed and a shift). */

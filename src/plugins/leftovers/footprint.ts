@@ -51,6 +51,14 @@ const KUBE_PROXY_CHAINS: Readonly<Record<IptTable, ReadonlySet<string>>> = {
   mangle: new Set(["KUBE-PROXY-CANARY"]),
 };
 
+/**
+ * The chain kube-proxy's iptables and IPVS modes create at start-up in
+ * mangle, nat and filter of both families, and watch (pkg/util/iptables
+ * Monitor): their rules are flushed when it goes. Its mangle copy is the one
+ * to look for: that table is small.
+ */
+export const KUBE_PROXY_CANARY = "KUBE-PROXY-CANARY";
+
 /** kube-proxy's per-service and per-endpoint chains (iptables mode, nat); KUBE-XLB- is the name before 1.24. */
 const KUBE_PROXY_SERVICE_CHAIN_PREFIXES = ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-", "KUBE-XLB-"];
 

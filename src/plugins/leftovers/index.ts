@@ -4,7 +4,7 @@
 //
 // - `--cleanup`: kpng's rules of every backend and kube-proxy's of every mode;
 // - at start-up, once kpng's first sync is in: kube-proxy's rules (a node
-//   migrating from kube-proxy); README "Migrating from kube-proxy" says why
+//   migrating from kube-proxy); docs/operators.md, "Replace kube-proxy" says why
 //   that order leaves no moment in which a Service answers from neither.
 //
 // Every step is best effort, as kube-proxy's cleanup is: a tool that is
@@ -96,15 +96,23 @@ export interface SweepResult {
   plan: Plan;
   /** the commands that failed, one line each */
   failures: string[];
+  /** of the plan's removals, kube-proxy's (when its rules were among the owners'), one line each */
+  kubeProxyRemoved: string[];
 }
 
 /** Lists, plans and removes; logs what went and what stayed. */
 export async function removeLeftovers(opts: SweepOptions): Promise<SweepResult> {
   const { log } = opts;
-  const plan = planLeftovers(await listNode(opts.exec), { owners: opts.owners, keepIpvs: opts.keepIpvs });
+  const listing = await listNode(opts.exec);
+  const plan = planLeftovers(listing, { owners: opts.owners, keepIpvs: opts.keepIpvs });
   for (const k of plan.kept) log.info("leftovers: kept", { what: k });
   const failures: string[] = [];
-  if (emptyPlan(plan)) return { plan, failures };
+  // kube-proxy's part, planned alone on the same listing (pure; the sweep itself stays one plan)
+  let kubeProxyRemoved: string[] = [];
+  if (opts.owners.includes("kube-proxy"))
+    kubeProxyRemoved =
+      opts.owners.length === 1 ? plan.removed : planLeftovers(listing, { owners: ["kube-proxy"], keepIpvs: opts.keepIpvs }).removed;
+  if (emptyPlan(plan)) return { plan, failures, kubeProxyRemoved };
   for (const cmd of planCommands(plan)) {
     if (opts.dryRun) {
       opts.out?.(`# ${cmd.argv.join(" ")}\n${cmd.stdin ?? ""}`);
@@ -118,7 +126,7 @@ export async function removeLeftovers(opts: SweepOptions): Promise<SweepResult> 
   }
   for (const f of failures) log.warn("leftovers: a removal failed", { err: f });
   if (!opts.dryRun) log.info("leftovers removed", { owners: opts.owners.join(","), removed: plan.removed.join("; ") });
-  return { plan, failures };
+  return { plan, failures, kubeProxyRemoved };
 }
 
 /** Real processes on this host (kpng runs in the node's network namespace). */

@@ -54,6 +54,34 @@ export const allIPs = (set: IPSet | undefined): string[] => [...ipsOf(set, "v4")
  */
 export const familyOf = (ip: string): Family => (ip.includes(":") ? "v6" : "v4");
 
+/**
+ * RFC 5952 text of an IPv6 address's eight 16-bit groups: lowercase hex, the
+ * first longest run of two or more zero groups as "::" (how the kernel's
+ * bytes read back: a BPF map's, a netlink dump's). Plain loops and string
+ * appends: 100,000s of addresses are read back at scale.
+ */
+export function ipv6Text(g: ArrayLike<number>): string {
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) [best, bestLen] = [i, j - i];
+    i = j === i ? i + 1 : j;
+  }
+  let out = "";
+  for (let i = 0; i < 8; i++) {
+    if (i === best) {
+      out += "::";
+      i += bestLen - 1;
+      continue;
+    }
+    if (i > 0 && i !== best + bestLen) out += ":";
+    out += g[i].toString(16);
+  }
+  return out;
+}
+
 /** "198.19.0.1:80" / "[2001:db8:2::1]:80": how DNAT targets, conntrack and logs write an endpoint */
 export const hostPort = (ip: string, port: number) => (ip.includes(":") ? `[${ip}]:${port}` : `${ip}:${port}`);
 

@@ -23,6 +23,7 @@ export type {
   BackendContext,
   BackendFactory,
   BackendMetrics,
+  Drift,
   Executor,
   FullStateBackend,
   IncrementalBackend,
@@ -41,7 +42,9 @@ export { sameEndpoint } from "../../core/brain/model/endpoints.ts";
 export { errorMessage, invalid, isInvalidArgument, isUnavailable, KpngError, type ErrorCode } from "../../core/errors.ts";
 export * from "./family.ts";
 export * from "./node-addresses.ts";
+export * from "./local-detect.ts";
 export * from "./service-port.ts";
 export * from "./conntrack.ts";
 export * from "./command.ts";
 export * from "./names.ts";
+export * from "./drift.ts";

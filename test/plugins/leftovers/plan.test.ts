@@ -387,6 +387,19 @@ describe("removeLeftovers (recorder)", () => {
     expect(out.map((t) => t.split("\n")[0])).toEqual(planCommands(plan).map((c) => `# ${c.argv.join(" ")}`));
   });
 
+  test("kpng's and kube-proxy's together: what of it was kube-proxy's is told apart (--cleanup warns of it)", async () => {
+    const node = fakeNode({ nftTables: "table ip kube-proxy\ntable ip kpng\n" });
+    const both = await removeLeftovers({ exec: node.exec, log: memoryLogger(), owners: ["kpng", "kube-proxy"] });
+    expect(both.plan.removed).toEqual(["nftables table ip kpng", "nftables table ip kube-proxy"]);
+    expect(both.kubeProxyRemoved).toEqual(["nftables table ip kube-proxy"]);
+    const kpngOnly = await removeLeftovers({
+      exec: fakeNode({ nftTables: "table ip kpng\n" }).exec,
+      log: memoryLogger(),
+      owners: ["kpng", "kube-proxy"],
+    });
+    expect(kpngOnly.kubeProxyRemoved).toEqual([]);
+  });
+
   test("a node with nothing of either: only reads", async () => {
     const node = fakeNode({ iptables: [dump(saved(foreignIptables()))] });
     const { plan } = await removeLeftovers({ exec: node.exec, log: memoryLogger(), owners: ["kpng", "kube-proxy"] });

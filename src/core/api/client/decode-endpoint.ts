@@ -2,7 +2,7 @@
 //
 // Why: a full state carries ~10 endpoints per service, and protobuf-es'
 // reflective fromBinary was the largest single cost of receiving one (see
-// README, Performance). The result is the plain object fromBinary
+// docs/results/2026-11.md). The result is the plain object fromBinary
 // builds (same $typeName, fields and defaults; tests compare them), and
 // anything this decoder does not know (a field added to the proto later, a
 // negative or oversized number, a repeated message field to merge) falls

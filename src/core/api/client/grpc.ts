@@ -2,8 +2,8 @@
 //
 // Why not Connect's gRPC transport: it decodes and hands over each message
 // through several async steps, a cost per op that a full state's change set
-// pays on top of decoding the services and endpoints themselves (see README,
-// Performance).
+// pays on top of decoding the services and endpoints themselves (see docs/results/2026-11.md,
+// the figures).
 // Here response bytes are split into messages in one loop and the caller
 // decodes only what it needs. Errors are GrpcErrors: the gRPC status code
 // (the numbers Connect's Code uses) and a message printed as Connect prints

@@ -2,7 +2,7 @@
 //
 // Why: the first stream after a state is computed marshals every endpoint
 // (100,000 for 10,000 services), and protobuf-es' reflective toBinary took
-// a large part of that time (see README, Performance). The output is
+// a large part of that time (see docs/results/2026-11.md). The output is
 // byte-for-byte protobuf-es' (a test
 // compares them); a message this encoder does not fully know (unknown fields
 // kept from a decode, a negative int32) goes to toBinary.

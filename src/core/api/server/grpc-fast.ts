@@ -5,7 +5,7 @@
 // Why not Connect for this too: Connect writes and awaits each streamed
 // message on its own, and Bun's (1.4.5) http2 server turns each write into a
 // DATA frame and a round of the event loop, for each of a full state's
-// OpItems (one per service and endpoint; see README, Performance). Here a
+// OpItems (one per service and endpoint; see docs/results/2026-11.md). Here a
 // whole change set is
 // framed into one buffer from cached bytes and written at once. This is the
 // path kpng's Go clients, `buf curl --protocol grpc` and kpng's own client

@@ -31,6 +31,7 @@ import { nextState, type NextDeps } from "./next.ts";
 import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
 import type { WireOp } from "../../wire/ops.ts";
+import { introspectRoutes, type IntrospectSource } from "../../introspect/routes.ts";
 import { encodeNextHead, encodeServiceEndpoints, toOpItem, WireCache } from "./wire.ts";
 
 export { checkListen, DEFAULT_LISTEN } from "./address.ts";
@@ -46,6 +47,8 @@ export interface ApiOptions {
   stuckMs?: number;
   /** streams sending a whole model at once, at most (default 64) */
   wholeModelsAtOnce?: number;
+  /** the backends this process runs, for `kpng get` and `kpng verify` (absent: `kpng serve`, none) */
+  introspect?: IntrospectSource;
 }
 
 export interface ApiServerOptions extends ApiOptions {
@@ -176,7 +179,9 @@ export function createApi(opts: ApiOptions) {
       });
     }
   }
+  const introspect = introspectRoutes({ brain, defaultNodeName: opts.defaultNodeName, source: opts.introspect });
   const routes = (router: ConnectRouter) => {
+    introspect(router);
     router.service(Sets, { watch: (reqs, ctx) => logErrors("Watch", ctx.signal, connectWatch(reqs, ctx.signal)) });
     router.service(Endpoints, { next: (filter, ctx) => logErrors("Next", ctx.signal, connectNext(filter, ctx.signal)) });
     router.service(GlobalSets, { watch: (reqs, ctx) => logErrors("GlobalWatch", ctx.signal, connectGlobalWatch(reqs, ctx.signal)) });

@@ -1,6 +1,6 @@
 // ServiceSchema (objects.ts), checked by hand as fast-slice.ts checks slices:
 // valibot's generic walk costs several times this straight code at start-up,
-// on the thread that reads the list (see README, Performance). The schema
+// on the thread that reads the list (see docs/results/2026-11.md). The schema
 // stays the definition: this
 // accepts exactly what it accepts and returns the same output
 // (test/brain/fast-service.test.ts runs both over a table of valid and

@@ -188,8 +188,8 @@ export const EndpointSliceShape = v.object({
 export const NodeSchema = v.object({
   kind: v.literal("Node"),
   metadata: v.object({ ...metadata.entries, deletionTimestamp: v.optional(v.string()) }),
-  // the health check reads the to-be-deleted taint
-  spec: v.optional(v.object({ taints: list(v.object({ key: v.optional(v.string()) })) })),
+  // the health check reads the to-be-deleted taint; detectLocalMode NodeCIDR the pod CIDRs
+  spec: v.optional(v.object({ taints: list(v.object({ key: v.optional(v.string()) })), podCIDRs: list(v.string()) })),
   status: v.optional(v.object({ addresses: list(v.object({ type: v.string(), address: v.string() })) })),
 });
 

@@ -328,7 +328,7 @@ function toEndpoint(c: Candidate, overrides: PortName[], internal: boolean, exte
 /**
  * Endpoint equality without reflection: protobuf's `equals` walks the schema
  * for every field, of every endpoint of a service, on every change of one of
- * its slices (see README, Performance). ENDPOINT_FIELDS lists what is
+ * its slices (see docs/results/2026-11.md). ENDPOINT_FIELDS lists what is
  * compared; a test fails when the schema gains a field this does not know.
  */
 export function sameEndpoint(a: Endpoint, b: Endpoint): boolean {

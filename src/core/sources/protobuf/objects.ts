@@ -485,8 +485,18 @@ export function endpointSlice(r: Reader, end: number): Raw {
 const taint = strings({ 1: "key" }, ["key"], ["key"]);
 /** NodeAddress: type 1, address 2 (no omitempty) */
 const nodeAddress = strings({ 1: "type", 2: "address" }, ["type", "address"], ["type"]);
-/** NodeSpec { taints 5 } */
-const nodeSpec = listOf(5, "taints", taint);
+/** NodeSpec { taints 5, podCIDRs 7 } (detectLocalMode NodeCIDR reads podCIDRs; podCIDR 1 is always its first) */
+function nodeSpec(r: Reader, end: number): Raw {
+  const o: Raw = {};
+  while (r.pos < end) {
+    const t = r.uint32();
+    if (t === F(5)) push(o, "taints", taint(r, r.sub(end)));
+    else if (t === F(7)) push(o, "podCIDRs", r.string(end));
+    else r.skip(t, end);
+  }
+  r.done(end);
+  return o;
+}
 /** NodeStatus { addresses 5 } */
 const nodeStatus = listOf(5, "addresses", nodeAddress);
 

@@ -1,0 +1,28 @@
+// The flags of `kpng get` and `kpng verify`, apart from their code so that
+// `--help` loads none of it.
+
+import { DEFAULT_UNIX_SOCKET } from "../api/server/address.ts";
+import type { FlagDefs } from "../config/argv.ts";
+
+const serverArg = {
+  server: {
+    type: "string",
+    alias: ["s"],
+    description: `the running kpng's API: unix:///path or tcp://127.0.0.1:PORT (default ${DEFAULT_UNIX_SOCKET}, else unix:///run/kpng/kpng.sock; kpng serves it with --listen)`,
+  },
+} as const satisfies FlagDefs;
+
+export const getArgs = {
+  ...serverArg,
+  "node-name": {
+    type: "string",
+    description: "the node whose view to show, when asking a `kpng serve` brain (default: the kpng's own node)",
+  },
+  output: { type: "string", alias: ["o"], description: "wide, json or yaml (default: columns)" },
+  namespace: { type: "string", alias: ["n"], description: "only this namespace's Services" },
+} as const satisfies FlagDefs;
+
+export const verifyArgs = {
+  ...serverArg,
+  output: { type: "string", alias: ["o"], description: "json or yaml (default: columns)" },
+} as const satisfies FlagDefs;
