@@ -137,8 +137,26 @@ describe("iptables node ports follow upstream's default: every local address", (
     const file = clusterFile("iptables.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
     const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once");
     expect(r.code).toBe(0);
-    expect(r.out).toMatch(/-A KPNG-SERVICES .*! -d 127\.0\.0\.0\/8 -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
+    // localhostNodePorts is on by default (kube-proxy's default): loopback answers too, as upstream's rule has it
+    expect(r.out).toMatch(/-A KPNG-SERVICES -m comment --comment "[^"]*" -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
     expect(r.out).not.toMatch(/-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
+  });
+
+  test("with --iptables-localhost-nodeports=false, loopback is left out as upstream does", () => {
+    const file = clusterFile("iptables-nolocal.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
+    const r = kpng(
+      "--input",
+      file,
+      "--node-name",
+      "node-a",
+      "--backend",
+      "iptables",
+      "--iptables-localhost-nodeports=false",
+      "--dry-run",
+      "--once",
+    );
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/-A KPNG-SERVICES .*! -d 127\.0\.0\.0\/8 -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
   });
 
   test('"primary" narrows to the Node\'s IP', () => {

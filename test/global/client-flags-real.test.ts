@@ -58,6 +58,8 @@ describe.skipIf(!real)("API-client flags on every command that reads the real AP
       `unix://${sock}`,
     ]);
     procs.push(serve);
+    // the API may be served before every list is done (a loaded machine): wait for each kind's line
+    for (const kind of ["EndpointSlice", "Node", "Service"]) await serve.waitFor(new RegExp(` listed .*kind=${kind}\\b`));
     const listed = serve.stderr.filter((l) => / listed /.test(l));
     expect(listed.map((l) => /kind=(\w+)/.exec(l)?.[1]).sort()).toEqual(["EndpointSlice", "Node", "Service"]);
     for (const l of listed) expect(l).toContain("as=json");
