@@ -52,6 +52,13 @@
 // protobuf.
 //
 // Goals (issue 25): 10k <= 1.5 s; 1k <= 0.2 s.
+//
+// After each size, the floors (bench/floors.ts, issue 40): the last run's
+// ruleset, as kpng left it in the node, loaded by hand into an empty
+// namespace (nft: `nft -f` of `nft list ruleset`, and the same batches
+// replayed on a netlink socket, the kernel's own floor; iptables: ipset,
+// iptables and ip6tables restores of their saves, and one DNAT chain
+// rewritten with --noflush). KPNG_BENCH_FLOORS=0 leaves them out.
 // Figures only; nothing asserted. KPNG_BENCH_RUNS (default 3) runs per size;
 // KPNG_BENCH_SIZES (default "1000,10000") the sizes; KPNG_BENCH_MODE=iptables
 // runs `--backend iptables` instead of nft (the node's tables and ipsets are
@@ -70,6 +77,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, closeApis, openApi, processCpuMs } from "./bench-api.ts";
+import { iptablesFloors, nftFloors } from "./floors.ts";
 import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
@@ -408,9 +416,16 @@ export default async function startupBench() {
           const tot = xs.map((x) => x.totalMs);
           const rss = xs.map((x) => x.rss);
           const ch = xs.map((x) => x.changeMs);
+          const own = xs.map((x) => x.phases.render + x.phases.apply);
           console.log(
-            `  ${k.name}: start->rules best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; change latency median of runs ${median(ch) === Number.POSITIVE_INFINITY ? "never" : `${median(ch).toFixed(0)} ms`}; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
+            `  ${k.name}: start->rules best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms (its own render+apply median ${median(own).toFixed(0)} ms); change latency median of runs ${median(ch) === Number.POSITIVE_INFINITY ? "never" : `${median(ch).toFixed(0)} ms`}; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
           );
+        }
+        // the last run's rules are still in the node (kpng leaves them as it stops, as kube-proxy does)
+        if (process.env.KPNG_BENCH_FLOORS !== "0") {
+          const quiet = () => quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
+          for (const line of await (MODE === "nft" ? nftFloors(topo.node.ns, quiet) : iptablesFloors(topo.node.ns, quiet)))
+            console.log(line);
         }
       } finally {
         await api.close();
