@@ -53,6 +53,12 @@
 //
 // Goals (issue 25): 10k <= 1.5 s; 1k <= 0.2 s.
 //
+// After each size (real API server), the lists timed by hand from the node
+// (bench/list-probe.ts: kpng's requests, streamed and by pages, the time to
+// the headers, the first and the last byte of each kind, nothing decoded):
+// what of kpng's list phase is the API server's and the network's.
+// KPNG_BENCH_LIST_PROBE=0 leaves them out.
+//
 // After each size, the floors (bench/floors.ts, issue 40): the last run's
 // ruleset, as kpng left it in the node, loaded by hand into an empty
 // namespace (nft: `nft -f` of `nft list ruleset`, and the same batches
@@ -78,6 +84,7 @@ import { join } from "node:path";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, closeApis, openApi, processCpuMs } from "./bench-api.ts";
 import { iptablesFloors, nftFloors } from "./floors.ts";
+import { probeLists } from "./list-probe.ts";
 import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
@@ -420,6 +427,12 @@ export default async function startupBench() {
           console.log(
             `  ${k.name}: start->rules best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms (its own render+apply median ${median(own).toFixed(0)} ms); change latency median of runs ${median(ch) === Number.POSITIVE_INFINITY ? "never" : `${median(ch).toFixed(0)} ms`}; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
           );
+        }
+        if (kind === "real" && process.env.KPNG_BENCH_LIST_PROBE !== "0") {
+          // the API server's side of the list phase: the same requests as kpng, timed from the node, nothing decoded
+          const kubeconfig = await api.begin();
+          for (const line of await probeLists({ ns: topo.node.ns, kubeconfig, node: NODE_NAME, rounds: runs })) console.log(line);
+          await api.end();
         }
         // the last run's rules are still in the node (kpng leaves them as it stops, as kube-proxy does)
         if (process.env.KPNG_BENCH_FLOORS !== "0") {
