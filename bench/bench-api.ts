@@ -49,6 +49,8 @@ export interface BenchApi {
   serverMs(): Promise<number>;
   /** the API server's processes, left out of "the rest of the host" */
   pids(): number[];
+  /** the real API server's own network namespace, where https://127.0.0.1:6443 is kube-apiserver itself (no relay) */
+  ns?: string;
   /** Ends a run. */
   end(): Promise<void>;
   close(): Promise<void>;
@@ -176,6 +178,7 @@ async function openReal(opts: { topo: Topology; services: number; dir: string })
     change,
     serverMs: async () => cpuMs(),
     pids: () => server.pids(),
+    ns: server.ns,
     async end() {},
     close: unreach,
   };

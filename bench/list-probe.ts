@@ -123,7 +123,13 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
  * to print: per mode, each kind's median headers / first byte / last byte,
  * and when the last kind was in.
  */
-export async function probeLists(opts: { ns: string; kubeconfig: string; node: string; rounds: number }): Promise<string[]> {
+export async function probeLists(opts: {
+  ns: string;
+  kubeconfig: string;
+  node: string;
+  rounds: number;
+  where?: string;
+}): Promise<string[]> {
   const runs: Record<ListTiming["mode"], ListTiming[][]> = { watch: [], pages: [] };
   for (let r = 0; r < opts.rounds; r++)
     for (const mode of ["watch", "pages"] as const) {
@@ -149,7 +155,7 @@ export async function probeLists(opts: { ns: string; kubeconfig: string; node: s
       return `${kind} ${m("headersMs")}/${m("firstByteMs")}/${m("lastByteMs")} (${(ts[0].bytes / 1048576).toFixed(1)} MiB, ${ts[0].requests} req)`;
     });
     const all = f(median(runs[mode].map((run) => Math.max(...run.map((t) => t.lastByteMs)))));
-    return `  lists by hand, ${mode === "watch" ? "streamed (watch-list)" : "by pages of 500"}, median of ${opts.rounds}: headers/first byte/last byte ms: ${per.join("; ")}; all in at ${all} ms`;
+    return `  lists by hand${opts.where ?? ""}, ${mode === "watch" ? "streamed (watch-list)" : "by pages of 500"}, median of ${opts.rounds}: headers/first byte/last byte ms: ${per.join("; ")}; all in at ${all} ms`;
   });
 }
 
