@@ -37,7 +37,7 @@ import { apiKind, apiLabel, type BenchApi, closeApis, openApi } from "./bench-ap
 import { kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { NODE_NAME } from "./startup-api-server.ts";
-import { quietNft } from "./startup.bench.ts";
+import { FIRST_SYNC_TIMEOUT_MS, quietNft } from "./startup.bench.ts";
 
 const ROOT = join(import.meta.dir, "..");
 const PERIOD_MS = 100;
@@ -113,7 +113,7 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
     );
     const log = lines(kpng.stderr);
     try {
-      const firstSync = await log.wait(/ synced backend=nft /, 1, 120_000);
+      const firstSync = await log.wait(/ synced backend=nft /, 1, FIRST_SYNC_TIMEOUT_MS);
       await Bun.sleep(1000);
       const syncsBefore = log.count(/ synced backend=nft /);
       const kpid = kpng.pid; // `ip netns exec` execs kpng in its own place

@@ -2,7 +2,9 @@
 // inside a network namespace (test/harness/netns.ts), against the real
 // kube-apiserver + etcd over HTTPS (KPNG_BENCH_API=fake: the in-repo API
 // server in the same namespace instead; bench/bench-api.ts), at 1,000 and
-// 10,000 services x 10 endpoints on 100 nodes (bench/startup-api-server.ts).
+// 10,000 services x 10 endpoints on 100 nodes (bench/startup-api-server.ts);
+// KPNG_BENCH_SIZES=50000 for issue 40's five times the scale (the real API
+// server is filled through etcd, bench/etcd-fill.ts, in about two minutes).
 // KPNG_BENCH_KPNG measures another tree's kpng, or several in turn
 // (bench/kpng-under-test.ts). Printed:
 //
@@ -52,13 +54,26 @@
 // protobuf.
 //
 // Goals (issue 25): 10k <= 1.5 s; 1k <= 0.2 s.
+//
+// After each size (real API server), the lists timed by hand from the node
+// (bench/list-probe.ts: kpng's requests, streamed and by pages, the time to
+// the headers, the first and the last byte of each kind, nothing decoded):
+// what of kpng's list phase is the API server's and the network's.
+// KPNG_BENCH_LIST_PROBE=0 leaves them out.
+//
+// After each size, the floors (bench/floors.ts, issue 40): the last run's
+// ruleset, as kpng left it in the node, loaded by hand into an empty
+// namespace (nft: `nft -f` of `nft list ruleset`, and the same batches
+// replayed on a netlink socket, the kernel's own floor; iptables: ipset,
+// iptables and ip6tables restores of their saves, and one DNAT chain
+// rewritten with --noflush). KPNG_BENCH_FLOORS=0 leaves them out.
 // Figures only; nothing asserted. KPNG_BENCH_RUNS (default 3) runs per size;
 // KPNG_BENCH_SIZES (default "1000,10000") the sizes; KPNG_BENCH_MODE=iptables
 // runs `--backend iptables` instead of nft (the node's tables and ipsets are
 // emptied before each run instead of kpng's nft tables deleted). Each run also
 // prints the median of the 20 changes' latency: the bench's write of the
 // change to the API server -> kpng's `synced` line (a change not synced
-// within 10 s ends the run's changes: "never", as a kpng whose watch fails
+// within 10 s, KPNG_BENCH_CHANGE_TIMEOUT_MS, ends the run's changes: "never", as a kpng whose watch fails
 // shows). KPNG_BENCH_LOG=FILE
 // appends each run's kpng log (debug level) to FILE, every line prefixed with
 // its offset from kpng's start (ms, when the bench read it): the timeline
@@ -70,6 +85,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, closeApis, openApi, processCpuMs } from "./bench-api.ts";
+import { iptablesFloors, nftFloors } from "./floors.ts";
+import { probeLists } from "./list-probe.ts";
 import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
@@ -85,8 +102,10 @@ const kpngEnv = () =>
       .map((kv) => kv.split("=", 2)),
   );
 const CHANGES = 20;
-/** a change not synced by then is not coming (a kpng whose watch fails) */
-const CHANGE_TIMEOUT_MS = 10_000;
+/** a first sync not done by then is not coming: 50,000 services took 54-112 s on a loaded 2-core host */
+export const FIRST_SYNC_TIMEOUT_MS = 600_000;
+/** a change not synced by then is not coming (a kpng whose watch fails); KPNG_BENCH_CHANGE_TIMEOUT_MS: longer, for 50,000 services */
+const CHANGE_TIMEOUT_MS = Number(process.env.KPNG_BENCH_CHANGE_TIMEOUT_MS ?? 10_000);
 
 /** pid and every descendant, from /proc */
 function processTree(root: number): number[] {
@@ -298,7 +317,7 @@ async function once(opts: { topo: Topology; api: BenchApi; services: number; kpn
     const log = lines(kpng.stderr);
     try {
       const syncedRe = new RegExp(` synced backend=${MODE} `);
-      const synced = await log.wait(syncedRe, 1, 120_000);
+      const synced = await log.wait(syncedRe, 1, FIRST_SYNC_TIMEOUT_MS);
       const totalMs = synced.at - t0;
       // `ip netns exec` runs kpng as its child: the tree's CPU is the netns exec's own plus its reaped children
       const threads = kpngThreadsCpuMs(kpng.pid);
@@ -408,9 +427,33 @@ export default async function startupBench() {
           const tot = xs.map((x) => x.totalMs);
           const rss = xs.map((x) => x.rss);
           const ch = xs.map((x) => x.changeMs);
+          const own = xs.map((x) => x.phases.render + x.phases.apply);
           console.log(
-            `  ${k.name}: start->rules best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms; change latency median of runs ${median(ch) === Number.POSITIVE_INFINITY ? "never" : `${median(ch).toFixed(0)} ms`}; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
+            `  ${k.name}: start->rules best ${Math.min(...tot).toFixed(0)} ms, median ${median(tot).toFixed(0)} ms (its own render+apply median ${median(own).toFixed(0)} ms); change latency median of runs ${median(ch) === Number.POSITIVE_INFINITY ? "never" : `${median(ch).toFixed(0)} ms`}; RSS best ${Math.min(...rss).toFixed(0)} MB, median ${median(rss).toFixed(0)} MB`,
           );
+        }
+        if (kind === "real" && process.env.KPNG_BENCH_LIST_PROBE !== "0") {
+          // the API server's side of the list phase: the same requests as kpng, timed from the node, nothing decoded
+          const kubeconfig = await api.begin();
+          for (const line of await probeLists({ ns: topo.node.ns, kubeconfig, node: NODE_NAME, rounds: runs })) console.log(line);
+          // the same from the API server's own namespace, where 127.0.0.1:6443 is kube-apiserver itself: without the
+          // byte relay between the namespaces (test/harness/ns_forward.py), which forwards each of the server's writes
+          if (api.ns)
+            for (const line of await probeLists({
+              ns: api.ns,
+              kubeconfig,
+              node: NODE_NAME,
+              rounds: runs,
+              where: " (in the API server's namespace, no relay)",
+            }))
+              console.log(line);
+          await api.end();
+        }
+        // the last run's rules are still in the node (kpng leaves them as it stops, as kube-proxy does)
+        if (process.env.KPNG_BENCH_FLOORS !== "0") {
+          const quiet = () => quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
+          for (const line of await (MODE === "nft" ? nftFloors(topo.node.ns, quiet) : iptablesFloors(topo.node.ns, quiet)))
+            console.log(line);
         }
       } finally {
         await api.close();

@@ -134,6 +134,7 @@ const WHOLE_PROCESS_AND_SHARED: Record<string, string> = {
   "test/image": "the OCI image (deploy/image/) under runc",
   "test/deploy": "the manifests of deploy/ against the program's flags, config and RBAC",
   "test/docs": "the documentation: links, flags against --help, paths and commands in code blocks",
+  "test/bench": "the benches' own helpers (the floors they print), not their figures",
 };
 
 /** the longest key of `table` that is `path` or one of its parent folders */
