@@ -7,7 +7,9 @@ import { existsSync } from "node:fs";
 import { DEFAULT_UNIX_SOCKET } from "../api/server/address.ts";
 import type { ParsedArgv } from "../config/argv.ts";
 import { invalid, KpngError } from "../errors.ts";
-import { getServices, serverAddress, verify } from "./client.ts";
+import { checkClientSecurity, clientCredentials, usesTls, type ClientSecurity } from "../api/tls/client.ts";
+import type { ApiAddress } from "../api/server/address.ts";
+import { type Credentials, getServices, serverAddress, verify } from "./client.ts";
 import { formatServices, formatVerify, verifyStatus, type Kind, type Output } from "./format.ts";
 
 /**
@@ -25,6 +27,19 @@ function serverOf(parsed: ParsedArgv): string {
     "unavailable",
     `no kpng API socket at ${DEFAULT_SERVERS.join(" or ")}: start kpng with --listen=${DEFAULT_UNIX_SOCKET} (its API is off unless --listen is given), or point --server at the address it listens on`,
   );
+}
+
+const str = (v: unknown) => (typeof v === "string" && v !== "" ? v : undefined);
+
+/** `--server` and its `--tls-*`/`--token-file`, checked as a node agent's `--api` (bad files: exit 2) */
+function target(parsed: ParsedArgv): { addr: ApiAddress; credentials: Credentials } {
+  const a = parsed.args;
+  const sec: ClientSecurity = {
+    files: { crt: str(a["tls-crt"]), key: str(a["tls-key"]), ca: str(a["tls-ca"]) },
+    tokenFile: str(a["token-file"]),
+  };
+  checkClientSecurity([], sec);
+  return { addr: serverAddress(serverOf(parsed), usesTls(sec)), credentials: clientCredentials(sec) };
 }
 
 const KINDS: Record<string, Kind> = {
@@ -62,7 +77,8 @@ export async function runGet(parsed: ParsedArgv, write: (text: string) => void):
     throw invalid(`${what === undefined ? "no resource" : `unknown resource "${what}"`}: kpng get services|endpoints [NAMESPACE/NAME]`);
   const out = output(parsed.args.output, ["table", "wide", "json", "yaml"]);
   const filter = filterOf(rest, parsed.args.namespace, parsed.args["node-name"]);
-  const reply = await getServices(serverAddress(serverOf(parsed)), { filter });
+  const { addr, credentials } = target(parsed);
+  const reply = await getServices(addr, { filter, credentials });
   if (filter.name && !reply.services.length)
     throw new KpngError(
       "not_found",
@@ -81,7 +97,8 @@ export async function runGet(parsed: ParsedArgv, write: (text: string) => void):
 export async function runVerify(parsed: ParsedArgv, write: (text: string) => void): Promise<void> {
   const out = output(parsed.args.output, ["table", "json", "yaml"]);
   const filter = filterOf(parsed.positionals, undefined, parsed.args["node-name"]);
-  const reply = await verify(serverAddress(serverOf(parsed)), { filter });
+  const { addr, credentials } = target(parsed);
+  const reply = await verify(addr, { filter, credentials });
   if (!reply.backends.length)
     throw new KpngError(
       "failed_precondition",
