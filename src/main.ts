@@ -16,6 +16,7 @@ import {
   backendNames,
   checkBackendPlatform,
   listenArgs,
+  listenOff,
   modeSource,
   proxyArgs,
   repeated,
@@ -194,6 +195,8 @@ const runCommand = command({
     for (const name of names) builtinBackend(name);
     checkBackendPlatform(names, cfg.dryRun);
     const listen = repeated(rawArgs, "listen");
+    // Without --listen, `kpng get` and `kpng verify` still reach this kpng on the default socket; --once exits too soon to be asked.
+    const defaultSocket = !listen.length && !listenOff(rawArgs) && !args.once;
     const sources = sourceOptions(args, rawArgs);
     const security = serveSecurity(args, listen, sources);
     const brain = await newBrain(cfg);
@@ -247,11 +250,19 @@ const runCommand = command({
     log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
     servers?.setSource(source);
     // What `kpng get` and `kpng verify` ask of the backends: only where the API is served.
-    const introspection = listen.length
-      ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
-      : undefined;
+    const introspection =
+      listen.length || defaultSocket
+        ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
+        : undefined;
     const api = listen.length ? await serveApi(brain, cfg, listen, security, args, introspection) : undefined;
     if (api) servers?.followApi(api);
+    // Not awaited: start-up goes on while it loads; it never fails start-up (default-socket.ts).
+    const local =
+      defaultSocket && introspection
+        ? import("./core/introspect/default-socket.ts").then((m) =>
+            m.serveDefaultSocket({ brain, nodeName: cfg.nodeName, source: introspection, log: log.child("api") }),
+          )
+        : undefined;
     const view = brain.view(cfg.nodeName);
     const { nodeIPsBeforeFirstSync } = await import("./core/sources/index.ts");
     await nodeIPsBeforeFirstSync(view, { input: sources.input, nodeIPs: cfg.nodeIPs, stopped, log });
@@ -287,6 +298,7 @@ const runCommand = command({
     podCIDRs?.stop();
     servers?.close();
     await api?.close();
+    await (await local)?.close();
     source.close();
     for (const b of backends) await b.close?.();
   },

@@ -129,6 +129,10 @@ export function repeated(rawArgs: readonly string[], name: string, aliases: read
     .filter(Boolean);
 }
 
+/** `--listen=` (or `--listen ""`): given, and empty — serve nothing, as kube-proxy's "set empty to disable". */
+export const listenOff = (rawArgs: readonly string[]): boolean =>
+  rawArgs.some((a, i) => a === "--listen=" || (a === "--listen" && rawArgs[i + 1] === "")) && !repeated(rawArgs, "listen").length;
+
 const durationFlag = (flag: string, s: string): number => {
   // A bare number is seconds (kpng's first flags took that); otherwise Go's duration syntax, as kube-proxy.
   const n = /^\d+(\.\d+)?$/.test(s) ? Number(s) : parseGoDuration(s);
