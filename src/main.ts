@@ -35,6 +35,7 @@ import { getArgs, verifyArgs } from "./core/introspect/args.ts";
 // start-up time and memory.
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
+import type { Listener } from "./core/api/server/listener.ts";
 import type { IntrospectSource } from "./core/introspect/routes.ts";
 import type { BackendEvents } from "./core/node/backend-events.ts";
 import type { NodeEventOptions } from "./core/node/events.ts";
@@ -238,6 +239,8 @@ async function runProxy(run: ProxyRun): Promise<void> {
   const { warned, events } = await nodeEvents(run, plan.sources, servers, backends);
   const { startedUp } = await feedFromView(view, backends, { cfg, servers, introspection: served.introspection, events });
   log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
+  // Loading its server (Connect, HTTP/2) took CPU from the first sync: it follows it, or a first sync that takes long (a backend that keeps failing).
+  served.serveDefaultSocket(Promise.race([startedUp, Bun.sleep(DEFAULT_SOCKET_LATEST_MS)]));
   // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
   if (args.once) await startedUp.then(() => Promise.all([warned, events?.flush()]));
   // a port taken with bindAddressHardFail ends kpng, and so do new pod CIDRs under NodeCIDR (exit 1: restarted with them)
@@ -333,24 +336,34 @@ async function startUp(
  * introspection service alone on the default socket (default-socket.ts), or nothing.
  */
 async function serveIntrospection({ args, cfg }: ProxyRun, plan: ProxyPlan, brain: Brain, backends: Backend[]) {
-  const { listen, defaultSocket } = plan;
+  const { listen } = plan;
   // the backends' side of it (revisions held, kernel read-back): only where something is served
   const introspection =
-    listen.length || defaultSocket
+    listen.length || plan.defaultSocket
       ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
       : undefined;
   const api = listen.length ? await serveApi(brain, cfg, listen, plan.security, args, introspection) : undefined;
-  // Not awaited: start-up goes on while it loads; it never fails start-up (default-socket.ts).
-  const local =
-    defaultSocket && introspection
-      ? import("./core/introspect/default-socket.ts").then((m) =>
-          m.serveDefaultSocket({ brain, nodeName: cfg.nodeName, source: introspection, log: log.child("api") }),
-        )
-      : undefined;
+  let local: Promise<Listener | undefined> | undefined;
+  let closed = false;
   return {
     introspection,
     api,
+    /** the default socket, once `when` resolves; it never fails start-up (default-socket.ts) */
+    serveDefaultSocket(when: Promise<unknown>) {
+      if (!plan.defaultSocket || !introspection) return;
+      local = when.then(async () =>
+        closed
+          ? undefined
+          : (await import("./core/introspect/default-socket.ts")).serveDefaultSocket({
+              brain,
+              nodeName: cfg.nodeName,
+              source: introspection,
+              log: log.child("api"),
+            }),
+      );
+    },
     close: async () => {
+      closed = true;
       await api?.close();
       await (await local)?.close();
     },
@@ -554,6 +567,9 @@ const normalJIT = () => Bun.unsafe.setJITPolicy?.(1);
 
 /** ms after the process started by which the health and metrics servers answer, first sync or not (twice that when a first sync is under way then) */
 const SERVERS_LATEST_MS = 1000;
+
+/** ms after start-up's feeding began by which the default socket answers, first sync done or not */
+const DEFAULT_SOCKET_LATEST_MS = 5000;
 
 /** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
