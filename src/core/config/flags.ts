@@ -83,7 +83,11 @@ export const proxyArgs = {
 } as const satisfies ArgsDef;
 
 export const listenArgs = {
-  listen: { type: "string", description: "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable)" },
+  listen: {
+    type: "string",
+    description:
+      "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable); without it a node's kpng serves kpng get/verify on unix:///run/kpng.sock; --listen= (empty) serves nothing",
+  },
   "listen-any": {
     type: "boolean",
     description: "allow plaintext --listen on a non-loopback address (logged as a WARN; the API reveals cluster topology)",
