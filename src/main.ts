@@ -2,20 +2,21 @@
 // kpng's command line: flags, subcommands and wiring. Only this file exits
 // the process; everything below it throws KpngError.
 
-import { defineCommand, type ArgsDef, type CommandContext, type CommandDef, type ParsedArgs } from "citty";
+import { defineCommand, type ArgsDef, type CommandContext, type ParsedArgs } from "citty";
 import { versionInfo } from "./core/version.ts";
 import type { Brain, NodeView, Revision } from "./core/brain/brain.ts";
 import { formatUsage, parseArgv, type FlagDefs, type ParsedArgv } from "./core/config/argv.ts";
 import type { Config } from "./core/config/config.ts";
 import { modeOfBackend } from "./core/config/kube-proxy-config.ts";
 import { kubeClientArgs, kubeProxyArgs, logArgs } from "./core/config/kube-proxy-flags.ts";
-import { loadConfig, writeConfigFile } from "./core/config/load-config.ts";
+import { loadConfig, writeConfigFile, type CommandConfig } from "./core/config/load-config.ts";
 import { errorMessage, invalid, isInvalidArgument, KpngError } from "./core/errors.ts";
 import {
   apiClientArgs,
   backendNames,
   checkBackendPlatform,
   listenArgs,
+  listenOff,
   modeSource,
   proxyArgs,
   repeated,
@@ -34,6 +35,7 @@ import { getArgs, verifyArgs } from "./core/introspect/args.ts";
 // start-up time and memory.
 import { DEFAULT_LISTEN, DEFAULT_UNIX_SOCKET as DEFAULT_API } from "./core/api/server/address.ts";
 import type { ApiServer } from "./core/api/server/index.ts";
+import type { Listener } from "./core/api/server/listener.ts";
 import type { IntrospectSource } from "./core/introspect/routes.ts";
 import type { BackendEvents } from "./core/node/backend-events.ts";
 import type { NodeEventOptions } from "./core/node/events.ts";
@@ -164,135 +166,236 @@ interface Command {
   run(parsed: ParsedArgv): Promise<void>;
 }
 
-/** citty's definition, typed by its own flags; argv.ts parses them (no positional arguments: `_` is empty). */
-function command<const T extends ArgsDef & FlagDefs>(
-  def: CommandDef<T> & { meta: { name: string; description: string }; args: T; run(ctx: CommandContext<T>): Promise<void> },
-): Command {
-  const cmd = defineCommand(def);
+/**
+ * citty's definition, typed by its own flags; argv.ts parses them (no
+ * positional arguments: `_` is empty). Every such command starts from its
+ * flags and --config file loaded into one checked Config (load-config.ts).
+ */
+function command<const T extends ArgsDef & FlagDefs>(def: {
+  name: string;
+  description: string;
+  args: T;
+  run(ctx: CommandContext<T>, cfg: CommandConfig): Promise<void>;
+}): Command {
+  const cmd = defineCommand({ meta: { name: def.name, description: def.description }, args: def.args });
   return {
-    description: def.meta.description,
+    description: def.description,
     args: def.args,
-    run: (parsed) => def.run({ args: { _: [], ...parsed.args } as ParsedArgs<T>, rawArgs: parsed.rawArgs, cmd, data: undefined }),
+    run: async (parsed) => {
+      const ctx: CommandContext<T> = { args: { _: [], ...parsed.args } as ParsedArgs<T>, rawArgs: parsed.rawArgs, cmd, data: undefined };
+      return def.run(ctx, await loadConfig({ args: ctx.args, rawArgs: parsed.rawArgs, defs: def.args, log }));
+    },
   };
 }
 
-const runArgs = { ...sourceArgs, ...apiClientArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs } as const satisfies FlagDefs;
-
 const runCommand = command({
-  meta: {
-    name: "kpng",
-    description: "Kubernetes service proxy: the brain plus in-process backends (kube-proxy's flags and configuration are accepted)",
-  },
-  args: runArgs,
-  async run({ args, rawArgs }) {
-    const cfg = await loadConfig({ args, rawArgs, defs: runArgs, log });
+  name: "kpng",
+  description: "Kubernetes service proxy: the brain plus in-process backends (kube-proxy's flags and configuration are accepted)",
+  args: { ...sourceArgs, ...apiClientArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs },
+  async run({ args, rawArgs }, cfg) {
     if (typeof args["write-config-to"] === "string")
       return writeConfigFile({ file: args["write-config-to"], cfg, version: args["write-config-version"], log });
     const names = backendNames(rawArgs, cfg);
     if (args["init-only"]) return setConntrack(cfg, names, log);
     const ctx = backendContext(cfg);
     if (args.cleanup) return cleanupBackends(await loadAskedBackends(rawArgs, ctx), ctx);
-    // The backends load once the lists are asked for (below); a name that is no backend stops kpng before that.
-    for (const name of names) builtinBackend(name);
-    checkBackendPlatform(names, cfg.dryRun);
-    const listen = repeated(rawArgs, "listen");
-    const sources = sourceOptions(args, rawArgs);
-    const security = serveSecurity(args, listen, sources);
-    const brain = await newBrain(cfg);
-    // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
-    const stopped = args.once ? undefined : waitForSignal();
-    // Health and metrics start after the first sync, or SERVERS_LATEST_MS after the start when
-    // the API server is slow or down; what is reported before (the API client's requests, the
-    // agent's stream, revisions, syncs) is held for them with its time (late-servers.ts).
-    const loaded = Promise.withResolvers<string[]>();
-    const servers = args.once
-      ? undefined
-      : new LateServers({
-          latestMs: SERVERS_LATEST_MS,
-          start: async () => {
-            const [{ startProxyServers }, backends] = await Promise.all([import("./core/node/proxy-servers.ts"), loaded.promise]);
-            return startProxyServers({ cfg, brain, log: log.child("serve"), backends });
-          },
-        });
-    ctx.metrics = servers?.backendMetrics;
-    // The lists go out first: the backends' loading, the OOM score and the backends' setup then
-    // run while the API server answers, each in its own turn of the event loop so that the
-    // connections' TLS handshakes move on in between.
-    const starting = startSource(
-      { ...sources, onGlobalStats: (stats) => servers?.followGlobal(stats), restClient: servers?.restClient },
-      cfg,
-      brain,
-      log,
-    );
-    starting.catch(() => {}); // awaited below, after the backends' setup has started
-    await nextTurn(); // the lists' requests are on their way
-    // detectLocalMode NodeCIDR: the backends are created with the Node's pod CIDRs, as kube-proxy creates its proxier.
-    const podCIDRs =
-      cfg.localDetect?.kind === "node-cidr" ? await nodePodCIDRs({ cfg, brain, starting, stopped, file: sources.input }) : undefined;
-    if (podCIDRs === null) return servers?.close();
-    // The backends' code evaluates while the API server answers.
-    const backends = await loadAskedBackends(rawArgs, ctx);
-    loaded.resolve(backends.map((b) => b.name));
-    await nextTurn(); // the connections' TCP connects are seen here, their TLS handshakes start
-    const { applyOOMScoreAdj } = await import("./core/node/node-setup.ts");
-    if (!args.once) applyOOMScoreAdj(cfg, log);
-    await nextTurn();
-    // Backends get ready while the lists run (nft loads its skeleton with --check, which
-    // used to follow the first compute); one that cannot work stops kpng at once.
-    // Then the conntrack sysctls, as kube-proxy sets them before its proxier starts.
-    const ready = Promise.all(backends.map((b) => b.setup?.(ctx))).then(() => setConntrack(cfg, names, log));
-    const unready = ready.then(() => new Promise<never>(() => {}));
-    // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
-    const source = await untilStopped(Promise.race([starting, unready, ...(servers ? [servers.cannotStart] : [])]), stopped);
-    if (!source) return servers?.close();
-    // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
-    log.info("proxy mode", { mode: names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(rawArgs, cfg) });
-    servers?.setSource(source);
-    // What `kpng get` and `kpng verify` ask of the backends: only where the API is served.
-    const introspection = listen.length
-      ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
-      : undefined;
-    const api = listen.length ? await serveApi(brain, cfg, listen, security, args, introspection) : undefined;
-    if (api) servers?.followApi(api);
-    const view = brain.view(cfg.nodeName);
-    const { nodeIPsBeforeFirstSync } = await import("./core/sources/index.ts");
-    await nodeIPsBeforeFirstSync(view, { input: sources.input, nodeIPs: cfg.nodeIPs, stopped, log });
-    await ready;
-    const { recordStartWarnings } = await import("./core/node/start-warnings.ts");
-    // kube-proxy also records its IPVS deprecation as a Warning event on the Node (cluster sources only); not awaited: start-up never waits on it.
-    const fromCluster = args.input === undefined && args.api === undefined;
-    const eventOptions: NodeEventOptions = {
-      kubeconfig: sources.kubeconfig,
-      master: sources.master,
-      config: cfg,
-      log: log.child("events"),
-      restClient: servers?.restClient,
-    };
-    const warned = fromCluster
-      ? recordStartWarnings(
-          backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])),
-          eventOptions,
-        )
-      : undefined;
-    // Failed syncs and repaired rules as Events on the Node too (backend-events.ts), from a cluster source only.
-    const events = fromCluster
-      ? new (await import("./core/node/backend-events.ts")).BackendEvents({
-          record: async (f) => (await import("./core/node/events.ts")).recordNodeEvent(eventOptions, f),
-        })
-      : undefined;
-    const { startedUp } = await feedFromView(view, backends, { cfg, servers, introspection, events });
-    log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
-    // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
-    if (args.once) await startedUp.then(() => Promise.all([warned, events?.flush()]));
-    // a port taken with bindAddressHardFail ends kpng, and so do new pod CIDRs under NodeCIDR (exit 1: restarted with them)
-    else if (servers) await Promise.race([stopped, servers.cannotStart, ...(podCIDRs ? [podCIDRs.changed] : [])]);
-    podCIDRs?.stop();
-    servers?.close();
-    await api?.close();
-    source.close();
-    for (const b of backends) await b.close?.();
+    return runProxy({ args, rawArgs, cfg, names, ctx });
   },
 });
+
+/** The run command's flags, the Config and the backends' context, as its steps share them. */
+interface ProxyRun {
+  args: Args;
+  rawArgs: string[];
+  cfg: Config;
+  /** the built-in backends asked for */
+  names: string[];
+  ctx: BackendContext;
+}
+
+/**
+ * The node's proxy: checks, start-up in the order that keeps it short, then
+ * until a signal (or --once's first sync), then everything closed.
+ */
+async function runProxy(run: ProxyRun): Promise<void> {
+  const { args, cfg, ctx } = run;
+  const plan = checkProxyFlags(run);
+  const brain = await newBrain(cfg);
+  // Handlers go in first: a SIGTERM during start-up must still clean up (the API socket above all).
+  const stopped = args.once ? undefined : waitForSignal();
+  const loaded = Promise.withResolvers<string[]>();
+  const servers = args.once ? undefined : lateServers(cfg, brain, loaded.promise);
+  ctx.metrics = servers?.backendMetrics;
+  const up = await startUp(run, { brain, sources: plan.sources, servers, loaded, stopped });
+  if (!up) return servers?.close();
+  const { source, backends, podCIDRs } = up;
+  // Once the source is up: bad input (a broken --input file) stays a single line on stderr.
+  log.info("proxy mode", { mode: run.names.map((n) => modeOfBackend(n) || n).join(","), from: modeSource(run.rawArgs, cfg) });
+  servers?.setSource(source);
+  const served = await serveIntrospection(run, plan, brain, backends);
+  if (served.api) servers?.followApi(served.api);
+  const view = brain.view(cfg.nodeName);
+  const { nodeIPsBeforeFirstSync } = await import("./core/sources/index.ts");
+  await nodeIPsBeforeFirstSync(view, { input: plan.sources.input, nodeIPs: cfg.nodeIPs, stopped, log });
+  await up.ready;
+  const { warned, events } = await nodeEvents(run, plan.sources, servers, backends);
+  const { startedUp } = await feedFromView(view, backends, { cfg, servers, introspection: served.introspection, events });
+  log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), dryRun: cfg.dryRun });
+  // Loading its server (Connect, HTTP/2) took CPU from the first sync: it follows it, or a first sync that takes long (a backend that keeps failing).
+  served.serveDefaultSocket(Promise.race([startedUp, Bun.sleep(DEFAULT_SOCKET_LATEST_MS)]));
+  // --once: until the first sync's work is done (kube-proxy's rules, the Node's events); else until a signal.
+  if (args.once) await startedUp.then(() => Promise.all([warned, events?.flush()]));
+  // a port taken with bindAddressHardFail ends kpng, and so do new pod CIDRs under NodeCIDR (exit 1: restarted with them)
+  else if (servers) await Promise.race([stopped, servers.cannotStart, ...(podCIDRs ? [podCIDRs.changed] : [])]);
+  podCIDRs?.stop();
+  servers?.close();
+  await served.close();
+  source.close();
+  for (const b of backends) await b.close?.();
+}
+
+/** Every flag checked before anything starts: a name that is no backend, or a bad --listen, stops kpng (exit 2) before the backends load. */
+function checkProxyFlags({ args, rawArgs, cfg, names }: ProxyRun) {
+  for (const name of names) builtinBackend(name);
+  checkBackendPlatform(names, cfg.dryRun);
+  const listen = repeated(rawArgs, "listen");
+  const sources = sourceOptions(args, rawArgs);
+  return {
+    listen,
+    // Without --listen, `kpng get` and `kpng verify` still reach this kpng on the default socket; --once exits too soon to be asked.
+    defaultSocket: !listen.length && !listenOff(rawArgs) && !args.once,
+    sources,
+    security: serveSecurity(args, listen, sources),
+  };
+}
+
+type ProxyPlan = ReturnType<typeof checkProxyFlags>;
+
+/**
+ * Health and metrics start after the first sync, or SERVERS_LATEST_MS after the start when
+ * the API server is slow or down; what is reported before (the API client's requests, the
+ * agent's stream, revisions, syncs) is held for them with its time (late-servers.ts).
+ */
+function lateServers(cfg: Config, brain: Brain, loaded: Promise<string[]>): LateServers {
+  return new LateServers({
+    latestMs: SERVERS_LATEST_MS,
+    start: async () => {
+      const [{ startProxyServers }, backends] = await Promise.all([import("./core/node/proxy-servers.ts"), loaded]);
+      return startProxyServers({ cfg, brain, log: log.child("serve"), backends });
+    },
+  });
+}
+
+/**
+ * The lists go out first: the backends' loading, the OOM score and the backends' setup then
+ * run while the API server answers, each in its own turn of the event loop so that the
+ * connections' TLS handshakes move on in between. Resolves once the source is up (undefined:
+ * a signal came first); `ready` once every backend is set up and the conntrack sysctls are set.
+ */
+async function startUp(
+  { args, rawArgs, cfg, names, ctx }: ProxyRun,
+  o: {
+    brain: Brain;
+    sources: ProxyPlan["sources"];
+    servers: LateServers | undefined;
+    /** told the backends' names once they are loaded (the health and metrics servers wait for them) */
+    loaded: PromiseWithResolvers<string[]>;
+    stopped: Promise<void> | undefined;
+  },
+) {
+  const { brain, sources, servers, stopped } = o;
+  const starting = startSource(
+    { ...sources, onGlobalStats: (stats) => servers?.followGlobal(stats), restClient: servers?.restClient },
+    cfg,
+    brain,
+    log,
+  );
+  starting.catch(() => {}); // awaited below, after the backends' setup has started
+  await nextTurn(); // the lists' requests are on their way
+  // detectLocalMode NodeCIDR: the backends are created with the Node's pod CIDRs, as kube-proxy creates its proxier.
+  const podCIDRs =
+    cfg.localDetect?.kind === "node-cidr" ? await nodePodCIDRs({ cfg, brain, starting, stopped, file: sources.input }) : undefined;
+  if (podCIDRs === null) return undefined;
+  // The backends' code evaluates while the API server answers.
+  const backends = await loadAskedBackends(rawArgs, ctx);
+  o.loaded.resolve(backends.map((b) => b.name));
+  await nextTurn(); // the connections' TCP connects are seen here, their TLS handshakes start
+  const { applyOOMScoreAdj } = await import("./core/node/node-setup.ts");
+  if (!args.once) applyOOMScoreAdj(cfg, log);
+  await nextTurn();
+  // Backends get ready while the lists run (nft loads its skeleton with --check, which
+  // used to follow the first compute); one that cannot work stops kpng at once.
+  // Then the conntrack sysctls, as kube-proxy sets them before its proxier starts.
+  const ready = Promise.all(backends.map((b) => b.setup?.(ctx))).then(() => setConntrack(cfg, names, log));
+  const unready = ready.then(() => new Promise<never>(() => {}));
+  // The first list may wait on an unreachable API server for as long as it is down: a SIGTERM meanwhile still stops kpng.
+  const source = await untilStopped(Promise.race([starting, unready, ...(servers ? [servers.cannotStart] : [])]), stopped);
+  return source && { source, backends, podCIDRs, ready };
+}
+
+/**
+ * What `kpng get` and `kpng verify` ask: the whole API on every --listen address, or the
+ * introspection service alone on the default socket (default-socket.ts), or nothing.
+ */
+async function serveIntrospection({ args, cfg }: ProxyRun, plan: ProxyPlan, brain: Brain, backends: Backend[]) {
+  const { listen } = plan;
+  // the backends' side of it (revisions held, kernel read-back): only where something is served
+  const introspection =
+    listen.length || plan.defaultSocket
+      ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
+      : undefined;
+  const api = listen.length ? await serveApi(brain, cfg, listen, plan.security, args, introspection) : undefined;
+  let local: Promise<Listener | undefined> | undefined;
+  let closed = false;
+  return {
+    introspection,
+    api,
+    /** the default socket, once `when` resolves; it never fails start-up (default-socket.ts) */
+    serveDefaultSocket(when: Promise<unknown>) {
+      if (!plan.defaultSocket || !introspection) return;
+      local = when.then(async () =>
+        closed
+          ? undefined
+          : (await import("./core/introspect/default-socket.ts")).serveDefaultSocket({
+              brain,
+              nodeName: cfg.nodeName,
+              source: introspection,
+              log: log.child("api"),
+            }),
+      );
+    },
+    close: async () => {
+      closed = true;
+      await api?.close();
+      await (await local)?.close();
+    },
+  };
+}
+
+/**
+ * The Node's events, from a cluster source only: kube-proxy's start-up warnings (the IPVS
+ * deprecation; not awaited: start-up never waits on it), and failed syncs and repaired
+ * rules (backend-events.ts).
+ */
+async function nodeEvents({ args, cfg }: ProxyRun, sources: ProxyPlan["sources"], servers: LateServers | undefined, backends: Backend[]) {
+  if (args.input !== undefined || args.api !== undefined) return {};
+  const eventOptions: NodeEventOptions = {
+    kubeconfig: sources.kubeconfig,
+    master: sources.master,
+    config: cfg,
+    log: log.child("events"),
+    restClient: servers?.restClient,
+  };
+  const { recordStartWarnings } = await import("./core/node/start-warnings.ts");
+  const warned = recordStartWarnings(
+    backends.flatMap((b) => (b.nodeWarning ? [b.nodeWarning] : [])),
+    eventOptions,
+  );
+  const events = new (await import("./core/node/backend-events.ts")).BackendEvents({
+    record: async (f) => (await import("./core/node/events.ts")).recordNodeEvent(eventOptions, f),
+  });
+  return { warned, events };
+}
 
 /**
  * NodeCIDR (node-pod-cidrs.ts): once the source is up, the Node's pod CIDRs
@@ -356,25 +459,20 @@ async function tokenReviewer(args: Args, cfg: Config, users: string[]) {
   return tokenReviewer({ request: kubeRequest(access, new Agent({ keepAlive: true })), users });
 }
 
-const serveArgs = {
-  ...sourceArgs,
-  ...kubeClientArgs,
-  ...listenArgs,
-  "metrics-bind-address": {
-    type: "string",
-    description: "address:port for /metrics (default: none; a brain beside a node's kpng would take its port)",
-  },
-  ...logArgs,
-} as const satisfies FlagDefs;
-
 const serveCommand = command({
-  meta: {
-    name: "serve",
-    description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)",
+  name: "serve",
+  description: "the brain only: serve node-local states on the API (default unix:///run/kpng.sock and tcp://127.0.0.1:12090)",
+  args: {
+    ...sourceArgs,
+    ...kubeClientArgs,
+    ...listenArgs,
+    "metrics-bind-address": {
+      type: "string",
+      description: "address:port for /metrics (default: none; a brain beside a node's kpng would take its port)",
+    },
+    ...logArgs,
   },
-  args: serveArgs,
-  async run({ args, rawArgs }) {
-    const cfg = await loadConfig({ args, rawArgs, defs: serveArgs, log });
+  async run({ args, rawArgs }, cfg) {
     const given = repeated(rawArgs, "listen");
     const listen = given.length ? given : DEFAULT_LISTEN;
     const security = serveSecurity(args, listen, sourceOptions(args, rawArgs));
@@ -394,21 +492,19 @@ const serveCommand = command({
   },
 });
 
-const backendArgs = {
-  ...proxyArgs,
-  ...apiClientArgs,
-  "node-name": sourceArgs["node-name"],
-  config: sourceArgs.config,
-  api: { type: "string", description: `the brain's API: unix:///path or tcp://HOST:PORT (default ${DEFAULT_API})` },
-  protocol: { type: "string", description: "watch (diff stream, default) or next (full-state long poll)" },
-  ...logArgs,
-} as const satisfies FlagDefs;
-
 const backendCommand = command({
-  meta: { name: "backend", description: "backends only: follow a brain over the API (a sidecar)" },
-  args: backendArgs,
-  async run({ args, rawArgs }) {
-    const cfg = await loadConfig({ args, rawArgs, defs: backendArgs, log });
+  name: "backend",
+  description: "backends only: follow a brain over the API (a sidecar)",
+  args: {
+    ...proxyArgs,
+    ...apiClientArgs,
+    "node-name": sourceArgs["node-name"],
+    config: sourceArgs.config,
+    api: { type: "string", description: `the brain's API: unix:///path or tcp://HOST:PORT (default ${DEFAULT_API})` },
+    protocol: { type: "string", description: "watch (diff stream, default) or next (full-state long poll)" },
+    ...logArgs,
+  },
+  async run({ args, rawArgs }, cfg) {
     if (args.protocol !== undefined && args.protocol !== "watch" && args.protocol !== "next")
       throw new KpngError("invalid_argument", `flag --protocol: "${args.protocol}" must be watch or next`);
     const security = apiClientSecurity(args, [args.api ?? DEFAULT_API], log);
@@ -441,19 +537,17 @@ const backendCommand = command({
   },
 });
 
-const localArgs = {
-  ...sourceArgs,
-  ...kubeClientArgs,
-  ...apiClientArgs,
-  output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" },
-  ...logArgs,
-} as const satisfies FlagDefs;
-
 const localCommand = command({
-  meta: { name: "local", description: "print the node-local state and exit" },
-  args: localArgs,
-  async run({ args, rawArgs }) {
-    const cfg = await loadConfig({ args, rawArgs, defs: localArgs, log });
+  name: "local",
+  description: "print the node-local state and exit",
+  args: {
+    ...sourceArgs,
+    ...kubeClientArgs,
+    ...apiClientArgs,
+    output: { type: "string", alias: ["o"], default: "json", description: "json or yaml" },
+    ...logArgs,
+  },
+  async run({ args, rawArgs }, cfg) {
     const output = args.output ?? "json";
     if (output !== "json" && output !== "yaml") throw new KpngError("invalid_argument", `flag --output: "${output}" must be json or yaml`);
     const { brain, source } = await startBrain(args, rawArgs, cfg);
@@ -475,6 +569,9 @@ const normalJIT = () => Bun.unsafe.setJITPolicy?.(1);
 
 /** ms after the process started by which the health and metrics servers answer, first sync or not (twice that when a first sync is under way then) */
 const SERVERS_LATEST_MS = 1000;
+
+/** ms after start-up's feeding began by which the default socket answers, first sync done or not */
+const DEFAULT_SOCKET_LATEST_MS = 5000;
 
 /** after the I/O that is due (setImmediate runs after the event loop's poll phase) */
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));

@@ -83,7 +83,11 @@ export const proxyArgs = {
 } as const satisfies ArgsDef;
 
 export const listenArgs = {
-  listen: { type: "string", description: "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable)" },
+  listen: {
+    type: "string",
+    description:
+      "serve the API on unix:///path or tcp://127.0.0.1:PORT (repeatable); without it a node's kpng serves kpng get/verify on unix:///run/kpng.sock; --listen= (empty) serves nothing",
+  },
   "listen-any": {
     type: "boolean",
     description: "allow plaintext --listen on a non-loopback address (logged as a WARN; the API reveals cluster topology)",
@@ -128,6 +132,10 @@ export function repeated(rawArgs: readonly string[], name: string, aliases: read
     .map((s) => s.trim())
     .filter(Boolean);
 }
+
+/** `--listen=` (or `--listen ""`): given, and empty — serve nothing, as kube-proxy's "set empty to disable". */
+export const listenOff = (rawArgs: readonly string[]): boolean =>
+  rawArgs.some((a, i) => a === "--listen=" || (a === "--listen" && rawArgs[i + 1] === "")) && !repeated(rawArgs, "listen").length;
 
 const durationFlag = (flag: string, s: string): number => {
   // A bare number is seconds (kpng's first flags took that); otherwise Go's duration syntax, as kube-proxy.
@@ -184,7 +192,8 @@ export function modeSource(rawArgs: readonly string[], cfg: Config): "flag" | "c
  * Flags -> Config, on top of a base (defaults, or what a --config file gave).
  * A flag given explicitly wins over the file; kube-proxy flags are also
  * written into `cfg.kubeProxy`, so `--write-config-to` records them.
- * Throws a KpngError naming the flag.
+ * Throws a KpngError naming the flag. The steps run in this order: an error
+ * names the first bad flag in it.
  */
 export function configFromFlags(
   args: Args,
@@ -193,26 +202,56 @@ export function configFromFlags(
   given: readonly string[] = givenFlags(rawArgs),
 ): Config {
   const modes = flagBackends(rawArgs);
+  const cfg = configFromKubeProxyFlags(args, base, given, modes[0]);
+  const flags: FlagValues = {
+    rawArgs,
+    args,
+    str: (k) => (typeof args[k] === "string" ? (args[k] as string) : undefined),
+  };
+  applyNodeFlags(cfg, flags);
+  applyAddressFlags(cfg, flags);
+  applyProxierFlags(cfg, flags);
+  applySyncPeriodFlags(cfg, flags);
+  applyServerFlags(cfg, flags);
+  if (modes.length) cfg.mode = modes[0];
+  // After the file and the flags together: either may name the interface.
+  checkLocalDetect(cfg.localDetect);
+  return cfg;
+}
+
+/** The flags as each step of configFromFlags reads them. */
+interface FlagValues {
+  rawArgs: readonly string[];
+  args: Args;
+  /** a string flag's value, undefined when not given */
+  str(k: string): string | undefined;
+}
+
+/**
+ * The base with the mode and kube-proxy's flags bound to configuration fields
+ * (conntrack, logging, ...) applied to its document, then the Config from it.
+ */
+function configFromKubeProxyFlags(args: Args, base: Config, given: readonly string[], backend: string | undefined): Config {
   const withMode = structuredClone(base.kubeProxy);
-  if (modes.length) withMode.mode = modeOfBackend(modes[0]);
-  // kube-proxy's flags bound to configuration fields (conntrack, logging, ...): into the document, then the Config from it.
+  if (backend !== undefined) withMode.mode = modeOfBackend(backend);
   applyKubeProxyFlags(withMode, args, given);
   const derived = configFromKubeProxy(withMode, base);
   // The sync periods change only through a flag: a base without a file keeps kpng's own defaults (configFromCLIDefaults).
   const periodFlags = ["iptables-sync-period", "iptables-min-sync-period", "ipvs-sync-period", "ipvs-min-sync-period"].some((f) =>
     given.includes(f),
   );
-  const cfg: Config = periodFlags
-    ? derived
-    : {
-        ...derived,
-        syncPeriodSeconds: base.syncPeriodSeconds,
-        minSyncPeriodSeconds: base.minSyncPeriodSeconds,
-        ipvs: { ...derived.ipvs, syncPeriodSeconds: base.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: base.ipvs.minSyncPeriodSeconds },
-      };
-  const doc = cfg.kubeProxy;
-  const str = (k: string) => (typeof args[k] === "string" ? (args[k] as string) : undefined);
+  if (periodFlags) return derived;
+  return {
+    ...derived,
+    syncPeriodSeconds: base.syncPeriodSeconds,
+    minSyncPeriodSeconds: base.minSyncPeriodSeconds,
+    ipvs: { ...derived.ipvs, syncPeriodSeconds: base.ipvs.syncPeriodSeconds, minSyncPeriodSeconds: base.ipvs.minSyncPeriodSeconds },
+  };
+}
 
+/** --node-name (--hostname-override), --service-proxy-name, --kubeconfig */
+function applyNodeFlags(cfg: Config, { str }: FlagValues): void {
+  const doc = cfg.kubeProxy;
   // As kube-proxy's processHostnameOverrideFlag: "" means unset, blanks alone are an error, the name is trimmed.
   const name = str("node-name");
   if (name !== undefined && name !== "") {
@@ -223,7 +262,11 @@ export function configFromFlags(
   if (!cfg.nodeName) cfg.nodeName = (process.env.NODE_NAME ?? hostname()).toLowerCase();
   if (str("service-proxy-name") !== undefined) cfg.serviceProxyName = str("service-proxy-name")!;
   if (str("kubeconfig") !== undefined) cfg.kubeconfig = doc.clientConnection.kubeconfig = str("kubeconfig")!;
+}
 
+/** --cluster-cidr, --nodeport-addresses, --node-ip (--bind-address): lists, at most one per family where kube-proxy says so */
+function applyAddressFlags(cfg: Config, { rawArgs }: FlagValues): void {
+  const doc = cfg.kubeProxy;
   const cidrs = repeated(rawArgs, "cluster-cidr");
   for (const c of cidrs) if (!isCIDR(c)) throw invalid(`flag --cluster-cidr: "${c}" is not a valid CIDR`);
   if (!onePerFamily(cidrs, cidrFamily)) throw invalid(`flag --cluster-cidr: "${cidrs.join(",")}" must hold at most one CIDR per IP family`);
@@ -239,7 +282,13 @@ export function configFromFlags(
   for (const ip of ips) if (!ipFamily(ip)) throw invalid(`flag --node-ip: "${ip}" is not a valid IP address`);
   if (!onePerFamily(ips, ipFamily)) throw invalid(`flag --node-ip: "${ips.join(",")}" must hold at most one IP per family`);
   if (ips.length) cfg.nodeIPs = doc.nodeIPOverride = ips;
+}
 
+const IPVS_SCHEDULERS = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", "nq", "dh", "mh"] as const;
+
+/** What the backends program differently: masquerading, --dry-run, ebpf's places, the IPVS scheduler, userspace's mode */
+function applyProxierFlags(cfg: Config, { args, str }: FlagValues): void {
+  const doc = cfg.kubeProxy;
   if (args["masquerade-all"] === true) cfg.masqueradeAll = doc.linux.masqueradeAll = true;
   if (args["dry-run"] === true) cfg.dryRun = true;
   cfg.ebpf = { cgroup: str("ebpf-cgroup") ?? cfg.ebpf.cgroup, pinDir: str("ebpf-pin-dir") ?? cfg.ebpf.pinDir };
@@ -252,16 +301,20 @@ export function configFromFlags(
   }
   const scheduler = str("ipvs-scheduler");
   if (scheduler) {
-    const known = ["rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "sed", "nq", "dh", "mh"] as const;
-    if (!known.includes(scheduler as (typeof known)[number]))
-      throw invalid(`flag --ipvs-scheduler: "${scheduler}" must be one of ${known.join(", ")}`);
-    cfg.ipvs.scheduler = doc.ipvs.scheduler = scheduler as (typeof known)[number];
+    if (!IPVS_SCHEDULERS.includes(scheduler as (typeof IPVS_SCHEDULERS)[number]))
+      throw invalid(`flag --ipvs-scheduler: "${scheduler}" must be one of ${IPVS_SCHEDULERS.join(", ")}`);
+    cfg.ipvs.scheduler = doc.ipvs.scheduler = scheduler as (typeof IPVS_SCHEDULERS)[number];
   }
   const usMode = str("userspace-mode");
   if (usMode !== undefined) {
     if (usMode !== "bind" && usMode !== "redirect") throw invalid(`flag --userspace-mode: "${usMode}" must be bind or redirect`);
     cfg.userspaceMode = usMode;
   }
+}
+
+/** --min-sync-period and --sync-period (every backend's), the first no greater than the second */
+function applySyncPeriodFlags(cfg: Config, { str }: FlagValues): void {
+  const doc = cfg.kubeProxy;
   const minSync = str("min-sync-period");
   if (minSync) {
     cfg.minSyncPeriodSeconds = cfg.ipvs.minSyncPeriodSeconds = durationFlag("min-sync-period", minSync);
@@ -279,8 +332,15 @@ export function configFromFlags(
       `flag --min-sync-period: ${formatGoDuration(cfg.minSyncPeriodSeconds)} must not be greater than the sync period (${formatGoDuration(cfg.syncPeriodSeconds)})`,
     );
   }
-  // kube-proxy's IPPortVar takes a bare IP too; the deprecated --healthz-port/--metrics-port give
-  // such an IP its port (AppendPortIfNeeded: an address with a port keeps it), and 0 turns the server off.
+}
+
+/**
+ * --healthz-bind-address and --metrics-bind-address. kube-proxy's IPPortVar takes a bare IP too;
+ * the deprecated --healthz-port/--metrics-port give such an IP its port (AppendPortIfNeeded: an
+ * address with a port keeps it), and 0 turns the server off.
+ */
+function applyServerFlags(cfg: Config, { str }: FlagValues): void {
+  const doc = cfg.kubeProxy;
   for (const [server, defaultPort] of [
     ["healthz", 10256],
     ["metrics", 10249],
@@ -298,10 +358,6 @@ export function configFromFlags(
     if (server === "healthz") cfg.healthzBindAddress = doc.healthzBindAddress = val;
     else cfg.metricsBindAddress = doc.metricsBindAddress = val;
   }
-  if (modes.length) cfg.mode = modes[0];
-  // After the file and the flags together: either may name the interface.
-  checkLocalDetect(cfg.localDetect);
-  return cfg;
 }
 
 /** Canonical flag names in `--name=value` rawArgs. */

@@ -8,7 +8,7 @@ const serverArg = {
   server: {
     type: "string",
     alias: ["s"],
-    description: `the running kpng's API: unix:///path or tcp://127.0.0.1:PORT (default ${DEFAULT_UNIX_SOCKET}, else unix:///run/kpng/kpng.sock; kpng serves it with --listen)`,
+    description: `the running kpng's API: unix:///path or tcp://127.0.0.1:PORT (default ${DEFAULT_UNIX_SOCKET}, else unix:///run/kpng/kpng.sock; a node's kpng serves the first unless --listen says otherwise)`,
   },
 } as const satisfies FlagDefs;
 

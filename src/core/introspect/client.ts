@@ -57,7 +57,7 @@ function unreachable(addr: ApiAddress, err: unknown, tls: boolean): KpngError {
       : message;
   return new KpngError(
     "unavailable",
-    `no kpng answers on ${where} (${why}): start kpng with --listen=${where} (its API is off unless --listen is given; kpng serve listens on unix:///run/kpng.sock by default), or point --server at the address it listens on`,
+    `no kpng answers on ${where} (${why}): start kpng with --listen=${where} (a node's kpng serves it by default, kpng serve too, unless --listen names other addresses), or point --server at the address it listens on`,
   );
 }
 

@@ -25,7 +25,7 @@ function serverOf(parsed: ParsedArgv): string {
   if (found) return found;
   throw new KpngError(
     "unavailable",
-    `no kpng API socket at ${DEFAULT_SERVERS.join(" or ")}: start kpng with --listen=${DEFAULT_UNIX_SOCKET} (its API is off unless --listen is given), or point --server at the address it listens on`,
+    `no kpng API socket at ${DEFAULT_SERVERS.join(" or ")}: start kpng with --listen=${DEFAULT_UNIX_SOCKET} (a node's kpng serves it unless --listen names other addresses, or --listen= turns it off), or point --server at the address it listens on`,
   );
 }
 

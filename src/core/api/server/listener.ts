@@ -63,8 +63,16 @@ const SOCKET_MODE = 0o660;
 /** Request headers (HTTP/1.1 and HTTP/2 alike): kpng's requests carry a few hundred bytes, a bearer token ~1 KB. */
 export const MAX_HEADER_LIST = 16 << 10;
 
-export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: ListenTls; handshakeMs?: number } = {}): Promise<Listener> {
+export interface ListenOptions {
+  tls?: ListenTls;
+  handshakeMs?: number;
+  /** what errors name the address by (default "flag --listen": the run mode's default socket is no flag) */
+  what?: string;
+}
+
+export async function listen(addr: ApiAddress, handler: Handler, opts: ListenOptions = {}): Promise<Listener> {
   const handshakeMs = opts.handshakeMs ?? HANDSHAKE_MS;
+  const what = opts.what ?? "flag --listen";
   const h2 = http2.createServer(
     { settings: { maxHeaderListSize: MAX_HEADER_LIST } },
     handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void,
@@ -103,9 +111,9 @@ export async function listen(addr: ApiAddress, handler: Handler, opts: { tls?: L
       track(sock);
       route(sock);
     });
-  if (addr.kind === "unix") await prepareSocketPath(addr.path);
+  if (addr.kind === "unix") await prepareSocketPath(addr.path, what);
   await new Promise<void>((resolve, reject) => {
-    server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(addr, err)));
+    server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(addr, err, what)));
     if (addr.kind === "unix") server.listen(addr.path, resolve);
     else server.listen(addr.port, addr.host, resolve);
   });
@@ -154,14 +162,14 @@ function sniff(sock: net.Socket, ms: number, route: (isH2: boolean) => void) {
  * A leftover socket from a crashed run is removed; anything else at the path
  * (a file, a directory, a live server) is an error, never deleted.
  */
-async function prepareSocketPath(path: string): Promise<void> {
+async function prepareSocketPath(path: string, what: string): Promise<void> {
   const st = await lstat(path).catch((err: NodeJS.ErrnoException) => {
     if (err.code === "ENOENT") return null;
-    throw new KpngError("invalid_argument", `flag --listen: unix://${path}: ${err.code ?? err.message}`);
+    throw new KpngError("invalid_argument", `${what}: unix://${path}: ${err.code ?? err.message}`);
   });
   if (!st) return;
   if (!st.isSocket())
-    throw new KpngError("invalid_argument", `flag --listen: unix://${path}: exists and is not a socket (refusing to replace it)`);
+    throw new KpngError("invalid_argument", `${what}: unix://${path}: exists and is not a socket (refusing to replace it)`);
   const alive = await new Promise<boolean>((resolve) => {
     const c = net.connect(path);
     c.once("connect", () => {
@@ -170,12 +178,18 @@ async function prepareSocketPath(path: string): Promise<void> {
     });
     c.once("error", () => resolve(false));
   });
-  if (alive) throw new KpngError("failed_precondition", `flag --listen: unix://${path}: another process is serving on this socket`);
-  await unlink(path);
+  if (alive) throw new KpngError("failed_precondition", `${what}: unix://${path}: another process is serving on this socket`);
+  // Two kpngs starting together may both find the dead socket: each removes only the file it
+  // probed, not a new socket the other has bound since (another inode), and the second bind
+  // then fails (EADDRINUSE). What remains is the instant between this lstat and the unlink.
+  if ((await lstat(path).catch(() => null))?.ino !== st.ino) return;
+  await unlink(path).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== "ENOENT") throw new KpngError("invalid_argument", `${what}: unix://${path}: ${err.code ?? err.message}`);
+  });
 }
 
-function listenError(addr: ApiAddress, err: NodeJS.ErrnoException): KpngError {
+function listenError(addr: ApiAddress, err: NodeJS.ErrnoException, what: string): KpngError {
   const where = addr.kind === "unix" ? `unix://${addr.path}` : `tcp://${addr.host}:${addr.port}`;
   const code = err.code === "EADDRINUSE" ? "failed_precondition" : "invalid_argument";
-  return new KpngError(code, `flag --listen: ${where}: cannot listen: ${err.code ?? err.message}`);
+  return new KpngError(code, `${what}: ${where}: cannot listen: ${err.code ?? err.message}`);
 }
