@@ -323,6 +323,17 @@ describe.skipIf(!real)("a brain that checks ServiceAccount tokens (--listen-toke
     // (no client CA here: only the API server's TokenReview can have let this token in)
   });
 
+  test("kpng get with the same --tls-ca and --token-file: the brain's view of a node; a pod token refused with the reason", async () => {
+    const server = ["--server", `tcp://127.0.0.1:${brain.addresses[0].port}`, "--tls-ca", f("brain.crt")];
+    const get = await run(["get", "services", "-o", "json", "--node-name", "node-3", ...server, "--token-file", f("token")]);
+    expect(get.code).toBe(0);
+    expect(JSON.parse(get.out).nodeName).toBe("node-3");
+    expect(JSON.parse(get.out).services.length).toBeGreaterThan(0);
+    const refused = await run(["get", "services", "--node-name", "node-3", ...server, "--token-file", f("pod-token")]);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(/answered unauthenticated: .*token audiences .* is invalid for the target audiences/);
+  });
+
   test("an ordinary pod token: refused on both sides with the API server's reason", async () => {
     const agent = startKpng([
       "local",
