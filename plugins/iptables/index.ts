@@ -7,4 +7,16 @@ import { IptablesBackend } from "./backend.ts";
 
 export { IptablesBackend, type IptablesOptions, type SyncStats } from "./backend.ts";
 
+// What it leaves behind (and kube-proxy's iptables mode): for --cleanup and the migration from kube-proxy
+export { spawnExecutor } from "./executor.ts";
+export {
+  BUILTIN_CHAINS,
+  IPTABLES_FOOTPRINT,
+  KUBE_PROXY_CANARY,
+  parseIptablesSave,
+  restoreRemovingChains,
+  type IptablesFootprint,
+  type IptTable,
+} from "./leftovers.ts";
+
 export default ((ctx) => new IptablesBackend(ctx)) satisfies BackendFactory;

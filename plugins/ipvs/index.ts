@@ -15,6 +15,9 @@ export {
   type SyncStats,
 } from "./backend.ts";
 
+// What it leaves behind (and kube-proxy's IPVS mode): for --cleanup and the migration from kube-proxy
+export { IPVS_DEVICE, IPVS_FOOTPRINT, virtualServersRemoving, type IpvsFootprint, type VirtualServersListing } from "./leftovers.ts";
+
 export default ((ctx) =>
   createIpvsBackend(ctx, {
     executor: ctx.config.dryRun ? printingExecutor(ctx.out) : commandExecutor(),

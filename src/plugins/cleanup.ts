@@ -6,7 +6,22 @@
 import { errorMessage, KpngError } from "../core/errors.ts";
 import type { Logger } from "../core/log.ts";
 import type { Backend, BackendContext } from "./backend.ts";
-import type { Sighting } from "./leftovers/foreign.ts";
+
+/** How kube-proxy's rules were written: its nftables mode, or iptables (and IPVS) modes through either iptables flavour. */
+export type ForeignRules = "nftables" | "iptables-nft" | "iptables-legacy";
+
+/**
+ * One sign of another proxy (leftovers/foreign.ts looks for them). Declared
+ * here, where the host hands them on, so that the host names no type of the
+ * leftovers room, which it loads only when a sweep or the watch runs.
+ */
+export interface Sighting {
+  proxy: "kube-proxy";
+  rules: ForeignRules;
+  family: "IPv4" | "IPv6";
+  /** what was seen, as its tools name it: "table ip kube-proxy", "chain mangle KUBE-PROXY-CANARY" */
+  what: string;
+}
 
 /** `--cleanup`: every backend removes what it ever created; then every mode's rules go, kpng's and kube-proxy's. */
 export async function cleanupBackends(backends: readonly Backend[], ctx: BackendContext): Promise<void> {

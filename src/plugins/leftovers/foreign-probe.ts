@@ -17,7 +17,7 @@ import { join } from "node:path";
 import type { Logger } from "../../core/log.ts";
 import type { Executor } from "../backend.ts";
 import { errorMessage } from "../../core/errors.ts";
-import type { NftObject } from "../../../plugins/nft/netlink-batch.ts";
+import { type NftObject, nftObjectsExist } from "../../../plugins/nft/index.ts";
 import { KUBE_PROXY_CANARY, NFT_TABLES } from "./footprint.ts";
 import type { ForeignProbe, Sighting } from "./foreign.ts";
 
@@ -59,22 +59,8 @@ export interface KernelProbeOptions {
   ask?: (objects: readonly NftObject[]) => Promise<boolean[]>;
 }
 
-/** nftables questions on a netlink socket opened for them (cheap: one socket, one send) */
-async function askNetlink(objects: readonly NftObject[]): Promise<boolean[]> {
-  const [{ openBatchSocket }, { objectQuery, objectsFound }] = await Promise.all([
-    import("../../../plugins/nft/netlink-socket.ts"),
-    import("../../../plugins/nft/netlink-batch.ts"),
-  ]);
-  const socket = openBatchSocket();
-  try {
-    return objectsFound(objects, socket.send(objectQuery(objects)));
-  } finally {
-    socket.close();
-  }
-}
-
 export function kernelProbe(opts: KernelProbeOptions): ForeignProbe {
-  const ask = opts.ask ?? askNetlink;
+  const ask = opts.ask ?? nftObjectsExist;
   /** a part that failed is said once, not every period */
   const said = new Set<string>();
   const cannot = (part: string, err: unknown) => {
@@ -104,7 +90,7 @@ export function kernelProbe(opts: KernelProbeOptions): ForeignProbe {
         const tables = await readFile(join(opts.procNet ?? "/proc/net", t.names), "utf8").catch(() => "");
         if (!tables.split("\n").includes("mangle")) continue;
         try {
-          const exec = opts.exec ?? (await import("../../../plugins/iptables/executor.ts")).spawnExecutor();
+          const exec = opts.exec ?? (await import("../../../plugins/iptables/index.ts")).spawnExecutor();
           const present = await exec.run([t.tool, "-w", "5", "-t", "mangle", "-S", KUBE_PROXY_CANARY]).then(
             () => true,
             () => false,

@@ -27,18 +27,10 @@
 // iptables flavours and families.
 
 import type { Logger } from "../../core/log.ts";
+import type { Sighting } from "../cleanup.ts";
 
-/** How kube-proxy's rules were written: its nftables mode, or iptables (and IPVS) modes through either iptables flavour. */
-export type ForeignRules = "nftables" | "iptables-nft" | "iptables-legacy";
-
-/** One sign of another proxy. */
-export interface Sighting {
-  proxy: "kube-proxy";
-  rules: ForeignRules;
-  family: "IPv4" | "IPv6";
-  /** what was seen, as its tools name it: "table ip kube-proxy", "chain mangle KUBE-PROXY-CANARY" */
-  what: string;
-}
+// declared by the host (cleanup.ts), which hands the sightings on without loading this room
+export type { ForeignRules, Sighting } from "../cleanup.ts";
 
 export interface ForeignProbe {
   /** every sign that can be looked for (each reported as absent at first) */

@@ -130,7 +130,7 @@ export async function removeLeftovers(opts: SweepOptions): Promise<SweepResult> 
 }
 
 /** Real processes on this host (kpng runs in the node's network namespace). */
-const hostExecutor = async (): Promise<Executor> => (await import("../../../plugins/iptables/executor.ts")).spawnExecutor();
+const hostExecutor = async (): Promise<Executor> => (await import("../../../plugins/iptables/index.ts")).spawnExecutor();
 
 /**
  * Start-up, after every backend's first sync: kube-proxy's rules of every
