@@ -27,7 +27,7 @@ import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast
 import { Slots } from "./slots.ts";
 import { dropWhenStuck, type WatchedResponse } from "./stuck.ts";
 import { listen, type Listener } from "./listener.ts";
-import { nextState, type NextDeps } from "./next.ts";
+import { nextState, type NextDeps } from "./full-state-poll.ts";
 import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
 import type { WireOp } from "../../wire/ops.ts";
