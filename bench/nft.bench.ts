@@ -146,7 +146,7 @@ export default async function nftBench() {
       console.log(
         `full sync, ${n} services x ${ENDPOINTS} endpoints: render ${ms(full.renderMs)}, apply ${ms(full.applyMs)}, total ${ms(full.renderMs + full.applyMs)} (${full.statements} statements)`,
       );
-      // a restart: a new process's first full sync over the tables the last one left (rewritten in place, plugins/nft/held.ts)
+      // a restart: a new process's first full sync over the tables the last one left (rewritten in place, plugins/nft/rewrite-in-place.ts)
       const again = backend(topo);
       await again.apply(state, null);
       const re = again.last!;
