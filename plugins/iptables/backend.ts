@@ -48,7 +48,7 @@ import {
   type ServiceChange,
   type WrittenService,
 } from "./render-sync.ts";
-import { parseSave, type SavedState } from "./saved.ts";
+import { parseSave, type SavedState } from "./parse-save.ts";
 import { ChangeTracker } from "./tracker.ts";
 import { compareRules, type ProgrammedRules, savedMembers, savedRules } from "./verify.ts";
 
