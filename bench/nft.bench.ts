@@ -24,7 +24,7 @@ import { processSpawner } from "../plugins/nft/executor.ts";
 import type { NftOptions } from "../plugins/nft/backend.ts";
 import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
 import { encodeElements } from "../plugins/nft/netlink-batch.ts";
-import { NftSync } from "../plugins/nft/sync.ts";
+import { NftSync } from "../plugins/nft/plan.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";

@@ -1,5 +1,5 @@
 // The nftables backend: a full-state backend that renders only what changed
-// (sync.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
+// (plan.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
 // or a running `nft -i` for small partial syncs, session.ts) and then clears
 // stale UDP conntrack entries (src/plugins/toolkit/conntrack.ts). Between syncs the
 // watch (watch.ts) reads the kernel's ruleset events (netlink-socket.ts; `nft
@@ -33,7 +33,7 @@ import {
 import { loopbackEntries } from "./addr.ts";
 import { type AheadLoad, NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
-import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
+import { NftSync, cleanupTransaction, type SyncPlan } from "./plan.ts";
 import { listHoldings, type Holdings } from "./rewrite-in-place.ts";
 import { netlinkEvents, openBatchSocket } from "./netlink-socket.ts";
 import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";

@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { NftRunner } from "../../plugins/nft/executor.ts";
-import { NftSync } from "../../plugins/nft/sync.ts";
+import { NftSync } from "../../plugins/nft/plan.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
