@@ -13,7 +13,7 @@
 // service in 4 with Local policies), as bench brain.
 
 import { readFileSync } from "node:fs";
-import { NftSync } from "../plugins/nft/sync.ts";
+import { NftSync } from "../plugins/nft/plan.ts";
 import { Brain } from "../src/core/brain/brain.ts";
 import { kinds, parseObject, type K8sObject } from "../src/core/brain/k8s/objects.ts";
 import { defaultConfig } from "../src/core/config/config.ts";

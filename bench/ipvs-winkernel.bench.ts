@@ -9,7 +9,7 @@ import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { createIpvsBackend } from "../plugins/ipvs/backend.ts";
-import { recorder } from "../plugins/ipvs/recorder.ts";
+import { recorder } from "../test/harness/command-recorder.ts";
 import { createWinkernelBackend } from "../plugins/winkernel/backend.ts";
 import { hnsRecorder } from "../plugins/winkernel/recorder.ts";
 import { plan, v4 } from "../test/fixtures/addresses.ts";

@@ -24,7 +24,7 @@ import { processSpawner } from "../plugins/nft/executor.ts";
 import type { NftOptions } from "../plugins/nft/backend.ts";
 import { createNftBackend, type NftBackend } from "../plugins/nft/index.ts";
 import { encodeElements } from "../plugins/nft/netlink-batch.ts";
-import { NftSync } from "../plugins/nft/sync.ts";
+import { NftSync } from "../plugins/nft/plan.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
@@ -146,7 +146,7 @@ export default async function nftBench() {
       console.log(
         `full sync, ${n} services x ${ENDPOINTS} endpoints: render ${ms(full.renderMs)}, apply ${ms(full.applyMs)}, total ${ms(full.renderMs + full.applyMs)} (${full.statements} statements)`,
       );
-      // a restart: a new process's first full sync over the tables the last one left (rewritten in place, plugins/nft/held.ts)
+      // a restart: a new process's first full sync over the tables the last one left (rewritten in place, plugins/nft/rewrite-in-place.ts)
       const again = backend(topo);
       await again.apply(state, null);
       const re = again.last!;

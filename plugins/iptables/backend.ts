@@ -40,15 +40,8 @@ import { udpFrontends } from "./render-conntrack.ts";
 import { localhostNodePorts, loopbackRefusals, renderFixed } from "./render-fixed.ts";
 import { heldAtFirstCommit, printRestore, streamRestore, Transaction } from "./render-restore.ts";
 import { renderService, type ServiceRules } from "./render-service.ts";
-import {
-  compact,
-  fullTransaction,
-  fullTransactionSteps,
-  partialTransaction,
-  type ServiceChange,
-  type WrittenService,
-} from "./render-sync.ts";
-import { parseSave, type SavedState } from "./saved.ts";
+import { compact, fullTransaction, fullTransactionSteps, partialTransaction, type ServiceChange, type WrittenService } from "./plan.ts";
+import { parseSave, type SavedState } from "./parse-save.ts";
 import { ChangeTracker } from "./tracker.ts";
 import { compareRules, type ProgrammedRules, savedMembers, savedRules } from "./verify.ts";
 

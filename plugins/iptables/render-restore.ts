@@ -192,7 +192,7 @@ const STREAM_LINES = 1000;
 
 /**
  * A first restore's input as it is built: `building` adds to `tx` a step at a
- * time (render-sync.ts fullTransactionSteps), and the nat table's lines go
+ * time (plan.ts fullTransactionSteps), and the nat table's lines go
  * out as they come, since nat holds nearly all of them: its block first,
  * with the bulk preamble (the count is not known yet; a small block loses
  * nothing by it), then the other tables as printRestore prints them. Each

@@ -42,7 +42,7 @@ export interface OwnedChain {
   table: Table;
   name: string;
   rules: Rule[];
-  /** its rules printed (render-sync's chainLines), once */
+  /** its rules printed (plan.ts chainLines), once */
   lines?: string[];
 }
 

@@ -2,7 +2,7 @@
 // every table) and `ipset save` of the hairpin set hold, compared with what
 // the backend last restored. Pure: the backend hands in what it programmed
 // (its rules re-rendered from the state it last synced: the sync keeps only
-// digests of them, render-sync.ts) and the text it read.
+// digests of them, plan.ts) and the text it read.
 //
 // A rule is known by what `iptables-save` prints back in kpng's own terms:
 // its comment, addresses (-s, -d), protocol, destination port, target and

@@ -1,5 +1,5 @@
 // The nftables backend: a full-state backend that renders only what changed
-// (sync.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
+// (plan.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
 // or a running `nft -i` for small partial syncs, session.ts) and then clears
 // stale UDP conntrack entries (src/plugins/toolkit/conntrack.ts). Between syncs the
 // watch (watch.ts) reads the kernel's ruleset events (netlink-socket.ts; `nft
@@ -33,8 +33,8 @@ import {
 import { loopbackEntries } from "./addr.ts";
 import { type AheadLoad, NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";
-import { NftSync, cleanupTransaction, type SyncPlan } from "./sync.ts";
-import { listHoldings, type Holdings } from "./held.ts";
+import { NftSync, cleanupTransaction, type SyncPlan } from "./plan.ts";
+import { listHoldings, type Holdings } from "./rewrite-in-place.ts";
 import { netlinkEvents, openBatchSocket } from "./netlink-socket.ts";
 import { RulesWatch, firstWorking, monitorEvents } from "./watch.ts";
 import { FAMILIES } from "./names.ts";
@@ -60,7 +60,7 @@ export interface NftOptions {
 export interface SyncStats {
   full: boolean;
   statements: number;
-  /** waiting, once the services are rendered, for the listing of what the tables hold (a full sync's; held.ts) */
+  /** waiting, once the services are rendered, for the listing of what the tables hold (a full sync's; rewrite-in-place.ts) */
   listMs: number;
   renderMs: number;
   applyMs: number;
@@ -224,7 +224,7 @@ export class NftBackend implements FullStateBackend {
 
   /**
    * What kpng's tables hold, for a full sync that keeps the affinity sets
-   * (held.ts); undefined in dry-run (nothing is read from the kernel) or when
+   * (rewrite-in-place.ts); undefined in dry-run (nothing is read from the kernel) or when
    * the listing fails: that full sync replaces the tables whole.
    */
   private async held(): Promise<Holdings | undefined> {

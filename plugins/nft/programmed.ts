@@ -2,7 +2,7 @@
 // `verify` compares with the kernel (verify.ts): every chain with its rules,
 // every set and map with the elements kpng wrote, each with the Service that
 // owns it ("" for the base objects and what Services share). Built from the
-// sync's own records (sync.ts: the base ops of a full sync, each Service's
+// sync's own records (plan.ts: the base ops of a full sync, each Service's
 // rendered objects, the shard maps created, the shared dispatch chains), not
 // by rendering again: slots and dispatch positions depend on the history of
 // syncs (names.ts, positions.ts), and a fresh render would place them
@@ -41,7 +41,7 @@ export interface ProgrammedTable {
   sets: Map<string, ProgrammedSet>;
 }
 
-/** what a family's sync holds (sync.ts FamilySync) */
+/** what a family's sync holds (plan.ts FamilySync) */
 export interface FamilyRecords {
   family: TableFamily;
   base: readonly Op[];

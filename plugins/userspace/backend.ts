@@ -36,7 +36,8 @@ import {
 } from "../../src/plugins/toolkit/index.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
-import { hasEndpoints, planService, sameFrontend, type Frontend } from "./frontends.ts";
+import { hasEndpoints, sameFrontend, type Frontend } from "./frontends.ts";
+import { FrontendPlanner } from "./plan.ts";
 import { ROUTE_PROTO } from "./names.ts";
 import { cleanupRedirect, renderRedirect } from "./render-redirect.ts";
 import { TcpRelay } from "./tcp-relay.ts";
@@ -66,15 +67,8 @@ export class UserspaceBackend implements FullStateBackend {
   private readonly routes: LocalRoutes;
   private readonly running = new Map<string, Running>();
   private readonly mode: "bind" | "redirect";
-  private skippedSeen = new Set<string>();
-  /** each service's frontends as last planned: a partial sync re-plans only the services that changed */
-  private readonly planned = new Map<string, Frontend[]>();
-  /** the same frontends by frontend key */
-  private readonly frontends = new Map<string, Frontend>();
-  private plannedNodeIPs: readonly string[] | undefined;
-  /** service IPs (not node IPs) -> how many frontends use them */
-  private readonly serviceIPs = new Map<string, number>();
-  private ipsChanged = false;
+  /** the frontends as last planned (plan.ts) */
+  private readonly planner = new FrontendPlanner();
   /** frontends with endpoints that could not listen (a port taken): tried again at each sync */
   private readonly unserved = new Set<string>();
 
@@ -105,11 +99,11 @@ export class UserspaceBackend implements FullStateBackend {
     const nodeIPs = nodeIPsOf(state, this.ctx.config);
     const portIPs = await this.nodePortIPs(nodeIPs);
     // node ports follow the node's IPs: a change of them re-plans everything
-    const full = change === null || !sameIPs(portIPs, this.plannedNodeIPs);
+    const full = change === null || !sameIPs(portIPs, this.planner.nodeIPs);
     const { touched, gone } = this.plan(state, full ? null : change, portIPs);
     if (this.ctx.config.dryRun) {
       const now = [...touched.values()].filter((f) => f !== undefined);
-      this.ctx.out(full ? describe(this.frontends.values(), this.mode) : describe(now, this.mode, gone));
+      this.ctx.out(full ? describe(this.planner.frontends.values(), this.mode) : describe(now, this.mode, gone));
       return;
     }
     // 1. relays that go: frontend removed, or its endpoints all gone
@@ -120,10 +114,10 @@ export class UserspaceBackend implements FullStateBackend {
       await r.relay.close();
     }
     // 2. bind mode: the service IPs local, before anything listens on them
-    if (this.mode === "bind" && (full || this.ipsChanged)) await this.routes.sync(new Set(this.serviceIPs.keys()));
-    this.ipsChanged = false;
+    const ipsChanged = this.planner.takeIPsChanged();
+    if (this.mode === "bind" && (full || ipsChanged)) await this.routes.sync(new Set(this.planner.serviceIPs.keys()));
     // 3. relays that stay take their new endpoints; new ones listen (and those that could not, again)
-    for (const key of this.unserved) if (!touched.has(key)) touched.set(key, this.frontends.get(key));
+    for (const key of this.unserved) if (!touched.has(key)) touched.set(key, this.planner.frontends.get(key));
     this.unserved.clear();
     for (const f of touched.values()) {
       if (!f || !hasEndpoints(f)) continue;
@@ -142,7 +136,7 @@ export class UserspaceBackend implements FullStateBackend {
       }
     }
     if (this.mode === "redirect") {
-      const refused = [...this.frontends.values()].filter((f) => !this.running.has(f.key));
+      const refused = [...this.planner.frontends.values()].filter((f) => !this.running.has(f.key));
       await this.exec.run(
         ["nft", "-f", "-"],
         renderRedirect(
@@ -154,17 +148,13 @@ export class UserspaceBackend implements FullStateBackend {
     }
     this.log.debug("relays", {
       running: this.running.size,
-      frontends: this.frontends.size,
+      frontends: this.planner.frontends.size,
       touched: touched.size,
       unserved: this.unserved.size,
     });
   }
 
-  /**
-   * Re-plans the services in `change` (null: all, and those planned before)
-   * and returns their frontends by key (`touched`: the new value, or
-   * undefined for a frontend that is gone) and the frontends gone.
-   */
+  /** re-plans the services in `change` (plan.ts), logging each service port not proxied once */
   private plan(
     state: NodeState,
     change: StateChange,
@@ -173,37 +163,9 @@ export class UserspaceBackend implements FullStateBackend {
     // pods by source address: NodeCIDR's pod CIDRs, else the cluster CIDRs
     const d = this.ctx.config.localDetect;
     const opts = { nodeIPs, clusterCIDRs: d?.kind === "node-cidr" ? d.cidrs : this.ctx.config.clusterCIDRs };
-    const keys = change ?? new Set([...this.planned.keys(), ...state.services.keys()]);
-    const touched = new Map<string, Frontend | undefined>();
-    const old = new Map<string, Frontend>();
-    // what the services had goes first: a frontend key may pass from one service to another in one change
-    for (const key of keys) {
-      for (const f of this.planned.get(key) ?? []) {
-        touched.set(f.key, undefined);
-        old.set(f.key, f);
-        this.frontends.delete(f.key);
-        this.countIP(f, -1);
-      }
-      this.planned.delete(key);
-    }
-    for (const key of keys) {
-      const entry = state.services.get(key);
-      if (!entry) continue;
-      const p = planService(key, entry, opts);
-      for (const s of p.skipped) {
-        if (this.skippedSeen.has(s)) continue;
-        this.skippedSeen.add(s);
-        this.log.warn("service port not proxied", { reason: s });
-      }
-      for (const f of p.frontends) {
-        touched.set(f.key, f);
-        this.frontends.set(f.key, f);
-        this.countIP(f, 1);
-      }
-      this.planned.set(key, p.frontends);
-    }
-    this.plannedNodeIPs = nodeIPs;
-    return { touched, gone: [...old.values()].filter((f) => touched.get(f.key) === undefined) };
+    const { touched, gone, skipped } = this.planner.plan(state, change, opts);
+    for (const reason of skipped) this.log.warn("service port not proxied", { reason });
+    return { touched, gone };
   }
 
   /**
@@ -220,17 +182,8 @@ export class UserspaceBackend implements FullStateBackend {
       this.log.warn("cannot read the node's addresses for --nodeport-addresses: node ports keep their addresses", {
         err: errorMessage(err),
       });
-      return this.plannedNodeIPs ?? nodePortIPs(config);
+      return this.planner.nodeIPs ?? nodePortIPs(config);
     }
-  }
-
-  /** keeps serviceIPs (the IPs bind mode makes local) as frontends come and go */
-  private countIP(f: Frontend, by: 1 | -1) {
-    if (f.kind === "nodeport") return;
-    const n = (this.serviceIPs.get(f.ip) ?? 0) + by;
-    if (n > 0) this.serviceIPs.set(f.ip, n);
-    else this.serviceIPs.delete(f.ip);
-    if (n === 0 || (n === 1 && by === 1)) this.ipsChanged = true;
   }
 
   private async start(f: Frontend, nodeIPs: readonly string[]): Promise<Running> {

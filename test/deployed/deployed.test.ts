@@ -283,7 +283,7 @@ for (const c of combos) {
         expect(run.failures).toEqual([]);
         if (txs) {
           // the kernel's view: the first full sync rewrites the tables in place, in one
-          // transaction, keeping the affinity sets still wanted (plugins/nft/held.ts)
+          // transaction, keeping the affinity sets still wanted (plugins/nft/rewrite-in-place.ts)
           expect(txs.some((tx) => tx.some((l) => l.startsWith("add rule ip kpng ")))).toBe(true);
           expect(txs.flat().filter((l) => /^delete (table|set ip6? kpng aff-)/.test(l))).toEqual([]);
           expect(tablesMissingBetweenTransactions(txs)).toEqual([]);
@@ -299,7 +299,7 @@ for (const c of combos) {
         // machine: 20 s here failed a run at load 5-9 in which not one connection failed (issue 38).
       }, 150_000);
       // iptables: the `recent` lists live outside the restore; nft: the first full sync
-      // rewrites the tables in place and keeps the affinity sets (plugins/nft/held.ts)
+      // rewrites the tables in place and keeps the affinity sets (plugins/nft/rewrite-in-place.ts)
       test("ClientIP affinity survives a restart: the client stays on its endpoint", () => {
         expect(stickyAfter).toBe(stickyBefore);
         // nft: the client's entry is still in the one affinity set it was in (one in three

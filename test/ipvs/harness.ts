@@ -5,7 +5,7 @@ import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { createIpvsBackend, type IpvsBackend } from "../../plugins/ipvs/backend.ts";
-import { type Recorder, type RecorderOptions, recorder } from "../../plugins/ipvs/recorder.ts";
+import { type Recorder, type RecorderOptions, recorder } from "../harness/command-recorder.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 
 export const N1 = v4.node(1);

@@ -8,7 +8,7 @@ import { memoryLogger } from "../../src/core/log.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import { IPVS_DEPRECATION_MESSAGE, createIpvsBackend } from "../../plugins/ipvs/index.ts";
 import { commandExecutor } from "../../plugins/ipvs/executor.ts";
-import { recorder } from "../../plugins/ipvs/recorder.ts";
+import { recorder } from "../harness/command-recorder.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { N1, N1v6, testConfig } from "./harness.ts";
 import { endpoint, entry, nodeState, nextState, service } from "./services.ts";

@@ -9,7 +9,7 @@ import { defaultConfig } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { Executor } from "../../src/plugins/backend.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
-import { recorder } from "../../plugins/ipvs/recorder.ts";
+import { recorder } from "../harness/command-recorder.ts";
 import { type Topology, createTopology } from "../harness/netns.ts";
 import { plan, v4 } from "../fixtures/addresses.ts";
 import { endpoint, entry, nodeState, service } from "./services.ts";

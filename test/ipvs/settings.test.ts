@@ -9,7 +9,7 @@ import { join } from "node:path";
 import type { Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
-import { recorder } from "../../plugins/ipvs/recorder.ts";
+import { recorder } from "../harness/command-recorder.ts";
 import { excludedAddresses, timeoutsArgv } from "../../plugins/ipvs/settings.ts";
 import { run } from "../harness/netns.ts";
 import { v4 } from "../fixtures/addresses.ts";

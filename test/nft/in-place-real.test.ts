@@ -1,4 +1,4 @@
-// A full sync rewrites kpng's tables in place (plugins/nft/held.ts), against
+// A full sync rewrites kpng's tables in place (plugins/nft/rewrite-in-place.ts), against
 // the real kernel: whatever the tables hold — an older state's chains and
 // sets, someone else's rules, chains and sets in kpng's chains and table,
 // objects with another definition, a missing table — one full sync leaves

@@ -10,7 +10,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { TABLE } from "../../plugins/nft/names.ts";
-import { NftSync } from "../../plugins/nft/sync.ts";
+import { NftSync } from "../../plugins/nft/plan.ts";
 import { printOp, Transaction, type Op, type SetSpec } from "../../plugins/nft/transaction.ts";
 import { nodeConfig } from "./fixtures.ts";
 import { batchCaptureState } from "./netlink-batch-cases.ts";

@@ -25,7 +25,7 @@ import {
   tablesFound,
 } from "../../plugins/nft/netlink-batch.ts";
 import { ListElement } from "../../plugins/nft/render-service.ts";
-import { NftSync } from "../../plugins/nft/sync.ts";
+import { NftSync } from "../../plugins/nft/plan.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { isIPv6, KpngError } from "../../src/plugins/toolkit/index.ts";

@@ -9,7 +9,7 @@ import { createNftBackend } from "../../plugins/nft/index.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { recordingExecutor } from "../../plugins/iptables/executor.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
-import { recorder } from "../../plugins/ipvs/recorder.ts";
+import { recorder } from "../harness/command-recorder.ts";
 import { createWinkernelBackend } from "../../plugins/winkernel/backend.ts";
 import { hnsRecorder } from "../../plugins/winkernel/recorder.ts";
 import { defaultConfig, type Config } from "../../src/core/config/config.ts";

@@ -6,6 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import { othersLocal, parseRoutes, routeBatch } from "../../plugins/userspace/local-routes.ts";
 import { planFrontends, type Frontend } from "../../plugins/userspace/frontends.ts";
+import { FrontendPlanner } from "../../plugins/userspace/plan.ts";
 import { createUserspaceBackend } from "../../plugins/userspace/index.ts";
 import { Picker } from "../../plugins/userspace/picker.ts";
 import { renderRedirect } from "../../plugins/userspace/render-redirect.ts";
@@ -110,6 +111,67 @@ describe("planFrontends", () => {
     expect(f(`tcp/${lb}/80`).sourceRanges).toEqual(["198.18.128.0/24"]);
     expect(f(`tcp/${cip.v4}/80`).sourceRanges).toBeUndefined();
     expect(f(`tcp/${cip.v4}/80`).affinitySeconds).toBe(30);
+  });
+});
+
+describe("FrontendPlanner: the services a change names, re-planned against what was planned", () => {
+  const opts = { nodeIPs, clusterCIDRs: ["198.19.0.0/16"] };
+  const api = (eps: Record<string, ReturnType<typeof ep>>) =>
+    entry(
+      svc({
+        name: "api",
+        clusterIPs: [v4.clusterIP(11)],
+        ports: [
+          { name: "http", port: 80 },
+          { name: "s", protocol: "SCTP", port: 90 },
+        ],
+      }),
+      eps,
+    );
+  const one = { a: ep({ ips: [v4.pod(0, 1)], ports: { http: 8080 } }) };
+  const two = { a: ep({ ips: [v4.pod(0, 2)], ports: { http: 8080 } }) };
+  const webEntry = entry(svc({ name: "web", clusterIPs: [cip.v4], ports: [{ name: "http", port: 80 }] }), one);
+  const keys = (m: Map<string, Frontend | undefined>) => [...m].map(([k, f]) => `${k}${f ? "" : " (gone)"}`).sort();
+
+  test("full, partial, removal: only the named services are touched; service IPs counted; each skipped port reported once", () => {
+    const p = new FrontendPlanner();
+    // full: both services' frontends, the SCTP port skipped (Bun has no SCTP sockets)
+    const full = p.plan(nodeState([webEntry, api(one)]), null, opts);
+    expect(keys(full.touched)).toEqual([`tcp/${cip.v4}/80`, `tcp/${v4.clusterIP(11)}/80`]);
+    expect(full.gone).toEqual([]);
+    expect(full.skipped).toHaveLength(1);
+    expect([...p.serviceIPs.keys()].sort()).toEqual([cip.v4, v4.clusterIP(11)].sort());
+    expect(p.takeIPsChanged()).toBe(true);
+    expect(p.takeIPsChanged()).toBe(false);
+    expect(p.nodeIPs).toEqual(nodeIPs);
+
+    // partial: api's endpoint changes; web is not touched, the skipped port is not reported again
+    const partial = p.plan(nodeState([webEntry, api(two)]), new Set(["default/api"]), opts);
+    expect(keys(partial.touched)).toEqual([`tcp/${v4.clusterIP(11)}/80`]);
+    expect(partial.touched.get(`tcp/${v4.clusterIP(11)}/80`)?.endpoints).toEqual([`${v4.pod(0, 2)}:8080`]);
+    expect(partial.gone).toEqual([]);
+    expect(partial.skipped).toEqual([]);
+    expect([...p.serviceIPs.keys()].sort()).toEqual([cip.v4, v4.clusterIP(11)].sort());
+    p.takeIPsChanged(); // a re-planned service counts its IPs out and in again: bind mode re-syncs its routes (idempotent)
+
+    // api removed: its frontend gone, its cluster IP no longer local
+    const removed = p.plan(nodeState([webEntry]), new Set(["default/api"]), opts);
+    expect(keys(removed.touched)).toEqual([`tcp/${v4.clusterIP(11)}/80 (gone)`]);
+    expect(removed.gone.map((f) => f.key)).toEqual([`tcp/${v4.clusterIP(11)}/80`]);
+    expect([...p.serviceIPs.keys()]).toEqual([cip.v4]);
+    expect([...p.frontends.keys()]).toEqual([`tcp/${cip.v4}/80`]);
+    expect(p.takeIPsChanged()).toBe(true);
+  });
+
+  test("a frontend key passing from one service to another in one change is touched, not gone", () => {
+    const p = new FrontendPlanner();
+    p.plan(nodeState([webEntry]), null, opts);
+    const moved = entry(svc({ name: "web2", clusterIPs: [cip.v4], ports: [{ name: "http", port: 80 }] }), two);
+    const r = p.plan(nodeState([moved]), new Set(["default/web", "default/web2"]), opts);
+    expect(keys(r.touched)).toEqual([`tcp/${cip.v4}/80`]);
+    expect(r.touched.get(`tcp/${cip.v4}/80`)?.service).toBe("default/web2:http");
+    expect(r.gone).toEqual([]);
+    expect([...p.serviceIPs]).toEqual([[cip.v4, 1]]);
   });
 });
 

@@ -30,7 +30,7 @@ import {
 } from "./kube-proxy-config.ts";
 import { fieldWarnings } from "./config-fields.ts";
 import { localDetectOf } from "./detect-local.ts";
-import { fieldPath, issueKeys, issueProblem } from "../issues.ts";
+import { fieldPath, issueKeys, issueProblem } from "../valibot-issues.ts";
 import { readTextFile } from "../read-text.ts";
 
 export interface LoadedConfig {

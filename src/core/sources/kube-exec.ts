@@ -10,7 +10,7 @@
 import { spawn } from "node:child_process";
 import * as v from "valibot";
 import { KpngError } from "../errors.ts";
-import { issuePath, issueProblem } from "../issues.ts";
+import { issuePath, issueProblem } from "../valibot-issues.ts";
 
 export const EXEC_API_VERSIONS = ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"] as const;
 export type ExecApiVersion = (typeof EXEC_API_VERSIONS)[number];

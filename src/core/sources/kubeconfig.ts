@@ -17,7 +17,7 @@ import * as v from "valibot";
 import { parseDocument } from "yaml";
 import { fastYaml } from "../config/yaml-fast.ts";
 import { errorMessage, invalid } from "../errors.ts";
-import { issuePath, issueProblem } from "../issues.ts";
+import { issuePath, issueProblem } from "../valibot-issues.ts";
 import type { KubeAccess, ServerTLS } from "../kube-http/access.ts";
 import { credentialSource, type RereadFile, type UserAuth } from "./kube-credentials.ts";
 import { EXEC_API_VERSIONS, type ExecPlugin } from "./kube-exec.ts";

@@ -12,7 +12,7 @@
 import { Set as SetKind } from "../../../gen/localv1/services_pb.ts";
 import type { GlobalChange, GlobalModel, GlobalSnapshot } from "../../global/model.ts";
 import { nodePath, servicePath } from "../../global/model.ts";
-import { Wake } from "./wake.ts";
+import { Wake } from "./stream-wakeup.ts";
 import type { WireOp } from "../../wire/ops.ts";
 
 /** Ops turning `prev` into `next`, looking only at the changed keys when given. */
@@ -93,7 +93,7 @@ export class GlobalStream {
     signal: AbortSignal,
   ) {
     this.wake = new Wake(signal);
-    // Called for every stream at every flush: it only wakes (see wake.ts).
+    // Called for every stream at every flush: it only wakes (see stream-wakeup.ts).
     this.unsubscribe = model.subscribe(() => this.wake.wake());
   }
 

@@ -25,9 +25,9 @@ import { Authenticator, writeRefusal, type AuthOptions, type PeerSocket, type Re
 import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls/files.ts";
 import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
 import { Slots } from "./slots.ts";
-import { dropWhenStuck, type WatchedResponse } from "./stuck.ts";
+import { dropWhenStuck, type WatchedResponse } from "./drop-stalled-response.ts";
 import { listen, type Listener } from "./listener.ts";
-import { nextState, type NextDeps } from "./next.ts";
+import { nextState, type NextDeps } from "./full-state-poll.ts";
 import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
 import type { WireOp } from "../../wire/ops.ts";

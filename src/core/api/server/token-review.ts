@@ -9,7 +9,7 @@
 import { createHash } from "node:crypto";
 import * as v from "valibot";
 import { errorMessage } from "../../errors.ts";
-import { issuePath, issueProblem } from "../../issues.ts";
+import { issuePath, issueProblem } from "../../valibot-issues.ts";
 import { expectOK, readBody, type KubeRequest } from "../../kube-http/request.ts";
 
 export const TOKEN_AUDIENCE = "kpng";

@@ -9,7 +9,7 @@ import { Set as SetKind, type WatchReq } from "../../../gen/localv1/services_pb.
 import type { NodeView } from "../../brain/brain.ts";
 import { stateOps } from "../../brain/ops.ts";
 import type { ServiceEndpoints } from "../../brain/state.ts";
-import { Wake } from "./wake.ts";
+import { Wake } from "./stream-wakeup.ts";
 import { sameBytes, type WireOp } from "../../wire/ops.ts";
 import type { WireCache } from "./wire.ts";
 

@@ -12,7 +12,7 @@ import { fastSlice } from "./fast-slice.ts";
 import { isCanonicalCIDR, isCanonicalIP, isCanonicalIPv6, parseIPSloppy } from "./ip-sloppy.ts";
 import { isIPv4 } from "../../net/ip.ts";
 import { readService, readSlice, type Note, type Read } from "./read.ts";
-import { issuePath, issueProblem } from "../../issues.ts";
+import { issuePath, issueProblem } from "../../valibot-issues.ts";
 
 // Two schemas per kind. The *shape* (ServiceShape, EndpointSliceShape) is the
 // structure an API server can store: it refuses only what no API server

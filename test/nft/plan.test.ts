@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { NftRunner } from "../../plugins/nft/executor.ts";
-import { NftSync } from "../../plugins/nft/sync.ts";
+import { NftSync } from "../../plugins/nft/plan.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4 } from "../fixtures/addresses.ts";
@@ -275,7 +275,7 @@ describe("nft sync failures", () => {
     const nft = calls.filter(isTransaction);
     expect(nft).toHaveLength(3);
     expect(nft[1].stdin).not.toContain("add table");
-    // the full resync reads what the tables hold first, and rewrites them in place (held.ts)
+    // the full resync reads what the tables hold first, and rewrites them in place (rewrite-in-place.ts)
     expect(calls.at(-2)?.argv).toContain("list");
     expect(nft[2].stdin?.startsWith('add table ip kpng { comment "rules for kpng, the Kubernetes service proxy"; }\n')).toBe(true);
     expect(nft[2].stdin).not.toContain("delete table");

@@ -8,7 +8,7 @@ import { baseJumps, fixedChains, insertAtHead, tables, type Table } from "./name
 import type { FixedRules } from "./render-fixed.ts";
 import { ruleLine, Transaction, type Rule } from "./render-restore.ts";
 import type { OwnedChain, ServiceRules } from "./render-service.ts";
-import type { SavedState } from "./saved.ts";
+import type { SavedState } from "./parse-save.ts";
 
 /** What was written for one service, compact enough to keep for 10,000s of services. */
 export interface WrittenService {

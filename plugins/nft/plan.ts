@@ -10,7 +10,7 @@
 //
 // A full sync is the same diff from an empty record, in one atomic
 // transaction that first clears what the kernel held (a previous run, a
-// half-known state after a failure, someone else's edits): held.ts rewrites
+// half-known state after a failure, someone else's edits): rewrite-in-place.ts rewrites
 // the tables in place, keeping the affinity sets packets filled. When what
 // the tables hold is unknown (dry-run, the listing failed, or the last such
 // sync was refused), the tables are deleted and re-created instead, in the
@@ -21,7 +21,7 @@ import type { Config, NodeState, ServiceEndpoints, StateChange, UdpFrontend } fr
 import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";
-import { clearHeld, type Holdings } from "./held.ts";
+import { clearHeld, type Holdings } from "./rewrite-in-place.ts";
 import { programmedTable, type ProgrammedTable } from "./programmed.ts";
 import { NOTHING, renderService, type RuleChainSpec, type ServiceObjects } from "./render-service.ts";
 import { Transaction, type Op, type SetSpec } from "./transaction.ts";
@@ -322,7 +322,7 @@ export class NftSync {
   }
 
   /**
-   * `held`: what kpng's tables hold (held.ts), for a full sync in place;
+   * `held`: what kpng's tables hold (rewrite-in-place.ts), for a full sync in place;
    * without it a full sync deletes and re-creates them.
    */
   plan(state: NodeState, change: StateChange, held?: Holdings): SyncPlan {
@@ -331,7 +331,7 @@ export class NftSync {
 
   /**
    * A plan's services, rendered: most of a plan's work, and none of it
-   * needs what the tables hold, so a full sync lists them (held.ts, another
+   * needs what the tables hold, so a full sync lists them (rewrite-in-place.ts, another
    * process) while this runs. Records are updated here: `finish` must follow.
    */
   render(state: NodeState, change: StateChange): RenderedServices {

@@ -1,6 +1,9 @@
-// An Executor that records commands instead of running them, shipped beside
-// the real one (knftables' fake style) so tests and benchmarks of any caller
-// can assert what IPVS mode would run. Canned answers stand in for reads.
+// An Executor that records commands instead of running them, so tests and
+// benchmarks can assert what a backend would run (IPVS mode's ipvsadm, ip and
+// iptables commands). Canned answers stand in for reads. It lives under test/
+// as the nft and iptables recorders do: kpng itself never runs it (IPVS
+// mode's --dry-run prints through executor.ts). The winkernel fake HNS stays
+// in plugins/winkernel/: the product runs it (--dry-run, and off Windows).
 
 import { type Executor, KpngError } from "../../src/plugins/toolkit/index.ts";
 

@@ -1,9 +1,9 @@
 // What a full sync in place does with what kpng's tables hold
-// (plugins/nft/held.ts), without a kernel: nft's JSON listings read back,
+// (plugins/nft/rewrite-in-place.ts), without a kernel: nft's JSON listings read back,
 // and the statements that clear the tables before the sync's own.
 
 import { describe, expect, test } from "bun:test";
-import { clearHeld, parseHoldings, type TableHoldings } from "../../plugins/nft/held.ts";
+import { clearHeld, parseHoldings, type TableHoldings } from "../../plugins/nft/rewrite-in-place.ts";
 import { printOp, type Op } from "../../plugins/nft/transaction.ts";
 
 const listing = (...items: object[]) =>
