@@ -22,7 +22,7 @@ import { create } from "@bufbuild/protobuf";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
 import { EndpointSchema, Protocol, ServiceSchema } from "../src/gen/localv1/services_pb.ts";
-import type { Executor } from "../src/plugins/backend.ts";
+import type { Executor } from "../src/host/backend.ts";
 import { restoredMarker, spawnExecutor } from "../plugins/iptables/executor.ts";
 import { IptablesBackend } from "../plugins/iptables/index.ts";
 import { plan, v4 } from "../test/fixtures/addresses.ts";

@@ -6,9 +6,9 @@
 // Prints figures, asserts nothing. `bun run bench migrate`.
 
 import { createLogger } from "../src/core/log.ts";
-import type { Executor } from "../src/plugins/backend.ts";
-import { listNode, removeLeftovers } from "../src/plugins/leftovers/index.ts";
-import { planLeftovers } from "../src/plugins/leftovers/plan.ts";
+import type { Executor } from "../src/host/backend.ts";
+import { listNode, removeLeftovers } from "../src/host/leftovers/index.ts";
+import { planLeftovers } from "../src/host/leftovers/plan.ts";
 import { spawnExecutor } from "../plugins/iptables/executor.ts";
 import { v4 } from "../test/fixtures/addresses.ts";
 

@@ -25,7 +25,7 @@ import { Brain } from "../src/core/brain/brain.ts";
 import { kinds, parseObject, type K8sObject } from "../src/core/brain/k8s/objects.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
-import type { Executor } from "../src/plugins/backend.ts";
+import type { Executor } from "../src/host/backend.ts";
 import { plan, v4, v6 } from "../test/fixtures/addresses.ts";
 import { canonical6, createTopology, type Topology } from "../test/harness/netns.ts";
 

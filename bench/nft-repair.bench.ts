@@ -24,7 +24,7 @@ import type { Spawner } from "../plugins/nft/session.ts";
 import type { NodeState, ServiceEndpoints } from "../src/core/brain/state.ts";
 import { defaultConfig } from "../src/core/config/config.ts";
 import { createLogger } from "../src/core/log.ts";
-import { feedBackend, type Feed } from "../src/plugins/feed.ts";
+import { feedBackend, type Feed } from "../src/host/feed.ts";
 import { plan, v4, v6 } from "../test/fixtures/addresses.ts";
 import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { entry, ep, nextState, nodeState, svc } from "../test/nft/fixtures.ts";

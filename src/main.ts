@@ -25,8 +25,8 @@ import {
 } from "./core/config/flags.ts";
 import { createLogger, jsonLine, logFormat } from "./core/log.ts";
 import { LateServers } from "./core/node/late-servers.ts";
-import type { Backend, BackendContext } from "./plugins/backend.ts";
-import { builtinBackend } from "./plugins/registry.ts";
+import type { Backend, BackendContext } from "./host/backend.ts";
+import { builtinBackend } from "./host/registry.ts";
 import { getArgs, verifyArgs } from "./core/introspect/args.ts";
 // Everything else loads when a command needs it: `--version` and `--help` evaluate none of
 // it (protobuf-es' registries, prom-client, the backends), and the run command starts its
@@ -39,7 +39,7 @@ import type { Listener } from "./core/api/server/listener.ts";
 import type { IntrospectSource } from "./core/introspect/routes.ts";
 import type { BackendEvents } from "./core/node/backend-events.ts";
 import type { NodeEventOptions } from "./core/node/events.ts";
-import type { BackendsIntrospection } from "./plugins/introspect.ts";
+import type { BackendsIntrospection } from "./host/introspect.ts";
 import { apiClientSecurity, serveSecurity, type ServeSecurity } from "./core/api/tls/flags.ts";
 
 const log = createLogger("kpng");
@@ -55,8 +55,8 @@ const startSource: typeof import("./core/sources/index.ts").startSource = async 
 const setConntrack: typeof import("./core/node/node-setup.ts").setConntrack = async (...args) =>
   (await import("./core/node/node-setup.ts")).setConntrack(...args);
 
-const cleanupBackends: typeof import("./plugins/cleanup.ts").cleanupBackends = async (...args) =>
-  (await import("./plugins/cleanup.ts")).cleanupBackends(...args);
+const cleanupBackends: typeof import("./host/cleanup.ts").cleanupBackends = async (...args) =>
+  (await import("./host/cleanup.ts")).cleanupBackends(...args);
 
 /** Where cluster objects come from: --input, --api (node agent) or the API server. */
 const sourceOptions = (args: Args, rawArgs: string[]) => {
@@ -81,7 +81,7 @@ const backendContext = (cfg: Config): BackendContext => ({ config: cfg, log, out
 
 /** --backend/--proxy-mode (kube-proxy's mode names too), else the config file's mode, else the default; then every --plugin. */
 async function loadAskedBackends(rawArgs: string[], ctx: BackendContext): Promise<Backend[]> {
-  const { loadBackends } = await import("./plugins/loader.ts");
+  const { loadBackends } = await import("./host/loader.ts");
   return loadBackends({ builtins: backendNames(rawArgs, ctx.config), plugins: repeated(rawArgs, "plugin") }, ctx);
 }
 
@@ -109,8 +109,8 @@ async function feedFromView(
   const { cfg, servers, introspection, events } = opts;
   const [{ memoryRelease }, { feedAll }, { removeKubeProxyRules }] = await Promise.all([
     import("./core/release-memory.ts"),
-    import("./plugins/feed-all.ts"),
-    import("./plugins/cleanup.ts"),
+    import("./host/feed-all.ts"),
+    import("./host/cleanup.ts"),
   ]);
   const startedUp = Promise.withResolvers<void>();
   let migrated: Promise<void> | undefined;
@@ -342,7 +342,7 @@ async function serveIntrospection({ args, cfg }: ProxyRun, plan: ProxyPlan, brai
   // the backends' side of it (revisions held, kernel read-back): only where something is served
   const introspection =
     listen.length || plan.defaultSocket
-      ? new (await import("./plugins/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
+      ? new (await import("./host/introspect.ts")).BackendsIntrospection(backends, cfg.nodePortAddresses)
       : undefined;
   const api = listen.length ? await serveApi(brain, cfg, listen, plan.security, args, introspection) : undefined;
   let local: Promise<Listener | undefined> | undefined;
@@ -522,7 +522,7 @@ const backendCommand = command({
     void waitForSignal().then(() => stop.abort());
     log.info("started", { node: cfg.nodeName, backends: backends.map((b) => b.name).join(","), api: args.api ?? DEFAULT_API });
     normalJIT();
-    const { runSidecar } = await import("./plugins/sidecar.ts");
+    const { runSidecar } = await import("./host/sidecar.ts");
     await runSidecar({
       backends,
       api: args.api,

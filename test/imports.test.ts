@@ -21,7 +21,7 @@ const ROOT = resolve(import.meta.dir, "..");
 
 /**
  * Rooms: the folders below, each backend of plugins/, and the files loose
- * in a folder that holds rooms (src/core/*.ts, src/plugins/*.ts,
+ * in a folder that holds rooms (src/core/*.ts, src/host/*.ts,
  * src/main.ts) as a room of their own. A folder inside a room (brain/k8s/,
  * sources/protobuf/, api/server/) is part of it: the API's server, client
  * and TLS are one room, the wire contract's two ends.
@@ -36,8 +36,8 @@ const ROOM_FOLDERS = [
   "src/core/wire",
   "src/core/kube-http",
   "src/core/api",
-  "src/plugins/toolkit",
-  "src/plugins/leftovers",
+  "src/host/toolkit",
+  "src/host/leftovers",
   "src/gen",
 ];
 
@@ -46,7 +46,7 @@ export function roomOf(file: string): string {
   const backend = /^plugins\/[^/]+/.exec(file);
   if (backend) return backend[0];
   const room = ROOM_FOLDERS.filter((r) => file.startsWith(`${r}/`)).sort((a, b) => b.length - a.length)[0];
-  return room ?? dirname(file); // src/core, src/core/api, src/plugins, src
+  return room ?? dirname(file); // src/core, src/core/api, src/host, src
 }
 
 /**
@@ -62,9 +62,9 @@ const INTROSPECT_BOTH_ENDS =
 const ALLOWED: Record<string, string> = {
   "src/core/api -> src/core/introspect -> src/core/api": INTROSPECT_BOTH_ENDS,
   "src/core/api -> src/core/introspect -> src/core/node -> src/core/sources -> src/core/api": INTROSPECT_BOTH_ENDS,
-  "src/plugins -> src/plugins/toolkit -> src/plugins":
+  "src/host -> src/host/toolkit -> src/host":
     "the host's backend.ts types the BackendContext with the toolkit (ctx.toolkit), and the toolkit re-exports the Backend contract so a backend imports one file. " +
-    "TODO(issue 38, next round): the Backend contract in a leaf room both take (src/plugins is being reworked by other hands this round).",
+    "TODO(issue 38, next round): the Backend contract in a leaf room both take (src/host is being reworked by other hands this round).",
 };
 
 function sourceFiles(dir: string): string[] {
@@ -200,9 +200,9 @@ describe("the host imports a backend through its index.ts only", () => {
   });
 
   test("the rule tells an entry from an inner file, static, type and dynamic imports alike", () => {
-    expect(
-      ["plugins/nft/index.ts", "plugins/nft/names.ts", "plugins/ipvs/bpf/x.ts", "src/plugins/toolkit/index.ts"].map(intoBackend),
-    ).toEqual([false, true, true, false]);
+    expect(["plugins/nft/index.ts", "plugins/nft/names.ts", "plugins/ipvs/bpf/x.ts", "src/host/toolkit/index.ts"].map(intoBackend)).toEqual(
+      [false, true, true, false],
+    );
   });
 
   test("the host does use backends' entries (the rule is not empty)", () => {

@@ -10,7 +10,7 @@
 // kpng's *types* only; Node's built-in modules are available.
 
 import { appendFileSync } from "node:fs";
-import type { BackendContext, BackendFactory, Endpoint, IncrementalBackend, Service } from "../../src/plugins/toolkit/index.ts";
+import type { BackendContext, BackendFactory, Endpoint, IncrementalBackend, Service } from "../../src/host/toolkit/index.ts";
 
 // protobuf-es messages are plain objects; drop their type tag for readability.
 const json = (v: unknown) =>

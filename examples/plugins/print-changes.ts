@@ -8,7 +8,7 @@
 // changes are reported), and returns on SIGINT/SIGTERM, or after the first
 // state with --once.
 
-import { run } from "../../src/plugins/run.ts";
+import { run } from "../../src/host/run.ts";
 
 await run((state, change) => {
   const endpoints = [...state.services.values()].reduce((n, s) => n + s.endpoints.size, 0);

@@ -14,7 +14,7 @@
 
 import { existsSync, mkdirSync, openSync, closeSync, readFileSync, readdirSync, rmdirSync, unlinkSync } from "node:fs";
 import { ptr } from "bun:ffi";
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { KpngError } from "../../src/host/toolkit/index.ts";
 import { BpfError, check, checkPtr, cstr, libbpf } from "./libbpf.ts";
 import { ALL_MAPS, HOOKS, MAP, OBJECT_MARKER_PREFIX, linkPin, mapPin, objectMarker, programName, type MapName } from "./names.ts";
 

@@ -27,7 +27,7 @@ import {
   nodeIPsOf,
   type NodeState,
   type StateChange,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { attach, detach, ensureBpffs, resolveCgroup } from "./attach.ts";
 import { printOp } from "./maps.ts";
 import { ALL_MAPS, DEFAULT_BPFFS, HOOKS, linkPin, mapPin } from "./names.ts";

@@ -5,7 +5,7 @@
 // (libbpf 1.0 semantics); `check` turns one into an Error naming the call.
 
 import { dlopen, ptr, type Pointer } from "bun:ffi";
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { KpngError } from "../../src/host/toolkit/index.ts";
 
 const SYMBOLS = {
   libbpf_get_error: { args: ["ptr"], returns: "i64" },

@@ -4,7 +4,7 @@
 // flags in host order (little-endian on the amd64 and arm64 nodes kpng
 // ships for).
 
-import { hostPort, type IPVersion, ipv6Text, isIPv4 } from "../../src/plugins/toolkit/index.ts";
+import { hostPort, type IPVersion, ipv6Text, isIPv4 } from "../../src/host/toolkit/index.ts";
 import { MAP, type MapName } from "./names.ts";
 
 export interface FrontKey {

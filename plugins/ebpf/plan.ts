@@ -10,7 +10,7 @@
 // group or slots are missing: endpoints, groups, frontends written, then
 // frontends, groups, endpoints deleted.
 
-import type { NodeState, StateChange } from "../../src/plugins/toolkit/index.ts";
+import type { NodeState, StateChange } from "../../src/host/toolkit/index.ts";
 import { canonical, frontId, type BackendValue, type FrontKey, type GroupValue, type MapOp } from "./maps.ts";
 import { MAP } from "./names.ts";
 import { renderService, type GroupSpec } from "./render-service.ts";

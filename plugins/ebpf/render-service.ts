@@ -27,7 +27,7 @@ import {
   servedInFamily,
   type ServiceEndpoints,
   targetPort,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import type { BackendValue, FrontKey } from "./maps.ts";
 import { GROUP_DROP } from "./names.ts";
 

@@ -5,7 +5,7 @@
 // Service and frontend. The LRU maps are the programs' own and not compared.
 // Pure.
 
-import { type Drift, frontendName } from "../../src/plugins/toolkit/index.ts";
+import { type Drift, frontendName } from "../../src/host/toolkit/index.ts";
 import type { MapContents } from "./executor.ts";
 import { type BackendValue, canonical, type FrontKey, frontId, type GroupValue } from "./maps.ts";
 import { MAP } from "./names.ts";

@@ -32,7 +32,7 @@ import {
   type StaleFlow,
   staleUdpFlows,
   type UdpFrontend,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
 import { baseJumps, chains, fixedChains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
 import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";

@@ -2,7 +2,7 @@
 // programs. Everything goes through an `Executor` (run argv with stdin), so a
 // test swaps in `recordingExecutor` or a namespace-bound executor.
 
-import { type Executor, type Family, KpngError, type RunOptions, runCommand, type StdinChunk } from "../../src/plugins/toolkit/index.ts";
+import { type Executor, type Family, KpngError, type RunOptions, runCommand, type StdinChunk } from "../../src/host/toolkit/index.ts";
 import { ipsetCommand, iptablesCommand, restoreCommand, saveCommand, type Table } from "./names.ts";
 
 /**

@@ -2,7 +2,7 @@
 // programmed with `iptables-restore --noflush` (and ip6tables-restore),
 // partial restores of the changed services' chains after the first full one.
 
-import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
+import type { BackendFactory } from "../../src/host/toolkit/index.ts";
 import { IptablesBackend } from "./backend.ts";
 
 export { IptablesBackend, type IptablesOptions, type SyncStats } from "./backend.ts";

@@ -1,6 +1,6 @@
 // What this backend leaves behind on a node, and what kube-proxy's iptables
 // mode leaves: the chains each owns, as data, and the restore input that
-// removes them. The host's leftovers sweep (src/plugins/leftovers/) asks
+// removes them. The host's leftovers sweep (src/host/leftovers/) asks
 // through index.ts; it plans, this file knows iptables.
 //
 // Facts from kube-proxy's own cleanup (cmd/kube-proxy/app/server_linux.go

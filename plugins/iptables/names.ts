@@ -3,7 +3,7 @@
 // listed in `baseJumps`, and the ipsets in `hairpinSets`; everything else in
 // the tables belongs to someone else and is never read back, flushed or deleted.
 
-import { type Family, hashBase32 } from "../../src/plugins/toolkit/index.ts";
+import { type Family, hashBase32 } from "../../src/host/toolkit/index.ts";
 export type Table = "filter" | "nat" | "mangle";
 
 /** Every chain kpng creates starts with this; cleanup and stale-chain removal key on it. */

@@ -1,5 +1,5 @@
 // The UDP destinations one service programs, in the shape the shared
-// conntrack helper diffs (src/plugins/toolkit/conntrack.ts). Pure.
+// conntrack helper diffs (src/host/toolkit/conntrack.ts). Pure.
 
 import {
   canonicalIP,
@@ -12,7 +12,7 @@ import {
   Protocol,
   type Service,
   type UdpFrontend,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { servicePortId } from "./names.ts";
 import { portEndpoints } from "./render-service.ts";
 

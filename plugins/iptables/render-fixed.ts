@@ -3,7 +3,7 @@
 // and never by partial ones. Pure.
 
 import { isIP } from "node:net";
-import { cidrsOf, type Config, type Family, iptablesLocalMatches, ipFamily, localDetectFor } from "../../src/plugins/toolkit/index.ts";
+import { cidrsOf, type Config, type Family, iptablesLocalMatches, ipFamily, localDetectFor } from "../../src/host/toolkit/index.ts";
 import { type BaseJump, chains, hairpinSets, localnetGuardJumps, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 

@@ -3,7 +3,7 @@
 // member stays while any service holds it: `HairpinMembers` counts holders
 // and turns per-service changes into the adds and deletes the set needs.
 
-import type { Family } from "../../src/plugins/toolkit/index.ts";
+import type { Family } from "../../src/host/toolkit/index.ts";
 import { hairpinSets } from "./names.ts";
 
 /** A set holds up to this many members (ipset's default, 65,536, is below 10,000 services x 10 endpoints). */

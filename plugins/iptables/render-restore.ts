@@ -7,7 +7,7 @@
 // a chain (which must be empty and unreferenced by then: the printer puts
 // every `-X` after every flush and rule edit of its table).
 
-import type { StdinChunk } from "../../src/plugins/toolkit/index.ts";
+import type { StdinChunk } from "../../src/host/toolkit/index.ts";
 import { baseJumps, maxChainName, tables, type Table } from "./names.ts";
 
 export interface Rule {

@@ -33,7 +33,7 @@ import {
   servedInFamily,
   type Service,
   targetPort,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { chains, endpointChain, serviceChains, servicePortId, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 import { prefixContains } from "./render-fixed.ts";

@@ -3,7 +3,7 @@
 // what is already known (a brain restart re-sending every set) marks
 // nothing: unchanged services are never rewritten.
 
-import { type Endpoint, sameEndpoint, sameService, type Service, serviceKey } from "../../src/plugins/toolkit/index.ts";
+import { type Endpoint, sameEndpoint, sameService, type Service, serviceKey } from "../../src/host/toolkit/index.ts";
 
 export interface TrackedService {
   service: Service;

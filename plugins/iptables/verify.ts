@@ -12,7 +12,7 @@
 // chains, a full one appends them). In the built-in chains only the jumps to
 // kpng's chains are kpng's; other rules there are someone else's.
 
-import { canonicalIP, type Drift, frontendName, serviceOfComment } from "../../src/plugins/toolkit/index.ts";
+import { canonicalIP, type Drift, frontendName, serviceOfComment } from "../../src/host/toolkit/index.ts";
 import { prefix, tables, type Table } from "./names.ts";
 import type { Rule } from "./render-restore.ts";
 

@@ -26,7 +26,7 @@ import {
   type NodeState,
   sameIPs,
   type StateChange,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { baseJumps, chains, dummyInterface, setIds, setName } from "./names.ts";
 import { excludedAddresses, sysctlArgv, timeoutsArgv } from "./settings.ts";
 import { type KernelModel, type Transaction, emptyKernel, operationCount, vsKey } from "./model.ts";

@@ -2,7 +2,7 @@
 // back as one-line KpngErrors; a kernel without IPVS is `unavailable` so the
 // CLI can say so at start-up instead of failing every sync.
 
-import { type Executor, KpngError, runCommand } from "../../src/plugins/toolkit/index.ts";
+import { type Executor, KpngError, runCommand } from "../../src/host/toolkit/index.ts";
 
 export interface CommandExecutorOptions {
   /** argv prefix, e.g. ["ip", "netns", "exec", NS] to run inside a network namespace */

@@ -2,7 +2,7 @@
 // rules (backend.ts). Deprecated upstream (KEP-5495): setup logs the warning,
 // and the backend's nodeWarning has the CLI record it as a Node Warning event.
 
-import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
+import type { BackendFactory } from "../../src/host/toolkit/index.ts";
 import { createIpvsBackend } from "./backend.ts";
 import { commandExecutor, printingExecutor } from "./executor.ts";
 

@@ -2,12 +2,12 @@
 // leaves: the dummy device, the ipsets, the iptables chains of its own (the
 // ones it shares with iptables mode are plugins/iptables/leftovers.ts'), and
 // the `ipvsadm -R` input that removes their virtual servers. The host's
-// leftovers sweep (src/plugins/leftovers/) asks through index.ts.
+// leftovers sweep (src/host/leftovers/) asks through index.ts.
 //
 // Facts from kube-proxy's own cleanup (cmd/kube-proxy/app/server_linux.go
 // platformCleanup; pkg/proxy/ipvs CleanupLeftovers).
 
-import { FAMILIES, parseIpAddrJson } from "../../src/plugins/toolkit/index.ts";
+import { FAMILIES, parseIpAddrJson } from "../../src/host/toolkit/index.ts";
 import { dummyInterface, setName } from "./names.ts";
 import { parseIpvsSave } from "./parse.ts";
 import { serviceFlag } from "./print.ts";

@@ -2,7 +2,7 @@
 // operations that move the kernel from one picture to another. Keys are
 // strings so every collection is a plain Map/Set and diffs are cheap.
 
-import { hostPort, type ProtocolName } from "../../src/plugins/toolkit/index.ts";
+import { hostPort, type ProtocolName } from "../../src/host/toolkit/index.ts";
 
 export type Proto = ProtocolName;
 

@@ -4,7 +4,7 @@
 // touched; only the interface keeps upstream's name (tools and CNI plugins
 // look for `kube-ipvs0`).
 
-import type { Family } from "../../src/plugins/toolkit/index.ts";
+import type { Family } from "../../src/host/toolkit/index.ts";
 
 /** Dummy interface every service IP is bound to, so the kernel delivers it locally to IPVS. */
 export const dummyInterface = "kube-ipvs0";

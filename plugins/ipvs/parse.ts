@@ -2,7 +2,7 @@
 // what `ipvsadm -Sn`, `ipset save` and `ip -j addr` report, so a restart or a
 // failed sync converges without flushing anything that is already right.
 
-import { parseIpAddrJson, splitHostPort } from "../../src/plugins/toolkit/index.ts";
+import { parseIpAddrJson, splitHostPort } from "../../src/host/toolkit/index.ts";
 import { type KernelModel, type Proto, type RealServer, type VirtualServer, emptyKernel, rsKey, vsKey } from "./model.ts";
 
 const protoFlags: Record<string, Proto> = {

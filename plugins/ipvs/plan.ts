@@ -128,7 +128,7 @@ function planVirtualService(want: VirtualService | undefined, have: VirtualServi
  * IPs) and those whose ip,proto:port one of kpng's sets holds (its node
  * ports). IPVS keeps no mark of who made a virtual server, so one kpng
  * cannot prove its own (keepalived's, an operator's) is left alone, as the
- * --cleanup sweep leaves it (src/plugins/leftovers/plan.ts).
+ * --cleanup sweep leaves it (src/host/leftovers/plan.ts).
  */
 export function ownedVirtualServers(kernel: KernelModel): string[] {
   const inSets = new Set<string>();

@@ -2,7 +2,7 @@
 // `ipvsadm -R` and `ip -batch -`. Printing is the only place that knows the
 // tools' syntax.
 
-import { familyOf, hostPort, type Family } from "../../src/plugins/toolkit/index.ts";
+import { familyOf, hostPort, type Family } from "../../src/host/toolkit/index.ts";
 import { dummyInterface, setIds, setMaxElem, setName, sets } from "./names.ts";
 import type { AddressOp, IpvsOp, SetOp, VirtualServer } from "./model.ts";
 

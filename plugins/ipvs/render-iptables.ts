@@ -4,7 +4,7 @@
 // again only on a full sync (declaring a chain in a --noflush restore flushes
 // it, which makes the rewrite idempotent).
 
-import { type Config, type Family, iptablesLocalMatches, localDetectFor } from "../../src/plugins/toolkit/index.ts";
+import { type Config, type Family, iptablesLocalMatches, localDetectFor } from "../../src/host/toolkit/index.ts";
 import { type BaseJump, chains, setName } from "./names.ts";
 
 export interface Rule {

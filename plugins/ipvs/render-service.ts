@@ -22,7 +22,7 @@ import {
   type Service,
   type ServiceEndpoints,
   targetPort,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { type SetId, setName } from "./names.ts";
 import { type Proto, type RealServer, type ServiceModel, type VirtualServer, entryKey, rsKey, vsKey } from "./model.ts";
 

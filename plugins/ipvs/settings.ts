@@ -3,7 +3,7 @@
 // cleanLegacyService). Pure: the backend runs what these return.
 
 import { BlockList, isIP } from "node:net";
-import type { Config } from "../../src/plugins/toolkit/index.ts";
+import type { Config } from "../../src/host/toolkit/index.ts";
 import { sysctls } from "./names.ts";
 
 /**

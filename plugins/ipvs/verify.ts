@@ -7,7 +7,7 @@
 // difference; so is a virtual server kpng does not own (ownedVirtualServers).
 // Pure.
 
-import { type Drift, frontendName } from "../../src/plugins/toolkit/index.ts";
+import { type Drift, frontendName } from "../../src/host/toolkit/index.ts";
 import { type KernelModel, type VirtualServer, drainsGracefully, rsKey } from "./model.ts";
 import { type DesiredState, ownedVirtualServers } from "./plan.ts";
 import { serviceFlag } from "./print.ts";

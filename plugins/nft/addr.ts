@@ -2,7 +2,7 @@
 // through here: the brain validates its input, but a backend must never
 // print a string into an nft script it has not recognised as an address.
 
-import { canonicalIP, cidrsOf, type Family, ipv6Text, isIPv4, isIPv6 } from "../../src/plugins/toolkit/index.ts";
+import { canonicalIP, cidrsOf, type Family, ipv6Text, isIPv4, isIPv6 } from "../../src/host/toolkit/index.ts";
 import type { TableFamily } from "./names.ts";
 
 /** the address check of a family, chosen once for a loop (a render checks 100,000s of endpoint addresses) */

@@ -1,7 +1,7 @@
 // The nftables backend: a full-state backend that renders only what changed
 // (plan.ts), applies it as one atomic transaction (executor.ts: `nft -f -`,
 // or a running `nft -i` for small partial syncs, session.ts) and then clears
-// stale UDP conntrack entries (src/plugins/toolkit/conntrack.ts). Between syncs the
+// stale UDP conntrack entries (src/host/toolkit/conntrack.ts). Between syncs the
 // watch (watch.ts) reads the kernel's ruleset events (netlink-socket.ts; `nft
 // monitor` where that socket cannot be opened) for other processes changing
 // kpng's tables; the feed answers such a report with a full sync.
@@ -29,7 +29,7 @@ import {
   staleUdpFlows,
   type StateChange,
   type UdpFrontend,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { loopbackEntries } from "./addr.ts";
 import { type AheadLoad, NftRunner, processExecutor, processSpawner } from "./executor.ts";
 import { NftSession, type Spawner } from "./session.ts";

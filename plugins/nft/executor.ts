@@ -7,15 +7,7 @@
 
 import { spawn } from "node:child_process";
 import { availableParallelism } from "node:os";
-import {
-  allDone,
-  errorMessage,
-  type Executor,
-  isUnavailable,
-  KpngError,
-  type Logger,
-  runCommand,
-} from "../../src/plugins/toolkit/index.ts";
+import { allDone, errorMessage, type Executor, isUnavailable, KpngError, type Logger, runCommand } from "../../src/host/toolkit/index.ts";
 import {
   batchable,
   encodeBatch,

@@ -1,6 +1,6 @@
 // What this backend leaves behind on a node, and what kube-proxy's nftables
 // mode leaves: one table per family each, removed whole. The host's leftovers
-// sweep and its watch for another proxy (src/plugins/leftovers/) ask through
+// sweep and its watch for another proxy (src/host/leftovers/) ask through
 // index.ts.
 
 import type { NftObject } from "./netlink-batch.ts";

@@ -6,7 +6,7 @@
 // (pkg/proxy/nftables/proxier.go): one table per family, verdict maps for
 // O(1) dispatch, a chain per service port and per endpoint.
 
-import { hashBase32 } from "../../src/plugins/toolkit/index.ts";
+import { hashBase32 } from "../../src/host/toolkit/index.ts";
 
 /** kpng's own tables: `ip kpng` and `ip6 kpng`. Nothing else is ever touched. */
 export const TABLE = "kpng";

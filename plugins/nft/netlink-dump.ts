@@ -16,7 +16,7 @@
 // Layout: linux/netfilter/nf_tables.h; the replies are NFT_MSG_NEW* messages
 // of a multipart dump ending with NLMSG_DONE.
 
-import { ipv6Text } from "../../src/plugins/toolkit/index.ts";
+import { ipv6Text } from "../../src/host/toolkit/index.ts";
 import {
   CHAIN_VERDICTS,
   header,

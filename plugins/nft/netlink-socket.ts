@@ -17,7 +17,7 @@
 // (openBatchSocket, the batch encoded by netlink-batch.ts).
 
 import { FFIType, dlopen, read } from "bun:ffi";
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { KpngError } from "../../src/host/toolkit/index.ts";
 import { eventLines, parseNftEvents } from "./netlink.ts";
 import type { EventHandlers, EventSource, EventStream } from "./watch.ts";
 

@@ -17,7 +17,7 @@
 // same transaction: replaced at once, without a window where services are
 // missing, but affinity starts over.
 
-import type { Config, NodeState, ServiceEndpoints, StateChange, UdpFrontend } from "../../src/plugins/toolkit/index.ts";
+import type { Config, NodeState, ServiceEndpoints, StateChange, UdpFrontend } from "../../src/host/toolkit/index.ts";
 import { FAMILIES, MAX_SLOTS, type TableFamily } from "./names.ts";
 import { dispatchChainSpec, familyConfig, renderBase, type FamilyConfig } from "./render-base.ts";
 import { ElementStore } from "./elements.ts";

@@ -1,7 +1,7 @@
 // The fixed part of each kpng table: maps, sets, base chains and helper
 // chains. It depends only on Config, so it is written on full syncs only.
 
-import { type Config, type FamilyLocalDetect, localDetectFor } from "../../src/plugins/toolkit/index.ts";
+import { type Config, type FamilyLocalDetect, localDetectFor } from "../../src/host/toolkit/index.ts";
 import { addressFamily, addrKw, addrType, cidrsOfFamily, loopback, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import type { TableFamily } from "./names.ts";

@@ -34,7 +34,7 @@ import {
   type Service,
   targetPort,
   type UdpFrontend,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { addressFamily, addrKw, addrType, cidrsOfFamily, firstOfFamily, ofFamily, setOf } from "./addr.ts";
 import * as N from "./names.ts";
 import { place } from "./positions.ts";

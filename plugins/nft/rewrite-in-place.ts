@@ -22,7 +22,7 @@
 // them, and the flush removed any rule that did.
 
 import * as v from "valibot";
-import type { Executor } from "../../src/plugins/toolkit/index.ts";
+import type { Executor } from "../../src/host/toolkit/index.ts";
 import { FAMILIES, TABLE, type TableFamily } from "./names.ts";
 import type { ChainSpec, Op, SetSpec } from "./transaction.ts";
 

@@ -35,7 +35,7 @@
 import { accessSync, constants, lstatSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { KpngError } from "../../src/host/toolkit/index.ts";
 
 /** a running program: what NftSession needs of it */
 export interface Channel {

@@ -14,8 +14,8 @@
 //   elements of affinity sets are the packets' and are not compared.
 
 import * as v from "valibot";
-import type { Drift, Executor } from "../../src/plugins/toolkit/index.ts";
-import { frontendName, serviceOfComment } from "../../src/plugins/toolkit/index.ts";
+import type { Drift, Executor } from "../../src/host/toolkit/index.ts";
+import { frontendName, serviceOfComment } from "../../src/host/toolkit/index.ts";
 import { canonicalIPv6 } from "./addr.ts";
 import { SYNC_STAMP_SET, TABLE, type TableFamily } from "./names.ts";
 import { setLayout } from "./netlink-batch.ts";

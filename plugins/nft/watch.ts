@@ -45,7 +45,7 @@
 // monitor lost (a burst bigger than its 16 MB socket buffer) are reported as
 // a change; so is the monitor exiting (what happened meanwhile is unknown).
 
-import type { Logger } from "../../src/plugins/toolkit/index.ts";
+import type { Logger } from "../../src/host/toolkit/index.ts";
 import { SYNC_STAMP_SET, TABLE } from "./names.ts";
 import type { Spawner } from "./session.ts";
 import type { Op } from "./transaction.ts";

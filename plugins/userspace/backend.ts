@@ -33,7 +33,7 @@ import {
   type NodeState,
   sameIPs,
   type StateChange,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import { LocalRoutes } from "./local-routes.ts";
 import { processExecutor } from "./executor.ts";
 import { hasEndpoints, sameFrontend, type Frontend } from "./frontends.ts";

@@ -1,7 +1,7 @@
 // The one door to the node's configuration: `ip` and `nft` run as processes.
 // Tests and --dry-run swap in a recorder (the Executor interface).
 
-import { runCommand, type Executor } from "../../src/plugins/toolkit/index.ts";
+import { runCommand, type Executor } from "../../src/host/toolkit/index.ts";
 
 export const processExecutor = (): Executor => ({
   async run(argv, stdin) {

@@ -24,7 +24,7 @@ import {
   type Service,
   type ServiceEndpoints,
   targetPort,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 
 /** the protocols a relay serves: Bun has no SCTP sockets */
 export type Proto = "tcp" | "udp";

@@ -1,7 +1,7 @@
 // `kpng --backend userspace`: a relay per service frontend in this process,
 // reached by local routes or an nftables redirect (backend.ts).
 
-import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
+import type { BackendFactory } from "../../src/host/toolkit/index.ts";
 import { UserspaceBackend } from "./backend.ts";
 
 export { UserspaceBackend, createUserspaceBackend, describe, type UserspaceOptions } from "./backend.ts";

@@ -27,7 +27,7 @@
 // - a delete names the exact route kpng added (type, table, device, scope
 //   and proto), and `--cleanup` flushes by proto only.
 
-import type { Executor } from "../../src/plugins/toolkit/index.ts";
+import type { Executor } from "../../src/host/toolkit/index.ts";
 import { ROUTE_PROTO } from "./names.ts";
 
 const prefix = (ip: string) => (ip.includes(":") ? `${ip}/128` : `${ip}/32`);

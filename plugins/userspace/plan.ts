@@ -5,7 +5,7 @@
 // gone) and those gone. Pure: the backend acts on the result (relays
 // started, updated, closed; bind mode's local routes; redirect's table).
 
-import type { NodeState, StateChange } from "../../src/plugins/toolkit/index.ts";
+import type { NodeState, StateChange } from "../../src/host/toolkit/index.ts";
 import { type Frontend, type PlanOptions, planService } from "./frontends.ts";
 
 export interface FrontendChanges {

@@ -14,7 +14,7 @@
 //   - a reset (`terminate()`: SO_LINGER 0) for a refused or removed endpoint,
 //     as conntrack cleanup and reject rules give with the kernel backends.
 
-import { type Logger, splitHostPort } from "../../src/plugins/toolkit/index.ts";
+import { type Logger, splitHostPort } from "../../src/host/toolkit/index.ts";
 import type { Frontend } from "./frontends.ts";
 import { FrontendChoice } from "./picker.ts";
 

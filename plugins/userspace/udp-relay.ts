@@ -10,7 +10,7 @@
 // both families, with the peer of each datagram.
 
 import dgram from "node:dgram";
-import { splitHostPort } from "../../src/plugins/toolkit/index.ts";
+import { splitHostPort } from "../../src/host/toolkit/index.ts";
 import type { Frontend } from "./frontends.ts";
 import { FrontendChoice } from "./picker.ts";
 import { isNodeAddress, plainAddress, type RelayOptions } from "./tcp-relay.ts";

@@ -19,7 +19,7 @@ import {
   type Logger,
   type Service,
   serviceKey,
-} from "../../src/plugins/toolkit/index.ts";
+} from "../../src/host/toolkit/index.ts";
 import type { HnsClient } from "./hns.ts";
 import { type PolicySpec, type RenderContext, renderPolicies, samePolicy } from "./render-service.ts";
 import { frontendOf, identityOf, loadBalancerSettings, remoteEndpointSettings, specOf } from "./settings.ts";

@@ -7,7 +7,7 @@
 // strings (a result and an error record); both are freed here.
 
 import { FFIType, type Pointer, dlopen, read } from "bun:ffi";
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { KpngError } from "../../src/host/toolkit/index.ts";
 import type { HcnLoadBalancer, HcnRemoteEndpoint, HnsClient, HnsEndpoint, HnsLoadBalancerInfo } from "./hns.ts";
 import { guidBytes, hresultHex, wideString } from "./win32.ts";
 

@@ -4,7 +4,7 @@
 // --dry-run, a recorder stands in and --dry-run prints each HNS call as one
 // JSON line.
 
-import type { BackendFactory } from "../../src/plugins/toolkit/index.ts";
+import type { BackendFactory } from "../../src/host/toolkit/index.ts";
 import { createWinkernelBackend } from "./backend.ts";
 import type { HnsClient } from "./hns.ts";
 import { hnsRecorder } from "./recorder.ts";

@@ -3,7 +3,7 @@
 // Used on Linux (there is no HNS) and, printing each call, by `--dry-run`.
 // IDs are deterministic GUID-shaped counters.
 
-import { KpngError } from "../../src/plugins/toolkit/index.ts";
+import { KpngError } from "../../src/host/toolkit/index.ts";
 import type { HcnLoadBalancer, HnsCall, HnsClient, HnsEndpoint, HnsLoadBalancerInfo } from "./hns.ts";
 
 export interface HnsRecorderOptions {

@@ -10,15 +10,7 @@
 // A class without endpoints gets no policy: HNS cannot reject, and upstream
 // leaves the VIP unprogrammed the same way.
 
-import {
-  type Endpoint,
-  FAMILIES,
-  type Family,
-  ipsOf,
-  type PortMapping,
-  type Service,
-  targetPort,
-} from "../../src/plugins/toolkit/index.ts";
+import { type Endpoint, FAMILIES, type Family, ipsOf, type PortMapping, type Service, targetPort } from "../../src/host/toolkit/index.ts";
 import { distribution, hnsProtocols, lbFlags, portMappingFlags } from "./hns.ts";
 
 export type PolicyKind = "cluster" | "nodeport" | "external" | "ingress";

@@ -4,8 +4,8 @@
 
 import { describe, expect, test } from "bun:test";
 import { stateOps } from "../../src/core/brain/ops.ts";
-import { applyIncremental } from "../../src/plugins/feed.ts";
-import type { IncrementalBackend } from "../../src/plugins/backend.ts";
+import { applyIncremental } from "../../src/host/feed.ts";
+import type { IncrementalBackend } from "../../src/host/backend.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { slice, svc } from "../fixtures/k8s.ts";
 import { brainWith } from "./helpers.ts";

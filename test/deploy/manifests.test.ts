@@ -17,7 +17,7 @@ import { parseClientAddress } from "../../src/core/api/server/address.ts";
 import { checkListen } from "../../src/core/api/server/index.ts";
 import { isIP } from "node:net";
 import { resourceSpecs } from "../../src/core/sources/kube.ts";
-import { loadBackend } from "../../src/plugins/loader.ts";
+import { loadBackend } from "../../src/host/loader.ts";
 import { tempDir } from "../sources/kube/helpers.ts";
 
 const root = join(import.meta.dir, "../..");

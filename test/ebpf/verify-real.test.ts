@@ -14,7 +14,7 @@ import { backendBytes, backendKeyBytes, frontKeyBytes } from "../../plugins/ebpf
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { createLogger } from "../../src/core/log.ts";
-import type { Drift } from "../../src/plugins/backend.ts";
+import type { Drift } from "../../src/host/backend.ts";
 import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { endpoint, entry, nextState, nodeState, service } from "../fixtures/state.ts";

@@ -5,7 +5,7 @@
 // mode's --dry-run prints through executor.ts). The winkernel fake HNS stays
 // in plugins/winkernel/: the product runs it (--dry-run, and off Windows).
 
-import { type Executor, KpngError } from "../../src/plugins/toolkit/index.ts";
+import { type Executor, KpngError } from "../../src/host/toolkit/index.ts";
 
 export interface RecordedCommand {
   argv: string[];

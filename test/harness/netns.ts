@@ -28,8 +28,8 @@
 // (SCTP over raw sockets: this kernel has no SCTP sockets; see echo_server.py).
 
 import { join } from "node:path";
-import type { Executor } from "../../src/plugins/backend.ts";
-import { type RunOptions, runCommand, type StdinChunk } from "../../src/plugins/toolkit/command.ts";
+import type { Executor } from "../../src/host/backend.ts";
+import { type RunOptions, runCommand, type StdinChunk } from "../../src/host/toolkit/command.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 
 export interface Host {

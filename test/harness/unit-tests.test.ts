@@ -28,7 +28,7 @@ describe("npm run test:unit", () => {
     ["a real cluster (kube-apiserver, nodes in namespaces)", "test/sources/skew-deployed.test.ts", "test/harness/netns.ts"],
     ["a whole kpng process", "test/userspace/deployed.test.ts", "test/harness/kpng-process.ts"],
     ["a backend's real executor (ipvsadm in a namespace)", "test/ipvs/kernel.test.ts", "(starts a process)"],
-    ["a helper two imports away that starts kpng", "test/plugins/leftovers/migrate.test.ts", "test/deployed/rig.ts"],
+    ["a helper two imports away that starts kpng", "test/host/leftovers/migrate.test.ts", "test/deployed/rig.ts"],
   ])("%s is out (%s), said why", (_, file, reason) => {
     expect(chosen).not.toContain(file);
     expect(leftOut.get(file)).toContain(reason);

@@ -27,7 +27,7 @@ export const UNIT_ROOMS = [
   "test/global",
   "test/api",
   "test/node",
-  "test/plugins",
+  "test/host",
   "test/nft",
   "test/iptables",
   "test/ipvs",

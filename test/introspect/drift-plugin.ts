@@ -4,7 +4,7 @@
 // kernel), narrowed to the Service asked for, as a real backend narrows it.
 
 import { readFileSync } from "node:fs";
-import type { BackendFactory, Drift, FullStateBackend } from "../../src/plugins/backend.ts";
+import type { BackendFactory, Drift, FullStateBackend } from "../../src/host/backend.ts";
 
 const factory: BackendFactory = () =>
   ({

@@ -9,7 +9,7 @@
 //   exit 1, until the next full restore (hourly); another Service is clean.
 // - nft: the Service's element in the service-ips map. kpng's watch sees the
 //   commit at once and repairs within milliseconds, after reading back what
-//   was lost (src/plugins/feed.ts): there is no flag to keep it from
+//   was lost (src/host/feed.ts): there is no flag to keep it from
 //   repairing, so the loss is seen in the WARN line naming the Service and
 //   frontend and in the drift gauge, and `kpng verify` then finds the kernel
 //   repaired, exit 0.

@@ -4,7 +4,7 @@
 import type { Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { Service } from "../../src/core/brain/state.ts";
-import type { BackendContext } from "../../src/plugins/backend.ts";
+import type { BackendContext } from "../../src/host/backend.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { node0Config } from "../fixtures/node-config.ts";
 import { service, type ServiceSpec } from "../fixtures/state.ts";

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Endpoint, Service } from "../../src/gen/localv1/services_pb.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import type { Family } from "../../src/plugins/toolkit/index.ts";
+import type { Family } from "../../src/host/toolkit/index.ts";
 import { plan } from "../fixtures/addresses.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
 import type { Config } from "../../src/core/config/config.ts";

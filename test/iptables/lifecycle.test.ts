@@ -7,7 +7,7 @@
 // bulk restore into a namespace whose tables do not exist yet.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import type { Topology } from "../harness/netns.ts";
 import type { RecordedCall } from "../../plugins/iptables/executor.ts";
 import { bulkPreamble } from "../../plugins/iptables/render-restore.ts";

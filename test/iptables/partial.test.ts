@@ -4,8 +4,8 @@
 
 import { describe, expect, test } from "bun:test";
 import { recordingExecutor, restoredMarker } from "../../plugins/iptables/executor.ts";
-import type { BackendContext } from "../../src/plugins/backend.ts";
-import type { StdinChunk } from "../../src/plugins/toolkit/index.ts";
+import type { BackendContext } from "../../src/host/backend.ts";
+import type { StdinChunk } from "../../src/host/toolkit/index.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
 import { waitFor } from "../sources/kube/helpers.ts";

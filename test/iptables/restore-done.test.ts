@@ -6,7 +6,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { iptablesExecutor, restoredMarker, spawnExecutor } from "../../plugins/iptables/executor.ts";
-import { runCommand } from "../../src/plugins/toolkit/command.ts";
+import { runCommand } from "../../src/host/toolkit/command.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
 const accepted = "*filter\n:KPNG-DONE - [0:0]\n-A KPNG-DONE -j RETURN\nCOMMIT\n*nat\n:KPNG-DONE - [0:0]\n-A KPNG-DONE -j RETURN\nCOMMIT\n";

@@ -6,7 +6,7 @@
 // kernel a streamed first restore leaves exactly what a printed one leaves.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import { recordingExecutor, restoredMarker, spawnExecutor } from "../../plugins/iptables/executor.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { bulkPreamble, streamRestore, Transaction } from "../../plugins/iptables/render-restore.ts";

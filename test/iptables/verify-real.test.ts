@@ -6,7 +6,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import type { Drift } from "../../src/plugins/backend.ts";
+import type { Drift } from "../../src/host/backend.ts";
 import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { canonical6, createTopology, type Topology } from "../harness/netns.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";

@@ -6,7 +6,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import { type Feed, feedBackend } from "../../src/plugins/feed.ts";
+import { type Feed, feedBackend } from "../../src/host/feed.ts";
 import { entry, nodeState } from "../fixtures/state.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";

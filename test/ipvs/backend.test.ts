@@ -4,9 +4,9 @@
 import { describe, expect, test } from "bun:test";
 import { isInvalidArgument } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { FullStateBackend } from "../../src/plugins/backend.ts";
+import type { FullStateBackend } from "../../src/host/backend.ts";
 import factory, { IPVS_DEPRECATION_MESSAGE, IPVS_DEPRECATION_REASON } from "../../plugins/ipvs/index.ts";
-import { nodePortIPs } from "../../src/plugins/toolkit/index.ts";
+import { nodePortIPs } from "../../src/host/toolkit/index.ts";
 import { plan, v4, v6 } from "../fixtures/addresses.ts";
 import { N1, N1v6, lines, rig, testConfig } from "./harness.ts";
 import { endpoint, entry, nodeState, service } from "./services.ts";

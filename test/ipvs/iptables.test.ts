@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { plan } from "../fixtures/addresses.ts";
 import { type IptablesContext, iptablesRules, jumpArgv, masqueradeMark, printIptablesRestore } from "../../plugins/ipvs/render-iptables.ts";
 import { baseJumps, setIds, setName } from "../../plugins/ipvs/names.ts";
-import { FAMILIES, type Family } from "../../src/plugins/toolkit/index.ts";
+import { FAMILIES, type Family } from "../../src/host/toolkit/index.ts";
 import type { LocalDetect } from "../../src/core/config/config.ts";
 
 const ctx = (o: Partial<IptablesContext> = {}): IptablesContext => ({

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { KpngError } from "../../src/core/errors.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import { IPVS_DEPRECATION_MESSAGE, createIpvsBackend } from "../../plugins/ipvs/index.ts";
 import { commandExecutor } from "../../plugins/ipvs/executor.ts";
 import { recorder } from "../harness/command-recorder.ts";

@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { IPVS_DEVICE, IPVS_FOOTPRINT, virtualServersRemoving } from "../../plugins/ipvs/index.ts";
 import { chains, dummyInterface, setIds, setName } from "../../plugins/ipvs/names.ts";
-import { FAMILIES } from "../../src/plugins/toolkit/index.ts";
+import { FAMILIES } from "../../src/host/toolkit/index.ts";
 
 const kpng = IPVS_FOOTPRINT.kpng;
 const kubeProxy = IPVS_FOOTPRINT["kube-proxy"];

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
 import { recorder } from "../harness/command-recorder.ts";
 import { type Topology, createTopology } from "../harness/netns.ts";

@@ -9,7 +9,7 @@
 import { describe, expect, test } from "bun:test";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Drift, Executor } from "../../src/plugins/backend.ts";
+import type { Drift, Executor } from "../../src/host/backend.ts";
 import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { N1, lines, testConfig } from "./harness.ts";

@@ -11,7 +11,7 @@ import { NftRunner } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { openBatchSocket } from "../../plugins/nft/netlink-socket.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { canonical6, createTopology, type Topology } from "../harness/netns.ts";

@@ -4,7 +4,7 @@
 import type { Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { Endpoint, NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
-import type { BackendContext, Executor } from "../../src/plugins/backend.ts";
+import type { BackendContext, Executor } from "../../src/host/backend.ts";
 import * as S from "../fixtures/state.ts";
 
 export type SvcSpec = S.ServiceSpec;

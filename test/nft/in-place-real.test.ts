@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { FIRST_LOAD_SPLIT_ELEMENTS } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import type { Endpoint } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

@@ -28,7 +28,7 @@ import { ListElement } from "../../plugins/nft/render-service.ts";
 import { NftSync } from "../../plugins/nft/plan.ts";
 import { Transaction, type Op } from "../../plugins/nft/transaction.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import { isIPv6, KpngError } from "../../src/plugins/toolkit/index.ts";
+import { isIPv6, KpngError } from "../../src/host/toolkit/index.ts";
 import { Unencodable, value, Writer } from "../../plugins/nft/netlink-values.ts";
 import { isTransaction, nodeConfig, recorder } from "./fixtures.ts";
 import { batchCaptureState } from "./netlink-batch-cases.ts";

@@ -1,6 +1,6 @@
 // Repair after someone else touches kpng's rules (issue 10 B), against the
 // real kernel in a namespace: the nft backend with its watch on the kernel's
-// events (plugins/nft/watch.ts, netlink-socket.ts), fed as kpng feeds it (src/plugins/feed.ts), health
+// events (plugins/nft/watch.ts, netlink-socket.ts), fed as kpng feeds it (src/host/feed.ts), health
 // as /healthz computes it. Each fault another process can make is followed
 // by kpng's full ruleset back within 5 s and packets flowing again; while the
 // rules are known to be gone, or the repair keeps failing, the proxy is
@@ -12,7 +12,7 @@ import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import { SYNC_STAMP_SET } from "../../plugins/nft/names.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { ProxyHealth } from "../../src/core/node/health.ts";
-import { feedBackend, type Feed } from "../../src/plugins/feed.ts";
+import { feedBackend, type Feed } from "../../src/host/feed.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, ep, nextState, nodeConfig, nodeState, svc } from "./fixtures.ts";

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { SESSION_MAX_BYTES, processSpawner } from "../../plugins/nft/executor.ts";
 import { createNftBackend } from "../../plugins/nft/index.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
-import type { Drift } from "../../src/plugins/backend.ts";
+import type { Drift } from "../../src/host/backend.ts";
 import { driftMetrics } from "../fixtures/drift-metrics.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";

@@ -10,7 +10,7 @@ import { processSpawner } from "../../plugins/nft/executor.ts";
 import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import { Brain } from "../../src/core/brain/brain.ts";
 import { ProxyMetrics } from "../../src/core/node/metrics.ts";
-import { type Feed, feedBackend } from "../../src/plugins/feed.ts";
+import { type Feed, feedBackend } from "../../src/host/feed.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { value } from "../node/prom-text.ts";

@@ -11,7 +11,7 @@ import type { SpawnHandlers, Spawner } from "../../plugins/nft/session.ts";
 import { Transaction } from "../../plugins/nft/transaction.ts";
 import { RulesWatch, firstWorking, type EventSource } from "../../plugins/nft/watch.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Executor } from "../../src/plugins/backend.ts";
+import type { Executor } from "../../src/host/backend.ts";
 
 function world(opts: { refuse?: (stdin: string) => boolean } = {}) {
   const monitors: Array<{ on: SpawnHandlers; alive: boolean }> = [];

@@ -4,7 +4,7 @@
 // someone flushing the ruleset would), deleting the file.
 
 import { existsSync, unlinkSync } from "node:fs";
-import type { BackendFactory, FullStateBackend } from "../../src/plugins/backend.ts";
+import type { BackendFactory, FullStateBackend } from "../../src/host/backend.ts";
 
 const factory: BackendFactory = () => {
   let applies = 0;

@@ -22,7 +22,7 @@ import { stampNow } from "./health.ts";
 import type { ProxyMetrics } from "./metrics.ts";
 import type { ProxyReports, ProxyServers } from "./proxy-servers.ts";
 
-/** What backends report from inside their syncs (src/plugins/backend.ts BackendMetrics). */
+/** What backends report from inside their syncs (src/host/backend.ts BackendMetrics). */
 type BackendReports = Pick<ProxyMetrics, "transactionFailed" | "conntrackReconciled" | "iptablesRules" | "rulesDrift">;
 
 export interface LateServersOptions {

@@ -107,7 +107,7 @@ function noLocalClasses(se: ServiceEndpoints): string[] {
   return out;
 }
 
-/** Also the backends' BackendMetrics (src/plugins/backend.ts): what happens inside their syncs. */
+/** Also the backends' BackendMetrics (src/host/backend.ts): what happens inside their syncs. */
 export class ProxyMetrics {
   readonly registry = new Registry();
   /** what the API client records: hand it to the Kubernetes source and the event recorder */

@@ -2,9 +2,9 @@
 // the node-local state (watchStates), change sets (watchChangeSets, Replica)
 // or whole snapshots (nextSnapshot), plus the DiffStore. Import this module
 // only (the rest is internal). It knows no Backend: feeding one from the API
-// is the plugin host's job, with `run(handler)` in src/plugins/run.ts:
+// is the plugin host's job, with `run(handler)` in src/host/run.ts:
 //
-//   import { run } from "kpng/src/plugins/run.ts";
+//   import { run } from "kpng/src/host/run.ts";
 //   await run((state, change) => console.log(state.rev, state.services.size));
 //
 // See examples/plugins/print-changes.ts for a runnable example, and

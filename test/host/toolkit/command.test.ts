@@ -7,7 +7,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { runCommand } from "../../../src/plugins/toolkit/command.ts";
+import { runCommand } from "../../../src/host/toolkit/command.ts";
 
 const dirs: string[] = [];
 afterEach(() => {

@@ -5,7 +5,7 @@
 
 import { describe, expect, test } from "bun:test";
 import { isIPv4 as nodeIPv4, isIPv6 as nodeIPv6 } from "node:net";
-import { isIPv4, isIPv6 } from "../../../src/plugins/toolkit/index.ts";
+import { isIPv4, isIPv6 } from "../../../src/host/toolkit/index.ts";
 
 const cases: { name: string; s: string }[] = [
   { name: "empty", s: "" },

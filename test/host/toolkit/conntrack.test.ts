@@ -1,4 +1,4 @@
-// src/plugins/toolkit/conntrack.ts: which UDP entries go stale between two syncs, and
+// src/host/toolkit/conntrack.ts: which UDP entries go stale between two syncs, and
 // the conntrack(8) commands that delete them.
 
 import { describe, expect, test } from "bun:test";
@@ -12,7 +12,7 @@ import {
   staleUdpFlows,
   type StaleFlow,
   type UdpFrontend,
-} from "../../../src/plugins/toolkit/conntrack.ts";
+} from "../../../src/host/toolkit/conntrack.ts";
 import { recorder } from "../../nft/fixtures.ts";
 
 const fe = (ip: string | undefined, port: number, endpoints: string[], family: 4 | 6 = 4): UdpFrontend => ({ ip, family, port, endpoints });

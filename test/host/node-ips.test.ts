@@ -15,8 +15,8 @@ import { hnsRecorder } from "../../plugins/winkernel/recorder.ts";
 import { defaultConfig, type Config } from "../../src/core/config/config.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
-import type { Backend } from "../../src/plugins/backend.ts";
-import { feedBackend } from "../../src/plugins/feed.ts";
+import type { Backend } from "../../src/host/backend.ts";
+import { feedBackend } from "../../src/host/feed.ts";
 import { plan, v4 } from "../fixtures/addresses.ts";
 import { endpoint, entry, nodeState, service } from "../fixtures/state.ts";
 

@@ -6,8 +6,8 @@ import { describe, expect, test } from "bun:test";
 import type { Revision } from "../../src/core/brain/brain.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { FullStateBackend } from "../../src/plugins/backend.ts";
-import { feedAll, firstSyncs } from "../../src/plugins/feed-all.ts";
+import type { FullStateBackend } from "../../src/host/backend.ts";
+import { feedAll, firstSyncs } from "../../src/host/feed-all.ts";
 
 const rev = (n: number): Revision => ({ state: { nodeName: "n", rev: n, services: new Map() }, change: null });
 

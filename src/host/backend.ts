@@ -35,7 +35,7 @@ export interface BackendContext {
   /** where a backend reports what happens inside its syncs (metrics); read at report time, absent = not reported */
   metrics?: BackendMetrics;
   /**
-   * The toolkit's functions (src/plugins/toolkit/), set by the loader for
+   * The toolkit's functions (src/host/toolkit/), set by the loader for
    * every backend it makes: a `--plugin` file loaded by the compiled binary
    * can import kpng's types only, and finds the functions here. Built-in
    * backends import the toolkit instead.

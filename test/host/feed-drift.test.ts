@@ -8,8 +8,8 @@ import { describe, expect, test } from "bun:test";
 import type { Revision } from "../../src/core/brain/brain.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Drift, FullStateBackend } from "../../src/plugins/backend.ts";
-import { feedBackend } from "../../src/plugins/feed.ts";
+import type { Drift, FullStateBackend } from "../../src/host/backend.ts";
+import { feedBackend } from "../../src/host/feed.ts";
 
 const rev = (n: number): Revision => ({ state: { nodeName: "n", rev: n, services: new Map() }, change: null });
 

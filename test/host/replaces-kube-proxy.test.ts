@@ -2,7 +2,7 @@
 // one of its modes (nftables, iptables, ipvs).
 
 import { expect, test } from "bun:test";
-import { replacesKubeProxy } from "../../src/plugins/cleanup.ts";
+import { replacesKubeProxy } from "../../src/host/cleanup.ts";
 
 const cases: Array<{ name: string; backends: string[]; want: boolean }> = [
   { name: "nft replaces kube-proxy's nftables mode", backends: ["nft"], want: true },

@@ -1,4 +1,4 @@
-// The backend toolkit (src/plugins/toolkit/): the questions every backend
+// The backend toolkit (src/host/toolkit/): the questions every backend
 // asks, answered once, and the rule that keeps the core and the backends
 // apart: a backend imports the toolkit and nothing else of kpng, and the
 // core imports neither the plugin host nor a backend.
@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
 import { defaultConfig } from "../../../src/core/config/config.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
-import type { BackendContext } from "../../../src/plugins/backend.ts";
-import { loadBackend } from "../../../src/plugins/loader.ts";
-import * as toolkit from "../../../src/plugins/toolkit/index.ts";
+import type { BackendContext } from "../../../src/host/backend.ts";
+import { loadBackend } from "../../../src/host/loader.ts";
+import * as toolkit from "../../../src/host/toolkit/index.ts";
 import {
   externallyAccessible,
   hostPort,
@@ -20,7 +20,7 @@ import {
   servedInFamily,
   splitHostPort,
   type Family,
-} from "../../../src/plugins/toolkit/index.ts";
+} from "../../../src/host/toolkit/index.ts";
 import { v4, v6 } from "../../fixtures/addresses.ts";
 import { service } from "../../fixtures/state.ts";
 
@@ -48,7 +48,7 @@ describe("who imports what", () => {
       const own = file.split("/").slice(0, 2).join("/");
       for (const target of importsOf(file)) {
         if (target.startsWith(`${own}/`)) continue;
-        if (target === "src/plugins/toolkit/index.ts") continue;
+        if (target === "src/host/toolkit/index.ts") continue;
         if (/^plugins\/[^/]+\/index\.ts$/.test(target)) continue; // composing a backend whole (ebpf over nft)
         bad.push(`${file} -> ${target}`);
       }
@@ -59,14 +59,14 @@ describe("who imports what", () => {
   test("the core imports neither the plugin host nor a backend", () => {
     const bad = sources("src/core").flatMap((file) =>
       importsOf(file)
-        .filter((t) => t.startsWith("src/plugins/") || t.startsWith("plugins/"))
+        .filter((t) => t.startsWith("src/host/") || t.startsWith("plugins/"))
         .map((t) => `${file} -> ${t}`),
     );
     expect(bad).toEqual([]);
   });
 
   test("the examples import kpng through the toolkit and the client library's entries", () => {
-    const allowed = new Set(["src/plugins/toolkit/index.ts", "src/plugins/run.ts", "src/core/api/client/index.ts"]);
+    const allowed = new Set(["src/host/toolkit/index.ts", "src/host/run.ts", "src/core/api/client/index.ts"]);
     const bad = sources("examples").flatMap((file) =>
       importsOf(file)
         .filter((t) => !allowed.has(t))

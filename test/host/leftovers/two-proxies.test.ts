@@ -6,7 +6,7 @@
 // WARN naming what it saw, and kpng_foreign_proxy_detected at 1 on /metrics
 // for that proxy, rule flavour and family. It must not fight: kube-proxy's
 // rules stay, kpng's too, the Service keeps answering, and /healthz stays 200
-// (src/plugins/leftovers/foreign.ts says why).
+// (src/host/leftovers/foreign.ts says why).
 //
 // One case per way kube-proxy writes rules: nftables mode (table ip
 // kube-proxy), iptables mode through iptables-nft and through iptables-legacy

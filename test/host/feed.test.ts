@@ -7,8 +7,8 @@ import { describe, expect, test } from "bun:test";
 import type { Revision } from "../../src/core/brain/brain.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import type { NodeState, StateChange } from "../../src/core/brain/state.ts";
-import type { FullStateBackend } from "../../src/plugins/backend.ts";
-import { feedBackend, repairPacer } from "../../src/plugins/feed.ts";
+import type { FullStateBackend } from "../../src/host/backend.ts";
+import { feedBackend, repairPacer } from "../../src/host/feed.ts";
 
 const state = (rev: number): NodeState => ({ nodeName: "n", rev, services: new Map() });
 const rev = (n: number, change: string[] | null): Revision => ({ state: state(n), change: change && new Set(change) });

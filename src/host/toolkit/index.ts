@@ -1,6 +1,6 @@
 // The backend toolkit: everything a backend imports from kpng, built-in or a
 // `--plugin ./x.ts` of a third party. A backend imports this module and
-// nothing else of kpng (test/plugins/toolkit/toolkit.test.ts checks the built-ins),
+// nothing else of kpng (test/host/toolkit/toolkit.test.ts checks the built-ins),
 // so the core's rooms can change without touching a backend.
 //
 // - the contract: the Backend interface, its context, config and logger types,

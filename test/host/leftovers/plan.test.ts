@@ -3,8 +3,8 @@
 
 import { describe, expect, test } from "bun:test";
 import { memoryLogger } from "../../../src/core/log.ts";
-import type { Executor } from "../../../src/plugins/backend.ts";
-import { planCommands, removeLeftovers } from "../../../src/plugins/leftovers/index.ts";
+import type { Executor } from "../../../src/host/backend.ts";
+import { planCommands, removeLeftovers } from "../../../src/host/leftovers/index.ts";
 import {
   emptyPlan,
   parseIptablesSave,
@@ -12,7 +12,7 @@ import {
   type IptablesDump,
   type Listing,
   type PlanOptions,
-} from "../../../src/plugins/leftovers/plan.ts";
+} from "../../../src/host/leftovers/plan.ts";
 import { v4 } from "../../fixtures/addresses.ts";
 import {
   foreignIptables,

@@ -1,4 +1,4 @@
-// The foreign-proxy watch (src/plugins/leftovers/foreign.ts) and its probe
+// The foreign-proxy watch (src/host/leftovers/foreign.ts) and its probe
 // (foreign-probe.ts) against recorders: what is said when, what the gauge is
 // told, which questions are asked. The real kernel and the real kube-proxy:
 // two-proxies.test.ts.
@@ -9,8 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { memoryLogger } from "../../../src/core/log.ts";
 import type { NftObject } from "../../../plugins/nft/netlink-batch.ts";
-import { ForeignProxyWatch, type Sighting, sightingKey } from "../../../src/plugins/leftovers/foreign.ts";
-import { kernelProbe } from "../../../src/plugins/leftovers/foreign-probe.ts";
+import { ForeignProxyWatch, type Sighting, sightingKey } from "../../../src/host/leftovers/foreign.ts";
+import { kernelProbe } from "../../../src/host/leftovers/foreign-probe.ts";
 
 const table: Sighting = { proxy: "kube-proxy", rules: "nftables", family: "IPv4", what: "table ip kube-proxy" };
 const canary: Sighting = { proxy: "kube-proxy", rules: "iptables-nft", family: "IPv6", what: "chain mangle KUBE-PROXY-CANARY" };
