@@ -23,23 +23,33 @@ export interface SavedState {
 
 const builtins = new Set(["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"]);
 
-export function parseSave(text: string): SavedState {
-  const state: SavedState = { chains: new Map(tables.map((t) => [t, new Set<string>()])), jumps: [] };
+/**
+ * The lines of `iptables-save` text that kpng reads, in its own tables only:
+ * chain declarations (`:NAME ...`) and rules (`-A ...`), each with its table,
+ * trailing blanks trimmed. parseSave and verify.ts's savedRules read through it.
+ */
+export function* savedTableLines(text: string): Generator<{ table: Table; line: string }> {
   let table: Table | undefined;
   for (const raw of text.split("\n")) {
     const line = raw.trimEnd();
     if (line.startsWith("*")) {
       const t = line.slice(1);
       table = (tables as readonly string[]).includes(t) ? (t as Table) : undefined;
-      continue;
-    }
-    if (!table) continue;
+    } else if (table && (line.startsWith(":") || line.startsWith("-A "))) yield { table, line };
+  }
+}
+
+/** the chain a `:NAME POLICY [0:0]` line declares */
+export const declaredChain = (line: string) => line.slice(1).split(" ")[0];
+
+export function parseSave(text: string): SavedState {
+  const state: SavedState = { chains: new Map(tables.map((t) => [t, new Set<string>()])), jumps: [] };
+  for (const { table, line } of savedTableLines(text)) {
     if (line.startsWith(":")) {
-      const name = line.slice(1).split(" ")[0];
+      const name = declaredChain(line);
       if (name.startsWith(prefix)) state.chains.get(table)!.add(name);
       continue;
     }
-    if (!line.startsWith("-A ")) continue;
     const from = line.split(" ")[1];
     const jump = / -[jg] (\S+)/.exec(line);
     if (builtins.has(from) && jump?.[1].startsWith(prefix)) state.jumps.push({ table, from, to: jump[1], line });

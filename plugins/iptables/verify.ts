@@ -13,7 +13,8 @@
 // kpng's chains are kpng's; other rules there are someone else's.
 
 import { canonicalIP, type Drift, frontendName, serviceOfComment } from "../../src/host/toolkit/index.ts";
-import { prefix, tables, type Table } from "./names.ts";
+import { prefix } from "./names.ts";
+import { declaredChain, savedTableLines } from "./parse-save.ts";
 import type { Rule } from "./render-restore.ts";
 
 /** one rule kpng restored, and the Service that owns it ("" for the fixed rules) */
@@ -45,26 +46,20 @@ interface SavedRule {
 /** `iptables-save` text -> kpng's chains (and the jumps into them from built-in chains) with their rules */
 export function savedRules(text: string): Map<string, SavedRule[]> {
   const out = new Map<string, SavedRule[]>();
-  let table: Table | undefined;
-  for (const raw of text.split("\n")) {
-    const line = raw.trimEnd();
-    if (line.startsWith("*")) {
-      const t = line.slice(1);
-      table = (tables as readonly string[]).includes(t) ? (t as Table) : undefined;
-    } else if (!table) continue;
-    else if (line.startsWith(":")) {
-      const name = line.slice(1).split(" ")[0];
+  for (const { table, line } of savedTableLines(text)) {
+    if (line.startsWith(":")) {
+      const name = declaredChain(line);
       if (name.startsWith(prefix)) out.set(`${table}/${name}`, []);
-    } else if (line.startsWith("-A ")) {
-      const tokens = tokenize(line).slice(1);
-      const chain = tokens.shift()!;
-      const { comment, rest } = withoutComment(tokens);
-      const r = { comment, tokens: rest, line };
-      if (chain.startsWith(prefix)) out.get(`${table}/${chain}`)?.push(r);
-      else if (target(rest).startsWith(prefix)) {
-        const k = `${table}/${chain}`;
-        out.set(k, [...(out.get(k) ?? []), r]);
-      }
+      continue;
+    }
+    const tokens = tokenize(line).slice(1);
+    const chain = tokens.shift()!;
+    const { comment, rest } = withoutComment(tokens);
+    const r = { comment, tokens: rest, line };
+    if (chain.startsWith(prefix)) out.get(`${table}/${chain}`)?.push(r);
+    else if (target(rest).startsWith(prefix)) {
+      const k = `${table}/${chain}`;
+      out.set(k, [...(out.get(k) ?? []), r]);
     }
   }
   return out;
