@@ -16,7 +16,7 @@
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { Brain } from "../brain/brain.ts";
 import { DEFAULT_UNIX_SOCKET, parseApiAddress } from "../api/server/address.ts";
-import { listen, type Listener } from "../api/server/listener.ts";
+import { answering400, listen, type Listener } from "../api/server/listener.ts";
 import { errorMessage } from "../errors.ts";
 import type { Logger } from "../log.ts";
 import { introspectRoutes, type IntrospectSource } from "./routes.ts";
@@ -38,15 +38,7 @@ export async function serveDefaultSocket(opts: DefaultSocketOptions): Promise<Li
   const connect = connectNodeAdapter({
     routes: introspectRoutes({ brain: opts.brain, defaultNodeName: opts.nodeName, source: opts.source }),
   });
-  const handler: typeof connect = (req, res) => {
-    try {
-      connect(req, res);
-    } catch {
-      // Connect throws synchronously on some malformed requests (an HTTP/1.1 request without Host).
-      if (!res.headersSent) res.writeHead(400);
-      res.end();
-    }
-  };
+  const handler = answering400(connect);
   try {
     const listener = await listen(parseApiAddress(spec), handler, { what: "default socket" });
     opts.log.info("serving kpng get and kpng verify", { listen: spec });

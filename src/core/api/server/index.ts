@@ -26,7 +26,7 @@ import { readTlsFiles, SERVER_FLAGS, watchTlsFiles, type TlsFiles } from "../tls
 import { MAX_REQUEST_MESSAGE, serveGrpcFast, type FastRoutes } from "./grpc-fast.ts";
 import { Slots } from "./slots.ts";
 import { dropWhenStuck, type WatchedResponse } from "./drop-stalled-response.ts";
-import { listen, type Listener } from "./listener.ts";
+import { answering400, listen, type Listener } from "./listener.ts";
 import { nextState, type NextDeps } from "./full-state-poll.ts";
 import { globalWatchBatches } from "./global-watch.ts";
 import { watchBatches, type WatchDeps } from "./watch.ts";
@@ -224,19 +224,15 @@ export async function startApiServer(opts: ApiServerOptions): Promise<ApiServer>
   const auth = new Authenticator({ certificates: !!material?.ca, tokens: opts.auth?.tokens }, log);
   const api = createApi(opts);
   const connect = connectNodeAdapter({ routes: api.routes, readMaxBytes: MAX_REQUEST_MESSAGE });
-  const handler: typeof connect = (req, res) => {
-    try {
+  const handler: typeof connect = answering400(
+    (req, res) => {
       if (serveGrpcFast(req as Parameters<typeof serveGrpcFast>[0], res as unknown as Parameters<typeof serveGrpcFast>[1], api.fast))
         return;
       dropWhenStuck(res as unknown as WatchedResponse, api.fast.stuckMs, () => api.fast.onStuck(req.url ?? ""));
       connect(req, res);
-    } catch (err) {
-      // Connect throws synchronously on some malformed requests (an HTTP/1.1 request without Host).
-      log.warn("bad request", { path: req.url, error: errorMessage(err) });
-      if (!res.headersSent) res.writeHead(400);
-      res.end();
-    }
-  };
+    },
+    (path, err) => log.warn("bad request", { path, error: errorMessage(err) }),
+  );
   // Over TLS, a request is served once its client is authenticated (see auth.ts).
   const secured: typeof connect = !auth.required
     ? handler

@@ -24,6 +24,24 @@ const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
+/**
+ * `serve`, answering 400 where it throws: Connect throws synchronously on
+ * some malformed requests (an HTTP/1.1 request without Host), which would
+ * otherwise leave the response open. `onError` hears of each.
+ */
+export function answering400<H extends Handler>(serve: H, onError?: (url: string | undefined, err: unknown) => void): H {
+  return ((req, res) => {
+    try {
+      serve(req, res);
+    } catch (err) {
+      onError?.(req.url, err);
+      // both response kinds take writeHead(status); their overloads differ, so TypeScript sees no common one
+      if (!res.headersSent) (res as http.ServerResponse).writeHead(400);
+      res.end();
+    }
+  }) as H;
+}
+
 export interface Listener {
   /** the bound address (a tcp port 0 resolved to the real port) */
   readonly address: ApiAddress;
