@@ -105,9 +105,21 @@ describe("nft node ports with default flags", () => {
 });
 
 describe("iptables node ports follow upstream's default: every local address", () => {
+  /** the iptables backend's dry run on a cluster file `name` whose node-a has the InternalIP 203.0.113.1, with `more` flags */
+  const iptablesDryRun = (name: string, ...more: string[]) =>
+    kpng(
+      "--input",
+      clusterFile(name, [{ type: "InternalIP", address: "203.0.113.1" }]),
+      "--node-name",
+      "node-a",
+      "--backend",
+      "iptables",
+      "--dry-run",
+      "--once",
+      ...more,
+    );
   test("no nodePortAddresses: --dst-type LOCAL, not the node IP (a node IP change needs no rule change)", () => {
-    const file = clusterFile("iptables.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once");
+    const r = iptablesDryRun("iptables.json");
     expect(r.code).toBe(0);
     // localhostNodePorts is on by default (kube-proxy's default): loopback answers too, as upstream's rule has it
     expect(r.out).toMatch(/-A KPNG-SERVICES -m comment --comment "[^"]*" -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
@@ -115,36 +127,13 @@ describe("iptables node ports follow upstream's default: every local address", (
   });
 
   test("with --iptables-localhost-nodeports=false, loopback is left out as upstream does", () => {
-    const file = clusterFile("iptables-nolocal.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng(
-      "--input",
-      file,
-      "--node-name",
-      "node-a",
-      "--backend",
-      "iptables",
-      "--iptables-localhost-nodeports=false",
-      "--dry-run",
-      "--once",
-    );
+    const r = iptablesDryRun("iptables-nolocal.json", "--iptables-localhost-nodeports=false");
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/-A KPNG-SERVICES .*! -d 127\.0\.0\.0\/8 -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
   });
 
   test('"primary" narrows to the Node\'s IP', () => {
-    const file = clusterFile("iptables-primary.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng(
-      "--input",
-      file,
-      "--node-name",
-      "node-a",
-      "--backend",
-      "iptables",
-      "--dry-run",
-      "--once",
-      "--nodeport-addresses",
-      "primary",
-    );
+    const r = iptablesDryRun("iptables-primary.json", "--nodeport-addresses", "primary");
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/-A KPNG-SERVICES .*-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
   });
