@@ -86,3 +86,60 @@ export function packetRows({ topo, ports, web }: TableOptions) {
     eTPLocalNone: (): ServiceEndpoints[] => on(elsewhere({ external: false }), { eTPLocal: true }),
   };
 }
+
+/**
+ * The rows every backend answers alike, traffic and answers; each suite
+ * gives them its own name (what the row means in that backend).
+ */
+export function commonRows(
+  rows: ReturnType<typeof packetRows>,
+): Record<string, { services: () => ServiceEndpoints[]; expect: Expectation[] }> {
+  return {
+    /** every endpoint may answer an outside client, which it sees as the node */
+    clusterIP: {
+      services: () => rows.on([0, 1, 2]),
+      expect: perFamily((f) => [{ from: "client", to: cip[f], port: 80, answer: allPods, source: "node" }]),
+    },
+    /** node ports on the node's IPs only: not on loopback, not on another local address */
+    nodePortAddresses: {
+      services: () => rows.on([1]),
+      expect: [
+        { from: "node", to: "127.0.0.1", port: 30080, error: "refused" },
+        { from: "node", to: "::1", port: 30080, error: "refused" },
+        { from: "client", to: secondNodeIP, port: 30080, error: "refused" },
+        { from: "node", to: v4.node(0), port: 30080, answer: "pod1" },
+      ],
+    },
+    lbAndExternalIPs: {
+      services: () => rows.on([2]),
+      expect: perFamily((f) => [
+        { from: "client", to: lb[f], port: 80, answer: "pod2", source: "node" },
+        { from: "client", to: ext[f], port: 80, answer: "pod2", source: "node" },
+        { from: "client", to: lb[f], port: 53, proto: "udp", answer: "pod2" },
+      ]),
+    },
+    sourceRangesListed: {
+      services: () => rows.on([0], { sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }),
+      expect: perFamily((f) => [{ from: "client", to: lb[f], port: 80, answer: "pod0" }]),
+    },
+    iTPLocal: {
+      services: rows.iTPLocal,
+      expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
+    },
+    hairpin: {
+      services: () => rows.on([0]),
+      expect: perFamily((f) => [
+        { from: "pod0", to: cip[f], port: 80, answer: "pod0", source: "node" },
+        { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod0", source: "node" },
+      ]),
+    },
+    undefinedPort: {
+      services: () => rows.on([0]),
+      expect: perFamily((f) => [
+        { from: "client", to: cip[f], port: 81, error: "refused" },
+        { from: "pod1", to: cip[f], port: 54, proto: "udp", error: "refused" },
+        { from: "node", to: cip[f], port: 81, error: "refused" },
+      ]),
+    },
+  };
+}

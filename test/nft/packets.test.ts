@@ -6,7 +6,20 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createNftBackend } from "../../plugins/nft/index.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
-import { allPods, cip, ext, fams, lb, node, nodeIP, packetRows, perFamily, secondNodeIP, web } from "../harness/packet-table.ts";
+import {
+  allPods,
+  commonRows,
+  cip,
+  ext,
+  fams,
+  lb,
+  node,
+  nodeIP,
+  packetRows,
+  perFamily,
+  secondNodeIP,
+  web,
+} from "../harness/packet-table.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { context, nodeConfig, nodeState } from "./fixtures.ts";
 import { check, type PacketCase } from "./packet-cases.ts";
@@ -22,12 +35,12 @@ beforeAll(async () => {
 afterAll(() => topo?.destroy());
 
 const rows = packetRows({ topo: () => topo, ports, web });
+const common = commonRows(rows);
 
 const cases: PacketCase[] = [
   {
     name: "ClusterIP: an endpoint answers the client, off-cluster source masqueraded",
-    services: () => rows.on([0, 1, 2]),
-    expect: perFamily((f) => [{ from: "client", to: cip[f], port: 80, answer: allPods, source: "node" }]),
+    ...common.clusterIP,
   },
   {
     name: "ClusterIP: pod traffic keeps the pod source",
@@ -63,13 +76,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "NodePort: default addresses are the node IPs, never loopback",
-    services: () => rows.on([1]),
-    expect: [
-      { from: "node", to: "127.0.0.1", port: 30080, error: "refused" },
-      { from: "node", to: "::1", port: 30080, error: "refused" },
-      { from: "client", to: secondNodeIP, port: 30080, error: "refused" },
-      { from: "node", to: v4.node(0), port: 30080, answer: "pod1" },
-    ],
+    ...common.nodePortAddresses,
   },
   {
     name: "NodePort: nodePortAddresses CIDR opens every local address inside it",
@@ -83,17 +90,11 @@ const cases: PacketCase[] = [
   },
   {
     name: "LoadBalancer IP and externalIP reach the endpoints",
-    services: () => rows.on([2]),
-    expect: perFamily((f) => [
-      { from: "client", to: lb[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: ext[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: lb[f], port: 53, proto: "udp", answer: "pod2" },
-    ]),
+    ...common.lbAndExternalIPs,
   },
   {
     name: "loadBalancerSourceRanges: a listed client gets in",
-    services: () => rows.on([0], { sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }),
-    expect: perFamily((f) => [{ from: "client", to: lb[f], port: 80, answer: "pod0" }]),
+    ...common.sourceRangesListed,
   },
   {
     name: "loadBalancerSourceRanges: others dropped on LB IPs only",
@@ -108,8 +109,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "iTP=Local: cluster IP traffic goes to local endpoints only",
-    services: rows.iTPLocal,
-    expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
+    ...common.iTPLocal,
   },
   {
     name: "iTP=Local without local endpoints: cluster IP traffic dropped",
@@ -155,11 +155,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "hairpin: a pod reaching itself through its service is masqueraded",
-    services: () => rows.on([0]),
-    expect: perFamily((f) => [
-      { from: "pod0", to: cip[f], port: 80, answer: "pod0", source: "node" },
-      { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod0", source: "node" },
-    ]),
+    ...common.hairpin,
   },
   {
     name: "no endpoints: rejected on every frontend and protocol",
@@ -175,12 +171,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "undefined port of a cluster IP: rejected",
-    services: () => rows.on([0]),
-    expect: perFamily((f) => [
-      { from: "client", to: cip[f], port: 81, error: "refused" },
-      { from: "pod1", to: cip[f], port: 54, proto: "udp", error: "refused" },
-      { from: "node", to: cip[f], port: 81, error: "refused" },
-    ]),
+    ...common.undefinedPort,
   },
 ];
 

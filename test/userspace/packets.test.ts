@@ -10,7 +10,20 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createTopology, type Topology } from "../harness/netns.ts";
-import { allPods, cip, ext, fams, lb, node, nodeIP, packetRows, perFamily, secondNodeIP, web as table } from "../harness/packet-table.ts";
+import {
+  allPods,
+  commonRows,
+  cip,
+  ext,
+  fams,
+  lb,
+  node,
+  nodeIP,
+  packetRows,
+  perFamily,
+  secondNodeIP,
+  web as table,
+} from "../harness/packet-table.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import type { SvcSpec } from "../nft/fixtures.ts";
 import { check, type Expectation } from "../nft/packet-cases.ts";
@@ -38,6 +51,7 @@ afterAll(async () => {
 /** the table's service, and a port whose connections stay open (holdServer) */
 const web = (over: Partial<SvcSpec> = {}) => table(over, [{ name: "long", port: 70 }]);
 const rows = packetRows({ topo: () => topo, ports, web });
+const common = commonRows(rows);
 
 interface Case {
   name: string;
@@ -48,8 +62,7 @@ interface Case {
 const cases: Case[] = [
   {
     name: "ClusterIP: an endpoint answers the client, from the node's address (relayed)",
-    services: () => rows.on([0, 1, 2]),
-    expect: perFamily((f) => [{ from: "client", to: cip[f], port: 80, answer: allPods, source: "node" }]),
+    ...common.clusterIP,
   },
   {
     name: "ClusterIP: pod traffic is relayed too (source: the node; nft keeps the pod's)",
@@ -86,27 +99,15 @@ const cases: Case[] = [
   },
   {
     name: "NodePort: the node IPs only, never loopback nor another local address",
-    services: () => rows.on([1]),
-    expect: [
-      { from: "node", to: "127.0.0.1", port: 30080, error: "refused" },
-      { from: "node", to: "::1", port: 30080, error: "refused" },
-      { from: "client", to: secondNodeIP, port: 30080, error: "refused" },
-      { from: "node", to: v4.node(0), port: 30080, answer: "pod1" },
-    ],
+    ...common.nodePortAddresses,
   },
   {
     name: "LoadBalancer IP and externalIP reach the endpoints",
-    services: () => rows.on([2]),
-    expect: perFamily((f) => [
-      { from: "client", to: lb[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: ext[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: lb[f], port: 53, proto: "udp", answer: "pod2" },
-    ]),
+    ...common.lbAndExternalIPs,
   },
   {
     name: "loadBalancerSourceRanges: a listed client gets in",
-    services: () => rows.on([0], { sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] }),
-    expect: perFamily((f) => [{ from: "client", to: lb[f], port: 80, answer: "pod0" }]),
+    ...common.sourceRangesListed,
   },
   {
     name: "loadBalancerSourceRanges: others turned away on LB IPs only (TCP reset after accept, UDP dropped)",
@@ -121,8 +122,7 @@ const cases: Case[] = [
   },
   {
     name: "iTP=Local: cluster IP traffic goes to local endpoints only",
-    services: rows.iTPLocal,
-    expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
+    ...common.iTPLocal,
   },
   {
     name: "iTP=Local without local endpoints: cluster IP refused (nft drops), external traffic still served",
@@ -169,11 +169,7 @@ const cases: Case[] = [
   },
   {
     name: "hairpin: a pod reaching itself through its service",
-    services: () => rows.on([0]),
-    expect: perFamily((f) => [
-      { from: "pod0", to: cip[f], port: 80, answer: "pod0", source: "node" },
-      { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod0", source: "node" },
-    ]),
+    ...common.hairpin,
   },
   {
     name: "no endpoints: refused on every frontend and protocol",
@@ -189,12 +185,7 @@ const cases: Case[] = [
   },
   {
     name: "undefined port of a cluster IP: refused",
-    services: () => rows.on([0]),
-    expect: perFamily((f) => [
-      { from: "client", to: cip[f], port: 81, error: "refused" },
-      { from: "pod1", to: cip[f], port: 54, proto: "udp", error: "refused" },
-      { from: "node", to: cip[f], port: 81, error: "refused" },
-    ]),
+    ...common.undefinedPort,
   },
   {
     name: "a deleted service: its addresses leave the node (nothing answers)",
