@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { nftDryRun, ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 const dir = tempDir("kpng-faults-");
 const input = join(dir.path, "cluster.yaml");
@@ -20,21 +20,7 @@ const brain = async (sock: string) => {
   return p;
 };
 const agent = () => {
-  const p = startKpng([
-    "--api",
-    `unix://${sockA}`,
-    "--api",
-    `unix://${sockB}`,
-    "--node-name",
-    "node-1",
-    "--backend",
-    "nft",
-    "--dry-run",
-    "--healthz-bind-address",
-    "127.0.0.1:0",
-    "--metrics-bind-address",
-    "127.0.0.1:0",
-  ]);
+  const p = startKpng(["--api", `unix://${sockA}`, "--api", `unix://${sockB}`, ...nftDryRun("node-1")]);
   running.push(p);
   return p;
 };
