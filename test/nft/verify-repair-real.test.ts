@@ -11,6 +11,7 @@ import { Brain } from "../../src/core/brain/brain.ts";
 import { ProxyMetrics } from "../../src/core/node/metrics.ts";
 import { type Feed, feedBackend } from "../../src/host/feed.ts";
 import { v4 } from "../fixtures/addresses.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { nftInNode } from "./in-node.ts";
 import { value } from "../node/prom-text.ts";
@@ -26,7 +27,7 @@ let fulls = 0;
 const nft = (...argv: string[]) => topo.exec(topo.node.ns, ["nft", ...argv]);
 const driftGauge = async () => value(await metrics.registry.metrics(), 'kpng_backend_rules_drift{backend="nft"}');
 
-async function until(what: string, ok: () => boolean, ms = 10_000) {
+async function until(what: string, ok: () => boolean, ms = LOADED_WAIT_MS) {
   const end = performance.now() + ms;
   while (!ok()) {
     if (performance.now() > end) throw new Error(`${what}: not within ${ms} ms\n${ctx.lines.slice(-8).join("\n")}`);
