@@ -124,11 +124,16 @@ function peekVarint(buf: Buffer, pos: number, end: number): { value: number; nex
  * A List decoded as its bytes arrive: each item as soon as its last byte is
  * in (items are length-delimited), so decoding overlaps the transfer; the
  * ListMeta (written before the items) as soon as it is in. Only the bytes of
- * an item not yet complete are kept between chunks.
+ * an item not yet complete are kept between chunks, in one buffer used again
+ * from chunk to chunk (kube-apiserver writes 2 KB chunks and an EndpointSlice
+ * is about as long: a new buffer per chunk was two allocations per item).
+ * Decoded items keep none of its bytes (strings are copied out).
  */
 export class ListDecoder {
-  private pending: Buffer = Buffer.alloc(0);
-  /** absolute offset of pending[0] in the body */
+  /** the unfinished field's bytes, [0, pending) of `store` */
+  private store: Buffer = Buffer.alloc(0);
+  private pending = 0;
+  /** absolute offset of store[0] in the body */
   private base = 0;
   private phase: "magic" | "unknown" | "list" = "magic";
   /** absolute end of the List (Unknown.raw) */
@@ -146,10 +151,19 @@ export class ListDecoder {
 
   /** The items completed by `chunk`. */
   push(chunk: Uint8Array): Raw[] {
-    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
+    let buf: Buffer;
+    let end: number;
+    if (this.pending) {
+      end = this.pending + chunk.length;
+      this.reserve(end);
+      this.store.set(chunk, this.pending);
+      buf = this.store;
+    } else {
+      buf = asBuffer(chunk);
+      end = buf.length;
+    }
     const items: Raw[] = [];
     let pos = 0;
-    const end = buf.length;
     for (;;) {
       if (this.phase === "magic") {
         if (end - pos < 4) break;
@@ -195,13 +209,27 @@ export class ListDecoder {
     }
     this.base += pos;
     // keep only the unfinished field; a copy, so the chunk it came from can go
-    this.pending = pos === end ? Buffer.alloc(0) : copy(buf, pos);
+    const rest = end - pos;
+    if (buf === this.store) this.store.copyWithin(0, pos, end);
+    else if (rest) {
+      this.reserve(rest);
+      buf.copy(this.store, 0, pos, end);
+    }
+    this.pending = rest;
     return items;
+  }
+
+  /** room for `n` bytes in store, what it holds kept */
+  private reserve(n: number) {
+    if (this.store.length >= n) return;
+    const grown = Buffer.allocUnsafe(Math.max(n, 2 * this.store.length, 8192));
+    this.store.copy(grown, 0, 0, this.pending);
+    this.store = grown;
   }
 
   /** The body has ended: throws if it ended early. */
   end(): void {
-    if (this.pending.length || this.phase !== "unknown" || !this.rawSeen) throw new ProtoError("the List ends early (truncated answer)");
+    if (this.pending || this.phase !== "unknown" || !this.rawSeen) throw new ProtoError("the List ends early (truncated answer)");
   }
 
   private listMeta(buf: Buffer, start: number, end: number) {
@@ -215,20 +243,6 @@ export class ListDecoder {
     r.done(end);
     this.onMeta({ resourceVersion: this.resourceVersion, continue: this.continue });
   }
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Buffer {
-  const out = Buffer.allocUnsafe(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
-  return out;
-}
-
-/** the bytes from `pos` on, copied: a view would keep the whole chunk alive */
-function copy(buf: Buffer, pos: number): Buffer {
-  const out = Buffer.allocUnsafe(buf.length - pos);
-  buf.copy(out, 0, pos);
-  return out;
 }
 
 /**
