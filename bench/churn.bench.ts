@@ -33,7 +33,7 @@ import { requireK8s } from "../test/harness/kube-apiserver.ts";
 import { startKubeProxy } from "../test/harness/kube-proxy.ts";
 import type { Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, inBenchNode, runAlone, withApi } from "./bench-api.ts";
-import { kpngsUnderTest } from "./kpng-under-test.ts";
+import { deleteNftTables, kpngInNode, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { NODE_NAME } from "./startup-api-server.ts";
 import { FIRST_SYNC_TIMEOUT_MS, quietNft } from "./startup.bench.ts";
@@ -89,27 +89,15 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
   const { topo, api, kpng: kpngArgv, changes, extra } = opts;
   const kubeconfig = await api.begin();
   try {
-    for (const family of ["ip", "ip6"])
-      Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+    deleteNftTables(topo.node.ns, "kpng");
     await quietNft(30_000);
     const spawnedAt = Date.now();
-    const kpng = Bun.spawn(
-      [
-        "ip",
-        "netns",
-        "exec",
-        topo.node.ns,
-        ...kpngArgv,
-        "--kubeconfig",
-        kubeconfig,
-        "--backend",
-        "nft",
-        "--hostname-override",
-        NODE_NAME,
-        ...extra,
-      ],
-      { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
-    );
+    const kpng = Bun.spawn([...kpngInNode(topo.node.ns, kpngArgv, kubeconfig, "nft"), ...extra], {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     const log = lines(kpng.stderr);
     try {
       const firstSync = await log.wait(/ synced backend=nft /, 1, FIRST_SYNC_TIMEOUT_MS);
@@ -160,8 +148,7 @@ async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: nu
   const { topo, api, changes } = opts;
   if (!api.server) throw new Error("kube-proxy runs against the real API server only");
   await api.begin();
-  for (const family of ["ip", "ip6"])
-    Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kube-proxy"], { stderr: "ignore" });
+  deleteNftTables(topo.node.ns, "kube-proxy");
   await quietNft(30_000);
   const spawnedAt = Date.now();
   const proxy = await startKubeProxy({ api: api.server, ns: topo.node.ns, mode: "nftables", nodeName: NODE_NAME, dir: opts.dir });

@@ -86,7 +86,7 @@ import type { Topology } from "../test/harness/netns.ts";
 import { apiKind, apiLabel, type BenchApi, inBenchNode, processCpuMs, runAlone, withApi } from "./bench-api.ts";
 import { iptablesFloors, nftFloors } from "./floors.ts";
 import { probeLists } from "./list-probe.ts";
-import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
+import { deleteNftTables, kpngInNode, type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
 
@@ -275,27 +275,13 @@ async function once(opts: { topo: Topology; api: BenchApi; services: number; kpn
   const kubeconfig = await api.begin();
   try {
     if (MODE === "iptables") emptyIptables(topo.node.ns);
-    else
-      for (const family of ["ip", "ip6"])
-        Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
-    const warm = Bun.spawnSync(
-      [
-        "ip",
-        "netns",
-        "exec",
-        topo.node.ns,
-        ...kpngArgv,
-        "--kubeconfig",
-        kubeconfig,
-        "--backend",
-        MODE,
-        "--hostname-override",
-        NODE_NAME,
-        "--dry-run",
-        "--once",
-      ],
-      { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
-    );
+    else deleteNftTables(topo.node.ns, "kpng");
+    const warm = Bun.spawnSync([...kpngInNode(topo.node.ns, kpngArgv, kubeconfig, MODE), "--dry-run", "--once"], {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     if (warm.exitCode !== 0) throw new Error(`warm-up list failed: ${warm.stderr.toString()}`);
     await Bun.sleep(2000); // the deleted tables are freed by a kernel worker, after the commit
     const listeners = await quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
@@ -304,15 +290,12 @@ async function once(opts: { topo: Topology; api: BenchApi; services: number; kpn
     const t0 = Date.now();
     const busy0 = hostBusyMs();
     const api0 = cpuOf(apiPids);
-    const kpng = Bun.spawn(
-      ["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME],
-      {
-        cwd: ROOT,
-        stdout: "ignore",
-        stderr: "pipe",
-        env: { ...process.env, ...kpngEnv(), KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
-      },
-    );
+    const kpng = Bun.spawn(kpngInNode(topo.node.ns, kpngArgv, kubeconfig, MODE), {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, ...kpngEnv(), KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
+    });
     const log = lines(kpng.stderr);
     try {
       const syncedRe = new RegExp(` synced backend=${MODE} `);
