@@ -16,8 +16,7 @@
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
-
-const ROOT = resolve(import.meta.dir, "..");
+import { ROOT } from "./harness/kpng-process.ts";
 
 /**
  * Rooms: the folders below, each backend of plugins/, and the files loose
