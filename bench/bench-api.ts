@@ -17,10 +17,11 @@
 // IPv6 services: the harness's IPv6 service range (/112) holds 65,534
 // cluster IPs, its IPv4 one 4,094.
 
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { KubeApiServer, requireK8s } from "../test/harness/kube-apiserver.ts";
-import type { Topology } from "../test/harness/netns.ts";
+import { createTopology, type Topology } from "../test/harness/netns.ts";
 import { lines } from "./lines.ts";
 import { NODES, node, service, slice } from "./startup-api-server.ts";
 
@@ -80,6 +81,38 @@ const FILL = process.env.KPNG_BENCH_FILL ?? "etcd";
  * event loop, and the bench, alive.
  */
 const filled = new Map<string, Promise<KubeApiServer>>();
+
+/**
+ * The frame of a bench against an API server: a node topology (one pod) and a
+ * scratch folder for the whole run, both removed once `body` is done, however
+ * it ends. `body` opens the API server of each size with withApi().
+ */
+export async function inBenchNode(opts: { prefix: string; dirPrefix: string }, body: (topo: Topology, dir: string) => Promise<void>) {
+  const dir = mkdtempSync(join(tmpdir(), opts.dirPrefix));
+  const topo = await createTopology({ pods: 1, prefix: opts.prefix });
+  try {
+    await body(topo, dir);
+  } finally {
+    await topo.destroy();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** `rows` against the cluster of one size (openApi), its API server closed after them however they end */
+export async function withApi(opts: Parameters<typeof openApi>[0], rows: (api: BenchApi) => Promise<void>) {
+  const api = await openApi(opts);
+  try {
+    await rows(api);
+  } finally {
+    await api.close();
+  }
+}
+
+/** A bench file run on its own (`bun bench/x.bench.ts`): the bench, then the control planes it filled stopped. */
+export async function runAlone(bench: () => Promise<void>) {
+  await bench();
+  await closeApis();
+}
 
 /** Stops the control planes the benches filled. */
 export async function closeApis(): Promise<void> {

@@ -27,14 +27,13 @@
 // bench's services are IPv6) that started after it has been logged (klog's
 // time and `elapsed`). KPNG_BENCH_KUBE_PROXY=0 leaves it out.
 
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { requireK8s } from "../test/harness/kube-apiserver.ts";
 import { startKubeProxy } from "../test/harness/kube-proxy.ts";
-import { createTopology, type Topology } from "../test/harness/netns.ts";
-import { apiKind, apiLabel, type BenchApi, closeApis, openApi } from "./bench-api.ts";
-import { kpngsUnderTest } from "./kpng-under-test.ts";
+import type { Topology } from "../test/harness/netns.ts";
+import { apiKind, apiLabel, type BenchApi, inBenchNode, runAlone, withApi } from "./bench-api.ts";
+import { deleteNftTables, kpngInNode, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { NODE_NAME } from "./startup-api-server.ts";
 import { FIRST_SYNC_TIMEOUT_MS, quietNft } from "./startup.bench.ts";
@@ -90,27 +89,15 @@ async function churn(opts: { topo: Topology; api: BenchApi; kpng: string[]; chan
   const { topo, api, kpng: kpngArgv, changes, extra } = opts;
   const kubeconfig = await api.begin();
   try {
-    for (const family of ["ip", "ip6"])
-      Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+    deleteNftTables(topo.node.ns, "kpng");
     await quietNft(30_000);
     const spawnedAt = Date.now();
-    const kpng = Bun.spawn(
-      [
-        "ip",
-        "netns",
-        "exec",
-        topo.node.ns,
-        ...kpngArgv,
-        "--kubeconfig",
-        kubeconfig,
-        "--backend",
-        "nft",
-        "--hostname-override",
-        NODE_NAME,
-        ...extra,
-      ],
-      { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
-    );
+    const kpng = Bun.spawn([...kpngInNode(topo.node.ns, kpngArgv, kubeconfig, "nft"), ...extra], {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     const log = lines(kpng.stderr);
     try {
       const firstSync = await log.wait(/ synced backend=nft /, 1, FIRST_SYNC_TIMEOUT_MS);
@@ -161,8 +148,7 @@ async function churnKubeProxy(opts: { topo: Topology; api: BenchApi; changes: nu
   const { topo, api, changes } = opts;
   if (!api.server) throw new Error("kube-proxy runs against the real API server only");
   await api.begin();
-  for (const family of ["ip", "ip6"])
-    Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kube-proxy"], { stderr: "ignore" });
+  deleteNftTables(topo.node.ns, "kube-proxy");
   await quietNft(30_000);
   const spawnedAt = Date.now();
   const proxy = await startKubeProxy({ api: api.server, ns: topo.node.ns, mode: "nftables", nodeName: NODE_NAME, dir: opts.dir });
@@ -231,9 +217,7 @@ export default async function churnBench() {
   const changes = Number(process.env.KPNG_BENCH_CHANGES ?? 100);
   const kind = apiKind();
   const contentType = process.env.KPNG_BENCH_CONTENT_TYPE === "json" ? "application/json" : "application/vnd.kubernetes.protobuf";
-  const dir = mkdtempSync(join(tmpdir(), "kpng-bench-churn-"));
-  const topo = await createTopology({ pods: 1, prefix: "kpc" });
-  try {
+  await inBenchNode({ prefix: "kpc", dirPrefix: "kpng-bench-churn-" }, async (topo, dir) => {
     const kpngs = await kpngsUnderTest(dir);
     const width = Math.max(4, ...kpngs.map((k) => k.name.length));
     console.log(
@@ -241,8 +225,7 @@ export default async function churnBench() {
     );
     for (const services of sizes) {
       console.log(`\n${services} services x 10 endpoints, 100 nodes (load ${load()})`);
-      const api = await openApi({ kind, topo, services, dir });
-      try {
+      await withApi({ kind, topo, services, dir }, async (api) => {
         console.log(
           `  services | ${"kpng".padEnd(width)} | minSyncPeriod     | median ms | p99 ms | max ms | nft syncs | CPU | start->first sync | RSS after | load`,
         );
@@ -262,17 +245,9 @@ export default async function churnBench() {
           const tail = ` | its sync ${Number.isFinite(r.syncMs) ? r.syncMs.toFixed(0) : "-"} ms median`;
           row({ services, name: "kube-proxy", width, label: "1s (its default)", changes, load: before, tail }, r);
         }
-      } finally {
-        await api.close();
-      }
+      });
     }
-  } finally {
-    await topo.destroy();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
-if (import.meta.main) {
-  await churnBench();
-  await closeApis();
-}
+if (import.meta.main) await runAlone(churnBench);

@@ -10,8 +10,8 @@ import { parseArgv } from "../src/core/config/argv.ts";
 import { parseKubeProxyConfig } from "../src/core/config/config-file.ts";
 import { kubeProxyArgs, logArgs } from "../src/core/config/kube-proxy-flags.ts";
 import { listenArgs, proxyArgs, sourceArgs } from "../src/core/config/flags.ts";
+import { ROOT } from "../test/harness/kpng-process.ts";
 
-const root = join(import.meta.dir, "..");
 const ARGS = [
   "--v=2",
   "--proxy-mode=iptables",
@@ -42,7 +42,7 @@ async function processMs(args: string[], runs: number): Promise<number> {
   const ms: number[] = [];
   for (let i = 0; i < runs; i++) {
     const t0 = performance.now();
-    const p = Bun.spawn([process.execPath, join(root, "src/main.ts"), ...args], { cwd: root, stdout: "ignore", stderr: "ignore" });
+    const p = Bun.spawn([process.execPath, join(ROOT, "src/main.ts"), ...args], { cwd: ROOT, stdout: "ignore", stderr: "ignore" });
     await p.exited;
     ms.push(performance.now() - t0);
   }
@@ -52,11 +52,11 @@ async function processMs(args: string[], runs: number): Promise<number> {
 export default async function () {
   const defs = { ...sourceArgs, ...proxyArgs, ...listenArgs, ...kubeProxyArgs, ...logArgs };
   console.log(`parse ${ARGS.length} kube-proxy arguments: ${perOp(20_000, () => parseArgv(ARGS, defs)).toFixed(2)} µs`);
-  const kubeadm = readFileSync(join(root, "test/config/golden/kubeadm.v1alpha1.yaml"), "utf8");
+  const kubeadm = readFileSync(join(ROOT, "test/config/golden/kubeadm.v1alpha1.yaml"), "utf8");
   console.log(
     `decode kubeadm's ConfigMap (strict, defaults, conversion, field warnings): ${perOp(500, () => parseKubeProxyConfig("kubeadm.yaml", kubeadm)).toFixed(0)} µs`,
   );
-  const cfg = join(root, "test/config/golden/kubeadm.v1alpha1.yaml");
+  const cfg = join(ROOT, "test/config/golden/kubeadm.v1alpha1.yaml");
   console.log(`process, --version: ${(await processMs(["--version"], 5)).toFixed(0)} ms (median of 5)`);
   console.log(
     `process, kubeadm ConfigMap, --input example --dry-run --once: ${(await processMs([`--config=${cfg}`, "--hostname-override=node-1", "--input", "examples/cluster.yaml", "--dry-run", "--once"], 5)).toFixed(0)} ms (median of 5)`,

@@ -21,6 +21,7 @@ import { parseAllDocuments } from "yaml";
 import { buildBinary } from "../build.ts";
 import { createTopology } from "../test/harness/netns.ts";
 import { runPod, unpackImage } from "../test/image/container.ts";
+import { deleteNftTables } from "./kpng-under-test.ts";
 import { NODE_NAME } from "./startup-api-server.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -99,8 +100,7 @@ export default async function imageBench() {
         mkdirSync(volume, { recursive: true });
         writeFileSync(join(volume, "config.conf"), configMap.data["config.conf"]);
         writeFileSync(join(volume, "kubeconfig.conf"), readFileSync(kubeconfig, "utf8"));
-        for (const family of ["ip", "ip6"])
-          Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
+        deleteNftTables(topo.node.ns, "kpng");
         pod = await runPod(bundle, base, {
           netns: topo.node.ns,
           args: ["--config=/var/lib/kube-proxy/config.conf", `--hostname-override=${NODE_NAME}`],

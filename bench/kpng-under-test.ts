@@ -13,6 +13,7 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
+import { NODE_NAME } from "./startup-api-server.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 
@@ -62,4 +63,20 @@ export async function kpngsUnderTest(dir: string): Promise<KpngUnderTest[]> {
     out.push({ name, argv: [bin] });
   }
   return out;
+}
+
+/**
+ * The command that runs kpng (`argv`: a KpngUnderTest's) in the node's network
+ * namespace `ns` as the benches' node, following the API server of
+ * `kubeconfig`, `backend` programming the node; more flags go after it.
+ */
+export const kpngInNode = (ns: string, argv: readonly string[], kubeconfig: string, backend: string): string[] => [
+  ...["ip", "netns", "exec", ns, ...argv],
+  ...["--kubeconfig", kubeconfig, "--backend", backend, "--hostname-override", NODE_NAME],
+];
+
+/** Deletes the nft tables named `table` (both families) in `ns`, so that a run starts from an empty node; none there: nothing. */
+export function deleteNftTables(ns: string, table: string): void {
+  for (const family of ["ip", "ip6"])
+    Bun.spawnSync(["ip", "netns", "exec", ns, "nft", "delete", "table", family, table], { stderr: "ignore" });
 }

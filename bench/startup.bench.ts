@@ -80,14 +80,13 @@
 // behind the phases. KPNG_BENCH_KPNG_ENV="A=1 B=2" sets variables for the
 // measured kpng alone (BUN_JSC_* options, BUN_OPTIONS=--cpu-prof-md...).
 
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { appendFileSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
-import { createTopology, type Topology } from "../test/harness/netns.ts";
-import { apiKind, apiLabel, type BenchApi, closeApis, openApi, processCpuMs } from "./bench-api.ts";
+import type { Topology } from "../test/harness/netns.ts";
+import { apiKind, apiLabel, type BenchApi, inBenchNode, processCpuMs, runAlone, withApi } from "./bench-api.ts";
 import { iptablesFloors, nftFloors } from "./floors.ts";
 import { probeLists } from "./list-probe.ts";
-import { type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
+import { deleteNftTables, kpngInNode, type KpngUnderTest, kpngsUnderTest } from "./kpng-under-test.ts";
 import { lines } from "./lines.ts";
 import { lastServiceIP, NODE_NAME } from "./startup-api-server.ts";
 
@@ -276,27 +275,13 @@ async function once(opts: { topo: Topology; api: BenchApi; services: number; kpn
   const kubeconfig = await api.begin();
   try {
     if (MODE === "iptables") emptyIptables(topo.node.ns);
-    else
-      for (const family of ["ip", "ip6"])
-        Bun.spawnSync(["ip", "netns", "exec", topo.node.ns, "nft", "delete", "table", family, "kpng"], { stderr: "ignore" });
-    const warm = Bun.spawnSync(
-      [
-        "ip",
-        "netns",
-        "exec",
-        topo.node.ns,
-        ...kpngArgv,
-        "--kubeconfig",
-        kubeconfig,
-        "--backend",
-        MODE,
-        "--hostname-override",
-        NODE_NAME,
-        "--dry-run",
-        "--once",
-      ],
-      { cwd: ROOT, stdout: "ignore", stderr: "pipe", env: { ...process.env, HOME: "/dev/null" } },
-    );
+    else deleteNftTables(topo.node.ns, "kpng");
+    const warm = Bun.spawnSync([...kpngInNode(topo.node.ns, kpngArgv, kubeconfig, MODE), "--dry-run", "--once"], {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, HOME: "/dev/null" },
+    });
     if (warm.exitCode !== 0) throw new Error(`warm-up list failed: ${warm.stderr.toString()}`);
     await Bun.sleep(2000); // the deleted tables are freed by a kernel worker, after the commit
     const listeners = await quietNft(Number(process.env.KPNG_BENCH_NFT_WAIT_MS ?? 120_000));
@@ -305,15 +290,12 @@ async function once(opts: { topo: Topology; api: BenchApi; services: number; kpn
     const t0 = Date.now();
     const busy0 = hostBusyMs();
     const api0 = cpuOf(apiPids);
-    const kpng = Bun.spawn(
-      ["ip", "netns", "exec", topo.node.ns, ...kpngArgv, "--kubeconfig", kubeconfig, "--backend", MODE, "--hostname-override", NODE_NAME],
-      {
-        cwd: ROOT,
-        stdout: "ignore",
-        stderr: "pipe",
-        env: { ...process.env, ...kpngEnv(), KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
-      },
-    );
+    const kpng = Bun.spawn(kpngInNode(topo.node.ns, kpngArgv, kubeconfig, MODE), {
+      cwd: ROOT,
+      stdout: "ignore",
+      stderr: "pipe",
+      env: { ...process.env, ...kpngEnv(), KPNG_LOG_LEVEL: "debug", HOME: "/dev/null" },
+    });
     const log = lines(kpng.stderr);
     try {
       const syncedRe = new RegExp(` synced backend=${MODE} `);
@@ -389,10 +371,8 @@ export default async function startupBench() {
   const runs = Number(process.env.KPNG_BENCH_RUNS ?? 3);
   const sizes = (process.env.KPNG_BENCH_SIZES ?? "1000,10000").split(",").map(Number);
   const kind = apiKind();
-  const dir = mkdtempSync(join(tmpdir(), "kpng-bench-startup-"));
   const contentType = process.env.KPNG_BENCH_CONTENT_TYPE === "json" ? "application/json" : "application/vnd.kubernetes.protobuf";
-  const topo = await createTopology({ pods: 1, prefix: "kps" });
-  try {
+  await inBenchNode({ prefix: "kps", dirPrefix: "kpng-bench-startup-" }, async (topo, dir) => {
     const kpngs: KpngUnderTest[] = await kpngsUnderTest(dir);
     console.log(
       `kpng: ${kpngs.map((k) => k.name).join(", ")} (${process.env.KPNG_BENCH_SOURCE ? "bun src/main.ts" : "compiled binary, as bun run build"}), asking the API server for ${contentType}; against ${apiLabel(kind)}`,
@@ -400,8 +380,7 @@ export default async function startupBench() {
     await topo.serve(topo.pods[0], { tcp: [8080] });
     for (const services of sizes) {
       console.log(`\n${services} services x 10 endpoints, 100 nodes; kpng --kubeconfig --backend ${MODE} in a namespace (load ${load()})`);
-      const api = await openApi({ kind, topo, services, dir });
-      try {
+      await withApi({ kind, topo, services, dir }, async (api) => {
         const width = Math.max(4, ...kpngs.map((k) => k.name.length));
         console.log(
           `  run ${"kpng".padEnd(width)} | start->rules ms | boot  list compute render apply (ms) | decode validate (CPU ms, inside list) server (${kind === "real" ? "apiserver+etcd+relay CPU ms" : "list answers ms"}) | kpng main jit other | others (CPU ms) | connect | RSS MB after the changes | change latency | load`,
@@ -455,17 +434,9 @@ export default async function startupBench() {
           for (const line of await (MODE === "nft" ? nftFloors(topo.node.ns, quiet) : iptablesFloors(topo.node.ns, quiet)))
             console.log(line);
         }
-      } finally {
-        await api.close();
-      }
+      });
     }
-  } finally {
-    await topo.destroy();
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 }
 
-if (import.meta.main) {
-  await startupBench();
-  await closeApis();
-}
+if (import.meta.main) await runAlone(startupBench);

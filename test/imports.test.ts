@@ -17,6 +17,7 @@ import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 
+// its own root: importing test/harness/kpng-process.ts's would take this test out of `npm run test:unit`
 const ROOT = resolve(import.meta.dir, "..");
 
 /**

@@ -10,31 +10,22 @@ import { elfSection, filePageRuns, parseSmaps, releasable } from "../../src/core
 import { FREE_PORTS, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 
-const SMAPS = `00200000-01a39000 r--p 00000000 fe:00 5318883                            /opt/kpng
-Rss:                5860 kB
-Anonymous:             0 kB
-01a40000-0684a000 r-xp 01838000 fe:00 5318883                            /opt/kpng
-Rss:               34088 kB
-Anonymous:             0 kB
-0684a000-0685f000 rw-p 06641000 fe:00 5318883                            /opt/kpng
-Rss:                  84 kB
-Anonymous:            84 kB
-0685f000-06867000 r--p 06656000 fe:00 5318883                            /opt/kpng
-Rss:                  32 kB
-Anonymous:            32 kB
-06867000-0708b000 rw-p 0665e000 fe:00 5318883                            /opt/kpng
-Rss:                5856 kB
-Anonymous:           120 kB
-07100000-07200000 r--p 00000000 fe:00 5318884                            /opt/kpng
-Rss:                   0 kB
-Anonymous:             0 kB
-3fa12c00000-3fa52c00000 rw-p 00000000 00:00 0
-Rss:               11184 kB
-Anonymous:         11184 kB
-7f545086f000-7f54509c5000 r-xp 00026000 fe:00 339380                     /usr/lib/x86_64-linux-gnu/libc.so.6
-Rss:                1220 kB
-Anonymous:             0 kB
-`;
+/** one mapping of /proc/PID/smaps as the parser reads it: the kernel's header line, then its Rss and Anonymous lines (kB) */
+const mapping = (header: string, rssKB: number, anonymousKB: number) =>
+  `${header}\n${smapsLine("Rss:", rssKB)}\n${smapsLine("Anonymous:", anonymousKB)}\n`;
+/** the kernel's "%-16s%8lu kB" (fs/proc/task_mmu.c) */
+const smapsLine = (name: string, kB: number) => `${name.padEnd(16)}${String(kB).padStart(8)} kB`;
+
+const SMAPS = [
+  mapping("00200000-01a39000 r--p 00000000 fe:00 5318883                            /opt/kpng", 5860, 0),
+  mapping("01a40000-0684a000 r-xp 01838000 fe:00 5318883                            /opt/kpng", 34088, 0),
+  mapping("0684a000-0685f000 rw-p 06641000 fe:00 5318883                            /opt/kpng", 84, 84),
+  mapping("0685f000-06867000 r--p 06656000 fe:00 5318883                            /opt/kpng", 32, 32),
+  mapping("06867000-0708b000 rw-p 0665e000 fe:00 5318883                            /opt/kpng", 5856, 120),
+  mapping("07100000-07200000 r--p 00000000 fe:00 5318884                            /opt/kpng", 0, 0),
+  mapping("3fa12c00000-3fa52c00000 rw-p 00000000 00:00 0", 11184, 11184),
+  mapping("7f545086f000-7f54509c5000 r-xp 00026000 fe:00 339380                     /usr/lib/x86_64-linux-gnu/libc.so.6", 1220, 0),
+].join("");
 
 test("only resident, read-only, never-written mappings of the executable are released", () => {
   const maps = parseSmaps(SMAPS);

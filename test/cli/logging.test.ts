@@ -5,23 +5,12 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { configureLogging, createLogger, jsonLine } from "../../src/core/log.ts";
+import { EXAMPLE_NODE_1 } from "../harness/kpng-process.ts";
 
 const root = join(import.meta.dir, "../..");
 const kpng = (...args: string[]) => {
   const r = Bun.spawnSync(
-    [
-      process.execPath,
-      join(root, "src/main.ts"),
-      "--input",
-      "examples/cluster.yaml",
-      "--node-name",
-      "node-1",
-      "--backend",
-      "nft",
-      "--dry-run",
-      "--once",
-      ...args,
-    ],
+    [process.execPath, join(root, "src/main.ts"), ...EXAMPLE_NODE_1, "--backend", "nft", "--dry-run", "--once", ...args],
     { cwd: root, env: { ...process.env, KPNG_LOG_LEVEL: "" } },
   );
   return { code: r.exitCode, out: r.stdout.toString(), lines: r.stderr.toString().trim().split("\n").filter(Boolean) };

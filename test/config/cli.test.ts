@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse } from "yaml";
+import { EXAMPLE_NODE_1 } from "../harness/kpng-process.ts";
 
 const root = join(import.meta.dir, "../..");
 const golden = join(import.meta.dir, "golden");
@@ -142,18 +143,7 @@ describe("the file's mode picks the backend", () => {
 
   test("--proxy-mode wins over the file, with kube-proxy's mode names", () => {
     const cfg = file("ipvs-mode2.yaml", "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n");
-    const r = kpng(
-      "--config",
-      cfg,
-      "--proxy-mode",
-      "nftables",
-      "--input",
-      "examples/cluster.yaml",
-      "--node-name",
-      "node-1",
-      "--dry-run",
-      "--once",
-    );
+    const r = kpng("--config", cfg, "--proxy-mode", "nftables", ...EXAMPLE_NODE_1, "--dry-run", "--once");
     expect(r.code).toBe(0);
     expect(r.err).toContain("backends=nft");
     expect(r.err).not.toContain("deprecated");

@@ -11,10 +11,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { createSandbox, type Sandbox } from "../ebpf/sandbox.ts";
 import { v4 } from "../fixtures/addresses.ts";
-import { node, slice, svc } from "../fixtures/k8s.ts";
-import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { apiForNode, haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
-import { createTopology, type Topology } from "../harness/netns.ts";
+import { slice, svc } from "../fixtures/k8s.ts";
+import { LOADED_WAIT_MS, startKpng, type KpngProcess } from "../harness/kpng-process.ts";
+import { haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
+import type { Topology } from "../harness/netns.ts";
+import { NodeOnApi } from "../harness/node-on-api.ts";
 
 const NODE = "node-a";
 const IP = v4.clusterIP(40);
@@ -62,8 +63,7 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
   let api: KubeApiServer;
   let sb: Sandbox | undefined;
   const procs: KpngProcess[] = [];
-  const dir = tempDir("kpng-follow-");
-  const stops: Array<() => Promise<unknown>> = [];
+  const rig = new NodeOnApi({ pods: 2, prefix: "kpf", node: NODE, dirPrefix: "kpng-follow-" });
 
   /** what the client outside the node sees of `port` on the Service's IP: the pod that answered, or the error */
   const once = async (port: number): Promise<string> => {
@@ -82,16 +82,11 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
   };
 
   beforeAll(async () => {
-    topo = await createTopology({ pods: 2, prefix: "kpf" });
+    const { kubeconfig } = await rig.start();
+    ({ topo, api } = rig);
     for (const p of topo.pods) await topo.serve(p, { tcp: [8080] });
-    dir.create();
-    const reached = await apiForNode(topo.node.ns, join(dir.path, "kubeconfig"));
-    api = reached.api;
-    stops.push(reached.stop);
-    await api.apply(node(NODE, { ips: [topo.node.v4] }));
-    const kubeconfig = reached.kubeconfig;
     if (mode.ebpf) sb = await createSandbox();
-    for (const args of mode.args({ kubeconfig, dir: dir.path, sb })) {
+    for (const args of mode.args({ kubeconfig, dir: rig.dir.path, sb })) {
       const p = startKpng(args, { wrap: ["ip", "netns", "exec", topo.node.ns] });
       procs.push(p);
       await p.waitFor(args[0] === "serve" ? /serving the API/ : / INFO kpng: synced /);
@@ -100,10 +95,8 @@ describe.skipIf(!real).each(modes)("default flags against the real kube-apiserve
 
   afterAll(async () => {
     for (const p of procs) await p.stop("SIGKILL");
-    for (const s of stops) await s();
     await sb?.destroy();
-    await topo?.destroy();
-    dir.remove();
+    await rig.close();
   });
 
   test("start-up against a healthy API server logs no WARN (the list is streamed, watch-list)", () => {

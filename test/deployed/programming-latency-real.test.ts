@@ -9,12 +9,12 @@
 // the trigger's age. /metrics is read inside the node namespace with curl.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
-import { node, slice, svc } from "../fixtures/k8s.ts";
-import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { apiForNode, haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
-import { createTopology, type Topology } from "../harness/netns.ts";
+import { slice, svc } from "../fixtures/k8s.ts";
+import { LOADED_WAIT_MS, startKpng, type KpngProcess } from "../harness/kpng-process.ts";
+import { haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
+import type { Topology } from "../harness/netns.ts";
+import { NodeOnApi } from "../harness/node-on-api.ts";
 import { value } from "../node/prom-text.ts";
 
 const NODE = "node-a";
@@ -29,8 +29,7 @@ describe.skipIf(!real)("network programming latency, EndpointSlices written with
   let topo: Topology;
   let api: KubeApiServer;
   let kpng: KpngProcess;
-  const dir = tempDir("kpng-npl-");
-  const stops: Array<() => Promise<unknown>> = [];
+  const rig = new NodeOnApi({ pods: 1, prefix: "kpl", node: NODE, dirPrefix: "kpng-npl-" });
 
   /** the slice of service "lat" with pod `i`'s address, its trigger time `ageMs` before now */
   const triggered = (i: number, ageMs: number) => {
@@ -57,13 +56,8 @@ describe.skipIf(!real)("network programming latency, EndpointSlices written with
   };
 
   beforeAll(async () => {
-    topo = await createTopology({ pods: 1, prefix: "kpl" });
-    dir.create();
-    const reached = await apiForNode(topo.node.ns, join(dir.path, "kubeconfig"));
-    api = reached.api;
-    stops.push(reached.stop);
-    await api.apply(node(NODE, { ips: [topo.node.v4] }));
-    const kubeconfig = reached.kubeconfig;
+    const { kubeconfig } = await rig.start();
+    ({ topo, api } = rig);
     kpng = startKpng(["--kubeconfig", kubeconfig, "--node-name", NODE, "--backend", "nft", "--metrics-bind-address", METRICS], {
       wrap: ["ip", "netns", "exec", topo.node.ns],
     });
@@ -82,9 +76,7 @@ describe.skipIf(!real)("network programming latency, EndpointSlices written with
 
   afterAll(async () => {
     await kpng?.stop("SIGKILL");
-    for (const s of stops) await s();
-    await topo?.destroy();
-    dir.remove();
+    await rig.close();
   });
 
   test("a Service and its slice created with a trigger time 5 s old: one observation of at least 5 s", async () => {

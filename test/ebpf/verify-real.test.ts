@@ -14,8 +14,7 @@ import { backendBytes, backendKeyBytes, frontKeyBytes } from "../../plugins/ebpf
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { defaultConfig } from "../../src/core/config/config.ts";
 import { createLogger } from "../../src/core/log.ts";
-import type { Drift } from "../../src/host/backend.ts";
-import { driftMetrics } from "../fixtures/drift-metrics.ts";
+import { driftMetrics, hasDrift } from "../fixtures/drift-metrics.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { endpoint, entry, nextState, nodeState, service } from "../fixtures/state.ts";
 import { createSandbox, type Sandbox } from "./sandbox.ts";
@@ -30,7 +29,6 @@ const pods = (...i: number[]) =>
   Object.fromEntries(i.map((n) => [`pod${n}`, endpoint({ ips: [v4.pod(1, n), v6.pod(1, n)], local: true })]));
 const web = (...i: number[]) =>
   entry(service({ name: "web", clusterIPs: [v4.clusterIP(30), v6.clusterIP(30)], ports: [http] }), pods(...i));
-const has = (drifts: Drift[], d: Partial<Drift>) => expect(drifts).toContainEqual(expect.objectContaining(d));
 
 /** a pinned map's fd for the length of `fn` */
 function withMap<T>(name: string, fn: (fd: number) => T): T {
@@ -112,7 +110,7 @@ describe("ebpf verify: the maps read back (real kernel)", () => {
     );
     const drifts = await backend.verify();
     expect(drifts).toHaveLength(1);
-    has(drifts, { service: "default/web", kind: "differs" });
+    hasDrift(drifts, { service: "default/web", kind: "differs" });
     expect(drifts[0].frontend).toContain(`${v4.clusterIP(30)}:80/TCP`);
     expect(drifts[0].detail).toContain(v4.pod(1, 99));
     await resync();

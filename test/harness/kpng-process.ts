@@ -44,6 +44,9 @@ export function kpngSync(args: string[], env?: Record<string, string>): { code: 
   return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
 }
 
+/** node-1 of the example cluster (examples/cluster.yaml, a path from ROOT, the tests' cwd) as the cluster source */
+export const EXAMPLE_NODE_1 = ["--input", "examples/cluster.yaml", "--node-name", "node-1"];
+
 /** kpng's health and metrics servers on free loopback ports, so that processes run side by side */
 export const FREE_PORTS = ["--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"];
 

@@ -6,8 +6,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
-import type { Drift } from "../../src/host/backend.ts";
-import { driftMetrics } from "../fixtures/drift-metrics.ts";
+import { driftMetrics, hasDrift } from "../fixtures/drift-metrics.ts";
 import { canonical6, createTopology, type Topology } from "../harness/netns.ts";
 import { ep, svc, testConfig, testContext, v4, v6 } from "./fixtures.ts";
 
@@ -26,7 +25,6 @@ async function deleteRule(chain: string, pred: (line: string) => boolean): Promi
   await ipt("-t", "nat", "-D", chain, String(i + 1));
   return rules[i];
 }
-const has = (drifts: Drift[], d: Partial<Drift>) => expect(drifts).toContainEqual(expect.objectContaining(d));
 
 /** kpng's next full restore puts back whatever the case removed (as the repair does) */
 async function resync() {
@@ -102,7 +100,7 @@ describe("iptables verify: the kernel read back (real kernel)", () => {
     await deleteRule("KPNG-SERVICES", (l) => l.includes(`-d ${v4.clusterIP(1)}/32 `) && l.includes("--dport 80 "));
     const drifts = await b.verify();
     expect(drifts).toHaveLength(1);
-    has(drifts, { service: "default/web", frontend: `${v4.clusterIP(1)}:80/TCP`, kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: `${v4.clusterIP(1)}:80/TCP`, kind: "missing" });
     expect(drift.at(-1)).toEqual({ backend: "iptables", differences: 1 });
     expect(await b.verify("default/web")).toEqual(drifts);
     expect(await b.verify("default/sticky")).toEqual([]);
@@ -118,8 +116,8 @@ describe("iptables verify: the kernel read back (real kernel)", () => {
     const stickyChain = /-j (KPNG-SVC-\S+)/.exec(sticky)![1];
     await ipt("-t", "nat", "-F", stickyChain);
     const drifts = await b.verify();
-    has(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
-    has(drifts, { service: "", kind: "extra" });
+    hasDrift(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
+    hasDrift(drifts, { service: "", kind: "extra" });
     expect(drifts.find((d) => d.kind === "extra")!.detail).toContain(v4.clusterIP(9));
     const lost = drifts.filter((d) => d.service === "default/sticky");
     expect(lost.length).toBeGreaterThanOrEqual(2); // its masquerade rule and its endpoint rules
@@ -132,7 +130,7 @@ describe("iptables verify: the kernel read back (real kernel)", () => {
     await topo.exec(topo.node.ns, ["ipset", "del", "KPNG-HAIRPIN-V6", `${pod},tcp:8080,${pod}`]);
     const drifts = await b.verify();
     expect(drifts).toHaveLength(1);
-    has(drifts, { service: "default/web", kind: "missing" });
+    hasDrift(drifts, { service: "default/web", kind: "missing" });
     expect(drifts[0].detail).toContain("KPNG-HAIRPIN-V6");
     await resync();
   });
@@ -180,7 +178,7 @@ describe("iptables verify with localhost node ports on (real kernel)", () => {
       ]);
       const drifts = await g.verify();
       expect(drifts).toHaveLength(1);
-      has(drifts, { service: "", kind: "missing" });
+      hasDrift(drifts, { service: "", kind: "missing" });
     } finally {
       await g.close();
       await t.destroy();

@@ -11,6 +11,7 @@ import { memoryLogger } from "../../src/core/log.ts";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
 import { recorder } from "../harness/command-recorder.ts";
 import { excludedAddresses, timeoutsArgv } from "../../plugins/ipvs/settings.ts";
+import { EXAMPLE_NODE_1 } from "../harness/kpng-process.ts";
 import { run } from "../harness/netns.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { applyAndRecord, rig, testConfig } from "./harness.ts";
@@ -163,10 +164,7 @@ describe("as deployed: kube-proxy's ipvs flags reach the backend (the whole proc
         "--ipvs-tcp-timeout=15m",
         "--ipvs-udp-timeout=1m",
         "--ipvs-exclude-cidrs=203.0.113.0/24",
-        "--input",
-        "examples/cluster.yaml",
-        "--node-name",
-        "node-1",
+        ...EXAMPLE_NODE_1,
         "--dry-run",
         "--once",
       ],

@@ -9,8 +9,8 @@
 import { describe, expect, test } from "bun:test";
 import { createIpvsBackend } from "../../plugins/ipvs/backend.ts";
 import { memoryLogger } from "../../src/core/log.ts";
-import type { Drift, Executor } from "../../src/host/backend.ts";
-import { driftMetrics } from "../fixtures/drift-metrics.ts";
+import type { Executor } from "../../src/host/backend.ts";
+import { driftMetrics, hasDrift } from "../fixtures/drift-metrics.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { N1, lines, testConfig } from "./harness.ts";
 import { endpoint, entry, nextState, nodeState, service } from "./services.ts";
@@ -73,8 +73,6 @@ const dns = entry(service({ name: "dns", clusterIPs: [v4.clusterIP(2)], ports: [
   p: endpoint({ ips: [v4.pod(2, 9)] }),
 });
 
-const has = (drifts: Drift[], d: Partial<Drift>) => expect(drifts).toContainEqual(expect.objectContaining(d));
-
 async function programmed() {
   const r = rig();
   const state = nodeState(1, [web(1, 2), dns]);
@@ -112,8 +110,8 @@ describe("ipvs verify: the kernel read back (fake kernel)", () => {
     const np = kernel.ipvs.get(`-t ${N1}:30080`)!;
     np.reals.set(`${v4.pod(2, 1)}:8080`, `-a -t ${N1}:30080 -r ${v4.pod(2, 1)}:8080 -m -w 5`);
     const drifts = await backend.verify();
-    has(drifts, { service: "default/dns", frontend: `${v4.clusterIP(2)}:53/UDP`, kind: "missing" });
-    has(drifts, { service: "default/web", frontend: `${N1}:30080/TCP`, kind: "differs" });
+    hasDrift(drifts, { service: "default/dns", frontend: `${v4.clusterIP(2)}:53/UDP`, kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: `${N1}:30080/TCP`, kind: "differs" });
     expect(drifts).toHaveLength(2);
   });
 
@@ -124,9 +122,9 @@ describe("ipvs verify: the kernel read back (fake kernel)", () => {
     kernel.entries.delete(entry);
     kernel.ipvs.set(`-t ${v4.clusterIP(1)}:81`, { line: `-A -t ${v4.clusterIP(1)}:81 -s rr`, reals: new Map() });
     const drifts = await backend.verify();
-    has(drifts, { service: "default/dns", frontend: v4.clusterIP(2), kind: "missing" });
-    has(drifts, { service: "default/web", kind: "missing", detail: `ipset entry ${entry}` });
-    has(drifts, { service: "", frontend: `${v4.clusterIP(1)}:81/TCP`, kind: "extra" });
+    hasDrift(drifts, { service: "default/dns", frontend: v4.clusterIP(2), kind: "missing" });
+    hasDrift(drifts, { service: "default/web", kind: "missing", detail: `ipset entry ${entry}` });
+    hasDrift(drifts, { service: "", frontend: `${v4.clusterIP(1)}:81/TCP`, kind: "extra" });
     expect(drifts).toHaveLength(3);
   });
 });

@@ -7,8 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
-import type { Drift } from "../../src/host/backend.ts";
-import { driftMetrics } from "../fixtures/drift-metrics.ts";
+import { driftMetrics, hasDrift } from "../fixtures/drift-metrics.ts";
 import { v4, v6 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, ep, nextState, nodeConfig, nodeState, svc } from "./fixtures.ts";
@@ -72,8 +71,6 @@ async function resync() {
   expect(await backend.verify()).toEqual([]);
 }
 
-const has = (drifts: Drift[], d: Partial<Drift>) => expect(drifts).toContainEqual(expect.objectContaining(d));
-
 beforeAll(async () => {
   topo = await createTopology({ pods: 0, prefix: "kpvn" });
   const ctx = { ...context(nodeConfig()), metrics };
@@ -108,7 +105,7 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     await nft("delete", "element", "ip", "kpng", "service-ips", `{ ${v4.clusterIP(1)} . tcp . 80 }`);
     const drifts = await backend.verify();
     expect(drifts).toHaveLength(1);
-    has(drifts, { service: "default/web", frontend: `${v4.clusterIP(1)}:80/TCP`, kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: `${v4.clusterIP(1)}:80/TCP`, kind: "missing" });
     expect(drifts[0].detail).toContain("service-ips");
     expect(drift.at(-1)).toEqual({ backend: "nft", differences: 1 });
     // narrowed: only that Service's differences
@@ -121,8 +118,8 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     await nft("delete", "element", "ip6", "kpng", "service-ips", `{ ${v6.clusterIP(1)} . udp . 53 }`);
     await nft("delete", "element", "ip", "kpng", "service-nodeports", "{ tcp . 30080 }");
     const drifts = await backend.verify();
-    has(drifts, { service: "default/web", frontend: `[${v6.clusterIP(1)}]:53/UDP`, kind: "missing" });
-    has(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: `[${v6.clusterIP(1)}]:53/UDP`, kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
     expect(drifts).toHaveLength(2);
     await resync();
   });
@@ -134,7 +131,7 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     await nft("add", "element", "ip", "kpng", "cluster-endpoints-tcp", `{ ${key} : ${v4.pod(1, 99)} }`);
     const drifts = await backend.verify("default/web");
     expect(drifts).toHaveLength(1);
-    has(drifts, { service: "default/web", frontend: v4.clusterIP(1), kind: "differs" });
+    hasDrift(drifts, { service: "default/web", frontend: v4.clusterIP(1), kind: "differs" });
     expect(drifts[0].detail).toContain(v4.pod(1, 99));
     await resync();
   });
@@ -148,8 +145,8 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     await nft("delete", "rule", "ip", "kpng", rule.chain, "handle", String(rule.handle));
     await nft("insert", "rule", "ip", "kpng", "services", "ip", "daddr", v4.clusterIP(9), "drop");
     const drifts = await backend.verify();
-    has(drifts, { service: "default/sticky", kind: "missing" });
-    has(drifts, { service: "", kind: "extra" });
+    hasDrift(drifts, { service: "default/sticky", kind: "missing" });
+    hasDrift(drifts, { service: "", kind: "extra" });
     // named by its handle (kpng reads rules' comments, not their expressions): the one nft gave the rule added
     const added = (await nft("-a", "list", "chain", "ip", "kpng", "services")).split("\n").find((l) => l.includes(v4.clusterIP(9)))!;
     const handle = /# handle (\d+)/.exec(added)![1];
@@ -163,7 +160,7 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     const drifts = await backend.verify();
     expect(drifts.length).toBeGreaterThan(10);
     expect(drifts.every((d) => d.kind === "missing")).toBe(true);
-    has(drifts, { service: "default/web", frontend: `[${v6.clusterIP(1)}]:80/TCP` });
+    hasDrift(drifts, { service: "default/web", frontend: `[${v6.clusterIP(1)}]:80/TCP` });
     expect(drift.at(-1)).toEqual({ backend: "nft", differences: drifts.length });
     // a narrowed check does not stand for the backend: the metric is left as it was
     await backend.verify("default/web");
@@ -179,8 +176,8 @@ describe("nft verify: the kernel read back (real kernel)", () => {
     await nft("delete", "element", "ip6", "kpng", "cluster-ips", `{ ${v6.clusterIP(1)} }`);
     const drifts = await viaNft.verify();
     expect(drifts).toHaveLength(2);
-    has(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
-    has(drifts, { service: "default/web", frontend: v6.clusterIP(1), kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: "nodePort 30080/TCP", kind: "missing" });
+    hasDrift(drifts, { service: "default/web", frontend: v6.clusterIP(1), kind: "missing" });
     await viaNft.apply(state, null);
     expect(await viaNft.verify()).toEqual([]);
     await viaNft.close();

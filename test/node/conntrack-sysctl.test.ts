@@ -17,6 +17,7 @@ import {
 } from "../../src/core/node/conntrack-sysctl.ts";
 import { memoryLogger } from "../../src/core/log.ts";
 import { isUnavailable } from "../../src/core/errors.ts";
+import { ROOT } from "../harness/kpng-process.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
 const defaults: ConntrackConfig = {
@@ -175,7 +176,6 @@ describe("the executor, against a scratch /proc/sys and /sys", () => {
 
 describe("kpng in a network namespace of its own sets the per-namespace keys (real kernel)", () => {
   let topo: Topology;
-  const ROOT = join(import.meta.dir, "../..");
   const KEYS = [
     "nf_conntrack_tcp_timeout_established",
     "nf_conntrack_tcp_timeout_close_wait",

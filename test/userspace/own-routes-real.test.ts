@@ -11,12 +11,12 @@
 // the kernel's route over, and the delete took it away.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
-import { node, slice, svc } from "../fixtures/k8s.ts";
-import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { apiForNode, haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
-import { createTopology, type Topology } from "../harness/netns.ts";
+import { slice, svc } from "../fixtures/k8s.ts";
+import { startKpng, type KpngProcess } from "../harness/kpng-process.ts";
+import { haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
+import type { Topology } from "../harness/netns.ts";
+import { NodeOnApi } from "../harness/node-on-api.ts";
 import { localTable, tableProblems } from "./local-table.ts";
 
 const NODE = "node-a";
@@ -34,8 +34,7 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
   let api: KubeApiServer;
   let kpng: KpngProcess | undefined;
   let kernel: string[];
-  const dir = tempDir("kpng-own-routes-");
-  const stops: Array<() => Promise<unknown>> = [];
+  const rig = new NodeOnApi({ pods: 1, prefix: "kpor", node: NODE, dirPrefix: "kpng-own-routes-" });
   let kubeconfig = "";
 
   const startProxy = async () => {
@@ -81,13 +80,8 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
   const problems = (step: string) => tableProblems(topo.node.ns, step, { kernel, own: [topo.node.v4, topo.node.v6] });
 
   beforeAll(async () => {
-    topo = await createTopology({ pods: 1, prefix: "kpor" });
+    ({ topo, api, kubeconfig } = await rig.start());
     await topo.serve(topo.pods[0], { tcp: [8080] });
-    dir.create();
-    const reached = await apiForNode(topo.node.ns, join(dir.path, "kubeconfig"));
-    ({ api, kubeconfig } = reached);
-    stops.push(reached.stop);
-    await api.apply(node(NODE, { ips: [topo.node.v4] }));
     kernel = await localTable(topo.node.ns, false);
     await startProxy();
     base = await localTable(topo.node.ns, true);
@@ -95,9 +89,7 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
 
   afterAll(async () => {
     await kpng?.stop("SIGKILL");
-    for (const s of stops) await s();
-    await topo?.destroy();
-    dir.remove();
+    await rig.close();
   });
 
   test("kubectl apply: the Service answers on the node IP; the kernel's route for it stays, kpng adds none", async () => {

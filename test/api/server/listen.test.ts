@@ -5,6 +5,7 @@ import { mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { checkListenAllowed, parseApiAddress, parseClientAddress } from "../../../src/core/api/server/address.ts";
 import { ROOT, startKpng, startServe, tempDir } from "../../harness/kpng-process.ts";
+import { curlSocket } from "../../harness/socket-curl.ts";
 
 const dir = tempDir("kpng-listen-");
 beforeAll(() => dir.create());
@@ -92,26 +93,15 @@ describe("a socket path already in use", () => {
       const second = startKpng(["serve", "--input", input, "--listen", `unix://${sock}`]);
       expect(await second.proc.exited).toBe(1);
       expect(second.stderr.join("\n")).toContain("another process is serving on this socket");
-      const curl = Bun.spawn(
-        [
-          "curl",
-          "-sS",
-          "--unix-socket",
-          sock,
-          "-H",
-          "Content-Type: application/json",
-          "-d",
-          '{"NodeName":"node-1"}',
-          "-o",
-          "/dev/null",
-          "-w",
-          "%{http_code}",
-          "http://localhost/localv1.Endpoints/Next",
-        ],
-        { stdout: "pipe" },
-      );
+      const status = await curlSocket({
+        sock,
+        path: "/localv1.Endpoints/Next",
+        type: "application/json",
+        body: Buffer.from('{"NodeName":"node-1"}'),
+        flags: ["-o", "/dev/null", "-w", "%{http_code}"],
+      });
       // A server-streaming RPC with a plain JSON body is not Connect streaming: 415 proves the brain answered.
-      expect(await new Response(curl.stdout).text()).toBe("415");
+      expect(status.toString()).toBe("415");
     } finally {
       await first.stop();
     }
@@ -147,21 +137,13 @@ test("the default command serves the API too when --listen is given", async () =
   try {
     await p.waitFor(/serving the API/);
     await p.waitForCount(/"op":"sync"/, 1);
-    const curl = Bun.spawn(
-      [
-        "curl",
-        "-sS",
-        "--unix-socket",
-        sock,
-        "-H",
-        "Content-Type: application/connect+json",
-        "--data-binary",
-        "@-",
-        "http://localhost/localv1.Endpoints/Next",
-      ],
-      { stdin: Buffer.from("\0\0\0\0\x02{}"), stdout: "pipe" },
-    );
-    expect(await new Response(curl.stdout).text()).toContain('"NodeName":"node-1"');
+    const out = await curlSocket({
+      sock,
+      path: "/localv1.Endpoints/Next",
+      type: "application/connect+json",
+      body: Buffer.from("\0\0\0\0\x02{}"),
+    });
+    expect(out.toString()).toContain('"NodeName":"node-1"');
   } finally {
     expect(await p.stop()).toBe(0);
   }

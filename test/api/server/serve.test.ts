@@ -16,6 +16,7 @@ import { startFileSource } from "../../../src/core/sources/file.ts";
 import { EndpointSchema, ServiceSchema, Set as SetKind } from "../../../src/gen/localv1/services_pb.ts";
 import { bufCurl } from "../../harness/buf-curl.ts";
 import { BUF, ROOT, startServe, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
+import { curlSocket } from "../../harness/socket-curl.ts";
 
 const dir = tempDir();
 const input = join(dir.path, "cluster.yaml");
@@ -38,25 +39,7 @@ async function curlConnect(path: string, json: string, http: "--http1.1" | "--ht
   const msg = Buffer.from(json);
   const env = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), msg]);
   env.writeUInt32BE(msg.length, 1);
-  const p = Bun.spawn(
-    [
-      "curl",
-      "-sS",
-      http,
-      "--unix-socket",
-      sock,
-      "-H",
-      "Content-Type: application/connect+json",
-      "--data-binary",
-      "@-",
-      "-w",
-      "\n%{http_code}",
-      `http://localhost${path}`,
-    ],
-    { stdin: env, stdout: "pipe", stderr: "pipe" },
-  );
-  const out = Buffer.from(await new Response(p.stdout).arrayBuffer());
-  await p.exited;
+  const out = await curlSocket({ sock, path, type: "application/connect+json", body: env, flags: [http, "-w", "\n%{http_code}"] });
   const nl = out.lastIndexOf("\n");
   const status = Number(out.subarray(nl + 1).toString());
   const body = out.subarray(0, nl);

@@ -24,22 +24,19 @@ export interface Svc {
   nodePort: number;
 }
 
+/** iptables-save's declarations of a table's built-in chains (policy ACCEPT, counters zeroed) */
+const builtIn = (...chains: string[]) => chains.map((c) => `:${c} ACCEPT [0:0]`).join("\n");
+
 /** kubelet's and other software's chains, in every table kube-proxy uses too (iptables-save text, built-in chains declared). */
 export const foreignIptables = (family: "v4" | "v6" = "v4") => {
   const lo = family === "v4" ? "127.0.0.0/8" : "::1/128";
   return `*mangle
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
+${builtIn("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")}
 :KUBE-IPTABLES-HINT - [0:0]
 :KUBE-KUBELET-CANARY - [0:0]
 COMMIT
 *filter
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
+${builtIn("INPUT", "FORWARD", "OUTPUT")}
 :KUBE-FIREWALL - [0:0]
 :KUBE-KUBELET-CANARY - [0:0]
 :CNI-FORWARD - [0:0]
@@ -50,10 +47,7 @@ COMMIT
 -A CNI-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 COMMIT
 *nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
+${builtIn("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")}
 :KUBE-KUBELET-CANARY - [0:0]
 :CNI-HOSTPORT-DNAT - [0:0]
 -A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT

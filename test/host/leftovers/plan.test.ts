@@ -160,17 +160,19 @@ const cases: Case[] = [
       ],
     },
     opts: kubeProxyOnly,
-    chains: [
-      "filter KUBE-EXTERNAL-SERVICES",
-      "filter KUBE-FORWARD",
-      "filter KUBE-NODEPORTS",
-      "filter KUBE-PROXY-CANARY",
-      "filter KUBE-PROXY-FIREWALL",
-      "filter KUBE-SERVICES",
-      "mangle KUBE-PROXY-CANARY",
-      "nat KUBE-POSTROUTING",
-      "nat KUBE-PROXY-CANARY",
-    ],
+    // nat's KUBE-SERVICES and every chain it reaches stay
+    chains: kubeProxyIptablesChains.filter(
+      (c) =>
+        ![
+          "nat KUBE-SERVICES",
+          `nat ${SVC}`,
+          `nat ${EXT}`,
+          `nat ${SEP_A}`,
+          `nat ${SEP_B}`,
+          "nat KUBE-MARK-MASQ",
+          "nat KUBE-NODEPORTS",
+        ].includes(c),
+    ),
     kept: [
       "iptables-nft v4 nat KUBE-SERVICES: another program's chain still reaches it",
       `iptables-nft v4 nat ${SEP_A}: another program's chain still reaches it`,

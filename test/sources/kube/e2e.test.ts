@@ -21,6 +21,12 @@ import { buildBinary } from "../../../build.ts";
 const root = join(import.meta.dir, "../../..");
 const tmp = tempDir("kpng-e2e-");
 
+/** The operator's flags: node-1 through KUBECONFIG, nft in dry-run, health on a free port, metrics on METRICS ("" for none), then EXTRA. */
+const asNode1 = (kubeconfig: string, metrics: string, ...extra: string[]) => [
+  ...["--kubeconfig", kubeconfig, "--backend", "nft", "--dry-run", "--hostname-override", "node-1"],
+  ...["--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", metrics, ...extra],
+];
+
 /** A running kpng whose stdout and stderr are collected as they come. */
 class Kpng {
   out = "";
@@ -102,23 +108,16 @@ beforeAll(async () => {
   api = await KubeApiServer.start();
   hcPort = freeNodePort();
   await api.apply(node("node-1", { ips: [v4.node(1)] }), webLB(hcPort), webEndpoints("node-1"));
-  kpng = new Kpng([
-    "--kubeconfig",
-    api.writeKubeconfig(join(tmp.dir, "kubeconfig")),
-    "--backend",
-    "nft",
-    "--dry-run",
-    "--hostname-override",
-    "node-1",
-    "--healthz-bind-address",
-    "127.0.0.1:0",
-    "--metrics-bind-address",
-    "127.0.0.1:0",
-    "--nodeport-addresses",
-    "127.0.0.0/8",
-    "--min-sync-period",
-    "100ms",
-  ]);
+  kpng = new Kpng(
+    asNode1(
+      api.writeKubeconfig(join(tmp.dir, "kubeconfig")),
+      "127.0.0.1:0",
+      "--nodeport-addresses",
+      "127.0.0.0/8",
+      "--min-sync-period",
+      "100ms",
+    ),
+  );
   healthz = `http://${await kpng.address("healthz")}`;
   metrics = `http://${await kpng.address("metrics")}`;
   await waitFor("first sync", () => kpng.syncs() >= 1, 15000);
@@ -261,19 +260,7 @@ describe.skipIf(!real)("an API server that is down when kpng starts", () => {
     await api.apply(svc({ name: "late", clusterIPs: [v4.clusterIP(50)] }));
     const kubeconfig = api.writeKubeconfig(join(tmp.dir, "late-kubeconfig"));
     await api.stopApiServer();
-    const p = new Kpng([
-      "--kubeconfig",
-      kubeconfig,
-      "--backend",
-      "nft",
-      "--dry-run",
-      "--hostname-override",
-      "node-1",
-      "--healthz-bind-address",
-      "127.0.0.1:0",
-      "--metrics-bind-address",
-      "",
-    ]);
+    const p = new Kpng(asNode1(kubeconfig, ""));
     try {
       // With no first sync, the servers start by their deadline (a second after the start).
       const hz = `http://${await p.address("healthz")}`;

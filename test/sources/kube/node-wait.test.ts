@@ -29,23 +29,20 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(() => tmp.remove());
 
+/** kpng against the API server with FLAGS, one nft dry-run sync and out */
+const once = (...flags: string[]) =>
+  Bun.spawn(
+    [process.execPath, join(root, "src/main.ts"), "--kubeconfig", kubeconfig, ...flags, "--backend", "nft", "--dry-run", "--once"],
+    {
+      cwd: root,
+      stdout: "pipe",
+      stderr: "pipe",
+    },
+  );
+
 describe.skipIf(!real)("waiting for the Node at start-up (cluster source)", () => {
   test("the Node registers 1 s after start: the first sync already has its node ports", async () => {
-    const p = Bun.spawn(
-      [
-        process.execPath,
-        join(root, "src/main.ts"),
-        "--kubeconfig",
-        kubeconfig,
-        "--hostname-override",
-        "node-1",
-        "--backend",
-        "nft",
-        "--dry-run",
-        "--once",
-      ],
-      { cwd: root, stdout: "pipe", stderr: "pipe" },
-    );
+    const p = once("--hostname-override", "node-1");
     const registered = Bun.sleep(1000).then(() => api.apply(node("node-1", { ips: [v4.node(1)] })));
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited, registered]);
     expect(code).toBe(0);
@@ -56,23 +53,7 @@ describe.skipIf(!real)("waiting for the Node at start-up (cluster source)", () =
   });
 
   test("--bind-address given: no wait for the Node", async () => {
-    const p = Bun.spawn(
-      [
-        process.execPath,
-        join(root, "src/main.ts"),
-        "--kubeconfig",
-        kubeconfig,
-        "--hostname-override",
-        "node-9",
-        "--bind-address",
-        v4.node(9),
-        "--backend",
-        "nft",
-        "--dry-run",
-        "--once",
-      ],
-      { cwd: root, stdout: "pipe", stderr: "pipe" },
-    );
+    const p = once("--hostname-override", "node-9", "--bind-address", v4.node(9));
     const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
     expect(code).toBe(0);
     expect(err).not.toContain("waiting for the Node");
