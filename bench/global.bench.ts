@@ -27,7 +27,9 @@
 // `bun run bench global`; GLOBAL_BENCH_STREAMS=N (default 1,000; 5,000 is
 // Kubernetes' largest cluster), GLOBAL_BENCH_SERVICES (default 10,000),
 // GLOBAL_BENCH_PER_PROCESS, GLOBAL_BENCH_FAILOVER=0 (leaves the failover
-// out), and GLOBAL_BENCH_PROFILE=DIR for a CPU profile of the generated brain.
+// out), GLOBAL_BENCH_CONNECT_S (default 900: how long the streams may take to
+// connect; past it, how many did), and GLOBAL_BENCH_PROFILE=DIR for a CPU
+// profile of the generated brain.
 
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -46,6 +48,8 @@ const STREAMS = Number(process.env.GLOBAL_BENCH_STREAMS ?? 1000);
 const REAL = (process.env.GLOBAL_BENCH_BRAIN ?? "real") !== "generated";
 const TLS = REAL || process.env.GLOBAL_BENCH_TLS !== "0";
 const FAILOVER = process.env.GLOBAL_BENCH_FAILOVER !== "0";
+/** how long the streams may take to connect, each with its whole model (GLOBAL_BENCH_CONNECT_S) */
+const CONNECT_MS = Number(process.env.GLOBAL_BENCH_CONNECT_S ?? 900) * 1000;
 const mb = (n: number) => `${(n / 1e6).toFixed(0)} MB`;
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((xs.length * p) / 100))];
 
@@ -138,7 +142,14 @@ function consumerGroup(n: number, wave: number, mode: string, brain: BenchBrain,
   };
   return {
     procs: group,
-    connected: () => Promise.all(group.map((c) => c.wait(/^connected/))),
+    /** every stream has had its whole model; past CONNECT_MS, an error saying how many had (each process's last wave) */
+    connected: () =>
+      Promise.all(group.map((c) => c.wait(/^connected/, 0, "out", CONNECT_MS))).catch((err) => {
+        const had = group.map((c) => Number(c.out.findLast((l) => l.startsWith("wave "))?.split(" ")[1] ?? 0));
+        throw new Error(
+          `${had.reduce((a, b) => a + b, 0)} of ${n} streams had their whole model after ${CONNECT_MS / 1000} s (per process: ${had.join(", ")}; load ${load()}): ${err}`,
+        );
+      }),
     report: () => Promise.all(group.map(async (c) => JSON.parse(await ask(c, "report", /^report /)) as Report)),
     /** ms until every stream of the group had its first change set again */
     reconnect: async () =>
