@@ -83,7 +83,7 @@ export async function realBrain(opts: { dir: string; services: number }): Promis
     const port = /127\.0\.0\.1:(\d+)/.exec(serving)?.[1];
     if (!port) throw new Error(`kpng serve: no TCP address in ${serving}`);
     console.log(
-      `  kpng serve (${kpng.name}, compiled) --kubeconfig, mutual TLS: serving ${((Date.now() - spawnedAt) / 1000).toFixed(1)} s after start (the cluster ready ${((spawnedAt - t0) / 1000).toFixed(1)} s after the bench began)`,
+      `  kpng serve --kubeconfig (${kpng.name}, compiled; mutual TLS): serving ${((Date.now() - spawnedAt) / 1000).toFixed(1)} s after start (the cluster ready ${((spawnedAt - t0) / 1000).toFixed(1)} s after the bench began)`,
     );
     const pid = brain.proc.pid; // `ip netns exec` execs kpng
     let n = 0;
