@@ -419,11 +419,17 @@ export class IptablesBackend implements IncrementalBackend {
    * The first restore (kpng holds nothing in the tables yet) streamed to
    * iptables-restore as its services render (streamRestore): iptables-restore
    * parses as it reads, so its parsing overlaps the rendering instead of
-   * following it. The hairpin set's fill streams beside it from the start
-   * (StreamedFill), each service's members as it renders. The set must exist
-   * before the restore commits (its KPNG-POSTROUTING rule names it): created
-   * first, unless setup has just created it (the first sync after start-up:
-   * one `ipset` run less on the way to the first rules).
+   * following it. The hairpin set's fill input is built as the services
+   * render (StreamedFill) and `ipset` starts with it once the last one has
+   * rendered, before the restore's last piece (its COMMIT) is written: the
+   * fill runs beside the kernel's commit, as before, and the commit no
+   * longer waits for the whole set to be counted and printed first. Started
+   * with the restore instead, `ipset` took the CPU the render needed (10,000
+   * services on a loaded 2-core machine: first syncs of 35-41 s against
+   * 25-29 s; docs/results/2026-11.md). The set must exist before the restore
+   * commits (its KPNG-POSTROUTING rule names it): created first, unless setup
+   * has just created it (the first sync after start-up: one `ipset` run less
+   * on the way to the first rules).
    */
   private async streamedFirst(
     family: Family,
@@ -444,7 +450,8 @@ export class IptablesBackend implements IncrementalBackend {
     const steps = fullTransactionSteps({ fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }), services, saved }, tx);
     let renderMs = 0;
     let bytes = 0;
-    const timed = function* (): Generator<void> {
+    let filling: Promise<void> = Promise.resolve();
+    const timed = function* (this: IptablesBackend): Generator<void> {
       try {
         for (;;) {
           const t = performance.now();
@@ -454,7 +461,11 @@ export class IptablesBackend implements IncrementalBackend {
           yield;
         }
       } finally {
-        fill?.end(); // the fill's input ends whatever happens to the render: `ipset` never waits for more
+        // whatever happened to the render: the fill's input ends, `ipset` never waits for more
+        if (fill) {
+          fill.end();
+          filling = this.ipt.ipset(fill.chunks);
+        }
       }
     }.call(this);
     const chunks = function* () {
@@ -471,9 +482,9 @@ export class IptablesBackend implements IncrementalBackend {
       if (tx.error) throw new KpngError("invalid_argument", `iptables ${family} restore: ${tx.error}`);
       await this.restoreWithoutBulk(family, tx, err);
     });
-    const filling = fill ? this.ipt.ipset(fill.chunks) : Promise.resolve();
-    // the restore's input ends once every service is rendered, and the fill's with it
-    const [restored, filled] = await Promise.allSettled([this.failedCounted(family, true, restoring), filling]);
+    // the stream ends once every service is rendered, and the set's fill has started by then
+    const [restored] = await Promise.allSettled([this.failedCounted(family, true, restoring)]);
+    const [filled] = await Promise.allSettled([filling]);
     for (const r of [restored, filled]) if (r.status === "rejected") throw r.reason;
     stats.bytes[family] = bytes;
     stats.renderMs += renderMs;

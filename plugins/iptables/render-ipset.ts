@@ -39,15 +39,15 @@ const fullTail = (family: Family) => `swap ${tmpSet(family)} ${hairpinSets[famil
 export const FILL_BATCH = 100;
 
 /**
- * ipsetFull's input written while the services render (the first sync,
- * streamed): `ipset` starts with the iptables restore and takes each
- * service's members as it renders, instead of the whole set once the last
- * service has rendered (100,000 members at 10,000 services, which then
- * held back the restore's last piece and came after most of its parsing).
+ * ipsetFull's input built while the services render (the first sync,
+ * streamed): each service's members counted and printed as it renders,
+ * instead of all of them once the last has rendered (100,000 members at
+ * 10,000 services), which held back the restore's last piece, its COMMIT.
  * `chunks` is a fixed list (so a reader taking them all at once gets an
  * end): the sets made, then one promise per FILL_BATCH services, resolved
- * as they render, the last one with the swap. The text joined is
- * ipsetFull's for the same members in the same order.
+ * as they render, the last one with the swap; a reader may start before
+ * the render ends. The text joined is ipsetFull's for the same members in
+ * the same order.
  */
 export class StreamedFill {
   readonly members = new HairpinMembers();
