@@ -35,7 +35,7 @@ import {
 } from "../../src/host/toolkit/index.ts";
 import { iptablesExecutor, spawnExecutor, type IptablesExecutor } from "./executor.ts";
 import { baseJumps, chains, fixedChains, hairpinSets, ipsetCommand, restoreCommand, tables } from "./names.ts";
-import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull } from "./render-ipset.ts";
+import { HairpinMembers, ipsetCreate, ipsetEdits, ipsetFull, StreamedFill } from "./render-ipset.ts";
 import { udpFrontends } from "./render-conntrack.ts";
 import { localhostNodePorts, loopbackRefusals, renderFixed } from "./render-fixed.ts";
 import { heldAtFirstCommit, printRestore, streamRestore, Transaction } from "./render-restore.ts";
@@ -100,6 +100,8 @@ export class IptablesBackend implements IncrementalBackend {
   private readonly udp = { v4: new Map<string, Map<string, UdpFrontend>>(), v6: new Map<string, Map<string, UdpFrontend>>() };
   private hairpin = { v4: new HairpinMembers(), v6: new HairpinMembers() };
   private hairpinSet: boolean;
+  /** setup created the hairpin sets and no sync ran since: the first one need not create them again */
+  private setsFresh = false;
   private needFull = true;
   private lastFull = -Infinity;
   private synced = false;
@@ -166,6 +168,7 @@ export class IptablesBackend implements IncrementalBackend {
       // Creating the sets proves the program and the kernel's ip_set modules both work.
       try {
         await this.ipt.ipset(this.families.map(ipsetCreate).join(""));
+        this.setsFresh = true;
       } catch (err) {
         this.hairpinSet = false;
         this.log.warn("ipset does not work here: every endpoint gets its own SEP chain (upstream's layout; slower restores at scale)", {
@@ -358,6 +361,7 @@ export class IptablesBackend implements IncrementalBackend {
       this.needFull = true;
       throw err instanceof KpngError ? err : new KpngError("internal", `iptables sync failed: ${errorMessage(err)}`);
     } finally {
+      this.setsFresh = false;
       stats.ms = performance.now() - t0;
       stats.applyMs = stats.ms - stats.renderMs;
       this.lastSync = stats;
@@ -415,8 +419,17 @@ export class IptablesBackend implements IncrementalBackend {
    * The first restore (kpng holds nothing in the tables yet) streamed to
    * iptables-restore as its services render (streamRestore): iptables-restore
    * parses as it reads, so its parsing overlaps the rendering instead of
-   * following it. The hairpin set is created first, and filled alongside the
-   * restore once every service is rendered (its members are known then).
+   * following it. The hairpin set's fill input is built as the services
+   * render (StreamedFill) and `ipset` starts with it once the last one has
+   * rendered, before the restore's last piece (its COMMIT) is written: the
+   * fill runs beside the kernel's commit, as before, and the commit no
+   * longer waits for the whole set to be counted and printed first. Started
+   * with the restore instead, `ipset` took the CPU the render needed (10,000
+   * services on a loaded 2-core machine: first syncs of 35-41 s against
+   * 25-29 s; docs/results/2026-11.md). The set must exist before the restore
+   * commits (its KPNG-POSTROUTING rule names it): created first, unless setup
+   * has just created it (the first sync after start-up: one `ipset` run less
+   * on the way to the first rules).
    */
   private async streamedFirst(
     family: Family,
@@ -425,26 +438,35 @@ export class IptablesBackend implements IncrementalBackend {
     saved: SavedState | undefined,
     stats: SyncStats,
   ) {
-    if (this.hairpinSet) await this.runIpset(ipsetCreate(family));
+    if (this.hairpinSet && !this.setsFresh) await this.runIpset(ipsetCreate(family));
     const tx = new Transaction();
-    const steps = fullTransactionSteps(
-      { fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }), services: this.rendered(family, keys, next), saved },
-      tx,
-    );
-    let set: HairpinInput | undefined;
-    let filling: Promise<void> = Promise.resolve();
+    const fill = this.hairpinSet ? new StreamedFill(family, keys.size) : undefined;
+    const services = function* (this: IptablesBackend): Generator<ServiceRules> {
+      for (const rules of this.rendered(family, keys, next)) {
+        fill?.add(rules.hairpin);
+        yield rules;
+      }
+    }.call(this);
+    const steps = fullTransactionSteps({ fixed: renderFixed(this.config, family, { hairpinSet: this.hairpinSet }), services, saved }, tx);
     let renderMs = 0;
     let bytes = 0;
+    let filling: Promise<void> = Promise.resolve();
     const timed = function* (this: IptablesBackend): Generator<void> {
-      for (;;) {
-        const t = performance.now();
-        const step = steps.next();
-        renderMs += performance.now() - t;
-        if (step.done) break;
-        yield;
+      try {
+        for (;;) {
+          const t = performance.now();
+          const step = steps.next();
+          renderMs += performance.now() - t;
+          if (step.done) break;
+          yield;
+        }
+      } finally {
+        // whatever happened to the render: the fill's input ends, `ipset` never waits for more
+        if (fill) {
+          fill.end();
+          filling = this.ipt.ipset(fill.chunks);
+        }
       }
-      set = this.hairpinEdits(family, true, next);
-      filling = this.runIpset(set.alongside);
     }.call(this);
     const chunks = function* () {
       for (const chunk of streamRestore(tx, timed)) {
@@ -466,7 +488,8 @@ export class IptablesBackend implements IncrementalBackend {
     for (const r of [restored, filled]) if (r.status === "rejected") throw r.reason;
     stats.bytes[family] = bytes;
     stats.renderMs += renderMs;
-    return { tx, set: set! };
+    const set: HairpinInput = { before: "", alongside: "", after: "", commit: () => fill && (this.hairpin[family] = fill.members) };
+    return { tx, set };
   }
 
   /** counts a refused restore in kube-proxy's sync failure metric */

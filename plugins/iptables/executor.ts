@@ -29,8 +29,8 @@ export interface IptablesExecutor {
   /** `iptables-save`: every table */
   save(family: Family): Promise<string>;
   chainExists(family: Family, table: Table, chain: string): Promise<boolean>;
-  /** `ipset restore` with this input (the hairpin sets) */
-  ipset(input: string): Promise<void>;
+  /** `ipset restore` with this input (the hairpin sets), whole or streamed (as `restore`'s) */
+  ipset(input: string | Iterable<StdinChunk>): Promise<void>;
 }
 
 export function iptablesExecutor(exec: Executor): IptablesExecutor {
@@ -46,7 +46,10 @@ export function iptablesExecutor(exec: Executor): IptablesExecutor {
     },
     save: (family) => exec.run([saveCommand(family)]),
     async ipset(input) {
-      await exec.run([ipsetCommand, "restore"], input);
+      const argv = [ipsetCommand, "restore"];
+      if (typeof input === "string") await exec.run(argv, input);
+      else if (exec.stream) await exec.stream(argv, input);
+      else await exec.run(argv, (await Promise.all([...input])).join(""));
     },
     async chainExists(family, table, chain) {
       try {

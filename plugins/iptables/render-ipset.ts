@@ -22,12 +22,68 @@ export const ipsetCreate = (family: Family) => create(hairpinSets[family], famil
  * sync runs it beside the iptables restore.
  */
 export function ipsetFull(family: Family, members: Iterable<string>): string {
-  const name = hairpinSets[family];
-  const tmp = `${name}-NEW`;
-  const out = [create(name, family), create(tmp, family), `flush ${tmp}`];
-  for (const m of members) out.push(`add ${tmp} ${m}`);
-  out.push(`swap ${tmp} ${name}`, `destroy ${tmp}`);
-  return out.join("\n") + "\n";
+  const out = [fullHead(family)];
+  for (const m of members) out.push(fullAdd(family, m));
+  out.push(fullTail(family));
+  return out.join("");
+}
+
+const tmpSet = (family: Family) => `${hairpinSets[family]}-NEW`;
+/** ipsetFull's lines before the members: both sets made, the temporary one emptied */
+const fullHead = (family: Family) => `${create(hairpinSets[family], family)}\n${create(tmpSet(family), family)}\nflush ${tmpSet(family)}\n`;
+const fullAdd = (family: Family, member: string) => `add ${tmpSet(family)} ${member}\n`;
+/** ipsetFull's lines after the members: the filled set swapped in */
+const fullTail = (family: Family) => `swap ${tmpSet(family)} ${hairpinSets[family]}\ndestroy ${tmpSet(family)}\n`;
+
+/** services whose new members go to `ipset` in one piece of a streamed fill (~1,000 lines) */
+export const FILL_BATCH = 100;
+
+/**
+ * ipsetFull's input built while the services render (the first sync,
+ * streamed): each service's members counted and printed as it renders,
+ * instead of all of them once the last has rendered (100,000 members at
+ * 10,000 services), which held back the restore's last piece, its COMMIT.
+ * `chunks` is a fixed list (so a reader taking them all at once gets an
+ * end): the sets made, then one promise per FILL_BATCH services, resolved
+ * as they render, the last one with the swap; a reader may start before
+ * the render ends. The text joined is ipsetFull's for the same members in
+ * the same order.
+ */
+export class StreamedFill {
+  readonly members = new HairpinMembers();
+  readonly chunks: (string | Promise<string>)[];
+  private readonly later: PromiseWithResolvers<string>[];
+  private lines = "";
+  private rendered = 0;
+  private sent = 0;
+
+  /** `services`: how many are to render (at most; a batch is sent every FILL_BATCH of them) */
+  constructor(
+    private readonly family: Family,
+    services: number,
+  ) {
+    this.later = Array.from({ length: Math.ceil(services / FILL_BATCH) + 1 }, () => Promise.withResolvers<string>());
+    this.chunks = [fullHead(family), ...this.later.map((l) => l.promise)];
+  }
+
+  /** one rendered service's members */
+  add(members: ReadonlySet<string>) {
+    for (const m of this.members.add(members)) this.lines += fullAdd(this.family, m);
+    if (++this.rendered % FILL_BATCH === 0 && this.sent < this.later.length - 1) this.send();
+  }
+
+  /** every service rendered (or the render given up): the rest, then the swap; again: nothing */
+  end() {
+    if (this.sent === this.later.length) return;
+    while (this.sent < this.later.length - 1) this.send();
+    this.lines += fullTail(this.family);
+    this.send();
+  }
+
+  private send() {
+    this.later[this.sent++].resolve(this.lines);
+    this.lines = "";
+  }
 }
 
 /** Adds and deletes in the family's set; "" when there are none. */
@@ -79,7 +135,18 @@ export class HairpinMembers {
   /** Starts over from every service's members (a full sync). */
   reset(all: Iterable<ReadonlySet<string>>) {
     this.counts.clear();
-    for (const set of all) for (const m of set) this.counts.set(m, (this.counts.get(m) ?? 0) + 1);
+    for (const set of all) this.add(set);
+  }
+
+  /** Counts one more holder of each of `set`: the members new to the set (a full sync's, as each service renders). */
+  add(set: ReadonlySet<string>): string[] {
+    const fresh: string[] = [];
+    for (const m of set) {
+      const n = this.counts.get(m) ?? 0;
+      this.counts.set(m, n + 1);
+      if (n === 0) fresh.push(m);
+    }
+    return fresh;
   }
 
   members(): IterableIterator<string> {

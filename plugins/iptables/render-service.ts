@@ -190,7 +190,7 @@ function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, e
   }
   eps.forEach((ep, i) => {
     const left = eps.length - i;
-    const pick = left > 1 ? ["-m", "statistic", "--mode", "random", "--probability", (1 / left).toFixed(10)] : [];
+    const pick = left > 1 ? ["-m", "statistic", "--mode", "random", "--probability", probability(left)] : [];
     if (p.sepChains) {
       rules.push({ table: "nat", chain, comment: endpointComment(p, ep), match: pick, target: ["-j", ep.chain] });
     } else {
@@ -199,6 +199,10 @@ function balance(p: PortPlan, out: ServiceRules, rules: Rule[], chain: string, e
     }
   });
 }
+
+/** 1/left as the statistic match's text, printed once per count (a full sync prints one per endpoint) */
+const probabilities: string[] = [];
+const probability = (left: number) => (probabilities[left] ??= (1 / left).toFixed(10));
 
 const dnat = (ep: PortEndpoint) => ["-j", "DNAT", "--to-destination", hostPort(ep.ip, ep.port)];
 

@@ -84,6 +84,8 @@ describe("a first restore, streamed", () => {
     const exec: Required<Executor> = {
       run: rec.run,
       async stream(argv, input) {
+        // the hairpin set's fill streams too (render-ipset.ts StreamedFill): taken whole
+        if (!argv[0].endsWith("-restore")) return rec.run(argv, (await Promise.all([...input])).join(""));
         input[Symbol.iterator]().next(); // read the first chunk only, then fail, as iptables-nft on a chain it cannot parse
         throw new Error(`${argv[0]}: exit 1: line 5 failed`);
       },
@@ -95,6 +97,50 @@ describe("a first restore, streamed", () => {
     expect(whole).not.toContain("\n-S\n");
     expect(whole.match(/^:KPNG-SVC-/gm)).toHaveLength(300); // every service rendered, to the end
     expect(ctx.log.lines.some((l) => l.includes("bulk restore failed, retrying without the bulk preamble"))).toBe(true);
+  });
+
+  test("after setup, the first sync runs one ipset, the set's fill, started before the restore's last piece (its COMMIT)", async () => {
+    // Each program takes its input a chunk at a time, as through a pipe; one timeline of what each got.
+    const seen: string[] = [];
+    const texts = new Map<string, string>();
+    const rec = recordingExecutor();
+    const exec: Required<Executor> = {
+      async run(argv, stdin, opts) {
+        seen.push(`${argv[0]} run`);
+        return rec.run(argv, stdin, opts);
+      },
+      async stream(argv, input) {
+        let text = "";
+        seen.push(`${argv[0]} start`);
+        for (const chunk of input) {
+          const got = await chunk;
+          text += got;
+          seen.push(`${argv[0]} ${got.includes("COMMIT") ? "commit" : "chunk"}`);
+          await Bun.sleep(0);
+        }
+        texts.set(argv[0], text);
+        return "";
+      },
+    };
+    const b = new IptablesBackend(testContext(), { executor: exec, families: ["v4"], monitorPeriodMs: 0 });
+    await b.setup();
+    const setupCalls = seen.length;
+    for (let i = 0; i < 600; i++) {
+      b.setService(svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(i + 1)], ports: [{ name: "http", port: 80 }] }));
+      for (let e = 0; e < 10; e++)
+        b.setEndpoint("default", `s${i}`, `e${e}`, ep({ ips: [v4.pod(i & 255, e + 10 * (i >> 8))], ports: { http: 8080 } }));
+    }
+    await b.sync();
+    const sync = seen.slice(setupCalls);
+    // no `ipset` run of its own to create the set: setup has just made it
+    expect(sync.filter((e) => e.startsWith("ipset "))).not.toContain("ipset run");
+    // the fill started before the restore's COMMIT was written
+    expect(sync.indexOf("ipset start")).toBeGreaterThan(-1);
+    expect(sync.indexOf("ipset start")).toBeLessThan(sync.indexOf("iptables-restore commit"));
+    // the fill is the whole set, swapped in
+    const fill = texts.get("ipset")!;
+    expect(fill.match(/^add KPNG-HAIRPIN-V4-NEW /gm)).toHaveLength(6000);
+    expect(fill.endsWith("swap KPNG-HAIRPIN-V4-NEW KPNG-HAIRPIN-V4\ndestroy KPNG-HAIRPIN-V4-NEW\n")).toBe(true);
   });
 
   test("an invalid rule stops the stream before any COMMIT: nothing of the restore commits", () => {
