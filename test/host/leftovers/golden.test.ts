@@ -45,5 +45,6 @@ describe.skipIf(!real)("golden/kube-proxy-iptables.save", () => {
     }
     if (process.env.UPDATE_GOLDEN === "1" || !existsSync(GOLDEN_IPTABLES)) writeFileSync(GOLDEN_IPTABLES, captured);
     expect(captured).toBe(kubeProxyIptables());
-  }, 150_000);
+    // three loaded waits: the API server's start, kube-proxy's rules, its log line (90 s at load 28-46)
+  }, 210_000);
 });
