@@ -13,6 +13,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { genCluster } from "../test/api/gen-cluster.ts";
+import { FREE_PORTS } from "../test/harness/kpng-process.ts";
 import { netns, rssOf, spawn, type Proc } from "./global.bench.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -35,16 +36,7 @@ export default async function main() {
   const suffix = randomBytes(3).toString("hex");
   const ns = { agent: `kpngm-${suffix}-a`, full: `kpngm-${suffix}-f` };
   const procs: Proc[] = [];
-  const common = [
-    "--node-name",
-    "node-1",
-    "--backend",
-    "nft",
-    "--healthz-bind-address",
-    "127.0.0.1:0",
-    "--metrics-bind-address",
-    "127.0.0.1:0",
-  ];
+  const common = ["--node-name", "node-1", "--backend", "nft", ...FREE_PORTS];
   const args = { agent: ["--api", `unix://${sock}`], full: ["--input", file] };
   const rss: Record<"agent" | "full", number[]> = { agent: [], full: [] };
   try {

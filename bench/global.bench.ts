@@ -25,7 +25,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { genCluster } from "../test/api/gen-cluster.ts";
-import { makeClientCert, makeTestCert } from "../test/harness/api-server.ts";
+import { FREE_PORTS } from "../test/harness/kpng-process.ts";
+import { makeMutualTls } from "../test/harness/tls-flags.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const BUN = join(ROOT, "node_modules/.bin/bun");
@@ -153,10 +154,7 @@ export default async function main() {
     `\n${GEN.services} services x ${GEN.endpoints} endpoints, ${GEN.nodes} nodes; ${STREAMS - 2} light streams${TLS ? " (mutual TLS over loopback TCP)" : ""} + 2 nft agents (load average ${load()})`,
   );
   const dir = mkdtempSync(join(tmpdir(), "kpng-bench-global-"));
-  if (TLS) {
-    makeTestCert(dir, { name: "brain" });
-    makeClientCert(dir, makeTestCert(dir, { san: "DNS:kpng-agents", name: "agents-ca" }), "node-1", "agent");
-  }
+  if (TLS) makeMutualTls(dir);
   const sock = join(dir, "brain.sock");
   const suffix = randomBytes(3).toString("hex");
   const namespaces = [`kpngb-${suffix}-a1`, `kpngb-${suffix}-a2`, `kpngb-${suffix}-full`];
@@ -204,10 +202,7 @@ export default async function main() {
         `node-${k}`,
         "--backend",
         "nft",
-        "--healthz-bind-address",
-        "127.0.0.1:0",
-        "--metrics-bind-address",
-        "127.0.0.1:0",
+        ...FREE_PORTS,
       ]);
       procs.push(a);
       return a;
@@ -329,10 +324,7 @@ export default async function main() {
       "node-1",
       "--backend",
       "nft",
-      "--healthz-bind-address",
-      "127.0.0.1:0",
-      "--metrics-bind-address",
-      "127.0.0.1:0",
+      ...FREE_PORTS,
     ]);
     procs.push(full);
     await full.wait(/synced backend=nft rev=1 /, 0, "err");

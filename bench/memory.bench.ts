@@ -23,6 +23,7 @@ import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { buildBinary } from "../build.ts";
 import { parseSmaps } from "../src/core/release-pages.ts";
+import { FREE_PORTS } from "../test/harness/kpng-process.ts";
 import { netns, spawn, type Proc } from "./global.bench.ts";
 
 const RUNS = Number(process.env.KPNG_BENCH_RUNS ?? 3);
@@ -99,10 +100,7 @@ export default async function memoryBench() {
         "--node-name",
         "node-1",
         "-v=2",
-        "--healthz-bind-address",
-        "127.0.0.1:0",
-        "--metrics-bind-address",
-        "127.0.0.1:0",
+        ...FREE_PORTS,
       ]);
       procs.push(p);
       await p.wait(/ synced backend=nft /, 0, "err", 60_000);

@@ -15,6 +15,7 @@ export {
   KUBE_PROXY_CANARY,
   parseIptablesSave,
   restoreRemovingChains,
+  summarize,
   type IptablesFootprint,
   type IptTable,
 } from "./leftovers.ts";

@@ -104,7 +104,8 @@ export function parseIptablesSave(text: string): Map<IptTable, SavedTable> {
   return out;
 }
 
-const summarize = (names: string[]) => (names.length <= 4 ? names.join(" ") : `${names.slice(0, 4).join(" ")} …`);
+/** The first four names of a list, `…` after them when there are more: what a "removed" line shows. */
+export const summarize = (names: string[]) => (names.length <= 4 ? names.join(" ") : `${names.slice(0, 4).join(" ")} …`);
 
 /**
  * The `iptables-restore --noflush` input removing the chains `owns` claims

@@ -138,94 +138,59 @@ async function nameWhatWasLost(backend: Backend, log: Logger, reason: string, li
 }
 
 export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
-  const log = opts.log;
-  let applied: NodeState | null = null; // what the backend holds (incremental)
-  let latest: NodeState | null = null;
-  let pending: StateChange | undefined; // undefined = nothing pending
-  let running: Promise<void> | null = null;
-  let stopped = false;
-  let retry: ReturnType<typeof setTimeout> | undefined;
-  const pause = opts.pauseAfter ?? pauseAfter;
-  let nextAt = 0; // no sync starts before (performance.now())
-  let lost: string | undefined; // the report of rules lost whose repair has not run yet
+  const feed = new BackendFeed(backend, opts);
+  backend.watchRules?.((reason) => feed.rulesChanged(reason));
+  return feed;
+}
 
-  const retryIn = (ms: number) => {
-    retry = setTimeout(() => {
-      retry = undefined;
-      kick();
-    }, ms);
-  };
-  const run = async () => {
-    while (pending !== undefined && latest && !stopped) {
-      // Changes that come during the pause coalesce: syncs take a bounded share of the CPU.
-      const rest = nextAt - performance.now();
-      if (rest >= 1) {
-        await Bun.sleep(rest);
-        continue;
-      }
-      if (lost !== undefined && pending === null) {
-        const reason = lost;
-        lost = undefined;
-        await nameWhatWasLost(backend, log, reason, opts.lostCheckMs ?? LOST_CHECK_MS);
-        if (stopped) return;
-      }
-      const state = latest;
-      const change = pending;
-      pending = undefined;
-      const t0 = performance.now();
-      try {
-        if (backend.kind === "full") await backend.apply(state, change);
-        else await applyIncremental(backend, applied, state, change);
-        applied = state;
-        const secs = (performance.now() - t0) / 1000;
-        log.info("synced", {
-          backend: backend.name,
-          rev: state.rev,
-          services: state.services.size,
-          changed: change?.size ?? "all",
-          ms: Math.round(secs * 1000),
-        });
-        opts.onSynced?.(state, secs, change);
-        // Pacing bounds the CPU of steady churn. A full sync (start-up, a repair,
-        // the retry after a failure) is paced by its own rules (REPAIR_STORM,
-        // retryMs): its cost says nothing of the next change's, which would
-        // otherwise wait as long as start-up's whole sync took.
-        nextAt = change === null ? 0 : performance.now() + pause(secs * 1000);
-      } catch (err) {
-        log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
-        opts.onError?.(err);
-        if (backend.kind === "incremental") applied = null;
-        pending = null;
-        clearTimeout(retry);
-        retryIn(opts.retryMs ?? 1000);
-        return;
-      }
-    }
-  };
-  const kick = () => {
-    if (running || stopped) return;
-    running = run().finally(() => {
-      running = null;
-      if (pending !== undefined && !retry) kick();
-    });
-  };
-  const schedule = (change: StateChange) => {
-    pending = union(pending, change);
-    clearTimeout(retry);
-    retry = undefined;
-    kick();
-  };
-  const pace = repairPacer(opts.repairStorm ?? REPAIR_STORM);
-  backend.watchRules?.((reason) => {
-    if (stopped) return;
-    opts.onRulesLost?.(reason);
+/** One backend's feed: what is pending, the sync under way, the pause and the retry before the next. */
+class BackendFeed implements Feed {
+  private applied: NodeState | null = null; // what the backend holds (incremental)
+  private latest: NodeState | null = null;
+  private pending: StateChange | undefined; // undefined = nothing pending
+  private running: Promise<void> | null = null;
+  private stopped = false;
+  private retry: ReturnType<typeof setTimeout> | undefined;
+  private nextAt = 0; // no sync starts before (performance.now())
+  private lost: string | undefined; // the report of rules lost whose repair has not run yet
+  private readonly pause: (ms: number) => number;
+  private readonly pace: ReturnType<typeof repairPacer>;
+
+  constructor(
+    private readonly backend: Backend,
+    private readonly opts: FeedOptions,
+  ) {
+    this.pause = opts.pauseAfter ?? pauseAfter;
+    this.pace = repairPacer(opts.repairStorm ?? REPAIR_STORM);
+  }
+
+  push(rev: Revision): void {
+    this.latest = rev.state;
+    this.schedule(rev.change);
+  }
+
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.retry);
+  }
+
+  /** The backend's report that someone else changed its rules: a full sync, at once or, in a storm of reports, later. */
+  rulesChanged(reason: string): void {
+    const { backend } = this;
+    const { log } = this.opts;
+    if (this.stopped) return;
+    this.opts.onRulesLost?.(reason);
     // only a backend that can read its rules back (an await before the repair: other reports coalesce into it)
-    if (latest && backend.verify) lost ??= reason;
-    const { delayMs, reports } = pace(Date.now());
+    if (this.latest && backend.verify) this.lost ??= reason;
+    const { delayMs, reports } = this.pace(Date.now());
     if (delayMs === undefined) {
       log.warn("rules changed by someone else, resyncing everything", { backend: backend.name, reason });
       // Before the first revision there is nothing to restore; the first sync is full anyway.
-      if (latest) schedule(null);
+      if (this.latest) this.schedule(null);
       return;
     }
     log.warn("rules keep being changed by someone else (another kpng on this node?): resyncing everything after a delay", {
@@ -234,20 +199,87 @@ export function feedBackend(backend: Backend, opts: FeedOptions): Feed {
       reports,
       delayMs,
     });
-    pending = union(pending, null);
-    if (latest && !retry) retryIn(delayMs);
-  });
-  return {
-    push(rev) {
-      latest = rev.state;
-      schedule(rev.change);
-    },
-    async idle() {
-      while (running) await running;
-    },
-    stop() {
-      stopped = true;
-      clearTimeout(retry);
-    },
-  };
+    this.pending = union(this.pending, null);
+    if (this.latest && !this.retry) this.retryIn(delayMs);
+  }
+
+  /** A change to apply, merged into what is pending; the retry waiting, if any, is overtaken. */
+  private schedule(change: StateChange): void {
+    this.pending = union(this.pending, change);
+    clearTimeout(this.retry);
+    this.retry = undefined;
+    this.kick();
+  }
+
+  /** Starts the sync loop unless it runs; when it ends with something pending (and no retry waits), again. */
+  private kick(): void {
+    if (this.running || this.stopped) return;
+    this.running = this.run().finally(() => {
+      this.running = null;
+      if (this.pending !== undefined && !this.retry) this.kick();
+    });
+  }
+
+  private retryIn(ms: number): void {
+    this.retry = setTimeout(() => {
+      this.retry = undefined;
+      this.kick();
+    }, ms);
+  }
+
+  /** Syncs until nothing is pending, pausing between syncs; ends at the first failure (its retry set). */
+  private async run(): Promise<void> {
+    while (this.pending !== undefined && this.latest && !this.stopped) {
+      // Changes that come during the pause coalesce: syncs take a bounded share of the CPU.
+      const rest = this.nextAt - performance.now();
+      if (rest >= 1) {
+        await Bun.sleep(rest);
+        continue;
+      }
+      if (this.lost !== undefined && this.pending === null) {
+        const reason = this.lost;
+        this.lost = undefined;
+        await nameWhatWasLost(this.backend, this.opts.log, reason, this.opts.lostCheckMs ?? LOST_CHECK_MS);
+        if (this.stopped) return;
+      }
+      const state = this.latest;
+      const change = this.pending;
+      this.pending = undefined;
+      if (!(await this.sync(state, change))) return;
+    }
+  }
+
+  /** One sync of `state`; false when it failed: the backend's rules are unknown, a full sync is retried after retryMs. */
+  private async sync(state: NodeState, change: StateChange): Promise<boolean> {
+    const { backend, opts } = this;
+    const t0 = performance.now();
+    try {
+      if (backend.kind === "full") await backend.apply(state, change);
+      else await applyIncremental(backend, this.applied, state, change);
+      this.applied = state;
+      const secs = (performance.now() - t0) / 1000;
+      opts.log.info("synced", {
+        backend: backend.name,
+        rev: state.rev,
+        services: state.services.size,
+        changed: change?.size ?? "all",
+        ms: Math.round(secs * 1000),
+      });
+      opts.onSynced?.(state, secs, change);
+      // Pacing bounds the CPU of steady churn. A full sync (start-up, a repair,
+      // the retry after a failure) is paced by its own rules (REPAIR_STORM,
+      // retryMs): its cost says nothing of the next change's, which would
+      // otherwise wait as long as start-up's whole sync took.
+      this.nextAt = change === null ? 0 : performance.now() + this.pause(secs * 1000);
+      return true;
+    } catch (err) {
+      opts.log.error("sync failed, will retry with a full sync", { backend: backend.name, rev: state.rev, error: errorMessage(err) });
+      opts.onError?.(err);
+      if (backend.kind === "incremental") this.applied = null;
+      this.pending = null;
+      clearTimeout(this.retry);
+      this.retryIn(opts.retryMs ?? 1000);
+      return false;
+    }
+  }
 }

@@ -10,7 +10,7 @@ import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
 import { ROOT, startKpng, startServe, tempDir } from "../harness/kpng-process.ts";
-import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
+import { agentTls, listenTls, makeMutualTls } from "../harness/tls-flags.ts";
 import { haveK8s, type K8sObject, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import { pluginSuite } from "./suite.ts";
@@ -45,44 +45,14 @@ test.skipIf(!real)(
     const api = await sharedApiServer();
     await api.apply(...(YAML.parse(await Bun.file(join(ROOT, "examples/cluster.yaml")).text()) as { items: K8sObject[] }).items);
     const kubeconfig = api.writeKubeconfig(join(dir.path, "kubeconfig"));
-    makeTestCert(dir.path, { name: "brain" });
-    makeClientCert(dir.path, makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" }), "node-1", "agent");
-    const f = (name: string) => join(dir.path, name);
+    makeMutualTls(dir.path);
     const brain = await startServe(
-      [
-        "--kubeconfig",
-        kubeconfig,
-        "--node-name",
-        "node-1",
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--listen-tls-crt",
-        f("brain.crt"),
-        "--listen-tls-key",
-        f("brain.key"),
-        "--listen-tls-ca",
-        f("agents-ca.crt"),
-      ],
+      ["--kubeconfig", kubeconfig, "--node-name", "node-1", "--listen", "tcp://127.0.0.1:0", ...listenTls(dir.path)],
       { bin },
     );
     try {
       const api = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
-      const agent = startKpng(
-        [
-          "local",
-          "--api",
-          api,
-          "--tls-ca",
-          f("brain.crt"),
-          "--tls-crt",
-          f("agent.crt"),
-          "--tls-key",
-          f("agent.key"),
-          "--node-name",
-          "node-2",
-        ],
-        { bin },
-      );
+      const agent = startKpng(["local", "--api", api, ...agentTls(dir.path), "--node-name", "node-2"], { bin });
       const full = startKpng(["local", "--kubeconfig", kubeconfig, "--node-name", "node-2"], { bin });
       expect(await agent.proc.exited).toBe(0);
       expect(await full.proc.exited).toBe(0);

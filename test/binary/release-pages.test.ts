@@ -7,7 +7,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { elfSection, filePageRuns, parseSmaps, releasable } from "../../src/core/release-pages.ts";
-import { ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
+import { FREE_PORTS, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 
 const SMAPS = `00200000-01a39000 r--p 00000000 fe:00 5318883                            /opt/kpng
@@ -82,23 +82,7 @@ const rssFileKB = (pid: number) => Number(/RssFile:\s+(\d+)/.exec(readFileSync(`
 test.skipIf(process.platform !== "linux")(
   "the compiled binary releases its start-up pages after the first sync and once start-up settled, and later syncs still run",
   async () => {
-    const p = startKpng(
-      [
-        "--input",
-        input,
-        "--backend",
-        "nft",
-        "--dry-run",
-        "--node-name",
-        "node-1",
-        "-v=2",
-        "--healthz-bind-address",
-        "127.0.0.1:0",
-        "--metrics-bind-address",
-        "127.0.0.1:0",
-      ],
-      { bin },
-    );
+    const p = startKpng(["--input", input, "--backend", "nft", "--dry-run", "--node-name", "node-1", "-v=2", ...FREE_PORTS], { bin });
     try {
       const line = await p.waitFor(/released the executable's start-up pages when="first sync"/);
       const released = Number(/residentKB=(\d+)/.exec(line)?.[1]);

@@ -6,50 +6,21 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { webList } from "../fixtures/web-list.ts";
+import { kpngSync } from "../harness/kpng-process.ts";
 
-const root = join(import.meta.dir, "../..");
 const dir = mkdtempSync(join(tmpdir(), "kpng-detect-local-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const kpng = (...args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), ...args], { cwd: root });
-  return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
-};
+const kpng = (...args: string[]) => kpngSync(args);
 
 /** A cluster file: Node node-a (with `podCIDRs`), a ClusterIP service with one endpoint. */
 function clusterFile(name: string, podCIDRs?: string[]): string {
   const file = join(dir, name);
-  const doc = {
-    apiVersion: "v1",
-    kind: "List",
-    items: [
-      {
-        apiVersion: "v1",
-        kind: "Node",
-        metadata: { name: "node-a" },
-        spec: podCIDRs ? { podCIDR: podCIDRs[0], podCIDRs } : {},
-        status: { addresses: [{ type: "InternalIP", address: "203.0.113.1" }] },
-      },
-      {
-        apiVersion: "v1",
-        kind: "Service",
-        metadata: { name: "web", namespace: "default" },
-        spec: {
-          clusterIP: "10.96.0.10",
-          clusterIPs: ["10.96.0.10"],
-          ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
-        },
-      },
-      {
-        apiVersion: "discovery.k8s.io/v1",
-        kind: "EndpointSlice",
-        metadata: { name: "web-1", namespace: "default", labels: { "kubernetes.io/service-name": "web" } },
-        addressType: "IPv4",
-        ports: [{ name: "http", port: 8080, protocol: "TCP" }],
-        endpoints: [{ addresses: ["10.244.1.5"], conditions: { ready: true }, nodeName: "node-b" }],
-      },
-    ],
-  };
+  const doc = webList({
+    spec: podCIDRs ? { podCIDR: podCIDRs[0], podCIDRs } : {},
+    status: { addresses: [{ type: "InternalIP", address: "203.0.113.1" }] },
+  });
   writeFileSync(file, JSON.stringify(doc));
   return file;
 }

@@ -5,46 +5,18 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { webList } from "../fixtures/web-list.ts";
+import { kpngSync } from "../harness/kpng-process.ts";
 
-const root = join(import.meta.dir, "../..");
 const dir = mkdtempSync(join(tmpdir(), "kpng-node-ips-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const kpng = (...args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, join(root, "src/main.ts"), ...args], { cwd: root });
-  return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
-};
+const kpng = (...args: string[]) => kpngSync(args);
 
 /** A cluster file: Node node-a with `addresses`, a NodePort service on 30080 with one endpoint elsewhere. */
 function clusterFile(name: string, addresses: Array<{ type: string; address: string }>): string {
   const file = join(dir, name);
-  const doc = {
-    apiVersion: "v1",
-    kind: "List",
-    items: [
-      { apiVersion: "v1", kind: "Node", metadata: { name: "node-a" }, status: { addresses } },
-      {
-        apiVersion: "v1",
-        kind: "Service",
-        metadata: { name: "web", namespace: "default" },
-        spec: {
-          type: "NodePort",
-          clusterIP: "10.96.0.10",
-          clusterIPs: ["10.96.0.10"],
-          ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080, nodePort: 30080 }],
-        },
-      },
-      {
-        apiVersion: "discovery.k8s.io/v1",
-        kind: "EndpointSlice",
-        metadata: { name: "web-1", namespace: "default", labels: { "kubernetes.io/service-name": "web" } },
-        addressType: "IPv4",
-        ports: [{ name: "http", port: 8080, protocol: "TCP" }],
-        endpoints: [{ addresses: ["10.244.1.5"], conditions: { ready: true }, nodeName: "node-b" }],
-      },
-    ],
-  };
-  writeFileSync(file, JSON.stringify(doc));
+  writeFileSync(file, JSON.stringify(webList({ status: { addresses } }, 30080)));
   return file;
 }
 
@@ -133,9 +105,21 @@ describe("nft node ports with default flags", () => {
 });
 
 describe("iptables node ports follow upstream's default: every local address", () => {
+  /** the iptables backend's dry run on a cluster file `name` whose node-a has the InternalIP 203.0.113.1, with `more` flags */
+  const iptablesDryRun = (name: string, ...more: string[]) =>
+    kpng(
+      "--input",
+      clusterFile(name, [{ type: "InternalIP", address: "203.0.113.1" }]),
+      "--node-name",
+      "node-a",
+      "--backend",
+      "iptables",
+      "--dry-run",
+      "--once",
+      ...more,
+    );
   test("no nodePortAddresses: --dst-type LOCAL, not the node IP (a node IP change needs no rule change)", () => {
-    const file = clusterFile("iptables.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng("--input", file, "--node-name", "node-a", "--backend", "iptables", "--dry-run", "--once");
+    const r = iptablesDryRun("iptables.json");
     expect(r.code).toBe(0);
     // localhostNodePorts is on by default (kube-proxy's default): loopback answers too, as upstream's rule has it
     expect(r.out).toMatch(/-A KPNG-SERVICES -m comment --comment "[^"]*" -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
@@ -143,36 +127,13 @@ describe("iptables node ports follow upstream's default: every local address", (
   });
 
   test("with --iptables-localhost-nodeports=false, loopback is left out as upstream does", () => {
-    const file = clusterFile("iptables-nolocal.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng(
-      "--input",
-      file,
-      "--node-name",
-      "node-a",
-      "--backend",
-      "iptables",
-      "--iptables-localhost-nodeports=false",
-      "--dry-run",
-      "--once",
-    );
+    const r = iptablesDryRun("iptables-nolocal.json", "--iptables-localhost-nodeports=false");
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/-A KPNG-SERVICES .*! -d 127\.0\.0\.0\/8 -m addrtype --dst-type LOCAL -j KPNG-NODEPORTS/);
   });
 
   test('"primary" narrows to the Node\'s IP', () => {
-    const file = clusterFile("iptables-primary.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const r = kpng(
-      "--input",
-      file,
-      "--node-name",
-      "node-a",
-      "--backend",
-      "iptables",
-      "--dry-run",
-      "--once",
-      "--nodeport-addresses",
-      "primary",
-    );
+    const r = iptablesDryRun("iptables-primary.json", "--nodeport-addresses", "primary");
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/-A KPNG-SERVICES .*-d 203\.0\.113\.1 -j KPNG-NODEPORTS/);
   });

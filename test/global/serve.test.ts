@@ -9,7 +9,7 @@ import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import { EndpointInfoSchema, NodeInfoSchema, ServiceInfoSchema } from "../../src/gen/globalv1/global_pb.ts";
 import { bufCurl } from "../harness/buf-curl.ts";
-import { BUF, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { nftDryRun, ROOT, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 
 const dir = tempDir("kpng-global-");
 const input = join(dir.path, "cluster.yaml");
@@ -81,25 +81,8 @@ describe("buf curl, gRPC over h2c on the unix socket", () => {
   });
 
   test("localv1 still answers on the same socket", async () => {
-    const p = Bun.spawn(
-      [
-        BUF,
-        "curl",
-        "--protocol",
-        "grpc",
-        "--http2-prior-knowledge",
-        "--unix-socket",
-        sock,
-        "--schema",
-        join(ROOT, "proto"),
-        "-d",
-        '{"NodeName":"node-1"}',
-        "http://localhost/localv1.Sets/Watch",
-      ],
-      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
-    );
-    const out = await new Response(p.stdout).text();
-    expect(await p.exited).toBe(0);
+    const { code, out } = await bufCurl("http://localhost/localv1.Sets/Watch", '{"NodeName":"node-1"}', ["--unix-socket", sock]);
+    expect(code).toBe(0);
     expect(out).toContain('"ServicesSet"');
   });
 });
@@ -141,45 +124,16 @@ describe("node agent (kpng --api) = full binary on the same cluster", () => {
 
   test("a sidecar on the agent's own --listen socket gets the node's state, as from the brain", async () => {
     const agentSock = join(dir.path, "agent.sock");
-    const agent = startKpng([
-      "--api",
-      `unix://${sock}`,
-      "--node-name",
-      "node-3",
-      "--listen",
-      `unix://${agentSock}`,
-      "--backend",
-      "nft",
-      "--dry-run",
-      "--healthz-bind-address",
-      "127.0.0.1:0",
-      "--metrics-bind-address",
-      "127.0.0.1:0",
-    ]);
+    const agent = startKpng(["--api", `unix://${sock}`, "--listen", `unix://${agentSock}`, ...nftDryRun("node-3")]);
     try {
       await agent.waitFor(/synced backend=nft/);
       const next = async (socket: string) => {
-        const p = Bun.spawn(
-          [
-            BUF,
-            "curl",
-            "--protocol",
-            "grpc",
-            "--http2-prior-knowledge",
-            "--unix-socket",
-            socket,
-            "--schema",
-            join(ROOT, "proto"),
-            "-d",
-            '{"NodeName":"node-3"}',
-            "http://localhost/localv1.Endpoints/Next",
-          ],
-          { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
-        );
-        const out = await new Response(p.stdout).text();
-        expect(await p.exited).toBe(0);
-        const items = JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`) as any[];
-        return items
+        const { code, messages } = await bufCurl("http://localhost/localv1.Endpoints/Next", '{"NodeName":"node-3"}', [
+          "--unix-socket",
+          socket,
+        ]);
+        expect(code).toBe(0);
+        return messages
           .filter((i) => i.Endpoints)
           .map((i) => JSON.stringify(i.Endpoints))
           .sort();

@@ -14,8 +14,9 @@ import { join } from "node:path";
 import YAML, { parseAllDocuments } from "yaml";
 import { TOKEN_AUDIENCE } from "../../src/core/api/server/token-review.ts";
 import { bufCurl as bufCurlAt } from "../harness/buf-curl.ts";
-import { LOADED_WAIT_MS, ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
-import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
+import { LOADED_WAIT_MS, nftDryRun, ROOT, settled, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { makeTestCert } from "../harness/api-server.ts";
+import { agentTls as agentTlsIn, listenTls, makeMutualTls } from "../harness/tls-flags.ts";
 import { haveK8s, type K8sObject, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 
 // a test waits on its conditions up to LOADED_WAIT_MS each: 30 s + 60 s a wait, two by default
@@ -32,30 +33,19 @@ let api: KubeApiServer;
 let kubeconfig = "";
 /** `kpng serve`'s source: the real API server, with kube-proxy's rights */
 const source = () => ["--kubeconfig", kubeconfig];
+/** `kpng serve` for node-1 over mutual TLS (test/harness/tls-flags.ts) with the files in `at` */
+const serveTls = (at: string, clientCA?: string, listen = "tcp://127.0.0.1:0") =>
+  startServe([...source(), "--node-name", "node-1", "--listen", listen, ...listenTls(at, clientCA)]);
 
 beforeAll(async () => {
   dir.create();
   copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
-  makeTestCert(dir.path, { name: "brain" }); // for IP:127.0.0.1, its own CA
-  const clientCA = makeTestCert(dir.path, { san: "DNS:kpng-agents", name: "agents-ca" });
-  makeClientCert(dir.path, clientCA, "node-1", "agent");
+  makeMutualTls(dir.path);
   if (!real) return;
   api = await sharedApiServer();
   await api.apply(...(YAML.parse(await Bun.file(input).text()) as { items: K8sObject[] }).items);
   kubeconfig = api.writeKubeconfig(f("kubeconfig"));
-  mtls = await startServe([
-    ...source(),
-    "--node-name",
-    "node-1",
-    "--listen",
-    "tcp://127.0.0.1:0",
-    "--listen-tls-crt",
-    f("brain.crt"),
-    "--listen-tls-key",
-    f("brain.key"),
-    "--listen-tls-ca",
-    f("agents-ca.crt"),
-  ]);
+  mtls = await serveTls(dir.path);
   port = mtls.addresses[0].port!;
 }, 150_000);
 afterAll(async () => {
@@ -63,7 +53,7 @@ afterAll(async () => {
   dir.remove();
 });
 
-const agentTls = () => ["--tls-ca", f("brain.crt"), "--tls-crt", f("agent.crt"), "--tls-key", f("agent.key")];
+const agentTls = () => agentTlsIn(dir.path);
 
 async function run(args: string[], timeoutMs = LOADED_WAIT_MS): Promise<{ code: number; out: string; err: string }> {
   const p = startKpng(args);
@@ -165,21 +155,7 @@ describe.skipIf(!real)("node agents and sidecars over TLS", () => {
   });
 
   test("an agent without a certificate: refused with the brain's reason, keeps trying, nothing printed", async () => {
-    const agent = startKpng([
-      "--api",
-      `tcp://127.0.0.1:${port}`,
-      "--tls-ca",
-      f("brain.crt"),
-      "--node-name",
-      "node-1",
-      "--backend",
-      "nft",
-      "--dry-run",
-      "--healthz-bind-address",
-      "127.0.0.1:0",
-      "--metrics-bind-address",
-      "127.0.0.1:0",
-    ]);
+    const agent = startKpng(["--api", `tcp://127.0.0.1:${port}`, "--tls-ca", f("brain.crt"), ...nftDryRun("node-1")]);
     try {
       const lines = await agent.waitForCount(/$^/, 0, 1); // nothing on stdout yet
       expect(lines).toEqual([]);
@@ -203,36 +179,10 @@ describe.skipIf(!real)("node agents and sidecars over TLS", () => {
 describe.skipIf(!real)("an agent its brain starts refusing", () => {
   test("keeps its rules untouched while refused, keeps trying, and resyncs as a diff once let in again", async () => {
     makeTestCert(dir.path, { san: "DNS:other-agents", name: "other-ca" });
-    const serveWith = (clientCA: string, listen = "tcp://127.0.0.1:0") =>
-      startServe([
-        ...source(),
-        "--node-name",
-        "node-1",
-        "--listen",
-        listen,
-        "--listen-tls-crt",
-        f("brain.crt"),
-        "--listen-tls-key",
-        f("brain.key"),
-        "--listen-tls-ca",
-        clientCA,
-      ]);
+    const serveWith = (clientCA: string, listen?: string) => serveTls(dir.path, clientCA, listen);
     let brain = await serveWith(f("agents-ca.crt"));
     const listen = `tcp://127.0.0.1:${(brain.addresses[0] as { port: number }).port}`;
-    const agent = startKpng([
-      "--api",
-      listen,
-      ...agentTls(),
-      "--node-name",
-      "node-1",
-      "--backend",
-      "nft",
-      "--dry-run",
-      "--healthz-bind-address",
-      "127.0.0.1:0",
-      "--metrics-bind-address",
-      "127.0.0.1:0",
-    ]);
+    const agent = startKpng(["--api", listen, ...agentTls(), ...nftDryRun("node-1")]);
     try {
       await agent.waitFor(/synced backend=nft rev=1 /);
       const printed = await settled(agent.stdout); // the log line (stderr) can overtake the transaction (stdout)
@@ -301,22 +251,21 @@ describe.skipIf(!real)("a brain that checks ServiceAccount tokens (--listen-toke
     await brain?.stop();
     await api?.kubectl(["delete", "clusterrolebinding", "kpng-brain-auth-delegator", "kpng", "--ignore-not-found"]);
   });
+  /** `kpng local` for node-3 against this brain, trusting its certificate, with the token in `file` */
+  const localWithToken = (file: string) => [
+    "local",
+    "--api",
+    `tcp://127.0.0.1:${brain.addresses[0].port}`,
+    "--tls-ca",
+    f("brain.crt"),
+    "--token-file",
+    file,
+    "--node-name",
+    "node-3",
+  ];
 
   test("an agent with its projected token (--token-file) computes what the full binary does on the same API server", async () => {
-    const [agent, full] = await Promise.all([
-      run([
-        "local",
-        "--api",
-        `tcp://127.0.0.1:${brain.addresses[0].port}`,
-        "--tls-ca",
-        f("brain.crt"),
-        "--token-file",
-        f("token"),
-        "--node-name",
-        "node-3",
-      ]),
-      run(["local", ...source(), "--node-name", "node-3"]),
-    ]);
+    const [agent, full] = await Promise.all([run(localWithToken(f("token"))), run(["local", ...source(), "--node-name", "node-3"])]);
     expect(agent.code).toBe(0);
     expect(JSON.parse(agent.out).services.length).toBeGreaterThan(0);
     expect(agent.out).toBe(full.out);
@@ -335,17 +284,7 @@ describe.skipIf(!real)("a brain that checks ServiceAccount tokens (--listen-toke
   });
 
   test("an ordinary pod token: refused on both sides with the API server's reason", async () => {
-    const agent = startKpng([
-      "local",
-      "--api",
-      `tcp://127.0.0.1:${brain.addresses[0].port}`,
-      "--tls-ca",
-      f("brain.crt"),
-      "--token-file",
-      f("pod-token"),
-      "--node-name",
-      "node-3",
-    ]);
+    const agent = startKpng(localWithToken(f("pod-token")));
     try {
       await agent.waitFor(
         /global stream failed.*\[unauthenticated\] token rejected by the API server: .*token audiences .* is invalid for the target audiences/,
@@ -370,51 +309,15 @@ describe.skipIf(!real)("deploy/global-certs.sh: the openssl recipe the manifests
     expect(code).toBe(0);
     expect(text).toContain("kubectl -n kube-system create secret generic kpng-brain-tls");
     const r = (name: string) => join(out, name);
-    const brain = await startServe([
-      ...source(),
-      "--node-name",
-      "node-1",
-      "--listen",
-      "tcp://127.0.0.1:0",
-      "--listen-tls-crt",
-      r("brain.crt"),
-      "--listen-tls-key",
-      r("brain.key"),
-      "--listen-tls-ca",
-      r("ca.crt"),
-    ]);
+    const brain = await serveTls(out, r("ca.crt"));
     const brainPort = (brain.addresses[0] as { port: number }).port;
     try {
       const api = `tcp://127.0.0.1:${brainPort}`;
-      const ok = await run([
-        "local",
-        "--api",
-        api,
-        "--tls-ca",
-        r("ca.crt"),
-        "--tls-crt",
-        r("agent.crt"),
-        "--tls-key",
-        r("agent.key"),
-        "--node-name",
-        "node-1",
-      ]);
+      const ok = await run(["local", "--api", api, ...agentTlsIn(out, r("ca.crt")), "--node-name", "node-1"]);
       expect(ok.code).toBe(0);
       expect(JSON.parse(ok.out).services.length).toBeGreaterThan(0);
       // the certificate names 127.0.0.1, not "localhost": dialled by that name, the agent refuses the brain
-      const wrong = startKpng([
-        "local",
-        "--api",
-        `tcp://localhost:${brainPort}`,
-        "--tls-ca",
-        r("ca.crt"),
-        "--tls-crt",
-        r("agent.crt"),
-        "--tls-key",
-        r("agent.key"),
-        "--node-name",
-        "node-1",
-      ]);
+      const wrong = startKpng(["local", "--api", `tcp://localhost:${brainPort}`, ...agentTlsIn(out, r("ca.crt")), "--node-name", "node-1"]);
       try {
         await wrong.waitFor(/TLS handshake failed \(ERR_TLS_CERT_ALTNAME_INVALID\)/);
       } finally {
@@ -439,39 +342,9 @@ describe.skipIf(!real)("rotation as deployed: a new certificate written over the
     };
     await certs();
     const r = (name: string) => join(out, name);
-    const brain = await startServe([
-      ...source(),
-      "--node-name",
-      "node-1",
-      "--listen",
-      "tcp://127.0.0.1:0",
-      "--listen-tls-crt",
-      r("brain.crt"),
-      "--listen-tls-key",
-      r("brain.key"),
-      "--listen-tls-ca",
-      r("ca.crt"),
-    ]);
+    const brain = await serveTls(out, r("ca.crt"));
     const brainPort = (brain.addresses[0] as { port: number }).port;
-    const agent = startKpng([
-      "--api",
-      `tcp://127.0.0.1:${brainPort}`,
-      "--tls-ca",
-      r("ca.crt"),
-      "--tls-crt",
-      r("agent.crt"),
-      "--tls-key",
-      r("agent.key"),
-      "--node-name",
-      "node-1",
-      "--backend",
-      "nft",
-      "--dry-run",
-      "--healthz-bind-address",
-      "127.0.0.1:0",
-      "--metrics-bind-address",
-      "127.0.0.1:0",
-    ]);
+    const agent = startKpng(["--api", `tcp://127.0.0.1:${brainPort}`, ...agentTlsIn(out, r("ca.crt")), ...nftDryRun("node-1")]);
     try {
       await agent.waitFor(/synced backend=nft rev=1 /);
       const served = await Bun.file(r("brain.crt")).text();

@@ -35,6 +35,31 @@ export const LOADED_WAIT_MS = 60_000;
 /** `bun src/main.ts`, or the compiled binary when KPNG_BIN names it. */
 export const kpngCommand = (bin = process.env.KPNG_BIN): string[] => (bin ? [bin] : [BUN, join(ROOT, "src/main.ts")]);
 
+/** `bun src/main.ts ARGS` run to its end, synchronously: exit code and output (`env` added to the test's) */
+export function kpngSync(args: string[], env?: Record<string, string>): { code: number; out: string; err: string } {
+  const r = Bun.spawnSync([process.execPath, join(ROOT, "src/main.ts"), ...args], {
+    cwd: ROOT,
+    ...(env && { env: { ...process.env, ...env } }),
+  });
+  return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
+}
+
+/** kpng's health and metrics servers on free loopback ports, so that processes run side by side */
+export const FREE_PORTS = ["--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"];
+
+/** a node agent's flags: node `node`, the nft backend in dry-run, its servers on free loopback ports (metrics on `metrics`) */
+export const nftDryRun = (node: string, metrics = "127.0.0.1:0"): string[] => [
+  "--node-name",
+  node,
+  "--backend",
+  "nft",
+  "--dry-run",
+  "--healthz-bind-address",
+  "127.0.0.1:0",
+  "--metrics-bind-address",
+  metrics,
+];
+
 export interface KpngProcess {
   readonly proc: Bun.Subprocess<"ignore" | "pipe", "pipe", "pipe">;
   /** output so far, line by line */

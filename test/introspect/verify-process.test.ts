@@ -8,7 +8,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { BUF, kpngCommand, ROOT, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { bufCurl } from "../harness/buf-curl.ts";
+import { kpngCommand, ROOT, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { run } from "../harness/netns.ts";
 
 async function kpng(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -136,27 +137,14 @@ describe("kpng verify through the running kpng's socket", () => {
   });
 
   test("interop: buf curl calls GetServices over gRPC on the socket (the API, not only kpng's client)", async () => {
-    const p = Bun.spawn(
-      [
-        BUF,
-        "curl",
-        "--protocol",
-        "grpc",
-        "--http2-prior-knowledge",
-        "--schema",
-        join(ROOT, "proto"),
-        "--unix-socket",
-        sock.slice("unix://".length),
-        "-d",
-        '{"namespace":"shop","name":"web"}',
-        "http://localhost/introspectv1.Introspect/GetServices",
-      ],
-      { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+    const { code, err, messages } = await bufCurl(
+      "http://localhost/introspectv1.Introspect/GetServices",
+      '{"namespace":"shop","name":"web"}',
+      ["--unix-socket", sock.slice("unix://".length)],
     );
-    const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
     expect([code, err]).toEqual([0, ""]);
     // a server stream: the node's fields first, then the services (buf curl prints one JSON object per message)
-    const [head, ...rest] = JSON.parse(`[${out.trim().replace(/\n}\n{/g, "},{")}]`);
+    const [head, ...rest] = messages;
     const reply = { ...head, services: rest.flatMap((m: { services: unknown[] }) => m.services) };
     expect([reply.nodeName, reply.services.map((s: { namespace: string; name: string }) => `${s.namespace}/${s.name}`)]).toEqual([
       "node-1",

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import type { Endpoint } from "../../src/core/brain/state.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
+import { base, both, IP, lb, withNodePort } from "../fixtures/shapes.ts";
 import { ep, svc, testConfig, testContext, v4, v6, type EpSpec, type SvcSpec } from "./fixtures.ts";
 
 let topo: Topology;
@@ -33,15 +34,6 @@ afterAll(async () => {
   await topo?.destroy();
 });
 
-const IP = 7;
-const base: SvcSpec = { name: "shape", clusterIPs: [v4.clusterIP(IP), v6.clusterIP(IP)], ports: [{ name: "http", port: 80 }] };
-const withNodePort: SvcSpec = { ...base, ports: [{ name: "http", port: 80, nodePort: 30080 }] };
-const lb: SvcSpec = { ...withNodePort, lbIPs: [v4.external(IP), v6.external(IP)] };
-const both = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({
-  ips: [v4.pod(1, i), v6.pod(1, i)],
-  ports: { http: 8080, dns: 5353 },
-  ...e,
-});
 const eps = (...specs: EpSpec[]) => new Map(specs.map((e, i) => [`p${i}`, ep(e)]));
 
 /** one entry per kind of chain a service can own, and per way its chains refer to each other */

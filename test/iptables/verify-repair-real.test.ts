@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { type Feed, feedBackend } from "../../src/host/feed.ts";
 import { entry, nodeState } from "../fixtures/state.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
 
@@ -17,7 +18,7 @@ let feed: Feed;
 let ctx: ReturnType<typeof testContext>;
 let synced = 0;
 
-async function until(what: string, ok: () => boolean, ms = 15_000) {
+async function until(what: string, ok: () => boolean, ms = LOADED_WAIT_MS) {
   const end = performance.now() + ms;
   while (!ok()) {
     if (performance.now() > end) throw new Error(`${what}: not within ${ms} ms\n${ctx.log.lines.slice(-8).join("\n")}`);

@@ -1,6 +1,6 @@
 // The element encoder (plugins/nft/netlink-batch.ts) against the bytes
 // `nft -f` sent the kernel for the same statements: captured with strace in
-// a namespace by test/nft/netlink-batch-capture.ts (netlink-batch-captured.ts
+// a namespace by test/nft/netlink-batch-capture.ts (netlink-batch-captured.json
 // says with which nft and kernel). nft numbers its messages its own way and
 // names each set also by its id in nft's batch (NFTA_SET_ELEM_LIST_SET_ID);
 // the encoder's batch comes after the sets exist and names them only: the
@@ -32,8 +32,10 @@ import { isIPv6, KpngError } from "../../src/host/toolkit/index.ts";
 import { Unencodable, value, Writer } from "../../plugins/nft/netlink-values.ts";
 import { isTransaction, nodeConfig, recorder } from "./fixtures.ts";
 import { batchCaptureState } from "./netlink-batch-cases.ts";
-import { CAPTURED } from "./netlink-batch-captured.ts";
+import type { Captured } from "./netlink-batch-capture.ts";
+import captured from "./netlink-batch-captured.json";
 
+const CAPTURED = (captured as Captured).cases;
 const NFTA_SET_ELEM_LIST_SET_ID = 4;
 const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
 const NEWSETELEM = (10 << 8) | 12;

@@ -5,13 +5,26 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createNftBackend } from "../../plugins/nft/index.ts";
-import { canonical6, createTopology, type Topology } from "../harness/netns.ts";
-import { v4, v6 } from "../fixtures/addresses.ts";
-import { context, entry, nodeConfig, nodeState, svc, type SvcSpec } from "./fixtures.ts";
-import { check, podEndpoints, type Expectation, type PacketCase } from "./packet-cases.ts";
+import { createTopology, type Topology } from "../harness/netns.ts";
+import {
+  allPods,
+  commonRows,
+  cip,
+  ext,
+  fams,
+  lb,
+  node,
+  nodeIP,
+  packetRows,
+  perFamily,
+  secondNodeIP,
+  web,
+} from "../harness/packet-table.ts";
+import { v4 } from "../fixtures/addresses.ts";
+import { context, nodeConfig, nodeState } from "./fixtures.ts";
+import { check, type PacketCase } from "./packet-cases.ts";
 
 let topo: Topology;
-const secondNodeIP = v4.node(10);
 const ports = { http: 8080, alt: 8081, bad: 8082, dns: 5353, sctp: 9000 };
 
 beforeAll(async () => {
@@ -21,47 +34,22 @@ beforeAll(async () => {
 });
 afterAll(() => topo?.destroy());
 
-const cip = { v4: v4.clusterIP(10), v6: v6.clusterIP(10) };
-const lb = { v4: v4.external(10), v6: v6.external(10) };
-const ext = { v4: v4.external(11), v6: v6.external(11) };
-const both = [cip.v4, cip.v6];
-
-/** a dual-stack LoadBalancer service with TCP, UDP and SCTP ports and node ports */
-function web(over: Partial<SvcSpec> = {}): SvcSpec {
-  return {
-    name: "web",
-    clusterIPs: both,
-    lbIPs: [lb.v4, lb.v6],
-    externalIPs: [ext.v4, ext.v6],
-    ports: [
-      { name: "http", port: 80, nodePort: 30080 },
-      { name: "dns", protocol: "UDP", port: 53, nodePort: 30053 },
-      { name: "sctp", protocol: "SCTP", port: 90, nodePort: 30090 },
-    ],
-    ...over,
-  };
-}
-
-const fams = ["v4", "v6"] as const;
-const perFamily = (f: (fam: "v4" | "v6") => Expectation[]) => fams.flatMap(f);
-const nodeIP = { v4: v4.node(0), v6: canonical6(v6.node(0)) };
-const node = (fam: "v4" | "v6") => nodeIP[fam];
-const allPods = ["pod0", "pod1", "pod2"];
+const rows = packetRows({ topo: () => topo, ports, web });
+const common = commonRows(rows);
 
 const cases: PacketCase[] = [
   {
     name: "ClusterIP: an endpoint answers the client, off-cluster source masqueraded",
-    services: () => [entry(svc(web()), podEndpoints(topo, [0, 1, 2], ports))],
-    expect: perFamily((f) => [{ from: "client", to: cip[f], port: 80, answer: allPods, source: "node" }]),
+    ...common.clusterIP,
   },
   {
     name: "ClusterIP: pod traffic keeps the pod source",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [{ from: "pod0", to: cip[f], port: 80, answer: "pod1", source: "self" }]),
   },
   {
     name: "ClusterIP: UDP and SCTP",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [
       { from: "client", to: cip[f], port: 53, proto: "udp", answer: "pod1", source: "node" },
       { from: "pod0", to: cip[f], port: 90, proto: "sctp", answer: "pod1", source: "self" },
@@ -69,20 +57,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "multi-port: each service port reaches its own target port",
-    services: () => [
-      entry(
-        svc({
-          name: "multi",
-          clusterIPs: both,
-          ports: [
-            { name: "http", port: 80 },
-            { name: "alt", port: 81 },
-            { name: "bad", port: 82 },
-          ],
-        }),
-        podEndpoints(topo, [2], ports),
-      ),
-    ],
+    services: rows.multiPort,
     expect: perFamily((f) => [
       { from: "pod0", to: cip[f], port: 80, answer: "pod2" },
       { from: "pod0", to: cip[f], port: 81, answer: "pod2" },
@@ -92,7 +67,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "NodePort: answered on the node's IP, masqueraded (eTP=Cluster)",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [
       { from: "client", to: node(f), port: 30080, answer: "pod1", source: "node" },
       { from: "client", to: node(f), port: 30053, proto: "udp", answer: "pod1", source: "node" },
@@ -101,18 +76,12 @@ const cases: PacketCase[] = [
   },
   {
     name: "NodePort: default addresses are the node IPs, never loopback",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
-    expect: [
-      { from: "node", to: "127.0.0.1", port: 30080, error: "refused" },
-      { from: "node", to: "::1", port: 30080, error: "refused" },
-      { from: "client", to: secondNodeIP, port: 30080, error: "refused" },
-      { from: "node", to: v4.node(0), port: 30080, answer: "pod1" },
-    ],
+    ...common.nodePortAddresses,
   },
   {
     name: "NodePort: nodePortAddresses CIDR opens every local address inside it",
     config: { nodePortAddresses: ["203.0.113.0/24"] },
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: [
       { from: "client", to: secondNodeIP, port: 30080, answer: "pod1" },
       { from: "client", to: v4.node(0), port: 30080, answer: "pod1" },
@@ -121,21 +90,15 @@ const cases: PacketCase[] = [
   },
   {
     name: "LoadBalancer IP and externalIP reach the endpoints",
-    services: () => [entry(svc(web()), podEndpoints(topo, [2], ports))],
-    expect: perFamily((f) => [
-      { from: "client", to: lb[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: ext[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: lb[f], port: 53, proto: "udp", answer: "pod2" },
-    ]),
+    ...common.lbAndExternalIPs,
   },
   {
     name: "loadBalancerSourceRanges: a listed client gets in",
-    services: () => [entry(svc(web({ sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] })), podEndpoints(topo, [0], ports))],
-    expect: perFamily((f) => [{ from: "client", to: lb[f], port: 80, answer: "pod0" }]),
+    ...common.sourceRangesListed,
   },
   {
     name: "loadBalancerSourceRanges: others dropped on LB IPs only",
-    services: () => [entry(svc(web({ sourceRanges: ["203.0.113.0/24", "2001:db8:3::/64"] })), podEndpoints(topo, [0], ports))],
+    services: () => rows.on([0], { sourceRanges: ["203.0.113.0/24", "2001:db8:3::/64"] }),
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "timeout" },
       { from: "client", to: lb[f], port: 53, proto: "udp", error: "timeout" },
@@ -146,29 +109,11 @@ const cases: PacketCase[] = [
   },
   {
     name: "iTP=Local: cluster IP traffic goes to local endpoints only",
-    services: () => [
-      entry(
-        svc(web({ iTPLocal: true })),
-        podEndpoints(topo, [0, [1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports),
-      ),
-    ],
-    expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
+    ...common.iTPLocal,
   },
   {
     name: "iTP=Local without local endpoints: cluster IP traffic dropped",
-    services: () => [
-      entry(
-        svc(web({ iTPLocal: true })),
-        podEndpoints(
-          topo,
-          [
-            [1, { local: false, internal: false }],
-            [2, { local: false, internal: false }],
-          ],
-          ports,
-        ),
-      ),
-    ],
+    services: rows.iTPLocalNone,
     expect: perFamily((f) => [
       { from: "pod0", to: cip[f], port: 80, error: "timeout" },
       { from: "pod0", to: cip[f], port: 53, proto: "udp", error: "timeout" },
@@ -178,12 +123,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "eTP=Local: external traffic reaches the local endpoint with the client source",
-    services: () => [
-      entry(
-        svc(web({ eTPLocal: true })),
-        podEndpoints(topo, [0, [1, { local: false, external: false }], [2, { local: false, external: false }]], ports),
-      ),
-    ],
+    services: rows.eTPLocal,
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, answer: "pod0", source: "client" },
       { from: "client", to: node(f), port: 30080, answer: "pod0", source: "client" },
@@ -192,19 +132,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "eTP=Local without local endpoints: outside traffic dropped, pods short-circuit, node masqueraded",
-    services: () => [
-      entry(
-        svc(web({ eTPLocal: true })),
-        podEndpoints(
-          topo,
-          [
-            [1, { local: false, external: false }],
-            [2, { local: false, external: false }],
-          ],
-          ports,
-        ),
-      ),
-    ],
+    services: rows.eTPLocalNone,
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "timeout" },
       { from: "client", to: node(f), port: 30080, error: "timeout" },
@@ -216,26 +144,22 @@ const cases: PacketCase[] = [
   {
     name: "masqueradeAll: even pod traffic to a cluster IP is masqueraded",
     config: { masqueradeAll: true },
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [{ from: "pod0", to: cip[f], port: 80, answer: "pod1", source: "node" }]),
   },
   {
     name: "no clusterCIDRs and no masqueradeAll: off-cluster source kept",
     config: { clusterCIDRs: [] },
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [{ from: "client", to: cip[f], port: 80, answer: "pod1", source: "client" }]),
   },
   {
     name: "hairpin: a pod reaching itself through its service is masqueraded",
-    services: () => [entry(svc(web()), podEndpoints(topo, [0], ports))],
-    expect: perFamily((f) => [
-      { from: "pod0", to: cip[f], port: 80, answer: "pod0", source: "node" },
-      { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod0", source: "node" },
-    ]),
+    ...common.hairpin,
   },
   {
     name: "no endpoints: rejected on every frontend and protocol",
-    services: () => [entry(svc(web()), {})],
+    services: rows.none,
     expect: perFamily((f) => [
       { from: "client", to: cip[f], port: 80, error: "refused" },
       { from: "pod0", to: cip[f], port: 53, proto: "udp", error: "refused" },
@@ -247,12 +171,7 @@ const cases: PacketCase[] = [
   },
   {
     name: "undefined port of a cluster IP: rejected",
-    services: () => [entry(svc(web()), podEndpoints(topo, [0], ports))],
-    expect: perFamily((f) => [
-      { from: "client", to: cip[f], port: 81, error: "refused" },
-      { from: "pod1", to: cip[f], port: 54, proto: "udp", error: "refused" },
-      { from: "node", to: cip[f], port: 81, error: "refused" },
-    ]),
+    ...common.undefinedPort,
   },
 ];
 
@@ -270,7 +189,7 @@ describe("nft real packets", () => {
     });
 
   test("load balancing: every endpoint gets traffic", async () => {
-    await program({ services: () => [entry(svc(web()), podEndpoints(topo, [0, 1, 2], ports))] });
+    await program({ services: () => rows.on([0, 1, 2]) });
     const rs = await topo.probeMany(
       topo.client.ns,
       Array.from({ length: 30 }, () => ({ ip: cip.v4, port: 80 })),
@@ -281,7 +200,7 @@ describe("nft real packets", () => {
 
   for (const fam of fams)
     test(`ClientIP affinity: one client sticks to one endpoint (${fam})`, async () => {
-      await program({ services: () => [entry(svc(web({ affinitySeconds: 60 })), podEndpoints(topo, [0, 1, 2], ports))] });
+      await program({ services: () => rows.on([0, 1, 2], { affinitySeconds: 60 }) });
       const rs = await topo.probeMany(
         topo.client.ns,
         Array.from({ length: 12 }, () => ({ ip: cip[fam], port: 80 })),
@@ -292,7 +211,7 @@ describe("nft real packets", () => {
     });
 
   test("ClientIP affinity: the timeout expires the client's entry", async () => {
-    await program({ services: () => [entry(svc(web({ affinitySeconds: 1 })), podEndpoints(topo, [0, 1], ports))] });
+    await program({ services: () => rows.on([0, 1], { affinitySeconds: 1 }) });
     const r = await topo.probe(topo.client.ns, { ip: cip.v4, port: 80 });
     expect(r.ok).toBe(true);
     const affinityEntries = async () => {

@@ -7,14 +7,14 @@
 // unhealthy; kpng's own syncs never look like someone else's.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { processSpawner } from "../../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
+import type { NftBackend } from "../../plugins/nft/index.ts";
 import { SYNC_STAMP_SET } from "../../plugins/nft/names.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { ProxyHealth } from "../../src/core/node/health.ts";
 import { feedBackend, type Feed } from "../../src/host/feed.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
+import { nftInNode } from "./in-node.ts";
 import { context, entry, ep, nextState, nodeConfig, nodeState, svc } from "./fixtures.ts";
 import { canonicalRuleset } from "./ruleset.ts";
 
@@ -62,13 +62,7 @@ beforeAll(async () => {
   topo = await createTopology({ pods: 3, prefix: "kptw" });
   for (const p of topo.pods) await topo.serve(p, { tcp: [8080] });
   ctx = context(nodeConfig());
-  const prefix = ["ip", "netns", "exec", topo.node.ns];
-  backend = createNftBackend(ctx, {
-    exec: topo.executor(topo.node.ns),
-    interactive: processSpawner(prefix),
-    monitor: processSpawner(prefix),
-    netns: topo.node.ns,
-  });
+  backend = nftInNode(ctx, topo);
   feed = feedBackend(backend, {
     log: ctx.log,
     retryMs: 200,

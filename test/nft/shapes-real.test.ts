@@ -12,10 +12,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { processSpawner } from "../../plugins/nft/executor.ts";
 import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
 import type { NodeState, ServiceEndpoints } from "../../src/core/brain/state.ts";
-import { v4, v6 } from "../fixtures/addresses.ts";
+import { v4 } from "../fixtures/addresses.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 import { context, entry, ep, nextState, nodeConfig, nodeState, svc, type EpSpec, type SvcSpec } from "./fixtures.ts";
 import { canonicalRuleset } from "./ruleset.ts";
+import { base, both, IP, lb, withNodePort } from "../fixtures/shapes.ts";
 
 let topo: Topology;
 let ref: Topology;
@@ -28,15 +29,6 @@ afterAll(async () => {
   await ref?.destroy();
 });
 
-const IP = 7;
-const base: SvcSpec = { name: "shape", clusterIPs: [v4.clusterIP(IP), v6.clusterIP(IP)], ports: [{ name: "http", port: 80 }] };
-const withNodePort: SvcSpec = { ...base, ports: [{ name: "http", port: 80, nodePort: 30080 }] };
-const lb: SvcSpec = { ...withNodePort, lbIPs: [v4.external(IP), v6.external(IP)] };
-const both = (i: number, e: Partial<EpSpec> = {}): EpSpec => ({
-  ips: [v4.pod(1, i), v6.pod(1, i)],
-  ports: { http: 8080, dns: 5353 },
-  ...e,
-});
 const eps = (...specs: EpSpec[]) => Object.fromEntries(specs.map((e, i) => [`p${i}`, ep(e)]));
 
 /** one entry per kind of object a service can own, and per way its objects refer to each other */

@@ -6,13 +6,14 @@
 // differences that check found, and the repair puts the rules back.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { processSpawner } from "../../plugins/nft/executor.ts";
-import { createNftBackend, type NftBackend } from "../../plugins/nft/index.ts";
+import type { NftBackend } from "../../plugins/nft/index.ts";
 import { Brain } from "../../src/core/brain/brain.ts";
 import { ProxyMetrics } from "../../src/core/node/metrics.ts";
 import { type Feed, feedBackend } from "../../src/host/feed.ts";
 import { v4 } from "../fixtures/addresses.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
+import { nftInNode } from "./in-node.ts";
 import { value } from "../node/prom-text.ts";
 import { context, entry, ep, nodeConfig, nodeState, svc } from "./fixtures.ts";
 
@@ -26,7 +27,7 @@ let fulls = 0;
 const nft = (...argv: string[]) => topo.exec(topo.node.ns, ["nft", ...argv]);
 const driftGauge = async () => value(await metrics.registry.metrics(), 'kpng_backend_rules_drift{backend="nft"}');
 
-async function until(what: string, ok: () => boolean, ms = 10_000) {
+async function until(what: string, ok: () => boolean, ms = LOADED_WAIT_MS) {
   const end = performance.now() + ms;
   while (!ok()) {
     if (performance.now() > end) throw new Error(`${what}: not within ${ms} ms\n${ctx.lines.slice(-8).join("\n")}`);
@@ -38,13 +39,7 @@ beforeAll(async () => {
   topo = await createTopology({ pods: 0, prefix: "kpvr" });
   ctx = context(nodeConfig());
   ctx.metrics = metrics;
-  const prefix = ["ip", "netns", "exec", topo.node.ns];
-  backend = createNftBackend(ctx, {
-    exec: topo.executor(topo.node.ns),
-    interactive: processSpawner(prefix),
-    monitor: processSpawner(prefix),
-    netns: topo.node.ns,
-  });
+  backend = nftInNode(ctx, topo);
   feed = feedBackend(backend, {
     log: ctx.log,
     // a loaded machine must not cut the check short (the default bounds it for repairs at scale)

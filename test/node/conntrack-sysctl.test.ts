@@ -190,31 +190,30 @@ describe("kpng in a network namespace of its own sets the per-namespace keys (re
     topo = await createTopology({ pods: 1, prefix: "kct" });
   });
   afterAll(() => topo?.destroy());
+  /** kpng in the node's namespace, to its end (60 s at most) */
+  const kpngInNode = (args: string[]) =>
+    Bun.spawn(["ip", "netns", "exec", topo.node.ns, process.execPath, join(ROOT, "src/main.ts"), ...args], {
+      cwd: ROOT,
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 60_000,
+    });
 
   test("flags and defaults land in the namespace; the host's values do not move", async () => {
-    const p = Bun.spawn(
-      [
-        "ip",
-        "netns",
-        "exec",
-        topo.node.ns,
-        process.execPath,
-        join(ROOT, "src/main.ts"),
-        "--input",
-        join(ROOT, "examples/cluster.yaml"),
-        "--hostname-override=node-1",
-        "--proxy-mode=nftables",
-        "--once",
-        "--healthz-bind-address=",
-        "--metrics-bind-address=",
-        "--conntrack-tcp-timeout-established=2h",
-        "--conntrack-tcp-be-liberal",
-        "--conntrack-udp-timeout",
-        "45s",
-        "--conntrack-udp-timeout-stream=3m",
-      ],
-      { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 60_000 },
-    );
+    const p = kpngInNode([
+      "--input",
+      join(ROOT, "examples/cluster.yaml"),
+      "--hostname-override=node-1",
+      "--proxy-mode=nftables",
+      "--once",
+      "--healthz-bind-address=",
+      "--metrics-bind-address=",
+      "--conntrack-tcp-timeout-established=2h",
+      "--conntrack-tcp-be-liberal",
+      "--conntrack-udp-timeout",
+      "45s",
+      "--conntrack-udp-timeout-stream=3m",
+    ]);
     const [code, err] = await Promise.all([p.exited, new Response(p.stderr).text()]);
     expect(err).not.toContain("ERROR");
     expect(code).toBe(0);
@@ -227,20 +226,7 @@ describe("kpng in a network namespace of its own sets the per-namespace keys (re
 
   test("--init-only: the sysctls, then exit 0, no rules", async () => {
     await topo.exec(topo.node.ns, ["nft", "flush", "ruleset"]); // the run above left kpng's tables in this namespace
-    const p = Bun.spawn(
-      [
-        "ip",
-        "netns",
-        "exec",
-        topo.node.ns,
-        process.execPath,
-        join(ROOT, "src/main.ts"),
-        "--init-only",
-        "--hostname-override=node-1",
-        "--conntrack-udp-timeout=50s",
-      ],
-      { cwd: ROOT, stdout: "pipe", stderr: "pipe", timeout: 60_000 },
-    );
+    const p = kpngInNode(["--init-only", "--hostname-override=node-1", "--conntrack-udp-timeout=50s"]);
     expect(await p.exited).toBe(0);
     expect((await topo.exec(topo.node.ns, ["cat", "/proc/sys/net/netfilter/nf_conntrack_udp_timeout"])).trim()).toBe("50");
     expect(await topo.exec(topo.node.ns, ["nft", "list", "tables"])).not.toContain("kpng");

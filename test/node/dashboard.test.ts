@@ -21,8 +21,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { type KpngProcess, LOADED_WAIT_MS, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
-import { makeClientCert, makeTestCert } from "../harness/api-server.ts";
+import { type KpngProcess, LOADED_WAIT_MS, nftDryRun, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
+import { agentTls, listenTls, makeMutualTls } from "../harness/tls-flags.ts";
 import { slice } from "../fixtures/k8s.ts";
 import { deploy, type BackendName, type Deployed } from "../deployed/rig.ts";
 import { haveK8s } from "../harness/kube-apiserver.ts";
@@ -241,11 +241,8 @@ class Scraped {
    */
   private async startPeers(): Promise<void> {
     const f = (name: string) => join(this.dir.path, name);
-    makeTestCert(this.dir.path, { name: "brain" });
-    const clientCA = makeTestCert(this.dir.path, { san: "DNS:kpng-agents", name: "agents-ca" });
-    makeClientCert(this.dir.path, clientCA, "node-1", "agent");
+    makeMutualTls(this.dir.path);
     const inNode = { wrap: ["ip", "netns", "exec", this.d.topo.node.ns] };
-    const [brainCrt, brainKey] = [f("brain.crt"), f("brain.key")];
     const serve = startKpng(
       [
         "serve",
@@ -255,12 +252,7 @@ class Scraped {
         "node-1",
         "--listen",
         BRAIN_API,
-        "--listen-tls-crt",
-        brainCrt,
-        "--listen-tls-key",
-        brainKey,
-        "--listen-tls-ca",
-        f("agents-ca.crt"),
+        ...listenTls(this.dir.path),
         "--metrics-bind-address",
         KPNG_TARGETS.brain,
       ],
@@ -268,28 +260,9 @@ class Scraped {
     );
     this.peers.push(serve);
     await serve.waitFor(/serving the API/);
-    const agent = (metrics: string, tls: string[]) =>
-      startKpng(
-        [
-          "--api",
-          BRAIN_API,
-          "--tls-ca",
-          brainCrt,
-          ...tls,
-          "--node-name",
-          "node-1",
-          "--backend",
-          "nft",
-          "--dry-run",
-          "--healthz-bind-address",
-          "127.0.0.1:0",
-          "--metrics-bind-address",
-          metrics,
-        ],
-        inNode,
-      );
-    const following = agent(KPNG_TARGETS.agent, ["--tls-crt", f("agent.crt"), "--tls-key", f("agent.key")]);
-    const refused = agent(KPNG_TARGETS.refused, []);
+    const agent = (metrics: string, tls: string[]) => startKpng(["--api", BRAIN_API, ...tls, ...nftDryRun("node-1", metrics)], inNode);
+    const following = agent(KPNG_TARGETS.agent, agentTls(this.dir.path));
+    const refused = agent(KPNG_TARGETS.refused, ["--tls-ca", f("brain.crt")]);
     this.peers.push(following, refused);
     await following.waitFor(/synced backend=nft rev=1 /);
     await refused.waitFor(/global stream failed.*\[unauthenticated\]/);

@@ -43,6 +43,29 @@ describe("waiting for the node's IPs", () => {
     expect(log.lines.join("\n")).toMatch(/INFO test: waiting for the Node's InternalIP\/ExternalIP node=node-1 timeoutSeconds=10/);
   });
 
+  test("the Node is listed, the other kinds are not yet (a big cluster): its IPs are known at once, no warning", async () => {
+    // 50,000 services: the Node's list is in after ~0.3 s, the EndpointSlices' after ~36 s
+    const brain = new Brain();
+    brain.apply([{ type: "upsert", object: node("node-1", { ips: [v4.node(1)] }) }]);
+    brain.markSynced("Node");
+    const log = memoryLogger();
+    expect(await waitForNodeIPs(brain.view("node-1"), { timeoutMs: 500, log })).toEqual([v4.node(1)]);
+    expect(log.lines.join("\n")).not.toMatch(/WARN/);
+    expect(brain.view("node-1").state).toBeNull(); // nothing published before every kind is listed
+  });
+
+  test("the Node comes in while the other kinds are still listing: resolves as it does", async () => {
+    const brain = new Brain();
+    const log = memoryLogger();
+    const waiting = waitForNodeIPs(brain.view("node-1"), { timeoutMs: 5_000, log });
+    setTimeout(() => {
+      brain.apply([{ type: "upsert", object: node("node-1", { ips: [v4.node(1)] }) }]);
+      brain.markSynced("Node");
+    }, 20);
+    expect(await waiting).toEqual([v4.node(1)]);
+    expect(log.lines.join("\n")).not.toMatch(/WARN/);
+  });
+
   test("never registers: gives up after the bound with a warning, resolves with none", async () => {
     const brain = syncedBrain([{ type: "upsert", object: node("node-1") }]);
     const log = memoryLogger();

@@ -329,6 +329,39 @@ describe("watch frames", () => {
     expect(events[3].object).toMatchObject({ kind: "Status", code: 410, reason: "Expired", message: "too old" });
   });
 
+  test("frames and list items cut as the API server sends them (2 KB chunks, slices of ~2 KB) decode as one push does, each object intact after the frames that follow it", () => {
+    // 200 slices of a different size each (1-15 endpoints): frames of 0.3-2.5 KB, most spanning two chunks or three
+    const slices = Array.from({ length: 200 }, (_, i) => ({
+      kind: "EndpointSlice",
+      apiVersion: "discovery.k8s.io/v1",
+      metadata: { name: `web-${i}`, namespace: "default", labels: { "kubernetes.io/service-name": `web-${i}` } },
+      addressType: "IPv4",
+      endpoints: Array.from({ length: 1 + (i % 15) }, (_, j) => ({ addresses: [`10.0.${i}.${j + 1}`], nodeName: `node-${j}` })),
+      ports: [{ name: "http", port: 8080, protocol: "TCP" }],
+    }));
+    const stream = Buffer.concat(slices.map((o) => encodeWatchEvent("ADDED", "EndpointSlice", o)));
+    const whole = new WatchDecoder().push(stream).map((e) => parsed(e.object, "EndpointSlice"));
+    // the same objects as one List (a page): its decoder keeps the unfinished item between chunks the same way
+    const page = encodeList(
+      "EndpointSlice",
+      slices.map((o) => encodeItem("EndpointSlice", o)),
+      { resourceVersion: "9" },
+    );
+    for (const size of [1, 3, 2048, 1949, 4096]) {
+      const d = new WatchDecoder();
+      const events = [];
+      for (let i = 0; i < stream.length; i += size) events.push(...d.push(stream.subarray(i, i + size)));
+      // read only now, after every later frame went through the decoder
+      expect(events.map((e) => parsed(e.object, "EndpointSlice"))).toEqual(whole);
+      const l = new ListDecoder("EndpointSlice");
+      const items = [];
+      for (let i = 0; i < page.length; i += size) items.push(...l.push(page.subarray(i, i + size)));
+      l.end();
+      expect(items.map((o) => parsed(o, "EndpointSlice"))).toEqual(whole);
+    }
+    expect(whole).toHaveLength(200);
+  });
+
   test("a frame with bad bytes comes back marked undecodable, and the frames after it decode (its length was sound)", () => {
     const frame = encodeWatchEvent("ADDED", "Service", fixtures[0]);
     frame[Buffer.from(frame).indexOf("k8s\0") + 1] ^= 0xff; // the object's own k8s\0 prefix

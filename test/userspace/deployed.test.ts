@@ -19,7 +19,7 @@ import {
   ips,
   NODE,
   podPorts,
-  runChecks,
+  settledChecks,
   wanted,
   type K8sObject,
 } from "../deployed/cluster.ts";
@@ -79,7 +79,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
   });
 
   test("every service behaves for a client outside the node", async () => {
-    expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
+    expect(await settledChecks(r.topo, checks(r.topo), LOADED_WAIT_MS, userspaceWants(r.topo))).toEqual(userspaceWants(r.topo));
   }, 90_000);
 
   const syncs = () => kpng.stderr.filter((l) => / INFO kpng: synced /.test(l)).length;
@@ -115,7 +115,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
     // the service IPs stay local (kpng's routes): nothing listens, so the node refuses
     expect(await r.topo.probe(r.topo.client.ns, { ip: ips.clusterIP, port: 80 })).toMatchObject({ ok: false, error: "refused" });
     await start();
-    expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
+    expect(await settledChecks(r.topo, checks(r.topo), LOADED_WAIT_MS, userspaceWants(r.topo))).toEqual(userspaceWants(r.topo));
   }, 150_000);
 
   test("--cleanup removes kpng's local routes", async () => {
@@ -134,7 +134,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
       wrap: inNode(r.topo),
     });
     await kpng.waitFor(/ INFO kpng: synced /);
-    expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
+    expect(await settledChecks(r.topo, checks(r.topo), LOADED_WAIT_MS, userspaceWants(r.topo))).toEqual(userspaceWants(r.topo));
     expect(await r.topo.exec(r.topo.node.ns, ["ip", "route", "show", "table", "local", "proto", "156"])).toBe("");
     await kpng.stop("SIGKILL");
     const c = startKpng(["--cleanup", "--backend", "userspace"], { wrap: inNode(r.topo) });
@@ -172,7 +172,7 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
   });
 
   test("every service behaves for a client outside the node", async () => {
-    expect(await runChecks(r.topo, checks(r.topo))).toEqual(userspaceWants(r.topo));
+    expect(await settledChecks(r.topo, checks(r.topo), LOADED_WAIT_MS, userspaceWants(r.topo))).toEqual(userspaceWants(r.topo));
   }, 90_000);
 
   test("a change reaches the sidecar: a service removed from the file stops answering", async () => {

@@ -9,16 +9,29 @@
 // endpoint's connections are closed, new connections go to the new set.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { canonical6, createTopology, type Topology } from "../harness/netns.ts";
-import { v4, v6 } from "../fixtures/addresses.ts";
-import { entry, svc, type SvcSpec } from "../nft/fixtures.ts";
-import { check, podEndpoints, type Expectation } from "../nft/packet-cases.ts";
+import { createTopology, type Topology } from "../harness/netns.ts";
+import {
+  allPods,
+  commonRows,
+  cip,
+  ext,
+  fams,
+  lb,
+  node,
+  nodeIP,
+  packetRows,
+  perFamily,
+  secondNodeIP,
+  web as table,
+} from "../harness/packet-table.ts";
+import { v4 } from "../fixtures/addresses.ts";
+import type { SvcSpec } from "../nft/fixtures.ts";
+import { check, type Expectation } from "../nft/packet-cases.ts";
 import type { ServiceEndpoints } from "../../src/core/brain/state.ts";
 import { holdServer, holder, startProxy, type RelayProxy } from "./rig.ts";
 
 let topo: Topology;
 let proxy: RelayProxy;
-const secondNodeIP = v4.node(10);
 const ports = { http: 8080, alt: 8081, bad: 8082, dns: 5353, long: 7000 };
 const stops: Array<() => Promise<void>> = [];
 
@@ -35,33 +48,10 @@ afterAll(async () => {
   await topo?.destroy();
 });
 
-const cip = { v4: v4.clusterIP(10), v6: v6.clusterIP(10) };
-const lb = { v4: v4.external(10), v6: v6.external(10) };
-const ext = { v4: v4.external(11), v6: v6.external(11) };
-const both = [cip.v4, cip.v6];
-
-/** a dual-stack LoadBalancer service with TCP, UDP and SCTP ports and node ports */
-function web(over: Partial<SvcSpec> = {}): SvcSpec {
-  return {
-    name: "web",
-    clusterIPs: both,
-    lbIPs: [lb.v4, lb.v6],
-    externalIPs: [ext.v4, ext.v6],
-    ports: [
-      { name: "http", port: 80, nodePort: 30080 },
-      { name: "dns", protocol: "UDP", port: 53, nodePort: 30053 },
-      { name: "sctp", protocol: "SCTP", port: 90, nodePort: 30090 },
-      { name: "long", port: 70 },
-    ],
-    ...over,
-  };
-}
-
-const fams = ["v4", "v6"] as const;
-const perFamily = (f: (fam: "v4" | "v6") => Expectation[]) => fams.flatMap(f);
-const nodeIP = { v4: v4.node(0), v6: canonical6(v6.node(0)) };
-const node = (fam: "v4" | "v6") => nodeIP[fam];
-const allPods = ["pod0", "pod1", "pod2"];
+/** the table's service, and a port whose connections stay open (holdServer) */
+const web = (over: Partial<SvcSpec> = {}) => table(over, [{ name: "long", port: 70 }]);
+const rows = packetRows({ topo: () => topo, ports, web });
+const common = commonRows(rows);
 
 interface Case {
   name: string;
@@ -72,17 +62,16 @@ interface Case {
 const cases: Case[] = [
   {
     name: "ClusterIP: an endpoint answers the client, from the node's address (relayed)",
-    services: () => [entry(svc(web()), podEndpoints(topo, [0, 1, 2], ports))],
-    expect: perFamily((f) => [{ from: "client", to: cip[f], port: 80, answer: allPods, source: "node" }]),
+    ...common.clusterIP,
   },
   {
     name: "ClusterIP: pod traffic is relayed too (source: the node; nft keeps the pod's)",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [{ from: "pod0", to: cip[f], port: 80, answer: "pod1", source: "node" }]),
   },
   {
     name: "ClusterIP: UDP; SCTP is not relayed (the node's kernel answers as for any unknown protocol)",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [
       { from: "client", to: cip[f], port: 53, proto: "udp", answer: "pod1", source: "node" },
       { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod1", source: "node" },
@@ -92,20 +81,7 @@ const cases: Case[] = [
   },
   {
     name: "multi-port: each service port reaches its own target port; a refusing endpoint resets the client",
-    services: () => [
-      entry(
-        svc({
-          name: "multi",
-          clusterIPs: both,
-          ports: [
-            { name: "http", port: 80 },
-            { name: "alt", port: 81 },
-            { name: "bad", port: 82 },
-          ],
-        }),
-        podEndpoints(topo, [2], ports),
-      ),
-    ],
+    services: rows.multiPort,
     expect: perFamily((f) => [
       { from: "pod0", to: cip[f], port: 80, answer: "pod2" },
       { from: "pod0", to: cip[f], port: 81, answer: "pod2" },
@@ -115,7 +91,7 @@ const cases: Case[] = [
   },
   {
     name: "NodePort: answered on the node's IP (TCP, UDP)",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
+    services: () => rows.on([1]),
     expect: perFamily((f) => [
       { from: "client", to: node(f), port: 30080, answer: "pod1", source: "node" },
       { from: "client", to: node(f), port: 30053, proto: "udp", answer: "pod1", source: "node" },
@@ -123,31 +99,19 @@ const cases: Case[] = [
   },
   {
     name: "NodePort: the node IPs only, never loopback nor another local address",
-    services: () => [entry(svc(web()), podEndpoints(topo, [1], ports))],
-    expect: [
-      { from: "node", to: "127.0.0.1", port: 30080, error: "refused" },
-      { from: "node", to: "::1", port: 30080, error: "refused" },
-      { from: "client", to: secondNodeIP, port: 30080, error: "refused" },
-      { from: "node", to: v4.node(0), port: 30080, answer: "pod1" },
-    ],
+    ...common.nodePortAddresses,
   },
   {
     name: "LoadBalancer IP and externalIP reach the endpoints",
-    services: () => [entry(svc(web()), podEndpoints(topo, [2], ports))],
-    expect: perFamily((f) => [
-      { from: "client", to: lb[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: ext[f], port: 80, answer: "pod2", source: "node" },
-      { from: "client", to: lb[f], port: 53, proto: "udp", answer: "pod2" },
-    ]),
+    ...common.lbAndExternalIPs,
   },
   {
     name: "loadBalancerSourceRanges: a listed client gets in",
-    services: () => [entry(svc(web({ sourceRanges: ["198.18.128.0/24", "2001:db8:5::/64"] })), podEndpoints(topo, [0], ports))],
-    expect: perFamily((f) => [{ from: "client", to: lb[f], port: 80, answer: "pod0" }]),
+    ...common.sourceRangesListed,
   },
   {
     name: "loadBalancerSourceRanges: others turned away on LB IPs only (TCP reset after accept, UDP dropped)",
-    services: () => [entry(svc(web({ sourceRanges: ["203.0.113.0/24", "2001:db8:3::/64"] })), podEndpoints(topo, [0], ports))],
+    services: () => rows.on([0], { sourceRanges: ["203.0.113.0/24", "2001:db8:3::/64"] }),
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "error" as "refused" },
       { from: "client", to: lb[f], port: 53, proto: "udp", error: "timeout" },
@@ -158,29 +122,11 @@ const cases: Case[] = [
   },
   {
     name: "iTP=Local: cluster IP traffic goes to local endpoints only",
-    services: () => [
-      entry(
-        svc(web({ iTPLocal: true })),
-        podEndpoints(topo, [0, [1, { local: false, internal: false }], [2, { local: false, internal: false }]], ports),
-      ),
-    ],
-    expect: perFamily((f) => Array.from({ length: 6 }, () => ({ from: "client" as const, to: cip[f], port: 80, answer: "pod0" }))),
+    ...common.iTPLocal,
   },
   {
     name: "iTP=Local without local endpoints: cluster IP refused (nft drops), external traffic still served",
-    services: () => [
-      entry(
-        svc(web({ iTPLocal: true })),
-        podEndpoints(
-          topo,
-          [
-            [1, { local: false, internal: false }],
-            [2, { local: false, internal: false }],
-          ],
-          ports,
-        ),
-      ),
-    ],
+    services: rows.iTPLocalNone,
     expect: perFamily((f) => [
       { from: "pod0", to: cip[f], port: 80, error: "refused" },
       { from: "pod0", to: cip[f], port: 53, proto: "udp", error: "refused" },
@@ -189,12 +135,7 @@ const cases: Case[] = [
   },
   {
     name: "eTP=Local: external traffic reaches the local endpoint only (source: the node, not the client)",
-    services: () => [
-      entry(
-        svc(web({ eTPLocal: true })),
-        podEndpoints(topo, [0, [1, { local: false, external: false }], [2, { local: false, external: false }]], ports),
-      ),
-    ],
+    services: rows.eTPLocal,
     expect: perFamily((f) => [
       ...Array.from({ length: 3 }, () => ({ from: "client" as const, to: lb[f], port: 80, answer: "pod0", source: "node" as const })),
       { from: "client", to: node(f), port: 30080, answer: "pod0" },
@@ -203,19 +144,7 @@ const cases: Case[] = [
   },
   {
     name: "eTP=Local without local endpoints: outside clients turned away, pods and the node short-circuit to the cluster's endpoints",
-    services: () => [
-      entry(
-        svc(web({ eTPLocal: true })),
-        podEndpoints(
-          topo,
-          [
-            [1, { local: false, external: false }],
-            [2, { local: false, external: false }],
-          ],
-          ports,
-        ),
-      ),
-    ],
+    services: rows.eTPLocalNone,
     expect: perFamily((f) => [
       // the relay listens for the pods' sake: an outside TCP client is reset, its UDP dropped (nft drops both)
       { from: "client", to: lb[f], port: 80, error: "error" as "refused" },
@@ -231,12 +160,7 @@ const cases: Case[] = [
   },
   {
     name: "eTP=Local without any endpoint for pods either: refused",
-    services: () => [
-      entry(
-        svc(web({ eTPLocal: true, iTPLocal: true })),
-        podEndpoints(topo, [[1, { local: false, external: false, internal: false }]], ports),
-      ),
-    ],
+    services: () => rows.on([[1, { local: false, external: false, internal: false }]], { eTPLocal: true, iTPLocal: true }),
     expect: perFamily((f) => [
       { from: "client", to: lb[f], port: 80, error: "refused" },
       { from: "client", to: node(f), port: 30080, error: "refused" },
@@ -245,15 +169,11 @@ const cases: Case[] = [
   },
   {
     name: "hairpin: a pod reaching itself through its service",
-    services: () => [entry(svc(web()), podEndpoints(topo, [0], ports))],
-    expect: perFamily((f) => [
-      { from: "pod0", to: cip[f], port: 80, answer: "pod0", source: "node" },
-      { from: "pod0", to: cip[f], port: 53, proto: "udp", answer: "pod0", source: "node" },
-    ]),
+    ...common.hairpin,
   },
   {
     name: "no endpoints: refused on every frontend and protocol",
-    services: () => [entry(svc(web()), {})],
+    services: rows.none,
     expect: perFamily((f) => [
       { from: "client", to: cip[f], port: 80, error: "refused" },
       { from: "pod0", to: cip[f], port: 53, proto: "udp", error: "refused" },
@@ -265,12 +185,7 @@ const cases: Case[] = [
   },
   {
     name: "undefined port of a cluster IP: refused",
-    services: () => [entry(svc(web()), podEndpoints(topo, [0], ports))],
-    expect: perFamily((f) => [
-      { from: "client", to: cip[f], port: 81, error: "refused" },
-      { from: "pod1", to: cip[f], port: 54, proto: "udp", error: "refused" },
-      { from: "node", to: cip[f], port: 81, error: "refused" },
-    ]),
+    ...common.undefinedPort,
   },
   {
     name: "a deleted service: its addresses leave the node (nothing answers)",
@@ -287,7 +202,7 @@ describe("userspace relays, bind mode: the behaviour table", () => {
     });
 
   test("load balancing: round-robin gives every endpoint its turn", async () => {
-    await proxy.apply([entry(svc(web()), podEndpoints(topo, [0, 1, 2], ports))]);
+    await proxy.apply(rows.on([0, 1, 2]));
     const rs = await topo.probeMany(
       topo.client.ns,
       Array.from({ length: 9 }, () => ({ ip: cip.v4, port: 80 })),
@@ -299,7 +214,7 @@ describe("userspace relays, bind mode: the behaviour table", () => {
 
   for (const fam of fams)
     test(`ClientIP affinity: one client sticks to one endpoint (${fam}, TCP and UDP)`, async () => {
-      await proxy.apply([entry(svc(web({ affinitySeconds: 60 })), podEndpoints(topo, [0, 1, 2], ports))]);
+      await proxy.apply(rows.on([0, 1, 2], { affinitySeconds: 60 }));
       const rs = await topo.probeMany(topo.client.ns, [
         ...Array.from({ length: 6 }, () => ({ ip: cip[fam], port: 80 })),
         ...Array.from({ length: 6 }, () => ({ ip: cip[fam], port: 53, proto: "udp" as const })),
@@ -313,7 +228,7 @@ describe("userspace relays, bind mode: the behaviour table", () => {
 
   test("ClientIP affinity: the timeout expires the client's entry", async () => {
     // 2 s: a loaded machine's gap between two probes stays well inside it
-    await proxy.apply([entry(svc(web({ affinitySeconds: 2 })), podEndpoints(topo, [0, 1], ports))]);
+    await proxy.apply(rows.on([0, 1], { affinitySeconds: 2 }));
     const first = await topo.probeMany(
       topo.client.ns,
       Array.from({ length: 3 }, () => ({ ip: cip.v4, port: 80 })),
@@ -328,7 +243,7 @@ describe("userspace relays, bind mode: the behaviour table", () => {
 });
 
 describe("userspace relays, bind mode: changes", () => {
-  const long = (pods: number[]) => [entry(svc(web()), podEndpoints(topo, pods, ports))];
+  const long = (pods: number[]) => rows.on(pods);
 
   test("an established connection survives changes that keep its endpoint; new connections use the new set at once", async () => {
     await proxy.apply(long([0]));
@@ -413,7 +328,7 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
   afterAll(() => redirect?.stop());
 
   test("ClusterIP, LB IP and NodePort, TCP and UDP, both families; from outside, a pod and the node", async () => {
-    await redirect.apply([entry(svc(web()), podEndpoints(topo, [1], ports))]);
+    await redirect.apply(rows.on([1]));
     await check(
       topo,
       perFamily((f) => [
@@ -428,7 +343,7 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
   });
 
   test("no endpoints: refused by the table's reject rules (cluster IP) and by the node (node port)", async () => {
-    await redirect.apply([entry(svc(web()), {})]);
+    await redirect.apply(rows.none());
     await check(
       topo,
       perFamily((f) => [
@@ -441,7 +356,7 @@ describe("userspace relays, redirect mode (nftables redirect)", () => {
   });
 
   test("the tables: one rule per frontend and hook, rewritten whole at each sync", async () => {
-    await redirect.apply([entry(svc(web()), podEndpoints(topo, [1], ports))]);
+    await redirect.apply(rows.on([1]));
     const rules = await topo.exec(topo.node.ns, ["nft", "list", "table", "ip", "kpng-userspace"]);
     // arriving packets go to the node IP (a pod's veth has no address to redirect to), local ones to loopback
     expect(rules).toContain(`ip daddr ${cip.v4} tcp dport 80 dnat to ${node("v4")}:`);
@@ -462,7 +377,7 @@ describe("userspace relays, bind mode with --nodeport-addresses", () => {
   afterAll(() => cidr?.stop());
 
   test("NodePort: a CIDR opens every node address inside it, and no other", async () => {
-    await cidr.apply([entry(svc(web()), podEndpoints(topo, [1], ports))]);
+    await cidr.apply(rows.on([1]));
     await check(topo, [
       { from: "client", to: secondNodeIP, port: 30080, answer: "pod1" },
       { from: "client", to: v4.node(0), port: 30080, answer: "pod1" },

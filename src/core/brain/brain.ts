@@ -199,6 +199,11 @@ export class NodeView {
     readonly nodeName: string,
   ) {}
 
+  /** the node's IPs as the brain holds its Node now, before any state is computed (node-ips.ts) */
+  currentNodeIPs(): readonly string[] {
+    return this.brain.nodeIPs(this.nodeName);
+  }
+
   /** Called with every new revision; if one exists already, at once with it (change null). */
   subscribe(fn: Listener): () => void {
     this.listeners.add(fn);

@@ -2,10 +2,16 @@
 // sorted by namespace/name and endpoints by first IP (the CLI contract).
 
 import { stringify } from "yaml";
-import { Protocol, type Endpoint, type IPSet } from "../../gen/localv1/services_pb.ts";
+import { Protocol, type Endpoint, type IPSet, type Service } from "../../gen/localv1/services_pb.ts";
 import type { NodeState } from "./state.ts";
 
-const ipsOf = (s: IPSet | undefined) => [...(s?.V4 ?? []), ...(s?.V6 ?? [])];
+// How a Service's fields read to a person, here and in `kpng get` (introspect/services.ts).
+/** both families' addresses, IPv4 first */
+export const ipsOf = (s: IPSet | undefined) => [...(s?.V4 ?? []), ...(s?.V6 ?? [])];
+/** a traffic policy by its Kubernetes name */
+export const policyName = (toLocal: boolean) => (toLocal ? "Local" : "Cluster");
+/** the ClientIP affinity timeout; 0 without affinity */
+export const affinityTimeoutSeconds = (s: Service) => (s.SessionAffinity.case === "ClientIP" ? s.SessionAffinity.value.TimeoutSeconds : 0);
 const firstIP = (e: Endpoint) => ipsOf(e.IPs)[0] ?? "";
 
 /** Orders IPs numerically within a family, IPv4 before IPv6, so 10.0.0.9 < 10.0.0.10. */
@@ -55,9 +61,9 @@ export function localStateJSON(state: NodeState) {
         nodePort: p.NodePort,
         targetPort: p.TargetPortName || p.TargetPort,
       })),
-      internalTrafficPolicy: s.InternalTrafficToLocal ? "Local" : "Cluster",
-      externalTrafficPolicy: s.ExternalTrafficToLocal ? "Local" : "Cluster",
-      sessionAffinityTimeoutSeconds: s.SessionAffinity.case === "ClientIP" ? s.SessionAffinity.value.TimeoutSeconds : 0,
+      internalTrafficPolicy: policyName(s.InternalTrafficToLocal),
+      externalTrafficPolicy: policyName(s.ExternalTrafficToLocal),
+      sessionAffinityTimeoutSeconds: affinityTimeoutSeconds(s),
       healthCheckNodePort: s.HealthCheckNodePort,
       endpoints: [...endpoints.values()]
         .sort((a, b) => compareIP(firstIP(a), firstIP(b)))

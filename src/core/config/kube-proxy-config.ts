@@ -289,6 +289,28 @@ export const defaultKubeProxyConfig = (): KubeProxyConfig => v.parse(V1alpha2Sch
 
 const unspecified = (ip: string) => ip === "0.0.0.0" || ip === "::";
 
+/** The fields v1alpha1 and v1alpha2 both hold, under one name and with one meaning: copied as they are either way. */
+const SAME_IN_BOTH_VERSIONS = [
+  "featureGates",
+  "clientConnection",
+  "logging",
+  "hostnameOverride",
+  "healthzBindAddress",
+  "metricsBindAddress",
+  "bindAddressHardFail",
+  "enableProfiling",
+  "showHiddenMetricsForVersion",
+  "mode",
+  "winkernel",
+  "detectLocalMode",
+  "nodePortAddresses",
+  "configSyncPeriod",
+] as const;
+
+function sameInBothVersions<C extends KubeProxyConfig | KubeProxyConfigV1alpha1>(c: C): Pick<C, (typeof SAME_IN_BOTH_VERSIONS)[number]> {
+  return Object.fromEntries(SAME_IN_BOTH_VERSIONS.map((k) => [k, c[k]])) as Pick<C, (typeof SAME_IN_BOTH_VERSIONS)[number]>;
+}
+
 /**
  * v1alpha1 (defaulted) -> v1alpha2 input, per KEP-784's tables. Fields that
  * were per backend but are generic take the value of the backend `mode`
@@ -300,18 +322,9 @@ export function convertV1alpha1(c: KubeProxyConfigV1alpha1): unknown {
   return {
     apiVersion: V1ALPHA2,
     kind: KIND,
-    featureGates: c.featureGates,
-    clientConnection: c.clientConnection,
-    logging: c.logging,
-    hostnameOverride: c.hostnameOverride,
+    ...sameInBothVersions(c),
     // bindAddress only ever named the node's primary IP; "unspecified" meant "detect it".
     nodeIPOverride: unspecified(c.bindAddress) ? [] : [c.bindAddress],
-    healthzBindAddress: c.healthzBindAddress,
-    metricsBindAddress: c.metricsBindAddress,
-    bindAddressHardFail: c.bindAddressHardFail,
-    enableProfiling: c.enableProfiling,
-    showHiddenMetricsForVersion: c.showHiddenMetricsForVersion,
-    mode: c.mode,
     linux: {
       oomScoreAdj: c.oomScoreAdj,
       conntrack: c.conntrack,
@@ -326,17 +339,13 @@ export function convertV1alpha1(c: KubeProxyConfigV1alpha1): unknown {
     // The ipvs proxier marked packets with iptables.masqueradeBit.
     ipvs: { ...ipvs, masqueradeBit: c.iptables.masqueradeBit },
     nftables: { masqueradeBit: c.nftables.masqueradeBit },
-    winkernel: c.winkernel,
-    detectLocalMode: c.detectLocalMode,
     detectLocal: {
       bridgeInterface: c.detectLocal.bridgeInterface,
       interfaceNamePrefix: c.detectLocal.interfaceNamePrefix,
       clusterCIDRs: c.clusterCIDR === "" ? [] : c.clusterCIDR.split(",").map((s) => s.trim()),
     },
-    nodePortAddresses: c.nodePortAddresses,
     syncPeriod: active.syncPeriod,
     minSyncPeriod: active.minSyncPeriod,
-    configSyncPeriod: c.configSyncPeriod,
   };
 }
 
@@ -365,17 +374,8 @@ export function toV1alpha1(c: KubeProxyConfig): KubeProxyConfigV1alpha1 {
   return {
     apiVersion: V1ALPHA1,
     kind: KIND,
-    featureGates: c.featureGates,
-    clientConnection: c.clientConnection,
-    logging: c.logging,
-    hostnameOverride: c.hostnameOverride,
+    ...sameInBothVersions(c),
     bindAddress: c.nodeIPOverride[0] ?? "0.0.0.0",
-    healthzBindAddress: c.healthzBindAddress,
-    metricsBindAddress: c.metricsBindAddress,
-    bindAddressHardFail: c.bindAddressHardFail,
-    enableProfiling: c.enableProfiling,
-    showHiddenMetricsForVersion: c.showHiddenMetricsForVersion,
-    mode: c.mode,
     iptables: {
       masqueradeBit: c.iptables.masqueradeBit,
       masqueradeAll: c.linux.masqueradeAll,
@@ -385,14 +385,10 @@ export function toV1alpha1(c: KubeProxyConfig): KubeProxyConfigV1alpha1 {
     },
     ipvs: { ...sync, ...ipvs },
     nftables: { masqueradeBit: c.nftables.masqueradeBit, masqueradeAll: c.linux.masqueradeAll, ...sync },
-    winkernel: c.winkernel,
-    detectLocalMode: c.detectLocalMode,
     detectLocal: { bridgeInterface: c.detectLocal.bridgeInterface, interfaceNamePrefix: c.detectLocal.interfaceNamePrefix },
     clusterCIDR: c.detectLocal.clusterCIDRs.join(","),
-    nodePortAddresses: c.nodePortAddresses,
     oomScoreAdj: c.linux.oomScoreAdj,
     conntrack: c.linux.conntrack,
-    configSyncPeriod: c.configSyncPeriod,
     portRange: "",
     windowsRunAsService: c.windows.runAsService,
   };

@@ -7,124 +7,12 @@
 
 import { invalid } from "../errors.ts";
 import { isCIDR } from "../net/ip.ts";
-import type { FlagDefs } from "./argv.ts";
+import type { FlagDef, FlagDefs } from "./argv.ts";
 import { formatGoDuration, parseGoDuration } from "./duration.ts";
 import type { KubeProxyConfig } from "./kube-proxy-config.ts";
 import { contentTypeProblem } from "../kube-http/content.ts";
 
 const INT32_MAX = 2 ** 31 - 1;
-
-export const logArgs = {
-  v: {
-    type: "string",
-    alias: ["v"],
-    valueHint: "int",
-    description: "log verbosity: debug lines at higher levels (klog's -v; 2 is common, 4 is debug)",
-  },
-  "logging-format": {
-    type: "string",
-    valueHint: "string",
-    description: 'log format: "text" (default) or "json" (one object per line: ts, v, msg, key/values)',
-  },
-  "log-flush-frequency": { type: "string", noEffect: "every line is written at once" },
-  vmodule: { type: "string", noEffect: "kpng has no per-file verbosity" },
-  "log-json-split-stream": { type: "boolean", noEffect: "every line goes to stderr" },
-  "log-json-info-buffer-size": { type: "string", noEffect: "lines are not buffered" },
-  "log-text-split-stream": { type: "boolean", noEffect: "every line goes to stderr" },
-  "log-text-info-buffer-size": { type: "string", noEffect: "lines are not buffered" },
-} as const satisfies FlagDefs;
-
-/**
- * kube-proxy's API-client flags (clientConnection): taken by every command
- * that reads the API server (the node proxy, `serve`, `local`), with the same
- * meaning.
- */
-export const kubeClientArgs = {
-  "kube-api-content-type": {
-    type: "string",
-    description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json",
-  },
-  "kube-api-qps": {
-    type: "string",
-    valueHint: "float32",
-    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
-  },
-  "kube-api-burst": {
-    type: "string",
-    valueHint: "int32",
-    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
-  },
-} as const satisfies FlagDefs;
-
-export const kubeProxyArgs = {
-  "init-only": { type: "boolean", description: "set the conntrack sysctls (what needs full privileges), then exit" },
-  "bind-address-hard-fail": { type: "boolean", description: "exit when the health or metrics port cannot be bound (else retry)" },
-  "healthz-port": {
-    type: "string",
-    valueHint: "int32",
-    description: "deprecated: 0 turns the health server off; else the port of an IP-only --healthz-bind-address",
-  },
-  "metrics-port": {
-    type: "string",
-    valueHint: "int32",
-    description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address",
-  },
-  "oom-score-adj": { type: "string", valueHint: "int32", description: "oom_score_adj of the process, [-1000, 1000] (default -999)" },
-  "detect-local-mode": {
-    type: "string",
-    description: "how pod traffic is recognised: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix",
-  },
-  "pod-bridge-interface": { type: "string", description: "detect-local-mode BridgeInterface: pod traffic arrives on this bridge" },
-  "pod-interface-name-prefix": {
-    type: "string",
-    description: "detect-local-mode InterfaceNamePrefix: pod traffic arrives on interfaces named with this prefix",
-  },
-  "iptables-sync-period": {
-    type: "string",
-    valueHint: "duration",
-    description: "resync interval, outside ipvs mode (kube-proxy's; same as --sync-period)",
-  },
-  "iptables-min-sync-period": { type: "string", valueHint: "duration", description: "minimum interval between syncs, outside ipvs mode" },
-  "ipvs-sync-period": { type: "string", valueHint: "duration", description: "resync interval in ipvs mode" },
-  "ipvs-min-sync-period": { type: "string", valueHint: "duration", description: "minimum interval between syncs in ipvs mode" },
-  "conntrack-max-per-core": { type: "string", valueHint: "int32", description: "nf_conntrack_max per CPU (0: leave the limit as it is)" },
-  "conntrack-min": { type: "string", valueHint: "int32", description: "lower bound of nf_conntrack_max (default 131072)" },
-  "conntrack-tcp-timeout-established": {
-    type: "string",
-    valueHint: "duration",
-    description: "nf_conntrack_tcp_timeout_established (default 24h; 0: leave as is)",
-  },
-  "conntrack-tcp-timeout-close-wait": {
-    type: "string",
-    valueHint: "duration",
-    description: "nf_conntrack_tcp_timeout_close_wait (default 1h; 0: leave as is)",
-  },
-  "conntrack-tcp-be-liberal": { type: "boolean", description: "set nf_conntrack_tcp_be_liberal to 1" },
-  "conntrack-udp-timeout": { type: "string", valueHint: "duration", description: "nf_conntrack_udp_timeout (0: leave as is)" },
-  "conntrack-udp-timeout-stream": {
-    type: "string",
-    valueHint: "duration",
-    description: "nf_conntrack_udp_timeout_stream (0: leave as is)",
-  },
-  "feature-gates": { type: "string", valueHint: "mapStringBool", noEffect: "kpng has no feature gates" },
-  ...kubeClientArgs,
-  "config-sync-period": { type: "string", valueHint: "duration", noEffect: "kpng's watches need no periodic relist" },
-  profiling: { type: "boolean", noEffect: "no /debug/pprof (a Go runtime feature)" },
-  "show-hidden-metrics-for-version": { type: "string", noEffect: "kpng hides no metrics" },
-  "iptables-localhost-nodeports": {
-    type: "boolean",
-    description: "iptables mode: IPv4 node ports answer on 127.0.0.1 (sets route_localnet=1, with kube-proxy's guard rule; default true)",
-  },
-  "ipvs-exclude-cidrs": {
-    type: "string",
-    valueHint: "strings",
-    description: "ipvs mode: virtual servers on these CIDRs are never deleted as stale (comma-separated)",
-  },
-  "ipvs-strict-arp": { type: "boolean", description: "ipvs mode: set arp_ignore=1 and arp_announce=2 (MetalLB's layer 2 needs it)" },
-  "ipvs-tcp-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: idle TCP connection timeout (0: leave as is)" },
-  "ipvs-tcpfin-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: TCP timeout after FIN (0: leave as is)" },
-  "ipvs-udp-timeout": { type: "string", valueHint: "duration", description: "ipvs mode: UDP timeout (0: leave as is)" },
-} as const satisfies FlagDefs;
 
 /** Parses a flag's text into the field's value, or throws the flag's one-line error. */
 type Parse = (flag: string, s: string) => unknown;
@@ -181,38 +69,238 @@ const mapStringBool: Parse = (flag, s) => {
   return out;
 };
 
-/** Flag -> the field it sets (v1alpha2 layout), and how its text is read. Sync periods depend on the mode: see applyKubeProxyFlags. */
-export const fieldOfFlag: Record<string, { field: string; parse: Parse }> = {
-  "bind-address-hard-fail": { field: "bindAddressHardFail", parse: bool },
-  "oom-score-adj": { field: "linux.oomScoreAdj", parse: int(-1000, 1000) },
-  "detect-local-mode": { field: "detectLocalMode", parse: oneOf(["ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"]) },
-  "conntrack-max-per-core": { field: "linux.conntrack.maxPerCore", parse: int(0, INT32_MAX) },
-  "conntrack-min": { field: "linux.conntrack.min", parse: int(0, INT32_MAX) },
-  "conntrack-tcp-timeout-established": { field: "linux.conntrack.tcpEstablishedTimeout", parse: duration },
-  "conntrack-tcp-timeout-close-wait": { field: "linux.conntrack.tcpCloseWaitTimeout", parse: duration },
-  "conntrack-tcp-be-liberal": { field: "linux.conntrack.tcpBeLiberal", parse: bool },
-  "conntrack-udp-timeout": { field: "linux.conntrack.udpTimeout", parse: duration },
-  "conntrack-udp-timeout-stream": { field: "linux.conntrack.udpStreamTimeout", parse: duration },
-  "feature-gates": { field: "featureGates", parse: mapStringBool },
-  "kube-api-content-type": { field: "clientConnection.contentType", parse: contentType },
-  "kube-api-qps": { field: "clientConnection.qps", parse: float },
-  "kube-api-burst": { field: "clientConnection.burst", parse: int(0, INT32_MAX) },
-  "config-sync-period": { field: "configSyncPeriod", parse: duration },
-  profiling: { field: "enableProfiling", parse: bool },
-  "show-hidden-metrics-for-version": { field: "showHiddenMetricsForVersion", parse: text },
-  "iptables-localhost-nodeports": { field: "iptables.localhostNodePorts", parse: bool },
-  "ipvs-exclude-cidrs": { field: "ipvs.excludeCIDRs", parse: cidrs },
-  "ipvs-strict-arp": { field: "ipvs.strictARP", parse: bool },
-  "ipvs-tcp-timeout": { field: "ipvs.tcpTimeout", parse: duration },
-  "ipvs-tcpfin-timeout": { field: "ipvs.tcpFinTimeout", parse: duration },
-  "ipvs-udp-timeout": { field: "ipvs.udpTimeout", parse: duration },
-  "pod-bridge-interface": { field: "detectLocal.bridgeInterface", parse: text },
-  "pod-interface-name-prefix": { field: "detectLocal.interfaceNamePrefix", parse: text },
-  v: { field: "logging.verbosity", parse: int(0, INT32_MAX) },
-  "logging-format": { field: "logging.format", parse: oneOf(["text", "json"]) },
-  "log-flush-frequency": { field: "logging.flushFrequency", parse: duration },
-  vmodule: { field: "logging.vmodule", parse: text },
-};
+/**
+ * A kube-proxy flag: its --help entry and, when it sets a field of the
+ * KubeProxyConfiguration as kube-proxy binds it, that field (v1alpha2 layout)
+ * and how its text is read. The sync periods depend on the mode: see
+ * applyKubeProxyFlags.
+ */
+interface KubeProxyFlag extends FlagDef {
+  field?: string;
+  parse?: Parse;
+}
+
+export const logArgs = {
+  v: {
+    type: "string",
+    alias: ["v"],
+    valueHint: "int",
+    description: "log verbosity: debug lines at higher levels (klog's -v; 2 is common, 4 is debug)",
+    field: "logging.verbosity",
+    parse: int(0, INT32_MAX),
+  },
+  "logging-format": {
+    type: "string",
+    valueHint: "string",
+    description: 'log format: "text" (default) or "json" (one object per line: ts, v, msg, key/values)',
+    field: "logging.format",
+    parse: oneOf(["text", "json"]),
+  },
+  "log-flush-frequency": { type: "string", noEffect: "every line is written at once", field: "logging.flushFrequency", parse: duration },
+  vmodule: { type: "string", noEffect: "kpng has no per-file verbosity", field: "logging.vmodule", parse: text },
+  "log-json-split-stream": { type: "boolean", noEffect: "every line goes to stderr" },
+  "log-json-info-buffer-size": { type: "string", noEffect: "lines are not buffered" },
+  "log-text-split-stream": { type: "boolean", noEffect: "every line goes to stderr" },
+  "log-text-info-buffer-size": { type: "string", noEffect: "lines are not buffered" },
+} as const satisfies Record<string, KubeProxyFlag>;
+
+/**
+ * kube-proxy's API-client flags (clientConnection): taken by every command
+ * that reads the API server (the node proxy, `serve`, `local`), with the same
+ * meaning.
+ */
+export const kubeClientArgs = {
+  "kube-api-content-type": {
+    type: "string",
+    description: "content type of requests to the API server: application/vnd.kubernetes.protobuf (default) or application/json",
+    field: "clientConnection.contentType",
+    parse: contentType,
+  },
+  "kube-api-qps": {
+    type: "string",
+    valueHint: "float32",
+    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
+    field: "clientConnection.qps",
+    parse: float,
+  },
+  "kube-api-burst": {
+    type: "string",
+    valueHint: "int32",
+    noEffect: "kpng's client keeps 6 watch connections and no client-side rate limit",
+    field: "clientConnection.burst",
+    parse: int(0, INT32_MAX),
+  },
+} as const satisfies Record<string, KubeProxyFlag>;
+
+export const kubeProxyArgs = {
+  "init-only": { type: "boolean", description: "set the conntrack sysctls (what needs full privileges), then exit" },
+  "bind-address-hard-fail": {
+    type: "boolean",
+    description: "exit when the health or metrics port cannot be bound (else retry)",
+    field: "bindAddressHardFail",
+    parse: bool,
+  },
+  "healthz-port": {
+    type: "string",
+    valueHint: "int32",
+    description: "deprecated: 0 turns the health server off; else the port of an IP-only --healthz-bind-address",
+  },
+  "metrics-port": {
+    type: "string",
+    valueHint: "int32",
+    description: "deprecated: 0 turns the metrics server off; else the port of an IP-only --metrics-bind-address",
+  },
+  "oom-score-adj": {
+    type: "string",
+    valueHint: "int32",
+    description: "oom_score_adj of the process, [-1000, 1000] (default -999)",
+    field: "linux.oomScoreAdj",
+    parse: int(-1000, 1000),
+  },
+  "detect-local-mode": {
+    type: "string",
+    description: "how pod traffic is recognised: ClusterCIDR (default), NodeCIDR, BridgeInterface or InterfaceNamePrefix",
+    field: "detectLocalMode",
+    parse: oneOf(["ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix"]),
+  },
+  "pod-bridge-interface": {
+    type: "string",
+    description: "detect-local-mode BridgeInterface: pod traffic arrives on this bridge",
+    field: "detectLocal.bridgeInterface",
+    parse: text,
+  },
+  "pod-interface-name-prefix": {
+    type: "string",
+    description: "detect-local-mode InterfaceNamePrefix: pod traffic arrives on interfaces named with this prefix",
+    field: "detectLocal.interfaceNamePrefix",
+    parse: text,
+  },
+  "iptables-sync-period": {
+    type: "string",
+    valueHint: "duration",
+    description: "resync interval, outside ipvs mode (kube-proxy's; same as --sync-period)",
+  },
+  "iptables-min-sync-period": { type: "string", valueHint: "duration", description: "minimum interval between syncs, outside ipvs mode" },
+  "ipvs-sync-period": { type: "string", valueHint: "duration", description: "resync interval in ipvs mode" },
+  "ipvs-min-sync-period": { type: "string", valueHint: "duration", description: "minimum interval between syncs in ipvs mode" },
+  "conntrack-max-per-core": {
+    type: "string",
+    valueHint: "int32",
+    description: "nf_conntrack_max per CPU (0: leave the limit as it is)",
+    field: "linux.conntrack.maxPerCore",
+    parse: int(0, INT32_MAX),
+  },
+  "conntrack-min": {
+    type: "string",
+    valueHint: "int32",
+    description: "lower bound of nf_conntrack_max (default 131072)",
+    field: "linux.conntrack.min",
+    parse: int(0, INT32_MAX),
+  },
+  "conntrack-tcp-timeout-established": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_tcp_timeout_established (default 24h; 0: leave as is)",
+    field: "linux.conntrack.tcpEstablishedTimeout",
+    parse: duration,
+  },
+  "conntrack-tcp-timeout-close-wait": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_tcp_timeout_close_wait (default 1h; 0: leave as is)",
+    field: "linux.conntrack.tcpCloseWaitTimeout",
+    parse: duration,
+  },
+  "conntrack-tcp-be-liberal": {
+    type: "boolean",
+    description: "set nf_conntrack_tcp_be_liberal to 1",
+    field: "linux.conntrack.tcpBeLiberal",
+    parse: bool,
+  },
+  "conntrack-udp-timeout": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_udp_timeout (0: leave as is)",
+    field: "linux.conntrack.udpTimeout",
+    parse: duration,
+  },
+  "conntrack-udp-timeout-stream": {
+    type: "string",
+    valueHint: "duration",
+    description: "nf_conntrack_udp_timeout_stream (0: leave as is)",
+    field: "linux.conntrack.udpStreamTimeout",
+    parse: duration,
+  },
+  "feature-gates": {
+    type: "string",
+    valueHint: "mapStringBool",
+    noEffect: "kpng has no feature gates",
+    field: "featureGates",
+    parse: mapStringBool,
+  },
+  ...kubeClientArgs,
+  "config-sync-period": {
+    type: "string",
+    valueHint: "duration",
+    noEffect: "kpng's watches need no periodic relist",
+    field: "configSyncPeriod",
+    parse: duration,
+  },
+  profiling: { type: "boolean", noEffect: "no /debug/pprof (a Go runtime feature)", field: "enableProfiling", parse: bool },
+  "show-hidden-metrics-for-version": {
+    type: "string",
+    noEffect: "kpng hides no metrics",
+    field: "showHiddenMetricsForVersion",
+    parse: text,
+  },
+  "iptables-localhost-nodeports": {
+    type: "boolean",
+    description: "iptables mode: IPv4 node ports answer on 127.0.0.1 (sets route_localnet=1, with kube-proxy's guard rule; default true)",
+    field: "iptables.localhostNodePorts",
+    parse: bool,
+  },
+  "ipvs-exclude-cidrs": {
+    type: "string",
+    valueHint: "strings",
+    description: "ipvs mode: virtual servers on these CIDRs are never deleted as stale (comma-separated)",
+    field: "ipvs.excludeCIDRs",
+    parse: cidrs,
+  },
+  "ipvs-strict-arp": {
+    type: "boolean",
+    description: "ipvs mode: set arp_ignore=1 and arp_announce=2 (MetalLB's layer 2 needs it)",
+    field: "ipvs.strictARP",
+    parse: bool,
+  },
+  "ipvs-tcp-timeout": {
+    type: "string",
+    valueHint: "duration",
+    description: "ipvs mode: idle TCP connection timeout (0: leave as is)",
+    field: "ipvs.tcpTimeout",
+    parse: duration,
+  },
+  "ipvs-tcpfin-timeout": {
+    type: "string",
+    valueHint: "duration",
+    description: "ipvs mode: TCP timeout after FIN (0: leave as is)",
+    field: "ipvs.tcpFinTimeout",
+    parse: duration,
+  },
+  "ipvs-udp-timeout": {
+    type: "string",
+    valueHint: "duration",
+    description: "ipvs mode: UDP timeout (0: leave as is)",
+    field: "ipvs.udpTimeout",
+    parse: duration,
+  },
+} as const satisfies Record<string, KubeProxyFlag>;
+
+/** Flag -> the field it sets (v1alpha2 layout), and how its text is read: from the tables above. */
+export const fieldOfFlag: Record<string, { field: string; parse: Parse }> = Object.fromEntries(
+  Object.entries({ ...logArgs, ...kubeClientArgs, ...kubeProxyArgs } as Record<string, KubeProxyFlag>).flatMap(([flag, def]) =>
+    def.field && def.parse ? [[flag, { field: def.field, parse: def.parse }]] : [],
+  ),
+);
 
 function setField(doc: KubeProxyConfig, path: string, value: unknown) {
   const keys = path.split(".");

@@ -17,13 +17,12 @@ import {
   type ServicesReply,
   type ServiceView,
 } from "../../gen/introspectv1/introspect_pb.ts";
-import { Protocol, type IPSet, type Service } from "../../gen/localv1/services_pb.ts";
+import { Protocol, type Service } from "../../gen/localv1/services_pb.ts";
 import type { Brain } from "../brain/brain.ts";
+import { affinityTimeoutSeconds, ipsOf, policyName } from "../brain/output.ts";
 import { candidates } from "../brain/model/endpoints.ts";
 import { healthCheckAddresses, hostAddresses } from "../node/healthcheck-ports.ts";
 import { explainEndpoints, type ScopeUse } from "./explain.ts";
-
-const ipsOf = (s: IPSet | undefined) => [...(s?.V4 ?? []), ...(s?.V6 ?? [])];
 
 export interface ServicesOptions {
   brain: Brain;
@@ -139,9 +138,9 @@ function serviceView(brain: Brain, nodeName: string, key: string, svc: Service, 
     externalIps: ipsOf(svc.IPs?.ExternalIPs),
     loadBalancerIps: ipsOf(svc.IPs?.LoadBalancerIPs),
     sourceRanges: svc.IPFilters.flatMap((f) => f.SourceRanges),
-    internalTrafficPolicy: svc.InternalTrafficToLocal ? "Local" : "Cluster",
-    externalTrafficPolicy: svc.ExternalTrafficToLocal ? "Local" : "Cluster",
-    affinityTimeoutSeconds: svc.SessionAffinity.case === "ClientIP" ? svc.SessionAffinity.value.TimeoutSeconds : 0,
+    internalTrafficPolicy: policyName(svc.InternalTrafficToLocal),
+    externalTrafficPolicy: policyName(svc.ExternalTrafficToLocal),
+    affinityTimeoutSeconds: affinityTimeoutSeconds(svc),
     healthCheckNodePort: svc.HealthCheckNodePort,
     external: entry?.external ?? false,
     ports: svc.Ports.map((p) =>

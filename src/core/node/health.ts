@@ -168,10 +168,8 @@ export function healthAnswer(health: ProxyHealth, path: "healthz" | "livez", clo
 }
 
 export function startHealthServer(opts: HealthServerOptions): HttpServer {
-  const { host, port } = bindHostPort(opts.address);
   return serveHttp({
-    host,
-    port,
+    ...bindHostPort(opts.address),
     what: "healthz",
     log: opts.log,
     handle(url) {

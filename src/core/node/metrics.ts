@@ -643,10 +643,8 @@ export interface MetricsServerOptions {
 }
 
 export function startMetricsServer(opts: MetricsServerOptions): HttpServer {
-  const { host, port } = bindHostPort(opts.address);
   return serveHttp({
-    host,
-    port,
+    ...bindHostPort(opts.address),
     what: "metrics",
     log: opts.log,
     async handle(url) {

@@ -17,10 +17,11 @@ import { sleep } from "../api/client/client.ts";
 import { connectGrpc, isRefusal, type GrpcConnection } from "../api/client/grpc.ts";
 import { clientCredentials, type ClientSecurity } from "../api/tls/client.ts";
 import { globalOpChunks } from "../api/client/streams.ts";
-import { formatApiAddress, parseClientAddress } from "../api/server/address.ts";
+import { formatApiAddress, parseClientAddress, type ApiAddress } from "../api/server/address.ts";
 import { errorMessage, invalid } from "../errors.ts";
 import { GlobalMirror } from "../global/mirror.ts";
 import type { Logger } from "../log.ts";
+import type { WireOp } from "../wire/ops.ts";
 import { Ingest } from "./ingest.ts";
 
 /** change sets of at least this many ops are followed by a full garbage collection */
@@ -102,13 +103,17 @@ function commit(mirror: GlobalMirror, ingest: Ingest, stats: GlobalSourceStats):
 export async function startGlobalSource(opts: GlobalSourceOptions): Promise<GlobalSource> {
   if (!opts.apis.length) throw invalid("flag --api: at least one brain address is required");
   const addrs = opts.apis.map((a) => parseClientAddress(a, "--api"));
-  const { brain, log } = opts;
-  const retryMs = opts.retryMs ?? 200;
-  const maxRetryMs = opts.maxRetryMs ?? 5000;
-  const mirror = new GlobalMirror();
-  const ingest = new Ingest(brain, { type: "at-once" });
-  const apis = addrs.map(formatApiAddress);
-  const stats: GlobalSourceStats = {
+  const stats = emptyStats(addrs.map(formatApiAddress));
+  const ac = new AbortController();
+  const follower = new BrainFollower(opts, stats, ac.signal);
+  opts.onStats?.(stats);
+  void follower.follow(addrs);
+  await follower.started;
+  return { close: () => ac.abort(), globalStats: stats };
+}
+
+function emptyStats(apis: readonly string[]): GlobalSourceStats {
+  return {
     apis,
     connectedTo: null,
     connects: 0,
@@ -121,84 +126,128 @@ export async function startGlobalSource(opts: GlobalSourceOptions): Promise<Glob
     unchanged: 0,
     lastChangeSetMs: 0,
   };
-  opts.onStats?.(stats);
-  const ac = new AbortController();
-  const started = Promise.withResolvers<void>();
-  let followed: string | null = null; // the last brain that delivered
+}
+
+/** The agent's brains, followed one at a time into one mirror and one brain. */
+class BrainFollower {
+  private readonly mirror = new GlobalMirror();
+  private readonly ingest: Ingest;
+  private readonly log: Logger;
+  private readonly firstChangeSet = Promise.withResolvers<void>();
+  private followed: string | null = null; // the last brain that delivered
+
+  constructor(
+    private readonly opts: GlobalSourceOptions,
+    private readonly stats: GlobalSourceStats,
+    private readonly signal: AbortSignal,
+  ) {
+    this.ingest = new Ingest(opts.brain, { type: "at-once" });
+    this.log = opts.log;
+  }
+
+  /** resolves once the first change set is in the brain */
+  get started(): Promise<void> {
+    return this.firstChangeSet.promise;
+  }
+
+  /** Each brain in turn, the next one at once after a stream that worked; backs off once every brain failed in a row. */
+  async follow(addrs: readonly ApiAddress[]): Promise<void> {
+    const { opts, stats } = this;
+    const retryMs = opts.retryMs ?? 200;
+    const maxRetryMs = opts.maxRetryMs ?? 5000;
+    let failedInARow = 0;
+    for (let i = 0; !this.signal.aborted; i = (i + 1) % addrs.length) {
+      const where = stats.apis[i];
+      let delivered = false;
+      try {
+        const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000, ...clientCredentials(opts.security) });
+        delivered = await this.followOne(where, conn);
+        conn.close();
+      } catch (err) {
+        // A credential file gone or broken since start-up: this brain cannot be tried now; the rules stay as they are.
+        this.failed(where);
+        this.log.warn("cannot connect to the brain", { api: where, error: errorMessage(err) });
+      }
+      failedInARow = delivered ? 0 : failedInARow + 1;
+      // A stream that worked: the next brain at once. Every brain failed in a row: back off.
+      if (failedInARow >= addrs.length) await sleep(Math.min(maxRetryMs, retryMs * 2 ** (failedInARow - addrs.length)), this.signal);
+    }
+  }
 
   /**
    * Follows one brain until its stream ends; ops go into the mirror as they
    * arrive, each Sync commits. Returns whether a change set was delivered.
    */
-  const followOne = async (where: string, conn: GrpcConnection): Promise<boolean> => {
+  private async followOne(where: string, conn: GrpcConnection): Promise<boolean> {
     let delivered = false;
-    let first = true; // kpng clients honour Reset only as a stream's first op
-    let reset = false;
-    let open = false;
-    const onBad = (error: string) => log.warn("skipping invalid global item", { api: where, error });
-    const onSync = () => {
-      const { events, unchanged } = commit(mirror, ingest, stats);
-      reset = first = false;
-      if (delivered) return;
-      delivered = true;
-      stats.connectedTo = where;
-      stats.connects++;
-      if (followed !== null && followed !== where) stats.failovers++;
-      followed = where;
-      log.info("following brain", { api: where, resync: stats.connects > 1, changed: events, unchanged });
-      started.resolve();
-    };
+    const onOp = streamOps(this.mirror, {
+      onBad: (error) => this.log.warn("skipping invalid global item", { api: where, error }),
+      onSync: () => {
+        const { events, unchanged } = commit(this.mirror, this.ingest, this.stats);
+        if (delivered) return;
+        delivered = true;
+        this.delivering(where, events, unchanged);
+      },
+    });
     let error = "the brain ended the stream";
     // Not `for await`: Bun keeps an idle loop's last value alive.
-    const chunks = globalOpChunks(conn, ac.signal);
+    const chunks = globalOpChunks(conn, this.signal);
     try {
       for (;;) {
         const r = await chunks.next();
         if (r.done) break;
-        for (const op of r.value) {
-          if (op.op === "reset") {
-            reset ||= first && !open;
-            continue;
-          }
-          if (!open) mirror.begin(reset);
-          open = op.op !== "sync";
-          if (open) mirror.op(op, onBad);
-          else onSync();
-        }
+        for (const op of r.value) onOp(op);
         r.value.length = 0; // the generator keeps its last chunk while it waits for the next
       }
     } catch (err) {
       error = errorMessage(err);
-      if (isRefusal(err)) stats.refused++;
+      if (isRefusal(err)) this.stats.refused++;
     } finally {
       void chunks.return(undefined);
-      stats.connectedTo = null;
+      this.stats.connectedTo = null;
     }
-    if (ac.signal.aborted) return delivered;
-    stats.failures[where] = (stats.failures[where] ?? 0) + 1;
-    log.warn("global stream failed, trying the next brain", { api: where, error });
+    if (this.signal.aborted) return delivered;
+    this.failed(where);
+    this.log.warn("global stream failed, trying the next brain", { api: where, error });
     return delivered;
-  };
+  }
 
-  const follow = async () => {
-    let failedInARow = 0;
-    for (let i = 0; !ac.signal.aborted; i = (i + 1) % addrs.length) {
-      let delivered = false;
-      try {
-        const conn = connectGrpc(addrs[i], { keepaliveMs: opts.keepaliveMs ?? 3000, ...clientCredentials(opts.security) });
-        delivered = await followOne(apis[i], conn);
-        conn.close();
-      } catch (err) {
-        // A credential file gone or broken since start-up: this brain cannot be tried now; the rules stay as they are.
-        stats.failures[apis[i]] = (stats.failures[apis[i]] ?? 0) + 1;
-        log.warn("cannot connect to the brain", { api: apis[i], error: errorMessage(err) });
-      }
-      failedInARow = delivered ? 0 : failedInARow + 1;
-      // A stream that worked: the next brain at once. Every brain failed in a row: back off.
-      if (failedInARow >= addrs.length) await sleep(Math.min(maxRetryMs, retryMs * 2 ** (failedInARow - addrs.length)), ac.signal);
+  /** A stream's first change set is in: `where` is the brain followed now (a failover when another one was before). */
+  private delivering(where: string, events: number, unchanged: number): void {
+    const { stats } = this;
+    stats.connectedTo = where;
+    stats.connects++;
+    if (this.followed !== null && this.followed !== where) stats.failovers++;
+    this.followed = where;
+    this.log.info("following brain", { api: where, resync: stats.connects > 1, changed: events, unchanged });
+    this.firstChangeSet.resolve();
+  }
+
+  private failed(where: string): void {
+    this.stats.failures[where] = (this.stats.failures[where] ?? 0) + 1;
+  }
+}
+
+/**
+ * One stream's ops into the mirror, a change set at a time: each Sync ends
+ * one. kpng clients honour Reset only as a stream's first op.
+ */
+function streamOps(mirror: GlobalMirror, on: { onBad: (error: string) => void; onSync: () => void }): (op: WireOp) => void {
+  let first = true;
+  let reset = false;
+  let open = false;
+  return (op) => {
+    if (op.op === "reset") {
+      reset ||= first && !open;
+      return;
     }
+    if (!open) mirror.begin(reset);
+    open = op.op !== "sync";
+    if (open) {
+      mirror.op(op, on.onBad);
+      return;
+    }
+    on.onSync();
+    reset = first = false;
   };
-  void follow();
-  await started.promise;
-  return { close: () => ac.abort(), globalStats: stats };
 }

@@ -73,14 +73,26 @@ export async function startSource(opts: SourceOptions, cfg: Config, brain: Brain
  */
 export const NODE_IPS_WAIT_MS = 10_000;
 
+/** how often the wait for the node's IPs looks at the brain's Node before the first state exists */
+const NODE_IPS_POLL_MS = 50;
+
 /**
- * Resolves once the node-local state of `view` knows the node's IPs, or
- * after `timeoutMs` (logged): with a cluster source the Node may be
- * registered after kpng starts. Returns the IPs (empty after a timeout).
+ * Resolves once the node's IPs are known, or after `timeoutMs` (logged):
+ * with a cluster source the Node may be registered after kpng starts.
+ * Returns the IPs (empty after a timeout). Known once the brain holds the
+ * Node with an address, not once a node-local state does: the Node's list
+ * (one object) is in long before the Services' and EndpointSlices' at scale
+ * (50,000 services: ~0.3 s against 36 s on a loaded host), and a wait on the
+ * first state timed out there, logging a Node "not found" that had been
+ * listed. Checked at each revision and every NODE_IPS_POLL_MS before the
+ * first (nothing is published before every kind is listed).
  */
 export async function waitForNodeIPs(view: NodeView, opts: { timeoutMs?: number; log: Logger }): Promise<readonly string[]> {
   const timeoutMs = opts.timeoutMs ?? NODE_IPS_WAIT_MS;
-  const known = () => (view.state?.nodeIPs.length ? view.state.nodeIPs : undefined);
+  const known = () => {
+    const ips = view.state?.nodeIPs.length ? view.state.nodeIPs : view.currentNodeIPs();
+    return ips.length ? ips : undefined;
+  };
   if (known()) return known()!;
   opts.log.info("waiting for the Node's InternalIP/ExternalIP", { node: view.nodeName, timeoutSeconds: timeoutMs / 1000 });
   const { promise, resolve } = Promise.withResolvers<readonly string[]>();
@@ -91,13 +103,16 @@ export async function waitForNodeIPs(view: NodeView, opts: { timeoutMs?: number;
     });
     resolve([]);
   }, timeoutMs);
-  const unsubscribe = view.subscribe(() => {
+  const check = () => {
     if (known()) resolve(known()!);
-  });
+  };
+  const unsubscribe = view.subscribe(check);
+  const poll = setInterval(check, NODE_IPS_POLL_MS);
   try {
     return await promise;
   } finally {
     clearTimeout(timer);
+    clearInterval(poll);
     unsubscribe();
   }
 }

@@ -449,8 +449,11 @@ export class Reflector {
       const encoding = encodingOf(res.headers["content-type"]);
       if (!encoding) throw new Error(`${this.spec.path}: watch answered in ${res.headers["content-type"]}, which kpng does not read`);
       if (list) list.encoding = encoding;
-      // Events come in batches, one per chunk read: one await per chunk, not per event.
-      for await (const batch of watchEvents(res, encoding, list)) {
+      // Read in flowing mode, each chunk's events handled in its 'data' event: the API server's
+      // answers come in 2 KB chunks (Go's net/http chunking), 10,000s of them for a streamed list,
+      // and an async iterator (a promise, the stream's buffer list and a generator step per chunk)
+      // cost more than decoding the chunk itself.
+      await readWatch(res, encoding, list, (batch) => {
         idle.refresh();
         for (const ev of batch) {
           if (ev.undecodable !== undefined || !ev.type || !ev.object || typeof ev.object !== "object") {
@@ -493,7 +496,7 @@ export class Reflector {
           }
           if (!initial && typeof rv === "string" && rv) this.resourceVersion = rv;
         }
-      }
+      });
       if (gone) return { type: "gone" };
       if (initial)
         return { type: "error", err: new Error(`${this.spec.path}: the stream ended before its initial events did`), timeout: false };
@@ -549,32 +552,78 @@ interface FetchedPage {
   next?: { token: string; page: FetchedPage };
 }
 
-/** The events of a watch answer, those each chunk completes: JSON lines, or protobuf frames; decoding time added to `stats` while it is a list. */
-async function* watchEvents(
-  res: IncomingMessage,
-  encoding: "json" | "protobuf",
-  stats: ListStats | null,
-): AsyncGenerator<Array<Partial<WatchEvent>>> {
-  const timed = <T>(f: () => T): T => {
-    if (!stats) return f();
-    const t0 = performance.now();
-    const out = f();
-    stats.decodeMs += performance.now() - t0;
-    return out;
-  };
+/** what a chunk of a watch answer completes: protobuf frames or JSON lines; `end` the rest once the answer ends */
+interface EventReader {
+  push(chunk: Buffer): Array<Partial<WatchEvent>>;
+  end(): Array<Partial<WatchEvent>>;
+}
+
+function eventReader(encoding: "json" | "protobuf"): EventReader {
   if (encoding === "protobuf") {
     const decoder = new WatchDecoder();
-    for await (const chunk of res) yield timed(() => decoder.push(chunk as Buffer));
-    return;
+    return { push: (chunk) => decoder.push(chunk), end: () => [] };
   }
   let rest = "";
   const text = new StringDecoder("utf8");
-  for await (const chunk of res) {
-    const lines = (rest + text.write(chunk as Buffer)).split("\n");
-    rest = lines.pop()!;
-    yield timed(() => lines.filter((l) => l.trim()).map(jsonEvent));
-  }
-  if (rest.trim()) yield [jsonEvent(rest)];
+  return {
+    push(chunk) {
+      const lines = (rest + text.write(chunk)).split("\n");
+      rest = lines.pop()!;
+      return lines.filter((l) => l.trim()).map(jsonEvent);
+    },
+    end: () => (rest.trim() ? [jsonEvent(rest)] : []),
+  };
+}
+
+/**
+ * The events of a watch answer, handed to `each` as each chunk completes
+ * them, in the chunk's own 'data' event; decoding time added to `stats`
+ * while it is a list. Resolves when the answer ends; rejects when it fails,
+ * is cut before its end, or `each` throws (the answer is then dropped).
+ */
+function readWatch(
+  res: IncomingMessage,
+  encoding: "json" | "protobuf",
+  stats: ListStats | null,
+  each: (batch: Array<Partial<WatchEvent>>) => void,
+): Promise<void> {
+  const reader = eventReader(encoding);
+  return new Promise<void>((resolve, reject) => {
+    let settled = false;
+    const fail = (err: unknown) => {
+      if (settled) return;
+      settled = true;
+      res.destroy();
+      reject(err);
+    };
+    const take = (read: () => Array<Partial<WatchEvent>>) => {
+      const t0 = stats ? performance.now() : 0;
+      const batch = read();
+      if (stats) stats.decodeMs += performance.now() - t0;
+      if (batch.length) each(batch);
+    };
+    res.on("data", (chunk: Buffer) => {
+      if (settled) return;
+      try {
+        take(() => reader.push(chunk));
+      } catch (err) {
+        fail(err);
+      }
+    });
+    res.on("end", () => {
+      if (settled) return;
+      try {
+        take(() => reader.end());
+        settled = true;
+        resolve();
+      } catch (err) {
+        fail(err);
+      }
+    });
+    res.on("error", fail);
+    // closed before its end, with no error of its own (the connection cut): as an async iterator says it
+    res.on("close", () => fail(Object.assign(new Error("aborted"), { code: "ECONNRESET" })));
+  });
 }
 
 /** One line of a JSON watch: its event, or one marked undecodable (the next line is read as usual: lines are the framing). */

@@ -19,7 +19,7 @@ import { objectId } from "./listing.ts";
 import { ReadLog } from "./read-log.ts";
 import { acceptHeader } from "../kube-http/content.ts";
 import { kubeRequest, readObject } from "../kube-http/request.ts";
-import { DEFAULT_BACKOFF, Reflector, type Backoff, type ResourceSpec } from "./kube-reflector.ts";
+import { DEFAULT_BACKOFF, Reflector, type Backoff, type ReflectorSink, type ResourceSpec } from "./kube-reflector.ts";
 import { loadKubeConfig } from "./kubeconfig.ts";
 import { protobufObject, UNDECODABLE } from "./protobuf/envelope.ts";
 
@@ -105,21 +105,55 @@ function undecodable(kind: Kind, raw: Record<string, unknown>): ParseResult {
   };
 }
 
+/** The id the ingest and the listing know an object by, read from its metadata alone (it may not validate). */
+function idOf(kind: Kind, raw: Record<string, unknown>): string {
+  const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
+  return objectId(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name ?? "");
+}
+
 /**
  * Starts list/watch of the three kinds and resolves once this node's Node has
  * been listed (its addresses are the default node IPs), retrying with backoff
  * for as long as the API server cannot be reached.
  */
 export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSource> {
-  const { brain, log, config } = opts;
+  const { log, config } = opts;
   const access = {
     ...loadKubeConfig({ kubeconfig: opts.kubeconfig || config.kubeconfig || undefined, master: opts.master }),
     observe: opts.restClient,
   };
   // The operator's minSyncPeriod, or none: each flush then paced by its own cost (pacing.ts).
-  const ingest = new Ingest(brain, { type: "paced", minSyncPeriodMs: config.minSyncPeriodSeconds * 1000 });
-  let reflectors: Reflector[] = [];
-  const stats: SourceStats = {
+  const ingest = new Ingest(opts.brain, { type: "paced", minSyncPeriodMs: config.minSyncPeriodSeconds * 1000 });
+  const reflectors: Reflector[] = [];
+  const stats = sourceStats(ingest, reflectors);
+  const reader = new ObjectReader(log, ingest);
+  const specs = resourceSpecs(config, { allNodes: opts.allNodes });
+  reflectors.push(
+    ...kindsInOrder.map((kind) =>
+      new Reflector(
+        access,
+        kind,
+        specs[kind],
+        kindSink(kind, { ingest, stats, reader, log }),
+        log,
+        opts.backoff ?? DEFAULT_BACKOFF,
+      ).start(),
+    ),
+  );
+  log.info("watching the API server", { server: access.server, node: config.nodeName });
+  if (!opts.allNodes && config.nodeName) takeOwnNodeEarly(access, config.nodeName, specs.Node.accept, { ingest, reader });
+
+  const close = () => {
+    for (const r of reflectors) r.close();
+    ingest.close();
+  };
+  await reflectors[0].synced;
+  return { close, stats, synced: Promise.all(reflectors.map((r) => r.synced)).then(() => undefined) };
+}
+
+/** The stats of a source whose reflectors (one per kind, in kindsInOrder) fill `reflectors` as they start. */
+function sourceStats(ingest: Ingest, reflectors: readonly Reflector[]): SourceStats {
+  return {
     events: { Service: 0, EndpointSlice: 0, Node: 0 },
     watchers: 0,
     get relists() {
@@ -137,114 +171,134 @@ export async function startKubeSource(opts: KubeSourceOptions): Promise<KubeSour
       return kindsInOrder.filter((_, i) => reflectors[i]?.stale);
     },
   };
+}
 
-  const idOf = (kind: Kind, raw: Record<string, unknown>) => {
-    const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
-    return objectId(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name ?? "");
-  };
+/**
+ * Raw objects (list items, watch events, the early Node) into the brain's
+ * objects. An invalid object is skipped: the brain's index and the listing
+ * still hold its last valid version (if any), which stays in place. Bad input
+ * tears nothing down.
+ */
+class ObjectReader {
   /** time spent validating, per kind, during the current list (start-up log) */
-  const validateMs: Record<Kind, number> = { Service: 0, EndpointSlice: 0, Node: 0 };
-  // An invalid object is skipped: the brain's index and the listing still hold its
-  // last valid version (if any), which stays in place. Bad input tears nothing down.
-  const said = new ReadLog(log, ingest);
-  const parse = (kind: Kind, raw: Record<string, unknown>): K8sObject | null => {
+  private readonly validateMs: Record<Kind, number> = { Service: 0, EndpointSlice: 0, Node: 0 };
+  private readonly said: ReadLog;
+
+  constructor(log: Logger, ingest: Ingest) {
+    this.said = new ReadLog(log, ingest);
+  }
+
+  /** The object, or null when it does not decode or validate (then said on the log). */
+  parse(kind: Kind, raw: Record<string, unknown>): K8sObject | null {
     const t0 = performance.now();
     // protobuf bytes that did not decode: refused like an object that does not validate
     const res: ParseResult = UNDECODABLE in raw ? undecodable(kind, raw) : parseObject(raw, kind); // list items carry no kind
-    validateMs[kind] += performance.now() - t0;
+    this.validateMs[kind] += performance.now() - t0;
     // the well-formed majority carries no notes: nothing to say (unless something was said before)
-    if (!res.ok || res.notes || !said.quiet) said.report(kind, idOf(kind, raw), res);
+    if (!res.ok || res.notes || !this.said.quiet) this.said.report(kind, idOf(kind, raw), res);
     return res.ok ? res.object : null;
-  };
-
-  const specs = resourceSpecs(config, { allNodes: opts.allNodes });
-  reflectors = kindsInOrder.map((kind) => {
-    /**
-     * ids in the list under way, valid or not: what is not among them is gone.
-     * null when the index held nothing of kind as the list began (the first
-     * list): nothing can be gone, and an id per object would be collected and
-     * checked at start-up for nothing; nor is there anything to compare the
-     * objects with (Ingest.add).
-     */
-    let present: Set<string> | null = null;
-    return new Reflector(
-      access,
-      kind,
-      specs[kind],
-      {
-        page(items, first) {
-          // a list that failed midway left its objects in the index and its ids here
-          if (first) present = ingest.count(kind) ? new Set() : null;
-          stats.events[kind] += items.length;
-          for (const raw of items) {
-            const obj = parse(kind, raw);
-            if (!present) {
-              if (obj) ingest.add(obj);
-              continue;
-            }
-            present.add(idOf(kind, raw));
-            if (obj) ingest.upsert(obj);
-          }
-        },
-        listed(list) {
-          if (present) ingest.missing(kind, present);
-          present = null;
-          if (!ingest.isSynced) {
-            log.info("listed", {
-              kind,
-              objects: list.items,
-              via: list.via,
-              pages: list.pages,
-              as: list.encoding,
-              ms: Math.round(list.ms),
-              decodeMs: Math.round(list.decodeMs),
-              validateMs: Math.round(validateMs[kind]),
-            });
-          }
-          validateMs[kind] = 0;
-          ingest.synced(kind);
-          ingest.changed();
-        },
-        event(type, raw) {
-          stats.events[kind]++;
-          if (type === "DELETED") {
-            const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
-            if (!meta.name) return;
-            said.forget(idOf(kind, raw));
-            ingest.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name);
-          } else {
-            const obj = parse(kind, raw);
-            if (!obj) return;
-            ingest.upsert(obj);
-          }
-          ingest.changed();
-        },
-        watching(delta) {
-          stats.watchers += delta;
-        },
-      },
-      log,
-      opts.backoff ?? DEFAULT_BACKOFF,
-    ).start();
-  });
-  log.info("watching the API server", { server: access.server, node: config.nodeName });
-  // kube-proxy GETs its own Node as it starts (getNodeIPs), besides its informers: so does kpng, and
-  // the Node's addresses may come before its list does. Taken only while the list has not brought it
-  // (an answer overtaken by the list could be older than what the list holds).
-  if (!opts.allNodes && config.nodeName) {
-    void getNode(access, config.nodeName, specs.Node.accept).then((raw) => {
-      if (!raw || ingest.last("Node", "", config.nodeName)) return;
-      const obj = parse("Node", raw);
-      if (!obj) return;
-      ingest.upsert(obj);
-      ingest.changed();
-    });
   }
 
-  const close = () => {
-    for (const r of reflectors) r.close();
-    ingest.close();
+  /** The object is gone: if it comes back, what is wrong with it is said again. */
+  forget(kind: Kind, raw: Record<string, unknown>): void {
+    this.said.forget(idOf(kind, raw));
+  }
+
+  /** The time spent validating `kind` since the last call. */
+  takeValidateMs(kind: Kind): number {
+    const ms = this.validateMs[kind];
+    this.validateMs[kind] = 0;
+    return ms;
+  }
+}
+
+interface SinkParts {
+  ingest: Ingest;
+  stats: SourceStats;
+  reader: ObjectReader;
+  log: Logger;
+}
+
+/** What one kind's reflector hands over (lists and watch events), into the ingest. */
+function kindSink(kind: Kind, { ingest, stats, reader, log }: SinkParts): ReflectorSink {
+  /**
+   * ids in the list under way, valid or not: what is not among them is gone.
+   * null when the index held nothing of kind as the list began (the first
+   * list): nothing can be gone, and an id per object would be collected and
+   * checked at start-up for nothing; nor is there anything to compare the
+   * objects with (Ingest.add).
+   */
+  let present: Set<string> | null = null;
+  return {
+    page(items, first) {
+      // a list that failed midway left its objects in the index and its ids here
+      if (first) present = ingest.count(kind) ? new Set() : null;
+      stats.events[kind] += items.length;
+      for (const raw of items) {
+        const obj = reader.parse(kind, raw);
+        if (!present) {
+          if (obj) ingest.add(obj);
+          continue;
+        }
+        present.add(idOf(kind, raw));
+        if (obj) ingest.upsert(obj);
+      }
+    },
+    listed(list) {
+      if (present) ingest.missing(kind, present);
+      present = null;
+      const validateMs = reader.takeValidateMs(kind);
+      if (!ingest.isSynced) {
+        log.info("listed", {
+          kind,
+          objects: list.items,
+          via: list.via,
+          pages: list.pages,
+          as: list.encoding,
+          ms: Math.round(list.ms),
+          decodeMs: Math.round(list.decodeMs),
+          validateMs: Math.round(validateMs),
+        });
+      }
+      ingest.synced(kind);
+      ingest.changed();
+    },
+    event(type, raw) {
+      stats.events[kind]++;
+      if (type === "DELETED") {
+        const meta = (raw.metadata ?? {}) as { namespace?: string; name?: string };
+        if (!meta.name) return;
+        reader.forget(kind, raw);
+        ingest.delete(kind, kind === "Node" ? "" : meta.namespace || "default", meta.name);
+      } else {
+        const obj = reader.parse(kind, raw);
+        if (!obj) return;
+        ingest.upsert(obj);
+      }
+      ingest.changed();
+    },
+    watching(delta) {
+      stats.watchers += delta;
+    },
   };
-  await reflectors[0].synced;
-  return { close, stats, synced: Promise.all(reflectors.map((r) => r.synced)).then(() => undefined) };
+}
+
+/**
+ * kube-proxy GETs its own Node as it starts (getNodeIPs), besides its informers: so does kpng, and
+ * the Node's addresses may come before its list does. Taken only while the list has not brought it
+ * (an answer overtaken by the list could be older than what the list holds).
+ */
+function takeOwnNodeEarly(
+  access: KubeAccess,
+  nodeName: string,
+  accept: string | undefined,
+  { ingest, reader }: Pick<SinkParts, "ingest" | "reader">,
+): void {
+  void getNode(access, nodeName, accept).then((raw) => {
+    if (!raw || ingest.last("Node", "", nodeName)) return;
+    const obj = reader.parse("Node", raw);
+    if (!obj) return;
+    ingest.upsert(obj);
+    ingest.changed();
+  });
 }

@@ -10,7 +10,7 @@
 // reaches (deleting it would fail the table's restore, and flushing it would
 // change what that other rule does).
 
-import { parseIptablesSave, restoreRemovingChains } from "../../../plugins/iptables/index.ts";
+import { parseIptablesSave, restoreRemovingChains, summarize } from "../../../plugins/iptables/index.ts";
 import { virtualServersRemoving } from "../../../plugins/ipvs/index.ts";
 import type { Family } from "../toolkit/index.ts";
 import { IPVS_DEVICE, NFT_TABLES, ownsChain, ownsIpset, type Owner } from "./footprint.ts";
@@ -81,8 +81,6 @@ export function planIptables(dump: IptablesDump, owners: readonly Owner[]): { in
     `iptables-${dump.flavour} ${dump.family}`,
   );
 }
-
-const summarize = (names: string[]) => (names.length <= 4 ? names.join(" ") : `${names.slice(0, 4).join(" ")} …`);
 
 /** `ipset save` -> set name -> members */
 export function parseIpsets(text: string): Map<string, string[]> {

@@ -22,14 +22,19 @@ const drivers: Array<{ name: string; make: (b: Brain) => Driver | Promise<Driver
 ];
 
 for (const { name, make } of drivers) {
-  describe(`Watch, ${name}`, () => {
-    let brain: Brain;
-    let api: Driver;
+  let brain: Brain;
+  let api: Driver;
+  /** a brain of the block's own on the generated cluster, and its API through this driver (blocks run one after the other) */
+  const fresh = () => {
     beforeAll(async () => {
       brain = brainWith(gen);
       api = await make(brain);
     });
     afterAll(() => api.close());
+  };
+
+  describe(`Watch, ${name}`, () => {
+    fresh();
 
     test("first change set: Reset, every service set, then every endpoint set, then Sync", async () => {
       const w = api.watch("node-1");
@@ -184,13 +189,7 @@ for (const { name, make } of drivers) {
   });
 
   describe(`Next, ${name}`, () => {
-    let brain: Brain;
-    let api: Driver;
-    beforeAll(async () => {
-      brain = brainWith(gen);
-      api = await make(brain);
-    });
-    afterAll(() => api.close());
+    fresh();
 
     test("a stale InstanceID gets the current state at once, with the next call's (InstanceID, Rev) first", async () => {
       const snap = await api.next({ instanceID: 12345n, rev: 99n, nodeName: "node-2" });

@@ -108,6 +108,26 @@ interface Case {
 const kubeProxyOnly: PlanOptions = { owners: ["kube-proxy"] };
 const everything: PlanOptions = { owners: ["kpng", "kube-proxy"] };
 
+/** what IPVS mode leaves on a node: its ipsets, kube-ipvs0 holding web's cluster IP, its virtual servers beside another program's */
+const ipvsMode = (): Partial<Listing> => ({
+  ipsets: ipvsModeIpsets(web),
+  device: dummy,
+  deviceAddrs: onDevice(web.clusterIP),
+  ipvs: ipvsModeVirtualServers({ ...web, nodeIP, other }),
+});
+/** the ipsets of ipvsMode() */
+const ipvsModeSets = [
+  "KUBE-6-CLUSTER-IP",
+  "KUBE-CLUSTER-IP",
+  "KUBE-EXTERNAL-IP",
+  "KUBE-HEALTH-CHECK-NODE-PORT",
+  "KUBE-IPVS-IPS",
+  "KUBE-LOAD-BALANCER",
+  "KUBE-LOAD-BALANCER-FW",
+  "KUBE-LOOP-BACK",
+  "KUBE-NODE-PORT-TCP",
+];
+
 const cases: Case[] = [
   {
     name: "iptables mode: every kube-proxy chain and jump goes; kubelet's KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT and a CNI's chains stay",
@@ -203,49 +223,19 @@ const cases: Case[] = [
   },
   {
     name: "IPVS mode: its virtual servers (on kube-ipvs0's addresses and its node ports), the dummy device and its ipsets (v4 and v6) go; another program's virtual server and kube-router's ipset stay",
-    listing: {
-      ipsets: ipvsModeIpsets(web),
-      device: dummy,
-      deviceAddrs: onDevice(web.clusterIP),
-      ipvs: ipvsModeVirtualServers({ ...web, nodeIP, other }),
-    },
+    listing: ipvsMode(),
     opts: kubeProxyOnly,
     ipvs: `-D -t ${web.clusterIP}:80\n-D -t ${nodeIP}:${web.nodePort}\n`,
     deleteDevice: true,
-    ipsets: [
-      "KUBE-6-CLUSTER-IP",
-      "KUBE-CLUSTER-IP",
-      "KUBE-EXTERNAL-IP",
-      "KUBE-HEALTH-CHECK-NODE-PORT",
-      "KUBE-IPVS-IPS",
-      "KUBE-LOAD-BALANCER",
-      "KUBE-LOAD-BALANCER-FW",
-      "KUBE-LOOP-BACK",
-      "KUBE-NODE-PORT-TCP",
-    ],
+    ipsets: ipvsModeSets,
   },
   {
     name: "kpng runs its IPVS backend: kube-ipvs0 and the virtual servers stay (its first sync took them over); kube-proxy's ipsets go",
-    listing: {
-      ipsets: ipvsModeIpsets(web),
-      device: dummy,
-      deviceAddrs: onDevice(web.clusterIP),
-      ipvs: ipvsModeVirtualServers({ ...web, nodeIP, other }),
-    },
+    listing: ipvsMode(),
     opts: { owners: ["kube-proxy"], keepIpvs: true },
     ipvs: "",
     deleteDevice: false,
-    ipsets: [
-      "KUBE-6-CLUSTER-IP",
-      "KUBE-CLUSTER-IP",
-      "KUBE-EXTERNAL-IP",
-      "KUBE-HEALTH-CHECK-NODE-PORT",
-      "KUBE-IPVS-IPS",
-      "KUBE-LOAD-BALANCER",
-      "KUBE-LOAD-BALANCER-FW",
-      "KUBE-LOOP-BACK",
-      "KUBE-NODE-PORT-TCP",
-    ],
+    ipsets: ipvsModeSets,
     kept: ["kube-ipvs0 and its virtual servers: kpng's IPVS backend uses them"],
   },
   {
@@ -344,10 +334,7 @@ describe("removeLeftovers (recorder)", () => {
   const listing: Partial<Listing> = {
     nftTables: "table ip kube-proxy\n",
     iptables: [dump(saved(foreignIptables(), ipvsModeIptables(web)), "legacy"), dump(saved(foreignIptables(), kubeProxyIptables()))],
-    ipsets: ipvsModeIpsets(web),
-    device: dummy,
-    deviceAddrs: onDevice(web.clusterIP),
-    ipvs: ipvsModeVirtualServers({ ...web, nodeIP, other }),
+    ...ipvsMode(),
   };
 
   test("order: nftables, iptables (legacy, nft), IPVS, the device, then the ipsets the rules matched", async () => {

@@ -124,11 +124,16 @@ function peekVarint(buf: Buffer, pos: number, end: number): { value: number; nex
  * A List decoded as its bytes arrive: each item as soon as its last byte is
  * in (items are length-delimited), so decoding overlaps the transfer; the
  * ListMeta (written before the items) as soon as it is in. Only the bytes of
- * an item not yet complete are kept between chunks.
+ * an item not yet complete are kept between chunks, in one buffer used again
+ * from chunk to chunk (kube-apiserver writes 2 KB chunks and an EndpointSlice
+ * is about as long: a new buffer per chunk was two allocations per item).
+ * Decoded items keep none of its bytes (strings are copied out).
  */
 export class ListDecoder {
-  private pending: Buffer = Buffer.alloc(0);
-  /** absolute offset of pending[0] in the body */
+  /** the unfinished field's bytes, [0, pending) of `store` */
+  private store: Buffer = Buffer.alloc(0);
+  private pending = 0;
+  /** absolute offset of store[0] in the body */
   private base = 0;
   private phase: "magic" | "unknown" | "list" = "magic";
   /** absolute end of the List (Unknown.raw) */
@@ -146,10 +151,19 @@ export class ListDecoder {
 
   /** The items completed by `chunk`. */
   push(chunk: Uint8Array): Raw[] {
-    const buf = this.pending.length ? concat(this.pending, chunk) : asBuffer(chunk);
+    let buf: Buffer;
+    let end: number;
+    if (this.pending) {
+      end = this.pending + chunk.length;
+      this.reserve(end);
+      this.store.set(chunk, this.pending);
+      buf = this.store;
+    } else {
+      buf = asBuffer(chunk);
+      end = buf.length;
+    }
     const items: Raw[] = [];
     let pos = 0;
-    const end = buf.length;
     for (;;) {
       if (this.phase === "magic") {
         if (end - pos < 4) break;
@@ -195,13 +209,27 @@ export class ListDecoder {
     }
     this.base += pos;
     // keep only the unfinished field; a copy, so the chunk it came from can go
-    this.pending = pos === end ? Buffer.alloc(0) : copy(buf, pos);
+    const rest = end - pos;
+    if (buf === this.store) this.store.copyWithin(0, pos, end);
+    else if (rest) {
+      this.reserve(rest);
+      buf.copy(this.store, 0, pos, end);
+    }
+    this.pending = rest;
     return items;
+  }
+
+  /** room for `n` bytes in store, what it holds kept */
+  private reserve(n: number) {
+    if (this.store.length >= n) return;
+    const grown = Buffer.allocUnsafe(Math.max(n, 2 * this.store.length, 8192));
+    this.store.copy(grown, 0, 0, this.pending);
+    this.store = grown;
   }
 
   /** The body has ended: throws if it ended early. */
   end(): void {
-    if (this.pending.length || this.phase !== "unknown" || !this.rawSeen) throw new ProtoError("the List ends early (truncated answer)");
+    if (this.pending || this.phase !== "unknown" || !this.rawSeen) throw new ProtoError("the List ends early (truncated answer)");
   }
 
   private listMeta(buf: Buffer, start: number, end: number) {
@@ -215,20 +243,6 @@ export class ListDecoder {
     r.done(end);
     this.onMeta({ resourceVersion: this.resourceVersion, continue: this.continue });
   }
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Buffer {
-  const out = Buffer.allocUnsafe(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
-  return out;
-}
-
-/** the bytes from `pos` on, copied: a view would keep the whole chunk alive */
-function copy(buf: Buffer, pos: number): Buffer {
-  const out = Buffer.allocUnsafe(buf.length - pos);
-  buf.copy(out, 0, pos);
-  return out;
 }
 
 /**
@@ -248,41 +262,80 @@ export interface WatchEvent {
  * `undecodable`, and the frames after it are read as usual: its length
  * prefix was sound, so the stream still is. A length that cannot be (past
  * MAX_FRAME) throws: nothing after it can be trusted.
+ *
+ * The API server's HTTP/1.1 answers come in chunks of at most 2 KB (Go's
+ * net/http chunks a body in bufferBeforeChunkingSize pieces), and an
+ * EndpointSlice of 10 endpoints is about 2 KB: nearly every frame of a
+ * streamed list spans two chunks. Such a frame is put together in a buffer
+ * of its own, allocated once its length is known and filled in place, chunk
+ * after chunk; the frame's decoded object keeps none of its bytes (strings
+ * are copied out), so that buffer is used again for the next frame that
+ * spans chunks. Whole frames are decoded in the chunk itself.
  */
 export class WatchDecoder {
-  private pending: Buffer = Buffer.alloc(0);
+  /** the length prefix of a frame cut inside it (1-3 of its 4 bytes) */
+  private head: number[] = [];
+  /** the frame under way, [0, filled) read so far, `size` long; null: none */
+  private frame: Buffer | null = null;
+  private size = 0;
+  private filled = 0;
+  /** kept for the next frame that spans chunks: frames up to REUSE_MAX bytes */
+  private scratch: Buffer = Buffer.alloc(0);
   /** frames longer than this are refused (a corrupt length would otherwise wait forever) */
   static readonly MAX_FRAME = 64 << 20;
+  /** a longer frame gets a buffer of its own, not kept afterwards */
+  private static readonly REUSE_MAX = 256 << 10;
 
   push(chunk: Uint8Array): WatchEvent[] {
     const events: WatchEvent[] = [];
-    let buf = asBuffer(chunk);
-    if (this.pending.length) {
-      // Only the frame under way is put together: copying every chunk behind it
-      // would copy the whole stream once more (a streamed list is megabytes).
-      const head = this.pending.length < 4 ? concat(this.pending, buf.subarray(0, 4 - this.pending.length)) : this.pending;
-      if (head.length < 4) {
-        this.pending = head;
-        return events;
-      }
-      const missing = 4 + frameLength(head, 0) - this.pending.length;
-      if (buf.length < missing) {
-        this.pending = concat(this.pending, buf);
-        return events;
-      }
-      const frame = concat(this.pending, buf.subarray(0, missing));
-      events.push(frameEvent(frame, 4, frame.length));
-      buf = buf.subarray(missing);
-    }
+    const buf = asBuffer(chunk);
+    const end = buf.length;
     let pos = 0;
-    while (buf.length - pos >= 4) {
+    // the rest of a length prefix cut in the last chunk
+    while (this.head.length && pos < end) {
+      this.head.push(buf[pos++]);
+      if (this.head.length === 4) {
+        const [a, b, c, d] = this.head;
+        this.head = [];
+        this.begin(frameLength(Buffer.of(a, b, c, d), 0));
+      }
+    }
+    // the rest of a frame begun in an earlier chunk
+    if (this.frame) {
+      const n = Math.min(this.size - this.filled, end - pos);
+      buf.copy(this.frame, this.filled, pos, pos + n);
+      this.filled += n;
+      pos += n;
+      if (this.filled < this.size) return events;
+      events.push(frameEvent(this.frame, 0, this.size));
+      this.frame = null;
+    }
+    while (end - pos >= 4) {
       const len = frameLength(buf, pos);
-      if (buf.length - pos - 4 < len) break;
+      if (end - pos - 4 < len) {
+        this.begin(len);
+        const n = end - pos - 4;
+        buf.copy(this.frame!, 0, pos + 4, end);
+        this.filled = n;
+        return events;
+      }
       events.push(frameEvent(buf, pos + 4, pos + 4 + len));
       pos += 4 + len;
     }
-    this.pending = pos === buf.length ? Buffer.alloc(0) : copy(buf, pos);
+    for (; pos < end; pos++) this.head.push(buf[pos]);
     return events;
+  }
+
+  /** a frame of `len` bytes begins: where its bytes go */
+  private begin(len: number) {
+    this.size = len;
+    this.filled = 0;
+    if (len > WatchDecoder.REUSE_MAX) this.frame = Buffer.allocUnsafe(len);
+    else {
+      if (this.scratch.length < len) this.scratch = Buffer.allocUnsafe(Math.max(len, 4096));
+      this.frame = this.scratch;
+    }
+    // a frame of no bytes is whole at once: decoded (as undecodable) by the next push, as before
   }
 }
 
