@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { LOADED_WAIT_MS, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { loadedBound } from "../harness/load.ts";
 import { asList, checks, clusterObjects, NODE, nodePorts, podPorts, deniedClient, runChecks, wanted, ips } from "../deployed/cluster.ts";
 import { continuousProbe, rulesOf } from "../deployed/rig.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
@@ -49,7 +50,7 @@ describe("node agent, nft, real packets", () => {
     expect(await runChecks(topo, list)).toEqual(wanted(list));
   });
 
-  test("brain killed -9 under the agent: it follows the other (how soon: logged), no connection fails, rules untouched", async () => {
+  test("brain killed -9 under the agent: it follows the other within 2 s, no connection fails, rules untouched", async () => {
     const before = await rulesOf(topo, "nft");
     const synced = syncs();
     const probe = await continuousProbe(topo, [
@@ -58,15 +59,16 @@ describe("node agent, nft, real packets", () => {
     ]);
     const killed = performance.now();
     await brainA.stop("SIGKILL");
-    await agent.waitFor(new RegExp(`following brain api=unix://${sockB.replaceAll(".", "\\.")} resync=true changed=0 `), LOADED_WAIT_MS);
-    console.log(`agent followed brain B ${(performance.now() - killed).toFixed(0)} ms after brain A was killed`);
+    await agent.waitFor(new RegExp(`following brain api=unix://${sockB.replaceAll(".", "\\.")} resync=true changed=0 `));
+    const followedMs = performance.now() - killed;
+    console.log(`agent followed brain B ${followedMs.toFixed(0)} ms after brain A was killed`);
+    // the 2 s kpng promises, stretched by the load (as test/global/faults.test.ts checks it)
+    expect(followedMs).toBeLessThan(loadedBound(2000));
     await Bun.sleep(1000);
     const run = await probe.stop();
     expect(run.failures).toEqual([]);
     expect(run.connections).toBeGreaterThan(10);
     expect(syncs()).toBe(synced);
     expect(await rulesOf(topo, "nft")).toBe(before);
-    // Bounded by the follow (LOADED_WAIT_MS), not by 2 s: the agent's reaction time on a loaded
-    // machine is the machine's; what a client sees (no connection failed, rules untouched) is kpng's.
   }, 90_000);
 });
