@@ -22,7 +22,8 @@ const real = haveK8s("dist/kpng against the real kube-apiserver");
 beforeAll(async () => {
   dir.create();
   copyFileSync(await compiledKpng(), bin);
-}, 60_000);
+  // a build of dist/kpng (shared by the suites of one test process) on a loaded machine
+}, 300_000);
 afterAll(() => dir.remove());
 
 test("dist/kpng stands alone: no node_modules beside it", async () => {
@@ -65,7 +66,8 @@ test.skipIf(!real)(
       await brain.stop();
     }
   },
-  60_000,
+  // the brain's start (a loaded wait), the processes' exits
+  150_000,
 );
 
 pluginSuite("dist/kpng", () => bin);

@@ -55,7 +55,8 @@ beforeAll(async () => {
   dir.create();
   copyFileSync(await compiledKpng(), bin);
   copyFileSync(join(ROOT, "examples/cluster.yaml"), input);
-}, 120_000);
+  // a build of dist/kpng (shared by the suites of one test process) on a loaded machine
+}, 300_000);
 afterAll(() => dir.remove());
 
 test("the compiled binary's bundle section is found in its ELF section headers", () => {
@@ -74,20 +75,21 @@ test.skipIf(process.platform !== "linux")(
   async () => {
     const p = startKpng(["--input", input, "--backend", "nft", "--dry-run", "--node-name", "node-1", "-v=2", ...FREE_PORTS], { bin });
     try {
-      const line = await p.waitFor(/released the executable's start-up pages when="first sync"/, 30_000);
+      const line = await p.waitFor(/released the executable's start-up pages when="first sync"/);
       const released = Number(/residentKB=(\d+)/.exec(line)?.[1]);
       // Bun's runtime code and data touched by a start: tens of MB
       expect(released).toBeGreaterThan(10_000);
       // what is resident again right after is a part of it (libraries' pages count here too)
       expect(rssFileKB(p.proc.pid)).toBeLessThan(released);
       // once more when what follows the first sync has run, and never again
-      await p.waitFor(/released the executable's start-up pages when=settled/, 30_000);
+      await p.waitFor(/released the executable's start-up pages when=settled/);
       // an edit is read, computed and rendered by code that had to come back from the page cache
       writeFileSync(input, readFileSync(input, "utf8").replace("address: 203.0.113.11", "address: 203.0.113.111"));
-      await p.waitFor(/203\.0\.113\.111/, 30_000);
+      await p.waitFor(/203\.0\.113\.111/);
     } finally {
       await p.stop();
     }
   },
-  60_000,
+  // three loaded waits (LOADED_WAIT_MS each)
+  210_000,
 );

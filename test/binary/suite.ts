@@ -76,7 +76,7 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       const p = kpng(["backend", "--api", `unix://${s}`, "--node-name", "node-2", "--plugin", plugin, "--once"]);
       expect(await p.proc.exited).toBe(0);
       expect(opKeys(parse(p.stdout)).sort()).toEqual(fullOps(await expectedState(input, "node-2")).sort());
-    });
+    }, 150_000);
 
     test("a built-in and a plugin at once in a sidecar: both fed", async () => {
       const s = sock();
@@ -97,7 +97,7 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       expect(await p.proc.exited).toBe(0);
       expect(parse(p.stdout).filter((l) => l.op === "sync")).toHaveLength(1);
       expect(p.stdout.join("\n")).toMatch(/table ip6? kpng/);
-    });
+    }, 150_000);
 
     test("a sidecar started before the brain reconnects until it is up; an edit then arrives as one sync", async () => {
       const s = sock();
@@ -114,7 +114,7 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       }
       expect(changeSet(parse(p.stdout), 2)).toEqual(["setService shop/api"]);
       expect(await p.stop("SIGTERM")).toBe(0);
-    });
+    }, 270_000);
 
     test("a brain restart mid-watch: the backend gets only what changed meanwhile, nothing lost or repeated", async () => {
       const s = sock();
@@ -153,7 +153,7 @@ export function pluginSuite(label: string, bin: () => string | undefined) {
       if (JSON.stringify(got) !== JSON.stringify(want.sort()))
         console.error(`sidecar stderr:\n${p.stderr.join("\n")}\nstdout ops:\n${opKeys(parse(p.stdout)).join("\n")}`);
       expect(got).toEqual(want.sort());
-    });
+    }, 330_000);
   });
 
   test(`${label}: a plugin reads the generated schemas the toolkit exported before (ctx.toolkit.ServiceSchema)`, async () => {

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startKpng, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
@@ -52,21 +52,21 @@ describe.skipIf(!real)("NodeCIDR: the Node's pod CIDRs, from the real API server
       "--healthz-port=0",
       "--metrics-port=0",
     ]);
-    await kpng.waitFor(/waiting for the Node's spec\.podCIDRs/, 30_000);
+    await kpng.waitFor(/waiting for the Node's spec\.podCIDRs/);
     // nothing is programmed meanwhile: not even with the cluster CIDR
     await Bun.sleep(1000);
     expect(kpng.stdout.filter((l) => l.includes("add rule"))).toEqual([]);
 
     // spec.podCIDRs may be set once (the API server refuses a change): as the node IPAM controller does
     await api.kubectl(["patch", "node", NODE, "-p", JSON.stringify({ spec: { podCIDR: "198.19.7.0/24", podCIDRs: ["198.19.7.0/24"] } })]);
-    const rule = await kpng.waitFor(/ip daddr @cluster-ips ip saddr != 198\.19\.7\.0\/24 jump mark-for-masquerade/, 30_000);
+    const rule = await kpng.waitFor(/ip daddr @cluster-ips ip saddr != 198\.19\.7\.0\/24 jump mark-for-masquerade/);
     expect(rule).not.toContain("198.19.0.0/16");
 
     // the only way a Node's pod CIDRs change: it is deleted and registers again with others
     await api.kubectl(["delete", "node", NODE]);
     await api.apply(Object.assign(node(NODE, { ips: [v4.node(1)] }), { spec: { podCIDR: "198.19.8.0/24", podCIDRs: ["198.19.8.0/24"] } }));
-    const code = await Promise.race([kpng.proc.exited, Bun.sleep(30_000).then(() => "still running")]);
+    const code = await Promise.race([kpng.proc.exited, Bun.sleep(LOADED_WAIT_MS).then(() => "still running")]);
     expect(code).toBe(1);
     expect(kpng.stderr.join("\n")).toContain(`node ${NODE} spec.podCIDRs changed from 198.19.7.0/24 to 198.19.8.0/24`);
-  }, 120_000);
+  }, 210_000);
 });

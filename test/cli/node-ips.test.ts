@@ -95,10 +95,10 @@ describe("nft node ports with default flags", () => {
 
   test("a Node missing from the file: a warning, no node ports, and no wait (a file is the whole cluster)", () => {
     const file = clusterFile("other-node.json", [{ type: "InternalIP", address: "203.0.113.1" }]);
-    const t0 = performance.now();
     const r = kpng("--input", file, "--node-name", "node-z", "--backend", "nft", "--dry-run", "--once");
     expect(r.code).toBe(0);
-    expect(performance.now() - t0).toBeLessThan(15_000);
+    // no wait: the line a wait begins with (a time bound would fail a loaded machine and pass a short wait)
+    expect(r.err).not.toContain("waiting for the Node's InternalIP/ExternalIP");
     expect(r.err).toMatch(/WARN .*no addresses for this Node.*node=node-z/);
     expect(nodePortIPs(r.out)).toEqual([]);
   });

@@ -156,16 +156,26 @@ test("generated documents: never a repeated key missed, never another value", ()
     }
     return out;
   };
+  // The generator comes back to the same documents (343 distinct texts in 3,000): each distinct
+  // text is checked once and counted each time it comes, as the functions are pure. The yaml
+  // library's verdict costs 1-3 ms of CPU a document: 3,000 of them were 3 s, most of the unit set's.
+  const verdicts = new Map<string, { repeats: boolean; fast: boolean }>();
   let fast = 0;
   let repeats = 0;
   for (let i = 0; i < 3000; i++) {
     const text = block(0, 0).join("\n") + "\n";
-    const lib = library(text);
-    if (lib.repeats) repeats++;
-    if (mayRepeatKeys(text)) continue;
-    fast++;
-    expect({ text, repeats: lib.repeats }).toEqual({ text, repeats: false });
-    expect({ text, value: fastYaml(text) }).toEqual({ text, value: lib.value as never });
+    let verdict = verdicts.get(text);
+    if (!verdict) {
+      const lib = library(text);
+      verdict = { repeats: lib.repeats, fast: !mayRepeatKeys(text) };
+      verdicts.set(text, verdict);
+      if (verdict.fast) {
+        expect({ text, repeats: lib.repeats }).toEqual({ text, repeats: false });
+        expect({ text, value: fastYaml(text) }).toEqual({ text, value: lib.value as never });
+      }
+    }
+    if (verdict.repeats) repeats++;
+    if (verdict.fast) fast++;
   }
   // the generator is useful only if both kinds are common
   expect(fast).toBeGreaterThan(300);

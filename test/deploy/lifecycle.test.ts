@@ -16,7 +16,7 @@ import { parseAllDocuments } from "yaml";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { haveK8s, type KubeApiServer, requireK8s, sharedApiServer } from "../harness/kube-apiserver.ts";
-import { type KpngProcess, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
+import { type KpngProcess, LOADED_WAIT_MS, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
 import { createTopology, type Topology } from "../harness/netns.ts";
 
 type Doc = Record<string, any>;
@@ -215,8 +215,8 @@ describe.skipIf(!real)("deploy/README.md's kubeadm lifecycle, against the real k
           { wrap: ["ip", "netns", "exec", topo.node.ns, "unshare", "--mount", "--propagation", "private", "sh", "-c", pod, "sh"] },
         );
         stops.push(() => kpng.stop());
-        await kpng.waitFor(/ INFO kpng: synced /, 60_000);
-      }, 120_000);
+        await kpng.waitFor(/ INFO kpng: synced /);
+      }, 150_000);
       afterAll(async () => {
         for (const s of stops.reverse()) await s();
       });
@@ -227,10 +227,10 @@ describe.skipIf(!real)("deploy/README.md's kubeadm lifecycle, against the real k
 
       test("a client reaches a Service's ClusterIP through the rules kpng programmed from the API server", async () => {
         let r = await topo.probe(topo.client.ns, { ip, port: 80, proto: "tcp", timeout: 1 });
-        for (const end = Date.now() + 20_000; !r.ok && Date.now() < end; await Bun.sleep(200))
+        for (const end = Date.now() + LOADED_WAIT_MS; !r.ok && Date.now() < end; await Bun.sleep(200))
           r = await topo.probe(topo.client.ns, { ip, port: 80, proto: "tcp", timeout: 1 });
         expect(r).toMatchObject({ ok: true, who: "pod0" });
-      });
+      }, 90_000);
     });
   });
 

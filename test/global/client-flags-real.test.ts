@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { bufCurl } from "../harness/buf-curl.ts";
-import { startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, startServe, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 
 const NODE = "node-a";
@@ -70,14 +70,15 @@ describe.skipIf(!real)("API-client flags on every command that reads the real AP
       slice({ service: "late", ports: [{ name: "http", port: 8080 }], endpoints: [{ ip: v4.pod(1, 5), node: NODE }] }),
     );
     let paths: string[] = [];
-    const end = performance.now() + 20_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     while (!paths.some((p) => p.startsWith("default|late|")) && performance.now() < end) {
       paths = await servedServices(sock);
       await Bun.sleep(200);
     }
     expect(paths.filter((p) => p.startsWith("default|late|"))).toHaveLength(1);
     expect(serve.stderr.filter((l) => /watch failed|not decoded/.test(l))).toEqual([]);
-  }, 60_000);
+    // loaded waits: the start, the lists, the Service served
+  }, 210_000);
 
   test("kpng local --kube-api-content-type application/json: reads JSON, prints the Service", async () => {
     await api.apply(svc({ name: "web", clusterIPs: [v4.clusterIP(42)], ports: [{ name: "http", port: 80, targetPort: 8080 }] }));
@@ -91,5 +92,5 @@ describe.skipIf(!real)("API-client flags on every command that reads the real AP
     const listed = p.stderr.filter((l) => / listed /.test(l));
     expect(listed.length).toBeGreaterThan(0);
     for (const l of listed) expect(l).toContain("as=json");
-  }, 60_000);
+  }, 90_000);
 });

@@ -150,7 +150,7 @@ export function startKpng(
 /** `kpng serve`, resolved once it serves; `addresses` as bound (tcp port 0 resolved). */
 export async function startServe(args: string[], opts: { bin?: string } = {}): Promise<KpngProcess & { addresses: ApiAddress[] }> {
   const p = startKpng(["serve", ...args], opts);
-  const line = await p.waitFor(/serving the API/, 30_000);
+  const line = await p.waitFor(/serving the API/);
   const listen = /listen=(\S+)/.exec(line)![1];
   return Object.assign(p, { addresses: listen.split(",").map((a) => parseApiAddress(a)) });
 }

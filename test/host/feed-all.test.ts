@@ -60,7 +60,7 @@ describe("feedAll", () => {
       onError: (b) => errors.push(b.name),
     });
     feeds.push(rev(1));
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 30_000; // against a hang only: a loaded machine takes seconds
     while (!events.includes("started up") && Date.now() < deadline) await Bun.sleep(10);
     feeds.push(rev(2));
     while (events.filter((e) => e.startsWith("synced")).length < 4 && Date.now() < deadline) await Bun.sleep(10);

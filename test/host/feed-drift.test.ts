@@ -43,8 +43,9 @@ const lostWeb: Drift[] = [
   { service: "", frontend: "", kind: "extra", detail: "rule ip daddr 198.18.0.9 drop in chain services" },
 ];
 
+/** waits for `ok`, bounded only against a hang (a loaded machine takes seconds for a few turns) */
 async function until(ok: () => boolean) {
-  const end = performance.now() + 5000;
+  const end = performance.now() + 30_000;
   while (!ok() && performance.now() < end) await Bun.sleep(5);
 }
 
@@ -85,15 +86,24 @@ describe("feed: rules lost are named before the repair", () => {
   });
 
   test("a check that takes too long is cut short: the repair runs, the line says so", async () => {
-    const { b, calls, ear } = backend(() => new Promise((resolve) => setTimeout(() => resolve(lostWeb), 2000)));
+    let answered = false;
+    const { b, calls, ear } = backend(
+      () =>
+        new Promise((resolve) =>
+          setTimeout(() => {
+            answered = true;
+            resolve(lostWeb);
+          }, 2000),
+        ),
+    );
     const log = memoryLogger();
     const feed = feedBackend(b, { log, lostCheckMs: 50 });
     feed.push(rev(1));
     await feed.idle();
-    const t0 = performance.now();
     ear.report!("table deleted");
     await until(() => calls.length === 3);
-    expect(performance.now() - t0).toBeLessThan(1500);
+    // cut short: the repair ran before the check answered (not "within 1.5 s": a loaded machine's clock)
+    expect(answered).toBe(false);
     expect(calls).toEqual(["apply 1 full", "verify all", "apply 1 full"]);
     expect(log.lines.some((l) => l.includes("not named, reading them back took too long") && l.includes("limitMs=50"))).toBe(true);
     feed.stop();

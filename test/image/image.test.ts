@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseAllDocuments } from "yaml";
-import { ROOT, tempDir } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, ROOT, tempDir } from "../harness/kpng-process.ts";
 import { compiledKpng } from "../fixtures/compiled.ts";
 import { createTopology, run, type Topology } from "../harness/netns.ts";
 import { haveK8s, type K8sObject, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
@@ -210,7 +210,7 @@ describe.skipIf(skip)("iptables wrapper: iptables, iptables-save, iptables-resto
         await run(["ip", "netns", "del", ns]).catch(() => {});
         await root.remove();
       }
-    }, 30_000);
+    }, 90_000);
   }
 });
 
@@ -359,10 +359,10 @@ const podCases: PodCase[] = [
           }),
         );
         let r = await p.topo.probe(p.topo.client.ns, { ip, port: 80, proto: "tcp", timeout: 1 });
-        for (const end = Date.now() + 20_000; !r.ok && Date.now() < end; await Bun.sleep(200))
+        for (const end = Date.now() + LOADED_WAIT_MS; !r.ok && Date.now() < end; await Bun.sleep(200))
           r = await p.topo.probe(p.topo.client.ns, { ip, port: 80, proto: "tcp", timeout: 1 });
         expect(r).toMatchObject({ ok: true, who: "pod0" });
-      });
+      }, 90_000);
       test("the liveness probe: GET 127.0.0.1:10256/livez in the host network answers 200", async () => {
         const probe = await pod().topo.probe(pod().topo.node.ns, { ip: "127.0.0.1", port: 10256, proto: "http", path: "/livez" });
         expect(probe).toMatchObject({ ok: true, who: "200" });
@@ -390,13 +390,14 @@ for (const c of podCases) {
     let pod: Pod;
     beforeAll(async () => {
       pod = await startPod(c.opts);
-    }, 90_000);
+      // the API server, the namespaces, the container, its first sync: two loaded waits
+    }, 150_000);
     afterAll(() => pod?.destroy());
 
     test("every service behaves for a client outside the node", async () => {
       const list = checks(pod.topo);
       expect(await runChecks(pod.topo, list)).toEqual(wanted(list));
-    }, 30_000);
+    }, 90_000);
     c.more?.(() => pod);
   });
 }

@@ -6,14 +6,16 @@
 // ready; `kpng get` asked from outside the node's namespace through the
 // socket shows each step and why the terminating one is left out.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { join } from "node:path";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc, type EpOpts } from "../fixtures/k8s.ts";
-import { kpngCommand, ROOT, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { kpngCommand, LOADED_WAIT_MS, ROOT, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, sharedApiServer, type KubeApiServer } from "../harness/kube-apiserver.ts";
 import { run } from "../harness/netns.ts";
 
+// a test waits on its conditions up to LOADED_WAIT_MS each: 30 s + 60 s a wait, two by default
+setDefaultTimeout(150_000);
 const NODE = "node-get";
 const NS = "kpng-get";
 const IP = v4.clusterIP(236);
@@ -40,9 +42,9 @@ describe.skipIf(!real)("kpng get services: an endpoint from ready to terminating
   const stops: Array<() => Promise<unknown>> = [];
   let sock = "";
 
-  /** `kpng get` until `ok(stdout)` (bounded: 30 s, the machine is shared); the last run */
+  /** `kpng get` until `ok(stdout)` (bounded: LOADED_WAIT_MS, the machine is shared); the last run */
   const getUntil = async (args: string[], ok: (out: string) => boolean) => {
-    const end = performance.now() + 30_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     for (;;) {
       const r = await kpng(["get", ...args, "--server", sock]);
       if ((r.code === 0 && ok(r.out)) || performance.now() > end) return r;
@@ -69,8 +71,8 @@ describe.skipIf(!real)("kpng get services: an endpoint from ready to terminating
     proc = startKpng(["--kubeconfig", kubeconfig, "--node-name", NODE, "--backend", "nft", "--listen", sock], {
       wrap: ["ip", "netns", "exec", netns],
     });
-    await proc.waitFor(/ INFO kpng: synced /, 60_000);
-  }, 120_000);
+    await proc.waitFor(/ INFO kpng: synced /);
+  }, 150_000);
 
   afterAll(async () => {
     await proc?.stop("SIGKILL");

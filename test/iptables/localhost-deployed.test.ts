@@ -3,7 +3,7 @@
 // --backend iptables`, kube-proxy's default: on), then with
 // `--iptables-localhost-nodeports=false`. Real packets from the node itself.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { slice, svc } from "../fixtures/k8s.ts";
@@ -12,6 +12,8 @@ import { createTopology, type Topology } from "../harness/netns.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { asList, NODE, nodeObject } from "../deployed/cluster.ts";
 
+// a test waits on its conditions up to LOADED_WAIT_MS each: 30 s + 60 s a wait, two by default
+setDefaultTimeout(150_000);
 const NODE_PORT = 30080;
 let topo: Topology;
 let kpng: KpngProcess | undefined;
@@ -51,7 +53,7 @@ const start = async (extra: string[] = []) => {
   kpng = startKpng(["--input", input, "--node-name", NODE, "--backend", "iptables", ...extra], {
     wrap: ["ip", "netns", "exec", topo.node.ns],
   });
-  await kpng.waitFor(/ INFO kpng: synced /, 30_000);
+  await kpng.waitFor(/ INFO kpng: synced /);
 };
 const localhost = () => topo.probe(topo.node.ns, { ip: "127.0.0.1", port: NODE_PORT, timeout: 2 });
 

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { BackendEvents, type NodeEventFields } from "../../src/core/node/backend-events.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
-import { startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, sharedApiServer, type KubeApiServer } from "../harness/kube-apiserver.ts";
 import { run } from "../harness/netns.ts";
 
@@ -81,9 +81,9 @@ describe.skipIf(!real)("backend events on the Node (real kube-apiserver, kubectl
       .filter((e) => e.involvedObject.kind === "Node" && e.involvedObject.name === NODE)
       .map((e) => [e.type, e.reason, e.reportingComponent]);
   };
-  /** nodeEvents() until it holds `n` events (bounded: 30 s) */
+  /** nodeEvents() until it holds `n` events (bounded: LOADED_WAIT_MS) */
   const eventsUntil = async (n: number) => {
-    const end = performance.now() + 30_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     for (;;) {
       const evs = await nodeEvents();
       if (evs.length >= n || performance.now() > end) return evs;
@@ -108,8 +108,8 @@ describe.skipIf(!real)("backend events on the Node (real kube-apiserver, kubectl
       wrap: ["ip", "netns", "exec", netns],
       env: { KPNG_TEST_LOSE: lose },
     });
-    await proc.waitFor(/ INFO kpng: synced /, 60_000);
-  }, 120_000);
+    await proc.waitFor(/ INFO kpng: synced /);
+  }, 150_000);
 
   afterAll(async () => {
     await proc?.stop("SIGKILL");
@@ -124,16 +124,16 @@ describe.skipIf(!real)("backend events on the Node (real kube-apiserver, kubectl
       ["Warning", "SyncFailed", "kpng"],
       ["Normal", "RulesRestored", "kpng"],
     ]);
-  });
+  }, 90_000);
 
   test("rules lost twice in a row: one RulesLost event (rate-limited), the repair logged", async () => {
     writeFileSync(lose, "");
-    await proc.waitFor(/rules changed by someone else/, 30_000);
+    await proc.waitFor(/rules changed by someone else/);
     writeFileSync(lose, "");
-    const end = performance.now() + 30_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     while (proc.stderr.filter((l) => /rules changed by someone else/.test(l)).length < 2 && performance.now() < end) await Bun.sleep(100);
     const evs = await eventsUntil(3);
     expect(evs.filter(([, reason]) => reason === "RulesLost")).toEqual([["Warning", "RulesLost", "kpng"]]);
     expect(proc.stderr.filter((l) => /could not record event/.test(l))).toEqual([]);
-  });
+  }, 210_000);
 });

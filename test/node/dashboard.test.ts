@@ -21,7 +21,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { type KpngProcess, nftDryRun, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
+import { type KpngProcess, LOADED_WAIT_MS, nftDryRun, ROOT, startKpng, tempDir } from "../harness/kpng-process.ts";
 import { agentTls, listenTls, makeMutualTls } from "../harness/tls-flags.ts";
 import { slice } from "../fixtures/k8s.ts";
 import { deploy, type BackendName, type Deployed } from "../deployed/rig.ts";
@@ -161,7 +161,7 @@ const MOVED = new Set([
 const BRAIN_API = "tcp://127.0.0.1:7443";
 const KPNG_TARGETS = { brain: "127.0.0.1:10251", agent: "127.0.0.1:10252", refused: "127.0.0.1:10253" };
 
-async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = 30_000): Promise<T> {
+async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs = LOADED_WAIT_MS): Promise<T> {
   const end = Date.now() + timeoutMs;
   let last: T | undefined;
   let error: unknown;
@@ -259,13 +259,13 @@ class Scraped {
       inNode,
     );
     this.peers.push(serve);
-    await serve.waitFor(/serving the API/, 30_000);
+    await serve.waitFor(/serving the API/);
     const agent = (metrics: string, tls: string[]) => startKpng(["--api", BRAIN_API, ...tls, ...nftDryRun("node-1", metrics)], inNode);
     const following = agent(KPNG_TARGETS.agent, agentTls(this.dir.path));
     const refused = agent(KPNG_TARGETS.refused, ["--tls-ca", f("brain.crt")]);
     this.peers.push(following, refused);
-    await following.waitFor(/synced backend=nft rev=1 /, 30_000);
-    await refused.waitFor(/global stream failed.*\[unauthenticated\]/, 30_000);
+    await following.waitFor(/synced backend=nft rev=1 /);
+    await refused.waitFor(/global stream failed.*\[unauthenticated\]/);
   }
 
   async stop(): Promise<void> {
@@ -335,10 +335,12 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     // Someone else removes kpng's IPv4 table: kpng sees its rules lost and repairs them with a full sync.
     const before = nft.d.syncs();
     await nft.d.topo.exec(nft.d.topo.node.ns, ["nft", "delete", "table", "ip", "kpng"]);
-    await nft.d.syncedAfter(before, 20_000);
+    await nft.d.syncedAfter(before);
     // a few more scrapes after the last change
     await Bun.sleep(1500);
-  }, 180_000);
+    // kpng's sync, Prometheus's first scrape, the three peers, four endpoint changes synced, the
+    // watches back twice, the repair: twelve loaded waits (LOADED_WAIT_MS each)
+  }, 750_000);
 
   afterAll(() => nft.stop(), 30_000);
 
@@ -435,7 +437,7 @@ describe.skipIf(!haveK8s("iptables mode's families against the real kube-apiserv
       await ipt.start("iptables");
       await ipt.changeEndpoints(0);
       await Bun.sleep(1500);
-    }, 120_000);
+    }, 210_000);
     afterAll(() => ipt.stop(), 30_000);
 
     const by = async (expr: string, ...labels: string[]) =>

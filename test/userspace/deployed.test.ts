@@ -71,7 +71,7 @@ describe("kpng --input FILE --node-name N --backend userspace", () => {
   beforeAll(async () => {
     r = await rig("kpus");
     await start();
-  }, 60_000);
+  }, 150_000);
   afterAll(async () => {
     await kpng?.stop("SIGKILL");
     await r?.topo.destroy();
@@ -163,7 +163,7 @@ describe("sidecar: kpng serve + kpng backend --api unix://… --backend userspac
       wrap: inNode(r.topo),
     });
     await sidecar.waitFor(/ synced .*backend=userspace/);
-  }, 60_000);
+  }, 150_000);
   afterAll(async () => {
     await sidecar?.stop("SIGKILL");
     await brain?.stop("SIGKILL");

@@ -10,15 +10,17 @@
 // Before the fix the first step already failed: kpng's `route replace` took
 // the kernel's route over, and the delete took it away.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { v4 } from "../fixtures/addresses.ts";
 import { slice, svc } from "../fixtures/k8s.ts";
-import { startKpng, type KpngProcess } from "../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, type KpngProcess } from "../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer } from "../harness/kube-apiserver.ts";
 import type { Topology } from "../harness/netns.ts";
 import { NodeOnApi } from "../harness/node-on-api.ts";
 import { localTable, tableProblems } from "./local-table.ts";
 
+// a test waits on its conditions up to LOADED_WAIT_MS each: 30 s + 60 s a wait, three by default
+setDefaultTimeout(210_000);
 const NODE = "node-a";
 const CIP = v4.clusterIP(41);
 const EXT = v4.external(41);
@@ -41,7 +43,7 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
     kpng = startKpng(["--kubeconfig", kubeconfig, "--node-name", NODE, "--backend", "userspace"], {
       wrap: ["ip", "netns", "exec", topo.node.ns],
     });
-    await kpng.waitFor(/ INFO kpng: synced /, 30_000);
+    await kpng.waitFor(/ INFO kpng: synced /);
   };
   const service = (externalIPs: string[]) =>
     svc({ name: "self", clusterIPs: [CIP], externalIPs, ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }] });
@@ -57,9 +59,9 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
     const r = await topo.probe(topo.client.ns, { ip, port: 80, proto: "tcp", timeout: 1 });
     return r.ok ? r.who : r.error;
   };
-  /** once(ip) until `ok(answer)` (bounded: 15 s); the last answer */
+  /** once(ip) until `ok(answer)` (bounded: LOADED_WAIT_MS); the last answer */
   const until = async (ip: string, ok: (answer: string) => boolean): Promise<string> => {
-    const end = performance.now() + 15_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     for (;;) {
       const got = await once(ip);
       if (ok(got) || performance.now() > end) return got;
@@ -68,9 +70,9 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
   };
   const answers = (ip: string) => until(ip, (a) => a === "pod0");
   const silent = async (ip: string) => ((await until(ip, (a) => !a.startsWith("pod"))).startsWith("pod") ? "pod0" : "no answer");
-  /** kpng's routes until they are `want` (bounded: 15 s; a sync may follow the client's answer by a little) */
+  /** kpng's routes until they are `want` (bounded: LOADED_WAIT_MS; a sync may follow the client's answer by a little) */
   const ours = async (want: string[]): Promise<string[]> => {
-    const end = performance.now() + 15_000;
+    const end = performance.now() + LOADED_WAIT_MS;
     for (;;) {
       const got = await localTable(topo.node.ns, true);
       if (JSON.stringify(got) === JSON.stringify(want) || performance.now() > end) return got;
@@ -85,7 +87,7 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
     kernel = await localTable(topo.node.ns, false);
     await startProxy();
     base = await localTable(topo.node.ns, true);
-  }, 90_000);
+  }, 150_000);
 
   afterAll(async () => {
     await kpng?.stop("SIGKILL");
@@ -149,5 +151,6 @@ describe.skipIf(!real)("userspace bind mode against the real kube-apiserver: an 
     expect(await cleanup.proc.exited).toBe(0);
     expect(await localTable(topo.node.ns, true)).toEqual([]);
     expect(await problems("--cleanup")).toEqual([]);
-  }, 90_000);
+    // five loaded waits
+  }, 330_000);
 });

@@ -125,7 +125,7 @@ describe("UDP relay", () => {
     });
     await new Promise<void>((r) => client.bind(0, "127.0.0.1", r));
     for (let i = 0; i < 3; i++) client.send(`m${i}`, port, "127.0.0.1");
-    const deadline = Date.now() + 5000;
+    const deadline = Date.now() + 30_000; // against a hang only: a loaded machine takes seconds
     while (answers.length < 3 && Date.now() < deadline) await Bun.sleep(10);
     expect(answers).toEqual(["a m0", "a m1", "a m2"]);
     expect([...froms]).toEqual([`127.0.0.1:${port}`]);

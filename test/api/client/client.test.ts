@@ -2,7 +2,7 @@
 // protocols, a brain restart, and the run() helper's --once and signals.
 
 import { toBinary } from "@bufbuild/protobuf";
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Brain, type Revision } from "../../../src/core/brain/brain.ts";
@@ -11,8 +11,10 @@ import { memoryLogger } from "../../../src/core/log.ts";
 import { startFileSource } from "../../../src/core/sources/file.ts";
 import type { NodeState } from "../../../src/core/brain/state.ts";
 import { EndpointSchema, ServiceSchema } from "../../../src/gen/localv1/services_pb.ts";
-import { BUN, ROOT, startServe, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
+import { BUN, LOADED_WAIT_MS, ROOT, startServe, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
 
+// a test (or hook) waits on its conditions up to LOADED_WAIT_MS each: 30 s + 60 s a wait, two by default
+setDefaultTimeout(150_000);
 const dir = tempDir("kpng-client-");
 const input = join(dir.path, "cluster.yaml");
 const procs: KpngProcess[] = [];
@@ -66,7 +68,7 @@ function collect(opts: { api: string; nodeName: string; protocol?: "watch" | "ne
   return {
     revs,
     log,
-    async until(n: number, timeoutMs = 10_000) {
+    async until(n: number, timeoutMs = LOADED_WAIT_MS) {
       const deadline = Date.now() + timeoutMs;
       while (revs.length < n) {
         if (Date.now() > deadline) throw new Error(`only ${revs.length} revisions; log:\n${log.lines.join("\n")}`);
@@ -137,11 +139,12 @@ describe("a brain restart mid-watch", () => {
         await brain.stop();
       }
       expect(w.revs.length).toBeGreaterThanOrEqual(2);
-    });
+      // five loaded waits: two starts of the brain, two revisions, the reconnection
+    }, 330_000);
   }
 });
 
-async function waitForLine(lines: string[], re: RegExp, n: number, timeoutMs = 10_000) {
+async function waitForLine(lines: string[], re: RegExp, n: number, timeoutMs = LOADED_WAIT_MS) {
   const deadline = Date.now() + timeoutMs;
   while (lines.filter((l) => re.test(l)).length < n) {
     if (Date.now() > deadline) throw new Error(`no ${n}x ${re} in:\n${lines.join("\n")}`);

@@ -177,7 +177,7 @@ for (const { name, make } of drivers) {
       await w.next();
       expect(listeners()).toBe(base + 1);
       w.close();
-      for (let i = 0; i < 100 && listeners() > base; i++) await Bun.sleep(10);
+      for (const end = Date.now() + 30_000; listeners() > base && Date.now() < end; ) await Bun.sleep(10); // a loaded machine may take seconds
       expect(listeners()).toBe(base);
     });
 
@@ -256,7 +256,7 @@ test("Connect protocol over HTTP/2: a cancelled Watch is unsubscribed from its n
     await new Promise((r) => req.once("data", r));
     expect(listeners()).toBe(1);
     req.close();
-    for (let i = 0; i < 100 && listeners() > 0; i++) await Bun.sleep(10);
+    for (const end = Date.now() + 30_000; listeners() > 0 && Date.now() < end; ) await Bun.sleep(10); // a loaded machine may take seconds
     expect(listeners()).toBe(0);
   } finally {
     session.destroy();

@@ -129,7 +129,7 @@ describe.skipIf(!real)("kpng --cleanup on a node of every mode", () => {
     ])
       expect(out).toContain(cmd);
     expect(await holdings(topo)).toEqual(before);
-  }, 30_000);
+  }, 90_000);
 
   test("one kpng --cleanup (default backend) removes all of it, kpng's and kube-proxy's; other software's stay", async () => {
     const p = kpngIn(["--cleanup"]);
@@ -145,11 +145,11 @@ describe.skipIf(!real)("kpng --cleanup on a node of every mode", () => {
       "ip6tables-nft nat KUBE-KUBELET-CANARY",
     ])
       expect(h.chains).toContain(where);
-  }, 30_000);
+  }, 90_000);
 
   test("a second --cleanup finds nothing to do and succeeds", async () => {
     const p = kpngIn(["--cleanup"]);
     expect(await p.proc.exited).toBe(0);
     expect(p.stderr.join("\n")).not.toContain("leftovers removed");
-  }, 30_000);
+  }, 90_000);
 });

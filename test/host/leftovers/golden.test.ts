@@ -8,7 +8,7 @@
 
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, writeFileSync } from "node:fs";
-import { tempDir } from "../../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, tempDir } from "../../harness/kpng-process.ts";
 import { haveK8s, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { startKubeProxy } from "../../harness/kube-proxy.ts";
 import { createTopology, type Topology } from "../../harness/netns.ts";
@@ -36,7 +36,7 @@ describe.skipIf(!real)("golden/kube-proxy-iptables.save", () => {
       const s = webService(topo);
       await kp.waitForRules((r) => kubeProxyServes("iptables", r, [s.clusterIP]) && r.includes(`--dport ${s.nodePort} -j KUBE-EXT-`));
       // its first IPv4 sync is in whole (one restore), before the IPv6 one starts
-      const end = Date.now() + 30_000;
+      const end = Date.now() + LOADED_WAIT_MS;
       while (!kp.log.some((l) => l.includes('"SyncProxyRules complete" ipFamily="IPv4"')) && Date.now() < end) await Bun.sleep(100);
       captured = normalizeSave(await topo.exec(topo.node.ns, ["iptables-nft-save"]));
     } finally {
@@ -45,5 +45,6 @@ describe.skipIf(!real)("golden/kube-proxy-iptables.save", () => {
     }
     if (process.env.UPDATE_GOLDEN === "1" || !existsSync(GOLDEN_IPTABLES)) writeFileSync(GOLDEN_IPTABLES, captured);
     expect(captured).toBe(kubeProxyIptables());
-  }, 120_000);
+    // three loaded waits: the API server's start, kube-proxy's rules, its log line (90 s at load 28-46)
+  }, 210_000);
 });

@@ -19,7 +19,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { continuousProbe } from "../../deployed/rig.ts";
-import { startKpng, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { startKubeProxy } from "../../harness/kube-proxy.ts";
 import { createTopology, type Probe, type Topology } from "../../harness/netns.ts";
@@ -158,8 +158,8 @@ describe.skipIf(!real).each(cases)("kube-proxy in $mode mode -> kpng --backend $
     kpng = startKpng(["--kubeconfig", kubeconfig, "--node-name", NODE, "--backend", c.backend], {
       wrap: ["ip", "netns", "exec", topo.node.ns],
     });
-    await kpng.waitFor(/ INFO kpng: synced /, 30_000);
-    const removed = await kpng.waitFor(/leftovers removed/, 30_000);
+    await kpng.waitFor(/ INFO kpng: synced /);
+    const removed = await kpng.waitFor(/leftovers removed/);
     await Bun.sleep(500); // a few more rounds over kpng's rules alone
     const run = await probe.stop();
 
@@ -181,7 +181,8 @@ describe.skipIf(!real).each(cases)("kube-proxy in $mode mode -> kpng --backend $
       expect(h.links).toContain("kube-ipvs0"); // a bridge: not IPVS mode's dummy, so not kube-proxy's
       expect(kpng.stderr.join("\n")).toContain("not IPVS mode's dummy");
     }
-  }, 120_000);
+    // three loaded waits: kube-proxy's rules, kpng's sync, the leftovers removed
+  }, 270_000);
 
   test("kpng --cleanup removes kpng's rules and kube-proxy's; other software's stay, and the Service no longer answers", async () => {
     const t = ctx!.topo;
@@ -203,7 +204,7 @@ describe.skipIf(!real).each(cases)("kube-proxy in $mode mode -> kpng --backend $
     // nothing DNATs any more: the client reaches no pod (IPVS mode: the stand-in on the kept bridge still answers)
     if (c.mode === "ipvs") expect(r.ok && r.who).toBe("ipvs");
     else expect(r.ok).toBe(false);
-  }, 120_000);
+  }, 150_000);
 });
 
 describe.skipIf(!real)("kube-proxy in ipvs mode here", () => {
@@ -217,7 +218,7 @@ describe.skipIf(!real)("kube-proxy in ipvs mode here", () => {
       await api.apply(...clusterObjects(topo).filter((o) => o.kind === "Node"));
       const stop = await api.reach(topo.node.ns);
       const kp = await startKubeProxy({ api, ns: topo.node.ns, mode: "ipvs", nodeName: NODE, dir: dir.create() });
-      const ended = await Promise.race([kp.proc.exited, Bun.sleep(30_000).then(() => "still running")]);
+      const ended = await Promise.race([kp.proc.exited, Bun.sleep(LOADED_WAIT_MS).then(() => "still running")]);
       await kp.stop();
       await stop();
       // should this fail (a kernel with IPVS), the ipvs case can run the real kube-proxy too
@@ -226,5 +227,5 @@ describe.skipIf(!real)("kube-proxy in ipvs mode here", () => {
     } finally {
       await topo.destroy();
     }
-  }, 60_000);
+  }, 150_000);
 });

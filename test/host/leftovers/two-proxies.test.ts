@@ -14,7 +14,7 @@
 
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { startKpng, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, startKpng, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
 import { haveK8s, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { type IptablesFlavour, startKubeProxy } from "../../harness/kube-proxy.ts";
 import { createTopology, type Topology } from "../../harness/netns.ts";
@@ -90,10 +90,10 @@ describe.skipIf(!real).each(cases)("kpng --backend $backend, then kube-proxy in 
       { wrap: ["ip", "netns", "exec", topo.node.ns] },
     );
     cleanups.push(() => kpng.stop("SIGKILL"));
-    await kpng.waitFor(/ INFO kpng: synced /, 60_000);
+    await kpng.waitFor(/ INFO kpng: synced /);
     // the watch runs, and has seen nothing: every sign it looks for is at 0
     let before = new Map<string, number>();
-    for (const end = Date.now() + 30_000; Date.now() < end && before.size === 0; await Bun.sleep(200))
+    for (const end = Date.now() + LOADED_WAIT_MS; Date.now() < end && before.size === 0; await Bun.sleep(200))
       before = await series(topo, "kpng_foreign_proxy_detected").catch(() => new Map());
     expect(before.get(labels(c.rules, "IPv4"))).toBe(0);
     expect([...before.values()].every((v) => v === 0)).toBe(true);
@@ -103,11 +103,11 @@ describe.skipIf(!real).each(cases)("kpng --backend $backend, then kube-proxy in 
     cleanups.push(() => kp.stop());
     await kp.waitForRules((r) => kubeProxyServes(c.mode, r, [s.clusterIP]));
 
-    const warning = await kpng.waitFor(warned, 60_000);
+    const warning = await kpng.waitFor(warned);
     expect(warning).toContain(`rules=${c.rules}`);
     expect(warning).toContain(`saw="${c.saw}"`);
     let now = new Map<string, number>();
-    for (const end = Date.now() + 30_000; Date.now() < end && now.get(labels(c.rules, "IPv4")) !== 1; await Bun.sleep(200))
+    for (const end = Date.now() + LOADED_WAIT_MS; Date.now() < end && now.get(labels(c.rules, "IPv4")) !== 1; await Bun.sleep(200))
       now = await series(topo, "kpng_foreign_proxy_detected");
     expect(now.get(labels(c.rules, "IPv4"))).toBe(1);
 
@@ -126,5 +126,6 @@ describe.skipIf(!real).each(cases)("kpng --backend $backend, then kube-proxy in 
     expect([...kpng.stdout, ...kpng.stderr].filter((l) => warned.test(l) && l.includes(`rules=${c.rules} family=IPv4`)).length).toBe(1);
     // kpng's own rules are current: /healthz stays 200
     expect(await topo.exec(topo.node.ns, ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", `http://${HEALTHZ}/healthz`])).toBe("200");
-  }, 180_000);
+    // five loaded waits (kube-proxy's rules among them) and the 12 s of checks
+  }, 360_000);
 });

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { v4 } from "../../fixtures/addresses.ts";
 import { node, slice, svc } from "../../fixtures/k8s.ts";
 import { haveK8s, KubeApiServer } from "../../harness/kube-apiserver.ts";
+import { LOADED_WAIT_MS } from "../../harness/kpng-process.ts";
 import { tempDir, waitFor } from "./helpers.ts";
 import { value } from "../../node/prom-text.ts";
 import { buildBinary } from "../../../build.ts";
@@ -43,7 +44,7 @@ class Kpng {
   }
   /** address of `what` ("healthz", "metrics") from the log */
   async address(what: string): Promise<string> {
-    const m = await waitFor(`${what} address`, () => new RegExp(`serving ${what} address=(\\S+)`).exec(this.err), 15000);
+    const m = await waitFor(`${what} address`, () => new RegExp(`serving ${what} address=(\\S+)`).exec(this.err), LOADED_WAIT_MS);
     return m[1];
   }
   syncs(): number {
@@ -120,8 +121,9 @@ beforeAll(async () => {
   );
   healthz = `http://${await kpng.address("healthz")}`;
   metrics = `http://${await kpng.address("metrics")}`;
-  await waitFor("first sync", () => kpng.syncs() >= 1, 15000);
-}, 60_000);
+  await waitFor("first sync", () => kpng.syncs() >= 1, LOADED_WAIT_MS);
+  // the API server's start, kpng's addresses and first sync: loaded waits (LOADED_WAIT_MS)
+}, 150_000);
 
 afterAll(async () => {
   await kpng?.stop();
@@ -162,26 +164,26 @@ describe.skipIf(!real)("kpng --kubeconfig K --backend nft --dry-run", () => {
     const deleted = await step(() => api.remove("Service", "default", "api"));
     expect(deleted).toMatch(new RegExp(`delete element .*${ip} \\. tcp \\. 8081`));
     expect(deleted).not.toMatch(/add element/);
-  });
+  }, 90_000);
 
   test("the API server goes away and comes back: no rule churn meanwhile, following again after", async () => {
     await waitFor("watches open", () => watching(3));
     const out = kpng.out.length;
     const syncs = kpng.syncs();
     await api.stopApiServer();
-    await waitFor("the outage seen", () => kpng.err.includes("keeping the last known state"), 15_000);
+    await waitFor("the outage seen", () => kpng.err.includes("keeping the last known state"), LOADED_WAIT_MS);
     expect(kpng.proc.exitCode).toBeNull();
     expect(kpng.err).toContain("keeping the last known state");
     expect((await curl(`${healthz}/healthz`)).code).toBe(200);
     await api.startApiServer();
-    await waitFor("watches re-opened", () => watching(3), 20_000);
+    await waitFor("watches re-opened", () => watching(3), LOADED_WAIT_MS);
     await Bun.sleep(300);
     expect(kpng.syncs()).toBe(syncs);
     expect(kpng.out.length).toBe(out);
     const ip = v4.clusterIP(41);
     await api.apply(svc({ name: "after", clusterIPs: [ip] }));
-    await waitFor("change after the outage printed", () => kpng.out.slice(out).includes(ip), 15_000);
-  });
+    await waitFor("change after the outage printed", () => kpng.out.slice(out).includes(ip), LOADED_WAIT_MS);
+  }, 210_000);
 });
 
 describe.skipIf(!real)("what curl sees", () => {
@@ -265,17 +267,17 @@ describe.skipIf(!real)("an API server that is down when kpng starts", () => {
       // With no first sync, the servers start by their deadline (a second after the start).
       const hz = `http://${await p.address("healthz")}`;
       expect(p.err).not.toContain(" synced backend=");
-      await waitFor("a failed list", () => p.err.includes("list failed, keeping the last known state"), 10000);
+      await waitFor("a failed list", () => p.err.includes("list failed, keeping the last known state"), LOADED_WAIT_MS);
       // kube-proxy's rule: healthy while starting up.
       expect((await curl(`${hz}/healthz`)).code).toBe(200);
       expect((await curl(`${hz}/livez`)).code).toBe(200);
       expect(p.out).toBe("");
       await api.startApiServer();
-      await waitFor("rules printed", () => p.out.includes(v4.clusterIP(50)), 20_000);
+      await waitFor("rules printed", () => p.out.includes(v4.clusterIP(50)), LOADED_WAIT_MS);
     } finally {
       await p.stop();
     }
-  }, 60_000);
+  }, 150_000);
 });
 
 describe.skipIf(!real)("the compiled binary (bun run build)", () => {
@@ -296,11 +298,11 @@ describe.skipIf(!real)("the compiled binary (bun run build)", () => {
         "--hostname-override",
         "node-1",
       ],
-      { cwd: tmp.dir, stdout: "pipe", stderr: "pipe", timeout: 20_000 },
+      { cwd: tmp.dir, stdout: "pipe", stderr: "pipe", timeout: LOADED_WAIT_MS },
     );
     const [out, err] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text()]);
     expect(err).toContain("listed kind=Service");
     expect(await p.exited).toBe(0);
     expect(out).toContain("table ip kpng");
-  }, 60_000);
+  }, 90_000);
 });

@@ -26,7 +26,8 @@ export function testCert(dir: string): TestCert {
 export async function waitFor<T>(
   what: string,
   f: () => T | undefined | false | null | Promise<T | undefined | false | null>,
-  timeoutMs = 5000,
+  // against a hang only: it returns as soon as `f` holds, and a loaded machine takes seconds
+  timeoutMs = 30_000,
 ): Promise<T> {
   const end = performance.now() + timeoutMs;
   for (;;) {

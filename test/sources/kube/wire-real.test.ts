@@ -25,6 +25,7 @@ import { node, slice, svc } from "../../fixtures/k8s.ts";
 import { FakeApiServer } from "../../harness/api-server.ts";
 import { haveK8s, KubeApiServer, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { decodeBody, ListDecoder, WatchDecoder } from "../../../src/core/sources/protobuf/envelope.ts";
+import { LOADED_WAIT_MS } from "../../harness/kpng-process.ts";
 import { waitFor } from "./helpers.ts";
 import { bodyShape, framesShape, jsonEvents, keys, normalised, readJSONList, readJSONWatch, readList, readWatch } from "./wire-bytes.ts";
 
@@ -68,7 +69,7 @@ class Stream {
     const text = new TextDecoder().decode(b);
     return jsonEvents(text.slice(0, text.lastIndexOf("\n") + 1)).map((e) => e.type);
   }
-  until(what: string, f: (types: string[]) => boolean, ms = 20_000): Promise<true> {
+  until(what: string, f: (types: string[]) => boolean, ms = LOADED_WAIT_MS): Promise<true> {
     return waitFor(what, () => f(this.types()) || (this.ended && f(this.types())), ms);
   }
   close() {
@@ -200,7 +201,7 @@ describe.skipIf(!real)("the fake API server answers as kube-apiserver 1.36.2 doe
     fake = await FakeApiServer.start();
     await mirror(kube, fake);
     doors = [realDoor(kube), fakeDoor(fake)];
-  }, 60_000);
+  }, 150_000);
   afterAll(async () => {
     for (const s of streams) s.close();
     await fake?.close();
@@ -300,7 +301,7 @@ describe.skipIf(!real)("the fake API server answers as kube-apiserver 1.36.2 doe
     // the two encodings of one server read the same
     for (const [p, j] of [realStreams, fakeStreams]) expect(readWatch(upTo(p).bytes)).toEqual(readJSONWatch(text(upTo(j).bytes)));
     for (const s of [...realStreams, ...fakeStreams]) s.close();
-  }, 60_000);
+  }, 150_000);
 
   // The real server sends a watch a BOOKMARK ahead of its deadline (timeoutSeconds), once its watch cache has moved past the
   // watch's resourceVersion: one change of the kind (a MODIFIED first), then the BOOKMARK, held equal alone.
@@ -344,7 +345,7 @@ describe.skipIf(!real)("the fake API server answers as kube-apiserver 1.36.2 doe
         );
       }
       expect(views[1]).toEqual(views[0]);
-    }, 60_000);
+    }, 150_000);
   }
 });
 
@@ -375,9 +376,9 @@ describe.skipIf(!real)("410 Gone, from kube-apiserver 1.36.2 (etcd compacted eve
       "kube-apiserver's etcd compacted past the first pages",
       async () =>
         (await answer(doors[0], `/api/v1/services?limit=1&continue=${stale.get(doors[0].name)![JSON_TYPE]}`, JSON_TYPE)).status === 410,
-      30_000,
+      LOADED_WAIT_MS,
     );
-  }, 90_000);
+  }, 150_000);
   afterAll(async () => {
     await fake?.close();
     await kube?.close();
