@@ -152,7 +152,12 @@ export class ProxyMetrics {
   constructor(private readonly opts: MetricsOptions) {
     const registers = [this.registry];
     if (opts.defaultMetrics !== false) {
-      collectDefaultMetrics({ register: this.registry });
+      // prom-client samples the event loop's delay on a timer of this period:
+      // at its default, 10 ms, an idle kpng woke 100 times a second for a
+      // metric no dashboard of kube-proxy's reads (about 10 ms of CPU a
+      // second, issue 40 goal 4). Once a second still shows a loop held for
+      // longer, which is what costs a proxy.
+      collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 1000 });
       // Under Bun, v8.getHeapSpaceStatistics walks the whole heap: with a big
       // cluster in memory every scrape would stall the event loop (and the
       // syncs) for a while. process_resident_memory_bytes says what matters.
