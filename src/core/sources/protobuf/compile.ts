@@ -140,19 +140,7 @@ export function decoderSource(table: ProtoTable, deps = new Deps()): string {
     }
     cases.push(`case ${keyOf(f)}: ${body} break;`);
   }
-  return `function (r, end) {
-  const o = {};
-  while (r.pos < end) {
-    const t = r.uint32();
-    switch (t) {
-      ${cases.join("\n      ")}
-      default: r.skip(t, end);
-    }
-  }
-  r.done(end);
-  ${after.join("\n  ")}
-  return o;
-}`;
+  return messageSource({ before: ["const o = {};"], cases, after: [...after, "return o;"] });
 }
 
 /** The source of `table`'s checked decoder: see the header. */
@@ -189,22 +177,25 @@ export function checkedSource(table: Table, deps = new Deps()): string {
     cases.push(`case ${keyOf(f)}: ${body} break;`);
     writes.push(`if (${local} !== undefined) ${prop(name)} = ${local};`);
   });
-  return `function (r, end) {
-  let ${Object.keys(table)
+  const locals = `let ${Object.keys(table)
     .map((_, i) => `v${i}`)
-    .join(", ")};
+    .join(", ")};`;
+  return messageSource({ before: [locals], cases, after: [...ends, "const o = {};", ...writes, "return o;"] });
+}
+
+/** a function of r and end reading a message's fields: `cases` of its switch, what comes `before` and `after` the loop */
+function messageSource(o: { before: string[]; cases: string[]; after: string[] }): string {
+  return `function (r, end) {
+  ${o.before.join("\n  ")}
   while (r.pos < end) {
     const t = r.uint32();
     switch (t) {
-      ${cases.join("\n      ")}
+      ${o.cases.join("\n      ")}
       default: r.skip(t, end);
     }
   }
   r.done(end);
-  ${ends.join("\n  ")}
-  const o = {};
-  ${writes.join("\n  ")}
-  return o;
+  ${o.after.join("\n  ")}
 }`;
 }
 
