@@ -8,7 +8,7 @@
 
 type Obj = Record<string, any>;
 
-class Writer {
+export class Writer {
   bytes: number[] = [];
   varint(n: number) {
     // int32 negatives are sign-extended to 64 bits: 10 bytes

@@ -8,8 +8,10 @@
 
 import * as v from "valibot";
 import { fastService } from "./fast-service.ts";
+import { entries } from "./fields.ts";
+import { port as portKind, SERVICE_PORT, SERVICE_SPEC, SERVICE_STATUS } from "./service-fields.ts";
 import { fastSlice } from "./fast-slice.ts";
-import { isCanonicalCIDR, isCanonicalIP, isCanonicalIPv6, parseIPSloppy } from "./ip-sloppy.ts";
+import { isCanonicalIPv6, parseIPSloppy } from "./ip-sloppy.ts";
 import { isIPv4 } from "../../net/ip.ts";
 import { readService, readSlice, type Note, type Read } from "./read.ts";
 import { issuePath, issueProblem } from "../../valibot-issues.ts";
@@ -26,28 +28,11 @@ import { issuePath, issueProblem } from "../../valibot-issues.ts";
 // hand-written fast checks copy them; only what they refuse takes the
 // shape-and-read path.
 
-// ip-sloppy.ts's hand-written checks, not valibot's v.ip regex: 10,000
-// cluster IPs are checked at start-up. Unions are avoided for the same
-// reason: every branch that fails first costs an issue object.
-const ip = v.pipe(v.string(), v.check(isCanonicalIP, "is not an IP address in canonical form"));
-/** "None" (headless), "" (not allocated yet) or an IP */
-const clusterIP = (allowEmpty: boolean) =>
-  v.pipe(
-    v.string("is not a valid IP address"),
-    v.check((s) => s === "None" || (allowEmpty && s === "") || isCanonicalIP(s), "is not a valid IP address"),
-  );
-const cidr = v.pipe(v.string(), v.check(isCanonicalCIDR, "is not a CIDR in canonical form"));
-const port = v.pipe(
-  v.number("must be a number"),
-  v.integer("must be an integer"),
-  v.minValue(1, "is out of range"),
-  v.maxValue(65535, "is out of range"),
-);
-const nodePort = v.pipe(v.number(), v.integer(), v.minValue(0, "is out of range"), v.maxValue(65535, "is out of range"));
-const protocol = v.optional(v.picklist(["TCP", "UDP", "SCTP"], "must be TCP, UDP or SCTP"), "TCP");
+const text = v.string("must be a string");
+const port = portKind.wellFormed;
+const protocol = SERVICE_PORT.protocol.wellFormed;
 const labels = v.optional(v.nullable(v.record(v.string(), v.string())));
 const list = <T extends v.GenericSchema>(item: T) => v.optional(v.nullable(v.array(item)));
-const timeout = v.pipe(v.number(), v.integer(), v.minValue(1, "is out of range"), v.maxValue(86400, "is out of range"));
 
 const metadata = v.object({
   name: v.pipe(v.string("is required"), v.minLength(1, "is required")),
@@ -56,89 +41,22 @@ const metadata = v.object({
   annotations: labels,
 });
 
+// The Service's fields are described once, in service-fields.ts: both schemas are made of its tables.
+
 /** well-formed: what the fast path takes as it is */
 export const ServiceSchema = v.object({
   kind: v.literal("Service"),
   metadata,
-  spec: v.object({
-    type: v.optional(
-      v.picklist(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"], "must be ClusterIP, NodePort, LoadBalancer or ExternalName"),
-      "ClusterIP",
-    ),
-    clusterIP: v.optional(clusterIP(true)),
-    clusterIPs: list(clusterIP(false)),
-    ipFamilies: list(v.picklist(["IPv4", "IPv6"], "must be IPv4 or IPv6")),
-    externalIPs: list(ip),
-    loadBalancerSourceRanges: list(cidr),
-    ports: list(
-      v.object({
-        name: v.optional(v.string()),
-        protocol,
-        port,
-        targetPort: v.optional(v.union([port, v.pipe(v.string(), v.minLength(1))], "must be a port number or name")),
-        nodePort: v.optional(nodePort),
-      }),
-    ),
-    sessionAffinity: v.optional(v.picklist(["None", "ClientIP"], "must be None or ClientIP")),
-    sessionAffinityConfig: v.optional(v.object({ clientIP: v.optional(v.object({ timeoutSeconds: v.optional(timeout) })) })),
-    externalTrafficPolicy: v.optional(v.picklist(["Cluster", "Local"], "must be Cluster or Local")),
-    internalTrafficPolicy: v.optional(v.picklist(["Cluster", "Local"], "must be Cluster or Local")),
-    healthCheckNodePort: v.optional(nodePort),
-  }),
-  status: v.optional(
-    v.object({
-      loadBalancer: v.optional(
-        v.object({
-          ingress: list(
-            v.object({
-              ip: v.optional(ip),
-              hostname: v.optional(v.string()),
-              ipMode: v.optional(v.picklist(["VIP", "Proxy"], "must be VIP or Proxy")),
-            }),
-          ),
-        }),
-      ),
-    }),
-  ),
+  spec: v.object(entries(SERVICE_SPEC, "wellFormed")),
+  status: SERVICE_STATUS.wellFormed,
 });
-
-const text = v.string("must be a string");
-/** a port number, or 0 / "" (API servers default those to the port) or a name */
-const targetPort = v.union([nodePort, v.string()], "must be a port number or name");
 
 /** what an API server may hold: structure checked, enum and address values left to read.ts */
 export const ServiceShape = v.object({
   kind: v.literal("Service"),
   metadata,
-  spec: v.object({
-    type: v.optional(text, "ClusterIP"),
-    clusterIP: v.optional(text),
-    clusterIPs: list(text),
-    ipFamilies: list(text),
-    externalIPs: list(text),
-    loadBalancerSourceRanges: list(text),
-    ports: list(
-      v.object({
-        name: v.optional(text),
-        protocol: v.optional(text, "TCP"),
-        port,
-        targetPort: v.optional(targetPort),
-        nodePort: v.optional(nodePort),
-      }),
-    ),
-    sessionAffinity: v.optional(text),
-    sessionAffinityConfig: v.optional(v.object({ clientIP: v.optional(v.object({ timeoutSeconds: v.optional(timeout) })) })),
-    externalTrafficPolicy: v.optional(text),
-    internalTrafficPolicy: v.optional(text),
-    healthCheckNodePort: v.optional(nodePort),
-  }),
-  status: v.optional(
-    v.object({
-      loadBalancer: v.optional(
-        v.object({ ingress: list(v.object({ ip: v.optional(text), hostname: v.optional(text), ipMode: v.optional(text) })) }),
-      ),
-    }),
-  ),
+  spec: v.object(entries(SERVICE_SPEC, "shape")),
+  status: SERVICE_STATUS.shape,
 });
 
 const hintList = list(v.object({ name: v.string() }));

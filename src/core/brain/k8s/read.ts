@@ -9,8 +9,10 @@
 // left without a cluster IP to serve is dropped. Pure: objects in, objects
 // and notes out.
 
+import { enumReadings } from "./fields.ts";
 import { parseCIDRSloppy, parseIPSloppy } from "./ip-sloppy.ts";
 import type { DropReason, K8sEndpointSlice, K8sService } from "./objects.ts";
+import { SERVICE_SPEC } from "./service-fields.ts";
 
 export interface Note {
   /** `spec.loadBalancerSourceRanges[1]` */
@@ -30,7 +32,9 @@ export interface Drop {
 export type Read<T> = { object: T; notes: Note[] } | { drop: Drop };
 
 const q = (s: string) => JSON.stringify(s);
-const SERVICE_TYPES = new Set(["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+const READINGS = enumReadings(SERVICE_SPEC) as Array<{ name: keyof Spec; known: ReadonlySet<string>; reading: string }>;
+const TYPE = READINGS.find((r) => r.name === "type")!;
+const SPEC_ENUMS = READINGS.filter((r) => r !== TYPE);
 const PROTOCOLS = new Set(["TCP", "UDP", "SCTP"]);
 const IP_FAMILIES = new Set(["IPv4", "IPv6"]);
 const familyOf = (canonicalIP: string) => (canonicalIP.includes(":") ? "IPv6" : "IPv4");
@@ -121,12 +125,8 @@ export function readService(svc: K8sService): Read<K8sService> {
   const unknown = (field: string, value: string, reading: string) =>
     notes.push({ field, message: `unknown value ${q(value)}: ${reading} (kube-proxy 1.36's reading)`, apiRejects: false });
 
-  if (!SERVICE_TYPES.has(spec.type))
-    unknown(
-      "spec.type",
-      spec.type,
-      "proxied for its cluster, node-port, external and load-balancer IPs, externalTrafficPolicy not applied",
-    );
+  // the type first: it says how the rest is read
+  if (!TYPE.known.has(spec.type)) unknown("spec.type", spec.type, TYPE.reading);
   if (spec.clusterIP && spec.clusterIP !== "None") {
     const ip = parseIPSloppy(spec.clusterIP);
     if (!ip)
@@ -165,13 +165,11 @@ export function readService(svc: K8sService): Read<K8sService> {
         }),
     );
   }
-  if (spec.sessionAffinity !== undefined && spec.sessionAffinity !== "None" && spec.sessionAffinity !== "ClientIP")
-    unknown("spec.sessionAffinity", spec.sessionAffinity, "no session affinity");
-  // "Global": the value's name in 1.5-1.6 (Cluster since), not Local
-  const eTP = spec.externalTrafficPolicy;
-  if (eTP !== undefined && eTP !== "Cluster" && eTP !== "Local" && eTP !== "Global") unknown("spec.externalTrafficPolicy", eTP, "Cluster");
-  const iTP = spec.internalTrafficPolicy;
-  if (iTP !== undefined && iTP !== "Cluster" && iTP !== "Local") unknown("spec.internalTrafficPolicy", iTP, "Cluster");
+  // the other enums, as service-fields.ts says kube-proxy reads them
+  for (const { name, known, reading } of SPEC_ENUMS) {
+    const value = spec[name] as string | undefined;
+    if (value !== undefined && !known.has(value)) unknown(`spec.${name}`, value, reading);
+  }
 
   const out: K8sService = { ...svc, spec };
   const ingress = svc.status?.loadBalancer?.ingress;

@@ -16,20 +16,12 @@
 // unread here, ObjectMeta's deletionTimestamp among them: bad bytes inside
 // one refuse the object only on the other path.
 
-import {
-  affinityConfig,
-  affinity as affinityOf,
-  status as checkStatus,
-  targetPort as checkTargetPort,
-  ipFamily,
-  policy,
-  serviceType,
-} from "../../brain/k8s/fast-service.ts";
 import { CONDITION_FALSE, CONDITION_TRUE, sharedConditions } from "../../brain/k8s/fast-slice.ts";
 import { FAIL, protocol as checkProtocol, type Obj } from "../../brain/k8s/fast-check.ts";
-import { isCanonicalCIDR, isCanonicalIP } from "../../brain/k8s/ip-sloppy.ts";
+import type { ProtoTable } from "../../brain/k8s/fields.ts";
 import { canonicalFirstAddress, Checked, finish, type K8sEndpointSlice, type K8sService } from "../../brain/k8s/objects.ts";
-import { intOrString, mapEntry, serviceStatus, sessionAffinityConfig } from "./objects.ts";
+import { SERVICE_SPEC, SERVICE_STATUS } from "../../brain/k8s/service-fields.ts";
+import { checkedOf, decoderOf, mapEntry } from "./compile.ts";
 import type { Reader } from "./wire.ts";
 
 /** what the sources read of an item (Checked.metadata), beside the object's own metadata */
@@ -282,132 +274,11 @@ export function checkedSlice(r: Reader, end: number): Checked | null {
 
 // -- Service
 
-/** ServicePort: name 1, protocol 2, port 3, targetPort 4, nodePort 5; as fast-service's servicePort() makes it, or null */
-function servicePort(r: Reader, end: number): Obj | null {
-  let name = "";
-  let protocol = "TCP";
-  let port = 0;
-  let target: number | string | undefined;
-  let nodePort = 0;
-  while (r.pos < end) {
-    const t = r.uint32();
-    switch (t) {
-      case 10:
-        name = r.atom(end) || name;
-        break;
-      case 18:
-        protocol = r.atom(end) || protocol;
-        break;
-      case 24:
-        port = r.int32();
-        break;
-      case 34: {
-        const tp = checkTargetPort(intOrString(r, r.sub(end)));
-        if (tp === FAIL) return null;
-        target = tp;
-        break;
-      }
-      case 40:
-        nodePort = r.int32() || nodePort;
-        break;
-      default:
-        r.skip(t, end);
-    }
-  }
-  r.done(end);
-  if (checkProtocol(protocol) === FAIL || port < 1 || port > 65535 || nodePort < 0 || nodePort > 65535) return null;
-  const out: Obj = {};
-  if (name) out.name = name;
-  out.protocol = protocol;
-  out.port = port;
-  if (target !== undefined) out.targetPort = target;
-  if (nodePort) out.nodePort = nodePort;
-  return out;
-}
-
-const isClusterIP = (s: string) => s === "None" || isCanonicalIP(s);
-
-/** the spec's repeated strings, each checked, in the order fast-service writes them (before ports) */
-const LISTS: ReadonlyArray<{ key: number; name: string; ok: (s: string) => boolean; recurs?: boolean }> = [
-  { key: 146, name: "clusterIPs", ok: isClusterIP },
-  { key: 154, name: "ipFamilies", ok: (s) => ipFamily(s) !== FAIL, recurs: true },
-  { key: 42, name: "externalIPs", ok: isCanonicalIP },
-  { key: 74, name: "loadBalancerSourceRanges", ok: isCanonicalCIDR },
-];
-/** key -> index in LISTS */
-const LIST_AT: Array<number | undefined> = [];
-for (const [i, l] of LISTS.entries()) LIST_AT[l.key] = i;
-
-/** ServiceSpec (objects.ts's serviceSpec has the field numbers), as fast-service's spec() makes it, or null */
-function spec(r: Reader, end: number): Obj | null {
-  let type = "ClusterIP";
-  let clusterIP: string | undefined;
-  const lists: Array<string[] | undefined> = [];
-  let ports: Obj[] | undefined;
-  let affinity: string | undefined;
-  let affinityCfg: unknown;
-  let eTP: string | undefined;
-  let iTP: string | undefined;
-  let hcnp = 0;
-  while (r.pos < end) {
-    const t = r.uint32();
-    switch (t) {
-      case 10: {
-        const p = servicePort(r, r.sub(end));
-        if (!p) return null;
-        (ports ??= []).push(p);
-        break;
-      }
-      case 26:
-        clusterIP = r.string(end) || clusterIP;
-        if (clusterIP !== undefined && !isClusterIP(clusterIP)) return null;
-        break;
-      case 34:
-        type = r.atom(end) || type;
-        break;
-      case 58:
-        affinity = r.atom(end) || affinity;
-        break;
-      case 90:
-        eTP = r.atom(end) || eTP;
-        break;
-      case 96:
-        hcnp = r.int32() || hcnp;
-        break;
-      case 114:
-        affinityCfg = affinityConfig(sessionAffinityConfig(r, r.sub(end)));
-        if (affinityCfg === FAIL) return null;
-        break;
-      case 178:
-        iTP = r.atom(end);
-        if (policy(iTP) === FAIL) return null;
-        break;
-      default: {
-        const at = LIST_AT[t];
-        if (at === undefined) {
-          r.skip(t, end);
-          break;
-        }
-        const item = LISTS[at].recurs ? r.atom(end) : r.string(end);
-        if (!LISTS[at].ok(item)) return null;
-        (lists[at] ??= []).push(item);
-      }
-    }
-  }
-  r.done(end);
-  if (serviceType(type) === FAIL || (affinity !== undefined && affinityOf(affinity) === FAIL)) return null;
-  if ((eTP !== undefined && policy(eTP) === FAIL) || hcnp < 0 || hcnp > 65535) return null;
-  const out: Obj = { type };
-  if (clusterIP !== undefined) out.clusterIP = clusterIP;
-  for (let i = 0; i < LISTS.length; i++) if (lists[i]) out[LISTS[i].name] = lists[i];
-  if (ports) out.ports = ports;
-  if (affinity !== undefined) out.sessionAffinity = affinity;
-  if (affinityCfg !== undefined) out.sessionAffinityConfig = affinityCfg;
-  if (eTP !== undefined) out.externalTrafficPolicy = eTP;
-  if (iTP !== undefined) out.internalTrafficPolicy = iTP;
-  if (hcnp) out.healthCheckNodePort = hcnp;
-  return out;
-}
+/** ServiceSpec as fast-service's check makes it, or null (service-fields.ts's table) */
+const spec = checkedOf(SERVICE_SPEC);
+/** ServiceStatus, decoded and checked: its check shares its empty outputs */
+const statusDecoder = decoderOf(SERVICE_STATUS.wire as ProtoTable);
+const checkStatus = SERVICE_STATUS.kind.check;
 
 /** Service: metadata 1, spec 2, status 3 */
 export function checkedService(r: Reader, end: number): Checked | null {
@@ -426,7 +297,7 @@ export function checkedService(r: Reader, end: number): Checked | null {
         if (!sp) return null;
         break;
       case 26:
-        st = checkStatus(serviceStatus(r, r.sub(end)));
+        st = checkStatus(statusDecoder(r, r.sub(end)));
         if (st === FAIL) return null;
         break;
       default:
