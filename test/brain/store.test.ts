@@ -105,8 +105,9 @@ describe("revisions", () => {
     expect(before.services.get("default/a")!.endpoints.size).toBe(1);
   });
 
-  test("work grows with the change: one changed slice recomputes one service, at 10 or 1,000 services", () => {
-    for (const n of [10, 1000]) {
+  // the count, not a time: recomputing every service would count 200 (1,000 proved no more, for 5 times the CPU)
+  test("work grows with the change: one changed slice recomputes one service, at 10 or 200 services", () => {
+    for (const n of [10, 200]) {
       const objs = Array.from({ length: n }, (_, i) => [
         svc({ name: `s${i}`, clusterIPs: [v4.clusterIP(i + 1)] }),
         slice({ service: `s${i}`, endpoints: [{ ip: v4.pod(1, 1) }] }),

@@ -43,15 +43,17 @@ describe("nft dispatch positions", () => {
   ];
   for (const c of cases) test(c.name, () => expect(place(c.prev, c.next, same, byText)).toEqual(c.want));
 
-  test("a rolling update of 5,000 moves only the endpoints it replaces, and the list stays dense", () => {
-    let order = Array.from({ length: 5000 }, (_, i) => `old${String(i).padStart(4, "0")}`);
-    for (let wave = 0; wave < 50; wave++) {
+  // 1,000 endpoints in 10 waves: every old one replaced, as at 5,000 in 50 (a fifth of the
+  // size, a twenty-fifth of the CPU)
+  test("a rolling update of 1,000 moves only the endpoints it replaces, and the list stays dense", () => {
+    let order = Array.from({ length: 1000 }, (_, i) => `old${String(i).padStart(4, "0")}`);
+    for (let wave = 0; wave < 10; wave++) {
       // the wave's 100 new pods sort anywhere; 100 old ones go
       const live = new Set(order);
       for (let j = 0; j < 100; j++) live.delete(`old${String(wave * 100 + j).padStart(4, "0")}`);
       for (let j = 0; j < 100; j++) live.add(`new${String((j * 37 + wave * 101) % 10000).padStart(4, "0")}w${wave}`);
       const next = place(order, [...live], same, byText);
-      expect(next).toHaveLength(5000);
+      expect(next).toHaveLength(1000);
       expect(new Set(next)).toEqual(live);
       expect(moved(order, next)).toBe(100);
       order = next;
