@@ -18,6 +18,7 @@ import { loadKubeConfig } from "../../src/core/sources/kubeconfig.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, slice, svc } from "../fixtures/k8s.ts";
 import { eventsV1Errors, FakeApiServer } from "../harness/api-server.ts";
+import { loadedBound } from "../harness/load.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { NODE, tempDir, testCert } from "../sources/kube/helpers.ts";
 
@@ -206,7 +207,8 @@ describe("recording never holds start-up", () => {
       { config, log, access: loadKubeConfig({ kubeconfig }), timeoutMs: 300 },
       { type: "Warning", reason: "R", action: "A", note: "n" },
     );
-    expect(performance.now() - start).toBeLessThan(3000);
+    // the promise: given up within 3 s (a 300 ms timeout and the warning) on a machine with a core to spare
+    expect(performance.now() - start).toBeLessThan(loadedBound(3000));
     expect(api.events).toHaveLength(1);
     const warning = log.lines.find((l) => l.includes("WARN") && l.includes("could not record event"));
     expect(warning).toMatch(want);
