@@ -148,7 +148,8 @@ describe("node agent faults", () => {
     expect(m("kpng_global_unchanged_items_total")).toBe(ops);
     expect(m("kpng_global_ops_total")).toBe(2 * ops + 2);
     expect(m("kpng_global_change_sets_total")).toBe(3);
-    expect(Math.abs(m("kpng_global_last_change_set_timestamp_seconds") - Date.now() / 1000)).toBeLessThan(5);
+    // a recent time: the change set's, seconds ago at most (on a machine with a core to spare)
+    expect(Math.abs(m("kpng_global_last_change_set_timestamp_seconds") - Date.now() / 1000)).toBeLessThan(loadedBound(5_000) / 1000);
   }, 150_000);
 
   test("an agent restarted while no brain answers: nothing applied until its first sync", async () => {

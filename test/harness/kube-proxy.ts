@@ -31,6 +31,8 @@ export interface KubeProxy {
   readonly log: string[];
   /** resolves when `done(rules)` holds for kube-proxy's rules as the tools print them (bounded; throws with its log) */
   waitForRules(done: (rules: string) => boolean, timeoutMs?: number): Promise<string>;
+  /** resolves with its first log line matching `re` (bounded; throws with its log if it exits first) */
+  waitForLog(re: RegExp, timeoutMs?: number): Promise<string>;
   /** its rules of its mode, as `iptables-save` / `ip6tables-save` / `nft list table` print them */
   rules(): Promise<string>;
   /** SIGTERM (a DaemonSet's pod deleted): kube-proxy exits and its rules stay */
@@ -150,19 +152,34 @@ export async function startKubeProxy(o: KubeProxyOptions): Promise<KubeProxy> {
     return (await runIn(o.ns, ["iptables-save"], env).catch(() => "")) + (await runIn(o.ns, ["ip6tables-save"], env).catch(() => ""));
   };
 
+  /** its exit, or running after `timeoutMs`, with the last of its log: for a failure message */
+  const state = (timeoutMs: number) =>
+    `kube-proxy (${o.mode}) ${proc.exitCode !== null ? `exited (${proc.exitCode})` : `not done within ${timeoutMs} ms`}; its log:\n${log.slice(-30).join("\n")}`;
+
   return {
     proc,
     log,
     rules,
+    async waitForLog(re, timeoutMs = 60_000) {
+      const end = Date.now() + timeoutMs;
+      for (;;) {
+        const line = log.find((l) => re.test(l));
+        if (line) return line;
+        if (proc.exitCode !== null || Date.now() > end) {
+          await Bun.sleep(50); // the last lines of an exit are pumped after it
+          const late = log.find((l) => re.test(l));
+          if (late) return late;
+          throw new Error(`no ${re}: ${state(timeoutMs)}`);
+        }
+        await Bun.sleep(100);
+      }
+    },
     async waitForRules(done, timeoutMs = 60_000) {
       const end = Date.now() + timeoutMs;
       for (;;) {
         const r = await rules();
         if (done(r)) return r;
-        if (proc.exitCode !== null || Date.now() > end)
-          throw new Error(
-            `kube-proxy (${o.mode}) ${proc.exitCode !== null ? `exited (${proc.exitCode})` : `not done within ${timeoutMs} ms`}; its log:\n${log.slice(-30).join("\n")}`,
-          );
+        if (proc.exitCode !== null || Date.now() > end) throw new Error(state(timeoutMs));
         await Bun.sleep(200);
       }
     },

@@ -2,14 +2,19 @@
 // the first full restore only the chains of changed services are named, and
 // a replay of identical calls (a brain restart in sidecar mode) names nothing.
 
-import { describe, expect, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { recordingExecutor, restoredMarker } from "../../plugins/iptables/executor.ts";
 import type { BackendContext } from "../../src/host/backend.ts";
 import type { StdinChunk } from "../../src/host/toolkit/index.ts";
 import { IptablesBackend } from "../../plugins/iptables/index.ts";
 import { serviceChain, servicePortId } from "../../plugins/iptables/names.ts";
 import { waitFor } from "../sources/kube/helpers.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
 import { ep, svc, testConfig, testContext, v4 } from "./fixtures.ts";
+
+// waits are bounded by their condition, up to LOADED_WAIT_MS each (issue 38: no test may depend
+// on an idle machine): a test's own timeout leaves room for two
+setDefaultTimeout(150_000);
 
 const web = (i: number, extra: Partial<Parameters<typeof svc>[0]> = {}) =>
   svc({ name: `web${i}`, clusterIPs: [v4.clusterIP(i)], ports: [{ name: "http", port: 80 }], ...extra });
@@ -135,7 +140,7 @@ describe("iptables partial restores", () => {
     const { b, exec, chunks, release } = await heldIpset(50, "add ");
     b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
     const syncing = b.sync();
-    await waitFor("the restore to start", () => chunks.length > 0, 10_000);
+    await waitFor("the restore to start", () => chunks.length > 0, LOADED_WAIT_MS);
     expect(chunks.join("")).toStartWith(`*nat\n:${ownChains("web7")[0]} - [0:0]\n`);
     expect(chunks.join("")).not.toContain("COMMIT");
     release.ok();
@@ -149,7 +154,7 @@ describe("iptables partial restores", () => {
     const { b, chunks, release, failures } = await heldIpset(50, "add ");
     b.setEndpoint("default", "web7", "p2", pod(7 * 8 + 2));
     const syncing = b.sync();
-    await waitFor("the restore to start", () => chunks.length > 0, 10_000);
+    await waitFor("the restore to start", () => chunks.length > 0, LOADED_WAIT_MS);
     release.fail(new Error("ipset: add refused"));
     await expect(syncing).rejects.toThrow("ipset: add refused");
     expect(chunks.join("")).not.toContain("COMMIT");

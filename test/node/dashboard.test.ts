@@ -231,7 +231,7 @@ class Scraped {
       (r) => r.result.some((s) => s.value[1] === "1"),
     );
     // The counters move after Prometheus has their first values: rates need two samples.
-    await Bun.sleep(1000);
+    await this.scrapes(2);
   }
 
   /**
@@ -286,6 +286,27 @@ class Scraped {
 
   query = async (expr: string) => (await this.get("/api/v1/query", { query: expr })).data as { resultType: string; result: Sample[] };
 
+  /**
+   * Resolves once Prometheus has stored `n` scrapes of every target that began after this call, so
+   * that what it holds then shows what kpng did before it. Counted by Prometheus, not by a clock
+   * (a fixed sleep of n scrape intervals fell short on a loaded machine).
+   */
+  async scrapes(n: number): Promise<void> {
+    // Prometheus may stamp a scrape up to 2 ms off its start (--scrape.timestamp-tolerance): a
+    // margin keeps a scrape begun before this call out of the count.
+    const since = Date.now() + 10;
+    await waitFor(
+      `${n} scrapes of every target`,
+      async () => {
+        const now = Date.now();
+        const window = `${Math.max(1, now - since)}ms`;
+        const r = await this.get("/api/v1/query", { query: `min(count_over_time(up[${window}]))`, time: String(now / 1000) });
+        return Number((r.data as { result: Sample[] }).result[0]?.value[1] ?? 0);
+      },
+      (count) => count >= n,
+    );
+  }
+
   /** The cluster-ip service's slice: pod0, and pod1 for odd `i` (as deployed); stamped as the EndpointSlice controller stamps it; resolves once synced. */
   async changeEndpoints(i: number): Promise<void> {
     const pods = this.d.topo.pods;
@@ -309,7 +330,7 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
     await nft.start("nft", { fakeApi: true, peers: true });
     for (let i = 0; i < 2; i++) {
       await nft.changeEndpoints(i);
-      await Bun.sleep(700);
+      await nft.scrapes(1);
     }
     // Watches cut, twice (a series' first value is no increase to rate()): a
     // reconnect answered 500, then 410 Gone for the kinds that did not change
@@ -330,17 +351,17 @@ describe("the kubernetes-mixin Proxy dashboard against kpng's /metrics (nft)", (
         async () => api.openWatches,
         (n) => n >= 3,
       );
-      await Bun.sleep(1000);
+      await nft.scrapes(2);
     }
     // Someone else removes kpng's IPv4 table: kpng sees its rules lost and repairs them with a full sync.
     const before = nft.d.syncs();
     await nft.d.topo.exec(nft.d.topo.node.ns, ["nft", "delete", "table", "ip", "kpng"]);
     await nft.d.syncedAfter(before);
     // a few more scrapes after the last change
-    await Bun.sleep(1500);
+    await nft.scrapes(3);
     // kpng's sync, Prometheus's first scrape, the three peers, four endpoint changes synced, the
-    // watches back twice, the repair: twelve loaded waits (LOADED_WAIT_MS each)
-  }, 750_000);
+    // watches back twice, the repair, and six waits for scrapes: eighteen loaded waits (LOADED_WAIT_MS each)
+  }, 1_110_000);
 
   afterAll(() => nft.stop(), 30_000);
 
@@ -436,8 +457,9 @@ describe.skipIf(!haveK8s("iptables mode's families against the real kube-apiserv
     beforeAll(async () => {
       await ipt.start("iptables");
       await ipt.changeEndpoints(0);
-      await Bun.sleep(1500);
-    }, 210_000);
+      await ipt.scrapes(3);
+      // kpng's sync, Prometheus's first scrape, the change synced, two waits for scrapes: five loaded waits
+    }, 330_000);
     afterAll(() => ipt.stop(), 30_000);
 
     const by = async (expr: string, ...labels: string[]) =>

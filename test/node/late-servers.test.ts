@@ -3,7 +3,7 @@
 // the time it happened, so they answer as servers that ran from the start
 // would; and they start by their deadline when no first sync comes.
 
-import { afterEach, describe, expect, test } from "bun:test";
+import { afterEach, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Brain, type Revision } from "../../src/core/brain/brain.ts";
 import type { NodeState } from "../../src/core/brain/state.ts";
 import { defaultConfig, type Config } from "../../src/core/config/config.ts";
@@ -12,7 +12,12 @@ import { memoryLogger } from "../../src/core/log.ts";
 import { LateServers } from "../../src/core/node/late-servers.ts";
 import { startProxyServers, type ProxyServers } from "../../src/core/node/proxy-servers.ts";
 import { waitFor } from "../sources/kube/helpers.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
 import { value } from "./prom-text.ts";
+
+// waits are bounded by their condition, up to LOADED_WAIT_MS each (issue 38: no test may depend
+// on an idle machine): a test's own timeout leaves room for two
+setDefaultTimeout(150_000);
 
 let closing: Array<{ close(): void }> = [];
 afterEach(() => {
@@ -113,7 +118,7 @@ describe("health and metrics servers that start late", () => {
 
   test("no first sync: they start by their deadline, healthy while starting up", async () => {
     const { started, log } = late({ latestMs: performance.now() + 100 });
-    const s = await waitFor("the servers", () => started.servers, 10_000);
+    const s = await waitFor("the servers", () => started.servers, LOADED_WAIT_MS);
     expect((await healthz(s)).status).toBe(200);
     expect(await (await fetch(`${s.urls.metrics}/proxyMode`)).text()).toBe("nftables");
     expect(log.lines.some((l) => l.includes("serving healthz"))).toBe(true);
@@ -124,7 +129,7 @@ describe("health and metrics servers that start late", () => {
     l.queued(rev1);
     await Bun.sleep(150);
     expect(started.servers).toBeUndefined(); // the sync may go on undisturbed
-    const s = await waitFor("the servers", () => started.servers, 10_000); // never synced: started at the second deadline
+    const s = await waitFor("the servers", () => started.servers, LOADED_WAIT_MS); // never synced: started at the second deadline
     expect((await healthz(s)).status).toBe(200); // healthy while starting up
     // the whole first revision waits for its sync (counting it would only slow that sync)
     expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
@@ -137,7 +142,7 @@ describe("health and metrics servers that start late", () => {
 
   test("a revision queued after they started at their deadline, before any sync: counted once a sync is reported, even a failed one", async () => {
     const { late: l, started } = late({ latestMs: performance.now() + 50 });
-    const s = await waitFor("the servers", () => started.servers, 10_000);
+    const s = await waitFor("the servers", () => started.servers, LOADED_WAIT_MS);
     l.queued(rev1);
     expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
     l.failed("nft", new Error("boom"));
@@ -152,7 +157,7 @@ describe("health and metrics servers that start late", () => {
 
   test("a first sync that never reports: its revisions are counted after holdRevisionsMs all the same (each held one keeps its state)", async () => {
     const { late: l, started } = late({ latestMs: performance.now() + 20, holdRevisionsMs: 200 });
-    const s = await waitFor("the servers", () => started.servers, 10_000);
+    const s = await waitFor("the servers", () => started.servers, LOADED_WAIT_MS);
     l.queued(rev1);
     expect(value(await metricsText(s), 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}')).toBeUndefined();
     await waitFor("the revision counted", async () =>

@@ -14,7 +14,7 @@
 // test injects. A case the real server took but changed (defaulted) is held
 // to its reading, its warnings only where the value that warns came back.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { localStateJSON } from "../../src/core/brain/output.ts";
@@ -23,6 +23,11 @@ import { corpus, corpusNode, NODE } from "../fixtures/corpus/cases.ts";
 import { FakeApiServer } from "../harness/api-server.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../harness/kube-apiserver.ts";
 import { rig, rigAt, tempDir, testCert, waitFor, type Rig } from "./kube/helpers.ts";
+import { LOADED_WAIT_MS } from "../harness/kpng-process.ts";
+
+// waits are bounded by their condition, up to LOADED_WAIT_MS each (issue 38: no test may depend
+// on an idle machine): a test's own timeout leaves room for two
+setDefaultTimeout(150_000);
 
 const root = join(import.meta.dir, "../..");
 const tmp = tempDir("kpng-corpus-");
@@ -147,16 +152,16 @@ describe.skipIf(!real)("corpus through the API-server source: the real kube-apis
     await kube.apply(corpusNode as never);
     for (const c of corpus.filter((x) => !x.apiRejects)) outcomes.set(c.id, await create(kube, c.objects));
     r = await rigAt(kube.writeKubeconfig(join(tmp.dir, "kubeconfig")));
-    await waitFor("revision 1", () => r.rev() >= 1, 10_000);
+    await waitFor("revision 1", () => r.rev() >= 1, LOADED_WAIT_MS);
     const taken = corpus.filter((c) => outcomes.get(c.id) && outcomes.get(c.id)!.outcome !== "refused" && c.want !== "none");
     // the watch brings what the list did not have yet: every taken case read
     await waitFor(
       "every case read",
       () => taken.every((c) => byNamespace(localStateJSON(r.brain.view(NODE).state!).services).has(c.id)),
-      15_000,
+      LOADED_WAIT_MS,
     );
     services = byNamespace(localStateJSON(r.brain.view(NODE).state!).services);
-  }, 90_000);
+  }, 150_000);
   afterAll(async () => {
     await r?.close();
     // the shared control plane's reset knows only the namespaces it made: the slices of the cases' own go here
@@ -201,7 +206,7 @@ describe("corpus through the API-server source: the in-repo API server, for what
     api.apply(corpusNode);
     for (const c of corpus) for (const o of c.objects) api.apply(o);
     r = await rig(api, tmp.dir);
-    await waitFor("revision 1", () => r.rev() >= 1, 10_000);
+    await waitFor("revision 1", () => r.rev() >= 1, LOADED_WAIT_MS);
     services = byNamespace(localStateJSON(r.brain.view(NODE).state!).services);
   });
   afterAll(async () => {
@@ -235,12 +240,12 @@ describe("corpus through the API-server source: the in-repo API server, for what
     await waitFor(
       "watch event seen",
       () => r.source.stats.events.Service > corpus.filter((x) => x.objects.some((o) => o.kind === "Service")).length,
-      5000,
+      LOADED_WAIT_MS,
     );
     await api.down();
     api.compact();
     await api.up();
-    await waitFor("relisted", () => r.source.stats.relists >= 1, 10_000);
+    await waitFor("relisted", () => r.source.stats.relists >= 1, LOADED_WAIT_MS);
     await Bun.sleep(100);
     expect(r.log.lines.filter(isReadLine).length).toBe(before);
   });
@@ -257,6 +262,6 @@ describe("corpus through the API-server source: the in-repo API server, for what
         r.source.stats.events.Service > 0,
     );
     api.apply(c.objects[0]);
-    await waitFor("said again", () => warnLines(r.log.lines, c.warns![0]).length === 2, 5000);
+    await waitFor("said again", () => warnLines(r.log.lines, c.warns![0]).length === 2, LOADED_WAIT_MS);
   });
 });

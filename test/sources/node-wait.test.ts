@@ -8,6 +8,7 @@ import { memoryLogger } from "../../src/core/log.ts";
 import { waitForNodeIPs } from "../../src/core/sources/index.ts";
 import { v4 } from "../fixtures/addresses.ts";
 import { node, svc } from "../fixtures/k8s.ts";
+import { loadedBound } from "../harness/load.ts";
 
 function syncedBrain(objects: Parameters<Brain["apply"]>[0] = []) {
   const brain = new Brain();
@@ -39,7 +40,8 @@ describe("waiting for the node's IPs", () => {
       brain.flush();
     }, 20);
     expect(await waiting).toEqual([v4.node(1)]);
-    expect(performance.now() - t0).toBeLessThan(5_000);
+    // as soon as it does: well before the 10 s timeout on a machine with a core to spare
+    expect(performance.now() - t0).toBeLessThan(loadedBound(5_000));
     expect(log.lines.join("\n")).toMatch(/INFO test: waiting for the Node's InternalIP\/ExternalIP node=node-1 timeoutSeconds=10/);
   });
 

@@ -11,6 +11,7 @@ import { memoryLogger } from "../../../src/core/log.ts";
 import { startFileSource } from "../../../src/core/sources/file.ts";
 import type { NodeState } from "../../../src/core/brain/state.ts";
 import { EndpointSchema, ServiceSchema } from "../../../src/gen/localv1/services_pb.ts";
+import { loadedBound } from "../../harness/load.ts";
 import { BUN, LOADED_WAIT_MS, ROOT, startServe, tempDir, type KpngProcess } from "../../harness/kpng-process.ts";
 
 // a test (or hook) waits on its conditions up to LOADED_WAIT_MS each: 30 s + 60 s a wait, two by default
@@ -182,7 +183,8 @@ describe("run(), the example client (examples/plugins/print-changes.ts)", () => 
       const t0 = performance.now();
       p.kill(signal);
       expect(await p.exited).toBe(0);
-      expect(performance.now() - t0).toBeLessThan(2000);
+      // the promise: within 2 s of the signal on a machine with a core to spare
+      expect(performance.now() - t0).toBeLessThan(loadedBound(2000));
     });
   }
 });

@@ -5,6 +5,7 @@
 
 import * as net from "node:net";
 import * as tls from "node:tls";
+import { LOADED_WAIT_MS } from "../../harness/kpng-process.ts";
 
 export const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 export const FRAME = { DATA: 0, HEADERS: 1, RST_STREAM: 3, SETTINGS: 4, PING: 6, GOAWAY: 7, WINDOW_UPDATE: 8 } as const;
@@ -115,7 +116,8 @@ export async function rawH2(
     frames,
     dataBytes: (stream) => frames.filter((f) => f.type === FRAME.DATA && f.stream === stream).reduce((n, f) => n + f.payload.length, 0),
     write: (b) => void socket.write(b),
-    until(pred, timeoutMs = 10_000) {
+    // bounded by the frame awaited, up to a wait a loaded machine meets
+    until(pred, timeoutMs = LOADED_WAIT_MS) {
       return new Promise((resolve) => {
         const check = () => {
           if (frames.some(pred)) finish(true);

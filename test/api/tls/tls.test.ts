@@ -9,7 +9,7 @@
 // shared one: one case stops its API server. Where the real binaries are
 // absent the token cases skip (haveK8s); the certificate cases still run.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { copyFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connectGrpc, GrpcError, isRefusal, type ConnectOptions } from "../../../src/core/api/client/grpc.ts";
@@ -26,7 +26,11 @@ import { haveK8s, KubeApiServer } from "../../harness/kube-apiserver.ts";
 import { waitFor } from "../../sources/kube/helpers.ts";
 import { brainWith, serviceObjects, upsert } from "../brain-fixture.ts";
 import type { GenOptions } from "../gen-cluster.ts";
-import { tempDir } from "../../harness/kpng-process.ts";
+import { LOADED_WAIT_MS, tempDir } from "../../harness/kpng-process.ts";
+
+// waits are bounded by their condition, up to LOADED_WAIT_MS each (issue 38: no test may depend
+// on an idle machine): a test's own timeout leaves room for two
+setDefaultTimeout(150_000);
 
 const gen: GenOptions = { services: 4, endpoints: 2, nodes: 3 };
 const AGENT_USER = "system:serviceaccount:kube-system:kpng-agent";
@@ -320,7 +324,7 @@ describe("certificate rotation without a restart", () => {
       const rotated = makeTestCert(join(dir.path), { name: "rotated" });
       copyFileSync(join(dir.path, "rotated.key"), files().key);
       copyFileSync(join(dir.path, "rotated.crt"), files().crt);
-      await waitFor("the rotated certificate to be served", async () => (await next(creds(rotated.cert))) === gen.services, 10_000);
+      await waitFor("the rotated certificate to be served", async () => (await next(creds(rotated.cert))) === gen.services, LOADED_WAIT_MS);
       expect(log.lines.some((l) => l.includes("API certificate reloaded"))).toBe(true);
       // the old certificate is no longer served to new connections
       expect(await next(creds(brainCert.cert))).toBeInstanceOf(GrpcError);
@@ -343,14 +347,14 @@ describe("certificate rotation without a restart", () => {
     await waitFor(
       "the certificate to be served",
       async () => (await next(tls({ ca: served.cert, cert: agent.cert, key: agent.key }))) === gen.services,
-      10_000,
+      LOADED_WAIT_MS,
     );
     const lines = log.lines.length;
     writeFileSync(files().key, makeTestCert(dir.path, { name: "stray" }).key);
     await waitFor(
       "a WARN about the files",
       () => log.lines.slice(lines).find((l) => l.includes("cannot be used: keeping the previous ones")),
-      10_000,
+      LOADED_WAIT_MS,
     );
     expect(await next(tls({ ca: served.cert, cert: agent.cert, key: agent.key }))).toBe(gen.services);
   });

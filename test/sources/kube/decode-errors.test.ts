@@ -7,7 +7,7 @@
 // row make /healthz 503 until a watch event decodes again. The health and
 // metrics servers are kpng's own (startProxyServers), read over HTTP.
 
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { defaultKubeProxyConfig } from "../../../src/core/config/kube-proxy-config.ts";
 import { defaultConfig } from "../../../src/core/config/config.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
@@ -19,6 +19,11 @@ import { node, slice, svc } from "../../fixtures/k8s.ts";
 import { FakeApiServer } from "../../harness/api-server.ts";
 import { value } from "../../node/prom-text.ts";
 import { NODE, rig, tempDir, testCert, waitFor, type Rig } from "./helpers.ts";
+import { LOADED_WAIT_MS } from "../../harness/kpng-process.ts";
+
+// waits are bounded by their condition, up to LOADED_WAIT_MS each (issue 38: no test may depend
+// on an idle machine): a test's own timeout leaves room for two
+setDefaultTimeout(150_000);
 
 const tmp = tempDir("kpng-decode-");
 let cert: ReturnType<typeof testCert>;
@@ -140,9 +145,9 @@ describe("a protobuf watch whose framing breaks", () => {
     const lists = streamedLists();
     // a length no frame can have (4 GiB): nothing after it can be trusted
     expect(api.injectWatch("Service", { protobuf: Uint8Array.of(0xff, 0xff, 0xff, 0xff, 0x0a) })).toBe(1);
-    await waitFor("a list again", () => streamedLists() > lists, 10_000);
+    await waitFor("a list again", () => streamedLists() > lists, LOADED_WAIT_MS);
     api.apply(svc({ name: "after", clusterIPs: [v4.clusterIP(34)] }));
-    await waitFor("followed after the relist", () => r.keys().includes("default/after"), 10_000);
+    await waitFor("followed after the relist", () => r.keys().includes("default/after"), LOADED_WAIT_MS);
     expect(await metric(SERVICE_ERRORS)).toBe(1);
     expect(r.log.lines.some((l) => l.includes("watch stream unreadable, listing again") && l.includes("kind=Service"))).toBe(true);
   });

@@ -9,6 +9,7 @@ import { defaultConfig, type Config } from "../../../src/core/config/config.ts";
 import { memoryLogger } from "../../../src/core/log.ts";
 import { startKubeSource, type KubeSource } from "../../../src/core/sources/kube.ts";
 import { type FakeApiServer, makeTestCert, type TestCert } from "../../harness/api-server.ts";
+import { LOADED_WAIT_MS } from "../../harness/kpng-process.ts";
 
 export const NODE = "node-1";
 
@@ -27,7 +28,7 @@ export async function waitFor<T>(
   what: string,
   f: () => T | undefined | false | null | Promise<T | undefined | false | null>,
   // against a hang only: it returns as soon as `f` holds, and a loaded machine takes seconds
-  timeoutMs = 30_000,
+  timeoutMs = LOADED_WAIT_MS,
 ): Promise<T> {
   const end = performance.now() + timeoutMs;
   for (;;) {

@@ -15,16 +15,21 @@
 // made meanwhile, and objects the real server's validation refuses (a port of
 // 70000, a cluster IP that is no IP, undecodable protobuf bytes).
 
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { v4 } from "../../fixtures/addresses.ts";
 import { node, slice, svc } from "../../fixtures/k8s.ts";
 import { defaultKubeProxyConfig } from "../../../src/core/config/kube-proxy-config.ts";
 import type { Config } from "../../../src/core/config/config.ts";
 import { JSON_TYPE, PROTOBUF_TYPE as PROTOBUF } from "../../../src/core/kube-http/content.ts";
 import { FakeApiServer } from "../../harness/api-server.ts";
+import { LOADED_WAIT_MS } from "../../harness/kpng-process.ts";
 import { haveK8s, type KubeApiServer, sharedApiServer } from "../../harness/kube-apiserver.ts";
 import { NODE, rig, rigAt, tempDir, testCert, waitFor, type Rig } from "./helpers.ts";
 
+// waits are bounded by their condition, up to LOADED_WAIT_MS each (issue 38: no test may depend
+// on an idle machine): a test's own timeout leaves room for two, so a hang fails on the wait that
+// names what it awaited
+setDefaultTimeout(150_000);
 const tmp = tempDir();
 let cert: ReturnType<typeof testCert>;
 const open: Array<{ close(): Promise<void> }> = [];
@@ -72,7 +77,7 @@ async function realCluster(): Promise<KubeApiServer> {
 async function startedAt(kube: KubeApiServer, cfg: Partial<Config> = {}): Promise<Omit<Rig, "api">> {
   const r = await rigAt(kube.writeKubeconfig(`${tmp.dir}/kubeconfig-real`), asked(cfg));
   open.push(r);
-  await waitFor("revision 1", () => r.rev() >= 1, 15_000);
+  await waitFor("revision 1", () => r.rev() >= 1, LOADED_WAIT_MS);
   return r;
 }
 
@@ -213,11 +218,15 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
         const r = await startedAt(kube);
         expect(ours(r)).toEqual(["default/web"]);
         await kube.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)] }));
-        await waitFor("create", () => r.keys().includes("default/api"), 15_000);
+        await waitFor("create", () => r.keys().includes("default/api"), LOADED_WAIT_MS);
         await kube.apply(svc({ name: "api", clusterIPs: [v4.clusterIP(20)], ports: [{ name: "http", port: 8080, targetPort: 80 }] }));
-        await waitFor("update", () => r.brain.view(NODE).state?.services.get("default/api")?.service.Ports[0]?.Port === 8080, 15_000);
+        await waitFor(
+          "update",
+          () => r.brain.view(NODE).state?.services.get("default/api")?.service.Ports[0]?.Port === 8080,
+          LOADED_WAIT_MS,
+        );
         await kube.remove("Service", "default", "api");
-        await waitFor("delete", () => !r.keys().includes("default/api"), 15_000);
+        await waitFor("delete", () => !r.keys().includes("default/api"), LOADED_WAIT_MS);
         expect(r.source.stats.relists).toBe(0);
       });
 
@@ -225,7 +234,7 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
         const kube = await realCluster();
         const r = await startedAt(kube);
         await kube.apply(svc({ name: "web", labels: { "service.kubernetes.io/service-proxy-name": "someone-else" } }));
-        await waitFor("web gone", () => !r.keys().includes("default/web"), 15_000);
+        await waitFor("web gone", () => !r.keys().includes("default/web"), LOADED_WAIT_MS);
       });
 
       test("a Node heartbeat (status the brain does not read) is no event for the brain", async () => {
@@ -237,7 +246,8 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
           conditions: [{ type: "Ready", status: "True", lastHeartbeatTime: new Date().toISOString(), reason: "KubeletReady" }],
         };
         await kube.kubectl(["patch", "node", NODE, "--subresource=status", "--type=merge", "-p", JSON.stringify({ status: heartbeat })]);
-        await waitFor("node event received", () => r.source.stats.events.Node > nodeEvents, 15_000);
+        await waitFor("node event received", () => r.source.stats.events.Node > nodeEvents, LOADED_WAIT_MS);
+        // a window in which nothing may happen: the brain counts no event
         await Bun.sleep(50);
         expect(r.brain.stats.events).toBe(before);
       });
@@ -268,7 +278,7 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
             [...(r.brain.view(NODE).state?.services.get("default/web")?.endpoints.values() ?? [])].some(
               (e) => e.IPs?.V4[0] === v4.pod(1, 49),
             ),
-          3000,
+          LOADED_WAIT_MS,
         );
         // 40 events: one flush at once (quiet before), one when the period ends.
         expect(r.source.stats.flushes - flushes).toBeLessThanOrEqual(2);
@@ -295,14 +305,24 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
       test("a BOOKMARK moves the resume point forward", async () => {
         const api = await cluster();
         await started(api);
-        await waitFor("watches open", () => api.openWatches === 3);
-        api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } }); // bumps the global resourceVersion only
-        api.bookmark();
-        await Bun.sleep(50);
-        const before = watchesOf(api, "/api/v1/nodes").length;
-        api.dropConnections();
-        await waitFor("node watch re-opened", () => watchesOf(api, "/api/v1/nodes").length > before);
-        expect(watchesOf(api, "/api/v1/nodes").at(-1)!.query.resourceVersion).toBe(api.resourceVersion);
+        // A BOOKMARK shows only in where the next watch resumes, and on a loaded machine the drop can
+        // overtake it (read by the client after the connection is gone): so bookmark and drop until a
+        // resumed watch asks from the BOOKMARK's resourceVersion (never, if BOOKMARKs are not read).
+        const resumed = await waitFor(
+          "a node watch resumed from the BOOKMARK",
+          async () => {
+            await waitFor("watches open", () => api.openWatches === 3, LOADED_WAIT_MS);
+            api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } }); // bumps the global resourceVersion only
+            api.bookmark();
+            await Bun.sleep(50);
+            const before = watchesOf(api, "/api/v1/nodes").length;
+            api.dropConnections();
+            await waitFor("node watch re-opened", () => watchesOf(api, "/api/v1/nodes").length > before, LOADED_WAIT_MS);
+            return watchesOf(api, "/api/v1/nodes").at(-1)!.query.resourceVersion === api.resourceVersion;
+          },
+          LOADED_WAIT_MS,
+        );
+        expect(resumed).toBe(true);
       });
 
       for (const goneAs of ["event", "http"] as const) {
@@ -318,7 +338,7 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
           api.apply(svc({ name: "new", clusterIPs: [v4.clusterIP(22)] }));
           api.compact();
           await api.up();
-          await waitFor("relisted", () => r.keys().includes("default/new") && !r.keys().includes("default/stays"), 4000);
+          await waitFor("relisted", () => r.keys().includes("default/new") && !r.keys().includes("default/stays"), LOADED_WAIT_MS);
           expect(r.source.stats.relists).toBeGreaterThanOrEqual(1);
           expect(r.keys()).toEqual(["default/new", "default/web"]);
         });
@@ -347,7 +367,8 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
         api.apply({ kind: "ConfigMapLikeNoise", metadata: { name: "x" } });
         api.compact();
         api.dropConnections();
-        await waitFor("relists", () => r.source.stats.relists >= 3, 4000);
+        await waitFor("relists", () => r.source.stats.relists >= 3, LOADED_WAIT_MS);
+        // a window in which nothing may happen: no revision, no event for the brain
         await Bun.sleep(50);
         expect(r.rev()).toBe(rev);
         expect(r.brain.stats.events).toBe(events);
@@ -359,13 +380,14 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
         const api = await cluster();
         await api.down();
         const pending = rig(api, tmp.dir, asked());
+        // a window in which nothing may reach the server (it is down)
         await Bun.sleep(300);
         const failedTries = api.requests.length;
         expect(failedTries).toBe(0);
         await api.up();
         const r = await pending;
         open.push(r);
-        await waitFor("revision 1", () => r.rev() === 1, 5000);
+        await waitFor("revision 1", () => r.rev() === 1, LOADED_WAIT_MS);
         expect(r.keys()).toEqual(["default/web"]);
         expect(r.log.lines.some((l) => l.includes("list failed, keeping the last known state"))).toBe(true);
       });
@@ -376,11 +398,11 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
         await waitFor("watches open", () => api.openWatches === 3);
         const rev = r.rev();
         await api.down();
-        await Bun.sleep(600); // several failed reconnections
+        await Bun.sleep(600); // several failed reconnections: a window in which the state must not move
         expect(r.rev()).toBe(rev);
         expect(r.keys()).toEqual(["default/web"]);
         await api.up();
-        await waitFor("watches re-opened", () => api.openWatches === 3, 5000);
+        await waitFor("watches re-opened", () => api.openWatches === 3, LOADED_WAIT_MS);
         expect(r.rev()).toBe(rev);
         api.apply(svc({ name: "after", clusterIPs: [v4.clusterIP(23)] }));
         await waitFor("follows again", () => r.keys().includes("default/after"));
@@ -432,7 +454,7 @@ for (const type of [PROTOBUF, JSON_TYPE]) {
         api.apply(broken as never);
         api.compact();
         await api.up();
-        await waitFor("relisted", () => r.source.stats.relists >= 1, 4000);
+        await waitFor("relisted", () => r.source.stats.relists >= 1, LOADED_WAIT_MS);
         await waitFor("warning", () =>
           r.log.lines.some((l) => l.includes("keeping its last valid version") && l.includes("service default/web")),
         );

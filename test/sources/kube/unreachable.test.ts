@@ -8,6 +8,7 @@ import { afterAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { LOADED_WAIT_MS, startKpng } from "../../harness/kpng-process.ts";
+import { loadedBound } from "../../harness/load.ts";
 import { tempDir } from "./helpers.ts";
 
 const tmp = tempDir("kpng-unreachable-");
@@ -25,17 +26,19 @@ const cases = [
 ];
 
 describe("SIGTERM while the first list cannot reach the API server", () => {
+  // two loaded waits: the failed list, the exit
   for (const c of cases)
     test(`${c.name}: exits 0 within 2 s`, async () => {
       const p = startKpng(c.args);
       await p.waitFor(/list failed, keeping the last known state/);
       const t0 = performance.now();
-      const code = await Promise.race([p.stop("SIGTERM"), Bun.sleep(5_000).then(() => "still running")]);
+      const code = await Promise.race([p.stop("SIGTERM"), Bun.sleep(LOADED_WAIT_MS).then(() => "still running")]);
       if (code === "still running") p.proc.kill("SIGKILL");
       expect(code).toBe(0);
-      expect(performance.now() - t0).toBeLessThan(2_000);
+      // the promise: within 2 s of the signal on a machine with a core to spare
+      expect(performance.now() - t0).toBeLessThan(loadedBound(2_000));
       expect(p.stderr.some((l) => / INFO kpng: shutting down signal=SIGTERM/.test(l))).toBe(true);
-    });
+    }, 150_000);
 });
 
 describe("a backend that cannot work, while the first list cannot reach the API server", () => {
