@@ -204,4 +204,44 @@ describe("read straight into the checked object: the same as the JSON shape read
     expect(checkedReaders.Node).toBeUndefined();
     expect(bytes(node(0))).not.toBeNull();
   });
+
+  test("names with bytes past ASCII, every conditions triple, a targetRef that is no Pod: read as the JSON-shape path reads them", () => {
+    const o = fullSlice();
+    o.metadata.name = "wëb-ü";
+    o.metadata.labels = { "kubernetes.io/service-name": "wëb", ключ: "значение ✓" } as typeof o.metadata.labels;
+    const [a, b] = o.endpoints;
+    Object.assign(a, { nodeName: "nöde-1", zone: "zöne-a", targetRef: { kind: "Pod", name: "pöd-✓-1", namespace: "ns" } });
+    b.targetRef = { kind: "Node", name: "not-a-pod", namespace: "ns" };
+    const read = checked("EndpointSlice", bytes(o)!)!.object as { endpoints: Array<Record<string, unknown>> };
+    expect(agrees("EndpointSlice", bytes(o)!)).toBe(true);
+    expect(read.endpoints[0]).toMatchObject({ nodeName: "nöde-1", zone: "zöne-a", pod: "pöd-✓-1" });
+    expect(read.endpoints[1].pod).toBeUndefined();
+    for (const ready of [true, false])
+      for (const serving of [true, false])
+        for (const terminating of [true, false]) {
+          a.conditions = { ready, serving, terminating };
+          expect(agrees("EndpointSlice", bytes(o)!)).toBe(true);
+          const c = checked("EndpointSlice", bytes(o)!)!.object as { endpoints: Array<{ conditions: unknown }> };
+          expect(c.endpoints[0].conditions).toEqual({ ready, serving, terminating });
+        }
+  });
+
+  test("conditions written otherwise than Go writes them (another order, a bool as 2) read as the JSON-shape path reads them", () => {
+    const o = fullSlice();
+    o.endpoints = [{ addresses: [v4.pod(1, 1)], conditions: { ready: true, serving: true, terminating: false } }] as never;
+    const base = bytes(o)!;
+    // EndpointConditions as Go writes it: 08 01 10 01 18 00 (ready, serving, terminating)
+    const at = base.indexOf(Buffer.from([0x12, 6, 8, 1, 16, 1, 24, 0]));
+    expect(at).toBeGreaterThan(0);
+    for (const conditions of [
+      [24, 0, 16, 1, 8, 1],
+      [8, 2, 16, 1, 24, 0],
+      [8, 1, 16, 1, 24, 1],
+      [8, 0, 16, 0, 24, 2],
+    ]) {
+      const buf = Buffer.from(base);
+      buf.set(conditions, at + 2);
+      expect(agrees("EndpointSlice", buf)).toBe(true);
+    }
+  });
 });

@@ -41,7 +41,9 @@ function meta(r: Reader, end: number): Meta | null {
   let labels: Record<string, string> | undefined;
   let annotations: Record<string, string> | undefined;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos]; // a key is one byte for every field kpng reads: no call for it
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     switch (t) {
       case 10:
         name = r.string(end) || name;
@@ -83,7 +85,9 @@ const POD = [0x50, 0x6f, 0x64]; // "Pod"
 function hint(r: Reader, end: number): Obj | null {
   let name: string | undefined;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 10) name = r.atom(end);
     else r.skip(t, end);
   }
@@ -96,7 +100,9 @@ function hints(r: Reader, end: number): Obj | null {
   let forZones: Obj[] | undefined;
   let forNodes: Obj[] | undefined;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 10 || t === 18) {
       const h = hint(r, r.sub(end));
       if (!h) return null;
@@ -111,31 +117,53 @@ function hints(r: Reader, end: number): Obj | null {
   return out;
 }
 
-/** targetRef: a Pod's name, "" for any other reference (kind 1, name 3) */
+/** targetRef: a Pod's name, "" for any other reference (kind 1, name 3): the name is made a string only for a Pod */
 function podName(r: Reader, end: number): string {
   let pod = false;
-  let name = "";
+  let from = 0;
+  let to = 0;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 10) {
       const kend = r.sub(end);
       const buf = r.buf;
       if (kend > r.pos) pod = kend - r.pos === 3 && buf[r.pos] === POD[0] && buf[r.pos + 1] === POD[1] && buf[r.pos + 2] === POD[2];
       r.pos = kend;
-    } else if (t === 26) name = r.string(end) || name;
-    else r.skip(t, end);
+    } else if (t === 26) {
+      const nend = r.sub(end);
+      if (nend > r.pos) {
+        from = r.pos;
+        to = nend;
+      }
+      r.pos = nend;
+    } else r.skip(t, end);
   }
   r.done(end);
-  return pod ? name : "";
+  return pod && to > from ? r.slice(from, to) : "";
 }
 
 /** EndpointConditions (ready 1, serving 2, terminating 3) as sharedConditions' codes, packed r*25 + s*5 + t */
 function conditionCodes(r: Reader, end: number): number {
+  // what Go writes for every endpoint with its three conditions set: ready, serving, terminating, one byte each
+  const buf = r.buf;
+  const p = r.pos;
+  if (end - p === 6 && buf[p] === 8 && buf[p + 2] === 16 && buf[p + 4] === 24 && (buf[p + 1] | buf[p + 3] | buf[p + 5]) < 2) {
+    r.pos = end;
+    return (
+      (buf[p + 1] ? CONDITION_TRUE : CONDITION_FALSE) * 25 +
+      (buf[p + 3] ? CONDITION_TRUE : CONDITION_FALSE) * 5 +
+      (buf[p + 5] ? CONDITION_TRUE : CONDITION_FALSE)
+    );
+  }
   let ready = 0;
   let serving = 0;
   let terminating = 0;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 8) ready = r.bool() ? CONDITION_TRUE : CONDITION_FALSE;
     else if (t === 16) serving = r.bool() ? CONDITION_TRUE : CONDITION_FALSE;
     else if (t === 24) terminating = r.bool() ? CONDITION_TRUE : CONDITION_FALSE;
@@ -162,7 +190,9 @@ function endpoint(r: Reader, end: number): Obj | null {
   let ref = false;
   let pod = "";
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     switch (t) {
       case 10:
         addresses.push(r.string(end));
@@ -212,7 +242,9 @@ function endpointPort(r: Reader, end: number): Obj | null {
   let protocol = "TCP";
   let port: number | undefined;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 10) name = r.atom(end);
     else if (t === 18) protocol = r.atom(end);
     else if (t === 24) port = r.int32();
@@ -234,7 +266,9 @@ export function checkedSlice(r: Reader, end: number): Checked | null {
   let endpoints: Obj[] | undefined;
   let ports: Obj[] | undefined;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     switch (t) {
       case 10:
         m = meta(r, r.sub(end));
@@ -286,7 +320,9 @@ export function checkedService(r: Reader, end: number): Checked | null {
   let sp: Obj | null = null;
   let st: unknown;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     switch (t) {
       case 10:
         m = meta(r, r.sub(end));

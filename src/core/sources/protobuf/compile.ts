@@ -37,7 +37,9 @@ export function mapEntry(map: Record<string, string>, r: Reader, end: number) {
   let k = "";
   let value = "";
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos]; // a key is one byte for every field kpng reads: no call for it
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 10) k = r.atom(end);
     else if (t === 18) value = r.string(end);
     else r.skip(t, end);
@@ -52,7 +54,9 @@ export function intOrString(r: Reader, end: number): number | string {
   let int = 0;
   let str = "";
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 8) type = r.int64();
     else if (t === 16) int = r.int32();
     else if (t === 26) str = r.string(end);
@@ -66,7 +70,9 @@ export function intOrString(r: Reader, end: number): number | string {
 export function time(r: Reader, end: number): string {
   let seconds = 0;
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     if (t === 8) seconds = r.int64();
     else r.skip(t, end);
   }
@@ -188,7 +194,9 @@ function messageSource(o: { before: string[]; cases: string[]; after: string[] }
   return `function (r, end) {
   ${o.before.join("\n  ")}
   while (r.pos < end) {
-    const t = r.uint32();
+    let t = r.buf[r.pos];
+    if (t < 0x80) r.pos++;
+    else t = r.uint32();
     switch (t) {
       ${o.cases.join("\n      ")}
       default: r.skip(t, end);

@@ -95,12 +95,23 @@ export class Reader {
   }
 
   string(limit: number): string {
-    const end = this.sub(limit);
+    // sub() inline: one call fewer for each of 100,000s of strings read cold
+    const start0 = this.pos;
+    let n = this.buf[start0];
+    if (n < 0x80) this.pos = start0 + 1;
+    else n = this.uint32();
     const start = this.pos;
+    const end = start + n;
+    if (end > limit) throw new ProtoError("a field runs past the end of its message");
     this.pos = end;
     // Node's (and Bun's) native slice: a flat string at once, where building one
     // char by char makes a rope that every later hash or compare must flatten,
     // and a TextDecoder call costs more per short string
+    return (this.buf as Utf8Slicing).utf8Slice(start, end);
+  }
+
+  /** the bytes [start, end) of the buffer as a string (checked against the message's end by whoever found them) */
+  slice(start: number, end: number): string {
     return (this.buf as Utf8Slicing).utf8Slice(start, end);
   }
 
@@ -114,8 +125,13 @@ export class Reader {
    * own work, for every byte of 10,000s of names at start-up.
    */
   atom(limit: number): string {
-    const end = this.sub(limit);
+    const start0 = this.pos;
+    let len = this.buf[start0];
+    if (len < 0x80) this.pos = start0 + 1;
+    else len = this.uint32();
     const start = this.pos;
+    const end = start + len;
+    if (end > limit) throw new ProtoError("a field runs past the end of its message");
     this.pos = end;
     const n = end - start;
     if (n > ATOM_MAX) return (this.buf as Utf8Slicing).utf8Slice(start, end);
