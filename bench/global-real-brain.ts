@@ -11,7 +11,7 @@
 // latency includes the watch from the API server to the brain.
 
 import { join } from "node:path";
-import { makeMutualTls } from "../test/harness/tls-flags.ts";
+import { listenTls, makeMutualTls } from "../test/harness/tls-flags.ts";
 import { startKpng } from "../test/harness/kpng-process.ts";
 import { createTopology } from "../test/harness/netns.ts";
 import { openApi } from "./bench-api.ts";
@@ -57,24 +57,9 @@ export async function realBrain(opts: { dir: string; services: number }): Promis
     const kubeconfig = await api.begin();
     const [kpng] = await kpngsUnderTest(dir);
     const sock = join(dir, "brain.sock");
-    const f = (name: string) => join(dir, name);
     const spawnedAt = Date.now();
     const brain = startKpng(
-      [
-        "serve",
-        "--kubeconfig",
-        kubeconfig,
-        "--listen",
-        `unix://${sock}`,
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--listen-tls-crt",
-        f("brain.crt"),
-        "--listen-tls-key",
-        f("brain.key"),
-        "--listen-tls-ca",
-        f("agents-ca.crt"),
-      ],
+      ["serve", "--kubeconfig", kubeconfig, "--listen", `unix://${sock}`, "--listen", "tcp://127.0.0.1:0", ...listenTls(dir)],
       { bin: kpng.argv[0], wrap: ["ip", "netns", "exec", topo.node.ns], env: { HOME: "/dev/null" } },
     );
     closers.push(() => brain.stop());
